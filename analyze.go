@@ -1,0 +1,52 @@
+package selfimprove
+
+import (
+	"context"
+	"time"
+)
+
+// Strategy proposes a config change for an agent whose failures crossed its
+// threshold. The loop calls Analyze at most once at a time per agent, then
+// starts the agent's cooldown whatever the answer. A nil Tweak means "no
+// change". Analyze must honour ctx, which carries the loop's strategy
+// deadline (WithStrategyTimeout); an answer that comes after the deadline
+// is discarded. An error or a panic is recovered, logged and counted, and
+// never affects the wrapped call.
+type Strategy interface {
+	Analyze(ctx context.Context, a Analysis) (*Tweak, error)
+}
+
+// StrategyFunc adapts a function to the Strategy interface.
+type StrategyFunc func(ctx context.Context, a Analysis) (*Tweak, error)
+
+// Analyze calls f(ctx, a).
+func (f StrategyFunc) Analyze(ctx context.Context, a Analysis) (*Tweak, error) { return f(ctx, a) }
+
+// Analysis is the evidence a Strategy gets. It is a copy: the strategy may
+// keep or modify it.
+type Analysis struct {
+	// AgentID is the agent whose failures crossed its threshold.
+	AgentID string
+	// Config is the agent's current config.
+	Config Config
+	// Stats are the agent's stats over its analysis window.
+	Stats Stats
+	// Threshold is the threshold that was crossed.
+	Threshold Threshold
+	// Failures are the most recent failures in the window (up to 16),
+	// oldest first.
+	Failures []Failure
+	// Rejected are the tweaks rolled back for this agent, oldest first.
+	// The loop never applies one of them again (compared with
+	// Config.Equal) until ClearRejected is called.
+	Rejected []Tweak
+	// Time is when the analysis started.
+	Time time.Time
+}
+
+// Tweak is a proposed config: the whole config to run under, not a diff.
+// The loop assigns its Version.
+type Tweak struct {
+	Config Config `json:"config"`
+	Reason string `json:"reason"`
+}

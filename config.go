@@ -1,0 +1,210 @@
+package selfimprove
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+)
+
+// Config is an agent's tunable configuration. The loop passes it to the
+// wrapped function on every call and enforces the fields it understands:
+//
+//   - Timeout bounds each attempt with a context deadline (0: no deadline).
+//   - MaxAttempts is how many attempts one call may make (0 or 1: one).
+//   - Backoff is the base wait between attempts, doubled after each attempt,
+//     with jitter, and cut short when the caller's context ends (0: no wait).
+//
+// Route and Params are for the wrapped function to read: which model,
+// endpoint or tool variant to use, and anything else it can be tuned by.
+//
+// A Config value is immutable once handed to the loop: the loop copies
+// Params when it stores a Config, and the wrapped function must not modify
+// the Params map it is given. The zero Config is valid: one attempt, no
+// deadline, no backoff.
+type Config struct {
+	// Version numbers the configs an agent has run under. The loop assigns
+	// it; versions of one agent are never reused, so a version names
+	// exactly one config. Rolling back reinstates the earlier config with
+	// its earlier version.
+	Version int
+	// Timeout is the deadline of each attempt; 0 means none. The wrapped
+	// function must honour its context for the deadline to take effect.
+	Timeout time.Duration
+	// MaxAttempts is the number of attempts per call; 0 and 1 mean one.
+	MaxAttempts int
+	// Backoff is the base delay between attempts: before attempt k+1 the
+	// loop waits a random duration in [d/2, d] with d = Backoff×2^(k-1),
+	// capped at maxBackoff (one hour). 0 means retry at once.
+	Backoff time.Duration
+	// Route names the model, endpoint or tool variant fn should use.
+	Route string
+	// Params holds any other setting fn reads.
+	Params map[string]string
+}
+
+// maxBackoff caps a single wait between attempts.
+const maxBackoff = time.Hour
+
+// attempts returns the number of attempts c allows, at least one.
+func (c Config) attempts() int {
+	if c.MaxAttempts < 1 {
+		return 1
+	}
+	return c.MaxAttempts
+}
+
+// Equal reports whether c and o set the same values, ignoring Version.
+// MaxAttempts 0 and 1 are equal, and so are a nil and an empty Params.
+func (c Config) Equal(o Config) bool {
+	return c.Timeout == o.Timeout &&
+		c.attempts() == o.attempts() &&
+		c.Backoff == o.Backoff &&
+		c.Route == o.Route &&
+		maps.Equal(c.Params, o.Params)
+}
+
+// clone returns c with its own copy of Params.
+func (c Config) clone() Config {
+	if c.Params != nil {
+		c.Params = maps.Clone(c.Params)
+	}
+	return c
+}
+
+// validate reports whether c can be enforced.
+func (c Config) validate() error {
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("%w: negative timeout %v", ErrInvalidConfig, c.Timeout)
+	case c.Backoff < 0:
+		return fmt.Errorf("%w: negative backoff %v", ErrInvalidConfig, c.Backoff)
+	case c.MaxAttempts < 0:
+		return fmt.Errorf("%w: negative max attempts %d", ErrInvalidConfig, c.MaxAttempts)
+	case c.MaxAttempts > maxAttemptsLimit:
+		return fmt.Errorf("%w: max attempts %d above %d", ErrInvalidConfig, c.MaxAttempts, maxAttemptsLimit)
+	}
+	return nil
+}
+
+// maxAttemptsLimit bounds MaxAttempts so that a runaway strategy cannot make
+// one call retry forever.
+const maxAttemptsLimit = 100
+
+// ErrInvalidConfig is returned (wrapped) for a Config the loop cannot
+// enforce: negative durations, or MaxAttempts outside 0..100.
+var ErrInvalidConfig = errors.New("selfimprove: invalid config")
+
+// configJSON is Config's JSON form. Durations are written as Go duration
+// strings ("1.5s") so that state files are readable; on input a number of
+// nanoseconds is accepted as well.
+type configJSON struct {
+	Version     int               `json:"version"`
+	Timeout     jsonDuration      `json:"timeout,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+	Backoff     jsonDuration      `json:"backoff,omitempty"`
+	Route       string            `json:"route,omitempty"`
+	Params      map[string]string `json:"params,omitempty"`
+}
+
+// MarshalJSON encodes c with durations as strings such as "1.5s".
+func (c Config) MarshalJSON() ([]byte, error) {
+	return json.Marshal(configJSON{
+		Version:     c.Version,
+		Timeout:     jsonDuration(c.Timeout),
+		MaxAttempts: c.MaxAttempts,
+		Backoff:     jsonDuration(c.Backoff),
+		Route:       c.Route,
+		Params:      c.Params,
+	})
+}
+
+// UnmarshalJSON decodes the form MarshalJSON writes; durations may also be
+// given as integer nanoseconds.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	var j configJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*c = Config{
+		Version:     j.Version,
+		Timeout:     time.Duration(j.Timeout),
+		MaxAttempts: j.MaxAttempts,
+		Backoff:     time.Duration(j.Backoff),
+		Route:       j.Route,
+		Params:      j.Params,
+	}
+	return nil
+}
+
+// jsonDuration is a time.Duration written as a string and read from a
+// string or an integer number of nanoseconds.
+type jsonDuration time.Duration
+
+func (d jsonDuration) MarshalJSON() ([]byte, error) {
+	return strconv.AppendQuote(nil, time.Duration(d).String()), nil
+}
+
+func (d *jsonDuration) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("selfimprove: duration %q: %w", s, err)
+		}
+		*d = jsonDuration(v)
+		return nil
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("selfimprove: duration %s: want a string like \"1.5s\" or integer nanoseconds", b)
+	}
+	*d = jsonDuration(v)
+	return nil
+}
+
+// ChangeState is where a Change stands.
+type ChangeState string
+
+// The change states.
+const (
+	ChangeVerifying  ChangeState = "verifying"   // applied, under verification
+	ChangeConfirmed  ChangeState = "confirmed"   // passed verification, kept
+	ChangeRolledBack ChangeState = "rolled_back" // regressed, previous config restored
+	ChangeSuperseded ChangeState = "superseded"  // replaced by SetConfig during verification
+)
+
+// Change is one config change the loop applied to an agent: from which
+// config to which, why, the stats before it and under it, and how its
+// verification ended. A Change handed out by the loop is a copy.
+type Change struct {
+	// ID is unique across processes (a UUIDv7) and sorts by time.
+	ID      string `json:"id"`
+	AgentID string `json:"agent_id"`
+	// From is the config that was replaced (its backup); To is the config
+	// installed. Their Version fields are the from and to versions.
+	From Config `json:"from"`
+	To   Config `json:"to"`
+	// Reason is the strategy's reason for the tweak.
+	Reason string `json:"reason"`
+	// Before is the agent's analysis-window stats when the change was
+	// applied; After the stats of the calls credited to the new version.
+	Before Stats `json:"before"`
+	After  Stats `json:"after"`
+	// AppliedAt and DecidedAt are UTC times; DecidedAt is zero while
+	// verifying.
+	AppliedAt time.Time   `json:"applied_at"`
+	DecidedAt time.Time   `json:"decided_at,omitzero"`
+	State     ChangeState `json:"state"`
+	// Verdict is the policy's reason for confirming or rolling back.
+	Verdict string `json:"verdict,omitempty"`
+}

@@ -1,0 +1,1105 @@
+// Package selfimprove wraps agent calls (an LLM chain, a tool call, any
+// function) in a loop that learns from their failures safely.
+//
+// ExecuteWithImprovement runs the call under the agent's current Config
+// (enforcing its timeout, retries and backoff), tracks the agent's
+// rolling-window success rate, latency and consecutive failures in O(1),
+// and, when failures cross the agent's adaptive Threshold, asks a Strategy
+// for a config Tweak. The loop applies the tweak as a new config version,
+// verifies it on the calls that follow, and rolls it back automatically
+// when the RollbackPolicy finds a regression. Every decision is stored in
+// crash-safe JSON files before the call that made it returns, and reported
+// to a Notifier asynchronously.
+//
+// The wrapped call comes first: the loop never changes its result, never
+// hides its error, and never lets the loop's own machinery (storage,
+// strategy, notifier, panics in them) fail it or block it beyond a bounded
+// time. Such failures are logged, counted in Metrics and returned in
+// Report.LoopErr.
+package selfimprove
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock tells the loop the time. Every time the loop uses comes from it,
+// each call's duration included (taken as the difference of two readings,
+// so a clock whose readings carry Go's monotonic clock measures durations
+// immune to wall-clock steps). Windows, cooldowns and stored times use the
+// wall-clock part. Deadlines and backoff waits are timers of the Go
+// runtime; under testing/synctest they run on the bubble's fake time.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Errors of the loop's own machinery. They never replace the wrapped
+// call's error: they come back in Report.LoopErr, or from the Loop's
+// methods.
+var (
+	// ErrClosed: the Loop was closed. Calls still run fn, untracked.
+	ErrClosed = errors.New("selfimprove: loop closed")
+	// ErrStrategyTimeout: the strategy did not answer within its timeout;
+	// a late answer is discarded.
+	ErrStrategyTimeout = errors.New("selfimprove: strategy timed out")
+	// ErrStrategyPanic: the strategy panicked; the panic was recovered.
+	ErrStrategyPanic = errors.New("selfimprove: strategy panicked")
+	// ErrTweakRejected: the strategy proposed a tweak the loop will not
+	// apply (one rolled back before, the current config, or invalid).
+	ErrTweakRejected = errors.New("selfimprove: tweak not applied")
+	// ErrStale: the agent's config changed while the strategy ran, so its
+	// tweak was not applied.
+	ErrStale = errors.New("selfimprove: config changed during analysis")
+)
+
+// Report says what one ExecuteWithImprovement call did.
+type Report struct {
+	// Success reports whether fn finally returned nil.
+	Success bool
+	// Ignored reports that the call was not counted because the caller's
+	// own context ended (cancelled or past its deadline) before fn
+	// succeeded: that is the caller's choice, not the agent's failure.
+	Ignored bool
+	// Err is fn's final error, unchanged (nil on success).
+	Err error
+	// Duration is the whole call: every attempt and the waits between.
+	Duration time.Duration
+	// Attempts is how many times fn ran.
+	Attempts int
+	// ConfigVersion is the version of the config fn ran under.
+	ConfigVersion int
+	// ImprovementTriggered reports that this call's failure crossed the
+	// agent's threshold and the strategy ran (or, with no strategy, would
+	// have run).
+	ImprovementTriggered bool
+	// Improvement is the change applied during this call, else nil. It is
+	// also nil when the caller's context ended while the strategy was
+	// still running; the change then lands later, with its event.
+	Improvement *Change
+	// Rollback is the change rolled back during this call, else nil.
+	Rollback *Change
+	// Confirmed is the change whose verification passed during this call,
+	// else nil.
+	Confirmed *Change
+	// LoopErr is an error of the loop's own machinery during this call
+	// (storage, strategy), never fn's. The call's result stands regardless.
+	LoopErr error
+}
+
+// Metrics counts what the loop's machinery did since New, including its
+// failures, which are also logged.
+type Metrics struct {
+	Improvements, Confirmations, Rollbacks int64
+	StrategyRuns, StrategyErrors           int64 // errors include panics and timeouts
+	StrategyPanics, StrategyTimeouts       int64
+	StoreErrors                            int64
+	Notified, NotifyErrors, NotifyPanics   int64
+	NotifyDropped                          int64
+	RejectedTweaks                         int64 // tweaks the loop refused to apply
+}
+
+type metrics struct {
+	improvements, confirmations, rollbacks atomic.Int64
+	strategyRuns, strategyErrors           atomic.Int64
+	strategyPanics, strategyTimeouts       atomic.Int64
+	storeErrors                            atomic.Int64
+	notified, notifyErrors, notifyPanics   atomic.Int64
+	notifyDropped, rejectedTweaks          atomic.Int64
+}
+
+// Option configures a Loop.
+type Option func(*options)
+
+type options struct {
+	dir             string
+	clock           Clock
+	strategy        Strategy
+	notifier        Notifier
+	notifierSet     bool
+	logger          *slog.Logger
+	policy          RollbackPolicy
+	defaultConfig   Config
+	strategyTimeout time.Duration
+	notifyTimeout   time.Duration
+	flushInterval   time.Duration
+	queueSize       int
+}
+
+// WithDir sets the state directory. Without it the loop uses DefaultDir().
+func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+
+// WithClock sets the clock; the default is the real clock (time.Now).
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithStrategy sets the strategy that proposes tweaks. Without it, or with
+// nil, the loop tracks, reports ImprovementTriggered and applies nothing.
+func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s } }
+
+// WithNotifier sets where events go. The default is LogNotifier with the
+// loop's logger; nil turns notifications off (events are still stored).
+func WithNotifier(n Notifier) Option {
+	return func(o *options) { o.notifier, o.notifierSet = n, true }
+}
+
+// WithLogger sets the logger for the loop's own failures and, by default,
+// its events. The default (and nil) is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRollbackPolicy sets the verification policy. The default is the zero
+// RollbackPolicy, whose fields take their documented defaults.
+func WithRollbackPolicy(p RollbackPolicy) Option { return func(o *options) { o.policy = p } }
+
+// WithDefaultConfig sets the config a new agent starts with (its Version is
+// ignored; a new agent starts at version 1). The default is the zero
+// Config: one attempt, no deadline, no backoff.
+func WithDefaultConfig(c Config) Option { return func(o *options) { o.defaultConfig = c.clone() } }
+
+// WithStrategyTimeout bounds how long the strategy may take, and so how
+// long a triggering call can be delayed by it. Default 10s.
+func WithStrategyTimeout(d time.Duration) Option { return func(o *options) { o.strategyTimeout = d } }
+
+// WithNotifyTimeout bounds each delivery to the notifier. Default 5s.
+func WithNotifyTimeout(d time.Duration) Option { return func(o *options) { o.notifyTimeout = d } }
+
+// WithFlushInterval sets how often the rolling-window counts of agents that
+// ran are saved; decisions are always saved at once. Default 10s. A crash
+// loses at most this much of the window counts, never a config change.
+func WithFlushInterval(d time.Duration) Option { return func(o *options) { o.flushInterval = d } }
+
+// DefaultDir returns the state directory used without WithDir:
+// $XDG_STATE_HOME/selfimprove when XDG_STATE_HOME is set, else
+// ~/.local/state/selfimprove on Unix, and os.UserConfigDir()/selfimprove
+// elsewhere.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "selfimprove"), nil
+	}
+	if runtime.GOOS != "windows" && runtime.GOOS != "darwin" && runtime.GOOS != "plan9" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("selfimprove: default state directory: %w", err)
+		}
+		return filepath.Join(home, ".local", "state", "selfimprove"), nil
+	}
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("selfimprove: default state directory: %w", err)
+	}
+	return filepath.Join(d, "selfimprove"), nil
+}
+
+// Loop is the self-improvement loop. It is safe for concurrent use. Create
+// it with New and release it with Close.
+type Loop struct {
+	clock           Clock
+	realTime        bool // clock is the default real clock
+	strategy        Strategy
+	policy          RollbackPolicy
+	log             *slog.Logger
+	store           store
+	disp            *dispatcher // nil when notifications are off
+	defaultConfig   Config
+	strategyTimeout time.Duration
+
+	agents   sync.Map // agent ID → *agent
+	seed     maphash.Seed
+	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
+
+	m metrics
+
+	bgMu      sync.Mutex // guards closed and bg.Add
+	closed    bool
+	bg        sync.WaitGroup // analyses in flight
+	isClosed  atomic.Bool
+	stopFlush chan struct{}
+	flushDone chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// agent is one agent's live state.
+type agent struct {
+	id  string
+	cfg atomic.Pointer[Config] // current config, immutable
+
+	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
+
+	mu        sync.Mutex // guards the fields below; held only for O(1) bookkeeping
+	s         agentState
+	dirty     bool // window counts changed since the last save
+	analyzing bool // a strategy is running for this agent
+}
+
+// New opens (creating it if needed) the state directory and returns a
+// Loop. Agents are loaded lazily, on their first call.
+func New(opts ...Option) (*Loop, error) {
+	o := options{
+		clock:           realClock{},
+		strategyTimeout: 10 * time.Second,
+		notifyTimeout:   5 * time.Second,
+		flushInterval:   10 * time.Second,
+		queueSize:       1024,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.clock == nil {
+		o.clock = realClock{}
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if err := o.defaultConfig.validate(); err != nil {
+		return nil, err
+	}
+	o.defaultConfig.Version = 1
+	if o.dir == "" {
+		d, err := DefaultDir()
+		if err != nil {
+			return nil, err
+		}
+		o.dir = d
+	}
+	st, err := openFileStore(o.dir, o.clock.Now)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loop{
+		clock:           o.clock,
+		realTime:        o.clock == Clock(realClock{}),
+		strategy:        o.strategy,
+		policy:          o.policy,
+		log:             o.logger,
+		store:           st,
+		defaultConfig:   o.defaultConfig,
+		strategyTimeout: o.strategyTimeout,
+		seed:            maphash.MakeSeed(),
+		stopFlush:       make(chan struct{}),
+		flushDone:       make(chan struct{}),
+	}
+	n := o.notifier
+	if !o.notifierSet {
+		n = LogNotifier{Logger: o.logger}
+	}
+	if n != nil {
+		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.queueSize, &l.m)
+	}
+	go l.flushLoop(o.flushInterval)
+	return l, nil
+}
+
+// Close stops the loop: it waits for strategies in flight (each bounded by
+// the strategy timeout), saves every agent, and delivers the queued events
+// (for at most the notify timeout). It returns the errors it met. Calls
+// made after Close still run fn, untracked, with Report.LoopErr ErrClosed.
+// Close is idempotent.
+func (l *Loop) Close() error {
+	l.closeOnce.Do(func() {
+		l.bgMu.Lock()
+		l.closed = true
+		l.bgMu.Unlock()
+		l.isClosed.Store(true)
+		l.bg.Wait()
+		close(l.stopFlush)
+		<-l.flushDone
+		errs := []error{l.flush(true)}
+		if l.disp != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), l.disp.timeout)
+			errs = append(errs, l.disp.close(ctx))
+			cancel()
+		}
+		errs = append(errs, l.store.close())
+		l.closeErr = errors.Join(errs...)
+	})
+	return l.closeErr
+}
+
+// Metrics returns the loop's counters.
+func (l *Loop) Metrics() Metrics {
+	m := &l.m
+	return Metrics{
+		Improvements: m.improvements.Load(), Confirmations: m.confirmations.Load(), Rollbacks: m.rollbacks.Load(),
+		StrategyRuns: m.strategyRuns.Load(), StrategyErrors: m.strategyErrors.Load(),
+		StrategyPanics: m.strategyPanics.Load(), StrategyTimeouts: m.strategyTimeouts.Load(),
+		StoreErrors: m.storeErrors.Load(),
+		Notified:    m.notified.Load(), NotifyErrors: m.notifyErrors.Load(), NotifyPanics: m.notifyPanics.Load(),
+		NotifyDropped: m.notifyDropped.Load(), RejectedTweaks: m.rejectedTweaks.Load(),
+	}
+}
+
+// agent returns the live agent for id, loading it from the store on first
+// use. On a read error it returns nil and the error; on a corrupt state
+// file it returns a fresh agent and the error.
+func (l *Loop) agent(id string) (*agent, error) {
+	if v, ok := l.agents.Load(id); ok {
+		return v.(*agent), nil
+	}
+	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok := l.agents.Load(id); ok {
+		return v.(*agent), nil
+	}
+	st, err := l.store.load(id)
+	if err != nil && !errors.Is(err, ErrCorruptState) {
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot load agent state", "agent", id, "error", err)
+		return nil, err
+	}
+	if err != nil {
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
+	}
+	a := &agent{id: id}
+	if st != nil {
+		a.s = *st
+	} else {
+		a.s = newState(id, l.defaultConfig.clone())
+	}
+	c := a.s.Config
+	a.cfg.Store(&c)
+	l.agents.Store(id, a)
+	return a, err
+}
+
+// ExecuteWithImprovement runs fn under agentID's current config and returns
+// fn's final error unchanged, with a Report of what the loop did.
+//
+// The loop enforces the config: each attempt gets a context with the
+// config's Timeout, a failed attempt is retried up to MaxAttempts with
+// exponential Backoff, and retries stop when ctx ends. A panic in fn is
+// recorded as a failure and re-panicked. A call whose ctx ended before
+// fn succeeded is recorded as ignored, not as a failure.
+//
+// After fn returns, the loop records the outcome against the config
+// version fn ran under. If a change is under verification, the outcome may
+// confirm it or roll it back; otherwise a failure that crosses the agent's
+// threshold runs the strategy (at most once at a time per agent) and may
+// apply a tweak. Decisions are saved before ExecuteWithImprovement
+// returns. The common case (a call with no change under verification and
+// no threshold crossed) allocates nothing and does no I/O.
+func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (Report, error) {
+	var rep Report
+	if l.isClosed.Load() {
+		rep.LoopErr = ErrClosed
+		cfg := l.defaultConfig
+		if v, ok := l.agents.Load(agentID); ok {
+			cfg = *v.(*agent).cfg.Load()
+		}
+		rep.ConfigVersion = cfg.Version
+		start := l.clock.Now()
+		rep.Err, rep.Attempts = l.runUntracked(ctx, &cfg, fn)
+		_, rep.Duration = l.since(start)
+		rep.Success = rep.Err == nil
+		return rep, rep.Err
+	}
+	a, err := l.agent(agentID)
+	var cfg *Config
+	if a != nil {
+		cfg = a.cfg.Load()
+	} else {
+		// The agent's state cannot be read: run fn untracked under the
+		// default config rather than fail the call.
+		c := l.defaultConfig
+		cfg = &c
+	}
+	rep.LoopErr = err
+	rep.ConfigVersion = cfg.Version
+	start := l.clock.Now()
+	var (
+		pv       any
+		panicked bool
+	)
+	rep.Err, rep.Attempts, pv, panicked = l.run(ctx, cfg, fn)
+	var end time.Time
+	end, rep.Duration = l.since(start)
+	rep.Success = rep.Err == nil
+	rep.Ignored = !rep.Success && !panicked && ctx.Err() != nil
+	if a != nil && !rep.Ignored {
+		l.record(ctx, a, cfg.Version, start, end, &rep, pv, panicked)
+	} else if a != nil {
+		a.mu.Lock()
+		a.s.Tracker.Ignored++
+		a.dirty = true
+		a.mu.Unlock()
+	}
+	if panicked {
+		panic(pv)
+	}
+	return rep, rep.Err
+}
+
+// since returns the time now and the time elapsed since start. With the
+// default clock it reads the monotonic clock only (time.Since), which costs
+// half a time.Now, and derives the end time from start.
+func (l *Loop) since(start time.Time) (time.Time, time.Duration) {
+	if l.realTime {
+		d := time.Since(start)
+		return start.Add(d), d
+	}
+	end := l.clock.Now()
+	return end, end.Sub(start)
+}
+
+// Execute is ExecuteWithImprovement for a function that returns a value:
+// it returns the value of fn's last attempt, the Report and fn's error.
+func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(context.Context, Config) (T, error)) (T, Report, error) {
+	var out T
+	rep, err := l.ExecuteWithImprovement(ctx, agentID, func(ctx context.Context, c Config) error {
+		v, err := fn(ctx, c)
+		out = v
+		return err
+	})
+	return out, rep, err
+}
+
+// runUntracked runs fn under cfg; a panic propagates.
+func (l *Loop) runUntracked(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (error, int) {
+	err, n, pv, panicked := l.run(ctx, cfg, fn)
+	if panicked {
+		panic(pv)
+	}
+	return err, n
+}
+
+// run makes the attempts cfg allows. It stops at the first success, at a
+// panic (returned, not re-raised), or when ctx ends.
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (err error, attempts int, pv any, panicked bool) {
+	n := cfg.attempts()
+	for attempts = 1; ; attempts++ {
+		err, pv, panicked = attempt(ctx, cfg, fn)
+		if err == nil || panicked || attempts >= n || ctx.Err() != nil {
+			return err, attempts, pv, panicked
+		}
+		if d := backoff(cfg.Backoff, attempts); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return err, attempts, nil, false
+			}
+		}
+	}
+}
+
+// attempt runs fn once, under cfg's per-attempt deadline, catching a panic.
+func attempt(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (err error, pv any, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			pv, panicked = r, true
+			err = fmt.Errorf("selfimprove: panic: %v", r)
+		}
+	}()
+	if cfg.Timeout > 0 {
+		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+		return fn(actx, *cfg), nil, false
+	}
+	return fn(ctx, *cfg), nil, false
+}
+
+// backoff returns the wait after the given attempt: uniform in [d/2, d]
+// with d = base×2^(attempt-1), capped at maxBackoff.
+func backoff(base time.Duration, attempt int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	d := base
+	for i := 1; i < attempt && d < maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, maxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// pending is the work a call must do after releasing the agent's lock.
+type pending struct {
+	decided  *Change   // confirmed or rolled back during this call
+	event    EventType // its event
+	analysis *Analysis // a strategy run to start
+	th       Threshold
+}
+
+// record books one counted call and acts on it.
+func (l *Loop) record(ctx context.Context, a *agent, version int, start, end time.Time, rep *Report, pv any, panicked bool) {
+	failed := !rep.Success
+	var text string
+	if panicked {
+		text = fmt.Sprintf("panic: %v", pv)
+	} else if failed {
+		text = errText(rep.Err)
+	}
+	startN, endN := start.UnixNano(), end.UnixNano()
+
+	var p pending
+	a.mu.Lock()
+	s := &a.s
+	s.Tracker.record(startN, endN, rep.Duration, failed, version, text)
+	a.dirty = true
+	if v := s.Verifying; v != nil {
+		if version == v.To.Version {
+			s.Verify.add(rep.Duration, failed)
+			switch verdict := l.policy.Judge(v.Before, s.Verify.stats()); verdict.Decision {
+			case DecisionRollback:
+				p.decided, p.event = l.rollbackLocked(a, end, verdict.Reason), EventRolledBack
+			case DecisionConfirm:
+				p.decided, p.event = l.confirmLocked(a, end, verdict.Reason), EventChangeConfirmed
+			}
+		}
+	} else if failed && !a.analyzing && startN >= s.LastChange && endN >= s.CooldownUntil {
+		th, prof := l.thresholdLocked(a, endN)
+		if s.Tracker.failuresSince(s.LastChange, endN-int64(th.Window)) >= th.Failures {
+			a.analyzing = true
+			p.th = th
+			p.analysis = l.analysisLocked(a, end, th, prof)
+		}
+	}
+	a.mu.Unlock()
+
+	switch {
+	case p.decided != nil:
+		l.decide(ctx, a, p, rep)
+	case p.analysis != nil:
+		rep.ImprovementTriggered = true
+		l.startAnalysis(ctx, a, p, rep)
+	}
+}
+
+// thresholdLocked resolves a's threshold at time now and keeps the window's
+// bucket width in step with it.
+func (l *Loop) thresholdLocked(a *agent, now int64) (Threshold, Profile) {
+	s := &a.s
+	var manual *Threshold
+	if s.Manual != nil {
+		t := s.Manual.threshold()
+		manual = &t
+	}
+	th, prof := thresholdFor(manual, s.Critical, s.Tracker.Day.sum(now))
+	s.Tracker.Win.resize(slotWidth(th.Window))
+	return th, prof
+}
+
+// statsLocked returns a's window stats at time now.
+func (l *Loop) statsLocked(a *agent, now int64) Stats {
+	th, prof := l.thresholdLocked(a, now)
+	st := a.s.Tracker.stats(now)
+	st.Profile, st.Window = prof, th.Window
+	return st
+}
+
+func (l *Loop) analysisLocked(a *agent, now time.Time, th Threshold, prof Profile) *Analysis {
+	s := &a.s
+	st := s.Tracker.stats(now.UnixNano())
+	st.Profile, st.Window = prof, th.Window
+	return &Analysis{
+		AgentID:   a.id,
+		Config:    s.Config.clone(),
+		Stats:     st,
+		Threshold: th,
+		Failures:  s.Tracker.recentFailures(now.UnixNano() - int64(th.Window)),
+		Rejected:  slices.Clone(s.Rejected),
+		Time:      now.UTC(),
+	}
+}
+
+// rollbackLocked restores the config before the change under verification
+// and returns the decided change.
+func (l *Loop) rollbackLocked(a *agent, now time.Time, reason string) *Change {
+	s := &a.s
+	ch := l.decideLocked(a, now, ChangeRolledBack, reason)
+	prev := ch.From.clone()
+	s.Config = prev
+	a.cfg.Store(&prev)
+	if n := len(s.History); n > 0 && s.History[n-1].Version == prev.Version {
+		s.History = s.History[:n-1]
+	}
+	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: ch.Reason}, maxRejected)
+	s.LastChange = now.UnixNano()
+	return ch
+}
+
+// confirmLocked ends verification, keeping the change.
+func (l *Loop) confirmLocked(a *agent, now time.Time, reason string) *Change {
+	return l.decideLocked(a, now, ChangeConfirmed, reason)
+}
+
+// decideLocked closes the change under verification with state and reason.
+func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason string) *Change {
+	s := &a.s
+	ch := *s.Verifying
+	ch.After = s.Verify.stats()
+	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
+	s.Verifying, s.Verify = nil, counts{}
+	s.Changes = appendBounded(s.Changes, ch, maxChanges)
+	return &ch
+}
+
+// decide saves a decision made during a call, then reports and announces it.
+func (l *Loop) decide(ctx context.Context, a *agent, p pending, rep *Report) {
+	switch p.event {
+	case EventRolledBack:
+		l.m.rollbacks.Add(1)
+		rep.Rollback = p.decided
+	case EventChangeConfirmed:
+		l.m.confirmations.Add(1)
+		rep.Confirmed = p.decided
+	}
+	ev := l.newEvent(p.event, a.id, p.decided)
+	if err := l.persist(a, ev); err != nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+		if p.event == EventRolledBack {
+			ev = l.newEvent(EventRollbackFailed, a.id, p.decided)
+			ev.Err = err.Error()
+		}
+	}
+	l.notify(ev)
+}
+
+// startAnalysis runs the strategy for a in the background and waits for it
+// while ctx lasts. The strategy's own deadline bounds the wait.
+func (l *Loop) startAnalysis(ctx context.Context, a *agent, p pending, rep *Report) {
+	l.bgMu.Lock()
+	if l.closed {
+		l.bgMu.Unlock()
+		a.mu.Lock()
+		a.analyzing = false
+		a.mu.Unlock()
+		return
+	}
+	l.bg.Add(1)
+	l.bgMu.Unlock()
+	type result struct {
+		ch  *Change
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer l.bg.Done()
+		ch, err := l.analyze(ctx, a, p.analysis, p.th)
+		done <- result{ch, err}
+	}()
+	select {
+	case r := <-done:
+		rep.Improvement = r.ch
+		if r.err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, r.err)
+		}
+	case <-ctx.Done():
+		// The caller has gone; the analysis finishes on its own and
+		// announces its outcome with an event.
+	}
+}
+
+// analyze runs the strategy under its deadline, starts the cooldown and
+// applies the tweak, if any.
+func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold) (*Change, error) {
+	var (
+		tw  *Tweak
+		err error
+	)
+	if l.strategy != nil {
+		l.m.strategyRuns.Add(1)
+		tw, err = l.callStrategy(ctx, an)
+		if err != nil {
+			l.m.strategyErrors.Add(1)
+			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
+		}
+	}
+	now := l.clock.Now()
+	a.mu.Lock()
+	a.analyzing = false
+	a.s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
+	var ch *Change
+	if err == nil && tw != nil {
+		ch, err = l.applyLocked(a, an, tw, now)
+		if err != nil {
+			l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", err)
+		}
+	}
+	a.mu.Unlock()
+	if ch == nil {
+		// Save the cooldown so that a restart does not run the strategy
+		// again at once.
+		if serr := l.save(a); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return nil, err
+	}
+	ev := l.newEvent(EventImprovementApplied, a.id, ch)
+	if perr := l.persist(a, ev); perr != nil {
+		// A change that cannot be recorded is not made.
+		a.mu.Lock()
+		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
+			s := &a.s
+			s.Config = ch.From.clone()
+			from := s.Config
+			a.cfg.Store(&from)
+			s.History = s.History[:len(s.History)-1]
+			s.Verifying, s.Verify = nil, counts{}
+			s.LastChange = an.Time.UnixNano()
+		}
+		a.mu.Unlock()
+		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
+	}
+	l.m.improvements.Add(1)
+	l.notify(ev)
+	return ch, nil
+}
+
+// callStrategy calls the strategy in its own goroutine, so that a strategy
+// that ignores its context delays nobody beyond the deadline.
+func (l *Loop) callStrategy(ctx context.Context, an *Analysis) (*Tweak, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.strategyTimeout)
+	defer cancel()
+	type result struct {
+		tw  *Tweak
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				l.m.strategyPanics.Add(1)
+				res <- result{nil, fmt.Errorf("%w: %v", ErrStrategyPanic, r)}
+			}
+		}()
+		tw, err := l.strategy.Analyze(sctx, *an)
+		res <- result{tw, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("selfimprove: strategy: %w", r.err)
+		}
+		return r.tw, nil
+	case <-sctx.Done():
+		l.m.strategyTimeouts.Add(1)
+		return nil, fmt.Errorf("%w after %v", ErrStrategyTimeout, l.strategyTimeout)
+	}
+}
+
+// applyLocked installs tw as a's next config version and starts verifying
+// it.
+func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*Change, error) {
+	s := &a.s
+	cfg := tw.Config.clone()
+	reject := func(format string, args ...any) (*Change, error) {
+		l.m.rejectedTweaks.Add(1)
+		return nil, fmt.Errorf("%w: "+format, append([]any{ErrTweakRejected}, args...)...)
+	}
+	switch {
+	case s.Config.Version != an.Config.Version || s.Verifying != nil:
+		return nil, ErrStale
+	case cfg.validate() != nil:
+		return reject("%v", cfg.validate())
+	case cfg.Equal(s.Config):
+		return reject("it is the current config")
+	}
+	for _, r := range s.Rejected {
+		if cfg.Equal(r.Config) {
+			return reject("it was rolled back before (version %d: %s)", r.Config.Version, r.Reason)
+		}
+	}
+	s.MaxVersion++
+	cfg.Version = s.MaxVersion
+	st := s.Tracker.stats(now.UnixNano())
+	st.Profile, st.Window = an.Stats.Profile, an.Stats.Window
+	ch := &Change{
+		ID:        newID(now),
+		AgentID:   a.id,
+		From:      s.Config,
+		To:        cfg,
+		Reason:    tw.Reason,
+		Before:    st,
+		AppliedAt: now.UTC(),
+		State:     ChangeVerifying,
+	}
+	s.History = appendBounded(s.History, s.Config, maxHistory)
+	s.Config = cfg
+	installed := cfg.clone()
+	a.cfg.Store(&installed)
+	v := *ch
+	s.Verifying, s.Verify = &v, counts{}
+	s.LastChange = now.UnixNano()
+	return ch, nil
+}
+
+// persist saves a's state and then appends ev, both durably.
+func (l *Loop) persist(a *agent, ev *Event) error {
+	if err := l.save(a); err != nil {
+		return err
+	}
+	if err := l.store.appendEvent(ev); err != nil {
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot record event", "agent", a.id, "event", string(ev.Type), "error", err)
+		return err
+	}
+	return nil
+}
+
+// save writes a's state. Saves of one agent are serialised, and each writes
+// the state as it is when the save begins, so a newer state is never
+// overwritten by an older one.
+func (l *Loop) save(a *agent) error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	snap := a.s
+	snap.History = slices.Clone(snap.History)
+	snap.Changes = slices.Clone(snap.Changes)
+	snap.Rejected = slices.Clone(snap.Rejected)
+	if snap.Verifying != nil {
+		v := *snap.Verifying
+		snap.Verifying = &v
+	}
+	a.dirty = false
+	a.mu.Unlock()
+	if err := l.store.save(&snap); err != nil {
+		a.mu.Lock()
+		a.dirty = true
+		a.mu.Unlock()
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot save agent state", "agent", a.id, "error", err)
+		return err
+	}
+	return nil
+}
+
+// flushLoop saves the agents that ran, every interval, until Close.
+func (l *Loop) flushLoop(interval time.Duration) {
+	defer close(l.flushDone)
+	if interval <= 0 {
+		<-l.stopFlush
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			l.flush(false)
+		case <-l.stopFlush:
+			return
+		}
+	}
+}
+
+// flush saves the agents whose state changed (all agents when all is set).
+func (l *Loop) flush(all bool) error {
+	var errs []error
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		dirty := a.dirty
+		a.mu.Unlock()
+		if dirty || all {
+			if err := l.save(a); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return true
+	})
+	return errors.Join(errs...)
+}
+
+func (l *Loop) notify(ev *Event) {
+	if l.disp != nil {
+		l.disp.send(*ev)
+	}
+}
+
+// newEvent makes an event about ch with a one-line message.
+func (l *Loop) newEvent(t EventType, agentID string, ch *Change) *Event {
+	now := l.clock.Now()
+	e := &Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: agentID, Change: ch}
+	switch t {
+	case EventImprovementApplied:
+		e.Message = fmt.Sprintf("agent %q: applied config v%d (was v%d): %s", agentID, ch.To.Version, ch.From.Version, ch.Reason)
+	case EventChangeConfirmed:
+		e.Message = fmt.Sprintf("agent %q: confirmed config v%d: %s", agentID, ch.To.Version, ch.Verdict)
+	case EventRolledBack:
+		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d: %s", agentID, ch.To.Version, ch.From.Version, ch.Verdict)
+	case EventRollbackFailed:
+		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d in memory, but could not record it", agentID, ch.To.Version, ch.From.Version)
+	case EventConfigSet:
+		e.Message = fmt.Sprintf("agent %q: config set to v%d by operator", agentID, ch.To.Version)
+	}
+	return e
+}
+
+// newID returns a UUIDv7: 48 bits of Unix milliseconds, then random bits.
+// IDs are unique across processes and sort by time.
+func newID(t time.Time) string {
+	var b [16]byte
+	crand.Read(b[6:])
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	b[6] = b[6]&0x0f | 0x70
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// Config returns a copy of agentID's current config (the default config
+// for an agent the loop has not seen, or whose state cannot be read).
+func (l *Loop) Config(agentID string) Config {
+	a, _ := l.agent(agentID)
+	if a == nil {
+		return l.defaultConfig.clone()
+	}
+	return a.cfg.Load().clone()
+}
+
+// SetConfig sets agentID's baseline config, as an operator action. The
+// config gets the agent's next version (cfg.Version is ignored); a change
+// under verification is superseded. The new config and an EventConfigSet
+// are saved before SetConfig returns.
+func (l *Loop) SetConfig(agentID string, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	a, err := l.agent(agentID)
+	if a == nil {
+		return err
+	}
+	now := l.clock.Now()
+	a.mu.Lock()
+	s := &a.s
+	if s.Verifying != nil {
+		l.decideLocked(a, now, ChangeSuperseded, "superseded by SetConfig")
+	}
+	cfg = cfg.clone()
+	s.MaxVersion++
+	cfg.Version = s.MaxVersion
+	ch := &Change{
+		ID: newID(now), AgentID: agentID, From: s.Config, To: cfg, Reason: "set by operator",
+		Before: s.Tracker.stats(now.UnixNano()), AppliedAt: now.UTC(), DecidedAt: now.UTC(), State: ChangeConfirmed,
+	}
+	s.History = appendBounded(s.History, s.Config, maxHistory)
+	s.Config = cfg
+	installed := cfg.clone()
+	a.cfg.Store(&installed)
+	s.LastChange = now.UnixNano()
+	a.mu.Unlock()
+	ev := l.newEvent(EventConfigSet, agentID, ch)
+	if err := l.persist(a, ev); err != nil {
+		return err
+	}
+	l.notify(ev)
+	return nil
+}
+
+// Stats returns agentID's stats over its analysis window.
+func (l *Loop) Stats(agentID string) Stats {
+	a, _ := l.agent(agentID)
+	if a == nil {
+		return Stats{SuccessRate: 1}
+	}
+	now := l.clock.Now().UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return l.statsLocked(a, now)
+}
+
+// Threshold returns the threshold in force for agentID and the profile it
+// comes from.
+func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
+	a, _ := l.agent(agentID)
+	if a == nil {
+		return thresholdFor(nil, false, 0)
+	}
+	now := l.clock.Now().UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return l.thresholdLocked(a, now)
+}
+
+// SetThreshold overrides agentID's profile with t; the zero Threshold
+// removes the override. The setting is saved before SetThreshold returns.
+func (l *Loop) SetThreshold(agentID string, t Threshold) error {
+	if t != (Threshold{}) {
+		if err := t.validate(); err != nil {
+			return err
+		}
+	}
+	return l.update(agentID, func(s *agentState) {
+		if t == (Threshold{}) {
+			s.Manual = nil
+		} else {
+			s.Manual = &thresholdJSON{Failures: t.Failures, Window: jsonDuration(t.Window), Cooldown: jsonDuration(t.Cooldown)}
+		}
+	})
+}
+
+// MarkCritical marks agentID critical (or not). A critical agent gets the
+// critical threshold unless SetThreshold overrides it. The mark is saved
+// before MarkCritical returns.
+func (l *Loop) MarkCritical(agentID string, critical bool) error {
+	return l.update(agentID, func(s *agentState) { s.Critical = critical })
+}
+
+// ClearRejected forgets the tweaks rolled back for agentID, so that the
+// strategy's proposals are no longer refused for matching them.
+func (l *Loop) ClearRejected(agentID string) error {
+	return l.update(agentID, func(s *agentState) { s.Rejected = nil })
+}
+
+// Changes returns agentID's recent changes, oldest first: up to 16 decided
+// ones, then the one under verification, if any.
+func (l *Loop) Changes(agentID string) []Change {
+	a, _ := l.agent(agentID)
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := slices.Clone(a.s.Changes)
+	if v := a.s.Verifying; v != nil {
+		c := *v
+		c.After = a.s.Verify.stats()
+		out = append(out, c)
+	}
+	return out
+}
+
+// update applies an operator setting to agentID's state and saves it.
+func (l *Loop) update(agentID string, f func(*agentState)) error {
+	a, err := l.agent(agentID)
+	if a == nil {
+		return err
+	}
+	a.mu.Lock()
+	f(&a.s)
+	a.mu.Unlock()
+	return l.save(a)
+}

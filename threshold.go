@@ -1,0 +1,86 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Threshold says when an agent's failures call for an improvement: when
+// Failures failed calls have ended within the last Window (counting only
+// calls that started after the agent's last config change), the loop runs
+// its strategy, and then waits Cooldown before it runs it again.
+type Threshold struct {
+	Failures int
+	Window   time.Duration
+	Cooldown time.Duration
+}
+
+// MaxThresholdFailures is the largest Threshold.Failures the loop accepts:
+// it keeps the times of this many recent failures per agent, which makes
+// the trigger exact and O(1).
+const MaxThresholdFailures = failRing
+
+// ErrInvalidThreshold is returned (wrapped) by SetThreshold for a Threshold
+// outside the accepted ranges.
+var ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
+
+func (t Threshold) validate() error {
+	switch {
+	case t.Failures < 1 || t.Failures > MaxThresholdFailures:
+		return fmt.Errorf("%w: failures %d not in 1..%d", ErrInvalidThreshold, t.Failures, MaxThresholdFailures)
+	case t.Window <= 0:
+		return fmt.Errorf("%w: window %v must be positive", ErrInvalidThreshold, t.Window)
+	case t.Cooldown < 0:
+		return fmt.Errorf("%w: negative cooldown %v", ErrInvalidThreshold, t.Cooldown)
+	}
+	return nil
+}
+
+// Profile names the threshold an agent gets. Frequency profiles are chosen
+// from the agent's calls in the last 24 hours; ProfileCritical is chosen by
+// the user (MarkCritical), never guessed from the agent's name; and
+// ProfileManual means SetThreshold overrides the table.
+type Profile string
+
+// The profiles.
+const (
+	ProfileHigh     Profile = "high"     // more than 100 calls a day
+	ProfileMedium   Profile = "medium"   // 10 to 100 calls a day
+	ProfileLow      Profile = "low"      // fewer than 10 calls a day
+	ProfileCritical Profile = "critical" // marked by the user
+	ProfileManual   Profile = "manual"   // threshold set by SetThreshold
+)
+
+// profiles is the threshold table. A frequency profile applies when the
+// agent's calls in the last 24 hours are at least minPerDay; the first row
+// that matches wins.
+var profiles = [...]struct {
+	profile   Profile
+	minPerDay int
+	threshold Threshold
+}{
+	{ProfileHigh, 101, Threshold{Failures: 5, Window: 48 * time.Hour, Cooldown: 3 * time.Hour}},
+	{ProfileMedium, 10, Threshold{Failures: 3, Window: 24 * time.Hour, Cooldown: 6 * time.Hour}},
+	{ProfileLow, 0, Threshold{Failures: 2, Window: 72 * time.Hour, Cooldown: 12 * time.Hour}},
+}
+
+// criticalThreshold applies to agents marked critical.
+var criticalThreshold = Threshold{Failures: 1, Window: 24 * time.Hour, Cooldown: 6 * time.Hour}
+
+// thresholdFor resolves the threshold in force: a manual threshold first,
+// then the critical mark, then the frequency profile for callsPerDay.
+func thresholdFor(manual *Threshold, critical bool, callsPerDay int) (Threshold, Profile) {
+	if manual != nil {
+		return *manual, ProfileManual
+	}
+	if critical {
+		return criticalThreshold, ProfileCritical
+	}
+	for _, p := range profiles {
+		if callsPerDay >= p.minPerDay {
+			return p.threshold, p.profile
+		}
+	}
+	panic("unreachable: the last profile matches every count")
+}

@@ -1,0 +1,328 @@
+package selfimprove
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Stats summarises an agent's calls. Counts cover the agent's analysis
+// window (Window), measured in 64 time buckets, so the oldest edge is exact
+// to within Window/64; ConsecutiveFailures, TotalCalls and Ignored are exact.
+type Stats struct {
+	// Calls and Failures count the calls that ended in the window. Calls
+	// cancelled by the caller's own context are not counted (see Ignored).
+	Calls    int `json:"calls"`
+	Failures int `json:"failures"`
+	// SuccessRate is (Calls-Failures)/Calls, and 1 when there are no calls.
+	SuccessRate float64 `json:"success_rate"`
+	// AvgLatency is TotalLatency/Calls over all counted calls, failed ones
+	// included; 0 when there are no calls.
+	AvgLatency time.Duration `json:"avg_latency_ns"`
+	// TotalLatency is the sum of the counted calls' durations (all
+	// attempts and the waits between them).
+	TotalLatency time.Duration `json:"total_latency_ns"`
+	// ConsecutiveFailures counts the failures since the last success.
+	ConsecutiveFailures int `json:"consecutive_failures"`
+	// Profile is the threshold profile in force; Window is its analysis
+	// window.
+	Profile Profile       `json:"profile,omitempty"`
+	Window  time.Duration `json:"window_ns,omitempty"`
+	// CallsPerDay counts calls in the last 24 hours (to within 15 minutes);
+	// it picks the frequency profile.
+	CallsPerDay int `json:"calls_per_day,omitempty"`
+	// TotalCalls and Ignored count every call since the agent's state began:
+	// counted calls, and calls cancelled by their caller.
+	TotalCalls int64 `json:"total_calls,omitempty"`
+	Ignored    int64 `json:"ignored,omitempty"`
+}
+
+// newStats derives rates from counts.
+func newStats(calls, failures int, latency time.Duration) Stats {
+	s := Stats{Calls: calls, Failures: failures, TotalLatency: latency, SuccessRate: 1}
+	if calls > 0 {
+		s.SuccessRate = float64(calls-failures) / float64(calls)
+		s.AvgLatency = latency / time.Duration(calls)
+	}
+	return s
+}
+
+// Failure is one failed call, as kept for analysis.
+type Failure struct {
+	// Time is when the call ended, Duration how long it took.
+	Time     time.Time
+	Duration time.Duration
+	// Err is the error text, cut to maxErrText bytes.
+	Err string
+	// Version is the config version the call ran under.
+	Version int
+}
+
+const (
+	windowSlots = 64                 // buckets of the analysis window
+	daySlots    = 96                 // buckets of the 24-hour call counter
+	daySlot     = 15 * time.Minute   // width of one day bucket
+	failRing    = 64                 // failures kept for the trigger: the largest Threshold.Failures
+	recentRing  = 16                 // failures kept with their text for Analysis
+	maxErrText  = 256                // bytes of error text kept per failure
+	minSlot     = int64(time.Second) // narrowest analysis bucket
+)
+
+// slot holds the counts of one time bucket.
+type slot struct {
+	Calls    uint32 `json:"c,omitempty"`
+	Failures uint32 `json:"f,omitempty"`
+	Latency  int64  `json:"l,omitempty"` // nanoseconds
+}
+
+// window counts calls in windowSlots buckets of Width nanoseconds; Head is
+// the index (time/Width) of the newest bucket. Bucket i lives at
+// Slots[i%windowSlots].
+type window struct {
+	Width int64             `json:"width_ns"`
+	Head  int64             `json:"head"`
+	Slots [windowSlots]slot `json:"slots"`
+}
+
+// slotWidth is the bucket width for an analysis window of span.
+func slotWidth(span time.Duration) int64 {
+	return max(int64(span)/windowSlots, minSlot)
+}
+
+// advance moves Head to idx, clearing the buckets it passes.
+func (w *window) advance(idx int64) {
+	if idx <= w.Head {
+		return
+	}
+	if idx-w.Head >= windowSlots {
+		w.Slots = [windowSlots]slot{}
+	} else {
+		for i := w.Head + 1; i <= idx; i++ {
+			w.Slots[i%windowSlots] = slot{}
+		}
+	}
+	w.Head = idx
+}
+
+// at returns the bucket for time t (Unix nanoseconds); a time older than the
+// window (a clock stepped back) lands in the newest bucket.
+func (w *window) at(t int64) *slot {
+	idx := t / w.Width
+	w.advance(idx)
+	if idx <= w.Head-windowSlots {
+		idx = w.Head
+	}
+	return &w.Slots[idx%windowSlots]
+}
+
+// sum adds up the buckets that are within the window at time now.
+func (w *window) sum(now int64) (calls, failures int, latency time.Duration) {
+	w.advance(now / w.Width)
+	for _, s := range w.Slots {
+		calls += int(s.Calls)
+		failures += int(s.Failures)
+		latency += time.Duration(s.Latency)
+	}
+	return calls, failures, latency
+}
+
+// resize changes the bucket width, moving each bucket's counts into the new
+// bucket that holds its start time. Counts that fall outside the new window
+// are dropped.
+func (w *window) resize(width int64) {
+	if width == w.Width {
+		return
+	}
+	old := *w
+	*w = window{Width: width, Head: old.Head * old.Width / width}
+	for i := int64(0); i < windowSlots; i++ {
+		idx := old.Head - i
+		s := old.Slots[idx%windowSlots]
+		if s == (slot{}) {
+			continue
+		}
+		ni := idx * old.Width / width
+		if ni <= w.Head-windowSlots {
+			continue
+		}
+		d := &w.Slots[ni%windowSlots]
+		d.Calls += s.Calls
+		d.Failures += s.Failures
+		d.Latency += s.Latency
+	}
+}
+
+// dayCounter counts calls in daySlots buckets of daySlot each.
+type dayCounter struct {
+	Head  int64            `json:"head"`
+	Slots [daySlots]uint32 `json:"slots"`
+}
+
+func (d *dayCounter) advance(idx int64) {
+	if idx <= d.Head {
+		return
+	}
+	if idx-d.Head >= daySlots {
+		d.Slots = [daySlots]uint32{}
+	} else {
+		for i := d.Head + 1; i <= idx; i++ {
+			d.Slots[i%daySlots] = 0
+		}
+	}
+	d.Head = idx
+}
+
+func (d *dayCounter) add(t int64) {
+	idx := t / int64(daySlot)
+	d.advance(idx)
+	if idx <= d.Head-daySlots {
+		idx = d.Head
+	}
+	d.Slots[idx%daySlots]++
+}
+
+func (d *dayCounter) sum(now int64) int {
+	d.advance(now / int64(daySlot))
+	n := 0
+	for _, c := range d.Slots {
+		n += int(c)
+	}
+	return n
+}
+
+// failTime is when a failed call started and ended (Unix nanoseconds).
+type failTime struct {
+	Start int64 `json:"s"`
+	End   int64 `json:"e"`
+}
+
+// failRecord is a failure kept with its text.
+type failRecord struct {
+	End     int64  `json:"e"`
+	Dur     int64  `json:"d"`
+	Err     string `json:"err"`
+	Version int    `json:"v"`
+}
+
+// tracker holds an agent's rolling statistics. It knows time and counts,
+// nothing of configs or strategies. It is guarded by the agent's mutex, and
+// every method is O(1): the work per call does not depend on history.
+type tracker struct {
+	Win     window                 `json:"window"`
+	Day     dayCounter             `json:"day"`
+	Fails   [failRing]failTime     `json:"fails"`
+	FailPos int                    `json:"fail_pos"`
+	Recent  [recentRing]failRecord `json:"recent"`
+	RecPos  int                    `json:"recent_pos"`
+	Consec  int                    `json:"consecutive"`
+	Total   int64                  `json:"total"`
+	Ignored int64                  `json:"ignored"`
+}
+
+// record counts one call that started at start and ended at end (Unix
+// nanoseconds) after dur. errText is kept for failures only.
+func (t *tracker) record(start, end int64, dur time.Duration, failed bool, version int, errText string) {
+	t.Total++
+	t.Day.add(end)
+	s := t.Win.at(end)
+	s.Calls++
+	s.Latency += int64(dur)
+	if !failed {
+		t.Consec = 0
+		return
+	}
+	s.Failures++
+	t.Consec++
+	t.Fails[t.FailPos] = failTime{Start: start, End: end}
+	t.FailPos = (t.FailPos + 1) % failRing
+	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: version}
+	t.RecPos = (t.RecPos + 1) % recentRing
+}
+
+// failuresSince counts the kept failures that started at or after since and
+// ended after windowStart. It is exact up to failRing failures.
+func (t *tracker) failuresSince(since, windowStart int64) int {
+	n := 0
+	for _, f := range t.Fails {
+		if f.End != 0 && f.Start >= since && f.End > windowStart {
+			n++
+		}
+	}
+	return n
+}
+
+// recentFailures returns the kept failures that ended after windowStart,
+// oldest first.
+func (t *tracker) recentFailures(windowStart int64) []Failure {
+	var out []Failure
+	for i := range recentRing {
+		r := t.Recent[(t.RecPos+i)%recentRing]
+		if r.End == 0 || r.End <= windowStart {
+			continue
+		}
+		out = append(out, Failure{
+			Time:     time.Unix(0, r.End).UTC(),
+			Duration: time.Duration(r.Dur),
+			Err:      r.Err,
+			Version:  r.Version,
+		})
+	}
+	return out
+}
+
+// stats returns the window's counts at time now.
+func (t *tracker) stats(now int64) Stats {
+	c, f, l := t.Win.sum(now)
+	s := newStats(c, f, l)
+	s.ConsecutiveFailures = t.Consec
+	s.CallsPerDay = t.Day.sum(now)
+	s.TotalCalls = t.Total
+	s.Ignored = t.Ignored
+	return s
+}
+
+// counts accumulates the calls credited to one config version while it is
+// verified.
+type counts struct {
+	Calls    int   `json:"calls"`
+	Failures int   `json:"failures"`
+	Latency  int64 `json:"latency_ns"`
+	Consec   int   `json:"consecutive"`
+}
+
+func (c *counts) add(dur time.Duration, failed bool) {
+	c.Calls++
+	c.Latency += int64(dur)
+	if failed {
+		c.Failures++
+		c.Consec++
+	} else {
+		c.Consec = 0
+	}
+}
+
+func (c counts) stats() Stats {
+	s := newStats(c.Calls, c.Failures, time.Duration(c.Latency))
+	s.ConsecutiveFailures = c.Consec
+	return s
+}
+
+// errText returns the text of err to keep, cut to maxErrText bytes at a rune
+// boundary. A long text is copied so that the kept part does not pin the
+// rest in memory. A panic in err.Error is caught.
+func errText(err error) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = "selfimprove: Error method panicked"
+		}
+	}()
+	s = err.Error()
+	if len(s) <= maxErrText {
+		return s
+	}
+	cut := maxErrText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.Clone(s[:cut])
+}
