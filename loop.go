@@ -237,7 +237,7 @@ type Loop struct {
 // agent is one agent's live state.
 type agent struct {
 	id  string
-	cfg atomic.Pointer[Config] // current config, immutable
+	cfg atomic.Pointer[installed] // current config, immutable
 
 	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
 
@@ -245,6 +245,19 @@ type agent struct {
 	s         agentState
 	dirty     bool // window counts changed since the last save
 	analyzing bool // a strategy is running for this agent
+}
+
+// installed is a config with the generation it was installed as.
+type installed struct {
+	Config
+	gen uint64
+}
+
+// installLocked makes c a's current config, as a new generation.
+func (a *agent) installLocked(c Config) {
+	a.s.Config = c
+	a.s.Gen++
+	a.cfg.Store(&installed{Config: c.clone(), gen: a.s.Gen})
 }
 
 // New opens (creating it if needed) the state directory and returns a
@@ -373,8 +386,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 	} else {
 		a.s = newState(id, l.defaultConfig.clone())
 	}
-	c := a.s.Config
-	a.cfg.Store(&c)
+	a.cfg.Store(&installed{Config: a.s.Config.clone(), gen: a.s.Gen})
 	l.agents.Store(id, a)
 	return a, err
 }
@@ -401,7 +413,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		rep.LoopErr = ErrClosed
 		cfg := l.defaultConfig
 		if v, ok := l.agents.Load(agentID); ok {
-			cfg = *v.(*agent).cfg.Load()
+			cfg = v.(*agent).cfg.Load().Config
 		}
 		rep.ConfigVersion = cfg.Version
 		start := l.clock.Now()
@@ -411,9 +423,13 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		return rep, rep.Err
 	}
 	a, err := l.agent(agentID)
-	var cfg *Config
+	var (
+		cfg *Config
+		gen uint64
+	)
 	if a != nil {
-		cfg = a.cfg.Load()
+		inst := a.cfg.Load()
+		cfg, gen = &inst.Config, inst.gen
 	} else {
 		// The agent's state cannot be read: run fn untracked under the
 		// default config rather than fail the call.
@@ -433,7 +449,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && !panicked && ctx.Err() != nil
 	if a != nil && !rep.Ignored {
-		l.record(ctx, a, cfg.Version, start, end, &rep, pv, panicked)
+		l.record(ctx, a, gen, cfg.Version, end, &rep, pv, panicked)
 	} else if a != nil {
 		a.mu.Lock()
 		a.s.Tracker.Ignored++
@@ -540,7 +556,7 @@ type pending struct {
 }
 
 // record books one counted call and acts on it.
-func (l *Loop) record(ctx context.Context, a *agent, version int, start, end time.Time, rep *Report, pv any, panicked bool) {
+func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, pv any, panicked bool) {
 	failed := !rep.Success
 	var text string
 	if panicked {
@@ -548,15 +564,15 @@ func (l *Loop) record(ctx context.Context, a *agent, version int, start, end tim
 	} else if failed {
 		text = errText(rep.Err)
 	}
-	startN, endN := start.UnixNano(), end.UnixNano()
+	endN := end.UnixNano()
 
 	var p pending
 	a.mu.Lock()
 	s := &a.s
-	s.Tracker.record(startN, endN, rep.Duration, failed, version, text)
+	s.Tracker.record(gen, endN, rep.Duration, failed, version, text)
 	a.dirty = true
 	if v := s.Verifying; v != nil {
-		if version == v.To.Version {
+		if gen == s.Gen {
 			s.Verify.add(rep.Duration, failed)
 			switch verdict := l.policy.Judge(v.Before, s.Verify.stats()); verdict.Decision {
 			case DecisionRollback:
@@ -565,9 +581,9 @@ func (l *Loop) record(ctx context.Context, a *agent, version int, start, end tim
 				p.decided, p.event = l.confirmLocked(a, end, verdict.Reason), EventChangeConfirmed
 			}
 		}
-	} else if failed && !a.analyzing && startN >= s.LastChange && endN >= s.CooldownUntil {
+	} else if failed && !a.analyzing && gen == s.Gen && endN >= s.CooldownUntil {
 		th, prof := l.thresholdLocked(a, endN)
-		if s.Tracker.failuresSince(s.LastChange, endN-int64(th.Window)) >= th.Failures {
+		if s.Tracker.failuresOf(gen, endN-int64(th.Window)) >= th.Failures {
 			a.analyzing = true
 			p.th = th
 			p.analysis = l.analysisLocked(a, end, th, prof)
@@ -626,14 +642,11 @@ func (l *Loop) analysisLocked(a *agent, now time.Time, th Threshold, prof Profil
 func (l *Loop) rollbackLocked(a *agent, now time.Time, reason string) *Change {
 	s := &a.s
 	ch := l.decideLocked(a, now, ChangeRolledBack, reason)
-	prev := ch.From.clone()
-	s.Config = prev
-	a.cfg.Store(&prev)
-	if n := len(s.History); n > 0 && s.History[n-1].Version == prev.Version {
+	a.installLocked(ch.From.clone())
+	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
 	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: ch.Reason}, maxRejected)
-	s.LastChange = now.UnixNano()
 	return ch
 }
 
@@ -750,12 +763,9 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		a.mu.Lock()
 		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
 			s := &a.s
-			s.Config = ch.From.clone()
-			from := s.Config
-			a.cfg.Store(&from)
+			a.installLocked(ch.From.clone())
 			s.History = s.History[:len(s.History)-1]
 			s.Verifying, s.Verify = nil, counts{}
-			s.LastChange = an.Time.UnixNano()
 		}
 		a.mu.Unlock()
 		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
@@ -834,12 +844,9 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 		State:     ChangeVerifying,
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
-	s.Config = cfg
-	installed := cfg.clone()
-	a.cfg.Store(&installed)
+	a.installLocked(cfg)
 	v := *ch
 	s.Verifying, s.Verify = &v, counts{}
-	s.LastChange = now.UnixNano()
 	return ch, nil
 }
 
@@ -977,7 +984,7 @@ func (l *Loop) Config(agentID string) Config {
 	if a == nil {
 		return l.defaultConfig.clone()
 	}
-	return a.cfg.Load().clone()
+	return a.cfg.Load().Config.clone()
 }
 
 // SetConfig sets agentID's baseline config, as an operator action. The
@@ -1006,10 +1013,7 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 		Before: s.Tracker.stats(now.UnixNano()), AppliedAt: now.UTC(), DecidedAt: now.UTC(), State: ChangeConfirmed,
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
-	s.Config = cfg
-	installed := cfg.clone()
-	a.cfg.Store(&installed)
-	s.LastChange = now.UnixNano()
+	a.installLocked(cfg)
 	a.mu.Unlock()
 	ev := l.newEvent(EventConfigSet, agentID, ch)
 	if err := l.persist(a, ev); err != nil {

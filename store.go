@@ -43,7 +43,10 @@ type agentState struct {
 	Changes   []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
-	LastChange    int64 `json:"last_change_ns,omitempty"`    // Unix ns
+	// Gen counts the configs installed (applied, rolled back, set): calls
+	// are credited to the generation they started under, so that calls in
+	// flight across a change never count for the new config.
+	Gen uint64 `json:"generation"`
 
 	Manual   *thresholdJSON `json:"threshold,omitempty"`
 	Critical bool           `json:"critical,omitempty"`

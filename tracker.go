@@ -105,9 +105,10 @@ func (w *window) advance(idx int64) {
 }
 
 // at returns the bucket for time t (Unix nanoseconds); a time older than the
-// window (a clock stepped back) lands in the newest bucket.
+// window (a clock stepped back) lands in the newest bucket. Times before
+// 1970 count as 1970.
 func (w *window) at(t int64) *slot {
-	idx := t / w.Width
+	idx := max(t, 0) / w.Width
 	w.advance(idx)
 	if idx <= w.Head-windowSlots {
 		idx = w.Head
@@ -135,14 +136,14 @@ func (w *window) resize(width int64) {
 	}
 	old := *w
 	*w = window{Width: width, Head: old.Head * old.Width / width}
-	for i := int64(0); i < windowSlots; i++ {
+	for i := int64(0); i < windowSlots && old.Head-i >= 0; i++ {
 		idx := old.Head - i
 		s := old.Slots[idx%windowSlots]
 		if s == (slot{}) {
 			continue
 		}
 		ni := idx * old.Width / width
-		if ni <= w.Head-windowSlots {
+		if ni <= w.Head-windowSlots || ni < 0 {
 			continue
 		}
 		d := &w.Slots[ni%windowSlots]
@@ -173,7 +174,7 @@ func (d *dayCounter) advance(idx int64) {
 }
 
 func (d *dayCounter) add(t int64) {
-	idx := t / int64(daySlot)
+	idx := max(t, 0) / int64(daySlot)
 	d.advance(idx)
 	if idx <= d.Head-daySlots {
 		idx = d.Head
@@ -190,10 +191,11 @@ func (d *dayCounter) sum(now int64) int {
 	return n
 }
 
-// failTime is when a failed call started and ended (Unix nanoseconds).
+// failTime is when a failed call ended (Unix nanoseconds) and the config
+// generation it started under.
 type failTime struct {
-	Start int64 `json:"s"`
-	End   int64 `json:"e"`
+	Gen uint64 `json:"g"`
+	End int64  `json:"e"`
 }
 
 // failRecord is a failure kept with its text.
@@ -219,9 +221,10 @@ type tracker struct {
 	Ignored int64                  `json:"ignored"`
 }
 
-// record counts one call that started at start and ended at end (Unix
-// nanoseconds) after dur. errText is kept for failures only.
-func (t *tracker) record(start, end int64, dur time.Duration, failed bool, version int, errText string) {
+// record counts one call that started under config generation gen and
+// ended at end (Unix nanoseconds) after dur. errText is kept for failures
+// only.
+func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, version int, errText string) {
 	t.Total++
 	t.Day.add(end)
 	s := t.Win.at(end)
@@ -233,18 +236,19 @@ func (t *tracker) record(start, end int64, dur time.Duration, failed bool, versi
 	}
 	s.Failures++
 	t.Consec++
-	t.Fails[t.FailPos] = failTime{Start: start, End: end}
+	t.Fails[t.FailPos] = failTime{Gen: gen, End: end}
 	t.FailPos = (t.FailPos + 1) % failRing
 	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: version}
 	t.RecPos = (t.RecPos + 1) % recentRing
 }
 
-// failuresSince counts the kept failures that started at or after since and
-// ended after windowStart. It is exact up to failRing failures.
-func (t *tracker) failuresSince(since, windowStart int64) int {
+// failuresOf counts the kept failures of calls that started under config
+// generation gen and ended after windowStart. It is exact up to failRing
+// failures.
+func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 	n := 0
 	for _, f := range t.Fails {
-		if f.End != 0 && f.Start >= since && f.End > windowStart {
+		if f.End != 0 && f.Gen == gen && f.End > windowStart {
 			n++
 		}
 	}

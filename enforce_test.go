@@ -1,0 +1,156 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+// newBubbleLoop opens a loop that uses the real clock, which is fake inside
+// a synctest bubble.
+func newBubbleLoop(t *testing.T, opts ...si.Option) *si.Loop {
+	t.Helper()
+	base := []si.Option{si.WithDir(t.TempDir()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0)}
+	l, err := si.New(append(base, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestTimeoutEnforcedPerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Timeout: 2 * time.Second, MaxAttempts: 3}))
+		defer l.Close()
+		rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+			<-ctx.Done() // a hung upstream
+			return ctx.Err()
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || rep.Ignored || rep.Attempts != 3 {
+			t.Fatalf("report = %+v, err = %v", rep, err)
+		}
+		if rep.Duration != 6*time.Second {
+			t.Errorf("duration = %v, want 3 attempts of 2s", rep.Duration)
+		}
+		if s := l.Stats("a"); s.Failures != 1 || s.AvgLatency != 6*time.Second {
+			t.Errorf("stats = %+v, want one failed call of 6s", s)
+		}
+	})
+}
+
+func TestBackoffIsExponentialWithJitter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Backoff: 100 * time.Millisecond, MaxAttempts: 4}))
+		defer l.Close()
+		var at []time.Time
+		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
+			at = append(at, time.Now())
+			return errBoom
+		})
+		if rep.Attempts != 4 || len(at) != 4 {
+			t.Fatalf("attempts = %d", rep.Attempts)
+		}
+		for i := 1; i < 4; i++ {
+			d := 100 * time.Millisecond << (i - 1)
+			if wait := at[i].Sub(at[i-1]); wait < d/2 || wait > d {
+				t.Errorf("wait before attempt %d = %v, want in [%v, %v]", i+1, wait, d/2, d)
+			}
+		}
+	})
+}
+
+func TestBackoffStopsWhenCallerLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Backoff: time.Minute, MaxAttempts: 5}))
+		defer l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		rep, err := l.ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return errBoom })
+		if !errors.Is(err, errBoom) || rep.Attempts != 1 || !rep.Ignored {
+			t.Fatalf("report = %+v, err = %v", rep, err)
+		}
+		if d := time.Since(start); d != time.Second {
+			t.Errorf("returned after %v, want 1s (the caller's deadline)", d)
+		}
+	})
+}
+
+func TestStrategyTimeoutBoundsTheCall(t *testing.T) {
+	tests := []struct {
+		name  string
+		strat func(release <-chan struct{}) si.Strategy
+	}{
+		{"honours ctx", func(<-chan struct{}) si.Strategy {
+			return si.StrategyFunc(func(ctx context.Context, _ si.Analysis) (*si.Tweak, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			})
+		}},
+		{"ignores ctx", func(release <-chan struct{}) si.Strategy {
+			return si.StrategyFunc(func(context.Context, si.Analysis) (*si.Tweak, error) {
+				<-release
+				return &si.Tweak{Config: si.Config{Route: "late"}}, nil
+			})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				l := newBubbleLoop(t, si.WithStrategy(tt.strat(release)), si.WithStrategyTimeout(3*time.Second))
+				fail := func(context.Context, si.Config) error { return errBoom }
+				l.ExecuteWithImprovement(context.Background(), "a", fail)
+				start := time.Now()
+				rep, err := l.ExecuteWithImprovement(context.Background(), "a", fail)
+				if d := time.Since(start); d != 3*time.Second {
+					t.Errorf("triggering call took %v, want the 3s strategy timeout", d)
+				}
+				if !errors.Is(err, errBoom) || !rep.ImprovementTriggered || !errors.Is(rep.LoopErr, si.ErrStrategyTimeout) {
+					t.Fatalf("report = %+v", rep)
+				}
+				close(release)
+				synctest.Wait()
+				if got := l.Config("a"); got.Version != 1 {
+					t.Errorf("a late answer was applied: %+v", got)
+				}
+				if m := l.Metrics(); m.StrategyTimeouts != 1 || m.StrategyErrors != 1 {
+					t.Errorf("metrics = %+v", m)
+				}
+				l.Close()
+			})
+		})
+	}
+}
+
+func TestCallerLeavesWhileStrategyRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		strat := si.StrategyFunc(func(ctx context.Context, _ si.Analysis) (*si.Tweak, error) {
+			time.Sleep(2 * time.Second) // a slow, LLM-backed strategy
+			return &si.Tweak{Config: si.Config{Route: "b"}, Reason: "slow but sure"}, nil
+		})
+		l := newBubbleLoop(t, si.WithStrategy(strat), si.WithNotifier(rec))
+		fail := func(context.Context, si.Config) error { return errBoom }
+		l.ExecuteWithImprovement(context.Background(), "a", fail)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		rep, _ := l.ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return errBoom })
+		if !rep.ImprovementTriggered || rep.Improvement != nil {
+			t.Fatalf("report = %+v", rep)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := l.Config("a"); got.Version != 2 || got.Route != "b" {
+			t.Fatalf("config = %+v, want the tweak applied after the caller left", got)
+		}
+		l.Close()
+		if got := rec.types(); len(got) != 1 || got[0] != si.EventImprovementApplied {
+			t.Errorf("events = %v", got)
+		}
+	})
+}

@@ -1,0 +1,124 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// t0 is the fake clock's start.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+var errBoom = errors.New("boom")
+
+// recorder is a Notifier that keeps the events it gets.
+type recorder struct {
+	mu     sync.Mutex
+	events []si.Event
+}
+
+func (r *recorder) Notify(_ context.Context, e si.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	return nil
+}
+
+func (r *recorder) types() []si.EventType {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []si.EventType
+	for _, e := range r.events {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// env is a Loop on a temporary directory with a fake clock.
+type env struct {
+	t   *testing.T
+	clk *fakeclock.Clock
+	dir string
+	l   *si.Loop
+	rec *recorder
+}
+
+// quiet is a logger that discards.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newEnv(t *testing.T, opts ...si.Option) *env {
+	t.Helper()
+	e := &env{t: t, clk: fakeclock.New(t0), dir: t.TempDir(), rec: &recorder{}}
+	e.open(opts...)
+	return e
+}
+
+// open (re)opens the loop on e's directory.
+func (e *env) open(opts ...si.Option) {
+	e.t.Helper()
+	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet)}
+	l, err := si.New(append(base, opts...)...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.l = l
+	e.t.Cleanup(func() { l.Close() })
+}
+
+// call runs one call of agent id that takes d and returns err.
+func (e *env) call(id string, err error, d time.Duration) si.Report {
+	e.t.Helper()
+	rep, got := e.l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+		e.clk.Advance(d)
+		return err
+	})
+	if !errors.Is(got, err) || (err == nil && got != nil) {
+		e.t.Fatalf("ExecuteWithImprovement returned %v, want fn's error %v", got, err)
+	}
+	return rep
+}
+
+// calls makes n calls of agent id.
+func (e *env) calls(id string, n int, err error, d time.Duration) {
+	e.t.Helper()
+	for range n {
+		e.call(id, err, d)
+	}
+}
+
+// tweakStrategy proposes fixed tweaks in turn and counts its runs.
+type tweakStrategy struct {
+	mu     sync.Mutex
+	tweaks []si.Config
+	runs   int
+	seen   []si.Analysis
+}
+
+func (s *tweakStrategy) Analyze(_ context.Context, a si.Analysis) (*si.Tweak, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs++
+	s.seen = append(s.seen, a)
+	if len(s.tweaks) == 0 {
+		return nil, nil
+	}
+	c := s.tweaks[0]
+	s.tweaks = s.tweaks[1:]
+	return &si.Tweak{Config: c, Reason: "test tweak"}, nil
+}
+
+func (s *tweakStrategy) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs
+}
+
+// lowThreshold is the low-frequency profile's failure count.
+const lowFailures = 2

@@ -1,0 +1,88 @@
+package selfimprove_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+// st builds stats from calls, failures, average latency and consecutive
+// failures.
+func st(calls, failures int, avg time.Duration, consec int) si.Stats {
+	return si.Stats{Calls: calls, Failures: failures, TotalLatency: avg * time.Duration(calls), ConsecutiveFailures: consec}
+}
+
+func TestJudgeDefaultPolicy(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name          string
+		before, after si.Stats
+		want          si.Decision
+	}{
+		// Verification length: 9 calls wait, 10 decide.
+		{"9 calls wait", st(100, 10, 10*ms, 0), st(9, 0, 10*ms, 0), si.DecisionWait},
+		{"10 calls confirm", st(100, 10, 10*ms, 0), st(10, 0, 10*ms, 0), si.DecisionConfirm},
+		// Consecutive failures: 4 wait, 5 roll back at once.
+		{"4 consecutive wait", st(100, 10, 10*ms, 0), st(4, 4, 10*ms, 4), si.DecisionWait},
+		{"5 consecutive roll back before 10 calls", st(100, 10, 10*ms, 0), st(5, 5, 10*ms, 5), si.DecisionRollback},
+		{"5 consecutive after a success", st(100, 10, 10*ms, 0), st(7, 5, 10*ms, 5), si.DecisionRollback},
+		// Success rate: exactly 10 points is kept, more rolls back.
+		{"drop exactly 10 points (90→80)", st(100, 10, 10*ms, 0), st(10, 2, 10*ms, 0), si.DecisionConfirm},
+		{"drop 20 points (90→70)", st(100, 10, 10*ms, 0), st(10, 3, 10*ms, 0), si.DecisionRollback},
+		{"float trap 0.8-0.7", st(10, 2, 10*ms, 0), st(10, 3, 10*ms, 0), si.DecisionConfirm},
+		{"float trap 0.3-0.2", st(10, 7, 10*ms, 0), st(10, 8, 10*ms, 0), si.DecisionConfirm},
+		{"drop just over 10 points", st(1000, 100, 10*ms, 0), st(1000, 201, 10*ms, 0), si.DecisionRollback},
+		{"improvement confirms", st(100, 50, 10*ms, 0), st(10, 0, 10*ms, 0), si.DecisionConfirm},
+		// Latency: exactly +20 % is kept, more rolls back, if the rise is at least 1ms.
+		{"latency exactly +20%", st(100, 0, 10*ms, 0), st(10, 0, 12*ms, 0), si.DecisionConfirm},
+		{"latency +20% and 1ns", st(100, 0, 10*ms, 0), si.Stats{Calls: 10, TotalLatency: 120*ms + 1}, si.DecisionRollback},
+		{"latency exactly +20% (30ms→36ms)", st(10, 0, 30*ms, 0), st(10, 0, 36*ms, 0), si.DecisionConfirm},
+		{"latency +100% under the 1ms floor", st(100, 0, 100*time.Microsecond, 0), st(10, 0, 200*time.Microsecond, 0), si.DecisionConfirm},
+		{"latency +50% exactly at the 1ms floor", st(100, 0, 2*ms, 0), st(10, 0, 3*ms, 0), si.DecisionRollback},
+		{"latency +30% over the floor", st(100, 0, 5*ms, 0), st(10, 0, 6500*time.Microsecond, 0), si.DecisionRollback},
+		{"no calls before: confirm", si.Stats{}, st(10, 1, 10*ms, 0), si.DecisionConfirm},
+		{"zero latency before, rise under floor", st(10, 0, 0, 0), st(10, 0, 500*time.Microsecond, 0), si.DecisionConfirm},
+		{"zero latency before, rise over floor", st(10, 0, 0, 0), st(10, 0, 2*ms, 0), si.DecisionRollback},
+	}
+	var p si.RollbackPolicy
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := p.Judge(tt.before, tt.after)
+			if diff := cmp.Diff(tt.want, got.Decision); diff != "" {
+				t.Errorf("Judge(%+v, %+v) decision (-want +got):\n%s\nreason: %s", tt.before, tt.after, diff, got.Reason)
+			}
+			if got.Decision != si.DecisionWait && got.Reason == "" {
+				t.Errorf("decision %v without a reason", got.Decision)
+			}
+		})
+	}
+}
+
+func TestJudgeCustomPolicy(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name          string
+		p             si.RollbackPolicy
+		before, after si.Stats
+		want          si.Decision
+	}{
+		{"MinCalls 3", si.RollbackPolicy{MinCalls: 3}, st(10, 0, ms, 0), st(3, 0, ms, 0), si.DecisionConfirm},
+		{"success rule off", si.RollbackPolicy{MaxSuccessDrop: -1}, st(10, 0, ms, 0), st(10, 4, ms, 0), si.DecisionConfirm},
+		{"latency rule off", si.RollbackPolicy{MaxLatencyRise: -1}, st(10, 0, ms, 0), st(10, 0, 10*ms, 0), si.DecisionConfirm},
+		{"consecutive rule off", si.RollbackPolicy{MaxConsecutiveFailures: -1}, st(10, 0, ms, 0), st(9, 9, ms, 9), si.DecisionWait},
+		{"floor 0 via 1ns", si.RollbackPolicy{MinLatencyRise: 1}, st(10, 0, 100, 0), st(10, 0, 200, 0), si.DecisionRollback},
+		{"drop 5 points allowed exactly", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(20, 1, ms, 0), si.DecisionConfirm},
+		{"drop 5 points exceeded", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(20, 2, ms, 0), si.DecisionRollback},
+		{"consecutive 2", si.RollbackPolicy{MaxConsecutiveFailures: 2}, st(10, 0, ms, 0), st(2, 2, ms, 2), si.DecisionRollback},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.p.Judge(tt.before, tt.after)
+			if got.Decision != tt.want {
+				t.Errorf("got %v (%s), want %v", got.Decision, got.Reason, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package selfimprove_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+func TestProfileBoundaries(t *testing.T) {
+	tests := []struct {
+		calls int
+		want  si.Profile
+	}{
+		{0, si.ProfileLow},
+		{9, si.ProfileLow},
+		{10, si.ProfileMedium},
+		{100, si.ProfileMedium},
+		{101, si.ProfileHigh},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.calls), func(t *testing.T) {
+			e := newEnv(t)
+			e.calls("a", tt.calls, nil, 0)
+			_, got := e.l.Threshold("a")
+			if got != tt.want {
+				t.Errorf("%d calls a day: profile %s, want %s", tt.calls, got, tt.want)
+			}
+			if s := e.l.Stats("a"); s.Profile != tt.want || s.CallsPerDay != tt.calls {
+				t.Errorf("stats = %+v", s)
+			}
+		})
+	}
+}
+
+func TestProfileFollowsTheLast24Hours(t *testing.T) {
+	e := newEnv(t)
+	e.calls("a", 101, nil, 0)
+	if _, p := e.l.Threshold("a"); p != si.ProfileHigh {
+		t.Fatalf("profile %s", p)
+	}
+	e.clk.Advance(23 * time.Hour)
+	if _, p := e.l.Threshold("a"); p != si.ProfileHigh {
+		t.Fatalf("after 23h: profile %s, want high", p)
+	}
+	e.clk.Advance(time.Hour)
+	if _, p := e.l.Threshold("a"); p != si.ProfileLow {
+		t.Fatalf("after 24h: profile %s, want low", p)
+	}
+}
+
+func TestThresholdTable(t *testing.T) {
+	tests := []struct {
+		profile  si.Profile
+		setup    func(e *env)
+		want     si.Threshold
+		failures int // failures that trigger
+	}{
+		{si.ProfileHigh, func(e *env) { e.calls("a", 101, nil, 0) }, si.Threshold{Failures: 5, Window: 48 * time.Hour, Cooldown: 3 * time.Hour}, 5},
+		{si.ProfileMedium, func(e *env) { e.calls("a", 10, nil, 0) }, si.Threshold{Failures: 3, Window: 24 * time.Hour, Cooldown: 6 * time.Hour}, 3},
+		{si.ProfileLow, func(e *env) {}, si.Threshold{Failures: 2, Window: 72 * time.Hour, Cooldown: 12 * time.Hour}, 2},
+		{si.ProfileCritical, func(e *env) { e.l.MarkCritical("a", true) }, si.Threshold{Failures: 1, Window: 24 * time.Hour, Cooldown: 6 * time.Hour}, 1},
+		{si.ProfileManual, func(e *env) {
+			e.calls("a", 101, nil, 0)
+			e.l.MarkCritical("a", true)
+			e.l.SetThreshold("a", si.Threshold{Failures: 4, Window: time.Hour, Cooldown: time.Minute})
+		}, si.Threshold{Failures: 4, Window: time.Hour, Cooldown: time.Minute}, 4},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.profile), func(t *testing.T) {
+			e := newEnv(t)
+			tt.setup(e)
+			th, p := e.l.Threshold("a")
+			if p != tt.profile {
+				t.Fatalf("profile %s, want %s", p, tt.profile)
+			}
+			if diff := cmp.Diff(tt.want, th); diff != "" {
+				t.Fatalf("threshold (-want +got):\n%s", diff)
+			}
+			// One failure short of the threshold does not trigger; the next does.
+			for i := 1; i < tt.failures; i++ {
+				if rep := e.call("a", errBoom, 0); rep.ImprovementTriggered {
+					t.Fatalf("triggered after %d failures", i)
+				}
+			}
+			if rep := e.call("a", errBoom, 0); !rep.ImprovementTriggered {
+				t.Fatalf("did not trigger after %d failures", tt.failures)
+			}
+			// Cooldown: one nanosecond short does not trigger, the end does.
+			e.clk.Advance(th.Cooldown - 1)
+			if rep := e.call("a", errBoom, 0); rep.ImprovementTriggered {
+				t.Fatal("triggered 1ns before the cooldown ended")
+			}
+			e.clk.Advance(1)
+			if rep := e.call("a", errBoom, 0); !rep.ImprovementTriggered {
+				t.Fatal("did not trigger when the cooldown ended")
+			}
+		})
+	}
+}
+
+func TestCriticalIsNeverGuessedFromTheName(t *testing.T) {
+	e := newEnv(t)
+	for _, id := range []string{"product-search", "prod", "critical-alerts", "production"} {
+		if _, p := e.l.Threshold(id); p != si.ProfileLow {
+			t.Errorf("agent %q: profile %s, want low", id, p)
+		}
+		if rep := e.call(id, errBoom, 0); rep.ImprovementTriggered {
+			t.Errorf("agent %q: one failure triggered", id)
+		}
+	}
+	e.l.MarkCritical("prod", true)
+	e.l.MarkCritical("prod", false)
+	if _, p := e.l.Threshold("prod"); p != si.ProfileLow {
+		t.Errorf("unmarked agent: profile %s", p)
+	}
+}
+
+func TestSetThresholdValidatesAndClears(t *testing.T) {
+	e := newEnv(t)
+	for _, bad := range []si.Threshold{
+		{Failures: 0, Window: time.Hour},
+		{Failures: si.MaxThresholdFailures + 1, Window: time.Hour},
+		{Failures: 1, Window: 0},
+		{Failures: 1, Window: time.Hour, Cooldown: -1},
+	} {
+		if err := e.l.SetThreshold("a", bad); !errors.Is(err, si.ErrInvalidThreshold) {
+			t.Errorf("SetThreshold(%+v) = %v, want ErrInvalidThreshold", bad, err)
+		}
+	}
+	if err := e.l.SetThreshold("a", si.Threshold{Failures: si.MaxThresholdFailures, Window: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, p := e.l.Threshold("a"); p != si.ProfileManual {
+		t.Fatalf("profile %s", p)
+	}
+	if err := e.l.SetThreshold("a", si.Threshold{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, p := e.l.Threshold("a"); p != si.ProfileLow {
+		t.Fatalf("after clearing: profile %s", p)
+	}
+}
+
+func TestManualThresholdOfSixtyFourFailures(t *testing.T) {
+	e := newEnv(t)
+	e.l.SetThreshold("a", si.Threshold{Failures: si.MaxThresholdFailures, Window: time.Hour, Cooldown: time.Hour})
+	for i := 1; i < si.MaxThresholdFailures; i++ {
+		if rep := e.call("a", errBoom, 0); rep.ImprovementTriggered {
+			t.Fatalf("triggered after %d failures", i)
+		}
+	}
+	if rep := e.call("a", errBoom, 0); !rep.ImprovementTriggered {
+		t.Fatal("did not trigger at the 64th failure")
+	}
+}
