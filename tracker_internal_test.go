@@ -70,8 +70,8 @@ func TestWindowClockStepsBack(t *testing.T) {
 	w := window{Width: int64(time.Minute)}
 	now := int64(1_700_000_000) * int64(time.Second)
 	w.at(now).Calls++
-	w.at(now - int64(24*time.Hour)).Calls++ // far in the past: counted in the newest bucket
-	w.at(now - int64(time.Minute)).Calls++  // within the window: its own bucket
+	w.at(now-int64(24*time.Hour)).Calls++ // far in the past: counted in the newest bucket
+	w.at(now-int64(time.Minute)).Calls++  // within the window: its own bucket
 	if c, _, _ := w.sum(now); c != 3 {
 		t.Fatalf("calls = %d, want 3", c)
 	}
