@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -179,8 +180,11 @@ func (st *agentState) check(id string) error {
 		return errors.New("file belongs to another agent ID")
 	case st.Format != stateFormat:
 		return fmt.Errorf("unknown format %d", st.Format)
-	case st.Tracker.Win.Width <= 0:
-		return errors.New("window width not positive")
+	case st.Tracker.Win.Width < minSlot || st.Tracker.Win.Width > maxSlot:
+		return errors.New("window width out of range")
+	case st.Tracker.Win.Head < 0 || st.Tracker.Win.Head > math.MaxInt64/st.Tracker.Win.Width ||
+		st.Tracker.Day.Head < 0 || st.Tracker.Day.Head > math.MaxInt64/int64(daySlot):
+		return errors.New("window position out of range")
 	case st.Tracker.FailPos < 0 || st.Tracker.FailPos >= failRing || st.Tracker.RecPos < 0 || st.Tracker.RecPos >= recentRing:
 		return errors.New("ring position out of range")
 	case st.Verifying != nil && st.Verifying.To.Version != st.Config.Version:

@@ -21,6 +21,10 @@ type Threshold struct {
 // the trigger exact and O(1).
 const MaxThresholdFailures = failRing
 
+// maxWindow is the longest analysis window and cooldown a Threshold may
+// have: 366 days.
+const maxWindow = 366 * 24 * time.Hour
+
 // ErrInvalidThreshold is returned (wrapped) by SetThreshold for a Threshold
 // outside the accepted ranges.
 var ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
@@ -29,10 +33,10 @@ func (t Threshold) validate() error {
 	switch {
 	case t.Failures < 1 || t.Failures > MaxThresholdFailures:
 		return fmt.Errorf("%w: failures %d not in 1..%d", ErrInvalidThreshold, t.Failures, MaxThresholdFailures)
-	case t.Window <= 0:
-		return fmt.Errorf("%w: window %v must be positive", ErrInvalidThreshold, t.Window)
-	case t.Cooldown < 0:
-		return fmt.Errorf("%w: negative cooldown %v", ErrInvalidThreshold, t.Cooldown)
+	case t.Window <= 0 || t.Window > maxWindow:
+		return fmt.Errorf("%w: window %v not in (0, %v]", ErrInvalidThreshold, t.Window, maxWindow)
+	case t.Cooldown < 0 || t.Cooldown > maxWindow:
+		return fmt.Errorf("%w: cooldown %v not in [0, %v]", ErrInvalidThreshold, t.Cooldown, maxWindow)
 	}
 	return nil
 }

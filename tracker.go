@@ -66,6 +66,7 @@ const (
 	recentRing  = 16                 // failures kept with their text for Analysis
 	maxErrText  = 256                // bytes of error text kept per failure
 	minSlot     = int64(time.Second) // narrowest analysis bucket
+	maxSlot     = int64(maxWindow) / windowSlots
 )
 
 // slot holds the counts of one time bucket.
@@ -94,7 +95,7 @@ func (w *window) advance(idx int64) {
 	if idx <= w.Head {
 		return
 	}
-	if idx-w.Head >= windowSlots {
+	if gap := idx - w.Head; gap >= windowSlots || gap < 0 { // gap < 0: overflow
 		w.Slots = [windowSlots]slot{}
 	} else {
 		for i := w.Head + 1; i <= idx; i++ {
@@ -163,7 +164,7 @@ func (d *dayCounter) advance(idx int64) {
 	if idx <= d.Head {
 		return
 	}
-	if idx-d.Head >= daySlots {
+	if gap := idx - d.Head; gap >= daySlots || gap < 0 { // gap < 0: overflow
 		d.Slots = [daySlots]uint32{}
 	} else {
 		for i := d.Head + 1; i <= idx; i++ {

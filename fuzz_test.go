@@ -1,0 +1,97 @@
+package selfimprove
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func FuzzFileName(f *testing.F) {
+	for _, s := range []string{"", ".", "..", "../x", "a/b", `a\b`, "a\x00b", "\xff", "Agent-1", strings.Repeat("z", 100)} {
+		f.Add(s, s+"x")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		na := fileName(a)
+		if !filepath.IsLocal(na) || filepath.Base(na) != na || strings.ContainsAny(na, "/\\\x00:") ||
+			strings.HasPrefix(na, ".") || !strings.HasSuffix(na, ".json") || len(na) > 78 || strings.Count(na, ".") != 1 {
+			t.Fatalf("fileName(%q) = %q: unsafe", a, na)
+		}
+		if fileName(a) != na {
+			t.Fatal("not deterministic")
+		}
+		if a != b && na == fileName(b) {
+			t.Fatalf("fileName(%q) == fileName(%q) = %q", a, b, na)
+		}
+		st := newState(a, Config{})
+		if st.idBytes() != a {
+			t.Fatalf("agent ID %q does not round-trip: %q", a, st.idBytes())
+		}
+	})
+}
+
+func FuzzConfigJSON(f *testing.F) {
+	f.Add([]byte(`{"version":3,"timeout":"1.5s","max_attempts":3,"backoff":"200ms","route":"gpt","params":{"k":"v"}}`))
+	f.Add([]byte(`{"timeout":1500000000,"backoff":null}`))
+	f.Add([]byte(`{"timeout":"-1h"}`))
+	f.Add([]byte(`{"timeout":"1x"}`))
+	f.Add([]byte(`{"params":{"\xff":"\u0000"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c Config
+		if json.Unmarshal(data, &c) != nil {
+			return
+		}
+		out, err := json.Marshal(c)
+		if err != nil {
+			t.Fatalf("Marshal(%+v): %v", c, err)
+		}
+		var back Config
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("Unmarshal(%s): %v", out, err)
+		}
+		// JSON carries valid UTF-8 only: compare after the same repair.
+		want := c
+		want.Route = strings.ToValidUTF8(c.Route, "\uFFFD")
+		if c.Params != nil {
+			want.Params = map[string]string{}
+			for k, v := range c.Params {
+				want.Params[strings.ToValidUTF8(k, "\uFFFD")] = strings.ToValidUTF8(v, "\uFFFD")
+			}
+		}
+		if !back.Equal(want) || back.Version != c.Version || (utf8.ValidString(c.Route) && back.Route != c.Route) {
+			t.Fatalf("round trip: %+v -> %s -> %+v", c, out, back)
+		}
+	})
+}
+
+// FuzzStateFile feeds arbitrary state files to the loader's checks, then
+// uses an accepted state: nothing may panic or hang.
+func FuzzStateFile(f *testing.F) {
+	st := newState("a", Config{Route: "r"})
+	st.Tracker.record(1, int64(time.Hour), time.Millisecond, true, 1, "boom")
+	good, _ := json.Marshal(st)
+	f.Add(good)
+	f.Add([]byte(strings.Replace(string(good), `"head":`, `"head":9223372036854775`, 1)))
+	f.Add([]byte(strings.Replace(string(good), `"width_ns":`, `"width_ns":1`, 1)))
+	f.Add([]byte(`{"format":1,"agent_id_b64":"YQ==","tracker":{"window":{"width_ns":1000000000,"head":-5}}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var st agentState
+		if json.Unmarshal(data, &st) != nil || st.check("a") != nil {
+			return
+		}
+		now := int64(1_700_000_000) * int64(time.Second)
+		tr := &st.Tracker
+		tr.record(st.Gen, now, time.Millisecond, true, 1, "x")
+		tr.stats(now)
+		tr.failuresOf(st.Gen, now-int64(time.Hour))
+		tr.recentFailures(0)
+		tr.Win.resize(slotWidth(time.Hour))
+		tr.Win.resize(slotWidth(72 * time.Hour))
+		if _, err := json.Marshal(&st); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
