@@ -139,14 +139,13 @@ func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 		diff := sub(mul(al, bn), mul(bl, an))
 		floor := mul(big.NewInt(int64(p.MinLatencyRise)), bnan)
 		if ratGreater(mul(big.NewInt(100), diff), p.MaxLatencyRise, mul(bl, an)) && diff.Cmp(floor) >= 0 {
-			b, a := before.TotalLatency/time.Duration(before.Calls), after.TotalLatency/time.Duration(after.Calls)
+			b, a := avg(before), avg(after)
 			return Verdict{DecisionRollback, fmt.Sprintf("average latency rose %.1f%% (%v → %v), more than %g%%",
 				pctRise(b, a), b, a, p.MaxLatencyRise)}
 		}
 	}
 	return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config: success %.1f%% (was %.1f%%), average latency %v (was %v)",
-		after.Calls, 100*rate(after), 100*rate(before),
-		after.TotalLatency/time.Duration(after.Calls), before.TotalLatency/time.Duration(before.Calls))}
+		after.Calls, 100*rate(after), 100*rate(before), avg(after), avg(before))}
 }
 
 func mul(a, b *big.Int) *big.Int { return new(big.Int).Mul(a, b) }
@@ -161,6 +160,14 @@ func ratGreater(x *big.Int, f float64, y *big.Int) bool {
 	r := new(big.Rat).SetFloat64(f)
 	r.Mul(r, new(big.Rat).SetInt(y))
 	return new(big.Rat).SetInt(x).Cmp(r) > 0
+}
+
+// avg is s's average latency, rounded to the microsecond for messages.
+func avg(s Stats) time.Duration {
+	if s.Calls == 0 {
+		return 0
+	}
+	return (s.TotalLatency / time.Duration(s.Calls)).Round(time.Microsecond)
 }
 
 func rate(s Stats) float64 {

@@ -1,0 +1,139 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// The quick start: wrap an agent call. The loop runs it under the agent's
+// current config and tracks how the agent does.
+func Example() {
+	dir, _ := os.MkdirTemp("", "selfimprove-example")
+	defer os.RemoveAll(dir)
+
+	loop, err := selfimprove.New(selfimprove.WithDir(dir))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loop.Close()
+
+	answer, rep, err := selfimprove.Execute(context.Background(), loop, "support-bot",
+		func(ctx context.Context, cfg selfimprove.Config) (string, error) {
+			// Call your model or tool here, using cfg.Route and cfg.Params;
+			// ctx carries cfg.Timeout as its deadline.
+			return "Your order ships tomorrow.", nil
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(answer)
+	fmt.Printf("success=%v attempts=%d config=v%d\n", rep.Success, rep.Attempts, rep.ConfigVersion)
+	s := loop.Stats("support-bot")
+	fmt.Printf("calls=%d success rate=%.0f%% profile=%s\n", s.Calls, 100*s.SuccessRate, s.Profile)
+	// Output:
+	// Your order ships tomorrow.
+	// success=true attempts=1 config=v1
+	// calls=1 success rate=100% profile=low
+}
+
+// A custom strategy: when the recent failures are timeouts, double the
+// timeout. The loop applies the tweak as config v2 and enforces it.
+func ExampleStrategyFunc() {
+	dir, _ := os.MkdirTemp("", "selfimprove-example")
+	defer os.RemoveAll(dir)
+
+	raiseTimeout := selfimprove.StrategyFunc(func(ctx context.Context, a selfimprove.Analysis) (*selfimprove.Tweak, error) {
+		for _, f := range a.Failures {
+			if f.Err != context.DeadlineExceeded.Error() {
+				return nil, nil // not all timeouts: no change
+			}
+		}
+		next := a.Config
+		next.Timeout *= 2
+		return &selfimprove.Tweak{Config: next, Reason: "timeouts: double the timeout"}, nil
+	})
+	loop, err := selfimprove.New(
+		selfimprove.WithDir(dir),
+		selfimprove.WithStrategy(raiseTimeout),
+		selfimprove.WithDefaultConfig(selfimprove.Config{Timeout: 50 * time.Millisecond}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loop.Close()
+
+	slowUpstream := func(ctx context.Context, cfg selfimprove.Config) error {
+		if cfg.Timeout < 100*time.Millisecond {
+			return context.DeadlineExceeded // the upstream needs 80ms
+		}
+		return nil
+	}
+	for range 3 {
+		rep, err := loop.ExecuteWithImprovement(context.Background(), "search", slowUpstream)
+		fmt.Printf("v%d err=%v", rep.ConfigVersion, err)
+		if c := rep.Improvement; c != nil {
+			fmt.Printf(" -> applied v%d (timeout %v): %s", c.To.Version, c.To.Timeout, c.Reason)
+		}
+		fmt.Println()
+	}
+	// Output:
+	// v1 err=context deadline exceeded
+	// v1 err=context deadline exceeded -> applied v2 (timeout 100ms): timeouts: double the timeout
+	// v2 err=<nil>
+}
+
+// A tweak that makes things worse is rolled back after 5 consecutive
+// failures, and the loop never applies it again.
+func ExampleRollbackPolicy() {
+	dir, _ := os.MkdirTemp("", "selfimprove-example")
+	defer os.RemoveAll(dir)
+
+	switchRoute := selfimprove.StrategyFunc(func(ctx context.Context, a selfimprove.Analysis) (*selfimprove.Tweak, error) {
+		return &selfimprove.Tweak{Config: selfimprove.Config{Route: "cheap-model"}, Reason: "try the cheap model"}, nil
+	})
+	loop, err := selfimprove.New(
+		selfimprove.WithDir(dir),
+		selfimprove.WithStrategy(switchRoute),
+		selfimprove.WithRollbackPolicy(selfimprove.RollbackPolicy{}), // the defaults: 10 calls, 10 points, 20%, 5 in a row
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loop.Close()
+
+	errFlaky := errors.New("upstream error")
+	calls := 0
+	agent := func(ctx context.Context, cfg selfimprove.Config) error {
+		calls++
+		if cfg.Route == "cheap-model" || calls <= 2 {
+			return errFlaky // the cheap model always fails
+		}
+		return nil
+	}
+	for range 8 {
+		rep, _ := loop.ExecuteWithImprovement(context.Background(), "writer", agent)
+		switch {
+		case rep.Improvement != nil:
+			fmt.Printf("applied v%d: %s\n", rep.Improvement.To.Version, rep.Improvement.Reason)
+		case rep.Rollback != nil:
+			fmt.Printf("rolled back v%d to v%d: %s\n", rep.Rollback.To.Version, rep.Rollback.From.Version, rep.Rollback.Verdict)
+		default:
+			fmt.Printf("v%d success=%v\n", rep.ConfigVersion, rep.Success)
+		}
+	}
+	// Output:
+	// v1 success=false
+	// applied v2: try the cheap model
+	// v2 success=false
+	// v2 success=false
+	// v2 success=false
+	// v2 success=false
+	// rolled back v2 to v1: 5 consecutive failures under the new config (limit 5)
+	// v1 success=true
+}

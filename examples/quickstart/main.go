@@ -1,0 +1,197 @@
+// Command quickstart shows the loop at work on a simulated flaky agent, on
+// a simulated clock, with no key and no network:
+//
+//	go run ./examples/quickstart
+//
+// An order-lookup agent calls an upstream whose primary region starts to
+// hang. The loop notices the failures piling up and asks its strategy for
+// a tweak. The first tweak (the mirror route) makes things worse and is
+// rolled back; the second (the backup region) fixes the agent and is
+// confirmed.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// start is the simulation's first instant.
+var start = time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)
+
+var errMirrorDown = errors.New("mirror: 503 service unavailable")
+
+// upstream simulates the service the agent calls through three routes:
+// the primary region (30ms, until it starts to hang), a broken mirror, and
+// a backup region (40ms).
+type upstream struct {
+	clock       *fakeclock.Clock
+	primaryHung bool
+}
+
+// call is the agent's work: the loop passes it the config to use.
+func (u *upstream) call(ctx context.Context, cfg selfimprove.Config) error {
+	switch {
+	case cfg.Route == "mirror":
+		u.clock.Advance(20 * time.Millisecond)
+		return errMirrorDown
+	case cfg.Route == "backup":
+		u.clock.Advance(40 * time.Millisecond)
+		return nil
+	case u.primaryHung:
+		u.clock.Advance(cfg.Timeout) // hangs until the config's timeout
+		return context.DeadlineExceeded
+	}
+	u.clock.Advance(30 * time.Millisecond)
+	return nil
+}
+
+// strategy first tries the mirror route, then the backup region: a
+// stand-in for the analysis a real strategy (or an LLM) would do. It reads
+// what the loop rolled back before, and does not propose it again.
+func strategy(ctx context.Context, a selfimprove.Analysis) (*selfimprove.Tweak, error) {
+	next := a.Config
+	next.Route = "mirror"
+	for _, r := range a.Rejected {
+		if r.Config.Route == "mirror" {
+			next.Route = "backup"
+			return &selfimprove.Tweak{Config: next, Reason: "the mirror was rolled back: try the backup region"}, nil
+		}
+	}
+	return &selfimprove.Tweak{Config: next, Reason: "the primary times out: try the mirror"}, nil
+}
+
+func main() {
+	if err := run(os.Stdout); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(w io.Writer) error {
+	dir, err := os.MkdirTemp("", "selfimprove-quickstart")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	clock := fakeclock.New(start)
+	loop, err := selfimprove.New(
+		selfimprove.WithDir(dir),
+		selfimprove.WithClock(clock),
+		selfimprove.WithStrategy(selfimprove.StrategyFunc(strategy)),
+		selfimprove.WithDefaultConfig(selfimprove.Config{Timeout: 50 * time.Millisecond, Route: "primary"}),
+		selfimprove.WithNotifier(nil),
+		selfimprove.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	)
+	if err != nil {
+		return err
+	}
+	defer loop.Close()
+
+	up := &upstream{clock: clock}
+	t := &timeline{w: w}
+	fmt.Fprintln(w, "A simulated order-lookup agent, one call every 10 minutes.")
+	fmt.Fprintln(w, "Config v1: timeout 50ms, route primary. At this rate the agent is medium-frequency:")
+	fmt.Fprintln(w, "3 failures in 24h call for a tweak, then the loop waits 6h before it tries another.")
+	fmt.Fprintln(w)
+	for i := range 75 {
+		if i == 12 {
+			up.primaryHung = true
+			t.flush()
+			t.note("the primary region starts to hang: every call runs into the 50ms timeout")
+		}
+		rep, _ := loop.ExecuteWithImprovement(context.Background(), "order-lookup", up.call)
+		t.add(clock.Now(), rep)
+		clock.Advance(10 * time.Minute)
+	}
+	t.flush()
+
+	s := loop.Stats("order-lookup")
+	cfg := loop.Config("order-lookup")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Now running config v%d (route %s); window: %d calls, %.0f%% success, profile %s.\n",
+		cfg.Version, cfg.Route, s.Calls, 100*s.SuccessRate, s.Profile)
+	for _, c := range loop.Changes("order-lookup") {
+		fmt.Fprintf(w, "  change v%d→v%d %-11s %s\n", c.From.Version, c.To.Version, c.State, c.Reason)
+	}
+	return nil
+}
+
+// timeline prints calls, folding runs of like calls into one line.
+type timeline struct {
+	w          io.Writer
+	first      time.Time
+	last       time.Time
+	n          int
+	version    int
+	ok         bool
+	errText    string
+	runStarted bool
+}
+
+func (t *timeline) add(now time.Time, rep selfimprove.Report) {
+	errText := ""
+	if rep.Err != nil {
+		errText = rep.Err.Error()
+	}
+	if t.runStarted && (rep.ConfigVersion != t.version || rep.Success != t.ok || errText != t.errText) {
+		t.flush()
+	}
+	if !t.runStarted {
+		t.first, t.version, t.ok, t.errText, t.runStarted = now, rep.ConfigVersion, rep.Success, errText, true
+	}
+	t.last = now
+	t.n++
+	if c := rep.Improvement; c != nil {
+		t.flush()
+		t.note(fmt.Sprintf("APPLIED   v%d: %s", c.To.Version, c.Reason))
+	}
+	if rep.ImprovementTriggered && rep.Improvement == nil {
+		t.flush()
+		t.note("threshold crossed, but no tweak was applied")
+	}
+	if c := rep.Rollback; c != nil {
+		t.flush()
+		t.note(fmt.Sprintf("ROLLED BACK v%d → v%d: %s", c.To.Version, c.From.Version, c.Verdict))
+	}
+	if c := rep.Confirmed; c != nil {
+		t.flush()
+		t.note(fmt.Sprintf("CONFIRMED v%d: %s", c.To.Version, c.Verdict))
+	}
+}
+
+func (t *timeline) flush() {
+	if !t.runStarted {
+		return
+	}
+	outcome := "ok"
+	if !t.ok {
+		outcome = "failed: " + t.errText
+	}
+	when := t.first.Format("Mon 15:04")
+	if t.n > 1 {
+		when += "–" + t.last.Format("15:04")
+	}
+	fmt.Fprintf(t.w, "  %-15s v%d  %2d call%s %s\n", when, t.version, t.n, plural(t.n), outcome)
+	t.n, t.runStarted = 0, false
+}
+
+func (t *timeline) note(s string) {
+	fmt.Fprintf(t.w, "  %s %s\n", strings.Repeat(" ", 15), "» "+s)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return " "
+	}
+	return "s"
+}

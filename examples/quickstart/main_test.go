@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestQuickstartTimeline(t *testing.T) {
+	var b strings.Builder
+	if err := run(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"APPLIED   v2: the primary times out: try the mirror",
+		"ROLLED BACK v2 → v1: 5 consecutive failures",
+		"APPLIED   v3: the mirror was rolled back: try the backup region",
+		"CONFIRMED v3:",
+		"Now running config v3 (route backup)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "APPLIED") != 2 {
+		t.Errorf("want exactly two tweaks applied:\n%s", out)
+	}
+}
