@@ -64,7 +64,7 @@ const (
 	daySlot     = 15 * time.Minute   // width of one day bucket
 	failRing    = 64                 // failures kept for the trigger: the largest Threshold.Failures
 	recentRing  = 16                 // failures kept with their text for Analysis
-	maxErrText  = 256                // bytes of error text kept per failure
+	maxErrText  = 200                // bytes of error text kept per failure
 	minSlot     = int64(time.Second) // narrowest analysis bucket
 	maxSlot     = int64(maxWindow) / windowSlots
 )

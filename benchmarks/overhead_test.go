@@ -1,33 +1,239 @@
+// Package benchmarks measures the loop's overhead against a direct call of
+// the same function, in the same run:
+//
+//	go test ./benchmarks -run '^$' -bench . -benchmem -count 6 -cpu 1,2
+//
+// The overhead of a case is its ns/op minus that of the matching Direct
+// benchmark. See README.md for the measured table.
 package benchmarks
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 
-	"github.com/self-improving-loop/selfimprove"
+	si "github.com/self-improving-loop/selfimprove"
 )
 
 //go:noinline
-func work(ctx context.Context, cfg selfimprove.Config) error { return nil }
+func work(context.Context, si.Config) error { return nil }
 
+var errUpstream = errors.New("upstream: 503 service unavailable")
+
+//go:noinline
+func fail(context.Context, si.Config) error { return errUpstream }
+
+func newLoop(b testing.TB, opts ...si.Option) *si.Loop {
+	b.Helper()
+	base := []si.Option{si.WithDir(b.TempDir()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	l, err := si.New(append(base, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
+}
+
+// BenchmarkDirect is the baseline: the wrapped function called directly.
 func BenchmarkDirect(b *testing.B) {
-	b.ReportAllocs()
 	ctx := context.Background()
-	var cfg selfimprove.Config
+	var cfg si.Config
+	b.ReportAllocs()
 	for b.Loop() {
 		_ = work(ctx, cfg)
 	}
 }
 
-func BenchmarkSuccess(b *testing.B) {
-	l, err := selfimprove.New(selfimprove.WithDir(b.TempDir()), selfimprove.WithNotifier(nil))
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkDirectFailure is the baseline of the failure cases.
+func BenchmarkDirectFailure(b *testing.B) {
+	ctx := context.Background()
+	var cfg si.Config
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = fail(ctx, cfg)
 	}
-	defer l.Close()
+}
+
+// BenchmarkSuccess is the hot path: a successful call, no change verifying.
+func BenchmarkSuccess(b *testing.B) {
+	l := newLoop(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = l.ExecuteWithImprovement(ctx, "agent", work)
+	}
+}
+
+// BenchmarkFailureCooldown: a failed call while the agent cools down after
+// an analysis (the common case during an incident).
+func BenchmarkFailureCooldown(b *testing.B) {
+	l := newLoop(b)
+	ctx := context.Background()
+	for range 3 { // cross the threshold once: the cooldown starts
+		l.ExecuteWithImprovement(ctx, "agent", fail)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = l.ExecuteWithImprovement(ctx, "agent", fail)
+	}
+}
+
+// BenchmarkFailureBelowThreshold: a failed call that runs the whole trigger
+// check (profile, window, failure ring) and stays below the threshold: the
+// most work a failure does without triggering.
+func BenchmarkFailureBelowThreshold(b *testing.B) {
+	l := newLoop(b)
+	ctx := context.Background()
+	// 64 failures within 1ns never happen: every failure is checked, none
+	// triggers.
+	if err := l.SetThreshold("agent", si.Threshold{Failures: si.MaxThresholdFailures, Window: 1}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, _ := l.ExecuteWithImprovement(ctx, "agent", fail)
+		if rep.ImprovementTriggered {
+			b.Fatal("triggered")
+		}
+	}
+}
+
+// BenchmarkHistory shows that the cost of a call does not depend on how
+// many calls the agent made before (10% of them failed).
+func BenchmarkHistory(b *testing.B) {
+	for _, n := range []int{100, 1_000_000} {
+		b.Run(fmt.Sprintf("calls=%d", n), func(b *testing.B) {
+			l := newLoop(b)
+			ctx := context.Background()
+			for i := range n {
+				fn := work
+				if i%10 == 0 {
+					fn = fail
+				}
+				l.ExecuteWithImprovement(ctx, "agent", fn)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				_, _ = l.ExecuteWithImprovement(ctx, "agent", work)
+			}
+		})
+	}
+}
+
+// BenchmarkParallel runs successful calls from all Ps over 1,000 agents,
+// and over one busy agent, with the direct call as the baseline.
+func BenchmarkParallel(b *testing.B) {
+	b.Run("direct", func(b *testing.B) {
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var cfg si.Config
+			for pb.Next() {
+				_ = work(ctx, cfg)
+			}
+		})
+	})
+	for _, agents := range []int{1, 1000} {
+		b.Run(fmt.Sprintf("agents=%d", agents), func(b *testing.B) {
+			l := newLoop(b)
+			ids := make([]string, agents)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("agent-%04d", i)
+				l.ExecuteWithImprovement(context.Background(), ids[i], work)
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				i := int(next.Add(7919)) // each goroutine starts elsewhere
+				for pb.Next() {
+					i++
+					_, _ = l.ExecuteWithImprovement(ctx, ids[i%agents], work)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkMemoryPerAgent reports the heap each live agent takes, with few
+// and with many calls behind it, in the worst case where each of its kept
+// failures has a distinct error text of the longest kept length.
+func BenchmarkMemoryPerAgent(b *testing.B) {
+	for _, calls := range []int{100, 10_000} {
+		b.Run(fmt.Sprintf("calls=%d", calls), func(b *testing.B) {
+			var perAgent float64
+			for b.Loop() {
+				perAgent = agentMemory(b, 300, calls)
+			}
+			b.ReportMetric(perAgent, "B/agent")
+		})
+	}
+}
+
+// agentMemory returns the heap bytes per agent of a loop holding n agents
+// that made calls calls each.
+func agentMemory(b testing.TB, n, calls int) float64 {
+	b.Helper()
+	l := newLoop(b, si.WithFlushInterval(0))
+	ctx := context.Background()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("agent-%06d", i)
+	}
+	long := strings.Repeat("x", 300)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i, id := range ids {
+		for c := range calls {
+			if c%2 == 0 {
+				l.ExecuteWithImprovement(ctx, id, work)
+				continue
+			}
+			err := fmt.Errorf("%d %d %s", i, c, long) // distinct text, cut to the kept length
+			l.ExecuteWithImprovement(ctx, id, func(context.Context, si.Config) error { return err })
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(l)
+	return float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+}
+
+// TestMemoryPerAgentBounded checks the per-agent memory bound and that it
+// does not grow with the agent's call count. It measures bytes, not time.
+func TestMemoryPerAgentBounded(t *testing.T) {
+	// After 100 calls (50 failures) every ring is full; more calls must
+	// not add a byte.
+	few := agentMemory(t, 300, 100)
+	many := agentMemory(t, 300, 3000)
+	t.Logf("bytes per agent: %.0f after 100 calls, %.0f after 3000 calls", few, many)
+	if many > 8<<10 {
+		t.Errorf("an agent takes %.0f bytes, want at most 8 KiB", many)
+	}
+	if many > few*1.1 {
+		t.Errorf("memory grows with calls: %.0f B after 100 calls, %.0f B after 3000", few, many)
+	}
+}
+
+// TestNoTriggerInBenchmarkSetups guards the benchmarks' premises.
+func TestNoTriggerInBenchmarkSetups(t *testing.T) {
+	l := newLoop(t)
+	ctx := context.Background()
+	for range 3 {
+		l.ExecuteWithImprovement(ctx, "agent", fail)
+	}
+	for range 100 {
+		if rep, _ := l.ExecuteWithImprovement(ctx, "agent", fail); rep.ImprovementTriggered {
+			t.Fatal("a failure during the cooldown triggered")
+		}
 	}
 }
