@@ -2,4 +2,4 @@ module github.com/self-improving-loop/selfimprove
 
 go 1.25
 
-require github.com/google/go-cmp v0.7.0 // indirect
+require github.com/google/go-cmp v0.7.0

@@ -119,6 +119,3 @@ func (s *tweakStrategy) count() int {
 	defer s.mu.Unlock()
 	return s.runs
 }
-
-// lowThreshold is the low-frequency profile's failure count.
-const lowFailures = 2

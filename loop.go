@@ -243,8 +243,9 @@ type agent struct {
 
 	mu        sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s         agentState
-	dirty     bool // window counts changed since the last save
-	analyzing bool // a strategy is running for this agent
+	dirty     bool     // window counts changed since the last save
+	analyzing bool     // a strategy is running for this agent
+	pending   []*Event // events of decisions not yet logged, in decision order
 }
 
 // installed is a config with the generation it was installed as.
@@ -417,7 +418,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		}
 		rep.ConfigVersion = cfg.Version
 		start := l.clock.Now()
-		rep.Err, rep.Attempts = l.runUntracked(ctx, &cfg, fn)
+		rep.Attempts, rep.Err = l.runUntracked(ctx, &cfg, fn)
 		_, rep.Duration = l.since(start)
 		rep.Success = rep.Err == nil
 		return rep, rep.Err
@@ -443,7 +444,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		pv       any
 		panicked bool
 	)
-	rep.Err, rep.Attempts, pv, panicked = l.run(ctx, cfg, fn)
+	rep.Attempts, pv, panicked, rep.Err = l.run(ctx, cfg, fn)
 	var end time.Time
 	end, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
@@ -487,22 +488,22 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 }
 
 // runUntracked runs fn under cfg; a panic propagates.
-func (l *Loop) runUntracked(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (error, int) {
-	err, n, pv, panicked := l.run(ctx, cfg, fn)
+func (l *Loop) runUntracked(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (int, error) {
+	n, pv, panicked, err := l.run(ctx, cfg, fn)
 	if panicked {
 		panic(pv)
 	}
-	return err, n
+	return n, err
 }
 
 // run makes the attempts cfg allows. It stops at the first success, at a
 // panic (returned, not re-raised), or when ctx ends.
-func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (err error, attempts int, pv any, panicked bool) {
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (attempts int, pv any, panicked bool, err error) {
 	n := cfg.attempts()
 	for attempts = 1; ; attempts++ {
-		err, pv, panicked = attempt(ctx, cfg, fn)
+		pv, panicked, err = attempt(ctx, cfg, fn)
 		if err == nil || panicked || attempts >= n || ctx.Err() != nil {
-			return err, attempts, pv, panicked
+			return attempts, pv, panicked, err
 		}
 		if d := backoff(cfg.Backoff, attempts); d > 0 {
 			t := time.NewTimer(d)
@@ -510,14 +511,14 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return err, attempts, nil, false
+				return attempts, nil, false, err
 			}
 		}
 	}
 }
 
 // attempt runs fn once, under cfg's per-attempt deadline, catching a panic.
-func attempt(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (err error, pv any, panicked bool) {
+func attempt(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (pv any, panicked bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			pv, panicked = r, true
@@ -527,9 +528,9 @@ func attempt(ctx context.Context, cfg *Config, fn func(context.Context, Config) 
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()
-		return fn(actx, *cfg), nil, false
+		return nil, false, fn(actx, *cfg)
 	}
-	return fn(ctx, *cfg), nil, false
+	return nil, false, fn(ctx, *cfg)
 }
 
 // backoff returns the wait after the given attempt: uniform in [d/2, d]
@@ -550,7 +551,7 @@ func backoff(base time.Duration, attempt int) time.Duration {
 // pending is the work a call must do after releasing the agent's lock.
 type pending struct {
 	decided  *Change   // confirmed or rolled back during this call
-	event    EventType // its event
+	event    *Event    // its event, queued for the log
 	analysis *Analysis // a strategy run to start
 	th       Threshold
 }
@@ -576,9 +577,11 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 			s.Verify.add(rep.Duration, failed)
 			switch verdict := l.policy.Judge(v.Before, s.Verify.stats()); verdict.Decision {
 			case DecisionRollback:
-				p.decided, p.event = l.rollbackLocked(a, end, verdict.Reason), EventRolledBack
+				p.decided = l.rollbackLocked(a, end, verdict.Reason)
+				p.event = a.queueLocked(l.newEvent(EventRolledBack, a.id, p.decided))
 			case DecisionConfirm:
-				p.decided, p.event = l.confirmLocked(a, end, verdict.Reason), EventChangeConfirmed
+				p.decided = l.confirmLocked(a, end, verdict.Reason)
+				p.event = a.queueLocked(l.newEvent(EventChangeConfirmed, a.id, p.decided))
 			}
 		}
 	} else if failed && !a.analyzing && gen == s.Gen && endN >= s.CooldownUntil {
@@ -668,7 +671,7 @@ func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason s
 
 // decide saves a decision made during a call, then reports and announces it.
 func (l *Loop) decide(ctx context.Context, a *agent, p pending, rep *Report) {
-	switch p.event {
+	switch p.event.Type {
 	case EventRolledBack:
 		l.m.rollbacks.Add(1)
 		rep.Rollback = p.decided
@@ -676,15 +679,22 @@ func (l *Loop) decide(ctx context.Context, a *agent, p pending, rep *Report) {
 		l.m.confirmations.Add(1)
 		rep.Confirmed = p.decided
 	}
-	ev := l.newEvent(p.event, a.id, p.decided)
-	if err := l.persist(a, ev); err != nil {
+	if err := l.persist(a); err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
-		if p.event == EventRolledBack {
-			ev = l.newEvent(EventRollbackFailed, a.id, p.decided)
+		if p.event.Type == EventRolledBack {
+			// The rollback stands in memory; its event stays queued and
+			// is logged by the next save that succeeds.
+			ev := l.newEvent(EventRollbackFailed, a.id, p.decided)
 			ev.Err = err.Error()
+			l.notify(ev)
 		}
 	}
-	l.notify(ev)
+}
+
+// queueLocked queues ev for the log; a.mu is held.
+func (a *agent) queueLocked(ev *Event) *Event {
+	a.pending = append(a.pending, ev)
+	return ev
 }
 
 // startAnalysis runs the strategy for a in the background and waits for it
@@ -741,26 +751,29 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	a.mu.Lock()
 	a.analyzing = false
 	a.s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
-	var ch *Change
+	var (
+		ch *Change
+		ev *Event
+	)
 	if err == nil && tw != nil {
 		ch, err = l.applyLocked(a, an, tw, now)
 		if err != nil {
 			l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", err)
+		} else {
+			ev = a.queueLocked(l.newEvent(EventImprovementApplied, a.id, ch))
 		}
 	}
 	a.mu.Unlock()
+	// Save the change, or at least the cooldown, so that a restart does
+	// not run the strategy again at once.
+	perr := l.persist(a)
 	if ch == nil {
-		// Save the cooldown so that a restart does not run the strategy
-		// again at once.
-		if serr := l.save(a); serr != nil {
-			err = errors.Join(err, serr)
-		}
-		return nil, err
+		return nil, errors.Join(err, perr)
 	}
-	ev := l.newEvent(EventImprovementApplied, a.id, ch)
-	if perr := l.persist(a, ev); perr != nil {
+	if perr != nil {
 		// A change that cannot be recorded is not made.
 		a.mu.Lock()
+		a.pending = slices.DeleteFunc(a.pending, func(e *Event) bool { return e == ev })
 		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
 			s := &a.s
 			a.installLocked(ch.From.clone())
@@ -771,7 +784,6 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
 	}
 	l.m.improvements.Add(1)
-	l.notify(ev)
 	return ch, nil
 }
 
@@ -850,23 +862,13 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 	return ch, nil
 }
 
-// persist saves a's state and then appends ev, both durably.
-func (l *Loop) persist(a *agent, ev *Event) error {
-	if err := l.save(a); err != nil {
-		return err
-	}
-	if err := l.store.appendEvent(ev); err != nil {
-		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: cannot record event", "agent", a.id, "event", string(ev.Type), "error", err)
-		return err
-	}
-	return nil
-}
-
-// save writes a's state. Saves of one agent are serialised, and each writes
-// the state as it is when the save begins, so a newer state is never
-// overwritten by an older one.
-func (l *Loop) save(a *agent) error {
+// persist saves a's state, then appends the queued events to the log in
+// decision order and hands them to the notifier. Saves of one agent are
+// serialised, and each takes the state and the queue as they are when it
+// begins, so a newer state is never overwritten by an older one and the
+// log follows the order of decisions. Events that could not be logged go
+// back to the head of the queue for the next save.
+func (l *Loop) persist(a *agent) error {
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
@@ -878,17 +880,34 @@ func (l *Loop) save(a *agent) error {
 		v := *snap.Verifying
 		snap.Verifying = &v
 	}
+	evs := a.pending
+	a.pending = nil
 	a.dirty = false
 	a.mu.Unlock()
-	if err := l.store.save(&snap); err != nil {
+
+	err := l.store.save(&snap)
+	if err != nil {
+		l.log.Error("selfimprove: cannot save agent state", "agent", a.id, "error", err)
+	}
+	logged := 0
+	for err == nil && logged < len(evs) {
+		if err = l.store.appendEvent(evs[logged]); err != nil {
+			l.log.Error("selfimprove: cannot record event", "agent", a.id, "event", string(evs[logged].Type), "error", err)
+		} else {
+			logged++
+		}
+	}
+	if err != nil {
+		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.dirty = true
+		a.pending = append(evs[logged:len(evs):len(evs)], a.pending...)
 		a.mu.Unlock()
-		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: cannot save agent state", "agent", a.id, "error", err)
-		return err
 	}
-	return nil
+	for _, ev := range evs[:logged] {
+		l.notify(ev)
+	}
+	return err
 }
 
 // flushLoop saves the agents that ran, every interval, until Close.
@@ -919,7 +938,7 @@ func (l *Loop) flush(all bool) error {
 		dirty := a.dirty
 		a.mu.Unlock()
 		if dirty || all {
-			if err := l.save(a); err != nil {
+			if err := l.persist(a); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -934,10 +953,11 @@ func (l *Loop) notify(ev *Event) {
 	}
 }
 
-// newEvent makes an event about ch with a one-line message.
+// newEvent makes an event about (a copy of) ch with a one-line message.
 func (l *Loop) newEvent(t EventType, agentID string, ch *Change) *Event {
 	now := l.clock.Now()
-	e := &Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: agentID, Change: ch}
+	c := *ch
+	e := &Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: agentID, Change: &c}
 	switch t {
 	case EventImprovementApplied:
 		e.Message = fmt.Sprintf("agent %q: applied config v%d (was v%d): %s", agentID, ch.To.Version, ch.From.Version, ch.Reason)
@@ -1014,13 +1034,9 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
 	a.installLocked(cfg)
+	a.queueLocked(l.newEvent(EventConfigSet, agentID, ch))
 	a.mu.Unlock()
-	ev := l.newEvent(EventConfigSet, agentID, ch)
-	if err := l.persist(a, ev); err != nil {
-		return err
-	}
-	l.notify(ev)
-	return nil
+	return l.persist(a)
 }
 
 // Stats returns agentID's stats over its analysis window.
@@ -1105,5 +1121,5 @@ func (l *Loop) update(agentID string, f func(*agentState)) error {
 	a.mu.Lock()
 	f(&a.s)
 	a.mu.Unlock()
-	return l.save(a)
+	return l.persist(a)
 }

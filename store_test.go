@@ -5,13 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -293,4 +296,140 @@ func TestWindowCountsFlushedPeriodically(t *testing.T) {
 			t.Errorf("state = %s, want 7 calls", data)
 		}
 	})
+}
+
+func TestEventsLoggedInOrderUnderConcurrency(t *testing.T) {
+	strat := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
+		return &si.Tweak{Config: si.Config{Route: fmt.Sprint("r", a.Config.Version, "-", len(a.Rejected))}, Reason: "harmful"}, nil
+	})
+	e := newEnv(t, si.WithStrategy(strat))
+	if err := e.l.SetThreshold("a", si.Threshold{Failures: 1, Window: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 150 {
+				e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return errBoom })
+			}
+		}()
+	}
+	wg.Wait()
+	if err := e.l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	evs := readEvents(t, e.dir)
+	if len(evs) < 20 {
+		t.Fatalf("only %d events", len(evs))
+	}
+	// Each change is applied, then rolled back, before the next is applied.
+	var open string
+	for i, ev := range evs {
+		switch ev.Type {
+		case si.EventImprovementApplied:
+			if open != "" {
+				t.Fatalf("event %d: change %s applied while %s is open", i, ev.Change.ID, open)
+			}
+			open = ev.Change.ID
+		case si.EventRolledBack:
+			if ev.Change.ID != open {
+				t.Fatalf("event %d: rollback of %s, but %q is the open change", i, ev.Change.ID, open)
+			}
+			open = ""
+		default:
+			t.Fatalf("event %d: unexpected %s", i, ev.Type)
+		}
+	}
+	if m := e.l.Metrics(); int(m.Improvements+m.Rollbacks) != len(evs) {
+		t.Errorf("metrics %+v, %d events", m, len(evs))
+	}
+}
+
+// breakAgentsDir makes every state write fail (the agents directory becomes
+// a file) and returns a function that repairs it.
+func breakAgentsDir(t *testing.T, dir string) (repair func()) {
+	t.Helper()
+	agents := filepath.Join(dir, "agents")
+	moved := filepath.Join(dir, "agents.moved")
+	if err := os.Rename(agents, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(agents, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		os.Remove(agents)
+		if err := os.Rename(moved, agents); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestChangeNotMadeWhenItCannotBeSaved(t *testing.T) {
+	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}, {Route: "b"}}}
+	e := newEnv(t, si.WithStrategy(strat))
+	e.call("a", errBoom, 0)
+	repair := breakAgentsDir(t, e.dir)
+	rep := e.call("a", errBoom, 0) // fn's error comes back unchanged (checked by call)
+	if !rep.ImprovementTriggered || rep.Improvement != nil || rep.LoopErr == nil {
+		t.Fatalf("report = %+v", rep)
+	}
+	if got := e.l.Config("a"); got.Version != 1 || got.Route != "" {
+		t.Fatalf("config = %+v: a change that could not be saved was made", got)
+	}
+	if m := e.l.Metrics(); m.StoreErrors == 0 || m.Improvements != 0 {
+		t.Errorf("metrics = %+v", m)
+	}
+	repair()
+	if err := e.l.Close(); err != nil {
+		t.Fatalf("Close after repair: %v", err)
+	}
+	if evs := readEvents(t, e.dir); len(evs) != 0 {
+		t.Errorf("events = %+v, want none for a change not made", evs)
+	}
+}
+
+func TestRollbackStandsWhenItCannotBeSaved(t *testing.T) {
+	strat := &tweakStrategy{tweaks: []si.Config{{Route: "bad"}}}
+	e := newEnv(t, si.WithStrategy(strat))
+	applyTweak(t, e, "a")
+	e.calls("a", 4, errBoom, 0)
+	repair := breakAgentsDir(t, e.dir)
+	rep := e.call("a", errBoom, 0)
+	if rep.Rollback == nil || rep.LoopErr == nil {
+		t.Fatalf("report = %+v", rep)
+	}
+	if got := e.l.Config("a"); got.Version != 1 {
+		t.Fatalf("config = %+v, want the rollback in force", got)
+	}
+	repair()
+	if err := e.l.Close(); err != nil {
+		t.Fatalf("Close after repair: %v", err)
+	}
+	// The rollback's event was kept and logged once the disk came back.
+	got := e.rec.types()
+	want := []si.EventType{si.EventImprovementApplied, si.EventRollbackFailed, si.EventRolledBack}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("notified (-want +got):\n%s", diff)
+	}
+	evs := readEvents(t, e.dir)
+	if len(evs) != 2 || evs[1].Type != si.EventRolledBack {
+		t.Errorf("logged = %+v", evs)
+	}
+	e.open()
+	if got := e.l.Config("a"); got.Version != 1 {
+		t.Errorf("after restart: config v%d, want v1", got.Version)
+	}
+}
+
+func TestCloseReportsStoreErrors(t *testing.T) {
+	e := newEnv(t)
+	e.call("a", nil, 0)
+	repair := breakAgentsDir(t, e.dir)
+	defer repair()
+	if err := e.l.Close(); err == nil {
+		t.Fatal("Close hid a failed save")
+	}
 }
