@@ -185,7 +185,7 @@ func (st *agentState) check(id string) error {
 	case st.Tracker.Win.Head < 0 || st.Tracker.Win.Head > math.MaxInt64/st.Tracker.Win.Width ||
 		st.Tracker.Day.Head < 0 || st.Tracker.Day.Head > math.MaxInt64/int64(daySlot):
 		return errors.New("window position out of range")
-	case st.Tracker.FailPos < 0 || st.Tracker.FailPos >= failRing || st.Tracker.RecPos < 0 || st.Tracker.RecPos >= recentRing:
+	case st.Tracker.FailPos >= failRing || st.Tracker.RecPos >= recentRing:
 		return errors.New("ring position out of range")
 	case st.Verifying != nil && st.Verifying.To.Version != st.Config.Version:
 		return errors.New("change under verification is not the current config")

@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -154,10 +155,12 @@ func (w *window) resize(width int64) {
 	}
 }
 
-// dayCounter counts calls in daySlots buckets of daySlot each.
+// dayCounter counts calls in daySlots buckets of daySlot each. A bucket
+// saturates at 65,535 calls (73 calls a second): the profile only needs to
+// know whether an agent makes more than 100 calls a day.
 type dayCounter struct {
 	Head  int64            `json:"head"`
-	Slots [daySlots]uint32 `json:"slots"`
+	Slots [daySlots]uint16 `json:"slots"`
 }
 
 func (d *dayCounter) advance(idx int64) {
@@ -165,7 +168,7 @@ func (d *dayCounter) advance(idx int64) {
 		return
 	}
 	if gap := idx - d.Head; gap >= daySlots || gap < 0 { // gap < 0: overflow
-		d.Slots = [daySlots]uint32{}
+		d.Slots = [daySlots]uint16{}
 	} else {
 		for i := d.Head + 1; i <= idx; i++ {
 			d.Slots[i%daySlots] = 0
@@ -180,7 +183,9 @@ func (d *dayCounter) add(t int64) {
 	if idx <= d.Head-daySlots {
 		idx = d.Head
 	}
-	d.Slots[idx%daySlots]++
+	if s := &d.Slots[idx%daySlots]; *s < math.MaxUint16 {
+		*s++
+	}
 }
 
 func (d *dayCounter) sum(now int64) int {
@@ -190,13 +195,6 @@ func (d *dayCounter) sum(now int64) int {
 		n += int(c)
 	}
 	return n
-}
-
-// failTime is when a failed call ended (Unix nanoseconds) and the config
-// generation it started under.
-type failTime struct {
-	Gen uint64 `json:"g"`
-	End int64  `json:"e"`
 }
 
 // failRecord is a failure kept with its text.
@@ -211,12 +209,16 @@ type failRecord struct {
 // nothing of configs or strategies. It is guarded by the agent's mutex, and
 // every method is O(1): the work per call does not depend on history.
 type tracker struct {
-	Win     window                 `json:"window"`
-	Day     dayCounter             `json:"day"`
-	Fails   [failRing]failTime     `json:"fails"`
-	FailPos int                    `json:"fail_pos"`
+	Win window     `json:"window"`
+	Day dayCounter `json:"day"`
+	// FailEnd and FailGen are when each of the last failRing failed calls
+	// ended (Unix nanoseconds; 0 for none) and the low 32 bits of the
+	// config generation it started under.
+	FailEnd [failRing]int64        `json:"fail_end"`
+	FailGen [failRing]uint32       `json:"fail_gen"`
 	Recent  [recentRing]failRecord `json:"recent"`
-	RecPos  int                    `json:"recent_pos"`
+	FailPos uint8                  `json:"fail_pos"`
+	RecPos  uint8                  `json:"recent_pos"`
 	Consec  int                    `json:"consecutive"`
 	Total   int64                  `json:"total"`
 	Ignored int64                  `json:"ignored"`
@@ -237,7 +239,7 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 	}
 	s.Failures++
 	t.Consec++
-	t.Fails[t.FailPos] = failTime{Gen: gen, End: end}
+	t.FailEnd[t.FailPos], t.FailGen[t.FailPos] = end, uint32(gen)
 	t.FailPos = (t.FailPos + 1) % failRing
 	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: version}
 	t.RecPos = (t.RecPos + 1) % recentRing
@@ -247,9 +249,9 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 // generation gen and ended after windowStart. It is exact up to failRing
 // failures.
 func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
-	n := 0
-	for _, f := range t.Fails {
-		if f.End != 0 && f.Gen == gen && f.End > windowStart {
+	n, g := 0, uint32(gen)
+	for i, end := range t.FailEnd {
+		if end != 0 && end > windowStart && t.FailGen[i] == g {
 			n++
 		}
 	}
@@ -261,7 +263,7 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 func (t *tracker) recentFailures(windowStart int64) []Failure {
 	var out []Failure
 	for i := range recentRing {
-		r := t.Recent[(t.RecPos+i)%recentRing]
+		r := t.Recent[(int(t.RecPos)+i)%recentRing]
 		if r.End == 0 || r.End <= windowStart {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // TestWindowMatchesModel checks the bucket ring against a brute-force model
@@ -137,5 +138,15 @@ func TestErrText(t *testing.T) {
 		if got != tt.want || len(got) > maxErrText || !utf8.ValidString(got) {
 			t.Errorf("errText(%.20q...) = %.20q... (%d bytes)", tt.want, got, len(got))
 		}
+	}
+}
+
+// TestAgentSizeClass keeps an agent within the 3072-byte allocation size
+// class. The runtime adds an 8-byte header to objects over 512 bytes that
+// hold pointers, and the next class is 3456 bytes: a field that crosses
+// the line costs every agent 384 bytes more.
+func TestAgentSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(agent{}) + 8; n > 3072 {
+		t.Errorf("an agent takes %d bytes with its header, more than its 3072-byte size class", n)
 	}
 }

@@ -164,23 +164,27 @@ func BenchmarkParallel(b *testing.B) {
 }
 
 // BenchmarkMemoryPerAgent reports the heap each live agent takes, with few
-// and with many calls behind it, in the worst case where each of its kept
-// failures has a distinct error text of the longest kept length.
+// and with many calls behind it: typically (its failures share an error
+// value) and in the worst case (each kept failure has a distinct error text
+// of the longest kept length).
 func BenchmarkMemoryPerAgent(b *testing.B) {
-	for _, calls := range []int{100, 10_000} {
-		b.Run(fmt.Sprintf("calls=%d", calls), func(b *testing.B) {
-			var perAgent float64
-			for b.Loop() {
-				perAgent = agentMemory(b, 300, calls)
-			}
-			b.ReportMetric(perAgent, "B/agent")
-		})
+	for _, distinct := range []bool{false, true} {
+		for _, calls := range []int{100, 10_000} {
+			b.Run(fmt.Sprintf("distinct-errors=%v/calls=%d", distinct, calls), func(b *testing.B) {
+				var perAgent float64
+				for b.Loop() {
+					perAgent = agentMemory(b, 300, calls, distinct)
+				}
+				b.ReportMetric(perAgent, "B/agent")
+			})
+		}
 	}
 }
 
 // agentMemory returns the heap bytes per agent of a loop holding n agents
-// that made calls calls each.
-func agentMemory(b testing.TB, n, calls int) float64 {
+// that made calls calls each, half of them failures; distinct gives each
+// failure its own error text.
+func agentMemory(b testing.TB, n, calls int, distinct bool) float64 {
 	b.Helper()
 	l := newLoop(b, si.WithFlushInterval(0))
 	ctx := context.Background()
@@ -198,7 +202,10 @@ func agentMemory(b testing.TB, n, calls int) float64 {
 				l.ExecuteWithImprovement(ctx, id, work)
 				continue
 			}
-			err := fmt.Errorf("%d %d %s", i, c, long) // distinct text, cut to the kept length
+			err := errUpstream
+			if distinct {
+				err = fmt.Errorf("%d %d %s", i, c, long) // cut to the kept length
+			}
 			l.ExecuteWithImprovement(ctx, id, func(context.Context, si.Config) error { return err })
 		}
 	}
@@ -213,8 +220,8 @@ func agentMemory(b testing.TB, n, calls int) float64 {
 func TestMemoryPerAgentBounded(t *testing.T) {
 	// After 100 calls (50 failures) every ring is full; more calls must
 	// not add a byte.
-	few := agentMemory(t, 300, 100)
-	many := agentMemory(t, 300, 3000)
+	few := agentMemory(t, 300, 100, true)
+	many := agentMemory(t, 300, 3000, true)
 	t.Logf("bytes per agent: %.0f after 100 calls, %.0f after 3000 calls", few, many)
 	if many > 8<<10 {
 		t.Errorf("an agent takes %.0f bytes, want at most 8 KiB", many)
