@@ -91,19 +91,30 @@ func slotWidth(span time.Duration) int64 {
 	return max(int64(span)/windowSlots, minSlot)
 }
 
-// advance moves Head to idx, clearing the buckets it passes.
-func (w *window) advance(idx int64) {
-	if idx <= w.Head {
+// advanceRing moves a ring's head (the index of its newest bucket; bucket i
+// lives at slots[i%len(slots)]) forward to idx, clearing the buckets it
+// passes.
+func advanceRing[T any](slots []T, head *int64, idx int64) {
+	if idx <= *head {
 		return
 	}
-	if gap := idx - w.Head; gap >= windowSlots || gap < 0 { // gap < 0: overflow
-		w.Slots = [windowSlots]slot{}
+	n := int64(len(slots))
+	if gap := idx - *head; gap >= n || gap < 0 { // gap < 0: overflow
+		clear(slots)
 	} else {
-		for i := w.Head + 1; i <= idx; i++ {
-			w.Slots[i%windowSlots] = slot{}
+		var zero T
+		for i := *head + 1; i <= idx; i++ {
+			slots[i%n] = zero
 		}
 	}
-	w.Head = idx
+	*head = idx
+}
+
+// advance moves Head to idx, clearing the buckets it passes.
+func (w *window) advance(idx int64) {
+	if idx > w.Head {
+		advanceRing(w.Slots[:], &w.Head, idx)
+	}
 }
 
 // at returns the bucket for time t (Unix nanoseconds); a time older than the
@@ -164,17 +175,9 @@ type dayCounter struct {
 }
 
 func (d *dayCounter) advance(idx int64) {
-	if idx <= d.Head {
-		return
+	if idx > d.Head {
+		advanceRing(d.Slots[:], &d.Head, idx)
 	}
-	if gap := idx - d.Head; gap >= daySlots || gap < 0 { // gap < 0: overflow
-		d.Slots = [daySlots]uint16{}
-	} else {
-		for i := d.Head + 1; i <= idx; i++ {
-			d.Slots[i%daySlots] = 0
-		}
-	}
-	d.Head = idx
 }
 
 func (d *dayCounter) add(t int64) {
