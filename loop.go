@@ -19,12 +19,15 @@
 package selfimprove
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -113,6 +116,9 @@ type Metrics struct {
 	Notified, NotifyErrors, NotifyPanics   int64
 	NotifyDropped                          int64
 	RejectedTweaks                         int64 // tweaks the loop refused to apply
+	Traces, TracesDropped                  int64 // traces written; traces lost (also logged)
+	Agents                                 int64 // agents in memory now
+	Loads, Evictions                       int64 // agents loaded from the store; idle agents evicted
 }
 
 type metrics struct {
@@ -122,6 +128,8 @@ type metrics struct {
 	storeErrors                            atomic.Int64
 	notified, notifyErrors, notifyPanics   atomic.Int64
 	notifyDropped, rejectedTweaks          atomic.Int64
+	traces, tracesDropped                  atomic.Int64
+	agents, loads, evictions               atomic.Int64
 }
 
 // Option configures a Loop.
@@ -129,6 +137,12 @@ type Option func(*options)
 
 type options struct {
 	dir             string
+	store           Store
+	fileOpts        FileOptions
+	traceMode       TraceMode
+	traceQueue      int
+	traceWait       time.Duration
+	maxAgents       int
 	clock           Clock
 	strategy        Strategy
 	notifier        Notifier
@@ -144,6 +158,41 @@ type options struct {
 
 // WithDir sets the state directory. Without it the loop uses DefaultDir().
 func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+
+// WithStore sets where the loop keeps its state and logs, instead of a
+// FileStore on WithDir. The Loop closes the store on Close.
+func WithStore(s Store) Option { return func(o *options) { o.store = s } }
+
+// WithMemoryStore keeps everything in memory (a new MemoryStore): nothing
+// survives the process.
+func WithMemoryStore() Option { return WithStore(NewMemoryStore()) }
+
+// WithLogRotation sets when the default FileStore rotates events.jsonl and
+// traces.jsonl (at maxSize bytes; default 64 MiB) and how many gzip
+// archives of each it keeps (default 5).
+func WithLogRotation(maxSize int64, keep int) Option {
+	return func(o *options) { o.fileOpts.MaxLogSize, o.fileOpts.KeepArchives = maxSize, keep }
+}
+
+// WithTraces turns on the trace log: one record per call (agent, config
+// version, outcome, duration, attempts, error text, time). See TraceMode
+// for what each mode costs and what a crash can lose. Default TracesOff.
+func WithTraces(mode TraceMode) Option { return func(o *options) { o.traceMode = mode } }
+
+// WithTraceQueue bounds the traces waiting for the writer (default 65,536)
+// and how long a call waits for room when the writer falls behind, or, in
+// TracesSync mode, for its trace to be written (default 1s). A trace that
+// waits longer is dropped, counted in Metrics.TracesDropped, logged, and
+// reported in Report.LoopErr.
+func WithTraceQueue(size int, wait time.Duration) Option {
+	return func(o *options) { o.traceQueue, o.traceWait = size, wait }
+}
+
+// WithMaxAgents bounds the agents kept in memory (default 10,000, about
+// 3.3 KiB each). When more are live, the least recently used are saved
+// and evicted, and reloaded from the store on their next call. Agents
+// with an analysis running or events not yet logged stay.
+func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 
 // WithClock sets the clock; the default is the real clock (time.Now).
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
@@ -213,8 +262,11 @@ type Loop struct {
 	strategy        Strategy
 	policy          RollbackPolicy
 	log             *slog.Logger
-	store           store
-	disp            *dispatcher // nil when notifications are off
+	store           Store
+	traces          *traceWriter // nil when traces are off
+	disp            *dispatcher  // nil when notifications are off
+	maxAgents       int
+	sweep           chan struct{} // asks flushLoop to evict; capacity 1
 	defaultConfig   Config
 	strategyTimeout time.Duration
 
@@ -245,6 +297,8 @@ type agent struct {
 	s         agentState
 	dirty     bool     // window counts changed since the last save
 	analyzing bool     // a strategy is running for this agent
+	evicted   bool     // removed from the registry: use a fresh agent
+	lastUsed  int64    // Unix ns of the last call, for eviction
 	pending   []*Event // events of decisions not yet logged, in decision order
 }
 
@@ -270,6 +324,9 @@ func New(opts ...Option) (*Loop, error) {
 		notifyTimeout:   5 * time.Second,
 		flushInterval:   10 * time.Second,
 		queueSize:       1024,
+		traceQueue:      65536,
+		traceWait:       time.Second,
+		maxAgents:       10_000,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -284,16 +341,21 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
-	if o.dir == "" {
-		d, err := DefaultDir()
+	st := o.store
+	if st == nil {
+		if o.dir == "" {
+			d, err := DefaultDir()
+			if err != nil {
+				return nil, err
+			}
+			o.dir = d
+		}
+		o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
+		fs, err := OpenFileStore(o.dir, o.fileOpts)
 		if err != nil {
 			return nil, err
 		}
-		o.dir = d
-	}
-	st, err := openFileStore(o.dir, o.clock.Now)
-	if err != nil {
-		return nil, err
+		st = fs
 	}
 	l := &Loop{
 		clock:           o.clock,
@@ -305,8 +367,13 @@ func New(opts ...Option) (*Loop, error) {
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
 		seed:            maphash.MakeSeed(),
+		maxAgents:       max(o.maxAgents, 1),
+		sweep:           make(chan struct{}, 1),
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
+	}
+	if o.traceMode != TracesOff {
+		l.traces = newTraceWriter(st, o.logger, &l.m, o.traceMode, max(o.traceQueue, 1), o.traceWait)
 	}
 	n := o.notifier
 	if !o.notifierSet {
@@ -333,13 +400,16 @@ func (l *Loop) Close() error {
 		l.bg.Wait()
 		close(l.stopFlush)
 		<-l.flushDone
+		if l.traces != nil {
+			l.traces.close()
+		}
 		errs := []error{l.flush(true)}
 		if l.disp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), l.disp.timeout)
 			errs = append(errs, l.disp.close(ctx))
 			cancel()
 		}
-		errs = append(errs, l.store.close())
+		errs = append(errs, l.store.Close())
 		l.closeErr = errors.Join(errs...)
 	})
 	return l.closeErr
@@ -355,6 +425,8 @@ func (l *Loop) Metrics() Metrics {
 		StoreErrors: m.storeErrors.Load(),
 		Notified:    m.notified.Load(), NotifyErrors: m.notifyErrors.Load(), NotifyPanics: m.notifyPanics.Load(),
 		NotifyDropped: m.notifyDropped.Load(), RejectedTweaks: m.rejectedTweaks.Load(),
+		Traces: m.traces.Load(), TracesDropped: m.tracesDropped.Load(),
+		Agents: m.agents.Load(), Loads: m.loads.Load(), Evictions: m.evictions.Load(),
 	}
 }
 
@@ -371,25 +443,61 @@ func (l *Loop) agent(id string) (*agent, error) {
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), nil
 	}
-	st, err := l.store.load(id)
-	if err != nil && !errors.Is(err, ErrCorruptState) {
+	a := &agent{id: id}
+	err := l.store.LoadAgent(id, func(data []byte) error {
+		var st agentState
+		if err := json.Unmarshal(data, &st); err != nil {
+			return err
+		}
+		if err := st.check(id); err != nil {
+			return err
+		}
+		a.s = st
+		return nil
+	})
+	switch {
+	case err == nil:
+		l.m.loads.Add(1)
+	case errors.Is(err, fs.ErrNotExist):
+		a.s, err = newState(id, l.defaultConfig.clone()), nil
+	case errors.Is(err, ErrCorruptState):
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
+		a.s = newState(id, l.defaultConfig.clone())
+	default:
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot load agent state", "agent", id, "error", err)
 		return nil, err
 	}
-	if err != nil {
-		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
-	}
-	a := &agent{id: id}
-	if st != nil {
-		a.s = *st
-	} else {
-		a.s = newState(id, l.defaultConfig.clone())
-	}
+	a.lastUsed = l.clock.Now().UnixNano()
 	a.cfg.Store(&installed{Config: a.s.Config.clone(), gen: a.s.Gen})
 	l.agents.Store(id, a)
+	if n := l.m.agents.Add(1); n > int64(l.maxAgents) {
+		select {
+		case l.sweep <- struct{}{}:
+		default:
+		}
+	}
 	return a, err
+}
+
+// lockAgent returns id's live agent, locked. An agent evicted between the
+// lookup and the lock is looked up again.
+func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
+	for {
+		if a == nil {
+			var err error
+			if a, err = l.agent(id); a == nil {
+				return nil, err
+			}
+		}
+		a.mu.Lock()
+		if !a.evicted {
+			return a, nil
+		}
+		a.mu.Unlock()
+		a = nil
+	}
 }
 
 // ExecuteWithImprovement runs fn under agentID's current config and returns
@@ -449,13 +557,18 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	end, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && !panicked && ctx.Err() != nil
-	if a != nil && !rep.Ignored {
-		l.record(ctx, a, gen, cfg.Version, end, &rep, pv, panicked)
-	} else if a != nil {
-		a.mu.Lock()
-		a.s.Tracker.Ignored++
-		a.dirty = true
-		a.mu.Unlock()
+	var text string
+	switch {
+	case panicked:
+		text = fmt.Sprintf("panic: %v", pv)
+	case !rep.Success:
+		text = errText(rep.Err)
+	}
+	if a != nil {
+		l.record(ctx, a, gen, cfg.Version, end, &rep, text)
+		if l.traces != nil {
+			l.trace(agentID, cfg.Version, end, &rep, text)
+		}
 	}
 	if panicked {
 		panic(pv)
@@ -556,19 +669,38 @@ type pending struct {
 	th       Threshold
 }
 
-// record books one counted call and acts on it.
-func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, pv any, panicked bool) {
-	failed := !rep.Success
-	var text string
-	if panicked {
-		text = fmt.Sprintf("panic: %v", pv)
-	} else if failed {
-		text = errText(rep.Err)
+// trace hands the call's trace to the writer.
+func (l *Loop) trace(agentID string, version int, end time.Time, rep *Report, text string) {
+	t := Trace{Time: end, AgentID: agentID, Version: version, Outcome: OutcomeSuccess, Duration: rep.Duration, Attempts: rep.Attempts, Err: text}
+	switch {
+	case rep.Ignored:
+		t.Outcome = OutcomeIgnored
+	case !rep.Success:
+		t.Outcome = OutcomeFailure
 	}
+	if err := l.traces.add(&t); err != nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+	}
+}
+
+// record books one call (an ignored one only as such) and acts on it.
+func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, text string) {
+	failed := !rep.Success
 	endN := end.UnixNano()
 
 	var p pending
-	a.mu.Lock()
+	a, err := l.lockAgent(a, a.id)
+	if a == nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+		return
+	}
+	a.lastUsed = endN
+	if rep.Ignored {
+		a.s.Tracker.Ignored++
+		a.dirty = true
+		a.mu.Unlock()
+		return
+	}
 	s := &a.s
 	s.Tracker.record(gen, endN, rep.Duration, failed, version, text)
 	a.dirty = true
@@ -872,6 +1004,43 @@ func (l *Loop) persist(a *agent) error {
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
+	if a.evicted {
+		// Saved when it was evicted; its successor owns the state now.
+		a.mu.Unlock()
+		return nil
+	}
+	snap := a.snapshotLocked()
+	evs := a.pending
+	a.pending = nil
+	a.dirty = false
+	a.mu.Unlock()
+
+	err := l.saveState(&snap)
+	if err == nil && len(evs) > 0 {
+		events := make([]Event, len(evs))
+		for i, e := range evs {
+			events[i] = *e
+		}
+		if err = l.store.AppendEvents(events); err != nil {
+			l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
+		}
+	}
+	if err != nil {
+		l.m.storeErrors.Add(1)
+		a.mu.Lock()
+		a.dirty = true
+		a.pending = append(evs[:len(evs):len(evs)], a.pending...)
+		a.mu.Unlock()
+		return err
+	}
+	for _, ev := range evs {
+		l.notify(ev)
+	}
+	return nil
+}
+
+// snapshotLocked copies a's state for saving; a.mu is held.
+func (a *agent) snapshotLocked() agentState {
 	snap := a.s
 	snap.History = slices.Clone(snap.History)
 	snap.Changes = slices.Clone(snap.Changes)
@@ -880,42 +1049,91 @@ func (l *Loop) persist(a *agent) error {
 		v := *snap.Verifying
 		snap.Verifying = &v
 	}
-	evs := a.pending
-	a.pending = nil
-	a.dirty = false
-	a.mu.Unlock()
+	return snap
+}
 
-	err := l.store.save(&snap)
-	if err != nil {
-		l.log.Error("selfimprove: cannot save agent state", "agent", a.id, "error", err)
-	}
-	logged := 0
-	for err == nil && logged < len(evs) {
-		if err = l.store.appendEvent(evs[logged]); err != nil {
-			l.log.Error("selfimprove: cannot record event", "agent", a.id, "event", string(evs[logged].Type), "error", err)
-		} else {
-			logged++
-		}
+// saveState encodes and saves one agent's state.
+func (l *Loop) saveState(st *agentState) error {
+	data, err := json.Marshal(st)
+	if err == nil {
+		err = l.store.SaveAgent(st.idBytes(), data)
 	}
 	if err != nil {
-		l.m.storeErrors.Add(1)
-		a.mu.Lock()
-		a.dirty = true
-		a.pending = append(evs[logged:len(evs):len(evs)], a.pending...)
-		a.mu.Unlock()
-	}
-	for _, ev := range evs[:logged] {
-		l.notify(ev)
+		l.log.Error("selfimprove: cannot save agent state", "agent", st.AgentID, "error", err)
 	}
 	return err
+}
+
+// evictIdle saves and evicts the least recently used agents until at most
+// 90% of maxAgents remain (or none can go).
+func (l *Loop) evictIdle() {
+	type use struct {
+		a    *agent
+		last int64
+	}
+	var all []use
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		all = append(all, use{a, a.lastUsed})
+		a.mu.Unlock()
+		return true
+	})
+	excess := len(all) - l.maxAgents*9/10
+	if excess <= 0 {
+		return
+	}
+	slices.SortFunc(all, func(x, y use) int { return cmp.Compare(x.last, y.last) })
+	for _, u := range all {
+		if excess == 0 {
+			break
+		}
+		if l.evict(u.a) {
+			excess--
+		}
+	}
+}
+
+// evict saves a and removes it from memory, unless it is busy (analysing,
+// or with events not yet logged) or cannot be saved. A call that still
+// holds a finds it evicted and moves to a fresh agent loaded from the
+// store.
+func (l *Loop) evict(a *agent) bool {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	if a.evicted || a.analyzing || len(a.pending) > 0 {
+		a.mu.Unlock()
+		return false
+	}
+	snap := a.snapshotLocked()
+	a.evicted = true
+	a.mu.Unlock()
+	if err := l.saveState(&snap); err != nil {
+		l.m.storeErrors.Add(1)
+		a.mu.Lock()
+		a.evicted = false
+		a.mu.Unlock()
+		return false
+	}
+	l.agents.CompareAndDelete(a.id, a)
+	l.m.agents.Add(-1)
+	l.m.evictions.Add(1)
+	return true
 }
 
 // flushLoop saves the agents that ran, every interval, until Close.
 func (l *Loop) flushLoop(interval time.Duration) {
 	defer close(l.flushDone)
 	if interval <= 0 {
-		<-l.stopFlush
-		return
+		for {
+			select {
+			case <-l.sweep:
+				l.evictIdle()
+			case <-l.stopFlush:
+				return
+			}
+		}
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -923,6 +1141,11 @@ func (l *Loop) flushLoop(interval time.Duration) {
 		select {
 		case <-t.C:
 			l.flush(false)
+			if l.m.agents.Load() > int64(l.maxAgents) {
+				l.evictIdle()
+			}
+		case <-l.sweep:
+			l.evictIdle()
 		case <-l.stopFlush:
 			return
 		}
@@ -1015,12 +1238,11 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	a, err := l.agent(agentID)
+	now := l.clock.Now()
+	a, err := l.lockAgent(nil, agentID)
 	if a == nil {
 		return err
 	}
-	now := l.clock.Now()
-	a.mu.Lock()
 	s := &a.s
 	if s.Verifying != nil {
 		l.decideLocked(a, now, ChangeSuperseded, "superseded by SetConfig")
@@ -1041,12 +1263,11 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 
 // Stats returns agentID's stats over its analysis window.
 func (l *Loop) Stats(agentID string) Stats {
-	a, _ := l.agent(agentID)
+	now := l.clock.Now().UnixNano()
+	a, _ := l.lockAgent(nil, agentID)
 	if a == nil {
 		return Stats{SuccessRate: 1}
 	}
-	now := l.clock.Now().UnixNano()
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	return l.statsLocked(a, now)
 }
@@ -1054,12 +1275,11 @@ func (l *Loop) Stats(agentID string) Stats {
 // Threshold returns the threshold in force for agentID and the profile it
 // comes from.
 func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
-	a, _ := l.agent(agentID)
+	now := l.clock.Now().UnixNano()
+	a, _ := l.lockAgent(nil, agentID)
 	if a == nil {
 		return thresholdFor(nil, false, 0)
 	}
-	now := l.clock.Now().UnixNano()
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	return l.thresholdLocked(a, now)
 }
@@ -1097,11 +1317,10 @@ func (l *Loop) ClearRejected(agentID string) error {
 // Changes returns agentID's recent changes, oldest first: up to 16 decided
 // ones, then the one under verification, if any.
 func (l *Loop) Changes(agentID string) []Change {
-	a, _ := l.agent(agentID)
+	a, _ := l.lockAgent(nil, agentID)
 	if a == nil {
 		return nil
 	}
-	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := slices.Clone(a.s.Changes)
 	if v := a.s.Verifying; v != nil {
@@ -1114,11 +1333,10 @@ func (l *Loop) Changes(agentID string) []Change {
 
 // update applies an operator setting to agentID's state and saves it.
 func (l *Loop) update(agentID string, f func(*agentState)) error {
-	a, err := l.agent(agentID)
+	a, err := l.lockAgent(nil, agentID)
 	if a == nil {
 		return err
 	}
-	a.mu.Lock()
 	f(&a.s)
 	a.mu.Unlock()
 	return l.persist(a)

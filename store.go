@@ -1,20 +1,25 @@
 package selfimprove
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/self-improving-loop/selfimprove/internal/atomicfile"
+	"github.com/self-improving-loop/selfimprove/internal/dirlock"
+	"github.com/self-improving-loop/selfimprove/internal/fsx"
+	"github.com/self-improving-loop/selfimprove/internal/jsonl"
 )
 
 // ErrCorruptState is reported (wrapped, in Report.LoopErr and the log) when
@@ -91,15 +96,33 @@ func newState(id string, cfg Config) agentState {
 	}
 }
 
-// store is the storage seam: load and save agent state, append events.
-// Nothing above it knows file names.
-type store interface {
-	// load returns the stored state of id, or nil when there is none.
-	load(id string) (*agentState, error)
-	save(st *agentState) error
-	appendEvent(e *Event) error
-	close() error
+// Store keeps what the loop learns: each agent's state, and the logs of
+// events and traces. The loop serialises the calls that concern one agent;
+// calls about different agents, and appends, may come concurrently. The
+// state format belongs to the loop; a Store keeps bytes.
+//
+// FileStore is the default; MemoryStore keeps everything in memory. A
+// Store shared by several machines (Redis, a database) implements the same
+// five methods.
+type Store interface {
+	// LoadAgent reads agentID's state and passes it to decode. It returns
+	// an error wrapping fs.ErrNotExist when there is none. When decode
+	// fails, the store sets the state aside (it never deletes it) and
+	// returns an error wrapping ErrCorruptState.
+	LoadAgent(agentID string, decode func(state []byte) error) error
+	// SaveAgent replaces agentID's state, atomically and durably.
+	SaveAgent(agentID string, state []byte) error
+	// AppendEvents adds events to the event log, durably, in order.
+	AppendEvents(events []Event) error
+	// AppendTraces adds traces to the trace log, durably, in order.
+	AppendTraces(traces []Trace) error
+	// Close releases the store.
+	Close() error
 }
+
+// ErrLocked is returned (wrapped) by New when another Loop, in this process
+// or another, has the state directory open.
+var ErrLocked = errors.New("selfimprove: state directory is in use by another Loop")
 
 // fileName maps an agent ID to a file name inside the agents directory:
 // a readable prefix of at most 40 bytes from [a-z0-9_-], then "_" and 32 hex
@@ -122,52 +145,311 @@ func fileName(id string) string {
 	return string(append(b, ".json"...))
 }
 
-// fileStore keeps state under dir: agents/<fileName>.json and events.jsonl.
-type fileStore struct {
+// FileOptions configures a FileStore. The zero value takes the defaults.
+type FileOptions struct {
+	// MaxLogSize is the size at which events.jsonl and traces.jsonl are
+	// rotated into gzip archives. Default 64 MiB; negative: never.
+	MaxLogSize int64
+	// KeepArchives is how many archives of each log are kept; older ones
+	// are deleted. Default 5.
+	KeepArchives int
+	// Clock dates corrupt files and archives. Default: the real clock.
+	Clock Clock
+	// Logger receives failures of background work (compressing and
+	// pruning archives). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// FileStore keeps the loop's state in a directory, which it locks while
+// open (an advisory lock that the kernel releases when the process dies):
+//
+//	<dir>/agents/<safe-name>.json   one agent's state, replaced atomically
+//	<dir>/events.jsonl              the event log, fsynced on every append
+//	<dir>/traces.jsonl              the trace log, written only when traces are on
+//	<dir>/<log>-<UTC time>.jsonl.gz rotated archives
+//	<dir>/.lock                     the lock file
+//
+// Every state file is written to a temporary file, fsynced, renamed into
+// place, and the directory fsynced. A log append that fails is cut back,
+// so no partial line is left behind.
+type FileStore struct {
+	fs     fsx.FS
 	dir    string
 	agents string
 	now    func() time.Time
+	log    *slog.Logger
+	lock   *dirlock.Lock
 
-	mu     sync.Mutex // guards events and closed
-	events *os.File
+	events *jsonl.Log
+	traces *jsonl.Log
+	opts   FileOptions
+
+	mu     sync.Mutex // guards traces (opened on first use) and closed
 	closed bool
 }
 
-func openFileStore(dir string, now func() time.Time) (*fileStore, error) {
-	agents := filepath.Join(dir, "agents")
-	if err := os.MkdirAll(agents, 0o700); err != nil {
-		return nil, fmt.Errorf("selfimprove: state directory: %w", err)
-	}
-	ev, err := os.OpenFile(filepath.Join(dir, "events.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("selfimprove: event log: %w", err)
-	}
-	return &fileStore{dir: dir, agents: agents, now: now, events: ev}, nil
+// OpenFileStore opens (creating it if needed) and locks dir. It fails with
+// an error wrapping ErrLocked when another FileStore has it open.
+func OpenFileStore(dir string, o FileOptions) (*FileStore, error) {
+	return openFileStore(fsx.OS{}, dir, o)
 }
 
-func (s *fileStore) load(id string) (*agentState, error) {
-	name := fileName(id)
-	path := filepath.Join(s.agents, name)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
+	if o.MaxLogSize == 0 {
+		o.MaxLogSize = 64 << 20
+	}
+	if o.KeepArchives <= 0 {
+		o.KeepArchives = 5
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	agents := filepath.Join(dir, "agents")
+	if err := fs.MkdirAll(agents, 0o700); err != nil {
+		return nil, fmt.Errorf("selfimprove: state directory: %w", err)
+	}
+	lock, err := dirlock.Acquire(dir, ".lock")
+	if errors.Is(err, dirlock.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
+		return nil, fmt.Errorf("selfimprove: lock state directory: %w", err)
 	}
-	var st agentState
-	err = json.Unmarshal(data, &st)
-	if err == nil {
-		err = st.check(id)
+	s := &FileStore{fs: fs, dir: dir, agents: agents, now: o.Clock.Now, log: o.Logger, lock: lock, opts: o}
+	s.events, err = s.openLog("events")
+	if err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("selfimprove: event log: %w", err)
 	}
-	if err == nil {
-		return &st, nil
+	return s, nil
+}
+
+func (s *FileStore) openLog(name string) (*jsonl.Log, error) {
+	return jsonl.Open(s.fs, s.dir, name, s.opts.MaxLogSize, s.opts.KeepArchives, s.now, func(err error) {
+		s.log.Error("selfimprove: log maintenance failed", "error", err)
+	})
+}
+
+// LoadAgent implements Store.
+func (s *FileStore) LoadAgent(id string, decode func([]byte) error) error {
+	name := fileName(id)
+	path := filepath.Join(s.agents, name)
+	data, err := s.fs.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
+	}
+	derr := decode(data)
+	if derr == nil {
+		return nil
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", name, s.now().UTC().Format("20060102T150405.000000000Z"))
-	if rerr := os.Rename(path, filepath.Join(s.agents, aside)); rerr != nil {
-		return nil, fmt.Errorf("%w: agent %q: %v; moving it aside failed: %v", ErrCorruptState, id, err, rerr)
+	if err := s.fs.Rename(path, filepath.Join(s.agents, aside)); err != nil {
+		return fmt.Errorf("%w: agent %q: %v; moving it aside failed: %v", ErrCorruptState, id, derr, err)
 	}
-	return nil, fmt.Errorf("%w: agent %q: %v (moved to %s)", ErrCorruptState, id, err, aside)
+	return fmt.Errorf("%w: agent %q: %v (moved to %s)", ErrCorruptState, id, derr, aside)
+}
+
+// SaveAgent implements Store.
+func (s *FileStore) SaveAgent(id string, state []byte) error {
+	if err := fsx.WriteAtomic(s.fs, s.agents, fileName(id), state); err != nil {
+		return fmt.Errorf("selfimprove: save state of agent %q: %w", id, err)
+	}
+	return nil
+}
+
+// AppendEvents implements Store.
+func (s *FileStore) AppendEvents(events []Event) error {
+	data, err := marshalLines(events)
+	if err != nil {
+		return err
+	}
+	if err := s.events.Append(data); err != nil {
+		return fmt.Errorf("selfimprove: append to the event log: %w", err)
+	}
+	return nil
+}
+
+// AppendTraces implements Store.
+func (s *FileStore) AppendTraces(traces []Trace) error {
+	s.mu.Lock()
+	if s.traces == nil && !s.closed {
+		l, err := s.openLog("traces")
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("selfimprove: trace log: %w", err)
+		}
+		s.traces = l
+	}
+	l := s.traces
+	s.mu.Unlock()
+	if l == nil {
+		return ErrClosed
+	}
+	data, err := marshalLines(traces)
+	if err != nil {
+		return err
+	}
+	if err := l.Append(data); err != nil {
+		return fmt.Errorf("selfimprove: append to the trace log: %w", err)
+	}
+	return nil
+}
+
+// marshalLines encodes values as JSON lines.
+func marshalLines[T any](vs []T) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	for i := range vs {
+		if err := enc.Encode(&vs[i]); err != nil {
+			return nil, fmt.Errorf("selfimprove: encode log line: %w", err)
+		}
+	}
+	return b.Bytes(), nil
+}
+
+// Close closes the logs (waiting for archives being compressed) and
+// releases the directory lock.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	traces := s.traces
+	s.mu.Unlock()
+	errs := []error{s.events.Close()}
+	if traces != nil {
+		errs = append(errs, traces.Close())
+	}
+	errs = append(errs, s.lock.Release())
+	return errors.Join(errs...)
+}
+
+// MemoryStore keeps the loop's state in memory: for tests, and for users
+// who want no disk. It keeps the last MaxLog events and the last MaxLog
+// traces (default 10,000 each). The zero value is ready to use.
+type MemoryStore struct {
+	// MaxLog bounds the events and the traces kept. Default 10,000.
+	MaxLog int
+
+	mu     sync.Mutex
+	states map[string][]byte
+	events []Event
+	traces []Trace
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
+
+// LoadAgent implements Store.
+func (m *MemoryStore) LoadAgent(id string, decode func([]byte) error) error {
+	m.mu.Lock()
+	data, ok := m.states[id]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("selfimprove: agent %q: %w", id, fs.ErrNotExist)
+	}
+	if err := decode(data); err != nil {
+		m.mu.Lock()
+		delete(m.states, id)
+		m.mu.Unlock()
+		return fmt.Errorf("%w: agent %q: %v", ErrCorruptState, id, err)
+	}
+	return nil
+}
+
+// SaveAgent implements Store.
+func (m *MemoryStore) SaveAgent(id string, state []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.states == nil {
+		m.states = map[string][]byte{}
+	}
+	m.states[id] = bytes.Clone(state)
+	return nil
+}
+
+// AppendEvents implements Store.
+func (m *MemoryStore) AppendEvents(events []Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events = appendLog(m.events, events, m.max())
+	return nil
+}
+
+// AppendTraces implements Store.
+func (m *MemoryStore) AppendTraces(traces []Trace) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.traces = appendLog(m.traces, traces, m.max())
+	return nil
+}
+
+func (m *MemoryStore) max() int {
+	if m.MaxLog > 0 {
+		return m.MaxLog
+	}
+	return 10_000
+}
+
+func appendLog[T any](log, add []T, n int) []T {
+	log = append(log, add...)
+	if len(log) > n {
+		log = append(log[:0:0], log[len(log)-n:]...)
+	}
+	return log
+}
+
+// Events returns the events kept, oldest first.
+func (m *MemoryStore) Events() []Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.events)
+}
+
+// Traces returns the traces kept, oldest first.
+func (m *MemoryStore) Traces() []Trace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.traces)
+}
+
+// Close implements Store; a MemoryStore keeps its content.
+func (m *MemoryStore) Close() error { return nil }
+
+// maxLogLine bounds a line the log readers accept: longer lines are
+// skipped and counted.
+const maxLogLine = 1 << 20
+
+// ReadEvents calls fn with each event in r, an event log (events.jsonl, or
+// a decompressed archive). It returns how many lines it skipped: a torn
+// last line (a crash during an append), lines that are not an event, and
+// lines over 1 MiB.
+func ReadEvents(r io.Reader, fn func(Event) error) (skipped int, err error) {
+	return readLog(r, fn)
+}
+
+// ReadTraces is ReadEvents for a trace log (traces.jsonl).
+func ReadTraces(r io.Reader, fn func(Trace) error) (skipped int, err error) {
+	return readLog(r, fn)
+}
+
+func readLog[T any](r io.Reader, fn func(T) error) (int, error) {
+	bad := 0
+	skipped, err := jsonl.Read(r, maxLogLine, func(line []byte) error {
+		var v T
+		if json.Unmarshal(line, &v) != nil {
+			bad++
+			return nil
+		}
+		return fn(v)
+	})
+	return skipped + bad, err
 }
 
 // check validates a decoded state for agent id.
@@ -205,17 +487,6 @@ func (t *thresholdJSON) threshold() Threshold {
 	return Threshold{Failures: t.Failures, Window: time.Duration(t.Window), Cooldown: time.Duration(t.Cooldown)}
 }
 
-func (s *fileStore) save(st *agentState) error {
-	data, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("selfimprove: encode state: %w", err)
-	}
-	if err := atomicfile.Write(s.agents, fileName(st.idBytes()), data, 0o600); err != nil {
-		return fmt.Errorf("selfimprove: save state of agent %q: %w", st.AgentID, err)
-	}
-	return nil
-}
-
 // idBytes returns the exact agent ID.
 func (st *agentState) idBytes() string {
 	raw, err := base64.StdEncoding.DecodeString(st.AgentIDB64)
@@ -223,35 +494,4 @@ func (st *agentState) idBytes() string {
 		return st.AgentID
 	}
 	return string(raw)
-}
-
-// appendEvent writes e as one line of events.jsonl and fsyncs it.
-func (s *fileStore) appendEvent(e *Event) error {
-	data, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("selfimprove: encode event: %w", err)
-	}
-	data = append(data, '\n')
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	if _, err := s.events.Write(data); err != nil {
-		return fmt.Errorf("selfimprove: append event: %w", err)
-	}
-	if err := s.events.Sync(); err != nil {
-		return fmt.Errorf("selfimprove: sync event log: %w", err)
-	}
-	return nil
-}
-
-func (s *fileStore) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	s.closed = true
-	return s.events.Close()
 }
