@@ -274,7 +274,7 @@ type Loop struct {
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 
-	m metrics
+	m *metrics
 
 	bgMu      sync.Mutex // guards closed and bg.Add
 	closed    bool
@@ -341,6 +341,7 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
+	m := new(metrics)
 	st := o.store
 	if st == nil {
 		if o.dir == "" {
@@ -351,6 +352,7 @@ func New(opts ...Option) (*Loop, error) {
 			o.dir = d
 		}
 		o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
+		o.fileOpts.OnError = func(error) { m.storeErrors.Add(1) }
 		fs, err := OpenFileStore(o.dir, o.fileOpts)
 		if err != nil {
 			return nil, err
@@ -367,20 +369,21 @@ func New(opts ...Option) (*Loop, error) {
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
 		seed:            maphash.MakeSeed(),
+		m:               m,
 		maxAgents:       max(o.maxAgents, 1),
 		sweep:           make(chan struct{}, 1),
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
 	}
 	if o.traceMode != TracesOff {
-		l.traces = newTraceWriter(st, o.logger, &l.m, o.traceMode, max(o.traceQueue, 1), o.traceWait)
+		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, max(o.traceQueue, 1), o.traceWait)
 	}
 	n := o.notifier
 	if !o.notifierSet {
 		n = LogNotifier{Logger: o.logger}
 	}
 	if n != nil {
-		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.queueSize, &l.m)
+		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.queueSize, l.m)
 	}
 	go l.flushLoop(o.flushInterval)
 	return l, nil
@@ -417,7 +420,7 @@ func (l *Loop) Close() error {
 
 // Metrics returns the loop's counters.
 func (l *Loop) Metrics() Metrics {
-	m := &l.m
+	m := l.m
 	return Metrics{
 		Improvements: m.improvements.Load(), Confirmations: m.confirmations.Load(), Rollbacks: m.rollbacks.Load(),
 		StrategyRuns: m.strategyRuns.Load(), StrategyErrors: m.strategyErrors.Load(),

@@ -155,9 +155,12 @@ type FileOptions struct {
 	KeepArchives int
 	// Clock dates corrupt files and archives. Default: the real clock.
 	Clock Clock
-	// Logger receives failures of background work (compressing and
-	// pruning archives). Default slog.Default().
+	// Logger receives failures of background work (rotating, compressing
+	// and pruning archives). Default slog.Default().
 	Logger *slog.Logger
+	// OnError, if set, is also called with each such failure (the Loop
+	// counts them in Metrics.StoreErrors).
+	OnError func(error)
 }
 
 // FileStore keeps the loop's state in a directory, which it locks while
@@ -230,6 +233,9 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 func (s *FileStore) openLog(name string) (*jsonl.Log, error) {
 	return jsonl.Open(s.fs, s.dir, name, s.opts.MaxLogSize, s.opts.KeepArchives, s.now, func(err error) {
 		s.log.Error("selfimprove: log maintenance failed", "error", err)
+		if s.opts.OnError != nil {
+			s.opts.OnError(err)
+		}
 	})
 }
 
@@ -237,13 +243,17 @@ func (s *FileStore) openLog(name string) (*jsonl.Log, error) {
 func (s *FileStore) LoadAgent(id string, decode func([]byte) error) error {
 	name := fileName(id)
 	path := filepath.Join(s.agents, name)
-	data, err := s.fs.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
-	}
-	derr := decode(data)
-	if derr == nil {
-		return nil
+	var derr error
+	if fi, err := s.fs.Stat(path); err == nil && fi.Size() > maxStateFile {
+		derr = fmt.Errorf("%d bytes, more than a state file can be (%d)", fi.Size(), maxStateFile)
+	} else {
+		data, err := s.fs.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
+		}
+		if derr = decode(data); derr == nil {
+			return nil
+		}
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", name, s.now().UTC().Format("20060102T150405.000000000Z"))
 	if err := s.fs.Rename(path, filepath.Join(s.agents, aside)); err != nil {
@@ -421,6 +431,10 @@ func (m *MemoryStore) Traces() []Trace {
 
 // Close implements Store; a MemoryStore keeps its content.
 func (m *MemoryStore) Close() error { return nil }
+
+// maxStateFile bounds a state file: a larger one is set aside as corrupt.
+// A real one is a few kilobytes.
+const maxStateFile = 4 << 20
 
 // maxLogLine bounds a line the log readers accept: longer lines are
 // skipped and counted.

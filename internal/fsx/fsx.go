@@ -14,6 +14,7 @@ import (
 // File is an open file.
 type File interface {
 	Write(p []byte) (int, error)
+	Truncate(size int64) error
 	Sync() error
 	Close() error
 	Name() string
