@@ -70,7 +70,7 @@ func Read(r io.Reader, maxLine int, fn func(line []byte) error) (skipped int, er
 
 // Log is an append-only JSON-lines file, dir/name+".jsonl". Each Append is
 // written and fsynced before it returns. When the file reaches MaxSize it
-// is renamed to an archive, name+"-<UTC time>.jsonl", which a background
+// is renamed to an archive, name+"-<UTC time>-<seq>.jsonl", which a background
 // goroutine gzips; only the newest Keep archives are kept.
 type Log struct {
 	fs      fsx.FS
@@ -174,7 +174,16 @@ func (l *Log) write(p []byte) error {
 // rotate moves the current file to an archive and starts a new one. It
 // costs a rename; compression and pruning run in the background.
 func (l *Log) rotate() error {
-	archive := filepath.Join(l.dir, fmt.Sprintf("%s-%s.jsonl", l.name, l.now().UTC().Format("20060102T150405.000000000Z")))
+	// The time alone may repeat (a coarse or fake clock): a sequence
+	// number makes the name free, and keeps names sorting by age.
+	stamp := l.now().UTC().Format("20060102T150405.000000000Z")
+	var archive string
+	for seq := 0; ; seq++ {
+		archive = filepath.Join(l.dir, fmt.Sprintf("%s-%s-%06d.jsonl", l.name, stamp, seq))
+		if !l.exists(archive) && !l.exists(archive+".gz") {
+			break
+		}
+	}
 	if err := l.f.Close(); err != nil {
 		l.f = nil
 		return err
@@ -201,6 +210,11 @@ func (l *Log) rotate() error {
 		}
 	}()
 	return nil
+}
+
+func (l *Log) exists(path string) bool {
+	_, err := l.fs.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // compress replaces archive with archive+".gz" (temp file, fsync, rename).
