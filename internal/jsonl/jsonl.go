@@ -87,7 +87,8 @@ type Log struct {
 	torn   bool // a failed write may have left a partial line
 	closed bool
 
-	bg sync.WaitGroup
+	bg   sync.WaitGroup
+	bgMu sync.Mutex // one archive compressed or pruned at a time
 }
 
 // Open opens (creating) dir/name.jsonl for appending. maxSize <= 0 turns
@@ -97,6 +98,7 @@ func Open(fs fsx.FS, dir, name string, maxSize int64, keep int, now func() time.
 	if err := l.open(); err != nil {
 		return nil, err
 	}
+	l.maintainInBackground()
 	return l, nil
 }
 
@@ -199,17 +201,52 @@ func (l *Log) rotate() error {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return err
 	}
+	l.maintainInBackground()
+	return nil
+}
+
+// maintainInBackground runs maintain on its own goroutine.
+func (l *Log) maintainInBackground() {
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
-		if err := l.compress(archive); err != nil {
-			l.onErr(fmt.Errorf("jsonl: compress %s: %w", filepath.Base(archive), err))
-		}
-		if err := l.prune(); err != nil {
-			l.onErr(fmt.Errorf("jsonl: prune %s archives: %w", l.name, err))
-		}
+		l.maintain()
 	}()
-	return nil
+}
+
+// maintain prunes the archives beyond keep, then compresses the archives
+// left uncompressed, oldest first. It is idempotent, runs one at a time,
+// and finishes the work of a run that a crash interrupted.
+func (l *Log) maintain() {
+	l.bgMu.Lock()
+	defer l.bgMu.Unlock()
+	if err := l.prune(); err != nil {
+		l.onErr(fmt.Errorf("jsonl: prune %s archives: %w", l.name, err))
+	}
+	arch, err := Archives(l.fs, l.dir, l.name)
+	if err != nil {
+		l.onErr(fmt.Errorf("jsonl: list %s archives: %w", l.name, err))
+		return
+	}
+	have := map[string]bool{}
+	for _, a := range arch {
+		have[a] = true
+	}
+	for _, a := range arch {
+		if !strings.HasSuffix(a, ".jsonl") {
+			continue
+		}
+		path := filepath.Join(l.dir, a)
+		if have[a+".gz"] {
+			// Compressed before a crash, not yet removed.
+			err = l.fs.Remove(path)
+		} else {
+			err = l.compress(path)
+		}
+		if err != nil {
+			l.onErr(fmt.Errorf("jsonl: compress %s: %w", a, err))
+		}
+	}
 }
 
 func (l *Log) exists(path string) bool {
