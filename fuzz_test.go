@@ -95,3 +95,23 @@ func FuzzStateFile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTraceJSON checks the hand-written trace encoder against encoding/json.
+func FuzzTraceJSON(f *testing.F) {
+	f.Add("agent-1", "boom", int64(1_700_000_000_123456789), int64(1500), 2, 3)
+	f.Add("a\"b\\c\n\t\x00\x1f", "\xff\xfe<>&\u2028\u2029é", int64(0), int64(-1), 0, -5)
+	f.Add("", "", int64(-62135596800), int64(1<<62), 1<<40, 1)
+	f.Fuzz(func(t *testing.T, agent, errText string, unixNano, dur int64, attempts, version int) {
+		tr := Trace{Time: time.Unix(0, unixNano).In(time.FixedZone("X", 3600)), AgentID: agent, Version: version,
+			Outcome: OutcomeFailure, Duration: time.Duration(dur), Attempts: attempts, Err: errText}
+		got := tr.appendJSON(nil)
+		want, err := marshalLines([]Trace{{Time: tr.Time.UTC(), AgentID: agent, Version: version,
+			Outcome: OutcomeFailure, Duration: tr.Duration, Attempts: attempts, Err: errText}})
+		if err != nil {
+			return // a time encoding/json refuses (year outside 0..9999)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+	})
+}

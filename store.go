@@ -189,6 +189,9 @@ type FileStore struct {
 
 	mu     sync.Mutex // guards traces (opened on first use) and closed
 	closed bool
+
+	traceMu  sync.Mutex // guards traceBuf, reused by every trace append
+	traceBuf []byte
 }
 
 // OpenFileStore opens (creating it if needed) and locks dir. It fails with
@@ -298,11 +301,14 @@ func (s *FileStore) AppendTraces(traces []Trace) error {
 	if l == nil {
 		return ErrClosed
 	}
-	data, err := marshalLines(traces)
-	if err != nil {
-		return err
+	s.traceMu.Lock()
+	defer s.traceMu.Unlock()
+	buf := s.traceBuf[:0]
+	for i := range traces {
+		buf = traces[i].appendJSON(buf)
 	}
-	if err := l.Append(data); err != nil {
+	s.traceBuf = buf
+	if err := l.Append(buf); err != nil {
 		return fmt.Errorf("selfimprove: append to the trace log: %w", err)
 	}
 	return nil

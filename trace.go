@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // Outcome is how a call ended, for the loop's accounting.
@@ -246,4 +248,82 @@ func (w *traceWriter) close() {
 	w.mu.Unlock()
 	close(w.stop)
 	<-w.done
+}
+
+// appendJSON appends t as one JSON line, as encoding/json would encode it
+// (with HTML escaping off), without reflection or allocation.
+func (t *Trace) appendJSON(b []byte) []byte {
+	b = append(b, `{"time":"`...)
+	b = t.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","agent_id":`...)
+	b = appendJSONString(b, t.AgentID)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, int64(t.Version), 10)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, string(t.Outcome))
+	b = append(b, `,"duration_ns":`...)
+	b = strconv.AppendInt(b, int64(t.Duration), 10)
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(t.Attempts), 10)
+	if t.Err != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, t.Err)
+	}
+	return append(b, "}\n"...)
+}
+
+// appendJSONString appends s as a JSON string the way encoding/json does
+// with HTML escaping off: invalid UTF-8 becomes U+FFFD, and control
+// characters, U+2028 and U+2029 are escaped.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
