@@ -101,10 +101,17 @@ func FuzzTraceJSON(f *testing.F) {
 	f.Add("agent-1", "boom", int64(1_700_000_000_123456789), int64(1500), 2, 3)
 	f.Add("a\"b\\c\n\t\x00\x1f", "\xff\xfe<>&\u2028\u2029é", int64(0), int64(-1), 0, -5)
 	f.Add("", "", int64(-62135596800), int64(1<<62), 1<<40, 1)
+	f.Add("x", "y", int64(1_700_000_000_000000000), int64(0), 1, 1)
+	f.Add("x", "y", int64(1_700_000_000_120000000), int64(0), 1, 1)
 	f.Fuzz(func(t *testing.T, agent, errText string, unixNano, dur int64, attempts, version int) {
 		tr := Trace{Time: time.Unix(0, unixNano).In(time.FixedZone("X", 3600)), AgentID: agent, Version: version,
 			Outcome: OutcomeFailure, Duration: time.Duration(dur), Attempts: attempts, Err: errText}
-		got := tr.appendJSON(nil)
+		var enc traceEncoder
+		got := enc.appendJSON(nil, &tr)
+		// Again, with the second cached from a first trace.
+		if again := enc.appendJSON(nil, &tr); string(again) != string(got) {
+			t.Fatalf("second encoding differs:\n%s\n%s", got, again)
+		}
 		want, err := marshalLines([]Trace{{Time: tr.Time.UTC(), AgentID: agent, Version: version,
 			Outcome: OutcomeFailure, Duration: tr.Duration, Attempts: attempts, Err: errText}})
 		if err != nil {

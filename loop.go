@@ -406,7 +406,7 @@ func (l *Loop) Close() error {
 		if l.traces != nil {
 			l.traces.close()
 		}
-		errs := []error{l.flush(true)}
+		errs := []error{l.flush()}
 		if l.disp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), l.disp.timeout)
 			errs = append(errs, l.disp.close(ctx))
@@ -1143,7 +1143,7 @@ func (l *Loop) flushLoop(interval time.Duration) {
 	for {
 		select {
 		case <-t.C:
-			l.flush(false)
+			l.flush()
 			if l.m.agents.Load() > int64(l.maxAgents) {
 				l.evictIdle()
 			}
@@ -1155,15 +1155,15 @@ func (l *Loop) flushLoop(interval time.Duration) {
 	}
 }
 
-// flush saves the agents whose state changed (all agents when all is set).
-func (l *Loop) flush(all bool) error {
+// flush saves the agents whose state changed since their last save.
+func (l *Loop) flush() error {
 	var errs []error
 	l.agents.Range(func(_, v any) bool {
 		a := v.(*agent)
 		a.mu.Lock()
 		dirty := a.dirty
 		a.mu.Unlock()
-		if dirty || all {
+		if dirty {
 			if err := l.persist(a); err != nil {
 				errs = append(errs, err)
 			}

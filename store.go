@@ -190,8 +190,9 @@ type FileStore struct {
 	mu     sync.Mutex // guards traces (opened on first use) and closed
 	closed bool
 
-	traceMu  sync.Mutex // guards traceBuf, reused by every trace append
+	traceMu  sync.Mutex // guards traceBuf and traceEnc, reused by every trace append
 	traceBuf []byte
+	traceEnc traceEncoder
 }
 
 // OpenFileStore opens (creating it if needed) and locks dir. It fails with
@@ -305,7 +306,7 @@ func (s *FileStore) AppendTraces(traces []Trace) error {
 	defer s.traceMu.Unlock()
 	buf := s.traceBuf[:0]
 	for i := range traces {
-		buf = traces[i].appendJSON(buf)
+		buf = s.traceEnc.appendJSON(buf, &traces[i])
 	}
 	s.traceBuf = buf
 	if err := l.Append(buf); err != nil {

@@ -83,7 +83,7 @@ func TestStorageFaults(t *testing.T) {
 						loopErrs++
 					}
 				}
-				if err := l.flush(true); err != nil {
+				if err := l.flush(); err != nil {
 					loopErrs++
 				}
 				injected := ffs.Injected(op)

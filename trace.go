@@ -250,11 +250,18 @@ func (w *traceWriter) close() {
 	<-w.done
 }
 
+// traceEncoder encodes traces as JSON lines. It remembers the formatted
+// second of the last time it wrote, which the traces of a batch share.
+type traceEncoder struct {
+	sec    int64
+	prefix []byte // "2006-01-02T15:04:05" of sec
+}
+
 // appendJSON appends t as one JSON line, as encoding/json would encode it
 // (with HTML escaping off), without reflection or allocation.
-func (t *Trace) appendJSON(b []byte) []byte {
+func (e *traceEncoder) appendJSON(b []byte, t *Trace) []byte {
 	b = append(b, `{"time":"`...)
-	b = t.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = e.appendTime(b, t.Time.UTC())
 	b = append(b, `","agent_id":`...)
 	b = appendJSONString(b, t.AgentID)
 	b = append(b, `,"version":`...)
@@ -270,6 +277,31 @@ func (t *Trace) appendJSON(b []byte) []byte {
 		b = appendJSONString(b, t.Err)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendTime appends t (in UTC) as time.RFC3339Nano does.
+func (e *traceEncoder) appendTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 1000 || y > 9999 {
+		return t.AppendFormat(b, time.RFC3339Nano) // rare: no shortcut
+	}
+	if sec := t.Unix(); sec != e.sec || e.prefix == nil {
+		e.sec, e.prefix = sec, t.AppendFormat(e.prefix[:0], "2006-01-02T15:04:05")
+	}
+	b = append(b, e.prefix...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i >= 1; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, 'Z')
 }
 
 // appendJSONString appends s as a JSON string the way encoding/json does

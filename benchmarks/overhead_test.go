@@ -29,9 +29,13 @@ var errUpstream = errors.New("upstream: 503 service unavailable")
 //go:noinline
 func fail(context.Context, si.Config) error { return errUpstream }
 
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
 func newLoop(b testing.TB, opts ...si.Option) *si.Loop {
 	b.Helper()
-	base := []si.Option{si.WithDir(b.TempDir()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	base := []si.Option{si.WithDir(b.TempDir()), si.WithNotifier(nil), si.WithLogger(discard)}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		b.Fatal(err)

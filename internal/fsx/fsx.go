@@ -4,6 +4,7 @@ package fsx
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,6 +27,7 @@ type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	CreateTemp(dir, pattern string) (File, error)
 	ReadFile(name string) ([]byte, error)
+	Open(name string) (io.ReadCloser, error)
 	ReadDir(name string) ([]os.DirEntry, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
@@ -42,6 +44,7 @@ func (OS) OpenFile(n string, flag int, perm os.FileMode) (File, error) {
 }
 func (OS) CreateTemp(dir, pattern string) (File, error) { return os.CreateTemp(dir, pattern) }
 func (OS) ReadFile(n string) ([]byte, error)            { return os.ReadFile(n) }
+func (OS) Open(n string) (io.ReadCloser, error)         { return os.Open(n) }
 func (OS) ReadDir(n string) ([]os.DirEntry, error)      { return os.ReadDir(n) }
 func (OS) Rename(o, n string) error                     { return os.Rename(o, n) }
 func (OS) Remove(n string) error                        { return os.Remove(n) }
@@ -165,6 +168,13 @@ func (f *Faulty) ReadFile(n string) ([]byte, error) {
 	return f.FS.ReadFile(n)
 }
 
+func (f *Faulty) Open(n string) (io.ReadCloser, error) {
+	if err := f.check(OpRead, n); err != nil {
+		return nil, err
+	}
+	return f.FS.Open(n)
+}
+
 func (f *Faulty) Rename(o, n string) error {
 	if err := f.check(OpRename, n); err != nil {
 		return err
@@ -215,7 +225,15 @@ func IsNoSpace(err error) bool { return errors.Is(err, syscall.ENOSPC) }
 // WriteAtomic replaces dir/name with data: a temporary file in dir,
 // fsynced, renamed over dir/name, and dir fsynced. On error the temporary
 // file is removed and dir/name is left as it was.
-func WriteAtomic(fs FS, dir, name string, data []byte) (err error) {
+func WriteAtomic(fs FS, dir, name string, data []byte) error {
+	return WriteAtomicFrom(fs, dir, name, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomicFrom is WriteAtomic with the content written by fill.
+func WriteAtomicFrom(fs FS, dir, name string, fill func(w io.Writer) error) (err error) {
 	f, err := fs.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
 		return err
@@ -230,7 +248,7 @@ func WriteAtomic(fs FS, dir, name string, data []byte) (err error) {
 			fs.Remove(tmp)
 		}
 	}()
-	if _, err = f.Write(data); err != nil {
+	if err = fill(f); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {

@@ -254,21 +254,26 @@ func (l *Log) exists(path string) bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
-// compress replaces archive with archive+".gz" (temp file, fsync, rename).
-func (l *Log) compress(archive string) (err error) {
-	data, err := l.fs.ReadFile(archive)
+// compress replaces archive with archive+".gz" (temp file, fsync, rename),
+// streaming, at gzip's fastest level: an archive is compressed while the
+// log keeps being written, and must not starve the writer.
+func (l *Log) compress(archive string) error {
+	src, err := l.fs.Open(archive)
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if _, err := zw.Write(data); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	if err := fsx.WriteAtomic(l.fs, l.dir, filepath.Base(archive)+".gz", buf.Bytes()); err != nil {
+	defer src.Close()
+	err = fsx.WriteAtomicFrom(l.fs, l.dir, filepath.Base(archive)+".gz", func(w io.Writer) error {
+		zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(zw, src); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
+	if err != nil {
 		return err
 	}
 	return l.fs.Remove(archive)
