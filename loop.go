@@ -299,7 +299,14 @@ type agent struct {
 	analyzing bool     // a strategy is running for this agent
 	evicted   bool     // removed from the registry: use a fresh agent
 	lastUsed  int64    // Unix ns of the last call, for eviction
-	pending   []*Event // events of decisions not yet logged, in decision order
+	pending   []queued // events not yet logged, in decision order
+}
+
+// queued is an event waiting for the log; notified is set when the
+// notifier already had it.
+type queued struct {
+	ev       *Event
+	notified bool
 }
 
 // installed is a config with the generation it was installed as.
@@ -817,10 +824,14 @@ func (l *Loop) decide(ctx context.Context, a *agent, p pending, rep *Report) {
 	if err := l.persist(a); err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
 		if p.event.Type == EventRolledBack {
-			// The rollback stands in memory; its event stays queued and
-			// is logged by the next save that succeeds.
+			// The rollback stands in memory. Its event stays queued, and
+			// so does this one, for the next save that succeeds; the
+			// notifier hears of the failure now.
 			ev := l.newEvent(EventRollbackFailed, a.id, p.decided)
 			ev.Err = err.Error()
+			a.mu.Lock()
+			a.pending = append(a.pending, queued{ev, true})
+			a.mu.Unlock()
 			l.notify(ev)
 		}
 	}
@@ -828,7 +839,7 @@ func (l *Loop) decide(ctx context.Context, a *agent, p pending, rep *Report) {
 
 // queueLocked queues ev for the log; a.mu is held.
 func (a *agent) queueLocked(ev *Event) *Event {
-	a.pending = append(a.pending, ev)
+	a.pending = append(a.pending, queued{ev: ev})
 	return ev
 }
 
@@ -908,7 +919,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	if perr != nil {
 		// A change that cannot be recorded is not made.
 		a.mu.Lock()
-		a.pending = slices.DeleteFunc(a.pending, func(e *Event) bool { return e == ev })
+		a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return q.ev == ev })
 		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
 			s := &a.s
 			a.installLocked(ch.From.clone())
@@ -1021,8 +1032,8 @@ func (l *Loop) persist(a *agent) error {
 	err := l.saveState(&snap)
 	if err == nil && len(evs) > 0 {
 		events := make([]Event, len(evs))
-		for i, e := range evs {
-			events[i] = *e
+		for i, q := range evs {
+			events[i] = *q.ev
 		}
 		if err = l.store.AppendEvents(events); err != nil {
 			l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
@@ -1036,8 +1047,10 @@ func (l *Loop) persist(a *agent) error {
 		a.mu.Unlock()
 		return err
 	}
-	for _, ev := range evs {
-		l.notify(ev)
+	for _, q := range evs {
+		if !q.notified {
+			l.notify(q.ev)
+		}
 	}
 	return nil
 }
@@ -1295,7 +1308,11 @@ func (l *Loop) SetThreshold(agentID string, t Threshold) error {
 			return err
 		}
 	}
-	return l.update(agentID, func(s *agentState) {
+	msg := fmt.Sprintf("agent %q: threshold set to %d failures in %v, cooldown %v, by operator", agentID, t.Failures, t.Window, t.Cooldown)
+	if t == (Threshold{}) {
+		msg = fmt.Sprintf("agent %q: manual threshold removed by operator", agentID)
+	}
+	return l.update(agentID, EventThresholdSet, msg, func(s *agentState) {
 		if t == (Threshold{}) {
 			s.Manual = nil
 		} else {
@@ -1308,13 +1325,15 @@ func (l *Loop) SetThreshold(agentID string, t Threshold) error {
 // critical threshold unless SetThreshold overrides it. The mark is saved
 // before MarkCritical returns.
 func (l *Loop) MarkCritical(agentID string, critical bool) error {
-	return l.update(agentID, func(s *agentState) { s.Critical = critical })
+	return l.update(agentID, EventCriticalSet, fmt.Sprintf("agent %q: marked critical=%v by operator", agentID, critical),
+		func(s *agentState) { s.Critical = critical })
 }
 
 // ClearRejected forgets the tweaks rolled back for agentID, so that the
 // strategy's proposals are no longer refused for matching them.
 func (l *Loop) ClearRejected(agentID string) error {
-	return l.update(agentID, func(s *agentState) { s.Rejected = nil })
+	return l.update(agentID, EventRejectedCleared, fmt.Sprintf("agent %q: rejected tweaks cleared by operator", agentID),
+		func(s *agentState) { s.Rejected = nil })
 }
 
 // Changes returns agentID's recent changes, oldest first: up to 16 decided
@@ -1334,13 +1353,16 @@ func (l *Loop) Changes(agentID string) []Change {
 	return out
 }
 
-// update applies an operator setting to agentID's state and saves it.
-func (l *Loop) update(agentID string, f func(*agentState)) error {
+// update applies an operator setting to agentID's state, and saves it with
+// an event of type t.
+func (l *Loop) update(agentID string, t EventType, msg string, f func(*agentState)) error {
 	a, err := l.lockAgent(nil, agentID)
 	if a == nil {
 		return err
 	}
 	f(&a.s)
+	now := l.clock.Now()
+	a.queueLocked(&Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: agentID, Message: msg})
 	a.mu.Unlock()
 	return l.persist(a)
 }

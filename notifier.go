@@ -26,11 +26,19 @@ const (
 	EventRollbackFailed EventType = "rollback_failed"
 	// EventConfigSet: an operator set an agent's config with SetConfig.
 	EventConfigSet EventType = "config_set"
+	// EventThresholdSet: an operator set or removed a manual threshold.
+	EventThresholdSet EventType = "threshold_set"
+	// EventCriticalSet: an operator marked an agent critical, or not.
+	EventCriticalSet EventType = "critical_set"
+	// EventRejectedCleared: an operator cleared an agent's rejected tweaks.
+	EventRejectedCleared EventType = "rejected_cleared"
 )
 
 // Event records one decision of the loop or one operator action. Events are
-// written to the store before the call that caused them returns, and then
-// handed to the Notifier asynchronously.
+// written to the store before the call or method that caused them returns,
+// and then handed to the Notifier asynchronously. An EventRollbackFailed
+// is handed to the Notifier at once, and logged, after the rollback's own
+// event, once the store works again.
 type Event struct {
 	// ID is unique across processes and sorts by time.
 	ID string `json:"id"`
