@@ -397,7 +397,8 @@ func New(opts ...Option) (*Loop, error) {
 }
 
 // Close stops the loop: it waits for strategies in flight (each bounded by
-// the strategy timeout), saves every agent, and delivers the queued events
+// the strategy timeout), writes the pending traces, saves every agent with
+// unsaved changes, delivers the queued events
 // (for at most the notify timeout). It returns the errors it met. Calls
 // made after Close still run fn, untracked, with Report.LoopErr ErrClosed.
 // Close is idempotent.
@@ -525,7 +526,8 @@ func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
 // threshold runs the strategy (at most once at a time per agent) and may
 // apply a tweak. Decisions are saved before ExecuteWithImprovement
 // returns. The common case (a call with no change under verification and
-// no threshold crossed) allocates nothing and does no I/O.
+// no threshold crossed) allocates nothing and does no I/O; with
+// TracesSync it waits for its trace to be fsynced, with other callers'.
 func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (Report, error) {
 	var rep Report
 	if l.isClosed.Load() {
