@@ -398,10 +398,10 @@ func New(opts ...Option) (*Loop, error) {
 
 // Close stops the loop: it waits for strategies in flight (each bounded by
 // the strategy timeout), writes the pending traces, saves every agent with
-// unsaved changes, delivers the queued events
-// (for at most the notify timeout). It returns the errors it met. Calls
-// made after Close still run fn, untracked, with Report.LoopErr ErrClosed.
-// Close is idempotent.
+// unsaved changes, delivers the queued events (for at most the notify
+// timeout) and closes the store, which releases the directory. It returns
+// the errors it met. Calls made after Close still run fn, untracked, with
+// Report.LoopErr ErrClosed. Close is idempotent.
 func (l *Loop) Close() error {
 	l.closeOnce.Do(func() {
 		l.bgMu.Lock()

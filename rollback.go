@@ -85,6 +85,7 @@ const (
 	DecisionRollback                 // restore the previous config
 )
 
+// String returns "wait", "confirm" or "rollback".
 func (d Decision) String() string {
 	switch d {
 	case DecisionWait:

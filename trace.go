@@ -53,6 +53,7 @@ const (
 	TracesSync
 )
 
+// String returns "off", "batched" or "sync".
 func (m TraceMode) String() string {
 	switch m {
 	case TracesOff:
