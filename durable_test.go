@@ -293,3 +293,30 @@ func TestReadEventsSkipsATornLine(t *testing.T) {
 		t.Fatalf("events %+v, skipped %d, err %v", got, skipped, err)
 	}
 }
+
+func TestTemporaryFilesOfACrashAreRemovedAtOpen(t *testing.T) {
+	e := newEnv(t)
+	e.l.SetConfig("a", si.Config{Route: "r"})
+	e.l.Close()
+	stale := []string{
+		filepath.Join(e.dir, "agents", ".a_0123.json.tmp-12345"),
+		filepath.Join(e.dir, ".traces-20260301T000000.000000000Z-000000.jsonl.gz.tmp-999"),
+	}
+	for _, f := range stale {
+		os.WriteFile(f, []byte("half a write"), 0o600)
+	}
+	keep := filepath.Join(e.dir, "agents", "notes.txt") // not ours: left alone
+	os.WriteFile(keep, []byte("x"), 0o600)
+	e.open()
+	for _, f := range stale {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s still there (%v)", f, err)
+		}
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("a file that is not a temporary file was removed: %v", err)
+	}
+	if got := e.l.Config("a"); got.Route != "r" {
+		t.Errorf("config = %+v", got)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -226,12 +227,42 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 		return nil, fmt.Errorf("selfimprove: lock state directory: %w", err)
 	}
 	s := &FileStore{fs: fs, dir: dir, agents: agents, now: o.Clock.Now, log: o.Logger, lock: lock, opts: o}
+	// With the lock held nobody is writing here: temporary files are what
+	// a crash left of an atomic write, never read, and can go.
+	for _, d := range []string{dir, agents} {
+		if n, err := removeTemps(fs, d); err != nil {
+			s.log.Warn("selfimprove: cannot remove temporary files", "dir", d, "error", err)
+		} else if n > 0 {
+			s.log.Info("selfimprove: removed temporary files left by a crash", "dir", d, "count", n)
+		}
+	}
 	s.events, err = s.openLog("events")
 	if err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("selfimprove: event log: %w", err)
 	}
 	return s, nil
+}
+
+// removeTemps removes dir's temporary files of atomic writes
+// (".<name>.tmp-<random>") and returns how many it removed.
+func removeTemps(fs fsx.FS, dir string) (int, error) {
+	ents, err := fs.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, e := range ents {
+		if name := e.Name(); strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") && !e.IsDir() {
+			if err := fs.Remove(filepath.Join(dir, name)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 func (s *FileStore) openLog(name string) (*jsonl.Log, error) {
