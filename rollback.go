@@ -25,8 +25,8 @@ import (
 // compared as exact fractions of the counts, never as rounded floats.
 //
 // The zero value is the default policy; each zero field takes its default,
-// and a negative MaxSuccessDrop, MaxLatencyRise or MaxConsecutiveFailures
-// turns that rule off.
+// and a negative (or NaN, or +Inf) MaxSuccessDrop or MaxLatencyRise, or a
+// negative MaxConsecutiveFailures, turns that rule off.
 type RollbackPolicy struct {
 	// MinCalls is how many calls under the new version verification
 	// waits for before comparing rates. Default 10.

@@ -1,0 +1,133 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
+	m := new(metrics)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	n := NotifierFunc(func(ctx context.Context, e Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release
+		return nil
+	})
+	d := newDispatcher(n, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, 2, m)
+	d.send(Event{ID: "1"})
+	<-started // the worker holds event 1; the queue (2) is empty
+	for i := range 5 {
+		d.send(Event{ID: string(rune('2' + i))}) // 2 fit, 3 are dropped, none blocks
+	}
+	if got := m.notifyDropped.Load(); got != 3 {
+		t.Fatalf("dropped %d, want 3", got)
+	}
+	close(release)
+	if err := d.close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.notified.Load(); got != 3 {
+		t.Errorf("delivered %d, want 3", got)
+	}
+	d.send(Event{ID: "late"}) // after close: dropped, counted, no panic
+	if got := m.notifyDropped.Load(); got != 4 {
+		t.Errorf("dropped %d after close, want 4", got)
+	}
+}
+
+func TestDispatcherCloseGivesUpAtItsDeadline(t *testing.T) {
+	m := new(metrics)
+	block := make(chan struct{})
+	defer close(block)
+	d := newDispatcher(NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil }),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, 8, m)
+	d.send(Event{ID: "stuck"})
+	d.send(Event{ID: "queued"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.close(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("close = %v", err)
+	}
+}
+
+func TestDefaultDir(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "/var/state")
+	if d, err := DefaultDir(); err != nil || d != filepath.Join("/var/state", "selfimprove") {
+		t.Errorf("DefaultDir = %q, %v", d, err)
+	}
+	if runtime.GOOS != "linux" {
+		return // elsewhere the fallback is os.UserConfigDir()/selfimprove
+	}
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if d, err := DefaultDir(); err != nil || d != filepath.Join("/home/u", ".local", "state", "selfimprove") {
+		t.Errorf("DefaultDir = %q, %v", d, err)
+	}
+}
+
+func TestMemoryStore(t *testing.T) {
+	m := &MemoryStore{MaxLog: 3}
+	for i := range 5 {
+		m.AppendEvents([]Event{{ID: string(rune('a' + i))}})
+	}
+	if got := m.Events(); len(got) != 3 || got[0].ID != "c" {
+		t.Errorf("events = %+v, want the last 3", got)
+	}
+	m.SaveAgent("x", []byte("not json"))
+	err := m.LoadAgent("x", func(b []byte) error { return errors.New("bad") })
+	if !errors.Is(err, ErrCorruptState) {
+		t.Errorf("LoadAgent = %v", err)
+	}
+	if err := m.LoadAgent("x", func([]byte) error { return nil }); err == nil {
+		t.Error("the corrupt state was kept")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Timeout: -1}, {Backoff: -1}, {MaxAttempts: -1}, {MaxAttempts: 101}} {
+		if err := c.validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("validate(%+v) = %v", c, err)
+		}
+	}
+	if err := (Config{MaxAttempts: 100, Timeout: time.Second}).validate(); err != nil {
+		t.Error(err)
+	}
+	if _, err := New(WithMemoryStore(), WithDefaultConfig(Config{Timeout: -1})); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("New with an invalid default config = %v", err)
+	}
+}
+
+func TestPolicyWithNonFiniteLimits(t *testing.T) {
+	before := Stats{Calls: 10, TotalLatency: 10 * time.Millisecond}
+	after := Stats{Calls: 10, Failures: 9, TotalLatency: time.Second}
+	p := RollbackPolicy{MaxSuccessDrop: math.Inf(1), MaxLatencyRise: math.Inf(1)}
+	if v := p.Judge(before, after); v.Decision != DecisionConfirm {
+		t.Errorf("infinite limits: %v (%s)", v.Decision, v.Reason)
+	}
+	p = RollbackPolicy{MaxSuccessDrop: math.NaN(), MaxLatencyRise: math.NaN()}
+	if v := p.Judge(before, after); v.Decision != DecisionConfirm {
+		t.Errorf("NaN limits (rules off): %v", v.Decision)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	for v, want := range map[interface{ String() string }]string{
+		DecisionWait: "wait", DecisionConfirm: "confirm", DecisionRollback: "rollback", Decision(9): "Decision(9)",
+		TracesOff: "off", TracesBatched: "batched", TracesSync: "sync", TraceMode(7): "TraceMode(7)",
+	} {
+		if got := v.String(); got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
