@@ -134,3 +134,75 @@ func checkNoHalfWrittenFiles(t *testing.T, dir string) {
 		}
 	}
 }
+
+func TestUnreadableStateIsNeverOverwritten(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	open := func(ffs fsx.FS) *Loop {
+		st, err := openFileStore(ffs, dir, FileOptions{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := New(WithStore(st), WithLogger(quiet), WithNotifier(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l := open(fsx.OS{})
+	l.SetConfig("a", Config{Route: "learned"})
+	l.Close()
+
+	ffs := fsx.NewFaulty(fsx.OS{})
+	ffs.Fail(fsx.OpRead, &os.PathError{Op: "read", Path: "x", Err: syscall.EIO}, nil)
+	l = open(ffs)
+	rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c Config) error {
+		if c.Route != "" {
+			t.Errorf("ran under %+v, want the default config", c)
+		}
+		return errFn
+	})
+	if err != errFn || rep.LoopErr == nil || !errors.Is(rep.LoopErr, syscall.EIO) {
+		t.Fatalf("report %+v, err %v", rep, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The learned state is still there.
+	l = open(fsx.OS{})
+	defer l.Close()
+	if got := l.Config("a"); got.Route != "learned" {
+		t.Fatalf("config = %+v: the unreadable state was overwritten", got)
+	}
+}
+
+func TestEvictionKeepsAnAgentItCannotSave(t *testing.T) {
+	dir := t.TempDir()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ffs := fsx.NewFaulty(fsx.OS{})
+	st, err := openFileStore(ffs, dir, FileOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(WithStore(st), WithLogger(quiet), WithNotifier(nil), WithMaxAgents(1), WithFlushInterval(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ok := func(context.Context, Config) error { return nil }
+	l.ExecuteWithImprovement(context.Background(), "a", ok)
+	ffs.Fail(fsx.OpCreate, nil, nil)
+	l.ExecuteWithImprovement(context.Background(), "b", ok)
+	l.evictIdle()
+	if m := l.Metrics(); m.Evictions != 0 || m.Agents != 2 {
+		t.Fatalf("metrics %+v: an agent that could not be saved was evicted", m)
+	}
+	ffs.Heal()
+	l.evictIdle() // down to 90% of the limit of 1: both go
+	if m := l.Metrics(); m.Evictions != 2 || m.Agents != 0 {
+		t.Fatalf("metrics %+v after the disk healed", m)
+	}
+	if s := l.Stats("a"); s.TotalCalls != 1 {
+		t.Errorf("evicted agent reloaded with %d calls, want 1", s.TotalCalls)
+	}
+}
