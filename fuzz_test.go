@@ -26,8 +26,11 @@ func FuzzFileName(f *testing.F) {
 			t.Fatalf("fileName(%q) == fileName(%q) = %q", a, b, na)
 		}
 		st := newState(a, Config{})
-		if st.idBytes() != a {
-			t.Fatalf("agent ID %q does not round-trip: %q", a, st.idBytes())
+		if err := st.check(a); err != nil {
+			t.Fatalf("the state of agent %q does not check as its own: %v", a, err)
+		}
+		if b != a && st.check(b) == nil {
+			t.Fatalf("the state of agent %q checks as agent %q's", a, b)
 		}
 	})
 }

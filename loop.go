@@ -1031,7 +1031,7 @@ func (l *Loop) persist(a *agent) error {
 	a.dirty = false
 	a.mu.Unlock()
 
-	err := l.saveState(&snap)
+	err := l.saveState(a.id, &snap)
 	if err == nil && len(evs) > 0 {
 		events := make([]Event, len(evs))
 		for i, q := range evs {
@@ -1070,14 +1070,14 @@ func (a *agent) snapshotLocked() agentState {
 	return snap
 }
 
-// saveState encodes and saves one agent's state.
-func (l *Loop) saveState(st *agentState) error {
+// saveState encodes and saves the state of agent id.
+func (l *Loop) saveState(id string, st *agentState) error {
 	data, err := json.Marshal(st)
 	if err == nil {
-		err = l.store.SaveAgent(st.idBytes(), data)
+		err = l.store.SaveAgent(id, data)
 	}
 	if err != nil {
-		l.log.Error("selfimprove: cannot save agent state", "agent", st.AgentID, "error", err)
+		l.log.Error("selfimprove: cannot save agent state", "agent", id, "error", err)
 	}
 	return err
 }
@@ -1127,7 +1127,7 @@ func (l *Loop) evict(a *agent) bool {
 	snap := a.snapshotLocked()
 	a.evicted = true
 	a.mu.Unlock()
-	if err := l.saveState(&snap); err != nil {
+	if err := l.saveState(a.id, &snap); err != nil {
 		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.evicted = false

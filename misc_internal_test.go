@@ -90,7 +90,10 @@ func TestMemoryStore(t *testing.T) {
 		t.Errorf("LoadAgent = %v", err)
 	}
 	if err := m.LoadAgent("x", func([]byte) error { return nil }); err == nil {
-		t.Error("the corrupt state was kept")
+		t.Error("the corrupt state is still served")
+	}
+	if string(m.corrupt["x"]) != "not json" {
+		t.Errorf("the corrupt state was not set aside: %q", m.corrupt["x"])
 	}
 }
 

@@ -380,15 +380,17 @@ func (s *FileStore) Close() error {
 
 // MemoryStore keeps the loop's state in memory: for tests, and for users
 // who want no disk. It keeps the last MaxLog events and the last MaxLog
-// traces (default 10,000 each). The zero value is ready to use.
+// traces (default 10,000 each), and sets aside (keeps, unserved) a state
+// the loop cannot decode. The zero value is ready to use.
 type MemoryStore struct {
 	// MaxLog bounds the events and the traces kept. Default 10,000.
 	MaxLog int
 
-	mu     sync.Mutex
-	states map[string][]byte
-	events []Event
-	traces []Trace
+	mu      sync.Mutex
+	states  map[string][]byte
+	corrupt map[string][]byte // states set aside, by agent ID (the last one)
+	events  []Event
+	traces  []Trace
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -404,9 +406,13 @@ func (m *MemoryStore) LoadAgent(id string, decode func([]byte) error) error {
 	}
 	if err := decode(data); err != nil {
 		m.mu.Lock()
+		if m.corrupt == nil {
+			m.corrupt = map[string][]byte{}
+		}
+		m.corrupt[id] = data
 		delete(m.states, id)
 		m.mu.Unlock()
-		return fmt.Errorf("%w: agent %q: %v", ErrCorruptState, id, err)
+		return fmt.Errorf("%w: agent %q: %v (set aside)", ErrCorruptState, id, err)
 	}
 	return nil
 }
@@ -537,13 +543,4 @@ func (st *agentState) check(id string) error {
 
 func (t *thresholdJSON) threshold() Threshold {
 	return Threshold{Failures: t.Failures, Window: time.Duration(t.Window), Cooldown: time.Duration(t.Cooldown)}
-}
-
-// idBytes returns the exact agent ID.
-func (st *agentState) idBytes() string {
-	raw, err := base64.StdEncoding.DecodeString(st.AgentIDB64)
-	if err != nil {
-		return st.AgentID
-	}
-	return string(raw)
 }
