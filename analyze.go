@@ -36,6 +36,15 @@ type Analysis struct {
 	// Failures are the most recent failures in the window (up to 16),
 	// oldest first.
 	Failures []Failure
+	// Clusters are the agent's failure clusters with failures in the
+	// window, most failures first.
+	Clusters []Cluster
+	// Health is the agent's recency-weighted success rate (see
+	// Loop.Health).
+	Health float64
+	// Shared are the shared causes (see Loop.SharedCauses) this agent is
+	// part of.
+	Shared []SharedCause
 	// Rejected are the tweaks rolled back for this agent, oldest first.
 	// The loop never applies one of them again (compared with
 	// Config.Equal) until ClearRejected is called.

@@ -73,7 +73,7 @@ func FuzzConfigJSON(f *testing.F) {
 // uses an accepted state: nothing may panic or hang.
 func FuzzStateFile(f *testing.F) {
 	st := newState("a", Config{Route: "r"})
-	st.Tracker.record(1, int64(time.Hour), time.Millisecond, true, 1, "boom")
+	st.Tracker.record(1, int64(time.Hour), time.Millisecond, true, 1, "boom", 0)
 	good, _ := json.Marshal(st)
 	f.Add(good)
 	f.Add([]byte(strings.Replace(string(good), `"head":`, `"head":9223372036854775`, 1)))
@@ -87,7 +87,7 @@ func FuzzStateFile(f *testing.F) {
 		}
 		now := int64(1_700_000_000) * int64(time.Second)
 		tr := &st.Tracker
-		tr.record(st.Gen, now, time.Millisecond, true, 1, "x")
+		tr.record(st.Gen, now, time.Millisecond, true, 1, "x", 0)
 		tr.stats(now)
 		tr.failuresOf(st.Gen, now-int64(time.Hour))
 		tr.recentFailures(0)

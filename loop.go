@@ -270,6 +270,7 @@ type Loop struct {
 	defaultConfig   Config
 	strategyTimeout time.Duration
 
+	shared   shared   // failures by cluster and class across agents
 	agents   sync.Map // agent ID → *agent
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
@@ -469,6 +470,9 @@ func (l *Loop) agent(id string) (*agent, error) {
 	switch {
 	case err == nil:
 		l.m.loads.Add(1)
+		for _, c := range a.s.Clusters {
+			l.shared.observe(id, c.ID, []byte(c.Sig), c.Class, c.Last, a.s.Tracker.Win.Width*windowSlots)
+		}
 	case errors.Is(err, fs.ErrNotExist):
 		a.s, err = newState(id, l.defaultConfig.clone()), nil
 	case errors.Is(err, ErrCorruptState):
@@ -572,12 +576,25 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	var text string
 	switch {
 	case panicked:
-		text = fmt.Sprintf("panic: %v", pv)
+		text = Scrub(fmt.Sprintf("panic: %v", pv))
+		if len(text) > maxErrText {
+			text = text[:cutAt(text, maxErrText)]
+		}
 	case !rep.Success:
 		text = errText(rep.Err)
 	}
 	if a != nil {
-		l.record(ctx, a, gen, cfg.Version, end, &rep, text)
+		var (
+			fi  failInfo
+			buf [4 * maxSignature]byte
+			sig []byte
+		)
+		if !rep.Success && !rep.Ignored {
+			fi.class = classify(rep.Err, text)
+			sig = appendSignature(buf[:0], text)
+			fi.id = clusterID(sig)
+		}
+		l.record(ctx, a, gen, cfg.Version, end, &rep, text, fi, sig)
 		if l.traces != nil {
 			l.trace(agentID, cfg.Version, end, &rep, text)
 		}
@@ -647,7 +664,7 @@ func attempt(ctx context.Context, cfg *Config, fn func(context.Context, Config) 
 	defer func() {
 		if r := recover(); r != nil {
 			pv, panicked = r, true
-			err = fmt.Errorf("selfimprove: panic: %v", r)
+			err = &panicError{r}
 		}
 	}()
 	if cfg.Timeout > 0 {
@@ -695,8 +712,16 @@ func (l *Loop) trace(agentID string, version int, end time.Time, rep *Report, te
 	}
 }
 
-// record books one call (an ignored one only as such) and acts on it.
-func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, text string) {
+// failInfo is what the loop derives from a failed call before booking it:
+// its class and the hash of its signature.
+type failInfo struct {
+	class Class
+	id    uint64
+}
+
+// record books one call (an ignored one only as such) and acts on it. sig
+// is the failure's signature, in the caller's scratch buffer.
+func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, text string, fi failInfo, sig []byte) {
 	failed := !rep.Success
 	endN := end.UnixNano()
 
@@ -714,7 +739,12 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 		return
 	}
 	s := &a.s
-	s.Tracker.record(gen, endN, rep.Duration, failed, version, text)
+	s.Tracker.record(gen, endN, rep.Duration, failed, version, text, uint32(fi.id))
+	var window int64
+	if failed {
+		s.observeCluster(fi.id, sig, fi.class, text, endN)
+		window = s.Tracker.Win.Width * windowSlots
+	}
 	a.dirty = true
 	if v := s.Verifying; v != nil {
 		if gen == s.Gen {
@@ -737,6 +767,9 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 		}
 	}
 	a.mu.Unlock()
+	if failed {
+		l.shared.observe(a.id, fi.id, sig, fi.class, endN, window)
+	}
 
 	switch {
 	case p.decided != nil:
@@ -771,14 +804,23 @@ func (l *Loop) statsLocked(a *agent, now int64) Stats {
 
 func (l *Loop) analysisLocked(a *agent, now time.Time, th Threshold, prof Profile) *Analysis {
 	s := &a.s
-	st := s.Tracker.stats(now.UnixNano())
+	n := now.UnixNano()
+	st := s.Tracker.stats(n)
 	st.Profile, st.Window = prof, th.Window
+	fails := s.Tracker.recentFailures(n - int64(th.Window))
+	for i := range fails {
+		if c := s.clusterOf(fails[i].cl); c != nil {
+			fails[i].Class, fails[i].Cluster = c.Class, formatClusterID(c.ID)
+		}
+	}
 	return &Analysis{
 		AgentID:   a.id,
 		Config:    s.Config.clone(),
 		Stats:     st,
 		Threshold: th,
-		Failures:  s.Tracker.recentFailures(now.UnixNano() - int64(th.Window)),
+		Failures:  fails,
+		Clusters:  s.clustersLocked(n),
+		Health:    s.Tracker.health(n),
 		Rejected:  slices.Clone(s.Rejected),
 		Time:      now.UTC(),
 	}
@@ -887,6 +929,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		tw  *Tweak
 		err error
 	)
+	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
 	if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
 		tw, err = l.callStrategy(ctx, an)
@@ -1063,6 +1106,7 @@ func (a *agent) snapshotLocked() agentState {
 	snap.History = slices.Clone(snap.History)
 	snap.Changes = slices.Clone(snap.Changes)
 	snap.Rejected = slices.Clone(snap.Rejected)
+	snap.Clusters = slices.Clone(snap.Clusters)
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v
@@ -1364,6 +1408,7 @@ func (l *Loop) update(agentID string, t EventType, msg string, f func(*agentStat
 	}
 	f(&a.s)
 	now := l.clock.Now()
+	l.thresholdLocked(a, now.UnixNano()) // resize the window at once
 	a.queueLocked(&Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: agentID, Message: msg})
 	a.mu.Unlock()
 	return l.persist(a)

@@ -60,6 +60,9 @@ type agentState struct {
 	Rejected []Tweak        `json:"rejected,omitempty"` // at most maxRejected, oldest first
 
 	Tracker tracker `json:"tracker"`
+
+	// Clusters are the agent's failure clusters, at most maxClusters.
+	Clusters []clusterRec `json:"clusters,omitempty"`
 }
 
 // Bounds on the per-agent lists, so that an agent's memory does not grow
@@ -532,6 +535,14 @@ func (st *agentState) check(id string) error {
 	}
 	if err := st.Config.validate(); err != nil {
 		return err
+	}
+	if len(st.Clusters) > maxClusters {
+		return errors.New("too many clusters")
+	}
+	for _, c := range st.Clusters {
+		if c.Width < minSlot || c.Width > maxSlot*(windowSlots/clusterSlots) || c.Head < 0 || c.Head > math.MaxInt64/c.Width {
+			return errors.New("cluster window out of range")
+		}
 	}
 	if st.Manual != nil {
 		if err := st.Manual.threshold().validate(); err != nil {

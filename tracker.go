@@ -57,6 +57,12 @@ type Failure struct {
 	Err string
 	// Version is the config version the call ran under.
 	Version int
+	// Class and Cluster are the failure's class and cluster ID; empty when
+	// its cluster is no longer kept.
+	Class   Class
+	Cluster string
+
+	cl uint32
 }
 
 const (
@@ -205,7 +211,8 @@ type failRecord struct {
 	End     int64  `json:"e"`
 	Dur     int64  `json:"d"`
 	Err     string `json:"err"`
-	Version int    `json:"v"`
+	Version int32  `json:"v"`
+	Cl      uint32 `json:"cl,omitempty"` // low 32 bits of the cluster ID
 }
 
 // tracker holds an agent's rolling statistics. It knows time and counts,
@@ -230,7 +237,7 @@ type tracker struct {
 // record counts one call that started under config generation gen and
 // ended at end (Unix nanoseconds) after dur. errText is kept for failures
 // only.
-func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, version int, errText string) {
+func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, version int, errText string, cl uint32) {
 	t.Total++
 	t.Day.add(end)
 	s := t.Win.at(end)
@@ -244,7 +251,7 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 	t.Consec++
 	t.FailEnd[t.FailPos], t.FailGen[t.FailPos] = end, uint32(gen)
 	t.FailPos = (t.FailPos + 1) % failRing
-	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: version}
+	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: int32(version), Cl: cl}
 	t.RecPos = (t.RecPos + 1) % recentRing
 }
 
@@ -274,7 +281,8 @@ func (t *tracker) recentFailures(windowStart int64) []Failure {
 			Time:     time.Unix(0, r.End).UTC(),
 			Duration: time.Duration(r.Dur),
 			Err:      r.Err,
-			Version:  r.Version,
+			Version:  int(r.Version),
+			cl:       r.Cl,
 		})
 	}
 	return out
@@ -317,22 +325,40 @@ func (c counts) stats() Stats {
 	return s
 }
 
-// errText returns the text of err to keep, cut to maxErrText bytes at a rune
-// boundary. A long text is copied so that the kept part does not pin the
-// rest in memory. A panic in err.Error is caught.
-func errText(err error) (s string) {
+// maxScrubText is how much of an error's text the loop reads and scrubs;
+// maxErrText bytes of the result are kept.
+const maxScrubText = 1024
+
+// errText returns the text of err to keep: its first maxScrubText bytes,
+// scrubbed of secrets, cut to maxErrText bytes at a rune boundary. A long
+// text is copied so that the kept part does not pin the rest in memory.
+func errText(err error) string {
+	s := Scrub(errTextN(err, maxScrubText))
+	if len(s) <= maxErrText {
+		return s
+	}
+	return strings.Clone(s[:cutAt(s, maxErrText)])
+}
+
+// errTextN returns err's text cut to at most n bytes at a rune boundary.
+// A panic in err.Error is caught.
+func errTextN(err error, n int) (s string) {
 	defer func() {
 		if r := recover(); r != nil {
 			s = "selfimprove: Error method panicked"
 		}
 	}()
 	s = err.Error()
-	if len(s) <= maxErrText {
-		return s
+	if len(s) > n {
+		s = s[:cutAt(s, n)]
 	}
-	cut := maxErrText
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	return s
+}
+
+// cutAt returns the largest rune boundary of s at or before n.
+func cutAt(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return strings.Clone(s[:cut])
+	return n
 }

@@ -101,7 +101,7 @@ func TestFailuresOf(t *testing.T) {
 	var tr tracker
 	tr.Win.Width = int64(time.Minute)
 	for i := range 100 {
-		tr.record(uint64(i/50), int64(i+1), 0, true, 1, "x")
+		tr.record(uint64(i/50), int64(i+1), 0, true, 1, "x", 0)
 	}
 	// The ring keeps the last 64: 14 of gen 0, 50 of gen 1.
 	if n := tr.failuresOf(1, 0); n != 50 {

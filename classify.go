@@ -1,0 +1,592 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Class is the kind of a failure, as Classify finds it. It is a string so
+// that an error can name a class of its own (see Classify).
+type Class string
+
+// The classes Classify knows.
+const (
+	ClassRateLimit        Class = "rate_limit"        // 429, quota, throttling
+	ClassTimeout          Class = "timeout"           // deadline exceeded, timed out, 408
+	ClassOverloaded       Class = "overloaded"        // 5xx, overloaded, unavailable
+	ClassNetwork          Class = "network"           // refused, reset, DNS, EOF
+	ClassAuth             Class = "auth"              // 401, 403, invalid key
+	ClassBadRequest       Class = "bad_request"       // 400, 422, schema, validation
+	ClassNotFound         Class = "not_found"         // 404, no such thing
+	ClassModelUnavailable Class = "model_unavailable" // model not found, deprecated, withdrawn
+	ClassContextLength    Class = "context_length"    // too many tokens, context window exceeded
+	ClassEmptyResponse    Class = "empty_response"    // nothing came back
+	ClassContentFilter    Class = "content_filter"    // refusal, safety, moderation
+	ClassToolError        Class = "tool_error"        // a tool or function call failed
+	ClassPanic            Class = "panic"             // the wrapped function panicked
+	ClassCanceled         Class = "canceled"          // context canceled
+	ClassOther            Class = "other"             // none of the above
+)
+
+// RootCause is a failure's root cause in REFLEX's taxonomy: what part of
+// the agent's work went wrong.
+type RootCause string
+
+// The root causes. Classify's classes map onto the first five (see
+// Class.RootCause); RootCauseOverconfidence (an answer given with
+// unwarranted certainty) needs a judge of the output, so only an error
+// that names it through FailureRootCause() RootCause carries it.
+const (
+	RootCauseToolFailure          RootCause = "tool_failure"
+	RootCauseContextLoss          RootCause = "context_loss"
+	RootCauseKnowledgeGap         RootCause = "knowledge_gap"
+	RootCauseInstructionAmbiguity RootCause = "instruction_ambiguity"
+	RootCauseReasoningError       RootCause = "reasoning_error"
+	RootCauseOverconfidence       RootCause = "overconfidence"
+)
+
+// RootCause maps c onto REFLEX's taxonomy: failures of an API, a tool or
+// the network are tool_failure; context_length is context_loss; not_found
+// is knowledge_gap; bad_request and content_filter are
+// instruction_ambiguity; empty_response, panic, other and any class
+// Classify does not know are reasoning_error.
+func (c Class) RootCause() RootCause {
+	switch c {
+	case ClassRateLimit, ClassTimeout, ClassOverloaded, ClassNetwork, ClassAuth,
+		ClassModelUnavailable, ClassToolError, ClassCanceled:
+		return RootCauseToolFailure
+	case ClassContextLength:
+		return RootCauseContextLoss
+	case ClassNotFound:
+		return RootCauseKnowledgeGap
+	case ClassBadRequest, ClassContentFilter:
+		return RootCauseInstructionAmbiguity
+	}
+	return RootCauseReasoningError
+}
+
+// Classify returns the class of err (ClassOther for nil or an error it
+// cannot place). It looks at Go's own signals first, through the whole
+// chain of wrapped errors (Unwrap, errors.Join):
+//
+//  1. an error with a method FailureClass() Class names its own class;
+//  2. context.Canceled is canceled; context.DeadlineExceeded,
+//     os.ErrDeadlineExceeded, a net.Error whose Timeout() is true and
+//     ETIMEDOUT are timeout;
+//  3. ECONNREFUSED, ECONNRESET, ECONNABORTED, EPIPE, ENETUNREACH,
+//     EHOSTUNREACH, a *net.DNSError, io.EOF and io.ErrUnexpectedEOF are
+//     network;
+//  4. an error with a method StatusCode() int or HTTPStatusCode() int
+//     gives an HTTP status: 429 rate_limit, 408 timeout, 401 and 403 auth,
+//     400 and 422 bad_request, 404 not_found, 5xx overloaded.
+//
+// Then it reads the error's text (its first 1 KiB). The text is split
+// into words at every character that is not a letter or digit, at
+// CamelCase humps and between letters and digits, and compared word by
+// word, case-insensitively: "RateLimitError" and "rate_limit_exceeded"
+// are rate limits, "request 14290 failed" is not. A three-digit HTTP
+// status in the text counts when it opens the message or follows "http",
+// "status", "code", "error", "response", "returned", "got" or "received"
+// (with only numbers between). Specific phrases (a withdrawn model, an
+// exceeded context window, a content filter, a rate limit) override a
+// status code, so "400: maximum context length exceeded" is
+// context_length; generic ones ("timeout", "refused") give way to it.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassOther
+	}
+	return classify(err, errTextN(err, maxClassifyText))
+}
+
+// maxClassifyText is how much of an error's text Classify reads.
+const maxClassifyText = 1024
+
+// classify is Classify with err's text already read.
+func classify(err error, text string) Class {
+	status := 0
+	if err != nil {
+		var (
+			c  Class
+			ok bool
+			sc int
+		)
+		walkErr(err, func(e error) bool {
+			if x, is := e.(interface{ FailureClass() Class }); is {
+				if c, ok = safeClass(x); ok {
+					return false
+				}
+			}
+			if sc == 0 {
+				sc = statusOf(e)
+			}
+			return true
+		})
+		if ok {
+			return c
+		}
+		if c := signalClass(err); c != "" {
+			return c
+		}
+		status = sc
+	}
+	return classifyText(text, status)
+}
+
+// safeClass calls FailureClass, catching a panic.
+func safeClass(x interface{ FailureClass() Class }) (c Class, ok bool) {
+	defer func() {
+		if recover() != nil {
+			c, ok = "", false
+		}
+	}()
+	c = x.FailureClass()
+	return c, c != ""
+}
+
+// statusOf returns the HTTP status e reports through StatusCode() or
+// HTTPStatusCode(), or 0.
+func statusOf(e error) (code int) {
+	defer func() {
+		if recover() != nil {
+			code = 0
+		}
+	}()
+	switch x := e.(type) {
+	case interface{ StatusCode() int }:
+		code = x.StatusCode()
+	case interface{ HTTPStatusCode() int }:
+		code = x.HTTPStatusCode()
+	}
+	if code < 100 || code > 599 {
+		return 0
+	}
+	return code
+}
+
+// walkErr calls f for err and each error it wraps, depth first, until f
+// returns false; it visits at most 64 errors.
+func walkErr(err error, f func(error) bool) {
+	n := 0
+	var walk func(error) bool
+	walk = func(e error) bool {
+		for e != nil {
+			if n++; n > 64 || !f(e) {
+				return false
+			}
+			switch x := e.(type) {
+			case interface{ Unwrap() error }:
+				e = x.Unwrap()
+			case interface{ Unwrap() []error }:
+				for _, c := range x.Unwrap() {
+					if !walk(c) {
+						return false
+					}
+				}
+				return true
+			default:
+				return true
+			}
+		}
+		return true
+	}
+	walk(err)
+}
+
+// signalClass classifies err by the Go errors in its chain, or returns "".
+func signalClass(err error) Class {
+	var timeout, network bool
+	walkErr(err, func(e error) bool {
+		switch e {
+		case context.Canceled:
+			return false
+		case context.DeadlineExceeded, os.ErrDeadlineExceeded:
+			timeout = true
+			return false
+		case io.EOF, io.ErrUnexpectedEOF:
+			network = true
+		}
+		switch x := e.(type) {
+		case syscall.Errno:
+			switch x {
+			case syscall.ETIMEDOUT:
+				timeout = true
+				return false
+			case syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE,
+				syscall.ENETUNREACH, syscall.EHOSTUNREACH, syscall.ENETDOWN:
+				network = true
+			}
+		case *net.DNSError:
+			if x.IsTimeout {
+				timeout = true
+				return false
+			}
+			network = true
+		case net.Error:
+			if safeTimeout(x) {
+				timeout = true
+				return false
+			}
+		}
+		return true
+	})
+	switch {
+	case errors.Is(err, context.Canceled) && !timeout:
+		return ClassCanceled
+	case timeout:
+		return ClassTimeout
+	case network:
+		return ClassNetwork
+	}
+	return ""
+}
+
+func safeTimeout(e net.Error) (t bool) {
+	defer func() {
+		if recover() != nil {
+			t = false
+		}
+	}()
+	return e.Timeout()
+}
+
+// statusClass maps an HTTP status to a class, or "".
+func statusClass(code int) Class {
+	switch {
+	case code == 429:
+		return ClassRateLimit
+	case code == 408:
+		return ClassTimeout
+	case code == 401, code == 403:
+		return ClassAuth
+	case code == 400, code == 422:
+		return ClassBadRequest
+	case code == 404, code == 410:
+		return ClassNotFound
+	case code >= 500 && code <= 599:
+		return ClassOverloaded
+	}
+	return ""
+}
+
+// A text rule: a phrase of lowercase ASCII words that must appear as
+// consecutive words. need, when set, is a word that must also appear
+// somewhere in the text. Among the rules that match, the one with the
+// highest prio wins; a status code has prio statusPrio.
+type textRule struct {
+	words []string
+	class Class
+	prio  int
+	need  string
+}
+
+const statusPrio = 50
+
+// Phrases. Specific ones (prio > statusPrio) beat a status code; generic
+// ones give way to it.
+var textRules = func() []textRule {
+	type group struct {
+		class   Class
+		prio    int
+		need    string
+		phrases []string
+	}
+	groups := []group{
+		{ClassModelUnavailable, 90, "model", []string{
+			"not found", "does not exist", "deprecated", "decommissioned", "retired", "withdrawn",
+			"discontinued", "no longer available", "has been removed"}},
+		{ClassModelUnavailable, 90, "", []string{
+			"model not found", "modelnotfound", "unknown model", "no such model", "invalid model",
+			"model unavailable", "model is unavailable", "model not available", "model is not available"}},
+		{ClassContextLength, 85, "", []string{
+			"context length", "context window", "maximum context", "too many tokens",
+			"token limit", "tokens exceeds", "tokens exceed", "prompt is too long", "input is too long",
+			"max tokens exceeded", "context limit", "contextlength", "too long for context", "reduce the length"}},
+		{ClassContentFilter, 80, "", []string{
+			"content filter", "contentfilter", "content policy", "content management policy", "safety",
+			"moderation", "flagged", "refused to", "refusal", "responsible ai", "harmful", "policy violation",
+			"blocked by"}},
+		{ClassRateLimit, 75, "", []string{
+			"rate limit", "rate limited", "rate limits", "ratelimit", "ratelimited", "too many requests",
+			"quota", "throttled", "throttling", "throttle", "resource exhausted", "requests per minute",
+			"tokens per minute", "slow down", "request limit"}},
+		{ClassAuth, 70, "", []string{
+			"unauthorized", "unauthorised", "unauthenticated", "forbidden", "api key", "apikey",
+			"authentication", "permission denied", "access denied", "not authorized", "invalid token",
+			"expired token", "token expired", "invalid credentials", "credentials"}},
+		{ClassEmptyResponse, 65, "", []string{
+			"empty response", "empty reply", "empty completion", "empty output", "empty result",
+			"empty body", "no content", "no choices", "no output", "no response", "blank response",
+			"returned nothing", "response was empty", "response is empty"}},
+		{ClassToolError, 60, "", []string{
+			"tool error", "tool failed", "tool call", "tool execution", "tool use", "function call",
+			"tool invocation", "toolerror", "invalid tool", "unknown tool"}},
+		{ClassOverloaded, 45, "", []string{
+			"overloaded", "service unavailable", "server error", "internal error", "bad gateway",
+			"gateway timeout", "upstream", "try again later", "capacity", "temporarily unavailable",
+			"unavailable", "server is busy", "server busy", "overload"}},
+		{ClassTimeout, 40, "", []string{
+			"timeout", "timed out", "timedout", "deadline exceeded", "deadline", "time out", "took too long"}},
+		{ClassNetwork, 35, "", []string{
+			"connection refused", "connection reset", "connection closed", "connection aborted",
+			"broken pipe", "no such host", "dns", "eof", "network unreachable", "host unreachable",
+			"network is unreachable", "tls handshake", "dial tcp", "dial udp", "connection error",
+			"network error", "socket hang up", "econnrefused", "econnreset"}},
+		{ClassBadRequest, 30, "", []string{
+			"bad request", "invalid request", "validation", "validate", "schema", "invalid argument",
+			"malformed", "unprocessable", "invalid json", "missing required", "invalid parameter",
+			"invalid value", "invalid input", "parse error", "failed to parse", "unexpected token"}},
+		{ClassNotFound, 25, "", []string{"not found", "no such", "does not exist", "notfound"}},
+		{ClassCanceled, 20, "", []string{"canceled", "cancelled"}},
+	}
+	var rules []textRule
+	for _, g := range groups {
+		for _, p := range g.phrases {
+			var words []string
+			forWords(p, func(lo, hi int) bool { words = append(words, p[lo:hi]); return true })
+			rules = append(rules, textRule{words: words, class: g.class, prio: g.prio, need: g.need})
+		}
+	}
+	return rules
+}()
+
+// rulesByWord indexes textRules by their first word.
+var rulesByWord = func() map[string][]int32 {
+	m := make(map[string][]int32)
+	for i, r := range textRules {
+		m[r.words[0]] = append(m[r.words[0]], int32(i))
+	}
+	return m
+}()
+
+// statusWords may precede an HTTP status in text.
+var statusWords = map[string]bool{
+	"http": true, "https": true, "status": true, "code": true, "error": true, "err": true,
+	"response": true, "returned": true, "got": true, "received": true,
+}
+
+// maxTokens bounds the words of a text the classifier reads.
+const maxTokens = 128
+
+// classifyText classifies text, given the HTTP status the error reported
+// (0 for none).
+func classifyText(text string, status int) Class {
+	var toks [maxTokens][2]uint16
+	n := 0
+	if len(text) > maxClassifyText {
+		text = text[:maxClassifyText]
+	}
+	forWords(text, func(lo, hi int) bool {
+		toks[n] = [2]uint16{uint16(lo), uint16(hi)}
+		n++
+		return n < maxTokens
+	})
+	word := func(i int) string { return text[toks[i][0]:toks[i][1]] }
+
+	best, bestPrio := Class(""), -1
+	if c := statusClass(status); c != "" {
+		best, bestPrio = c, statusPrio
+	}
+	var buf [24]byte
+	for i := 0; i < n; i++ {
+		w := word(i)
+		if isDigits(w) {
+			if len(w) == 3 && bestPrio < statusPrio && statusContext(i, word) {
+				if c := statusClass(int(w[0]-'0')*100 + int(w[1]-'0')*10 + int(w[2]-'0')); c != "" {
+					best, bestPrio = c, statusPrio
+				}
+			}
+			continue
+		}
+		if len(w) > len(buf) {
+			continue
+		}
+		lw, ok := lowerASCII(buf[:0], w)
+		if !ok {
+			continue
+		}
+		for _, ri := range rulesByWord[string(lw)] {
+			r := &textRules[ri]
+			if r.prio <= bestPrio || i+len(r.words) > n {
+				continue
+			}
+			match := true
+			for j := 1; j < len(r.words); j++ {
+				if !equalFoldASCII(word(i+j), r.words[j]) {
+					match = false
+					break
+				}
+			}
+			if match && r.need != "" {
+				match = false
+				for j := 0; j < n; j++ {
+					if w := word(j); equalFoldASCII(w, r.need) || equalFoldASCII(w, r.need+"s") {
+						match = true
+						break
+					}
+				}
+			}
+			if match {
+				best, bestPrio = r.class, r.prio
+			}
+		}
+	}
+	if best == "" {
+		return ClassOther
+	}
+	return best
+}
+
+// statusContext reports whether the number at word i reads as an HTTP
+// status: it opens the text, or a status word comes before it with only
+// numbers between (at most three words back).
+func statusContext(i int, word func(int) string) bool {
+	if i == 0 {
+		return true
+	}
+	var buf [16]byte
+	for j := i - 1; j >= 0 && j >= i-3; j-- {
+		w := word(j)
+		if isDigits(w) {
+			continue
+		}
+		if len(w) > len(buf) {
+			return false
+		}
+		lw, ok := lowerASCII(buf[:0], w)
+		return ok && statusWords[string(lw)]
+	}
+	return false
+}
+
+// forWords calls f with the bounds of each word of s until f returns
+// false. A word is a run of letters or digits, split where a lower-case
+// letter is followed by an upper-case one ("rateLimit"), where an
+// upper-case run meets a capitalised word ("HTTPError"), and between
+// letters and digits ("HTTP429").
+func forWords(s string, f func(lo, hi int) bool) {
+	const (
+		none = iota
+		lower
+		upper
+		digit
+	)
+	kind := func(r rune) int {
+		switch {
+		case r < utf8.RuneSelf:
+			switch {
+			case 'a' <= r && r <= 'z':
+				return lower
+			case 'A' <= r && r <= 'Z':
+				return upper
+			case '0' <= r && r <= '9':
+				return digit
+			}
+			return none
+		case unicode.IsUpper(r):
+			return upper
+		case unicode.IsLetter(r), unicode.IsMark(r):
+			return lower
+		case unicode.IsDigit(r):
+			return digit
+		}
+		return none
+	}
+	start, prev := -1, none
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		k := kind(r)
+		split := false
+		switch {
+		case k == none:
+			split = true
+		case start < 0:
+		case prev == digit && k != digit, prev != digit && k == digit:
+			split = true
+		case prev == lower && k == upper:
+			split = true
+		case prev == upper && k == lower && i-start > 1:
+			// "HTTPError": the E starts a new word; the run so far
+			// ends before it.
+			j := i - 1
+			for j > start && !utf8.RuneStart(s[j]) {
+				j--
+			}
+			if !f(start, j) {
+				return
+			}
+			start = j
+		}
+		if split && start >= 0 {
+			if !f(start, i) {
+				return
+			}
+			start = -1
+		}
+		if k != none && start < 0 {
+			start = i
+		}
+		prev = k
+		i += size
+	}
+	if start >= 0 {
+		f(start, len(s))
+	}
+}
+
+func isDigits(w string) bool {
+	for i := 0; i < len(w); i++ {
+		if w[i] < '0' || w[i] > '9' {
+			return false
+		}
+	}
+	return w != ""
+}
+
+// lowerASCII appends w in lower case to dst; ok is false when w is not
+// ASCII (no rule word is).
+func lowerASCII(dst []byte, w string) (_ []byte, ok bool) {
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= utf8.RuneSelf {
+			return dst, false
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	return dst, true
+}
+
+// equalFoldASCII reports whether w equals the lower-case ASCII word r,
+// ignoring ASCII case.
+func equalFoldASCII(w, r string) bool {
+	if len(w) != len(r) {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != r[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// panicError is the error of an attempt that panicked.
+type panicError struct{ v any }
+
+func (e *panicError) Error() string { return "selfimprove: panic: " + fmt.Sprint(e.v) }
+
+// FailureClass makes Classify see a panic as ClassPanic.
+func (e *panicError) FailureClass() Class { return ClassPanic }

@@ -1,0 +1,246 @@
+package selfimprove
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Redacted replaces a secret that Scrub removes.
+const Redacted = "<redacted>"
+
+// Scrub returns msg with the secrets it recognises replaced by
+// "<redacted>". The loop scrubs every error text before it keeps, stores,
+// logs or sends it. Scrub recognises:
+//
+//   - API keys by their prefix: sk-, sk_, pk_, rk_, xoxb-, xoxp-, xoxa-,
+//     xoxs-, ghp_, gho_, ghu_, ghs_, github_pat_, glpat-, hf_ (followed by
+//     16 or more key characters; the prefix is kept), and AWS access key
+//     IDs (AKIA or ASIA and 16 capitals or digits);
+//   - the credentials after "Bearer ", "Basic " and "Token ";
+//   - the value after a key that names a secret (one containing password,
+//     passwd, pwd, secret, token, apikey, api_key, api-key, access_key,
+//     private_key, credential, session or auth), as in password=hunter2,
+//     "api_key": "abc" or Authorization: xyz;
+//   - the user information of a URL (https://user:pass@host);
+//   - runs of 32 or more hex digits;
+//   - runs of 32 or more key characters ([A-Za-z0-9_+=-]) that mix upper
+//     case, lower case and digits (tokens, JWT parts, base64 secrets).
+//
+// It returns msg itself, without allocating, when there is nothing to
+// remove.
+func Scrub(msg string) string {
+	var b *strings.Builder
+	last := 0 // msg[last:] is not yet copied
+	for i := 0; i < len(msg); {
+		lo, hi := nextSecret(msg, i)
+		if lo < 0 {
+			break
+		}
+		if b == nil {
+			b = new(strings.Builder)
+			b.Grow(len(msg))
+		}
+		b.WriteString(msg[last:lo])
+		b.WriteString(Redacted)
+		last, i = hi, hi
+	}
+	if b == nil {
+		return msg
+	}
+	b.WriteString(msg[last:])
+	return b.String()
+}
+
+// keyPrefixes are the prefixes of API keys that Scrub keeps.
+var keyPrefixes = []string{
+	"sk-", "sk_", "pk_", "rk_", "xoxb-", "xoxp-", "xoxa-", "xoxs-",
+	"ghp_", "gho_", "ghu_", "ghs_", "github_pat_", "glpat-", "hf_",
+}
+
+// secretKeys are the words that make a key's value secret.
+var secretKeys = []string{
+	"password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key",
+	"access_key", "accesskey", "private_key", "credential", "session", "auth",
+}
+
+func isKeyByte(c byte) bool { return isAlnumByte(c) || c == '-' || c == '+' || c == '=' }
+
+// nextSecret returns the bounds of the first secret in s at or after from,
+// or -1, -1.
+func nextSecret(s string, from int) (lo, hi int) {
+	for i := from; i < len(s); i++ {
+		c := s[i]
+		start := i == 0 || !isKeyByte(s[i-1])
+		if start && isKeyByte(c) {
+			if lo, hi := tokenSecret(s, i); lo >= 0 {
+				return lo, hi
+			}
+		}
+		switch c {
+		case ' ':
+			if lo, hi := schemeSecret(s, i); lo >= 0 {
+				return lo, hi
+			}
+		case '=', ':':
+			if lo, hi := keyValueSecret(s, i); lo >= 0 {
+				return lo, hi
+			}
+			if c == ':' && strings.HasPrefix(s[i:], "://") {
+				if lo, hi := userinfoSecret(s, i+3); lo >= 0 {
+					return lo, hi
+				}
+			}
+		}
+	}
+	return -1, -1
+}
+
+// tokenSecret looks at the run of key characters starting at i.
+func tokenSecret(s string, i int) (lo, hi int) {
+	j := i
+	for j < len(s) && isKeyByte(s[j]) {
+		j++
+	}
+	w := s[i:j]
+	for _, p := range keyPrefixes {
+		if len(w) >= len(p)+16 && strings.EqualFold(w[:len(p)], p) {
+			return i + len(p), j
+		}
+	}
+	if len(w) == 20 && (strings.HasPrefix(w, "AKIA") || strings.HasPrefix(w, "ASIA")) {
+		upper := true
+		for k := 4; k < 20; k++ {
+			upper = upper && ('A' <= w[k] && w[k] <= 'Z' || '0' <= w[k] && w[k] <= '9')
+		}
+		if upper {
+			return i, j
+		}
+	}
+	if len(w) < 32 {
+		return -1, -1
+	}
+	// A long run of hex digits, or a long token that mixes cases and
+	// digits. Only the alphanumeric part counts for hex.
+	hexRun, up, low, dig := 0, false, false, false
+	for k := 0; k < len(w); k++ {
+		c := w[k]
+		if isHex(c) {
+			hexRun++
+			if hexRun >= 32 {
+				return i, j
+			}
+		} else {
+			hexRun = 0
+		}
+		up = up || 'A' <= c && c <= 'Z'
+		low = low || 'a' <= c && c <= 'z'
+		dig = dig || '0' <= c && c <= '9'
+	}
+	if up && low && dig {
+		return i, j
+	}
+	return -1, -1
+}
+
+// schemeSecret looks for "Bearer x", "Basic x" or "Token x" ending at the
+// space at i, and returns the bounds of x.
+func schemeSecret(s string, i int) (lo, hi int) {
+	k := i
+	for k > 0 && isAlnumByte(s[k-1]) {
+		k--
+	}
+	if k > 0 && isKeyByte(s[k-1]) {
+		return -1, -1
+	}
+	switch w := s[k:i]; {
+	case strings.EqualFold(w, "bearer"), strings.EqualFold(w, "basic"), strings.EqualFold(w, "token"):
+	default:
+		return -1, -1
+	}
+	j := i + 1
+	for j < len(s) && (isKeyByte(s[j]) || s[j] == '.' || s[j] == '/' || s[j] == '~') {
+		j++
+	}
+	if j-(i+1) < 8 || strings.HasPrefix(s[i+1:], Redacted) {
+		return -1, -1
+	}
+	return i + 1, j
+}
+
+// keyValueSecret looks for a secret key ending before the separator at i
+// (allowing a closing quote) and returns the bounds of its value.
+func keyValueSecret(s string, i int) (lo, hi int) {
+	k := i
+	if k > 0 && (s[k-1] == '"' || s[k-1] == '\'') {
+		k--
+	}
+	e := k
+	for k > 0 && (isAlnumByte(s[k-1]) || s[k-1] == '-' || s[k-1] == '.') {
+		k--
+	}
+	if !secretKey(s[k:e]) {
+		return -1, -1
+	}
+	j := i + 1
+	for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
+		j++
+	}
+	if j < len(s) && (s[j] == '"' || s[j] == '\'') {
+		q := s[j]
+		end := strings.IndexByte(s[j+1:], q)
+		if end <= 0 {
+			return -1, -1
+		}
+		if s[j+1:j+1+end] == Redacted {
+			return -1, -1
+		}
+		return j + 1, j + 1 + end
+	}
+	v := j
+	for v < len(s) {
+		r, n := utf8.DecodeRuneInString(s[v:])
+		if r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '&' || r == ',' || r == ';' || r == ')' || r == '}' || r == ']' || r == '"' || r == '\'' || r == '<' {
+			break
+		}
+		v += n
+	}
+	if v == j || strings.EqualFold(s[j:v], "bearer") || strings.EqualFold(s[j:v], "basic") || strings.EqualFold(s[j:v], "token") {
+		return -1, -1
+	}
+	return j, v
+}
+
+// secretKey reports whether the key k names a secret.
+func secretKey(k string) bool {
+	if k == "" || len(k) > 64 {
+		return false
+	}
+	var buf [64]byte
+	lk, _ := lowerASCII(buf[:0], k)
+	if strings.HasSuffix(string(lk), "tokens") {
+		return false // a count, as in max_tokens=4096
+	}
+	for _, w := range secretKeys {
+		if strings.Contains(string(lk), w) {
+			return true
+		}
+	}
+	return false
+}
+
+// userinfoSecret returns the bounds of the user information of the URL
+// whose authority starts at i, if it has any.
+func userinfoSecret(s string, i int) (lo, hi int) {
+	for j := i; j < len(s); j++ {
+		switch s[j] {
+		case '@':
+			if j == i || s[i:j] == Redacted {
+				return -1, -1
+			}
+			return i, j
+		case '/', '?', '#', ' ', '"', '\'', '\n', '\t', '<', '>':
+			return -1, -1
+		}
+	}
+	return -1, -1
+}

@@ -1,0 +1,337 @@
+package selfimprove
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxSignature is the length of a signature, in runes.
+const maxSignature = 120
+
+// Signature returns the normalised form of an error message that
+// clustering uses: secrets scrubbed (see Scrub), lower case, white space
+// collapsed, and variable parts replaced by placeholders: URLs by <url>,
+// quoted strings by <str>, file paths (starting with /, ./, ../, ~/ or a
+// drive letter) by <path>, UUIDs by <uuid>, runs of 8 or more hex digits
+// with at least one digit by <hex>, and numbers (with their decimal
+// points) by <n>. It is cut to 120 runes. "timeout after 30s on req 123"
+// and "timeout after 45s on req 999" share the signature
+// "timeout after <n>s on req <n>". Signature is idempotent.
+func Signature(msg string) string {
+	var buf [256]byte
+	return string(appendSignature(buf[:0], Scrub(msg)))
+}
+
+// clusterID is the stable ID of a signature: the FNV-1a hash of its bytes.
+func clusterID(sig []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range sig {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// ClusterID returns the ID of the cluster of failures whose messages have
+// signature sig: 16 hex digits of a 64-bit FNV-1a hash, the same in every
+// process.
+func ClusterID(sig string) string { return formatClusterID(clusterID([]byte(sig))) }
+
+func formatClusterID(id uint64) string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[id&15]
+		id >>= 4
+	}
+	return string(b[:])
+}
+
+// appendSignature appends the signature of text, which must already be
+// scrubbed, to dst.
+func appendSignature(dst []byte, text string) []byte {
+	start := len(dst)
+	dst = appendSig(dst, text)
+	for len(dst) > start && dst[len(dst)-1] == ' ' {
+		dst = dst[:len(dst)-1]
+	}
+	return dst
+}
+
+func appendSig(dst []byte, text string) []byte {
+	start := len(dst)
+	runes := 0
+	space := false
+	emit := func(b ...byte) bool { // ASCII only
+		if space && len(dst) > start {
+			if runes >= maxSignature {
+				return false
+			}
+			dst = append(dst, ' ')
+			runes++
+		}
+		space = false
+		for _, c := range b {
+			if runes >= maxSignature {
+				return false
+			}
+			dst = append(dst, c)
+			runes++
+		}
+		return true
+	}
+	emitRune := func(r rune) bool {
+		if space && len(dst) > start {
+			if runes >= maxSignature {
+				return false
+			}
+			dst = append(dst, ' ')
+			runes++
+		}
+		space = false
+		if runes >= maxSignature {
+			return false
+		}
+		dst = utf8.AppendRune(dst, r)
+		runes++
+		return true
+	}
+	emitStr := func(s string) bool { return emit([]byte(s)...) }
+
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		atStart := i == 0 || !isWordByte(text, i)
+		switch {
+		case unicode.IsSpace(r):
+			space = true
+			i += size
+			continue
+		case atStart && isLetter(r):
+			if n := urlLen(text[i:]); n > 0 {
+				if !emitStr("<url>") {
+					return dst
+				}
+				i += n
+				continue
+			}
+		case atStart && (r == '/' || r == '.' || r == '~' || r == '\\'):
+			if n := pathLen(text[i:]); n > 0 {
+				if !emitStr("<path>") {
+					return dst
+				}
+				i += n
+				continue
+			}
+		case r == '"' || r == '`' || (r == '\'' && atStart):
+			if j := strings.IndexByte(text[i+1:], byte(r)); j >= 0 {
+				if !emitStr("<str>") {
+					return dst
+				}
+				i += j + 2
+				continue
+			}
+		}
+		if atStart && isDriveLetter(text[i:]) {
+			if n := pathLen(text[i:]); n > 0 {
+				if !emitStr("<path>") {
+					return dst
+				}
+				i += n
+				continue
+			}
+		}
+		if atStart && isUUID(text[i:]) {
+			if !emitStr("<uuid>") {
+				return dst
+			}
+			i += 36
+			continue
+		}
+		if atStart && (isLetter(r) || isDigit(r)) {
+			j := i
+			for j < len(text) {
+				r, n := utf8.DecodeRuneInString(text[j:])
+				if !isLetter(r) && !isDigit(r) {
+					break
+				}
+				j += n
+			}
+			if w := text[i:j]; isHexToken(w) || len(w) > 2 && (w[:2] == "0x" || w[:2] == "0X") && allHex(w[2:]) {
+				if !emitStr("<hex>") {
+					return dst
+				}
+				i = j
+				continue
+			}
+		}
+		switch {
+		case isDigit(r):
+			// A number, with its decimal points.
+			j := i
+			for j < len(text) {
+				r, n := utf8.DecodeRuneInString(text[j:])
+				if isDigit(r) {
+					j += n
+					continue
+				}
+				if (r == '.' || r == ',') && j+1 < len(text) && isDigitByteAt(text, j+1) {
+					j++
+					continue
+				}
+				break
+			}
+			if !emitStr("<n>") {
+				return dst
+			}
+			i = j
+		case isLetter(r):
+			if !emitRune(unicode.ToLower(r)) {
+				return dst
+			}
+			i += size
+		default:
+			if !emitRune(r) {
+				return dst
+			}
+			i += size
+		}
+	}
+	return dst
+}
+
+func isLetter(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z'
+	}
+	return unicode.IsLetter(r) || unicode.IsMark(r)
+}
+
+func isDigit(r rune) bool {
+	if r < utf8.RuneSelf {
+		return '0' <= r && r <= '9'
+	}
+	return unicode.IsDigit(r)
+}
+
+func isDigitByteAt(s string, i int) bool {
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return isDigit(r)
+}
+
+// isWordByte reports whether the rune before position i of s is a letter,
+// digit or underscore.
+func isWordByte(s string, i int) bool {
+	r, _ := utf8.DecodeLastRuneInString(s[:i])
+	return r == '_' || isLetter(r) || isDigit(r)
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// isHexToken reports whether w is 8 or more hex digits, at least one of
+// them a decimal digit.
+func isHexToken(w string) bool {
+	if len(w) < 8 {
+		return false
+	}
+	digit := false
+	for i := 0; i < len(w); i++ {
+		if !isHex(w[i]) {
+			return false
+		}
+		digit = digit || w[i] <= '9'
+	}
+	return digit
+}
+
+func allHex(w string) bool {
+	for i := 0; i < len(w); i++ {
+		if !isHex(w[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// isUUID reports whether s starts with a UUID not followed by a letter or
+// digit.
+func isUUID(s string) bool {
+	if len(s) < 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		switch i {
+		case 8, 13, 18, 23:
+			if s[i] != '-' {
+				return false
+			}
+		default:
+			if !isHex(s[i]) {
+				return false
+			}
+		}
+	}
+	if len(s) == 36 {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(s[36:])
+	return r != '_' && !isLetter(r) && !isDigit(r)
+}
+
+func isAlnumByte(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_'
+}
+
+// urlLen returns the length of the URL s starts with (scheme "://" and
+// everything up to white space or a quote), or 0.
+func urlLen(s string) int {
+	i := 0
+	for i < len(s) && i < 16 && (isAlnumByte(s[i]) && s[i] != '_' || i > 0 && (s[i] == '+' || s[i] == '-' || s[i] == '.')) {
+		i++
+	}
+	if i == 0 || !strings.HasPrefix(s[i:], "://") {
+		return 0
+	}
+	return i + 3 + tokenLen(s[i+3:])
+}
+
+// pathLen returns the length of the file path s starts with, or 0: "/x",
+// "./x", "../x", "~/x", `\x` or "C:\x", up to white space or a quote.
+func pathLen(s string) int {
+	var rest int
+	switch {
+	case strings.HasPrefix(s, "../"), strings.HasPrefix(s, `..\`):
+		rest = 3
+	case strings.HasPrefix(s, "./"), strings.HasPrefix(s, `.\`), strings.HasPrefix(s, "~/"):
+		rest = 2
+	case isDriveLetter(s):
+		rest = 3
+	case len(s) > 0 && (s[0] == '/' || s[0] == '\\'):
+		rest = 1
+	default:
+		return 0
+	}
+	n := tokenLen(s[rest:])
+	if n == 0 || !isAlnumByte(s[rest]) && s[rest] != '.' && s[rest] < utf8.RuneSelf {
+		return 0
+	}
+	return rest + n
+}
+
+func isDriveLetter(s string) bool {
+	return len(s) >= 3 && ('a' <= s[0] && s[0] <= 'z' || 'A' <= s[0] && s[0] <= 'Z') && s[1] == ':' && (s[2] == '\\' || s[2] == '/')
+}
+
+// tokenLen returns the length of the run at the start of s that has no
+// white space, quote or closing bracket.
+func tokenLen(s string) int {
+	for i, r := range s {
+		switch {
+		case unicode.IsSpace(r), r == '"', r == '\'', r == '`', r == ')', r == ']', r == '}', r == '>', r == '<', r == ',':
+			return i
+		}
+	}
+	return len(s)
+}
