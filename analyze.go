@@ -55,7 +55,21 @@ type Analysis struct {
 
 // Tweak is a proposed config: the whole config to run under, not a diff.
 // The loop assigns its Version.
+//
+// With Review set, the loop does not apply it: it files a Proposal for a
+// person to approve (see Loop.Approve). A reviewed Tweak whose Config
+// equals the current config proposes its Rule only.
 type Tweak struct {
 	Config Config `json:"config"`
 	Reason string `json:"reason"`
+	// Review asks for human approval instead of applying the tweak.
+	Review bool `json:"review,omitempty"`
+	// Rule is a plain-text suggestion for a person (a prompt change, a
+	// quota to raise), filed with a reviewed tweak.
+	Rule string `json:"rule,omitempty"`
+	// Confidence is the strategy's confidence in the tweak, in [0, 1].
+	Confidence float64 `json:"confidence,omitempty"`
+	// Cluster is the ID of the cluster the tweak addresses; default the
+	// first of Analysis.Clusters.
+	Cluster string `json:"cluster,omitempty"`
 }

@@ -69,9 +69,9 @@ type SharedCause struct {
 }
 
 const (
-	maxClusters  = 8  // clusters kept per agent; the least recently seen goes first
-	clusterSlots = 8  // time buckets of a cluster's window
-	maxExample   = 2  // examples kept per cluster: the first and the latest
+	maxClusters  = 8 // clusters kept per agent; the least recently seen goes first
+	clusterSlots = 8 // time buckets of a cluster's window
+	maxExample   = 2 // examples kept per cluster: the first and the latest
 	maxShared    = 1024
 	sharedAgents = 8 // agents remembered per shared entry
 )
@@ -80,16 +80,16 @@ const (
 // live in clusterSlots buckets of Width nanoseconds (an eighth of the
 // analysis window); Head is the index of the newest.
 type clusterRec struct {
-	ID       uint64                 `json:"id,string"`
-	Sig      string                 `json:"sig"`
-	Class    Class                  `json:"class"`
-	Total    int64                  `json:"total"`
-	First    int64                  `json:"first"`
-	Last     int64                  `json:"last"`
-	Examples [maxExample]string     `json:"examples"`
-	Width    int64                  `json:"width_ns"`
-	Head     int64                  `json:"head"`
-	Slots    [clusterSlots]uint32   `json:"slots"`
+	ID       uint64               `json:"id,string"`
+	Sig      string               `json:"sig"`
+	Class    Class                `json:"class"`
+	Total    int64                `json:"total"`
+	First    int64                `json:"first"`
+	Last     int64                `json:"last"`
+	Examples [maxExample]string   `json:"examples"`
+	Width    int64                `json:"width_ns"`
+	Head     int64                `json:"head"`
+	Slots    [clusterSlots]uint32 `json:"slots"`
 }
 
 // observe counts a failure at time end (Unix ns) with bucket width width.

@@ -115,7 +115,7 @@ func TestHealthHalfLife(t *testing.T) {
 	if h := e.l.Health("a"); h != 1 {
 		t.Fatalf("health with no data = %v, want 1", h)
 	}
-	smallWindow(t, e, "a", 64*time.Second) // buckets of 1 s, half-life 16 s
+	smallWindow(t, e, "a", 64*time.Second)     // buckets of 1 s, half-life 16 s
 	e.call("a", errBoom, 500*time.Millisecond) // ends mid-bucket
 	if h := e.l.Health("a"); h != 0 {
 		t.Fatalf("health after one failure = %v, want 0", h)

@@ -207,4 +207,6 @@ type Change struct {
 	State     ChangeState `json:"state"`
 	// Verdict is the policy's reason for confirming or rolling back.
 	Verdict string `json:"verdict,omitempty"`
+	// ProposalID names the approved proposal the change applies, if any.
+	ProposalID string `json:"proposal_id,omitempty"`
 }

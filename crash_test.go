@@ -40,7 +40,7 @@ func crashChild(dir, mode string) {
 	if mode == "batched" {
 		tm = si.TracesBatched
 	}
-	l, err := si.New(si.WithDir(dir), si.WithTraces(tm), si.WithLogger(quiet), si.WithNotifier(nil),
+	l, err := si.New(si.WithDir(dir), si.WithTraces(tm), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(nil),
 		si.WithFlushInterval(50*time.Millisecond))
 	if err != nil {
 		fmt.Println("error", err)
@@ -170,7 +170,12 @@ func crashTest(t *testing.T, mode string, calls int, span time.Duration) {
 		t.Fatal(err)
 	}
 	routes := map[string]bool{}
-	if _, err := si.ReadEvents(f, func(e si.Event) error { routes[e.Change.To.Route] = true; return nil }); err != nil {
+	if _, err := si.ReadEvents(f, func(e si.Event) error {
+		if e.Change != nil {
+			routes[e.Change.To.Route] = true
+		}
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

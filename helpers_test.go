@@ -63,7 +63,8 @@ func newEnv(t *testing.T, opts ...si.Option) *env {
 // open (re)opens the loop on e's directory.
 func (e *env) open(opts ...si.Option) {
 	e.t.Helper()
-	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet)}
+	// Tracking only unless the test names a strategy.
+	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil)}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		e.t.Fatal(err)

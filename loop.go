@@ -145,6 +145,7 @@ type options struct {
 	maxAgents       int
 	clock           Clock
 	strategy        Strategy
+	strategySet     bool
 	notifier        Notifier
 	notifierSet     bool
 	logger          *slog.Logger
@@ -197,9 +198,12 @@ func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 // WithClock sets the clock; the default is the real clock (time.Now).
 func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
 
-// WithStrategy sets the strategy that proposes tweaks. Without it, or with
-// nil, the loop tracks, reports ImprovementTriggered and applies nothing.
-func WithStrategy(s Strategy) Option { return func(o *options) { o.strategy = s } }
+// WithStrategy sets the strategy that proposes tweaks. Without it the loop
+// uses DefaultStrategy(). With nil the loop only tracks: it reports
+// ImprovementTriggered and applies nothing.
+func WithStrategy(s Strategy) Option {
+	return func(o *options) { o.strategy, o.strategySet = s, true }
+}
 
 // WithNotifier sets where events go. The default is LogNotifier with the
 // loop's logger; nil turns notifications off (events are still stored).
@@ -270,8 +274,9 @@ type Loop struct {
 	defaultConfig   Config
 	strategyTimeout time.Duration
 
-	shared   shared   // failures by cluster and class across agents
-	agents   sync.Map // agent ID → *agent
+	shared   shared        // failures by cluster and class across agents
+	props    proposalIndex // where proposals are
+	agents   sync.Map      // agent ID → *agent
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 
@@ -341,6 +346,9 @@ func New(opts ...Option) (*Loop, error) {
 	}
 	if o.clock == nil {
 		o.clock = realClock{}
+	}
+	if !o.strategySet {
+		o.strategy = DefaultStrategy()
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -473,6 +481,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 		for _, c := range a.s.Clusters {
 			l.shared.observe(id, c.ID, []byte(c.Sig), c.Class, c.Last, a.s.Tracker.Win.Width*windowSlots)
 		}
+		l.props.note(id, a.s.Proposals)
 	case errors.Is(err, fs.ErrNotExist):
 		a.s, err = newState(id, l.defaultConfig.clone()), nil
 	case errors.Is(err, ErrCorruptState):
@@ -852,6 +861,7 @@ func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason s
 	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
 	s.Verifying, s.Verify = nil, counts{}
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
+	s.closeProposalLocked(&ch, now)
 	return &ch
 }
 
@@ -938,6 +948,11 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
 		}
 	}
+	if err == nil && tw != nil && tw.Review {
+		// Saved before the proposal is, so that the list of agents with
+		// proposals covers it.
+		err = l.addProposalAgent(a.id)
+	}
 	now := l.clock.Now()
 	a.mu.Lock()
 	a.analyzing = false
@@ -946,7 +961,12 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		ch *Change
 		ev *Event
 	)
-	if err == nil && tw != nil {
+	if err == nil && tw != nil && tw.Review {
+		if p, isNew := l.fileLocked(a, an, tw, now); isNew {
+			l.props.note(a.id, []Proposal{*p})
+			a.queueLocked(l.proposalEvent(EventProposalFiled, p, now))
+		}
+	} else if err == nil && tw != nil {
 		ch, err = l.applyLocked(a, an, tw, now)
 		if err != nil {
 			l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", err)
@@ -1107,6 +1127,7 @@ func (a *agent) snapshotLocked() agentState {
 	snap.Changes = slices.Clone(snap.Changes)
 	snap.Rejected = slices.Clone(snap.Rejected)
 	snap.Clusters = slices.Clone(snap.Clusters)
+	snap.Proposals = slices.Clone(snap.Proposals)
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v

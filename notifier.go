@@ -32,6 +32,13 @@ const (
 	EventCriticalSet EventType = "critical_set"
 	// EventRejectedCleared: an operator cleared an agent's rejected tweaks.
 	EventRejectedCleared EventType = "rejected_cleared"
+	// EventProposalFiled: the strategy filed a proposal for review.
+	EventProposalFiled EventType = "proposal_filed"
+	// EventProposalApproved: an operator approved a proposal; one with a
+	// config is followed by its EventImprovementApplied.
+	EventProposalApproved EventType = "proposal_approved"
+	// EventProposalRejected: an operator rejected a proposal.
+	EventProposalRejected EventType = "proposal_rejected"
 )
 
 // Event records one decision of the loop or one operator action. Events are
@@ -48,6 +55,8 @@ type Event struct {
 	AgentID string    `json:"agent_id"`
 	// Change is the change concerned, as it stands after the event.
 	Change *Change `json:"change,omitempty"`
+	// Proposal is the proposal concerned, as it stands after the event.
+	Proposal *Proposal `json:"proposal,omitempty"`
 	// Message is a one-line human-readable account.
 	Message string `json:"message"`
 	// Err is the text of the error behind an EventRollbackFailed.

@@ -19,7 +19,8 @@ const Redacted = "<redacted>"
 //   - the credentials after "Bearer ", "Basic " and "Token ";
 //   - the value after a key that names a secret (one containing password,
 //     passwd, pwd, secret, token, apikey, api_key, api-key, access_key,
-//     private_key, credential, session or auth), as in password=hunter2,
+//     private_key, credential, session or authorization, or that is auth
+//     or ends in _auth or -auth), as in password=hunter2,
 //     "api_key": "abc" or Authorization: xyz;
 //   - the user information of a URL (https://user:pass@host);
 //   - runs of 32 or more hex digits;
@@ -60,7 +61,7 @@ var keyPrefixes = []string{
 // secretKeys are the words that make a key's value secret.
 var secretKeys = []string{
 	"password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "api-key",
-	"access_key", "accesskey", "private_key", "credential", "session", "auth",
+	"access_key", "accesskey", "private_key", "credential", "session", "authorization",
 }
 
 func isKeyByte(c byte) bool { return isAlnumByte(c) || c == '-' || c == '+' || c == '=' }
@@ -219,6 +220,9 @@ func secretKey(k string) bool {
 	lk, _ := lowerASCII(buf[:0], k)
 	if strings.HasSuffix(string(lk), "tokens") {
 		return false // a count, as in max_tokens=4096
+	}
+	if k := string(lk); k == "auth" || strings.HasSuffix(k, "_auth") || strings.HasSuffix(k, "-auth") {
+		return true
 	}
 	for _, w := range secretKeys {
 		if strings.Contains(string(lk), w) {

@@ -63,6 +63,9 @@ type agentState struct {
 
 	// Clusters are the agent's failure clusters, at most maxClusters.
 	Clusters []clusterRec `json:"clusters,omitempty"`
+	// Proposals are the agent's proposals, at most maxProposals, oldest
+	// first.
+	Proposals []Proposal `json:"proposals,omitempty"`
 }
 
 // Bounds on the per-agent lists, so that an agent's memory does not grow
@@ -308,6 +311,46 @@ func (s *FileStore) SaveAgent(id string, state []byte) error {
 	return nil
 }
 
+// LoadMeta implements MetaStore: the document is <dir>/<name>.json.
+func (s *FileStore) LoadMeta(name string, decode func([]byte) error) error {
+	if err := checkMetaName(name); err != nil {
+		return err
+	}
+	data, err := s.fs.ReadFile(filepath.Join(s.dir, name+".json"))
+	if err != nil {
+		return fmt.Errorf("selfimprove: read %s: %w", name, err)
+	}
+	if err := decode(data); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorruptState, name, err)
+	}
+	return nil
+}
+
+// SaveMeta implements MetaStore.
+func (s *FileStore) SaveMeta(name string, doc []byte) error {
+	if err := checkMetaName(name); err != nil {
+		return err
+	}
+	if err := fsx.WriteAtomic(s.fs, s.dir, name+".json", doc); err != nil {
+		return fmt.Errorf("selfimprove: save %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkMetaName accepts the names of loop-wide documents: 1 to 64 of
+// [a-z0-9-].
+func checkMetaName(name string) error {
+	ok := name != "" && len(name) <= 64
+	for i := 0; i < len(name) && ok; i++ {
+		c := name[i]
+		ok = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("selfimprove: invalid document name %q", name)
+	}
+	return nil
+}
+
 // AppendEvents implements Store.
 func (s *FileStore) AppendEvents(events []Event) error {
 	data, err := marshalLines(events)
@@ -392,6 +435,7 @@ type MemoryStore struct {
 	mu      sync.Mutex
 	states  map[string][]byte
 	corrupt map[string][]byte // states set aside, by agent ID (the last one)
+	meta    map[string][]byte
 	events  []Event
 	traces  []Trace
 }
@@ -428,6 +472,34 @@ func (m *MemoryStore) SaveAgent(id string, state []byte) error {
 		m.states = map[string][]byte{}
 	}
 	m.states[id] = bytes.Clone(state)
+	return nil
+}
+
+// LoadMeta implements MetaStore.
+func (m *MemoryStore) LoadMeta(name string, decode func([]byte) error) error {
+	m.mu.Lock()
+	data, ok := m.meta[name]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("selfimprove: %s: %w", name, fs.ErrNotExist)
+	}
+	if err := decode(data); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorruptState, name, err)
+	}
+	return nil
+}
+
+// SaveMeta implements MetaStore.
+func (m *MemoryStore) SaveMeta(name string, doc []byte) error {
+	if err := checkMetaName(name); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.meta == nil {
+		m.meta = map[string][]byte{}
+	}
+	m.meta[name] = bytes.Clone(doc)
 	return nil
 }
 
@@ -536,8 +608,8 @@ func (st *agentState) check(id string) error {
 	if err := st.Config.validate(); err != nil {
 		return err
 	}
-	if len(st.Clusters) > maxClusters {
-		return errors.New("too many clusters")
+	if len(st.Clusters) > maxClusters || len(st.Proposals) > maxProposals {
+		return errors.New("too many clusters or proposals")
 	}
 	for _, c := range st.Clusters {
 		if c.Width < minSlot || c.Width > maxSlot*(windowSlots/clusterSlots) || c.Head < 0 || c.Head > math.MaxInt64/c.Width {

@@ -1,0 +1,225 @@
+package selfimprove
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// BuiltinStrategy is the loop's own Strategy, with no model and no
+// network. It finds the dominant class of the window's failures (the class
+// with the most failures among Analysis.Clusters; on a tie, the most
+// recent) and proposes one safe tweak to a field the loop enforces:
+//
+//   - timeout: Timeout × 1.5, up to MaxTimeout;
+//   - rate_limit: Backoff × 2 (from 1s when unset), up to MaxBackoff, and
+//     MaxAttempts + 1, up to MaxAttempts;
+//   - overloaded, network, empty_response: MaxAttempts + 1, up to
+//     MaxAttempts;
+//   - model_unavailable: the next Route in Fallbacks.
+//
+// It never proposes a config that was rolled back for the agent
+// (Analysis.Rejected). When the safe move for the class is used up (at its
+// cap, rolled back before, no fallback left, or a timeout with no Timeout
+// set), and for every other class (auth, bad_request, not_found,
+// context_length, content_filter, tool_error, panic, canceled, other), it
+// files a Proposal for human review instead (a Tweak with Review set):
+// with a suggested config beyond the cap where there is one, and always
+// with a plain-text rule. Confidence is the dominant class's share of the
+// window's failures.
+//
+// The zero value is ready to use; DefaultStrategy returns one.
+type BuiltinStrategy struct {
+	// MaxTimeout caps the timeout it sets. Default 2 minutes.
+	MaxTimeout time.Duration
+	// MaxBackoff caps the backoff it sets. Default 30 seconds.
+	MaxBackoff time.Duration
+	// MaxAttempts caps the attempts per call it sets. Default 5.
+	MaxAttempts int
+	// Fallbacks are the routes to try, in order, when the current one's
+	// model is unavailable. Default none: such failures are proposed for
+	// review.
+	Fallbacks []string
+}
+
+// DefaultStrategy returns the built-in strategy with its default caps and
+// no fallback routes. New uses it unless WithStrategy says otherwise.
+func DefaultStrategy() Strategy { return &BuiltinStrategy{} }
+
+func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) {
+	timeout, backoff, attempts = s.MaxTimeout, s.MaxBackoff, s.MaxAttempts
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	if backoff <= 0 {
+		backoff = 30 * time.Second
+	}
+	if attempts <= 0 {
+		attempts = 5
+	}
+	return timeout, backoff, min(attempts, maxAttemptsLimit)
+}
+
+// rules are the plain-text suggestions filed with proposals, by class.
+var rules = map[Class]string{
+	ClassAuth:             "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
+	ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
+	ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
+	ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
+	ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
+	ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
+	ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
+	ClassCanceled:         "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
+	ClassTimeout:          "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
+	ClassRateLimit:        "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
+	ClassOverloaded:       "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
+	ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
+	ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
+	ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
+}
+
+const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
+
+// Analyze implements Strategy.
+func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error) {
+	class, cl, share := dominant(a.Clusters)
+	if cl == nil {
+		return nil, nil
+	}
+	maxTimeout, maxBackoff, maxAtt := s.caps()
+	cur := a.Config
+	next := cur.clone()
+	rejected := func(c Config) bool {
+		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) })
+	}
+	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
+	safe := func(reason string) *Tweak {
+		return &Tweak{Config: next, Reason: reason + " (" + evidence + ")", Confidence: share.frac(), Cluster: cl.ID}
+	}
+	review := func(why string, suggest *Config) *Tweak {
+		t := &Tweak{Config: cur, Review: true, Confidence: share.frac(), Cluster: cl.ID,
+			Reason: why + " (" + evidence + ")"}
+		if suggest != nil && !rejected(*suggest) {
+			t.Config = *suggest
+		}
+		t.Rule = rules[class]
+		if t.Rule == "" {
+			t.Rule = otherRule
+		}
+		return t
+	}
+
+	switch class {
+	case ClassTimeout:
+		if cur.Timeout <= 0 {
+			return review("timeouts with no timeout set: the deadline comes from elsewhere", nil), nil
+		}
+		next.Timeout = min(cur.Timeout*3/2, maxTimeout)
+		beyond := cur.clone()
+		beyond.Timeout = cur.Timeout * 3 / 2
+		switch {
+		case next.Timeout <= cur.Timeout:
+			return review(fmt.Sprintf("timeout %v is at its cap %v", cur.Timeout, maxTimeout), &beyond), nil
+		case rejected(next):
+			return review(fmt.Sprintf("raising the timeout to %v was rolled back before", next.Timeout), nil), nil
+		}
+		return safe(fmt.Sprintf("timeouts: raise the timeout from %v to %v", cur.Timeout, next.Timeout)), nil
+
+	case ClassRateLimit:
+		b := cur.Backoff * 2
+		if cur.Backoff <= 0 {
+			b = time.Second
+		}
+		next.Backoff = min(b, maxBackoff)
+		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
+		if next.Backoff < cur.Backoff {
+			next.Backoff = cur.Backoff
+		}
+		if next.MaxAttempts < cur.attempts() {
+			next.MaxAttempts = cur.MaxAttempts
+		}
+		switch {
+		case next.Equal(cur):
+			beyond := cur.clone()
+			beyond.Backoff, beyond.MaxAttempts = b, cur.attempts()+1
+			return review(fmt.Sprintf("backoff %v and %d attempts are at their caps", cur.Backoff, cur.attempts()), &beyond), nil
+		case rejected(next):
+			return review("raising the backoff and retries was rolled back before", nil), nil
+		}
+		return safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, cur.attempts(), next.attempts())), nil
+
+	case ClassOverloaded, ClassNetwork, ClassEmptyResponse:
+		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
+		switch {
+		case next.MaxAttempts <= cur.attempts():
+			beyond := cur.clone()
+			beyond.MaxAttempts = cur.attempts() + 1
+			return review(fmt.Sprintf("%d attempts is at its cap", cur.attempts()), &beyond), nil
+		case rejected(next):
+			return review("one more attempt was rolled back before", nil), nil
+		}
+		return safe(fmt.Sprintf("%s: attempts %d → %d", class, cur.attempts(), next.attempts())), nil
+
+	case ClassModelUnavailable:
+		start := slices.Index(s.Fallbacks, cur.Route) + 1
+		for _, r := range s.Fallbacks[start:] {
+			next.Route = r
+			if r != cur.Route && !rejected(next) {
+				return safe(fmt.Sprintf("model unavailable: route %q → %q", cur.Route, r)), nil
+			}
+		}
+		return review(fmt.Sprintf("model unavailable on route %q and no fallback route left", cur.Route), nil), nil
+	}
+	return review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
+}
+
+type shareOf struct{ n, total int }
+
+func (s shareOf) frac() float64 {
+	if s.total == 0 {
+		return 0
+	}
+	return float64(s.n) / float64(s.total)
+}
+
+// dominant returns the class with the most failures in the clusters (on a
+// tie, the one seen last), its largest cluster, and its share.
+func dominant(cs []Cluster) (Class, *Cluster, shareOf) {
+	type acc struct {
+		n    int
+		last time.Time
+		top  *Cluster
+	}
+	by := map[Class]*acc{}
+	var order []Class
+	total := 0
+	for i := range cs {
+		c := &cs[i]
+		total += c.Count
+		x := by[c.Class]
+		if x == nil {
+			x = &acc{}
+			by[c.Class] = x
+			order = append(order, c.Class)
+		}
+		x.n += c.Count
+		if c.LastSeen.After(x.last) {
+			x.last = c.LastSeen
+		}
+		if x.top == nil || c.Count > x.top.Count {
+			x.top = c
+		}
+	}
+	var best Class
+	for _, k := range order {
+		x, b := by[k], by[best]
+		if b == nil || x.n > b.n || x.n == b.n && x.last.After(b.last) {
+			best = k
+		}
+	}
+	if best == "" && by[best] == nil {
+		return "", nil, shareOf{}
+	}
+	return best, by[best].top, shareOf{by[best].n, total}
+}

@@ -1,0 +1,384 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+func clusters(counts ...any) []si.Cluster {
+	var out []si.Cluster
+	for i := 0; i < len(counts); i += 2 {
+		c := counts[i].(si.Class)
+		out = append(out, si.Cluster{ID: string(c), Class: c, Count: counts[i+1].(int), LastSeen: t0.Add(time.Duration(i) * time.Second)})
+	}
+	return out
+}
+
+func TestBuiltinStrategy(t *testing.T) {
+	type want struct {
+		Config *si.Config // nil: no tweak
+		Review bool
+		Rule   bool // a rule is filed
+	}
+	cfg := func(c si.Config) *si.Config { return &c }
+	rb := func(c si.Config) []si.Tweak { return []si.Tweak{{Config: c}} }
+	fb := &si.BuiltinStrategy{Fallbacks: []string{"a", "b", "c"}}
+	cases := []struct {
+		name     string
+		s        *si.BuiltinStrategy
+		cur      si.Config
+		cl       []si.Cluster
+		rejected []si.Tweak
+		want     want
+	}{
+		{"no failures", nil, si.Config{}, nil, nil, want{}},
+		{"timeout x1.5", nil, si.Config{Timeout: 10 * time.Second}, clusters(si.ClassTimeout, 3), nil,
+			want{Config: cfg(si.Config{Timeout: 15 * time.Second})}},
+		{"timeout capped", nil, si.Config{Timeout: 100 * time.Second}, clusters(si.ClassTimeout, 3), nil,
+			want{Config: cfg(si.Config{Timeout: 2 * time.Minute})}},
+		{"timeout at cap: review beyond it", nil, si.Config{Timeout: 2 * time.Minute}, clusters(si.ClassTimeout, 3), nil,
+			want{Config: cfg(si.Config{Timeout: 3 * time.Minute}), Review: true, Rule: true}},
+		{"timeout with no timeout set", nil, si.Config{}, clusters(si.ClassTimeout, 3), nil,
+			want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"timeout rolled back before", nil, si.Config{Timeout: 10 * time.Second}, clusters(si.ClassTimeout, 3),
+			rb(si.Config{Timeout: 15 * time.Second}), want{Config: cfg(si.Config{Timeout: 10 * time.Second}), Review: true, Rule: true}},
+		{"custom timeout cap", &si.BuiltinStrategy{MaxTimeout: 12 * time.Second}, si.Config{Timeout: 10 * time.Second},
+			clusters(si.ClassTimeout, 3), nil, want{Config: cfg(si.Config{Timeout: 12 * time.Second})}},
+		{"rate limit from nothing", nil, si.Config{}, clusters(si.ClassRateLimit, 2), nil,
+			want{Config: cfg(si.Config{Backoff: time.Second, MaxAttempts: 2})}},
+		{"rate limit doubles", nil, si.Config{Backoff: 2 * time.Second, MaxAttempts: 3}, clusters(si.ClassRateLimit, 2), nil,
+			want{Config: cfg(si.Config{Backoff: 4 * time.Second, MaxAttempts: 4})}},
+		{"rate limit backoff capped, attempts at cap", nil, si.Config{Backoff: 20 * time.Second, MaxAttempts: 5}, clusters(si.ClassRateLimit, 2), nil,
+			want{Config: cfg(si.Config{Backoff: 30 * time.Second, MaxAttempts: 5})}},
+		{"rate limit at caps", nil, si.Config{Backoff: 30 * time.Second, MaxAttempts: 5}, clusters(si.ClassRateLimit, 2), nil,
+			want{Config: cfg(si.Config{Backoff: time.Minute, MaxAttempts: 6}), Review: true, Rule: true}},
+		{"overloaded: one more attempt", nil, si.Config{}, clusters(si.ClassOverloaded, 2), nil,
+			want{Config: cfg(si.Config{MaxAttempts: 2})}},
+		{"network: one more attempt", nil, si.Config{MaxAttempts: 2}, clusters(si.ClassNetwork, 2), nil,
+			want{Config: cfg(si.Config{MaxAttempts: 3})}},
+		{"empty response: one more attempt", nil, si.Config{MaxAttempts: 4}, clusters(si.ClassEmptyResponse, 2), nil,
+			want{Config: cfg(si.Config{MaxAttempts: 5})}},
+		{"attempts at cap", nil, si.Config{MaxAttempts: 5}, clusters(si.ClassNetwork, 2), nil,
+			want{Config: cfg(si.Config{MaxAttempts: 6}), Review: true, Rule: true}},
+		{"custom attempts cap", &si.BuiltinStrategy{MaxAttempts: 2}, si.Config{MaxAttempts: 2}, clusters(si.ClassNetwork, 2), nil,
+			want{Config: cfg(si.Config{MaxAttempts: 3}), Review: true, Rule: true}},
+		{"one more attempt rolled back", nil, si.Config{}, clusters(si.ClassOverloaded, 2), rb(si.Config{MaxAttempts: 2}),
+			want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"model: first fallback", fb, si.Config{Route: "x"}, clusters(si.ClassModelUnavailable, 2), nil,
+			want{Config: cfg(si.Config{Route: "a"})}},
+		{"model: next fallback", fb, si.Config{Route: "a"}, clusters(si.ClassModelUnavailable, 2), nil,
+			want{Config: cfg(si.Config{Route: "b"})}},
+		{"model: skip a rolled-back route", fb, si.Config{Route: "a"}, clusters(si.ClassModelUnavailable, 2), rb(si.Config{Route: "b"}),
+			want{Config: cfg(si.Config{Route: "c"})}},
+		{"model: no fallback left", fb, si.Config{Route: "c"}, clusters(si.ClassModelUnavailable, 2), nil,
+			want{Config: cfg(si.Config{Route: "c"}), Review: true, Rule: true}},
+		{"model: no fallbacks configured", nil, si.Config{Route: "x"}, clusters(si.ClassModelUnavailable, 2), nil,
+			want{Config: cfg(si.Config{Route: "x"}), Review: true, Rule: true}},
+		{"auth", nil, si.Config{}, clusters(si.ClassAuth, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"bad request", nil, si.Config{}, clusters(si.ClassBadRequest, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"context length", nil, si.Config{}, clusters(si.ClassContextLength, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"content filter", nil, si.Config{}, clusters(si.ClassContentFilter, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"other", nil, si.Config{}, clusters(si.ClassOther, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"dominant class wins", nil, si.Config{Timeout: time.Second}, clusters(si.ClassAuth, 1, si.ClassTimeout, 2, si.ClassAuth, 2), nil,
+			want{Config: cfg(si.Config{Timeout: time.Second}), Review: true, Rule: true}},
+		{"tie: the most recent class", nil, si.Config{Timeout: time.Second}, clusters(si.ClassAuth, 2, si.ClassTimeout, 2), nil,
+			want{Config: cfg(si.Config{Timeout: 1500 * time.Millisecond})}},
+	}
+	for _, c := range cases {
+		s := c.s
+		if s == nil {
+			s = &si.BuiltinStrategy{}
+		}
+		tw, err := s.Analyze(context.Background(), si.Analysis{Config: c.cur, Clusters: c.cl, Rejected: c.rejected})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var got want
+		if tw != nil {
+			got = want{Config: &tw.Config, Review: tw.Review, Rule: tw.Rule != ""}
+			if tw.Reason == "" || tw.Confidence <= 0 || tw.Confidence > 1 {
+				t.Errorf("%s: reason %q, confidence %v", c.name, tw.Reason, tw.Confidence)
+			}
+		}
+		if d := cmp.Diff(c.want, got); d != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, d)
+		}
+	}
+}
+
+// bubble runs f in a synctest bubble with a loop on the real (bubble)
+// clock and the given strategy.
+func bubble(t *testing.T, s si.Strategy, f func(t *testing.T, l *si.Loop, dir string), opts ...si.Option) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		l := newBubbleLoop(t, append([]si.Option{si.WithDir(dir), si.WithStrategy(s)}, opts...)...)
+		defer func() { l.Close() }()
+		f(t, l, dir)
+	})
+}
+
+// fail makes a call of agent id that fails with err and returns the
+// config it ran under.
+func fail(t *testing.T, l *si.Loop, id string, err error) (si.Config, si.Report) {
+	t.Helper()
+	var got si.Config
+	rep, _ := l.ExecuteWithImprovement(context.Background(), id, func(_ context.Context, c si.Config) error {
+		got = c
+		return err
+	})
+	return got, rep
+}
+
+// Each safe class gets its tweak through ExecuteWithImprovement, and the
+// loop enforces it on the next call.
+func TestBuiltinStrategyEndToEnd(t *testing.T) {
+	cases := []struct {
+		err   error
+		start si.Config
+		check func(t *testing.T, c si.Config, rep si.Report)
+	}{
+		{context.DeadlineExceeded, si.Config{Timeout: 2 * time.Second}, func(t *testing.T, c si.Config, rep si.Report) {
+			if c.Timeout != 3*time.Second {
+				t.Errorf("timeout %v", c.Timeout)
+			}
+		}},
+		{errors.New("HTTP 429 Too Many Requests"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
+			if c.Backoff != time.Second || rep.Attempts != 2 || rep.Duration < 500*time.Millisecond {
+				t.Errorf("config %+v, %d attempts in %v", c, rep.Attempts, rep.Duration)
+			}
+		}},
+		{errors.New("503 Service Unavailable"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
+			if rep.Attempts != 2 {
+				t.Errorf("%d attempts", rep.Attempts)
+			}
+		}},
+		{errors.New("model gpt-x has been deprecated"), si.Config{Route: "gpt-x"}, func(t *testing.T, c si.Config, rep si.Report) {
+			if c.Route != "fallback" {
+				t.Errorf("route %q", c.Route)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(string(si.Classify(tc.err)), func(t *testing.T) {
+			bubble(t, &si.BuiltinStrategy{Fallbacks: []string{"fallback"}}, func(t *testing.T, l *si.Loop, _ string) {
+				fail(t, l, "a", tc.err)
+				_, rep := fail(t, l, "a", tc.err) // the second failure triggers (low-frequency profile)
+				if rep.Improvement == nil {
+					t.Fatalf("no improvement: %+v", rep)
+				}
+				c, rep := fail(t, l, "a", tc.err)
+				if c.Version != 2 {
+					t.Fatalf("ran under v%d", c.Version)
+				}
+				tc.check(t, c, rep)
+			}, si.WithDefaultConfig(tc.start))
+		})
+	}
+}
+
+// A tweak that regresses is rolled back and never proposed again: the
+// strategy files a proposal instead.
+func TestBuiltinStrategyNeverRepeatsARollback(t *testing.T) {
+	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, _ string) {
+		for range 2 {
+			fail(t, l, "a", context.DeadlineExceeded)
+		}
+		if v := l.Config("a").Version; v != 2 {
+			t.Fatalf("no tweak applied: v%d", v)
+		}
+		for range 5 {
+			fail(t, l, "a", context.DeadlineExceeded)
+		}
+		ch := l.Changes("a")
+		if len(ch) != 1 || ch[0].State != si.ChangeRolledBack {
+			t.Fatalf("changes %+v", ch)
+		}
+		// Past the cooldown the same failures trigger again.
+		time.Sleep(13 * time.Hour)
+		for range 3 {
+			fail(t, l, "a", context.DeadlineExceeded)
+		}
+		if ch := l.Changes("a"); len(ch) != 1 {
+			t.Fatalf("the rolled-back tweak came back: %+v", ch)
+		}
+		ps := l.Proposals(nil)
+		if len(ps) != 1 || ps[0].Status != si.ProposalPending || ps[0].Config != nil || ps[0].Class != si.ClassTimeout {
+			t.Fatalf("proposals %+v", ps)
+		}
+	}, si.WithDefaultConfig(si.Config{Timeout: time.Second}))
+}
+
+func TestProposalLifecycle(t *testing.T) {
+	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, dir string) {
+		authErr := errors.New("401 Unauthorized: invalid api key")
+		for range 2 {
+			fail(t, l, "auth", authErr)
+		}
+		// Another round past the cooldown: still one proposal, with the
+		// new evidence.
+		time.Sleep(13 * time.Hour)
+		for range 3 {
+			fail(t, l, "auth", authErr)
+		}
+		ps := l.Proposals(func(p si.Proposal) bool { return p.AgentID == "auth" })
+		if len(ps) != 1 {
+			t.Fatalf("%d proposals, want 1: %+v", len(ps), ps)
+		}
+		p := ps[0]
+		if p.Status != si.ProposalPending || p.Class != si.ClassAuth || p.RootCause != si.RootCauseToolFailure ||
+			p.Config != nil || p.Rule == "" || p.Count != 3 || len(p.Examples) != 1 || p.ClusterID == "" {
+			t.Fatalf("proposal %+v", p)
+		}
+		if l.Config("auth").Version != 1 {
+			t.Fatal("an unsafe class changed the config")
+		}
+
+		// A capped safe move: a proposal with a config, approved and
+		// applied through the guard.
+		if err := l.SetConfig("busy", si.Config{MaxAttempts: 5}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			fail(t, l, "busy", errors.New("overloaded"))
+		}
+		ps = l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })
+		if len(ps) != 1 || ps[0].Config == nil || ps[0].Config.MaxAttempts != 6 {
+			t.Fatalf("proposal %+v", ps)
+		}
+		if err := l.Approve(ps[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Approve(ps[0].ID); !errors.Is(err, si.ErrProposalState) {
+			t.Fatalf("approve twice: %v", err)
+		}
+		c, rep := fail(t, l, "busy", nil)
+		if c.MaxAttempts != 6 || c.Version != 3 || !rep.Success {
+			t.Fatalf("approved config not in force: %+v", c)
+		}
+		for range 9 {
+			fail(t, l, "busy", nil)
+		}
+		got := l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })[0]
+		ch := l.Changes("busy")
+		if got.Status != si.ProposalConfirmed || len(ch) != 1 || ch[0].ProposalID != got.ID || got.ChangeID != ch[0].ID {
+			t.Fatalf("after verification: proposal %+v, changes %+v", got, ch)
+		}
+
+		// Reject closes; the same suggestion is not filed again.
+		id := ps[0].ID
+		if err := l.Reject(id, "no"); !errors.Is(err, si.ErrProposalState) {
+			t.Fatalf("reject a confirmed proposal: %v", err)
+		}
+		if err := l.Reject(p.ID, "we rotate keys on Monday"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(13 * time.Hour)
+		for range 2 {
+			fail(t, l, "auth", authErr)
+		}
+		ps = l.Proposals(func(p si.Proposal) bool { return p.AgentID == "auth" })
+		if len(ps) != 1 || ps[0].Status != si.ProposalRejected || ps[0].Note != "we rotate keys on Monday" {
+			t.Fatalf("after reject: %+v", ps)
+		}
+		if err := l.Approve("nope"); !errors.Is(err, si.ErrProposalNotFound) {
+			t.Fatalf("approve unknown: %v", err)
+		}
+
+		// Everything survives a restart, and is listed before the agents
+		// are called.
+		before := l.Proposals(nil)
+		l.Close()
+		l2, err := si.New(si.WithDir(dir), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l2.Close()
+		if d := cmp.Diff(before, l2.Proposals(nil)); d != "" {
+			t.Fatalf("proposals after restart (-before +after):\n%s", d)
+		}
+	})
+}
+
+// An approved rule-only proposal is approved; a proposal cannot be
+// approved while a change is verified.
+func TestApproveRuleOnlyAndWhileVerifying(t *testing.T) {
+	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, _ string) {
+		for range 2 {
+			fail(t, l, "a", errors.New("context_length_exceeded"))
+		}
+		ps := l.Proposals(nil)
+		if len(ps) != 1 || ps[0].Class != si.ClassContextLength {
+			t.Fatalf("proposals %+v", ps)
+		}
+		if err := l.SetConfig("a", si.Config{Timeout: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Approve(ps[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := l.Proposals(nil)[0]; got.Status != si.ProposalApproved {
+			t.Fatalf("status %s", got.Status)
+		}
+
+	})
+}
+
+// A scripted strategy files a config proposal, then applies a tweak:
+// approving the proposal while that tweak is verified fails with
+// ErrVerifying, and works once it is decided.
+func TestApproveWhileVerifying(t *testing.T) {
+	n := 0
+	s := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
+		n++
+		c := a.Config
+		if n == 1 {
+			c.Route = "reviewed"
+			return &si.Tweak{Config: c, Reason: "needs a person", Review: true, Confidence: 2}, nil
+		}
+		c.Route = "auto"
+		return &si.Tweak{Config: c, Reason: "automatic"}, nil
+	})
+	bubble(t, s, func(t *testing.T, l *si.Loop, _ string) {
+		for range 2 {
+			fail(t, l, "a", errBoom)
+		}
+		ps := l.Proposals(nil)
+		if len(ps) != 1 || ps[0].Config == nil || ps[0].Config.Route != "reviewed" || ps[0].Confidence != 1 {
+			t.Fatalf("proposals %+v", ps)
+		}
+		time.Sleep(13 * time.Hour)
+		for range 2 {
+			fail(t, l, "a", errBoom)
+		}
+		if l.Config("a").Route != "auto" {
+			t.Fatal("no automatic tweak")
+		}
+		if err := l.Approve(ps[0].ID); !errors.Is(err, si.ErrVerifying) {
+			t.Fatalf("approve while verifying: %v", err)
+		}
+		for range 10 {
+			fail(t, l, "a", nil)
+		}
+		if err := l.Approve(ps[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if c := l.Config("a"); c.Route != "reviewed" || c.Version != 3 {
+			t.Fatalf("config %+v", c)
+		}
+		// A regression rolls the approved change back, and the proposal
+		// records it.
+		for range 5 {
+			fail(t, l, "a", errBoom)
+		}
+		if p := l.Proposals(nil)[0]; p.Status != si.ProposalRolledBack || l.Config("a").Route != "auto" {
+			t.Fatalf("proposal %+v, config %+v", p, l.Config("a"))
+		}
+	})
+}
