@@ -356,14 +356,61 @@ var textRules = func() []textRule {
 	return rules
 }()
 
-// rulesByWord indexes textRules by their first word.
-var rulesByWord = func() map[string][]int32 {
-	m := make(map[string][]int32)
+// ruleIndex finds the text rules by their first word: an open-addressing
+// table on the FNV-1a hash of the word, lower case.
+type ruleSlot struct {
+	h     uint64
+	word  string
+	rules []int32
+}
+
+var ruleIndex = func() []ruleSlot {
+	t := make([]ruleSlot, 1024)
 	for i, r := range textRules {
-		m[r.words[0]] = append(m[r.words[0]], int32(i))
+		w := r.words[0]
+		h := fnvLower(w)
+		for j := h & uint64(len(t)-1); ; j = (j + 1) & uint64(len(t)-1) {
+			if t[j].word == "" {
+				t[j] = ruleSlot{h: h, word: w}
+			}
+			if t[j].word == w {
+				t[j].rules = append(t[j].rules, int32(i))
+				break
+			}
+		}
 	}
-	return m
+	return t
 }()
+
+// fnvLower returns the FNV-1a hash of w in ASCII lower case.
+func fnvLower(w string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// rulesFor returns the indexes of the rules whose first word is w,
+// compared case-insensitively.
+func rulesFor(w string) []int32 {
+	h := fnvLower(w)
+	mask := uint64(len(ruleIndex) - 1)
+	for j := h & mask; ; j = (j + 1) & mask {
+		s := &ruleIndex[j]
+		if s.word == "" {
+			return nil
+		}
+		if s.h == h && equalFoldASCII(w, s.word) {
+			return s.rules
+		}
+	}
+}
 
 // statusWords may precede an HTTP status in text.
 var statusWords = map[string]bool{
@@ -393,7 +440,6 @@ func classifyText(text string, status int) Class {
 	if c := statusClass(status); c != "" {
 		best, bestPrio = c, statusPrio
 	}
-	var buf [24]byte
 	for i := 0; i < n; i++ {
 		w := word(i)
 		if isDigits(w) {
@@ -404,14 +450,10 @@ func classifyText(text string, status int) Class {
 			}
 			continue
 		}
-		if len(w) > len(buf) {
-			continue
+		if len(w) == 0 || len(w) > 24 || w[0] >= utf8.RuneSelf {
+			continue // no rule word is that long, or not ASCII
 		}
-		lw, ok := lowerASCII(buf[:0], w)
-		if !ok {
-			continue
-		}
-		for _, ri := range rulesByWord[string(lw)] {
+		for _, ri := range rulesFor(w) {
 			r := &textRules[ri]
 			if r.prio <= bestPrio || i+len(r.words) > n {
 				continue
@@ -471,57 +513,46 @@ func statusContext(i int, word func(int) string) bool {
 // upper-case run meets a capitalised word ("HTTPError"), and between
 // letters and digits ("HTTP429").
 func forWords(s string, f func(lo, hi int) bool) {
-	const (
-		none = iota
-		lower
-		upper
-		digit
-	)
-	kind := func(r rune) int {
-		switch {
-		case r < utf8.RuneSelf:
-			switch {
-			case 'a' <= r && r <= 'z':
-				return lower
-			case 'A' <= r && r <= 'Z':
-				return upper
-			case '0' <= r && r <= '9':
-				return digit
-			}
-			return none
-		case unicode.IsUpper(r):
-			return upper
-		case unicode.IsLetter(r), unicode.IsMark(r):
-			return lower
-		case unicode.IsDigit(r):
-			return digit
-		}
-		return none
-	}
-	start, prev := -1, none
+	start, prev := -1, kindNone
 	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		k := kind(r)
+		var k uint8
+		size := 1
+		if c := s[i]; c < utf8.RuneSelf {
+			k = asciiKind[c]
+		} else {
+			var r rune
+			r, size = utf8.DecodeRuneInString(s[i:])
+			switch {
+			case unicode.IsUpper(r):
+				k = kindUpper
+			case unicode.IsLetter(r), unicode.IsMark(r):
+				k = kindLower
+			case unicode.IsDigit(r):
+				k = kindDigit
+			}
+		}
 		split := false
 		switch {
-		case k == none:
+		case k == kindNone:
 			split = true
 		case start < 0:
-		case prev == digit && k != digit, prev != digit && k == digit:
+		case prev == kindDigit && k != kindDigit, prev != kindDigit && k == kindDigit:
 			split = true
-		case prev == lower && k == upper:
+		case prev == kindLower && k == kindUpper:
 			split = true
-		case prev == upper && k == lower && i-start > 1:
+		case prev == kindUpper && k == kindLower:
 			// "HTTPError": the E starts a new word; the run so far
 			// ends before it.
 			j := i - 1
 			for j > start && !utf8.RuneStart(s[j]) {
 				j--
 			}
-			if !f(start, j) {
-				return
+			if j > start {
+				if !f(start, j) {
+					return
+				}
+				start = j
 			}
-			start = j
 		}
 		if split && start >= 0 {
 			if !f(start, i) {
@@ -529,7 +560,7 @@ func forWords(s string, f func(lo, hi int) bool) {
 			}
 			start = -1
 		}
-		if k != none && start < 0 {
+		if k != kindNone && start < 0 {
 			start = i
 		}
 		prev = k
@@ -539,6 +570,27 @@ func forWords(s string, f func(lo, hi int) bool) {
 		f(start, len(s))
 	}
 }
+
+// Character kinds for forWords.
+const (
+	kindNone uint8 = iota
+	kindLower
+	kindUpper
+	kindDigit
+)
+
+var asciiKind = func() (t [utf8.RuneSelf]uint8) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = kindLower
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = kindUpper
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = kindDigit
+	}
+	return t
+}()
 
 func isDigits(w string) bool {
 	for i := 0; i < len(w); i++ {

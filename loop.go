@@ -593,17 +593,14 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		text = errText(rep.Err)
 	}
 	if a != nil {
-		var (
-			fi  failInfo
-			buf [4 * maxSignature]byte
-			sig []byte
-		)
 		if !rep.Success && !rep.Ignored {
-			fi.class = classify(rep.Err, text)
-			sig = appendSignature(buf[:0], text)
-			fi.id = clusterID(sig)
+			// Classified and signed before the agent's lock is taken.
+			var buf [4 * maxSignature]byte
+			sig := appendSignature(buf[:0], text)
+			l.record(ctx, a, gen, cfg.Version, end, &rep, text, failInfo{classify(rep.Err, text), clusterID(sig)}, sig)
+		} else {
+			l.record(ctx, a, gen, cfg.Version, end, &rep, text, failInfo{}, nil)
 		}
-		l.record(ctx, a, gen, cfg.Version, end, &rep, text, fi, sig)
 		if l.traces != nil {
 			l.trace(agentID, cfg.Version, end, &rep, text)
 		}

@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"bytes"
 	"strings"
 	"unicode/utf8"
 )
@@ -64,14 +65,22 @@ var secretKeys = []string{
 	"access_key", "accesskey", "private_key", "credential", "session", "authorization",
 }
 
-func isKeyByte(c byte) bool { return isAlnumByte(c) || c == '-' || c == '+' || c == '=' }
+func isKeyByte(c byte) bool { return keyByte[c] }
+
+// keyByte marks the bytes of keys and tokens: letters, digits, _ - + =.
+var keyByte = func() (t [256]bool) {
+	for c := 0; c < 256; c++ {
+		t[c] = isAlnumByte(byte(c)) || c == '-' || c == '+' || c == '='
+	}
+	return t
+}()
 
 // nextSecret returns the bounds of the first secret in s at or after from,
 // or -1, -1.
 func nextSecret(s string, from int) (lo, hi int) {
 	for i := from; i < len(s); i++ {
 		c := s[i]
-		start := i == 0 || !isKeyByte(s[i-1])
+		start := i == 0 || !isKeyByte(s[i-1]) && !afterWordPlaceholder(s, i)
 		if start && isKeyByte(c) {
 			if lo, hi := tokenSecret(s, i); lo >= 0 {
 				return lo, hi
@@ -96,6 +105,17 @@ func nextSecret(s string, from int) (lo, hi int) {
 	return -1, -1
 }
 
+// afterWordPlaceholder reports whether s[:i] ends with a placeholder that
+// Signature puts in place of letters and digits (<n>, <hex>, <uuid>): what
+// follows continues that word, as it did before Signature replaced it.
+func afterWordPlaceholder(s string, i int) bool {
+	if s[i-1] != '>' {
+		return false
+	}
+	p := s[:i]
+	return strings.HasSuffix(p, "<n>") || strings.HasSuffix(p, "<hex>") || strings.HasSuffix(p, "<uuid>")
+}
+
 // tokenSecret looks at the run of key characters starting at i.
 func tokenSecret(s string, i int) (lo, hi int) {
 	j := i
@@ -103,9 +123,15 @@ func tokenSecret(s string, i int) (lo, hi int) {
 		j++
 	}
 	w := s[i:j]
-	for _, p := range keyPrefixes {
-		if len(w) >= len(p)+16 && strings.EqualFold(w[:len(p)], p) {
-			return i + len(p), j
+	if len(w) < 19 { // the shortest key: a 3-byte prefix and 16 more
+		return -1, -1
+	}
+	switch w[0] | 0x20 {
+	case 's', 'p', 'r', 'x', 'g', 'h':
+		for _, p := range keyPrefixes {
+			if len(w) >= len(p)+16 && strings.EqualFold(w[:len(p)], p) {
+				return i + len(p), j
+			}
 		}
 	}
 	if len(w) == 20 && (strings.HasPrefix(w, "AKIA") || strings.HasPrefix(w, "ASIA")) {
@@ -147,10 +173,10 @@ func tokenSecret(s string, i int) (lo, hi int) {
 // space at i, and returns the bounds of x.
 func schemeSecret(s string, i int) (lo, hi int) {
 	k := i
-	for k > 0 && isAlnumByte(s[k-1]) {
+	for k > 0 && i-k <= 6 && isAlnumByte(s[k-1]) {
 		k--
 	}
-	if k > 0 && isKeyByte(s[k-1]) {
+	if i-k < 5 || i-k > 6 || k > 0 && isKeyByte(s[k-1]) {
 		return -1, -1
 	}
 	switch w := s[k:i]; {
@@ -218,15 +244,20 @@ func secretKey(k string) bool {
 	}
 	var buf [64]byte
 	lk, _ := lowerASCII(buf[:0], k)
-	if strings.HasSuffix(string(lk), "tokens") {
+	switch {
+	case bytes.HasSuffix(lk, []byte("tokens")):
 		return false // a count, as in max_tokens=4096
-	}
-	if k := string(lk); k == "auth" || strings.HasSuffix(k, "_auth") || strings.HasSuffix(k, "-auth") {
+	case string(lk) == "auth", bytes.HasSuffix(lk, []byte("_auth")), bytes.HasSuffix(lk, []byte("-auth")):
 		return true
 	}
-	for _, w := range secretKeys {
-		if strings.Contains(string(lk), w) {
-			return true
+	for i := range lk {
+		switch lk[i] {
+		case 'p', 's', 't', 'a', 'c':
+			for _, w := range secretKeys {
+				if w[0] == lk[i] && bytes.HasPrefix(lk[i:], []byte(w)) {
+					return true
+				}
+			}
 		}
 	}
 	return false

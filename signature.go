@@ -60,46 +60,74 @@ func appendSignature(dst []byte, text string) []byte {
 }
 
 func appendSig(dst []byte, text string) []byte {
-	start := len(dst)
-	runes := 0
-	space := false
-	emit := func(b ...byte) bool { // ASCII only
-		if space && len(dst) > start {
-			if runes >= maxSignature {
-				return false
+	// The signature is cut at maxSignature runes; white space collapses
+	// into one pending space, written before the next rune.
+	start, runes, space := len(dst), 0, false
+	pending := func() bool {
+		if space {
+			space = false
+			if len(dst) > start {
+				if runes >= maxSignature {
+					return false
+				}
+				dst = append(dst, ' ')
+				runes++
 			}
-			dst = append(dst, ' ')
-			runes++
 		}
-		space = false
-		for _, c := range b {
-			if runes >= maxSignature {
-				return false
-			}
-			dst = append(dst, c)
-			runes++
+		return runes < maxSignature
+	}
+	putByte := func(c byte) bool {
+		if !pending() {
+			return false
 		}
+		dst = append(dst, c)
+		runes++
 		return true
 	}
-	emitRune := func(r rune) bool {
-		if space && len(dst) > start {
-			if runes >= maxSignature {
-				return false
-			}
-			dst = append(dst, ' ')
-			runes++
-		}
-		space = false
-		if runes >= maxSignature {
+	putRune := func(r rune) bool {
+		if !pending() {
 			return false
 		}
 		dst = utf8.AppendRune(dst, r)
 		runes++
 		return true
 	}
-	emitStr := func(s string) bool { return emit([]byte(s)...) }
-
+	putStr := func(s string) bool { // an ASCII placeholder
+		if !pending() {
+			return false
+		}
+		n := min(len(s), maxSignature-runes)
+		dst = append(dst, s[:n]...)
+		runes += n
+		return n == len(s)
+	}
+	hasURL := strings.Contains(text, "://")
 	for i := 0; i < len(text); {
+		// Fast path: an ASCII letter, digit-free, inside a word, or plain
+		// punctuation.
+		if c := text[i]; c < utf8.RuneSelf && i > 0 && text[i-1] < utf8.RuneSelf {
+			switch k := sigByte[c]; {
+			case k == sigSpace:
+				space = true
+				i++
+				continue
+			case k == sigLetter && wordByte[text[i-1]]:
+				if 'A' <= c && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				if !putByte(c) {
+					return dst
+				}
+				i++
+				continue
+			case k == sigPunct:
+				if !putByte(c) {
+					return dst
+				}
+				i++
+				continue
+			}
+		}
 		r, size := utf8.DecodeRuneInString(text[i:])
 		atStart := i == 0 || !isWordByte(text, i)
 		switch {
@@ -107,9 +135,9 @@ func appendSig(dst []byte, text string) []byte {
 			space = true
 			i += size
 			continue
-		case atStart && isLetter(r):
+		case atStart && hasURL && isLetter(r):
 			if n := urlLen(text[i:]); n > 0 {
-				if !emitStr("<url>") {
+				if !putStr("<url>") {
 					return dst
 				}
 				i += n
@@ -117,7 +145,7 @@ func appendSig(dst []byte, text string) []byte {
 			}
 		case atStart && (r == '/' || r == '.' || r == '~' || r == '\\'):
 			if n := pathLen(text[i:]); n > 0 {
-				if !emitStr("<path>") {
+				if !putStr("<path>") {
 					return dst
 				}
 				i += n
@@ -125,7 +153,7 @@ func appendSig(dst []byte, text string) []byte {
 			}
 		case r == '"' || r == '`' || (r == '\'' && atStart):
 			if j := strings.IndexByte(text[i+1:], byte(r)); j >= 0 {
-				if !emitStr("<str>") {
+				if !putStr("<str>") {
 					return dst
 				}
 				i += j + 2
@@ -134,34 +162,39 @@ func appendSig(dst []byte, text string) []byte {
 		}
 		if atStart && isDriveLetter(text[i:]) {
 			if n := pathLen(text[i:]); n > 0 {
-				if !emitStr("<path>") {
+				if !putStr("<path>") {
 					return dst
 				}
 				i += n
 				continue
 			}
 		}
-		if atStart && isUUID(text[i:]) {
-			if !emitStr("<uuid>") {
-				return dst
+		if atStart && r < utf8.RuneSelf && isHex(byte(r)) {
+			// A hex word: 8 or more hex digits with a decimal digit among
+			// them, or 0x and hex digits; or a UUID.
+			h, digit := i, false
+			for h < len(text) && isHex(text[h]) {
+				digit = digit || text[h] <= '9'
+				h++
 			}
-			i += 36
-			continue
-		}
-		if atStart && (isLetter(r) || isDigit(r)) {
-			j := i
-			for j < len(text) {
-				r, n := utf8.DecodeRuneInString(text[j:])
-				if !isLetter(r) && !isDigit(r) {
-					break
+			hexStart := i
+			if h == i+1 && text[i] == '0' && h < len(text) && text[h]|0x20 == 'x' {
+				hexStart = h + 1
+				for h = hexStart; h < len(text) && isHex(text[h]); h++ {
 				}
-				j += n
 			}
-			if w := text[i:j]; isHexToken(w) || len(w) > 2 && (w[:2] == "0x" || w[:2] == "0X") && allHex(w[2:]) {
-				if !emitStr("<hex>") {
+			switch {
+			case h-i == 8 && isUUID(text[i:]):
+				if !putStr("<uuid>") {
 					return dst
 				}
-				i = j
+				i += 36
+				continue
+			case endsWord(text, h) && (hexStart == i && h-i >= 8 && digit || hexStart > i && h > hexStart):
+				if !putStr("<hex>") {
+					return dst
+				}
+				i = h
 				continue
 			}
 		}
@@ -181,17 +214,17 @@ func appendSig(dst []byte, text string) []byte {
 				}
 				break
 			}
-			if !emitStr("<n>") {
+			if !putStr("<n>") {
 				return dst
 			}
 			i = j
 		case isLetter(r):
-			if !emitRune(unicode.ToLower(r)) {
+			if !putRune(unicode.ToLower(r)) {
 				return dst
 			}
 			i += size
 		default:
-			if !emitRune(r) {
+			if !putRune(r) {
 				return dst
 			}
 			i += size
@@ -199,6 +232,40 @@ func appendSig(dst []byte, text string) []byte {
 	}
 	return dst
 }
+
+// ASCII byte kinds for appendSig's fast path: sigPunct bytes start
+// nothing (no quote, path or placeholder begins with them) and are kept
+// as they are.
+const (
+	sigSpecial = iota
+	sigSpace
+	sigLetter
+	sigPunct
+)
+
+var sigByte = func() (t [utf8.RuneSelf]uint8) {
+	for c := range utf8.RuneSelf {
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f':
+			t[c] = sigSpace
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+			t[c] = sigLetter
+		case '0' <= c && c <= '9', c == '"', c == '\'', c == '`', c == '/', c == '.', c == '~', c == '\\', c == '<', c == '>', c == '_':
+			t[c] = sigSpecial
+		default:
+			t[c] = sigPunct
+		}
+	}
+	return t
+}()
+
+// wordByte marks the ASCII bytes isWordByte counts.
+var wordByte = func() (t [utf8.RuneSelf]bool) {
+	for c := range utf8.RuneSelf {
+		t[c] = isAlnumByte(byte(c)) || c == '>'
+	}
+	return t
+}()
 
 func isLetter(r rune) bool {
 	if r < utf8.RuneSelf {
@@ -220,39 +287,24 @@ func isDigitByteAt(s string, i int) bool {
 }
 
 // isWordByte reports whether the rune before position i of s is a letter,
-// digit or underscore.
+// digit, underscore or '>'. The '>' ends a placeholder, which stands for
+// a word: counting it keeps Signature idempotent.
 func isWordByte(s string, i int) bool {
 	r, _ := utf8.DecodeLastRuneInString(s[:i])
-	return r == '_' || isLetter(r) || isDigit(r)
+	return r == '_' || r == '>' || isLetter(r) || isDigit(r)
 }
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// isHexToken reports whether w is 8 or more hex digits, at least one of
-// them a decimal digit.
-func isHexToken(w string) bool {
-	if len(w) < 8 {
-		return false
+// endsWord reports whether no letter or digit starts at position i of s.
+func endsWord(s string, i int) bool {
+	if i >= len(s) {
+		return true
 	}
-	digit := false
-	for i := 0; i < len(w); i++ {
-		if !isHex(w[i]) {
-			return false
-		}
-		digit = digit || w[i] <= '9'
-	}
-	return digit
-}
-
-func allHex(w string) bool {
-	for i := 0; i < len(w); i++ {
-		if !isHex(w[i]) {
-			return false
-		}
-	}
-	return true
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return !isLetter(r) && !isDigit(r)
 }
 
 // isUUID reports whether s starts with a UUID not followed by a letter or
