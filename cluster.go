@@ -48,9 +48,14 @@ type Cluster struct {
 	Recurring bool `json:"recurring"`
 	// Agents are the agents the cluster was seen on (AllClusters only).
 	Agents []string `json:"agents,omitempty"`
+}
 
-	older, newer int   // counts in the window's halves, for merging
-	window       int64 // the window, ns, for merging
+// clusterView is a Cluster with what merging needs: the counts in the
+// window's halves, and the window.
+type clusterView struct {
+	Cluster
+	older, newer int
+	window       int64
 }
 
 // SharedCause is a signature, or a class, that hit two or more agents
@@ -167,10 +172,10 @@ func trendOf(first, now, window int64, older, newer int) Trend {
 }
 
 // export describes the cluster at time now.
-func (c *clusterRec) export(now int64) Cluster {
+func (c *clusterRec) export(now int64) clusterView {
 	older, newer := c.halves(now)
 	window := c.Width * clusterSlots
-	out := Cluster{
+	out := clusterView{Cluster: Cluster{
 		ID:        formatClusterID(c.ID),
 		Signature: c.Sig,
 		Class:     c.Class,
@@ -180,10 +185,7 @@ func (c *clusterRec) export(now int64) Cluster {
 		FirstSeen: time.Unix(0, c.First).UTC(),
 		LastSeen:  time.Unix(0, c.Last).UTC(),
 		Trend:     trendOf(c.First, now, window, older, newer),
-		older:     older,
-		newer:     newer,
-		window:    window,
-	}
+	}, older: older, newer: newer, window: window}
 	out.Recurring = out.Count >= 3
 	for i, e := range c.Examples {
 		if e != "" && (i == 0 || e != c.Examples[0]) {
@@ -228,7 +230,18 @@ func (s *agentState) observeCluster(id uint64, sig []byte, class Class, text str
 // clustersLocked returns a's clusters with failures in the window at time
 // now, most failures first.
 func (s *agentState) clustersLocked(now int64) []Cluster {
-	var out []Cluster
+	views := s.clusterViewsLocked(now)
+	out := make([]Cluster, len(views))
+	for i, v := range views {
+		out[i] = v.Cluster
+	}
+	sortClusters(out)
+	return out
+}
+
+// clusterViewsLocked returns a's clusters with failures in the window.
+func (s *agentState) clusterViewsLocked(now int64) []clusterView {
+	var out []clusterView
 	for i := range s.Clusters {
 		c := &s.Clusters[i]
 		if c.Width > 0 {
@@ -238,7 +251,6 @@ func (s *agentState) clustersLocked(now int64) []Cluster {
 			out = append(out, e)
 		}
 	}
-	sortClusters(out)
 	return out
 }
 
@@ -443,7 +455,7 @@ func (l *Loop) Clusters(agentID string) []Cluster {
 // the agents. Most failures first.
 func (l *Loop) AllClusters() []Cluster {
 	now := l.clock.Now().UnixNano()
-	byID := map[string]*Cluster{}
+	byID := map[string]*clusterView{}
 	l.agents.Range(func(_, v any) bool {
 		a := v.(*agent)
 		a.mu.Lock()
@@ -451,7 +463,7 @@ func (l *Loop) AllClusters() []Cluster {
 			a.mu.Unlock()
 			return true
 		}
-		cs := a.s.clustersLocked(now)
+		cs := a.s.clusterViewsLocked(now)
 		a.mu.Unlock()
 		for _, c := range cs {
 			m := byID[c.ID]
@@ -480,7 +492,7 @@ func (l *Loop) AllClusters() []Cluster {
 		slices.Sort(c.Agents)
 		c.Recurring = c.Count >= 3
 		c.Trend = trendOf(c.FirstSeen.UnixNano(), now, c.window, c.older, c.newer)
-		out = append(out, *c)
+		out = append(out, c.Cluster)
 	}
 	sortClusters(out)
 	return out

@@ -30,7 +30,7 @@ func TestClustersCountTrendRecurrence(t *testing.T) {
 	e.call("a", errors.New("HTTP 429 Too Many Requests"), 0)
 	e.call("a", nil, 0)
 
-	ignore := cmpopts.IgnoreUnexported(si.Cluster{})
+	ignore := cmpopts.EquateEmpty()
 	tsig := "timeout after <n>s on req <n>"
 	want := []si.Cluster{
 		{ID: si.ClusterID(tsig), Signature: tsig, Class: si.ClassTimeout, RootCause: si.RootCauseToolFailure,
@@ -209,7 +209,7 @@ func TestClustersSurviveRestart(t *testing.T) {
 	before := e.l.Clusters("a")
 	e.l.Close()
 	e.open(si.WithStrategy(nil))
-	if d := cmp.Diff(before, e.l.Clusters("a"), cmpopts.IgnoreUnexported(si.Cluster{})); d != "" {
+	if d := cmp.Diff(before, e.l.Clusters("a"), cmpopts.EquateEmpty()); d != "" {
 		t.Fatalf("clusters after restart (-before +after):\n%s", d)
 	}
 }

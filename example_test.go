@@ -137,3 +137,71 @@ func ExampleRollbackPolicy() {
 	// rolled back v2 to v1: 5 consecutive failures under the new config (limit 5)
 	// v1 success=true
 }
+
+// Classify names the kind of a failure from Go's own signals and the
+// error's text; each class maps to a root cause.
+func ExampleClassify() {
+	for _, err := range []error{
+		fmt.Errorf("calling model: %w", context.DeadlineExceeded),
+		errors.New("RateLimitError: 429 Too Many Requests"),
+		errors.New("request 14290 failed"),
+		errors.New("400: This model's maximum context length is 8192 tokens"),
+	} {
+		c := selfimprove.Classify(err)
+		fmt.Println(c, c.RootCause())
+	}
+	// Output:
+	// timeout tool_failure
+	// rate_limit tool_failure
+	// other reasoning_error
+	// context_length context_loss
+}
+
+// Signature normalises a message for clustering; Scrub removes secrets
+// before any text is kept.
+func ExampleSignature() {
+	fmt.Println(selfimprove.Signature("Timeout after 30s on req 123"))
+	fmt.Println(selfimprove.Signature(`model "gpt-4o" not found at https://api.example.com/v1`))
+	fmt.Println(selfimprove.Scrub("auth failed for Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig, password=hunter2"))
+	// Output:
+	// timeout after <n>s on req <n>
+	// model <str> not found at <url>
+	// auth failed for Bearer <redacted>, password=<redacted>
+}
+
+// The built-in strategy fixes what is safe to fix (here, rate limits:
+// more backoff and one more attempt) and files a proposal for what needs a
+// person (here, a bad API key), which Approve or Reject then decides.
+func ExampleBuiltinStrategy() {
+	dir, _ := os.MkdirTemp("", "selfimprove-example")
+	defer os.RemoveAll(dir)
+	loop, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil),
+		selfimprove.WithStrategy(&selfimprove.BuiltinStrategy{MaxAttempts: 3}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loop.Close()
+	ctx := context.Background()
+	call := func(agent string, err error) {
+		loop.ExecuteWithImprovement(ctx, agent, func(context.Context, selfimprove.Config) error { return err })
+	}
+
+	call("search", errors.New("429 Too Many Requests"))
+	call("search", errors.New("429 Too Many Requests")) // crosses the threshold
+	c := loop.Config("search")
+	fmt.Printf("search: v%d backoff=%v attempts=%d\n", c.Version, c.Backoff, c.MaxAttempts)
+
+	call("billing", errors.New("401 Unauthorized: invalid API key"))
+	call("billing", errors.New("401 Unauthorized: invalid API key"))
+	for _, p := range loop.Proposals(nil) {
+		fmt.Printf("%s: %s proposal (%s, %s): %s\n", p.AgentID, p.Status, p.Class, p.RootCause, p.Rule)
+		if err := loop.Reject(p.ID, "keys are rotated on Monday"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println(loop.Proposals(nil)[0].Status)
+	// Output:
+	// search: v2 backoff=1s attempts=2
+	// billing: pending proposal (auth, tool_failure): Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.
+	// rejected
+}

@@ -91,7 +91,7 @@ func FuzzStateFile(f *testing.F) {
 		tr.record(st.Gen, now, time.Millisecond, true, 1, "x", 0)
 		tr.stats(now)
 		tr.failuresOf(st.Gen, now-int64(time.Hour))
-		tr.recentFailures(0)
+		tr.recentFailures(0, func(uint32) (Class, string) { return "", "" })
 		tr.Win.resize(slotWidth(time.Hour))
 		tr.Win.resize(slotWidth(72 * time.Hour))
 		if _, err := json.Marshal(&st); err != nil {

@@ -813,12 +813,12 @@ func (l *Loop) analysisLocked(a *agent, now time.Time, th Threshold, prof Profil
 	n := now.UnixNano()
 	st := s.Tracker.stats(n)
 	st.Profile, st.Window = prof, th.Window
-	fails := s.Tracker.recentFailures(n - int64(th.Window))
-	for i := range fails {
-		if c := s.clusterOf(fails[i].cl); c != nil {
-			fails[i].Class, fails[i].Cluster = c.Class, formatClusterID(c.ID)
+	fails := s.Tracker.recentFailures(n-int64(th.Window), func(lo uint32) (Class, string) {
+		if c := s.clusterOf(lo); c != nil {
+			return c.Class, formatClusterID(c.ID)
 		}
-	}
+		return "", ""
+	})
 	return &Analysis{
 		AgentID:   a.id,
 		Config:    s.Config.clone(),

@@ -98,6 +98,9 @@ func (n LogNotifier) Notify(ctx context.Context, e Event) error {
 	if e.Change != nil {
 		attrs = append(attrs, slog.Int("from_version", e.Change.From.Version), slog.Int("to_version", e.Change.To.Version))
 	}
+	if p := e.Proposal; p != nil {
+		attrs = append(attrs, slog.String("proposal", p.ID), slog.String("class", string(p.Class)), slog.String("status", string(p.Status)))
+	}
 	if e.Err != "" {
 		attrs = append(attrs, slog.String("error", e.Err))
 	}

@@ -32,14 +32,17 @@ const (
 )
 
 // open reports whether a proposal still awaits a decision or an outcome.
+// An approved rule-only proposal is closed: if its cluster keeps failing,
+// the next analysis files a new one.
 func (s ProposalStatus) open() bool {
-	return s == ProposalPending || s == ProposalApproved || s == ProposalApplied
+	return s == ProposalPending || s == ProposalApplied
 }
 
 // Proposal is a fix that needs a person's approval: a Tweak the strategy
 // marked Review, with the evidence behind it. The loop keeps one open
-// proposal per agent and cluster: a new one for the same cluster updates
-// its evidence instead.
+// (pending or applied) proposal per agent and cluster: a new one for the
+// same cluster updates a pending one's evidence and suggestion instead,
+// and a suggestion rejected for the cluster is not filed again.
 type Proposal struct {
 	// ID is unique across processes (a UUIDv7).
 	ID      string `json:"id"`
@@ -226,7 +229,11 @@ func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 // ErrTweakRejected when the config was rolled back before (see
 // ClearRejected) or is invalid or already current. A proposal with only
 // a rule is marked approved. The outcome is saved before Approve returns.
+// After Close it returns ErrClosed.
 func (l *Loop) Approve(id string) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
 	a, p, err := l.lockProposal(id)
 	if err != nil {
 		return err
@@ -278,8 +285,12 @@ func (l *Loop) Approve(id string) error {
 
 // Reject closes the proposal id, pending or approved with only a rule,
 // with the reason. The strategy's same suggestion for the same cluster is
-// not filed again. The outcome is saved before Reject returns.
+// not filed again. The outcome is saved before Reject returns. After
+// Close it returns ErrClosed.
 func (l *Loop) Reject(id, reason string) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
 	a, p, err := l.lockProposal(id)
 	if err != nil {
 		return err

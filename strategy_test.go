@@ -306,9 +306,9 @@ func TestProposalLifecycle(t *testing.T) {
 	})
 }
 
-// An approved rule-only proposal is approved; a proposal cannot be
-// approved while a change is verified.
-func TestApproveRuleOnlyAndWhileVerifying(t *testing.T) {
+// Approving a rule-only proposal marks it approved and changes no config;
+// if the cluster keeps failing, a new proposal is filed.
+func TestApproveRuleOnly(t *testing.T) {
 	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, _ string) {
 		for range 2 {
 			fail(t, l, "a", errors.New("context_length_exceeded"))
@@ -325,6 +325,18 @@ func TestApproveRuleOnlyAndWhileVerifying(t *testing.T) {
 		}
 		if got := l.Proposals(nil)[0]; got.Status != si.ProposalApproved {
 			t.Fatalf("status %s", got.Status)
+		}
+		if c := l.Config("a"); c.Timeout != time.Second {
+			t.Fatalf("a rule-only approval changed the config: %+v", c)
+		}
+		// The rule did not help: the next analysis files a new proposal.
+		time.Sleep(13 * time.Hour)
+		for range 2 {
+			fail(t, l, "a", errors.New("context_length_exceeded"))
+		}
+		ps = l.Proposals(nil)
+		if len(ps) != 2 || ps[0].Status != si.ProposalApproved || ps[1].Status != si.ProposalPending {
+			t.Fatalf("after the approved rule: %+v", ps)
 		}
 
 	})
@@ -379,6 +391,36 @@ func TestApproveWhileVerifying(t *testing.T) {
 		}
 		if p := l.Proposals(nil)[0]; p.Status != si.ProposalRolledBack || l.Config("a").Route != "auto" {
 			t.Fatalf("proposal %+v, config %+v", p, l.Config("a"))
+		}
+	})
+}
+
+// Proposals are bounded per agent: the oldest go first.
+func TestProposalsBounded(t *testing.T) {
+	review := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
+		return &si.Tweak{Config: a.Config, Reason: "look", Review: true, Cluster: a.Clusters[0].ID, Rule: "look at " + a.Clusters[0].Signature}, nil
+	})
+	bubble(t, review, func(t *testing.T, l *si.Loop, _ string) {
+		if err := l.SetThreshold("a", si.Threshold{Failures: 1, Window: time.Hour, Cooldown: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			time.Sleep(2 * time.Second)
+			fail(t, l, "a", errors.New("failure kind "+string(rune('a'+i))))
+		}
+		ps := l.Proposals(nil)
+		if len(ps) != 16 {
+			t.Fatalf("%d proposals kept, want 16", len(ps))
+		}
+		if ps[0].Rule != "look at failure kind e" || ps[15].Rule != "look at failure kind t" {
+			t.Fatalf("kept %q … %q, want the newest 16", ps[0].Rule, ps[15].Rule)
+		}
+		l.Close()
+		if err := l.Approve(ps[0].ID); !errors.Is(err, si.ErrClosed) {
+			t.Fatalf("approve after close: %v", err)
+		}
+		if err := l.Reject(ps[0].ID, "x"); !errors.Is(err, si.ErrClosed) {
+			t.Fatalf("reject after close: %v", err)
 		}
 	})
 }

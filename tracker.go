@@ -61,8 +61,6 @@ type Failure struct {
 	// its cluster is no longer kept.
 	Class   Class
 	Cluster string
-
-	cl uint32
 }
 
 const (
@@ -269,21 +267,23 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 }
 
 // recentFailures returns the kept failures that ended after windowStart,
-// oldest first.
-func (t *tracker) recentFailures(windowStart int64) []Failure {
+// oldest first; cluster names each one's class and cluster from the low
+// bits of its cluster ID.
+func (t *tracker) recentFailures(windowStart int64, cluster func(lo uint32) (Class, string)) []Failure {
 	var out []Failure
 	for i := range recentRing {
 		r := t.Recent[(int(t.RecPos)+i)%recentRing]
 		if r.End == 0 || r.End <= windowStart {
 			continue
 		}
-		out = append(out, Failure{
+		f := Failure{
 			Time:     time.Unix(0, r.End).UTC(),
 			Duration: time.Duration(r.Dur),
 			Err:      r.Err,
 			Version:  int(r.Version),
-			cl:       r.Cl,
-		})
+		}
+		f.Class, f.Cluster = cluster(r.Cl)
+		out = append(out, f)
 	}
 	return out
 }

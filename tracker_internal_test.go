@@ -113,7 +113,7 @@ func TestFailuresOf(t *testing.T) {
 	if n := tr.failuresOf(1, 90); n != 10 {
 		t.Errorf("gen 1 after 90: %d, want 10", n)
 	}
-	if got := tr.recentFailures(0); len(got) != recentRing || got[0].Time.UnixNano() != 85 || got[15].Time.UnixNano() != 100 {
+	if got := tr.recentFailures(0, func(uint32) (Class, string) { return "", "" }); len(got) != recentRing || got[0].Time.UnixNano() != 85 || got[15].Time.UnixNano() != 100 {
 		t.Errorf("recent = %v", got)
 	}
 }
