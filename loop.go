@@ -190,9 +190,9 @@ func WithTraceQueue(size int, wait time.Duration) Option {
 }
 
 // WithMaxAgents bounds the agents kept in memory (default 10,000, about
-// 3.3 KiB each). When more are live, the least recently used are saved
-// and evicted, and reloaded from the store on their next call. Agents
-// with an analysis running or events not yet logged stay.
+// 3.4 KiB each, 11 KiB at worst). When more are live, the least recently
+// used are saved and evicted, and reloaded from the store on their next
+// call. Agents with an analysis running or events not yet logged stay.
 func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 
 // WithClock sets the clock; the default is the real clock (time.Now).

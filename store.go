@@ -477,6 +477,9 @@ func (m *MemoryStore) SaveAgent(id string, state []byte) error {
 
 // LoadMeta implements MetaStore.
 func (m *MemoryStore) LoadMeta(name string, decode func([]byte) error) error {
+	if err := checkMetaName(name); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	data, ok := m.meta[name]
 	m.mu.Unlock()

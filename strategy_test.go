@@ -3,6 +3,8 @@ package selfimprove_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -155,6 +157,16 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 			}
 		}},
 		{errors.New("503 Service Unavailable"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
+			if rep.Attempts != 2 {
+				t.Errorf("%d attempts", rep.Attempts)
+			}
+		}},
+		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), si.Config{MaxAttempts: 2}, func(t *testing.T, c si.Config, rep si.Report) {
+			if rep.Attempts != 3 {
+				t.Errorf("%d attempts", rep.Attempts)
+			}
+		}},
+		{errors.New("the model returned an empty response"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
 			if rep.Attempts != 2 {
 				t.Errorf("%d attempts", rep.Attempts)
 			}
