@@ -123,6 +123,10 @@ func run(w io.Writer) error {
 	for _, c := range loop.Changes("order-lookup") {
 		fmt.Fprintf(w, "  change v%d→v%d %-11s %s\n", c.From.Version, c.To.Version, c.State, c.Reason)
 	}
+	fmt.Fprintf(w, "Health %.2f (recency-weighted success). Failure clusters in the window:\n", loop.Health("order-lookup"))
+	for _, c := range loop.Clusters("order-lookup") {
+		fmt.Fprintf(w, "  %2d× %-10s (%s, %s, cluster %s) %q\n", c.Count, c.Class, c.RootCause, c.Trend, c.ID, c.Signature)
+	}
 	return nil
 }
 

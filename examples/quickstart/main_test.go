@@ -17,6 +17,8 @@ func TestQuickstartTimeline(t *testing.T) {
 		"APPLIED   v3: the mirror was rolled back: try the backup region",
 		"CONFIRMED v3:",
 		"Now running config v3 (route backup)",
+		`34× timeout    (tool_failure, new, cluster 31b623c915eec895) "context deadline exceeded"`,
+		`5× overloaded (tool_failure, new, cluster b3161b845720543d) "mirror: <n> service unavailable"`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("timeline lacks %q:\n%s", want, out)
