@@ -108,8 +108,14 @@ func Classify(err error) Class {
 // maxClassifyText is how much of an error's text Classify reads.
 const maxClassifyText = 1024
 
-// classify is Classify with err's text already read.
-func classify(err error, text string) Class {
+// classify is Classify with err's text already read. A panic in one of
+// err's methods (Unwrap, Is, Timeout, …) gives ClassOther.
+func classify(err error, text string) (class Class) {
+	defer func() {
+		if recover() != nil {
+			class = ClassOther
+		}
+	}()
 	status := 0
 	if err != nil {
 		var (

@@ -49,6 +49,13 @@ func (e notTimeoutErr) Temporary() bool         { return false }
 func (e customClassErr) Error() string          { return "whatever" }
 func (e customClassErr) FailureClass() si.Class { return "billing" }
 
+// badUnwrap panics in Unwrap and Is, as a nil pointer's methods can.
+type badUnwrap struct{}
+
+func (badUnwrap) Error() string { return "rate limit" }
+func (badUnwrap) Unwrap() error { panic("nil pointer") }
+func (badUnwrap) Is(error) bool { panic("nil pointer") }
+
 type (
 	panicky        struct{}
 	timeoutErr     struct{}
@@ -96,6 +103,7 @@ func TestClassify(t *testing.T) {
 		{"FailureClass beats wrapped deadline", fmt.Errorf("x: %w", labelled{si.ClassAuth}), si.ClassAuth},
 		{"custom class", customClassErr{}, si.Class("billing")},
 		{"methods that panic", panicky{}, si.ClassOther},
+		{"Unwrap and Is that panic", badUnwrap{}, si.ClassOther},
 		// Text rules.
 		{"429 in text", e("429 Too Many Requests"), si.ClassRateLimit},
 		{"status 429", e("upstream returned status 429"), si.ClassRateLimit},

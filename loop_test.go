@@ -585,3 +585,15 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 		t.Fatalf("non-triggering failure allocates %v times per call", n)
 	}
 }
+
+// An error whose methods panic never fails the call: the loop records it.
+func TestErrorMethodsThatPanic(t *testing.T) {
+	e := newEnv(t)
+	rep := e.call("a", badUnwrap{}, 0)
+	if rep.Success || e.l.Stats("a").Failures != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if cs := e.l.Clusters("a"); len(cs) != 1 || cs[0].Class != si.ClassOther {
+		t.Fatalf("clusters %+v", cs)
+	}
+}

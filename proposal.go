@@ -473,6 +473,9 @@ func (l *Loop) loadProposalAgents() {
 		ids = append(ids, id)
 	}
 	x.mu.Unlock()
+	if l.isClosed.Load() {
+		return // the store is closed: list the agents in memory
+	}
 	for _, id := range ids {
 		l.agent(id) // indexes its proposals as it loads
 	}
