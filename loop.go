@@ -585,10 +585,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	var text string
 	switch {
 	case panicked:
-		text = Scrub(fmt.Sprintf("panic: %v", pv))
-		if len(text) > maxErrText {
-			text = text[:cutAt(text, maxErrText)]
-		}
+		text = keepText(fmt.Sprintf("panic: %v", pv))
 	case !rep.Success:
 		text = errText(rep.Err)
 	}

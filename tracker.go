@@ -332,8 +332,15 @@ const maxScrubText = 1024
 // errText returns the text of err to keep: its first maxScrubText bytes,
 // scrubbed of secrets, cut to maxErrText bytes at a rune boundary. A long
 // text is copied so that the kept part does not pin the rest in memory.
-func errText(err error) string {
-	s := Scrub(errTextN(err, maxScrubText))
+func errText(err error) string { return keepText(errTextN(err, maxScrubText)) }
+
+// keepText returns the first maxScrubText bytes of s, scrubbed, cut to
+// maxErrText bytes and copied when cut.
+func keepText(s string) string {
+	if len(s) > maxScrubText {
+		s = s[:cutAt(s, maxScrubText)]
+	}
+	s = Scrub(s)
 	if len(s) <= maxErrText {
 		return s
 	}
