@@ -252,6 +252,8 @@ func TestScrub(t *testing.T) {
 		{"aws key id", "AKIAIOSFODNN7EXAMPLE denied", "<redacted> denied"},
 		{"bearer", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig failed", "Authorization: Bearer <redacted> failed"},
 		{"basic", "sent Basic dXNlcjpwYXNzd29yZA== to proxy", "sent Basic <redacted> to proxy"},
+		{"bearer after other white space", "BeArer\f\u00a0AAAAAAAA", "BeArer\f\u00a0<redacted>"},
+		{"value on the next line", "password:\n hunter2", "password:\n <redacted>"},
 		{"password=", "login failed for password=hunter2&user=bob", "login failed for password=<redacted>&user=bob"},
 		{"api_key=", "GET /v1?api_key=abc123&q=1 failed", "GET /v1?api_key=<redacted>&q=1 failed"},
 		{"json api_key", `{"api_key": "abc 123", "model": "x"}`, `{"api_key": "<redacted>", "model": "x"}`},

@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"bytes"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -87,7 +88,7 @@ func nextSecret(s string, from int) (lo, hi int) {
 			}
 		}
 		switch c {
-		case ' ':
+		case ' ', '\t', '\n', '\r', '\v', '\f':
 			if lo, hi := schemeSecret(s, i); lo >= 0 {
 				return lo, hi
 			}
@@ -98,6 +99,14 @@ func nextSecret(s string, from int) (lo, hi int) {
 			if c == ':' && strings.HasPrefix(s[i:], "://") {
 				if lo, hi := userinfoSecret(s, i+3); lo >= 0 {
 					return lo, hi
+				}
+			}
+		default:
+			if c >= utf8.RuneSelf {
+				if r, _ := utf8.DecodeRuneInString(s[i:]); unicode.IsSpace(r) {
+					if lo, hi := schemeSecret(s, i); lo >= 0 {
+						return lo, hi
+					}
 				}
 			}
 		}
@@ -169,14 +178,14 @@ func tokenSecret(s string, i int) (lo, hi int) {
 	return -1, -1
 }
 
-// schemeSecret looks for "Bearer x", "Basic x" or "Token x" ending at the
-// space at i, and returns the bounds of x.
+// schemeSecret looks for "Bearer x", "Basic x" or "Token x" whose word
+// ends at the white space at i, and returns the bounds of x.
 func schemeSecret(s string, i int) (lo, hi int) {
 	k := i
 	for k > 0 && i-k <= 6 && isAlnumByte(s[k-1]) {
 		k--
 	}
-	if i-k < 5 || i-k > 6 || k > 0 && isKeyByte(s[k-1]) {
+	if i-k < 5 || i-k > 6 || k > 0 && (isKeyByte(s[k-1]) || afterWordPlaceholder(s, k)) {
 		return -1, -1
 	}
 	switch w := s[k:i]; {
@@ -184,14 +193,24 @@ func schemeSecret(s string, i int) (lo, hi int) {
 	default:
 		return -1, -1
 	}
-	j := i + 1
+	// The credentials start after the white space, which may be a run of
+	// any kind (Signature collapses it to one space).
+	lo = i
+	for lo < len(s) {
+		r, n := utf8.DecodeRuneInString(s[lo:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		lo += n
+	}
+	j := lo
 	for j < len(s) && (isKeyByte(s[j]) || s[j] == '.' || s[j] == '/' || s[j] == '~') {
 		j++
 	}
-	if j-(i+1) < 8 || strings.HasPrefix(s[i+1:], Redacted) {
+	if j-lo < 8 || strings.HasPrefix(s[lo:], Redacted) {
 		return -1, -1
 	}
-	return i + 1, j
+	return lo, j
 }
 
 // keyValueSecret looks for a secret key ending before the separator at i
@@ -209,8 +228,12 @@ func keyValueSecret(s string, i int) (lo, hi int) {
 		return -1, -1
 	}
 	j := i + 1
-	for j < len(s) && (s[j] == ' ' || s[j] == '\t') {
-		j++
+	for j < len(s) {
+		r, n := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsSpace(r) {
+			break
+		}
+		j += n
 	}
 	if j < len(s) && (s[j] == '"' || s[j] == '\'') {
 		q := s[j]
