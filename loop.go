@@ -154,7 +154,9 @@ type options struct {
 	strategyTimeout time.Duration
 	notifyTimeout   time.Duration
 	flushInterval   time.Duration
-	queueSize       int
+	notify          NotifyOptions
+	summaryAt       time.Duration
+	summaryOn       bool
 }
 
 // WithDir sets the state directory. Without it the loop uses DefaultDir().
@@ -228,7 +230,8 @@ func WithDefaultConfig(c Config) Option { return func(o *options) { o.defaultCon
 // long a triggering call can be delayed by it. Default 10s.
 func WithStrategyTimeout(d time.Duration) Option { return func(o *options) { o.strategyTimeout = d } }
 
-// WithNotifyTimeout bounds each delivery to the notifier. Default 5s.
+// WithNotifyTimeout bounds each delivery attempt to the notifier, and how
+// long Close waits for the queue to drain. Default 5s.
 func WithNotifyTimeout(d time.Duration) Option { return func(o *options) { o.notifyTimeout = d } }
 
 // WithFlushInterval sets how often the rolling-window counts of agents that
@@ -282,14 +285,15 @@ type Loop struct {
 
 	m *metrics
 
-	bgMu      sync.Mutex // guards closed and bg.Add
-	closed    bool
-	bg        sync.WaitGroup // analyses in flight
-	isClosed  atomic.Bool
-	stopFlush chan struct{}
-	flushDone chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	bgMu        sync.Mutex // guards closed and bg.Add
+	closed      bool
+	bg          sync.WaitGroup // analyses in flight
+	isClosed    atomic.Bool
+	stopFlush   chan struct{}
+	flushDone   chan struct{}
+	summaryDone chan struct{} // nil without WithDailySummary
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // agent is one agent's live state.
@@ -336,7 +340,6 @@ func New(opts ...Option) (*Loop, error) {
 		strategyTimeout: 10 * time.Second,
 		notifyTimeout:   5 * time.Second,
 		flushInterval:   10 * time.Second,
-		queueSize:       1024,
 		traceQueue:      65536,
 		traceWait:       time.Second,
 		maxAgents:       10_000,
@@ -399,9 +402,13 @@ func New(opts ...Option) (*Loop, error) {
 		n = LogNotifier{Logger: o.logger}
 	}
 	if n != nil {
-		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.queueSize, l.m)
+		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.notify, l.m)
 	}
 	go l.flushLoop(o.flushInterval)
+	if o.summaryOn && l.disp != nil {
+		l.summaryDone = make(chan struct{})
+		go l.summaryLoop(o.summaryAt)
+	}
 	return l, nil
 }
 
@@ -420,6 +427,9 @@ func (l *Loop) Close() error {
 		l.bg.Wait()
 		close(l.stopFlush)
 		<-l.flushDone
+		if l.summaryDone != nil {
+			<-l.summaryDone
+		}
 		if l.traces != nil {
 			l.traces.close()
 		}

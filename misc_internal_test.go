@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -16,15 +17,17 @@ func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
 	m := new(metrics)
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
+	var got atomic.Int64 // events delivered, those in digests included
 	n := NotifierFunc(func(ctx context.Context, e Event) error {
 		select {
 		case started <- struct{}{}:
 		default:
 		}
 		<-release
+		got.Add(int64(max(len(e.Digest), 1)))
 		return nil
 	})
-	d := newDispatcher(n, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, 2, m)
+	d := newDispatcher(n, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 2}, m)
 	d.send(Event{ID: "1"})
 	<-started // the worker holds event 1; the queue (2) is empty
 	for i := range 5 {
@@ -37,7 +40,7 @@ func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
 	if err := d.close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.notified.Load(); got != 3 {
+	if got := got.Load(); got != 3 {
 		t.Errorf("delivered %d, want 3", got)
 	}
 	d.send(Event{ID: "late"}) // after close: dropped, counted, no panic
@@ -51,7 +54,7 @@ func TestDispatcherCloseGivesUpAtItsDeadline(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	d := newDispatcher(NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil }),
-		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, 8, m)
+		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 8}, m)
 	d.send(Event{ID: "stuck"})
 	d.send(Event{ID: "queued"})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,6 +41,12 @@ const (
 	EventProposalApproved EventType = "proposal_approved"
 	// EventProposalRejected: an operator rejected a proposal.
 	EventProposalRejected EventType = "proposal_rejected"
+	// EventDigest: several events collapsed into one notification (see
+	// NotifyOptions); they are in Event.Digest. Digests are not stored.
+	EventDigest EventType = "digest"
+	// EventDailySummary: the daily summary (see WithDailySummary), in
+	// Event.Summary. Summaries are not stored.
+	EventDailySummary EventType = "daily_summary"
 )
 
 // Event records one decision of the loop or one operator action. Events are
@@ -61,6 +69,10 @@ type Event struct {
 	Message string `json:"message"`
 	// Err is the text of the error behind an EventRollbackFailed.
 	Err string `json:"error,omitempty"`
+	// Digest holds the events an EventDigest collapses, oldest first.
+	Digest []Event `json:"digest,omitempty"`
+	// Summary is the summary of an EventDailySummary.
+	Summary *Summary `json:"summary,omitempty"`
 }
 
 // Notifier receives the loop's events. The loop calls Notify from one
@@ -112,89 +124,383 @@ func (n LogNotifier) Notify(ctx context.Context, e Event) error {
 // the notifier queue is full; Metrics.NotifyDropped counts such drops.
 var ErrNotifyQueueFull = errors.New("selfimprove: notifier queue full")
 
+// importance ranks event types for dropping when the queue is full: the
+// least important pending event goes first.
+func importance(t EventType) int {
+	switch t {
+	case EventRollbackFailed, EventRolledBack:
+		return 4
+	case EventImprovementApplied, EventProposalFiled, EventDigest:
+		return 3
+	case EventDailySummary:
+		return 1
+	case EventChangeConfirmed:
+		return 0
+	}
+	return 2 // operator actions, proposal decisions
+}
+
+// NotifyOptions tunes how the loop delivers events to its Notifier. The
+// zero value takes the defaults; see WithNotifyOptions.
+type NotifyOptions struct {
+	// Queue bounds the events waiting for delivery. Default 1,024.
+	Queue int
+	// Attempts is how many times one delivery is tried when it fails with
+	// a retryable error (see Retryable). Default 4.
+	Attempts int
+	// Backoff is the wait before the second attempt, doubled after each
+	// attempt up to MaxBackoff. Defaults 1s and 30s. A Retry-After the
+	// receiver sent replaces the wait, up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// BurstLimit events are delivered one by one within any BurstWindow;
+	// the events that come beyond it are collapsed into one EventDigest,
+	// delivered when the window ends. Defaults 5 and 1 minute; a
+	// negative BurstLimit turns digests off.
+	BurstLimit  int
+	BurstWindow time.Duration
+}
+
+func (o NotifyOptions) withDefaults() NotifyOptions {
+	if o.Queue <= 0 {
+		o.Queue = 1024
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 4
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.BurstLimit == 0 {
+		o.BurstLimit = 5
+	}
+	if o.BurstWindow <= 0 {
+		o.BurstWindow = time.Minute
+	}
+	return o
+}
+
+// Retryable reports whether a failed delivery is worth another attempt:
+// err (or an error it wraps) has a method Retryable() bool that says so,
+// as DeliveryError does for 429, 5xx and transport errors.
+func Retryable(err error) bool {
+	var r interface{ Retryable() bool }
+	return errors.As(err, &r) && r.Retryable()
+}
+
+// retryAfter returns the wait err asks for, through a method
+// RetryAfter() time.Duration, or 0.
+func retryAfter(err error) time.Duration {
+	var r interface{ RetryAfter() time.Duration }
+	if errors.As(err, &r) {
+		return r.RetryAfter()
+	}
+	return 0
+}
+
 // dispatcher delivers events to a Notifier from one goroutine through a
-// bounded queue. Sending never blocks: a full queue drops the event, counts
-// it and logs it.
+// bounded queue, in the order they came. Sending never blocks: when the
+// queue is full, the least important pending event (or the new one, if it
+// is the least important) is dropped, counted and logged.
 type dispatcher struct {
 	n       Notifier
 	log     *slog.Logger
 	timeout time.Duration
+	o       NotifyOptions
 	m       *metrics
 
-	mu     sync.RWMutex // guards closed and sends on ch against close
-	closed bool
-	ch     chan Event
-	done   chan struct{}
+	mu      sync.Mutex
+	levels  [levels]fifo // pending events by importance, each oldest first
+	pending int          // events in levels
+	seq     uint64       // arrival order across levels
+	closed  bool
+	closing chan struct{} // closed by close: stop waiting, drain
+	wake    chan struct{} // capacity 1
+	done    chan struct{}
+	sent    []time.Time // times of the latest deliveries, for bursts
+
+	dropsUnlogged atomic.Int64 // drops not yet logged
+	lastDropLog   atomic.Int64 // Unix ns of the last drop logged
 }
 
-func newDispatcher(n Notifier, log *slog.Logger, timeout time.Duration, size int, m *metrics) *dispatcher {
-	d := &dispatcher{n: n, log: log, timeout: timeout, m: m, ch: make(chan Event, size), done: make(chan struct{})}
+// levels is the number of importance levels (see importance).
+const levels = 5
+
+// fifo is a queue of events with their arrival numbers.
+type fifo struct {
+	evs  []Event
+	seqs []uint64
+	head int
+}
+
+func (f *fifo) len() int { return len(f.evs) - f.head }
+
+func (f *fifo) push(e Event, seq uint64) {
+	f.evs = append(f.evs, e)
+	f.seqs = append(f.seqs, seq)
+}
+
+func (f *fifo) pop() Event {
+	e := f.evs[f.head]
+	f.evs[f.head] = Event{}
+	f.head++
+	if f.head == len(f.evs) {
+		f.evs, f.seqs, f.head = f.evs[:0], f.seqs[:0], 0
+	} else if f.head >= 64 && f.head*2 >= len(f.evs) {
+		n := copy(f.evs, f.evs[f.head:])
+		copy(f.seqs, f.seqs[f.head:])
+		clear(f.evs[n:])
+		f.evs, f.seqs, f.head = f.evs[:n], f.seqs[:n], 0
+	}
+	return e
+}
+
+func newDispatcher(n Notifier, log *slog.Logger, timeout time.Duration, o NotifyOptions, m *metrics) *dispatcher {
+	d := &dispatcher{n: n, log: log, timeout: timeout, o: o.withDefaults(), m: m,
+		closing: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go d.run()
 	return d
 }
 
 // send queues e without blocking.
 func (d *dispatcher) send(e Event) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
+	d.mu.Lock()
 	if d.closed {
+		d.mu.Unlock()
 		d.drop(e, ErrClosed)
 		return
 	}
+	var victim Event
+	dropped := false
+	rank := importance(e.Type)
+	if d.pending >= d.o.Queue {
+		// Drop the oldest of the least important pending events, unless
+		// the new one is less important still.
+		l := 0
+		for l < rank && d.levels[l].len() == 0 {
+			l++
+		}
+		if l >= rank {
+			d.mu.Unlock()
+			d.drop(e, ErrNotifyQueueFull)
+			return
+		}
+		victim, dropped = d.levels[l].pop(), true
+		d.pending--
+	}
+	d.seq++
+	d.levels[rank].push(e, d.seq)
+	d.pending++
+	d.mu.Unlock()
 	select {
-	case d.ch <- e:
+	case d.wake <- struct{}{}:
 	default:
-		d.drop(e, ErrNotifyQueueFull)
+	}
+	if dropped {
+		d.drop(victim, ErrNotifyQueueFull)
 	}
 }
 
+// drop counts a lost event and logs it: at once, or, within a second of
+// the last such line, in a later line with the count since (written by
+// the next drop, the delivery goroutine, or Close).
 func (d *dispatcher) drop(e Event, why error) {
 	d.m.notifyDropped.Add(1)
-	d.log.Warn("selfimprove: event not delivered", "event", string(e.Type), "agent", e.AgentID, "id", e.ID, "error", why)
+	d.dropsUnlogged.Add(1)
+	now := time.Now().UnixNano()
+	last := d.lastDropLog.Load()
+	if now-last < int64(time.Second) || !d.lastDropLog.CompareAndSwap(last, now) {
+		return
+	}
+	d.log.Warn("selfimprove: events not delivered", "dropped", d.dropsUnlogged.Swap(0),
+		"last_event", string(e.Type), "agent", e.AgentID, "id", e.ID, "error", why)
+}
+
+// logDrops logs the drops not logged yet, if the last line is a second old
+// or force is set.
+func (d *dispatcher) logDrops(force bool) {
+	if d.dropsUnlogged.Load() == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := d.lastDropLog.Load()
+	if !force && now-last < int64(time.Second) || !d.lastDropLog.CompareAndSwap(last, now) {
+		return
+	}
+	if n := d.dropsUnlogged.Swap(0); n > 0 {
+		d.log.Warn("selfimprove: events not delivered", "dropped", n, "error", ErrNotifyQueueFull)
+	}
+}
+
+// take removes and returns the pending events in arrival order: the
+// oldest one, or all of them when all is set.
+func (d *dispatcher) take(all bool) []Event {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Event
+	for d.pending > 0 && (all || len(out) == 0) {
+		best := -1
+		for l := range d.levels {
+			f := &d.levels[l]
+			if f.len() > 0 && (best < 0 || f.seqs[f.head] < d.levels[best].seqs[d.levels[best].head]) {
+				best = l
+			}
+		}
+		out = append(out, d.levels[best].pop())
+		d.pending--
+	}
+	return out
+}
+
+func (d *dispatcher) isClosing() bool {
+	select {
+	case <-d.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 func (d *dispatcher) run() {
 	defer close(d.done)
-	for e := range d.ch {
+	defer d.logDrops(true)
+	for {
+		// In a burst (BurstLimit deliveries within the window), wait for
+		// the window to end and send what came meanwhile as one digest.
+		burst := false
+		if lim := d.o.BurstLimit; lim > 0 && len(d.sent) >= lim {
+			if end := d.sent[len(d.sent)-lim].Add(d.o.BurstWindow); time.Now().Before(end) {
+				burst = true
+				t := time.NewTimer(time.Until(end))
+				select {
+				case <-t.C:
+				case <-d.closing:
+					t.Stop()
+				}
+			}
+		}
+		evs := d.take(burst || d.isClosing())
+		if len(evs) == 0 {
+			if d.isClosing() {
+				return
+			}
+			select {
+			case <-d.wake:
+			case <-d.closing:
+			}
+			continue
+		}
+		e := evs[0]
+		if len(evs) > 1 {
+			e = digest(evs)
+		}
 		d.deliver(e)
+		d.logDrops(false)
+		d.sent = append(d.sent, time.Now())
+		if lim := max(d.o.BurstLimit, 1); len(d.sent) > lim {
+			d.sent = append(d.sent[:0], d.sent[len(d.sent)-lim:]...)
+		}
 	}
 }
 
+// digest collapses events into one EventDigest.
+func digest(evs []Event) Event {
+	counts := map[EventType]int{}
+	var order []EventType
+	for _, e := range evs {
+		if counts[e.Type] == 0 {
+			order = append(order, e.Type)
+		}
+		counts[e.Type]++
+	}
+	parts := make([]string, 0, len(order))
+	for _, t := range order {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[t], t))
+	}
+	last := evs[len(evs)-1]
+	return Event{
+		ID: newID(last.Time), Time: last.Time, Type: EventDigest,
+		Message: fmt.Sprintf("%d events: %s", len(evs), strings.Join(parts, ", ")),
+		Digest:  evs,
+	}
+}
+
+// deliver hands e to the notifier, with retries; for Notifiers, to each
+// of them with its own retries.
 func (d *dispatcher) deliver(e Event) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
-	defer cancel()
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				d.m.notifyPanics.Add(1)
-				err = fmt.Errorf("selfimprove: notifier panicked: %v", r)
-			}
-		}()
-		return d.n.Notify(ctx, e)
-	}()
-	if err != nil {
-		d.m.notifyErrors.Add(1)
-		d.log.Warn("selfimprove: notifier failed", "event", string(e.Type), "agent", e.AgentID, "id", e.ID, "error", err)
+	if ns, ok := d.n.(Notifiers); ok {
+		for _, n := range ns {
+			d.deliverTo(n, e)
+		}
 		return
 	}
-	d.m.notified.Add(1)
+	d.deliverTo(d.n, e)
+}
+
+func (d *dispatcher) deliverTo(n Notifier, e Event) {
+	wait := d.o.Backoff
+	for attempt := 1; ; attempt++ {
+		err := d.try(n, e)
+		if err == nil {
+			d.m.notified.Add(1)
+			return
+		}
+		if attempt >= d.o.Attempts || !Retryable(err) || d.isClosing() {
+			d.m.notifyErrors.Add(1)
+			d.log.Warn("selfimprove: notifier failed", "event", string(e.Type), "agent", e.AgentID, "id", e.ID,
+				"attempts", attempt, "error", Scrub(err.Error()))
+			return
+		}
+		w := min(wait, d.o.MaxBackoff)
+		if ra := retryAfter(err); ra > 0 {
+			w = min(ra, d.o.MaxBackoff)
+		}
+		wait *= 2
+		t := time.NewTimer(w)
+		select {
+		case <-t.C:
+		case <-d.closing:
+			t.Stop()
+		}
+	}
+}
+
+// try makes one delivery attempt under the per-attempt deadline.
+func (d *dispatcher) try(n Notifier, e Event) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			d.m.notifyPanics.Add(1)
+			err = fmt.Errorf("selfimprove: notifier panicked: %v", r)
+		}
+	}()
+	return n.Notify(ctx, e)
 }
 
 // close stops taking events and waits until the queued ones are delivered
-// or ctx ends; events still queued then are counted as dropped.
+// (collapsed into one digest, with no waiting between retries) or ctx
+// ends; events still queued then are counted as dropped.
 func (d *dispatcher) close(ctx context.Context) error {
 	d.mu.Lock()
 	if !d.closed {
 		d.closed = true
-		close(d.ch)
+		close(d.closing)
 	}
 	d.mu.Unlock()
 	select {
 	case <-d.done:
 		return nil
 	case <-ctx.Done():
-		n := len(d.ch)
+		d.mu.Lock()
+		n := d.pending
+		d.levels, d.pending = [levels]fifo{}, 0
+		d.mu.Unlock()
 		d.m.notifyDropped.Add(int64(n))
+		d.dropsUnlogged.Add(int64(n))
+		d.logDrops(true)
 		return fmt.Errorf("selfimprove: notifier did not drain, %d events undelivered: %w", n, ctx.Err())
 	}
 }

@@ -1,0 +1,5 @@
+package selfimprove
+
+// TestingEmit hands e to l's notifier queue, as a decision does; for the
+// external tests of delivery.
+func TestingEmit(l *Loop, e Event) { l.notify(&e) }

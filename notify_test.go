@@ -1,0 +1,618 @@
+package selfimprove_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+// sampleEvent is a rollback with everything a message shows.
+func sampleEvent() si.Event {
+	ch := &si.Change{
+		ID: "c1", AgentID: "search <bot> & co",
+		From:   si.Config{Version: 1, Timeout: time.Second, Route: "primary"},
+		To:     si.Config{Version: 2, Timeout: 1500 * time.Millisecond, Route: "primary"},
+		Reason: "timeouts: raise the timeout from 1s to 1.5s",
+		Before: si.Stats{Calls: 20, Failures: 8, SuccessRate: 0.6, AvgLatency: 900 * time.Millisecond},
+		After:  si.Stats{Calls: 10, Failures: 5, SuccessRate: 0.5, AvgLatency: 1200 * time.Millisecond},
+		State:  si.ChangeRolledBack, Verdict: "5 consecutive failures under the new config (limit 5)",
+	}
+	return si.Event{ID: "e1", Time: t0, Type: si.EventRolledBack, AgentID: ch.AgentID, Change: ch,
+		Message: "agent \"search <bot> & co\": rolled back config v2 to v1"}
+}
+
+// recordedRequest is what a test server saw.
+type recordedRequest struct {
+	Method, Path, ContentType string
+	Header                    http.Header
+	Body                      []byte
+	At                        time.Time
+}
+
+// fakeService records requests and answers with the statuses in order
+// (200 once they run out).
+type fakeService struct {
+	mu       sync.Mutex
+	reqs     []recordedRequest
+	statuses []int
+	headers  []map[string]string
+	bodies   []string
+}
+
+func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	i := len(f.reqs)
+	f.reqs = append(f.reqs, recordedRequest{r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Clone(), body, time.Now()})
+	status, hdr, rbody := 200, map[string]string(nil), `{"ok":true}`
+	if i < len(f.statuses) {
+		status = f.statuses[i]
+		if i < len(f.headers) {
+			hdr = f.headers[i]
+		}
+		if i < len(f.bodies) {
+			rbody = f.bodies[i]
+		}
+	}
+	f.mu.Unlock()
+	for k, v := range hdr {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, rbody)
+}
+
+func (f *fakeService) requests() []recordedRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]recordedRequest(nil), f.reqs...)
+}
+
+// inProcess is an http.Client that serves requests with h in-process, as
+// if from http://127.0.0.1: no sockets, so that it runs inside a synctest
+// bubble.
+func inProcess(h http.Handler) *http.Client {
+	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Result(), nil
+	})}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestSlackRequest(t *testing.T) {
+	f := &fakeService{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	n := si.SlackNotifier{WebhookURL: srv.URL + "/services/T000/B000/XXXX"}
+	if err := n.Notify(context.Background(), sampleEvent()); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].Path != "/services/T000/B000/XXXX" || reqs[0].ContentType != "application/json" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	var msg struct {
+		Text   string `json:"text"`
+		Blocks []struct {
+			Type string `json:"type"`
+			Text *struct {
+				Type, Text string
+			} `json:"text"`
+			Fields []struct{ Type, Text string } `json:"fields"`
+		} `json:"blocks"`
+	}
+	if err := json.Unmarshal(reqs[0].Body, &msg); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(msg.Text, "Rolled back: ") || !strings.Contains(msg.Text, "search &lt;bot&gt; &amp; co") {
+		t.Errorf("text %q", msg.Text)
+	}
+	if len(msg.Blocks) < 3 || msg.Blocks[0].Type != "header" || msg.Blocks[0].Text.Text != "Rolled back" {
+		t.Fatalf("blocks %+v", msg.Blocks)
+	}
+	var fields []string
+	for _, b := range msg.Blocks[2:] {
+		for _, f := range b.Fields {
+			if f.Type != "mrkdwn" {
+				t.Errorf("field type %q", f.Type)
+			}
+			fields = append(fields, f.Text)
+		}
+	}
+	all := strings.Join(fields, "\n")
+	for _, want := range []string{
+		"*Agent*\nsearch &lt;bot&gt; &amp; co",
+		"*Change*\nv1 → v2",
+		"*From*\nv1, timeout 1s, 1 attempt(s), route primary",
+		"*To*\nv2, timeout 1.5s, 1 attempt(s), route primary",
+		"*Reason*\ntimeouts: raise the timeout from 1s to 1.5s",
+		"*Before*\n60.0% success over 20 calls, average latency 900ms",
+		"*After*\n50.0% success over 10 calls, average latency 1.2s",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("fields lack %q:\n%s", want, all)
+		}
+	}
+}
+
+func TestTelegramRequest(t *testing.T) {
+	f := &fakeService{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	const token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawq"
+	n := si.TelegramNotifier{Token: token, ChatID: "-1001234", BaseURL: srv.URL + "/"}
+	if err := n.Notify(context.Background(), sampleEvent()); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].Path != "/bot"+token+"/sendMessage" || reqs[0].ContentType != "application/json" {
+		t.Fatalf("requests %+v", reqs)
+	}
+	var msg map[string]any
+	if err := json.Unmarshal(reqs[0].Body, &msg); err != nil {
+		t.Fatal(err)
+	}
+	if msg["chat_id"] != "-1001234" || msg["parse_mode"] != "HTML" {
+		t.Errorf("message %v", msg)
+	}
+	text, _ := msg["text"].(string)
+	for _, want := range []string{"<b>Rolled back</b>", "<b>Agent:</b> search &lt;bot&gt; &amp; co", "<b>Change:</b> v1 → v2", "<b>Before:</b> 60.0% success"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "<bot>") {
+		t.Errorf("unescaped text:\n%s", text)
+	}
+}
+
+// The webhook's signature, checked by an independent implementation: the
+// receiver's side as the doc comment describes it.
+func TestWebhookSignature(t *testing.T) {
+	f := &fakeService{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	n := si.WebhookNotifier{URL: srv.URL + "/hook/s3cret-path", Secret: "k3y"}
+	ev := sampleEvent()
+	if err := n.Notify(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	r := f.requests()[0]
+	ts, sig := r.Header.Get("X-Selfimprove-Timestamp"), r.Header.Get("X-Selfimprove-Signature")
+	mac := hmac.New(sha256.New, []byte("k3y"))
+	fmt.Fprintf(mac, "%s.%s", ts, r.Body)
+	if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); !hmac.Equal([]byte(sig), []byte(want)) {
+		t.Fatalf("signature %q, want %q", sig, want)
+	}
+	var got si.Event
+	if err := json.Unmarshal(r.Body, &got); err != nil || got.ID != ev.ID || got.Change.To.Version != 2 {
+		t.Fatalf("body %s: %v", r.Body, err)
+	}
+	// Without a secret there is no signature.
+	if err := (si.WebhookNotifier{URL: srv.URL}).Notify(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.requests()[1].Header.Get("X-Selfimprove-Signature"); h != "" {
+		t.Errorf("unsigned request has a signature %q", h)
+	}
+}
+
+func TestSendersRefusePlainHTTP(t *testing.T) {
+	for _, n := range []si.Notifier{
+		si.SlackNotifier{WebhookURL: "http://hooks.slack.example/services/x"},
+		si.TelegramNotifier{Token: "t", ChatID: "1", BaseURL: "http://api.telegram.example"},
+		si.WebhookNotifier{URL: "http://10.0.0.1/hook"},
+	} {
+		if err := n.Notify(context.Background(), sampleEvent()); !errors.Is(err, si.ErrInsecureURL) {
+			t.Errorf("%T: %v", n, err)
+		}
+	}
+}
+
+// logBuffer is a logger whose output the test reads.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// deliveryLoop opens, in a synctest bubble, a loop whose notifier is n
+// and returns it with a function that emits an event through it (an
+// operator action: SetConfig).
+func deliveryLoop(t *testing.T, n si.Notifier, o si.NotifyOptions, logs io.Writer) (*si.Loop, func(route string)) {
+	t.Helper()
+	if logs == nil {
+		logs = io.Discard
+	}
+	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n), si.WithNotifyOptions(o),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	return l, func(route string) {
+		if err := l.SetConfig("a", si.Config{Route: route}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRetryAfterIsHonoured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeService{statuses: []int{429}, headers: []map[string]string{{"Retry-After": "7"}}}
+		l, emit := deliveryLoop(t, si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: inProcess(f)}, si.NotifyOptions{}, nil)
+		emit("r1")
+		time.Sleep(time.Minute)
+		l.Close()
+		reqs := f.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("%d requests, want 2", len(reqs))
+		}
+		if wait := reqs[1].At.Sub(reqs[0].At); wait != 7*time.Second {
+			t.Errorf("retried after %v, want the 7s Retry-After", wait)
+		}
+		if m := l.Metrics(); m.Notified != 1 || m.NotifyErrors != 0 {
+			t.Errorf("metrics %+v", m)
+		}
+	})
+}
+
+func TestTelegramRetryAfterInBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeService{statuses: []int{429}, bodies: []string{`{"ok":false,"error_code":429,"parameters":{"retry_after":3}}`}}
+		l, emit := deliveryLoop(t, si.TelegramNotifier{Token: "1:x", ChatID: "1", BaseURL: "http://127.0.0.1", Client: inProcess(f)}, si.NotifyOptions{}, nil)
+		emit("r1")
+		time.Sleep(time.Minute)
+		l.Close()
+		reqs := f.requests()
+		if len(reqs) != 2 || reqs[1].At.Sub(reqs[0].At) != 3*time.Second {
+			t.Fatalf("requests %d, wait %v", len(reqs), reqs[len(reqs)-1].At.Sub(reqs[0].At))
+		}
+	})
+}
+
+func TestServerErrorsAreRetriedWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeService{statuses: []int{500, 503}}
+		l, emit := deliveryLoop(t, si.WebhookNotifier{URL: "http://127.0.0.1/h", Client: inProcess(f)}, si.NotifyOptions{}, nil)
+		emit("r1")
+		time.Sleep(time.Minute)
+		l.Close()
+		reqs := f.requests()
+		if len(reqs) != 3 {
+			t.Fatalf("%d requests, want 3", len(reqs))
+		}
+		if w1, w2 := reqs[1].At.Sub(reqs[0].At), reqs[2].At.Sub(reqs[1].At); w1 != time.Second || w2 != 2*time.Second {
+			t.Errorf("waits %v, %v; want 1s, 2s", w1, w2)
+		}
+		if m := l.Metrics(); m.Notified != 1 || m.NotifyErrors != 0 {
+			t.Errorf("metrics %+v", m)
+		}
+	})
+}
+
+func TestClientErrorsAreNotRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeService{statuses: []int{400}}
+		l, emit := deliveryLoop(t, si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: inProcess(f)}, si.NotifyOptions{}, nil)
+		emit("r1")
+		time.Sleep(time.Minute)
+		l.Close()
+		if n := len(f.requests()); n != 1 {
+			t.Fatalf("%d requests, want 1", n)
+		}
+		if m := l.Metrics(); m.Notified != 0 || m.NotifyErrors != 1 {
+			t.Errorf("metrics %+v", m)
+		}
+	})
+}
+
+// Each notifier of a fan-out is retried on its own: the one that
+// succeeded is not sent the event again.
+func TestNotifiersRetryEachOnItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ok, flaky := &fakeService{}, &fakeService{statuses: []int{502}}
+		l, emit := deliveryLoop(t, si.Notifiers{
+			si.WebhookNotifier{URL: "http://127.0.0.1/ok", Client: inProcess(ok)},
+			si.WebhookNotifier{URL: "http://127.0.0.1/flaky", Client: inProcess(flaky)},
+		}, si.NotifyOptions{}, nil)
+		emit("r1")
+		time.Sleep(time.Minute)
+		l.Close()
+		if a, b := len(ok.requests()), len(flaky.requests()); a != 1 || b != 2 {
+			t.Fatalf("requests: %d to the healthy one (want 1), %d to the flaky one (want 2)", a, b)
+		}
+	})
+}
+
+// A receiver that refuses connections: the delivery is retried, then
+// counted and logged, and neither the error nor the log holds the token.
+func TestConnectionRefusedAndRedaction(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	const token = "987654321:AAF-secret-token-value-xyz"
+	n := si.TelegramNotifier{Token: token, ChatID: "1", BaseURL: "http://" + addr}
+	err = n.Notify(context.Background(), sampleEvent())
+	var de *si.DeliveryError
+	if !errors.As(err, &de) || de.Status != 0 || !si.Retryable(err) {
+		t.Fatalf("error %v", err)
+	}
+	if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), "sendMessage") {
+		t.Fatalf("the error leaks the URL: %v", err)
+	}
+	// Through the loop: retried, then counted and logged, redacted.
+	logs := &logBuffer{}
+	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+		si.WithNotifyOptions(si.NotifyOptions{Attempts: 3, Backoff: time.Millisecond}),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if m := l.Metrics(); m.NotifyErrors != 1 || m.Notified != 0 {
+		t.Errorf("metrics %+v", m)
+	}
+	out := logs.String()
+	if !strings.Contains(out, "notifier failed") || !strings.Contains(out, "attempts=") {
+		t.Errorf("no failure logged:\n%s", out)
+	}
+	if strings.Contains(out, token) || strings.Contains(out, "AAF-secret") {
+		t.Errorf("the log leaks the token:\n%s", out)
+	}
+	// A 500's error holds no secret either.
+	srv := httptest.NewServer(&fakeService{statuses: []int{500}})
+	defer srv.Close()
+	err = si.WebhookNotifier{URL: srv.URL + "/hooks/very-secret-path"}.Notify(context.Background(), sampleEvent())
+	if err == nil || strings.Contains(err.Error(), "very-secret-path") || !si.Retryable(err) {
+		t.Errorf("error %v", err)
+	}
+}
+
+// A receiver that hangs holds only the delivery goroutine: calls that make
+// decisions go on returning, and the notifier's queue absorbs or drops.
+func TestHungReceiverNeverSlowsCalls(t *testing.T) {
+	release := make(chan struct{})
+	var hung atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hung.Add(1)
+		<-release
+	}))
+	defer srv.Close()
+	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(si.WebhookNotifier{URL: srv.URL}),
+		si.WithNotifyTimeout(time.Hour), si.WithNotifyOptions(si.NotifyOptions{Queue: 4}))
+	rep := e2eCalls(t, l, 50)
+	if rep != 50 {
+		t.Fatalf("%d of 50 calls returned", rep)
+	}
+	// Every event but the one in flight and the four queued was dropped,
+	// and counted.
+	if m := l.Metrics(); m.NotifyDropped < 45 || m.NotifyDropped > 46 {
+		t.Errorf("dropped %d, want 45 (46 if the first was not yet taken)", m.NotifyDropped)
+	}
+	close(release)
+	l.Close()
+}
+
+// e2eCalls makes n calls that each decide something (an operator action
+// and a call), and returns how many returned.
+func e2eCalls(t *testing.T, l *si.Loop, n int) int {
+	done := 0
+	for i := range n {
+		if err := l.SetConfig("a", si.Config{Route: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+		l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil })
+		done++
+	}
+	return done
+}
+
+func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
+	block, started := make(chan struct{}), make(chan struct{}, 1)
+	var got []si.EventType
+	var mu sync.Mutex
+	logs := &logBuffer{}
+	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-block
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Type == si.EventDigest {
+			for _, d := range e.Digest {
+				got = append(got, d.Type)
+			}
+		} else {
+			got = append(got, e.Type)
+		}
+		return nil
+	})
+	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+		si.WithNotifyOptions(si.NotifyOptions{Queue: 3, BurstLimit: -1}),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	// The first event occupies the notifier; then the queue of 3 fills.
+	send := func(typ si.EventType) { si.TestingEmit(l, si.Event{ID: string(typ), Type: typ, AgentID: "a"}) }
+	send(si.EventConfigSet) // in flight
+	<-started
+	send(si.EventChangeConfirmed)
+	send(si.EventRolledBack)
+	send(si.EventChangeConfirmed)
+	send(si.EventRolledBack)      // full: drops the oldest confirmation
+	send(si.EventChangeConfirmed) // full, and the least important: dropped
+	send(si.EventRollbackFailed)  // drops the other confirmation
+	if m := l.Metrics(); m.NotifyDropped != 3 {
+		t.Errorf("dropped %d, want 3", m.NotifyDropped)
+	}
+	close(block)
+	l.Close()
+	want := []si.EventType{si.EventConfigSet, si.EventRolledBack, si.EventRolledBack, si.EventRollbackFailed}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("delivered %v, want %v", got, want)
+	}
+	// Logged: the first drop at once, the two that followed within the
+	// second by the delivery goroutine or at Close.
+	out := logs.String()
+	if !strings.Contains(out, "dropped=1 ") || !strings.Contains(out, "dropped=2 ") {
+		t.Errorf("drops not logged with their counts:\n%s", out)
+	}
+}
+
+func TestBurstCollapsesIntoADigest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu  sync.Mutex
+			got []si.Event
+			at  []time.Time
+		)
+		n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, e)
+			at = append(at, time.Now())
+			return nil
+		})
+		start := time.Now()
+		l, emit := deliveryLoop(t, n, si.NotifyOptions{BurstLimit: 2, BurstWindow: time.Minute}, nil)
+		for i := range 6 {
+			emit(fmt.Sprint(i))
+			synctest.Wait()
+		}
+		time.Sleep(2 * time.Minute)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 3 || got[0].Type != si.EventConfigSet || got[1].Type != si.EventConfigSet || got[2].Type != si.EventDigest {
+			t.Fatalf("delivered %d: %+v", len(got), got)
+		}
+		if d := got[2]; len(d.Digest) != 4 || d.Message != "4 events: 4 config_set" {
+			t.Errorf("digest %q with %d events", d.Message, len(d.Digest))
+		}
+		if w := at[2].Sub(start); w != time.Minute {
+			t.Errorf("digest sent after %v, want at the end of the 1-minute window", w)
+		}
+		go l.Close() // mu is held: the loop's own goroutines end in the bubble
+	})
+}
+
+// Close delivers what is queued, as one digest, within its deadline.
+func TestCloseDrainsTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		block := make(chan struct{})
+		var got []si.Event
+		n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+			<-block
+			got = append(got, e)
+			return nil
+		})
+		l, emit := deliveryLoop(t, n, si.NotifyOptions{}, nil)
+		for i := range 4 {
+			emit(fmt.Sprint(i))
+		}
+		go func() { time.Sleep(time.Second); close(block) }()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || got[1].Type != si.EventDigest || len(got[1].Digest) != 3 {
+			t.Fatalf("delivered %+v", got)
+		}
+	})
+}
+
+func TestDailySummary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu  sync.Mutex
+			got []si.Event
+		)
+		n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, e)
+			return nil
+		})
+		events := func() []si.Event {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]si.Event(nil), got...)
+		}
+		// The bubble starts at midnight UTC, 2000-01-01.
+		l := newBubbleLoop(t, si.WithNotifier(n), si.WithDailySummary(9*time.Hour),
+			si.WithNotifyOptions(si.NotifyOptions{BurstLimit: -1}), si.WithStrategy(si.DefaultStrategy()))
+		defer l.Close()
+		ctx := context.Background()
+		for i := range 14 {
+			err := error(nil)
+			if i < 2 {
+				err = errors.New("503 service unavailable")
+			}
+			l.ExecuteWithImprovement(ctx, "search", func(context.Context, si.Config) error { return err })
+		}
+		l.ExecuteWithImprovement(ctx, "chat", func(context.Context, si.Config) error { return nil })
+		s := l.DailySummary()
+		if len(s.Agents) != 2 || s.Agents[0].AgentID != "chat" || s.Agents[1].AgentID != "search" {
+			t.Fatalf("summary %+v", s)
+		}
+		a := s.Agents[1]
+		if a.Calls != 14 || a.SuccessRate != 12.0/14 || a.Applied != 1 || a.Confirmed != 1 || a.RolledBack != 0 || a.Health <= 0.8 {
+			t.Errorf("search: %+v", a)
+		}
+		time.Sleep(9*time.Hour + time.Second)
+		var sums []si.Event
+		for _, e := range events() {
+			if e.Type == si.EventDailySummary {
+				sums = append(sums, e)
+			}
+		}
+		if len(sums) != 1 || !sums[0].Time.Equal(time.Date(2000, 1, 1, 9, 0, 0, 0, time.UTC)) || len(sums[0].Summary.Agents) != 2 {
+			t.Fatalf("summaries %+v", sums)
+		}
+		time.Sleep(24 * time.Hour)
+		if c := countType(events(), si.EventDailySummary); c != 2 {
+			t.Errorf("%d summaries after a day more, want 2", c)
+		}
+	})
+}
+
+func countType(evs []si.Event, t si.EventType) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == t {
+			n++
+		}
+	}
+	return n
+}
