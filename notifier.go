@@ -77,8 +77,10 @@ type Event struct {
 
 // Notifier receives the loop's events. The loop calls Notify from one
 // background goroutine, one event at a time, with a context that carries
-// the delivery deadline (WithNotifyTimeout). An error or panic is recovered,
-// logged and counted in Metrics; it never reaches a wrapped call.
+// the attempt's deadline (WithNotifyTimeout). An error or panic is
+// recovered, logged and counted in Metrics; it never reaches a wrapped
+// call. A failed delivery is tried again when Retryable(err) (see
+// NotifyOptions).
 type Notifier interface {
 	Notify(ctx context.Context, e Event) error
 }
