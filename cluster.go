@@ -456,16 +456,8 @@ func (l *Loop) Clusters(agentID string) []Cluster {
 func (l *Loop) AllClusters() []Cluster {
 	now := l.clock.Now().UnixNano()
 	byID := map[string]*clusterView{}
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		a.mu.Lock()
-		if a.evicted {
-			a.mu.Unlock()
-			return true
-		}
-		cs := a.s.clusterViewsLocked(now)
-		a.mu.Unlock()
-		for _, c := range cs {
+	l.eachAgent(func(a *agent) {
+		for _, c := range a.s.clusterViewsLocked(now) {
 			m := byID[c.ID]
 			if m == nil {
 				c.Agents = []string{a.id}
@@ -485,7 +477,6 @@ func (l *Loop) AllClusters() []Cluster {
 				m.LastSeen, m.Class, m.RootCause, m.Examples = c.LastSeen, c.Class, c.RootCause, c.Examples
 			}
 		}
-		return true
 	})
 	out := make([]Cluster, 0, len(byID))
 	for _, c := range byID {

@@ -534,6 +534,19 @@ func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
 	}
 }
 
+// eachAgent calls f for each live agent in memory, with its lock held.
+func (l *Loop) eachAgent(f func(a *agent)) {
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		if !a.evicted {
+			f(a)
+		}
+		a.mu.Unlock()
+		return true
+	})
+}
+
 // ExecuteWithImprovement runs fn under agentID's current config and returns
 // fn's final error unchanged, with a Report of what the loop did.
 //

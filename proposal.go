@@ -204,18 +204,12 @@ func (s *agentState) closeProposalLocked(ch *Change, now time.Time) {
 func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 	l.loadProposalAgents()
 	var out []Proposal
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		a.mu.Lock()
-		if !a.evicted {
-			for _, p := range a.s.Proposals {
-				if keep == nil || keep(p) {
-					out = append(out, p.clone())
-				}
+	l.eachAgent(func(a *agent) {
+		for _, p := range a.s.Proposals {
+			if keep == nil || keep(p) {
+				out = append(out, p.clone())
 			}
 		}
-		a.mu.Unlock()
-		return true
 	})
 	slices.SortFunc(out, func(x, y Proposal) int { return cmp.Compare(x.ID, y.ID) })
 	return out

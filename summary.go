@@ -37,13 +37,7 @@ func (l *Loop) DailySummary() Summary {
 	now := l.clock.Now()
 	n, since := now.UnixNano(), now.Add(-24*time.Hour)
 	out := Summary{Time: now.UTC()}
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		a.mu.Lock()
-		if a.evicted {
-			a.mu.Unlock()
-			return true
-		}
+	l.eachAgent(func(a *agent) {
 		st := l.statsLocked(a, n)
 		as := AgentSummary{AgentID: a.id, Calls: st.CallsPerDay, SuccessRate: st.SuccessRate, Health: a.s.Tracker.health(n)}
 		changes := a.s.Changes
@@ -66,11 +60,9 @@ func (l *Loop) DailySummary() Summary {
 				}
 			}
 		}
-		a.mu.Unlock()
 		if as.Calls > 0 || as.Applied+as.Confirmed+as.RolledBack > 0 {
 			out.Agents = append(out.Agents, as)
 		}
-		return true
 	})
 	slices.SortFunc(out.Agents, func(x, y AgentSummary) int { return cmp.Compare(x.AgentID, y.AgentID) })
 	return out
