@@ -44,12 +44,12 @@ type RootCause string
 // unwarranted certainty) needs a judge of the output, so only an error
 // that names it through FailureRootCause() RootCause carries it.
 const (
-	RootCauseToolFailure          RootCause = "tool_failure"
-	RootCauseContextLoss          RootCause = "context_loss"
-	RootCauseKnowledgeGap         RootCause = "knowledge_gap"
-	RootCauseInstructionAmbiguity RootCause = "instruction_ambiguity"
-	RootCauseReasoningError       RootCause = "reasoning_error"
-	RootCauseOverconfidence       RootCause = "overconfidence"
+	RootCauseToolFailure          RootCause = "tool_failure"          // an API, tool or network the agent uses failed
+	RootCauseContextLoss          RootCause = "context_loss"          // the agent lost or overflowed its context
+	RootCauseKnowledgeGap         RootCause = "knowledge_gap"         // the agent asked for what does not exist
+	RootCauseInstructionAmbiguity RootCause = "instruction_ambiguity" // the agent's request or prompt was not acceptable
+	RootCauseReasoningError       RootCause = "reasoning_error"       // the agent's own logic failed
+	RootCauseOverconfidence       RootCause = "overconfidence"        // an answer given with unwarranted certainty
 )
 
 // RootCause maps c onto REFLEX's taxonomy: failures of an API, a tool or

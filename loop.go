@@ -11,6 +11,14 @@
 // crash-safe JSON files before the call that made it returns, and reported
 // to a Notifier asynchronously.
 //
+// Every failure is scrubbed of secrets (Scrub), classified (Classify) and
+// clustered by its Signature; the loop scores each agent's Health and
+// spots SharedCauses across agents. The built-in strategy
+// (DefaultStrategy) applies the safe tweak for the dominant class of
+// failure, and files a Proposal for a person to Approve or Reject when no
+// safe tweak is left. SlackNotifier, TelegramNotifier and WebhookNotifier
+// deliver events, with retries, digests of bursts and a daily summary.
+//
 // The wrapped call comes first: the loop never changes its result, never
 // hides its error, and never lets the loop's own machinery (storage,
 // strategy, notifier, panics in them) fail it or block it beyond a bounded

@@ -55,6 +55,8 @@ type DeliveryError struct {
 	Err error
 }
 
+// Error describes the failure: the sender, and the transport error or the
+// status (with the wait asked for).
 func (e *DeliveryError) Error() string {
 	switch {
 	case e.Err != nil:
