@@ -79,37 +79,56 @@ var keyByte = func() (t [256]bool) {
 // nextSecret returns the bounds of the first secret in s at or after from,
 // or -1, -1.
 func nextSecret(s string, from int) (lo, hi int) {
-	for i := from; i < len(s); i++ {
+	for i := from; i < len(s); {
 		c := s[i]
-		start := i == 0 || !isKeyByte(s[i-1]) && !afterWordPlaceholder(s, i)
-		if start && isKeyByte(c) {
-			if lo, hi := tokenSecret(s, i); lo >= 0 {
-				return lo, hi
+		if keyByte[c] {
+			// A run of key bytes: a token, and any '=' inside it.
+			end := i + 1
+			for end < len(s) && keyByte[s[end]] {
+				end++
 			}
+			if i == 0 || !keyByte[s[i-1]] && !afterWordPlaceholder(s, i) {
+				if lo, hi := tokenSecret(s, i, end); lo >= 0 {
+					return lo, hi
+				}
+			}
+			for k := i; k < end; k++ {
+				if s[k] == '=' {
+					if lo, hi := keyValueSecret(s, k); lo >= 0 {
+						return lo, hi
+					}
+				}
+			}
+			i = end
+			continue
 		}
+		size := 1
 		switch c {
 		case ' ', '\t', '\n', '\r', '\v', '\f':
 			if lo, hi := schemeSecret(s, i); lo >= 0 {
 				return lo, hi
 			}
-		case '=', ':':
+		case ':':
 			if lo, hi := keyValueSecret(s, i); lo >= 0 {
 				return lo, hi
 			}
-			if c == ':' && strings.HasPrefix(s[i:], "://") {
+			if strings.HasPrefix(s[i:], "://") {
 				if lo, hi := userinfoSecret(s, i+3); lo >= 0 {
 					return lo, hi
 				}
 			}
 		default:
 			if c >= utf8.RuneSelf {
-				if r, _ := utf8.DecodeRuneInString(s[i:]); unicode.IsSpace(r) {
+				var r rune
+				r, size = utf8.DecodeRuneInString(s[i:])
+				if unicode.IsSpace(r) {
 					if lo, hi := schemeSecret(s, i); lo >= 0 {
 						return lo, hi
 					}
 				}
 			}
 		}
+		i += size
 	}
 	return -1, -1
 }
@@ -125,12 +144,8 @@ func afterWordPlaceholder(s string, i int) bool {
 	return strings.HasSuffix(p, "<n>") || strings.HasSuffix(p, "<hex>") || strings.HasSuffix(p, "<uuid>")
 }
 
-// tokenSecret looks at the run of key characters starting at i.
-func tokenSecret(s string, i int) (lo, hi int) {
-	j := i
-	for j < len(s) && isKeyByte(s[j]) {
-		j++
-	}
+// tokenSecret looks at the run of key characters s[i:j].
+func tokenSecret(s string, i, j int) (lo, hi int) {
 	w := s[i:j]
 	if len(w) < 19 { // the shortest key: a 3-byte prefix and 16 more
 		return -1, -1
