@@ -18,17 +18,26 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 var errBoom = errors.New("boom")
 
-// recorder is a Notifier that keeps the events it gets.
+// recorder is a Notifier that keeps the events it gets, and when.
 type recorder struct {
 	mu     sync.Mutex
 	events []si.Event
+	at     []time.Time
 }
 
 func (r *recorder) Notify(_ context.Context, e si.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, e)
+	r.at = append(r.at, time.Now())
 	return nil
+}
+
+// all returns copies of the events and of their times.
+func (r *recorder) all() ([]si.Event, []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]si.Event(nil), r.events...), append([]time.Time(nil), r.at...)
 }
 
 func (r *recorder) types() []si.EventType {

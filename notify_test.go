@@ -506,27 +506,15 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 
 func TestBurstCollapsesIntoADigest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			mu  sync.Mutex
-			got []si.Event
-			at  []time.Time
-		)
-		n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			at = append(at, time.Now())
-			return nil
-		})
+		rec := &recorder{}
 		start := time.Now()
-		l, emit := deliveryLoop(t, n, si.NotifyOptions{BurstLimit: 2, BurstWindow: time.Minute}, nil)
+		l, emit := deliveryLoop(t, rec, si.NotifyOptions{BurstLimit: 2, BurstWindow: time.Minute}, nil)
 		for i := range 6 {
 			emit(fmt.Sprint(i))
 			synctest.Wait()
 		}
 		time.Sleep(2 * time.Minute)
-		mu.Lock()
-		defer mu.Unlock()
+		got, at := rec.all()
 		if len(got) != 3 || got[0].Type != si.EventConfigSet || got[1].Type != si.EventConfigSet || got[2].Type != si.EventDigest {
 			t.Fatalf("delivered %d: %+v", len(got), got)
 		}
@@ -536,7 +524,7 @@ func TestBurstCollapsesIntoADigest(t *testing.T) {
 		if w := at[2].Sub(start); w != time.Minute {
 			t.Errorf("digest sent after %v, want at the end of the 1-minute window", w)
 		}
-		go l.Close() // mu is held: the loop's own goroutines end in the bubble
+		l.Close()
 	})
 }
 
@@ -566,23 +554,10 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 
 func TestDailySummary(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			mu  sync.Mutex
-			got []si.Event
-		)
-		n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
-			mu.Lock()
-			defer mu.Unlock()
-			got = append(got, e)
-			return nil
-		})
-		events := func() []si.Event {
-			mu.Lock()
-			defer mu.Unlock()
-			return append([]si.Event(nil), got...)
-		}
+		rec := &recorder{}
+		events := func() []si.Event { evs, _ := rec.all(); return evs }
 		// The bubble starts at midnight UTC, 2000-01-01.
-		l := newBubbleLoop(t, si.WithNotifier(n), si.WithDailySummary(9*time.Hour),
+		l := newBubbleLoop(t, si.WithNotifier(rec), si.WithDailySummary(9*time.Hour),
 			si.WithNotifyOptions(si.NotifyOptions{BurstLimit: -1}), si.WithStrategy(si.DefaultStrategy()))
 		defer l.Close()
 		ctx := context.Background()
