@@ -265,74 +265,53 @@ func deliveryLoop(t *testing.T, n si.Notifier, o si.NotifyOptions, logs io.Write
 	}
 }
 
-func TestRetryAfterIsHonoured(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeService{statuses: []int{429}, headers: []map[string]string{{"Retry-After": "7"}}}
-		l, emit := deliveryLoop(t, si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: inProcess(f)}, si.NotifyOptions{}, nil)
-		emit("r1")
-		time.Sleep(time.Minute)
-		l.Close()
-		reqs := f.requests()
-		if len(reqs) != 2 {
-			t.Fatalf("%d requests, want 2", len(reqs))
-		}
-		if wait := reqs[1].At.Sub(reqs[0].At); wait != 7*time.Second {
-			t.Errorf("retried after %v, want the 7s Retry-After", wait)
-		}
-		if m := l.Metrics(); m.Notified != 1 || m.NotifyErrors != 0 {
-			t.Errorf("metrics %+v", m)
-		}
-	})
-}
-
-func TestTelegramRetryAfterInBody(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeService{statuses: []int{429}, bodies: []string{`{"ok":false,"error_code":429,"parameters":{"retry_after":3}}`}}
-		l, emit := deliveryLoop(t, si.TelegramNotifier{Token: "1:x", ChatID: "1", BaseURL: "http://127.0.0.1", Client: inProcess(f)}, si.NotifyOptions{}, nil)
-		emit("r1")
-		time.Sleep(time.Minute)
-		l.Close()
-		reqs := f.requests()
-		if len(reqs) != 2 || reqs[1].At.Sub(reqs[0].At) != 3*time.Second {
-			t.Fatalf("requests %d, wait %v", len(reqs), reqs[len(reqs)-1].At.Sub(reqs[0].At))
-		}
-	})
-}
-
-func TestServerErrorsAreRetriedWithBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeService{statuses: []int{500, 503}}
-		l, emit := deliveryLoop(t, si.WebhookNotifier{URL: "http://127.0.0.1/h", Client: inProcess(f)}, si.NotifyOptions{}, nil)
-		emit("r1")
-		time.Sleep(time.Minute)
-		l.Close()
-		reqs := f.requests()
-		if len(reqs) != 3 {
-			t.Fatalf("%d requests, want 3", len(reqs))
-		}
-		if w1, w2 := reqs[1].At.Sub(reqs[0].At), reqs[2].At.Sub(reqs[1].At); w1 != time.Second || w2 != 2*time.Second {
-			t.Errorf("waits %v, %v; want 1s, 2s", w1, w2)
-		}
-		if m := l.Metrics(); m.Notified != 1 || m.NotifyErrors != 0 {
-			t.Errorf("metrics %+v", m)
-		}
-	})
-}
-
-func TestClientErrorsAreNotRetried(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &fakeService{statuses: []int{400}}
-		l, emit := deliveryLoop(t, si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: inProcess(f)}, si.NotifyOptions{}, nil)
-		emit("r1")
-		time.Sleep(time.Minute)
-		l.Close()
-		if n := len(f.requests()); n != 1 {
-			t.Fatalf("%d requests, want 1", n)
-		}
-		if m := l.Metrics(); m.Notified != 0 || m.NotifyErrors != 1 {
-			t.Errorf("metrics %+v", m)
-		}
-	})
+// Retries, with the exact waits between attempts (fake time): a 429's
+// Retry-After, Telegram's retry_after, exponential backoff on 5xx, and no
+// retry on another 4xx.
+func TestRetries(t *testing.T) {
+	cases := []struct {
+		name              string
+		svc               *fakeService
+		notifier          func(c *http.Client) si.Notifier
+		waits             []time.Duration // between the requests
+		notified, errored int64
+	}{
+		{"429 with Retry-After", &fakeService{statuses: []int{429}, headers: []map[string]string{{"Retry-After": "7"}}},
+			func(c *http.Client) si.Notifier { return si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: c} },
+			[]time.Duration{7 * time.Second}, 1, 0},
+		{"Telegram retry_after in the body", &fakeService{statuses: []int{429}, bodies: []string{`{"ok":false,"error_code":429,"parameters":{"retry_after":3}}`}},
+			func(c *http.Client) si.Notifier {
+				return si.TelegramNotifier{Token: "1:x", ChatID: "1", BaseURL: "http://127.0.0.1", Client: c}
+			},
+			[]time.Duration{3 * time.Second}, 1, 0},
+		{"500 and 503, then success", &fakeService{statuses: []int{500, 503}},
+			func(c *http.Client) si.Notifier { return si.WebhookNotifier{URL: "http://127.0.0.1/h", Client: c} },
+			[]time.Duration{time.Second, 2 * time.Second}, 1, 0},
+		{"400 is not retried", &fakeService{statuses: []int{400}},
+			func(c *http.Client) si.Notifier { return si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: c} },
+			nil, 0, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l, emit := deliveryLoop(t, c.notifier(inProcess(c.svc)), si.NotifyOptions{}, nil)
+				emit("r1")
+				time.Sleep(time.Minute)
+				l.Close()
+				reqs := c.svc.requests()
+				var waits []time.Duration
+				for i := 1; i < len(reqs); i++ {
+					waits = append(waits, reqs[i].At.Sub(reqs[i-1].At))
+				}
+				if fmt.Sprint(waits) != fmt.Sprint(c.waits) {
+					t.Errorf("waits between %d requests %v, want %v", len(reqs), waits, c.waits)
+				}
+				if m := l.Metrics(); m.Notified != c.notified || m.NotifyErrors != c.errored {
+					t.Errorf("notified %d, errors %d; want %d, %d", m.Notified, m.NotifyErrors, c.notified, c.errored)
+				}
+			})
+		})
+	}
 }
 
 // Each notifier of a fan-out is retried on its own: the one that
