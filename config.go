@@ -196,10 +196,18 @@ type Change struct {
 	To   Config `json:"to"`
 	// Reason is the strategy's reason for the tweak.
 	Reason string `json:"reason"`
-	// Before is the agent's analysis-window stats when the change was
-	// applied; After the stats of the calls credited to the new version.
+	// Before is the reference the change is judged against: the recent
+	// regime when it was applied (see RollbackPolicy), or the analysis
+	// window under SeedCompatible and for changes set by an operator.
+	// After counts the calls credited to the new version.
 	Before Stats `json:"before"`
 	After  Stats `json:"after"`
+	// Window is the agent's analysis-window stats when the change was
+	// applied; nil for changes set by an operator.
+	Window *Stats `json:"window,omitempty"`
+	// Control counts the calls that ran the previous config while the
+	// change was verified by MethodCanary; nil when there were none.
+	Control *Stats `json:"control,omitempty"`
 	// AppliedAt and DecidedAt are UTC times; DecidedAt is zero while
 	// verifying.
 	AppliedAt time.Time   `json:"applied_at"`

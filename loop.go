@@ -37,6 +37,7 @@ import (
 	"hash/maphash"
 	"io/fs"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -96,6 +97,11 @@ type Report struct {
 	Attempts int
 	// ConfigVersion is the version of the config fn ran under.
 	ConfigVersion int
+	// Arm is the arm of a canary verification (MethodCanary) the call ran
+	// in: ArmChange under the change being verified, ArmControl under the
+	// config before it. It is ArmNone when no canary verification was
+	// under way. The call is credited to its arm's version.
+	Arm Arm
 	// ImprovementTriggered reports that this call's failure crossed the
 	// agent's threshold and the strategy ran (or, with no strategy, would
 	// have run).
@@ -275,7 +281,8 @@ type Loop struct {
 	clock           Clock
 	realTime        bool // clock is the default real clock
 	strategy        Strategy
-	policy          RollbackPolicy
+	pol             RollbackPolicy // with its defaults
+	canaryCut       uint64         // MethodCanary: a call runs the control arm when its hash is below
 	log             *slog.Logger
 	store           Store
 	traces          *traceWriter // nil when traces are off
@@ -327,17 +334,75 @@ type queued struct {
 	notified bool
 }
 
-// installed is a config with the generation it was installed as.
+// installed is a config with the generation it was installed as. While a
+// change is verified by MethodCanary, prev is the config before it, which
+// the calls that cut selects run; seq numbers those calls.
 type installed struct {
 	Config
-	gen uint64
+	gen  uint64
+	prev *Config
+	cut  uint64
+	seed uint64
+	seq  atomic.Uint64
+}
+
+// arm picks the arm of the next call: a deterministic hash of the seed, the
+// generation and the call's number, below cut for the control arm.
+func (in *installed) arm() Arm {
+	if splitmix(in.seed+in.gen*0x9e3779b97f4a7c15+in.seq.Add(1)) < in.cut {
+		return ArmControl
+	}
+	return ArmChange
+}
+
+// splitmix is the SplitMix64 finaliser.
+func splitmix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Arm is the arm of a canary verification a call ran in.
+type Arm uint8
+
+// The arms.
+const (
+	ArmNone    Arm = iota // no canary verification was under way
+	ArmChange             // the call ran the config under verification
+	ArmControl            // the call ran the config before it
+)
+
+// String returns "", "change" or "control".
+func (a Arm) String() string {
+	switch a {
+	case ArmNone:
+		return ""
+	case ArmChange:
+		return "change"
+	case ArmControl:
+		return "control"
+	}
+	return fmt.Sprintf("Arm(%d)", int(a))
 }
 
 // installLocked makes c a's current config, as a new generation.
-func (a *agent) installLocked(c Config) {
+func (a *agent) installLocked(l *Loop, c Config) {
 	a.s.Config = c
 	a.s.Gen++
-	a.cfg.Store(&installed{Config: c.clone(), gen: a.s.Gen})
+	a.publishLocked(l)
+}
+
+// publishLocked publishes a's current config and generation to calls,
+// with the previous config while a change is verified by MethodCanary.
+func (a *agent) publishLocked(l *Loop) {
+	in := &installed{Config: a.s.Config.clone(), gen: a.s.Gen}
+	if v := a.s.Verifying; v != nil && l.pol.Method == MethodCanary {
+		prev := v.From.clone()
+		in.prev, in.cut, in.seed = &prev, l.canaryCut, l.pol.CanarySeed
+	}
+	a.cfg.Store(in)
 }
 
 // New opens (creating it if needed) the state directory and returns a
@@ -390,7 +455,7 @@ func New(opts ...Option) (*Loop, error) {
 		clock:           o.clock,
 		realTime:        o.clock == Clock(realClock{}),
 		strategy:        o.strategy,
-		policy:          o.policy,
+		pol:             o.policy.withDefaults(),
 		log:             o.logger,
 		store:           st,
 		defaultConfig:   o.defaultConfig,
@@ -401,6 +466,9 @@ func New(opts ...Option) (*Loop, error) {
 		sweep:           make(chan struct{}, 1),
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
+	}
+	if l.pol.Method == MethodCanary {
+		l.canaryCut = uint64(math.Ldexp(l.pol.CanaryFraction, 64))
 	}
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, max(o.traceQueue, 1), o.traceWait)
@@ -512,7 +580,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 		return nil, err
 	}
 	a.lastUsed = l.clock.Now().UnixNano()
-	a.cfg.Store(&installed{Config: a.s.Config.clone(), gen: a.s.Gen})
+	a.publishLocked(l)
 	l.agents.Store(id, a)
 	if n := l.m.agents.Add(1); n > int64(l.maxAgents) {
 		select {
@@ -595,6 +663,11 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if a != nil {
 		inst := a.cfg.Load()
 		cfg, gen = &inst.Config, inst.gen
+		if inst.prev != nil {
+			if rep.Arm = inst.arm(); rep.Arm == ArmControl {
+				cfg = inst.prev
+			}
+		}
 	} else {
 		// The agent's state cannot be read: run fn untracked under the
 		// default config rather than fail the call.
@@ -782,8 +855,12 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 	a.dirty = true
 	if v := s.Verifying; v != nil {
 		if gen == s.Gen {
-			s.Verify.add(rep.Duration, failed)
-			switch verdict := l.policy.Judge(v.Before, s.Verify.stats()); verdict.Decision {
+			if rep.Arm == ArmControl {
+				s.Control.add(rep.Duration, failed)
+			} else {
+				s.Verify.add(rep.Duration, failed)
+			}
+			switch verdict := l.pol.Decide(s.evidence()); verdict.Decision {
 			case DecisionRollback:
 				p.decided = l.rollbackLocked(a, end, verdict.Reason)
 				p.event = a.queueLocked(l.newEvent(EventRolledBack, a.id, p.decided))
@@ -865,7 +942,7 @@ func (l *Loop) analysisLocked(a *agent, now time.Time, th Threshold, prof Profil
 func (l *Loop) rollbackLocked(a *agent, now time.Time, reason string) *Change {
 	s := &a.s
 	ch := l.decideLocked(a, now, ChangeRolledBack, reason)
-	a.installLocked(ch.From.clone())
+	a.installLocked(l, ch.From.clone())
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
@@ -873,18 +950,20 @@ func (l *Loop) rollbackLocked(a *agent, now time.Time, reason string) *Change {
 	return ch
 }
 
-// confirmLocked ends verification, keeping the change.
+// confirmLocked ends verification, keeping the change; under
+// MethodCanary, calls stop running the previous config.
 func (l *Loop) confirmLocked(a *agent, now time.Time, reason string) *Change {
-	return l.decideLocked(a, now, ChangeConfirmed, reason)
+	ch := l.decideLocked(a, now, ChangeConfirmed, reason)
+	a.publishLocked(l)
+	return ch
 }
 
 // decideLocked closes the change under verification with state and reason.
 func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason string) *Change {
 	s := &a.s
-	ch := *s.Verifying
-	ch.After = s.Verify.stats()
+	ch := s.verifyingLocked()
 	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
-	s.Verifying, s.Verify = nil, counts{}
+	s.endVerify()
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
 	s.closeProposalLocked(&ch, now)
 	return &ch
@@ -1012,9 +1091,9 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return q.ev == ev })
 		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
 			s := &a.s
-			a.installLocked(ch.From.clone())
+			s.endVerify()
+			a.installLocked(l, ch.From.clone())
 			s.History = s.History[:len(s.History)-1]
-			s.Verifying, s.Verify = nil, counts{}
 		}
 		a.mu.Unlock()
 		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
@@ -1079,22 +1158,29 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 	}
 	s.MaxVersion++
 	cfg.Version = s.MaxVersion
-	st := s.Tracker.stats(now.UnixNano())
-	st.Profile, st.Window = an.Stats.Profile, an.Stats.Window
+	n := now.UnixNano()
+	win := s.Tracker.stats(n)
+	win.Profile, win.Window = an.Stats.Profile, an.Stats.Window
+	before := win
+	if !l.pol.SeedCompatible {
+		before = s.Tracker.regime(s.Tracker.faultStart(n-int64(win.Window)), l.pol.BeforeCalls)
+	}
 	ch := &Change{
 		ID:        newID(now),
 		AgentID:   a.id,
 		From:      s.Config,
 		To:        cfg,
 		Reason:    tw.Reason,
-		Before:    st,
+		Before:    before,
+		Window:    &win,
 		AppliedAt: now.UTC(),
 		State:     ChangeVerifying,
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
-	a.installLocked(cfg)
 	v := *ch
-	s.Verifying, s.Verify = &v, counts{}
+	s.endVerify()
+	s.Verifying = &v
+	a.installLocked(l, cfg)
 	return ch, nil
 }
 
@@ -1363,7 +1449,7 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 		Before: s.Tracker.stats(now.UnixNano()), AppliedAt: now.UTC(), DecidedAt: now.UTC(), State: ChangeConfirmed,
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
-	a.installLocked(cfg)
+	a.installLocked(l, cfg)
 	a.queueLocked(l.newEvent(EventConfigSet, agentID, ch))
 	a.mu.Unlock()
 	return l.persist(a)
@@ -1437,10 +1523,8 @@ func (l *Loop) Changes(agentID string) []Change {
 	}
 	defer a.mu.Unlock()
 	out := slices.Clone(a.s.Changes)
-	if v := a.s.Verifying; v != nil {
-		c := *v
-		c.After = a.s.Verify.stats()
-		out = append(out, c)
+	if a.s.Verifying != nil {
+		out = append(out, a.s.verifyingLocked())
 	}
 	return out
 }

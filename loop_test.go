@@ -242,22 +242,32 @@ func TestRollbackOnConsecutiveFailures(t *testing.T) {
 }
 
 func TestRollbackOnSuccessDropAndLatencyRise(t *testing.T) {
+	seed := si.RollbackPolicy{SeedCompatible: true}
 	tests := []struct {
 		name     string
+		policy   si.RollbackPolicy
 		fails    int           // failures among the 10 verification calls
 		latency  time.Duration // of each verification call
 		rollback bool
 	}{
 		// Before: 2 calls, both failed, 1ms each. Success rate 0%: no drop possible.
-		{"latency exactly +20%", 0, 1200 * time.Microsecond, false}, // rise 0.2ms, under the floor
-		{"latency +300%", 0, 4 * time.Millisecond, true},
-		{"latency +100% and 1ms", 0, 2 * time.Millisecond, true},
-		{"all fine", 0, time.Millisecond, false},
+		{"latency exactly +20%", seed, 0, 1200 * time.Microsecond, false}, // rise 0.2ms, under the floor
+		{"latency +300%", seed, 0, 4 * time.Millisecond, true},
+		{"latency +100% and 1ms", seed, 0, 2 * time.Millisecond, true},
+		{"all fine", seed, 0, time.Millisecond, false},
+		// The default policy keeps a change that turned failures into
+		// slower successes: success rose 100 points.
+		{"default: latency +300% with success 0% → 100%", si.RollbackPolicy{}, 0, 4 * time.Millisecond, false},
+		{"default: latency +100% with success 0% → 100%", si.RollbackPolicy{}, 0, 2 * time.Millisecond, false},
+		// Success rose only 10 points (0% → 10%), not more: the latency
+		// rule applies.
+		{"default: latency +300% with success 0% → 10%", si.RollbackPolicy{MaxConsecutiveFailures: -1}, 9, 4 * time.Millisecond, true},
+		{"default: latency +300% with success 0% → 20%", si.RollbackPolicy{MaxConsecutiveFailures: -1}, 8, 4 * time.Millisecond, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-			e := newEnv(t, si.WithStrategy(strat))
+			e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(tt.policy))
 			applyTweak(t, e, "a")
 			var last si.Report
 			for i := range 10 {
@@ -275,26 +285,37 @@ func TestRollbackOnSuccessDropAndLatencyRise(t *testing.T) {
 }
 
 func TestRollbackOnSuccessDrop(t *testing.T) {
-	// Before the change: 10 calls in the window, 8 succeeded (80%).
+	// Before the change: 10 calls in the window, 8 succeeded (80%); the
+	// fault began with the 9th. The seed's rule compares with the window,
+	// the default policy with the 2 calls since the fault began (0%).
+	seed := si.RollbackPolicy{SeedCompatible: true}
 	tests := []struct {
+		policy   si.RollbackPolicy
 		fails    int // of the 10 verification calls, never consecutive
 		rollback bool
 	}{
-		{1, false}, // 90%: better
-		{3, false}, // 70%: exactly 10 points lower, kept
-		{4, true},  // 60%: 20 points lower
+		{seed, 1, false},                // 90%: better
+		{seed, 3, false},                // 70%: exactly 10 points lower, kept
+		{seed, 4, true},                 // 60%: 20 points lower
+		{si.RollbackPolicy{}, 4, false}, // 60% is better than 0%
+		{si.RollbackPolicy{}, 5, false},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.fails), func(t *testing.T) {
+		t.Run(fmt.Sprint(tt.policy.SeedCompatible, tt.fails), func(t *testing.T) {
 			strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-			e := newEnv(t, si.WithStrategy(strat))
+			e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(tt.policy))
 			if err := e.l.SetThreshold("a", si.Threshold{Failures: 2, Window: time.Hour, Cooldown: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
 			e.calls("a", 8, nil, time.Millisecond)
 			e.call("a", errBoom, time.Millisecond)
 			rep := e.call("a", errBoom, time.Millisecond)
-			if rep.Improvement == nil || rep.Improvement.Before.Calls != 10 || rep.Improvement.Before.Failures != 2 {
+			wantBefore := 2 // the calls since the fault began
+			if tt.policy.SeedCompatible {
+				wantBefore = 10 // the window
+			}
+			if rep.Improvement == nil || rep.Improvement.Before.Calls != wantBefore || rep.Improvement.Before.Failures != 2 ||
+				rep.Improvement.Window == nil || rep.Improvement.Window.Calls != 10 {
 				t.Fatalf("improvement = %+v", rep.Improvement)
 			}
 			var last si.Report

@@ -263,9 +263,9 @@ func (l *Loop) Approve(id string) error {
 		a.mu.Lock()
 		a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return q.ev == ev || q.ev.Proposal != nil && q.ev.Proposal.ID == id })
 		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
-			a.installLocked(ch.From.clone())
+			a.s.endVerify()
+			a.installLocked(l, ch.From.clone())
 			a.s.History = a.s.History[:len(a.s.History)-1]
-			a.s.Verifying, a.s.Verify = nil, counts{}
 		}
 		if p := a.s.proposalLocked(id); p != nil {
 			p.Status, p.ChangeID = ProposalPending, ""

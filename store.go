@@ -45,9 +45,12 @@ type agentState struct {
 	History    []Config `json:"history,omitempty"` // backups, newest last, at most maxHistory
 	MaxVersion int      `json:"max_version"`
 
-	Verifying *Change  `json:"verifying,omitempty"`
-	Verify    counts   `json:"verify"`
-	Changes   []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
+	Verifying *Change `json:"verifying,omitempty"`
+	Verify    counts  `json:"verify"`
+	// Control counts the calls that ran the previous config while the
+	// change is verified by MethodCanary.
+	Control counts   `json:"control,omitzero"`
+	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
 	// Gen counts the configs installed (applied, rolled back, set): calls
@@ -66,6 +69,32 @@ type agentState struct {
 	// Proposals are the agent's proposals, at most maxProposals, oldest
 	// first.
 	Proposals []Proposal `json:"proposals,omitempty"`
+}
+
+// verifyingLocked returns the change under verification with its counts so
+// far.
+func (s *agentState) verifyingLocked() Change {
+	ch := *s.Verifying
+	ch.After = s.Verify.stats()
+	if s.Control.Calls > 0 {
+		c := s.Control.stats()
+		ch.Control = &c
+	}
+	return ch
+}
+
+// evidence is what the policy judges the change under verification by.
+func (s *agentState) evidence() Evidence {
+	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats()}
+	if w := s.Verifying.Window; w != nil {
+		e.Window = *w
+	}
+	return e
+}
+
+// endVerify ends verification.
+func (s *agentState) endVerify() {
+	s.Verifying, s.Verify, s.Control = nil, counts{}, counts{}
 }
 
 // Bounds on the per-agent lists, so that an agent's memory does not grow

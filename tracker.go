@@ -225,11 +225,19 @@ type tracker struct {
 	FailEnd [failRing]int64        `json:"fail_end"`
 	FailGen [failRing]uint32       `json:"fail_gen"`
 	Recent  [recentRing]failRecord `json:"recent"`
-	FailPos uint8                  `json:"fail_pos"`
-	RecPos  uint8                  `json:"recent_pos"`
-	Consec  int                    `json:"consecutive"`
-	Total   int64                  `json:"total"`
-	Ignored int64                  `json:"ignored"`
+	// CallEnd and CallDur are when each of the last maxBeforeCalls
+	// counted calls ended (Unix nanoseconds; 0 for none) and how long it
+	// took; bit i of CallFail marks CallEnd[i] as a failure. They give the
+	// recent regime a change is judged against.
+	CallEnd  [maxBeforeCalls]int64 `json:"call_end"`
+	CallDur  [maxBeforeCalls]int64 `json:"call_dur"`
+	CallFail uint16                `json:"call_fail"`
+	CallPos  uint8                 `json:"call_pos"`
+	FailPos  uint8                 `json:"fail_pos"`
+	RecPos   uint8                 `json:"recent_pos"`
+	Consec   int                   `json:"consecutive"`
+	Total    int64                 `json:"total"`
+	Ignored  int64                 `json:"ignored"`
 }
 
 // record counts one call that started under config generation gen and
@@ -241,6 +249,13 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 	s := t.Win.at(end)
 	s.Calls++
 	s.Latency += int64(dur)
+	i := t.CallPos % maxBeforeCalls
+	t.CallEnd[i], t.CallDur[i] = max(end, 1), int64(dur)
+	t.CallFail &^= 1 << i
+	if failed {
+		t.CallFail |= 1 << i
+	}
+	t.CallPos = (i + 1) % maxBeforeCalls
 	if !failed {
 		t.Consec = 0
 		return
@@ -264,6 +279,37 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 		}
 	}
 	return n
+}
+
+// faultStart returns when the fault began: the end of the oldest kept
+// failure that ended after windowStart, or 0 when there is none.
+func (t *tracker) faultStart(windowStart int64) int64 {
+	var start int64
+	for _, end := range t.FailEnd {
+		if end != 0 && end > windowStart && (start == 0 || end < start) {
+			start = end
+		}
+	}
+	return start
+}
+
+// regime returns the stats of the last n (at most maxBeforeCalls) counted
+// calls that ended at or after since.
+func (t *tracker) regime(since int64, n int) Stats {
+	var calls, failures int
+	var latency time.Duration
+	for k := range min(n, maxBeforeCalls) {
+		i := (int(t.CallPos) - 1 - k + 2*maxBeforeCalls) % maxBeforeCalls
+		if t.CallEnd[i] == 0 || t.CallEnd[i] < since {
+			break
+		}
+		calls++
+		latency += time.Duration(t.CallDur[i])
+		if t.CallFail&(1<<i) != 0 {
+			failures++
+		}
+	}
+	return newStats(calls, failures, latency)
 }
 
 // recentFailures returns the kept failures that ended after windowStart,

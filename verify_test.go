@@ -1,0 +1,358 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+)
+
+// outcomes builds the stats of a scripted sequence: 'F' a failure, any
+// other byte a success, each call taking d.
+func outcomes(seq string, d time.Duration) si.Stats {
+	var s si.Stats
+	for i := range len(seq) {
+		s.Calls++
+		s.TotalLatency += d
+		if seq[i] == 'F' {
+			s.Failures++
+			s.ConsecutiveFailures++
+		} else {
+			s.ConsecutiveFailures = 0
+		}
+	}
+	return s
+}
+
+// firstDecision feeds the calls of seq to p one by one, as the loop does,
+// and returns the first decision and after how many calls it came (0 when
+// it never came).
+func firstDecision(p si.RollbackPolicy, e si.Evidence, seq string, d time.Duration) (si.Verdict, int) {
+	for n := 1; n <= len(seq); n++ {
+		e.After = outcomes(seq[:n], d)
+		if v := p.Decide(e); v.Decision != si.DecisionWait {
+			return v, n
+		}
+	}
+	return si.Verdict{}, 0
+}
+
+func TestDecideSeedCompatibleMatchesFixedRule(t *testing.T) {
+	// Every boundary case of the fixed rule decides the same through
+	// Decide under SeedCompatible as through Judge.
+	ms := time.Millisecond
+	cases := [][2]si.Stats{
+		{st(100, 10, 10*ms, 0), st(9, 0, 10*ms, 0)},
+		{st(100, 10, 10*ms, 0), st(10, 2, 10*ms, 0)},
+		{st(100, 10, 10*ms, 0), st(10, 3, 10*ms, 0)},
+		{st(10, 2, 10*ms, 0), st(10, 3, 10*ms, 0)},
+		{st(100, 0, 10*ms, 0), st(10, 0, 12*ms, 0)},
+		{st(100, 0, 10*ms, 0), si.Stats{Calls: 10, TotalLatency: 120*ms + 1}},
+		{st(100, 0, 2*ms, 0), st(10, 0, 3*ms, 0)},
+		{st(100, 10, 10*ms, 0), st(5, 5, 10*ms, 5)},
+	}
+	for _, m := range []si.Method{si.MethodFixed, si.MethodSequential, si.MethodCanary} {
+		p := si.RollbackPolicy{SeedCompatible: true, Method: m}
+		for _, c := range cases {
+			if got, want := p.Decide(si.Evidence{Before: c[0], After: c[1]}), p.Judge(c[0], c[1]); got != want {
+				t.Errorf("%v: Decide = %v, Judge = %v for %+v → %+v", m, got, want, c[0], c[1])
+			}
+		}
+	}
+}
+
+func TestLatencyRiseWithSuccessRise(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name          string
+		before, after si.Stats
+		want, seed    si.Decision
+	}{
+		{"failures became slower successes", st(10, 10, 150*ms, 0), st(10, 0, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
+		{"success +40 points, latency doubled", st(10, 5, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
+		{"success exactly +10 points: latency rule applies", st(10, 2, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
+		{"success +20 points, latency within 20%", st(10, 3, 100*ms, 0), st(10, 1, 110*ms, 0), si.DecisionConfirm, si.DecisionConfirm},
+		{"same success, latency doubled", st(10, 1, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := (si.RollbackPolicy{}).Judge(tt.before, tt.after); got.Decision != tt.want {
+				t.Errorf("default: %v (%s), want %v", got.Decision, got.Reason, tt.want)
+			}
+			if got := (si.RollbackPolicy{SeedCompatible: true}).Judge(tt.before, tt.after); got.Decision != tt.seed {
+				t.Errorf("seed: %v (%s), want %v", got.Decision, got.Reason, tt.seed)
+			}
+		})
+	}
+}
+
+func TestDecideSequential(t *testing.T) {
+	ms := time.Millisecond
+	// Reference: 9 of the last 10 calls and 180 of 200 in the window
+	// succeeded: p0 = (9.5 + 27)/41 = 0.890, H1 p1 = 0.690. A failure adds
+	// ln(0.310/0.110) = 1.037 to the log-likelihood ratio, a success
+	// ln(0.690/0.890) = -0.2545; the policy rolls back at ln(0.95/0.005) =
+	// 5.25 and confirms at ln(0.05/0.995) = -2.99 after at least 10 calls.
+	e := si.Evidence{Before: st(10, 1, 100*ms, 0), Window: st(200, 20, 100*ms, 0)}
+	seq := si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1}
+	tests := []struct {
+		name  string
+		p     si.RollbackPolicy
+		calls string
+		want  si.Decision
+		at    int
+	}{
+		// 12 successes: -3.06 ≤ -2.99 at the 12th call.
+		{"all succeed: confirm at 12", seq, strings.Repeat("s", 20), si.DecisionConfirm, 12},
+		// 5 failures (5.19) then a success: the 6th failure decides.
+		{"failures: roll back at the 6th", seq, "FFFFFsF", si.DecisionRollback, 7},
+		{"broken change: 6 failures", seq, "FFFFFFFF", si.DecisionRollback, 6},
+		// The consecutive-failure rule still applies by default.
+		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
+		// A failure every 4th call is 25 %: the LLR rises 0.274 every 4
+		// calls and passes 5.25 after 20 such blocks.
+		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 80},
+		// Undecided at MaxCalls: confirmed.
+		{"undecided at the cap", si.RollbackPolicy{Method: si.MethodSequential, MaxCalls: 20, MaxConsecutiveFailures: -1},
+			strings.Repeat("ssssF", 4), si.DecisionConfirm, 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, at := firstDecision(tt.p, e, tt.calls, 100*ms)
+			if v.Decision != tt.want || at != tt.at {
+				t.Errorf("decision %v at call %d, want %v at %d (%s)", v.Decision, at, tt.want, tt.at, v.Reason)
+			}
+		})
+	}
+	// Confirmation still passes the latency rule.
+	e.After = outcomes(strings.Repeat("s", 12), 300*ms)
+	if v := seq.Decide(e); v.Decision != si.DecisionRollback || !strings.Contains(v.Reason, "latency") {
+		t.Errorf("slow change: %v (%s), want a latency rollback", v.Decision, v.Reason)
+	}
+}
+
+func TestDecideCanary(t *testing.T) {
+	ms := time.Millisecond
+	p := si.RollbackPolicy{Method: si.MethodCanary}
+	tests := []struct {
+		name           string
+		p              si.RollbackPolicy
+		after, control si.Stats
+		want           si.Decision
+	}{
+		{"control arm too short", p, st(100, 50, 10*ms, 0), st(9, 0, 10*ms, 0), si.DecisionWait},
+		// 90% vs 50% over 10 calls each: 40 points, but z = 2.0: wait for more.
+		{"gap not yet wide enough", p, st(10, 5, 10*ms, 0), st(10, 1, 10*ms, 0), si.DecisionWait},
+		{"change far worse than control", p, st(90, 45, 10*ms, 0), st(10, 0, 10*ms, 0), si.DecisionRollback},
+		// An upstream outage hits both arms alike: not the change's fault.
+		{"both arms down alike", p, st(180, 90, 10*ms, 0), st(20, 10, 10*ms, 0), si.DecisionConfirm},
+		{"both arms fine: confirm at CanaryCalls", p, st(180, 0, 10*ms, 0), st(20, 0, 10*ms, 0), si.DecisionConfirm},
+		{"both arms fine: wait below CanaryCalls", p, st(180, 0, 10*ms, 0), st(19, 0, 10*ms, 0), si.DecisionWait},
+		{"slower than control", p, st(180, 0, 20*ms, 0), st(20, 0, 10*ms, 0), si.DecisionRollback},
+		{"10 consecutive failures", p, st(12, 10, 10*ms, 10), st(1, 0, 10*ms, 0), si.DecisionRollback},
+		{"9 consecutive failures wait", p, st(12, 9, 10*ms, 9), st(1, 0, 10*ms, 0), si.DecisionWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Before and Window are ignored: a bad week does not matter.
+			e := si.Evidence{Before: st(10, 0, ms, 0), Window: st(100, 0, ms, 0), After: tt.after, Control: tt.control}
+			if got := tt.p.Decide(e); got.Decision != tt.want {
+				t.Errorf("%v (%s), want %v", got.Decision, got.Reason, tt.want)
+			}
+		})
+	}
+}
+
+// canaryRun applies a change under MethodCanary with seed and makes n
+// calls; the change's route "b" and the previous config fail as told. It
+// returns the arm and version of each call and the last report.
+func canaryRun(t *testing.T, seed uint64, n int, changeFails, controlFails bool) ([]si.Arm, []int, *env) {
+	t.Helper()
+	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{
+		Method: si.MethodCanary, CanarySeed: seed, CanaryCalls: 1000, MaxConsecutiveFailures: -1}))
+	applyTweak(t, e, "a")
+	var arms []si.Arm
+	var versions []int
+	for range n {
+		rep, _ := e.l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+			e.clk.Advance(time.Millisecond)
+			if (c.Route == "b" && changeFails) || (c.Route != "b" && controlFails) {
+				return errBoom
+			}
+			return nil
+		})
+		arms = append(arms, rep.Arm)
+		versions = append(versions, rep.ConfigVersion)
+		if rep.Rollback != nil || rep.Confirmed != nil {
+			break
+		}
+	}
+	return arms, versions, e
+}
+
+func TestCanaryArms(t *testing.T) {
+	arms, versions, e := canaryRun(t, 7, 400, false, false)
+	control := 0
+	for i, a := range arms {
+		want := 2
+		if a == si.ArmControl {
+			control++
+			want = 1
+		} else if a != si.ArmChange {
+			t.Fatalf("call %d: arm %v during canary verification", i, a)
+		}
+		if versions[i] != want {
+			t.Fatalf("call %d in arm %v ran version %d, want %d", i, a, versions[i], want)
+		}
+	}
+	if control < 20 || control > 60 {
+		t.Errorf("%d of 400 calls ran the previous config, want about 40", control)
+	}
+	// Credit goes to each arm's version.
+	chs := e.l.Changes("a")
+	v := chs[len(chs)-1]
+	if v.State != si.ChangeVerifying || v.Control == nil || v.Control.Calls != control || v.After.Calls != 400-control {
+		t.Fatalf("change under verification = %+v, want %d control calls and %d under the change", v, control, 400-control)
+	}
+	// The same seed gives the same arms; another seed others.
+	again, _, _ := canaryRun(t, 7, 400, false, false)
+	if !slices.Equal(arms, again) {
+		t.Error("the same seed gave different arms")
+	}
+	other, _, _ := canaryRun(t, 8, 400, false, false)
+	if slices.Equal(arms, other) {
+		t.Error("seeds 7 and 8 gave the same arms")
+	}
+}
+
+func TestCanaryDecisions(t *testing.T) {
+	t.Run("change worse than control is rolled back", func(t *testing.T) {
+		arms, _, e := canaryRun(t, 1, 1000, true, false)
+		chs := e.l.Changes("a")
+		last := chs[len(chs)-1]
+		if last.State != si.ChangeRolledBack || last.Control == nil || last.Control.Failures != 0 || last.After.Failures != last.After.Calls {
+			t.Fatalf("after %d calls: %+v", len(arms), last)
+		}
+		if got := e.l.Config("a"); got.Route != "" {
+			t.Errorf("config after rollback = %+v", got)
+		}
+		// Verification over, calls run the restored config, in no arm.
+		if rep := e.call("a", nil, time.Millisecond); rep.Arm != si.ArmNone || rep.ConfigVersion != 1 {
+			t.Errorf("after the decision: arm %v, version %d", rep.Arm, rep.ConfigVersion)
+		}
+	})
+	t.Run("outage on both arms is not blamed on the change", func(t *testing.T) {
+		strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
+		e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, MaxConsecutiveFailures: -1}))
+		applyTweak(t, e, "a")
+		var last si.Report
+		for i := 0; last.Confirmed == nil && last.Rollback == nil; i++ {
+			if i > 2000 {
+				t.Fatal("no decision")
+			}
+			var err error
+			if i%2 == 0 {
+				err = errBoom // the upstream fails every other call, whatever the config
+			}
+			rep, _ := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
+				e.clk.Advance(time.Millisecond)
+				return err
+			})
+			last = rep
+		}
+		if last.Confirmed == nil || last.Confirmed.Control == nil || last.Confirmed.Control.Calls < 20 {
+			t.Fatalf("decision: rollback %+v confirmed %+v", last.Rollback, last.Confirmed)
+		}
+		if rep := e.call("a", nil, time.Millisecond); rep.Arm != si.ArmNone || rep.ConfigVersion != 2 {
+			t.Errorf("after confirmation: arm %v, version %d", rep.Arm, rep.ConfigVersion)
+		}
+	})
+	t.Run("canary survives a restart", func(t *testing.T) {
+		strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
+		pol := si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5})
+		e := newEnv(t, si.WithStrategy(strat), pol)
+		applyTweak(t, e, "a")
+		e.calls("a", 20, nil, time.Millisecond)
+		before := e.l.Changes("a")
+		e.l.Close()
+		e.open(pol)
+		after := e.l.Changes("a")
+		if len(after) == 0 || after[len(after)-1].Control == nil || *after[len(after)-1].Control != *before[len(before)-1].Control {
+			t.Fatalf("control counts lost across a restart: %+v → %+v", before[len(before)-1].Control, after)
+		}
+		seen := map[si.Arm]bool{}
+		for range 20 {
+			seen[e.call("a", nil, time.Millisecond).Arm] = true
+		}
+		if !seen[si.ArmControl] || !seen[si.ArmChange] {
+			t.Errorf("arms after a restart: %v", seen)
+		}
+	})
+}
+
+func TestRegimeShiftKeepsTheFix(t *testing.T) {
+	// The upstream answered in 100ms under a 150ms timeout; it slows to
+	// 200ms, calls time out, and the change raises the timeout to 300ms.
+	for _, tt := range []struct {
+		p    si.RollbackPolicy
+		kept bool
+	}{
+		{si.RollbackPolicy{}, true},
+		{si.RollbackPolicy{Method: si.MethodSequential}, true},
+		{si.RollbackPolicy{Method: si.MethodCanary}, true},
+		{si.RollbackPolicy{SeedCompatible: true}, false},
+	} {
+		t.Run(tt.p.Method.String()+map[bool]string{true: "/seed"}[tt.p.SeedCompatible], func(t *testing.T) {
+			strat := &tweakStrategy{tweaks: []si.Config{{Timeout: 300 * time.Millisecond}}}
+			e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(tt.p), si.WithDefaultConfig(si.Config{Timeout: 150 * time.Millisecond}))
+			if err := e.l.SetThreshold("a", si.Threshold{Failures: 3, Window: time.Hour, Cooldown: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			latency := 100 * time.Millisecond
+			call := func() si.Report {
+				rep, _ := e.l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+					if latency > c.Timeout {
+						e.clk.Advance(c.Timeout)
+						return context.DeadlineExceeded
+					}
+					e.clk.Advance(latency)
+					return nil
+				})
+				e.clk.Advance(time.Second)
+				return rep
+			}
+			for range 50 {
+				call()
+			}
+			latency = 200 * time.Millisecond
+			var ch *si.Change
+			for i := 0; ch == nil; i++ {
+				if i > 1000 {
+					t.Fatal("no decision")
+				}
+				rep := call()
+				if imp := rep.Improvement; imp != nil && !tt.p.SeedCompatible && (imp.Before.Calls != 3 || imp.Before.Failures != 3) {
+					t.Errorf("before = %+v, want the 3 timeouts since the fault began", imp.Before)
+				}
+				ch = cmpOr(rep.Confirmed, rep.Rollback)
+			}
+			if kept := ch.State == si.ChangeConfirmed; kept != tt.kept {
+				t.Errorf("fix kept = %v, want %v: %s", kept, tt.kept, ch.Verdict)
+			}
+		})
+	}
+}
+
+func cmpOr(a, b *si.Change) *si.Change {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+var _ = errors.Is
