@@ -242,3 +242,28 @@ func ExampleWebhookNotifier() {
 	// verified: rolled_back search
 	// error: <nil>
 }
+
+// A timeout fix that turns timeouts into slower successes: the seed's
+// rule rolls it back for its latency, the default policy keeps it.
+func ExampleRollbackPolicy_Decide() {
+	ms := time.Millisecond
+	e := selfimprove.Evidence{
+		// Since the fault began: 3 calls, all timed out at 150ms.
+		Before: selfimprove.Stats{Calls: 3, Failures: 3, TotalLatency: 450 * ms},
+		// The analysis window: mostly last week's 100ms successes.
+		Window: selfimprove.Stats{Calls: 53, Failures: 3, TotalLatency: 5450 * ms},
+		// Under the raised timeout: 10 successes at 200ms.
+		After: selfimprove.Stats{Calls: 10, TotalLatency: 2000 * ms},
+	}
+	fmt.Println("default:   ", selfimprove.RollbackPolicy{}.Decide(e).Decision)
+	fmt.Println("sequential:", selfimprove.RollbackPolicy{Method: selfimprove.MethodSequential}.Decide(e).Decision)
+
+	seed := e
+	seed.Before = e.Window // the seed compares with the whole window
+	v := selfimprove.RollbackPolicy{SeedCompatible: true}.Decide(seed)
+	fmt.Println("seed:      ", v.Decision, "-", v.Reason)
+	// Output:
+	// default:    confirm
+	// sequential: wait
+	// seed:       rollback - average latency rose 94.5% (102.83ms → 200ms), more than 20%
+}

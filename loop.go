@@ -846,7 +846,13 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 		return
 	}
 	s := &a.s
-	s.Tracker.record(gen, endN, rep.Duration, failed, version, text, uint32(fi.id))
+	tgen := gen
+	if rep.Arm == ArmControl {
+		// The previous config's calls never count toward the new
+		// config's trigger.
+		tgen--
+	}
+	s.Tracker.record(tgen, endN, rep.Duration, failed, version, text, uint32(fi.id))
 	var window int64
 	if failed {
 		s.observeCluster(fi.id, sig, fi.class, text, endN)

@@ -24,7 +24,9 @@ import (
 //     calls over the same period.
 //
 // Under every method, MaxConsecutiveFailures consecutive failures under the
-// new version roll it back at once (twice as many under MethodCanary).
+// new version roll it back at once. Under MethodCanary they do so only if
+// the previous config's latest call succeeded, and twice as many do so
+// regardless.
 //
 // "Before" is the recent regime: the calls since the fault began (the oldest
 // failure within the agent's threshold window when the change was applied),
@@ -365,6 +367,13 @@ func reference(e Evidence) float64 {
 // canary is MethodCanary's rule: Control is the reference.
 func (p RollbackPolicy) canary(e Evidence) Verdict {
 	a, c := e.After, e.Control
+	// Consecutive failures are the change's fault only if the previous
+	// config's latest call succeeded; twice as many are, regardless.
+	if c.ConsecutiveFailures == 0 {
+		if v, ok := consecutive(a, p.MaxConsecutiveFailures); ok {
+			return v
+		}
+	}
 	if v, ok := consecutive(a, 2*p.MaxConsecutiveFailures); ok {
 		return v
 	}

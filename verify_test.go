@@ -153,8 +153,12 @@ func TestDecideCanary(t *testing.T) {
 		{"both arms fine: confirm at CanaryCalls", p, st(180, 0, 10*ms, 0), st(20, 0, 10*ms, 0), si.DecisionConfirm},
 		{"both arms fine: wait below CanaryCalls", p, st(180, 0, 10*ms, 0), st(19, 0, 10*ms, 0), si.DecisionWait},
 		{"slower than control", p, st(180, 0, 20*ms, 0), st(20, 0, 10*ms, 0), si.DecisionRollback},
-		{"10 consecutive failures", p, st(12, 10, 10*ms, 10), st(1, 0, 10*ms, 0), si.DecisionRollback},
-		{"9 consecutive failures wait", p, st(12, 9, 10*ms, 9), st(1, 0, 10*ms, 0), si.DecisionWait},
+		// Consecutive failures: 5 while the previous config's latest call
+		// succeeded; 10 when it failed too.
+		{"5 consecutive failures, control fine", p, st(7, 5, 10*ms, 5), st(1, 0, 10*ms, 0), si.DecisionRollback},
+		{"4 consecutive failures, control fine", p, st(7, 4, 10*ms, 4), st(1, 0, 10*ms, 0), si.DecisionWait},
+		{"9 consecutive failures, control failing too", p, st(12, 9, 10*ms, 9), st(1, 1, 10*ms, 1), si.DecisionWait},
+		{"10 consecutive failures, control failing too", p, st(12, 10, 10*ms, 10), st(1, 1, 10*ms, 1), si.DecisionRollback},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,3 +360,47 @@ func cmpOr(a, b *si.Change) *si.Change {
 }
 
 var _ = errors.Is
+
+func TestCanaryControlCallsDoNotTriggerTheNewConfig(t *testing.T) {
+	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5, MaxConsecutiveFailures: -1}))
+	applyTweak(t, e, "a")
+	if err := e.l.SetThreshold("a", si.Threshold{Failures: 2, Window: time.Hour, Cooldown: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(13 * time.Hour) // past the cooldown set when the change was applied
+	// The previous config fails, the change succeeds, until confirmed.
+	var controlFailures int
+	for i := 0; ; i++ {
+		if i > 500 {
+			t.Fatal("no decision")
+		}
+		rep, _ := e.l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+			e.clk.Advance(time.Millisecond)
+			if c.Route != "b" {
+				return errBoom
+			}
+			return nil
+		})
+		if rep.Arm == si.ArmControl {
+			controlFailures++
+		}
+		if rep.Rollback != nil {
+			t.Fatalf("rolled back: %s", rep.Rollback.Verdict)
+		}
+		if rep.Confirmed != nil {
+			break
+		}
+	}
+	if controlFailures < 10 {
+		t.Fatalf("%d control failures", controlFailures)
+	}
+	// The control arm's failures ran the previous config: one failure of
+	// the new config does not reach the threshold of 2, a second does.
+	if rep := e.call("a", errBoom, time.Millisecond); rep.ImprovementTriggered {
+		t.Error("the previous config's failures counted toward the new config's trigger")
+	}
+	if rep := e.call("a", errBoom, time.Millisecond); !rep.ImprovementTriggered {
+		t.Error("two failures of the new config did not trigger")
+	}
+}

@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -225,6 +226,41 @@ func TestVerificationSimulation(t *testing.T) {
 	}
 	t.Logf("%d changes of each kind per row:\n%s", n, table.String())
 	checkSequential(t, results["sequential"], results["seed"])
+
+	// No test can roll back 95 % of the 90 → 70 % changes within 30 calls
+	// while rolling back at most 1 % of the harmless ones: the best test on
+	// 30 calls, even knowing the base rate exactly, catches this many.
+	k, best := detectionBound(30, 0.1, 0.3, 0.01)
+	t.Logf("best possible within 30 calls at ≤1%% false rollbacks: roll back at %d failures, %.1f%% caught", k, 100*best)
+	if best >= 0.95 || results["sequential"].Detected30 > best {
+		t.Errorf("bound %.3f, sequential within 30 calls %.3f", best, results["sequential"].Detected30)
+	}
+}
+
+// detectionBound returns the most powerful (Neyman–Pearson) test on n
+// calls of "the failure rate is q0" against "it is q1 > q0" whose false
+// alarm rate is at most alpha: it rolls back at k or more failures, and
+// catches a share best of the q1 changes. (Randomising at the boundary
+// would add at most the mass of one more failure count.)
+func detectionBound(n int, q0, q1, alpha float64) (k int, best float64) {
+	tail := func(q float64, k int) float64 { // P(Binomial(n, q) >= k)
+		p := 0.0
+		for i := k; i <= n; i++ {
+			p += binom(n, i) * math.Pow(q, float64(i)) * math.Pow(1-q, float64(n-i))
+		}
+		return p
+	}
+	for k = 0; tail(q0, k) > alpha; k++ {
+	}
+	return k, tail(q1, k)
+}
+
+func binom(n, k int) float64 {
+	r := 1.0
+	for i := 1; i <= k; i++ {
+		r = r * float64(n-k+i) / float64(i)
+	}
+	return r
 }
 
 // checkSequential asserts MethodSequential's documented figures at a true
