@@ -81,11 +81,12 @@ type RollbackPolicy struct {
 	// FalseRollbacks is MethodSequential's nominal rate of rolling back a
 	// change that did not lower the success rate (the test's α). The rate
 	// achieved is somewhat higher, as the reference rate is itself an
-	// estimate: 0.7 % at a true 90 % in the simulation of README.md.
+	// estimate: 0.8 % at a true 90 % in the simulation of README.md.
 	// Default 0.005.
 	FalseRollbacks float64
-	// MissedRollbacks is MethodSequential's target rate of confirming a
-	// change that lowered the success rate by twice MaxSuccessDrop.
+	// MissedRollbacks is MethodSequential's nominal rate of confirming a
+	// change that lowered the success rate by twice MaxSuccessDrop (the
+	// test's β).
 	// Default 0.05.
 	MissedRollbacks float64
 	// MaxCalls is the most calls MethodSequential waits for: a change not
