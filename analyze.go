@@ -49,6 +49,11 @@ type Analysis struct {
 	// The loop never applies one of them again (compared with
 	// Config.Equal) until ClearRejected is called.
 	Rejected []Tweak
+	// Memories are the remembered failure clusters most similar to the
+	// agent's largest cluster in the window (see Loop.Similar), best
+	// first, at most 5, with the fixes tried for them on every agent and
+	// how each ended.
+	Memories []Memory
 	// Time is when the analysis started.
 	Time time.Time
 }

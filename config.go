@@ -215,6 +215,9 @@ type Change struct {
 	State     ChangeState `json:"state"`
 	// Verdict is the policy's reason for confirming or rolling back.
 	Verdict string `json:"verdict,omitempty"`
+	// Cluster is the ID of the failure cluster the change addresses (the
+	// tweak's, or the agent's largest), if any.
+	Cluster string `json:"cluster,omitempty"`
 	// ProposalID names the approved proposal the change applies, if any.
 	ProposalID string `json:"proposal_id,omitempty"`
 }

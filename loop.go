@@ -157,6 +157,7 @@ type options struct {
 	traceQueue      int
 	traceWait       time.Duration
 	maxAgents       int
+	memory          MemoryOptions
 	clock           Clock
 	strategy        Strategy
 	strategySet     bool
@@ -282,6 +283,8 @@ type Loop struct {
 	realTime        bool // clock is the default real clock
 	strategy        Strategy
 	pol             RollbackPolicy // with its defaults
+	mem             *memory
+	memLoaded       atomic.Bool // the saved memory was read (or there was none)
 	canaryCut       uint64         // MethodCanary: a call runs the control arm when its hash is below
 	log             *slog.Logger
 	store           Store
@@ -456,6 +459,7 @@ func New(opts ...Option) (*Loop, error) {
 		realTime:        o.clock == Clock(realClock{}),
 		strategy:        o.strategy,
 		pol:             o.policy.withDefaults(),
+		mem:             newMemory(o.memory),
 		log:             o.logger,
 		store:           st,
 		defaultConfig:   o.defaultConfig,
@@ -469,6 +473,12 @@ func New(opts ...Option) (*Loop, error) {
 	}
 	if l.pol.Method == MethodCanary {
 		l.canaryCut = uint64(math.Ldexp(l.pol.CanaryFraction, 64))
+	}
+	if err := l.loadMemory(); err != nil {
+		// Not fatal: the memory is not saved until it has been read, so
+		// the saved one is never overwritten; flushes retry the read.
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot read the failure memory; will retry", "error", err)
 	}
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, max(o.traceQueue, 1), o.traceWait)
@@ -886,6 +896,7 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 	a.mu.Unlock()
 	if failed {
 		l.shared.observe(a.id, fi.id, sig, fi.class, endN, window)
+		l.mem.observe(a.id, fi.id, sig, fi.class, endN)
 	}
 
 	switch {
@@ -970,6 +981,7 @@ func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason s
 	ch := s.verifyingLocked()
 	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
 	s.endVerify()
+	l.rememberFix(&ch, FixOutcome(state), ch.DecidedAt)
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
 	s.closeProposalLocked(&ch, now)
 	return &ch
@@ -1050,6 +1062,9 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		err error
 	)
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
+	if top := largest(an.Clusters); top != nil {
+		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
+	}
 	if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
 		tw, err = l.callStrategy(ctx, an)
@@ -1105,7 +1120,31 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
 	}
 	l.m.improvements.Add(1)
+	l.rememberFix(ch, FixVerifying, ch.AppliedAt)
 	return ch, nil
+}
+
+// analysisMemories is how many memories an Analysis carries.
+const analysisMemories = 5
+
+// largest returns the cluster with the most failures in the window.
+func largest(cs []Cluster) *Cluster {
+	var top *Cluster
+	for i := range cs {
+		if top == nil || cs[i].Count > top.Count {
+			top = &cs[i]
+		}
+	}
+	return top
+}
+
+// rememberFix records ch, in state, in the failure memory of its cluster.
+func (l *Loop) rememberFix(ch *Change, state FixOutcome, at time.Time) {
+	if ch.Cluster == "" {
+		return
+	}
+	l.mem.addFix(ch.Cluster, Fix{AgentID: ch.AgentID, ChangeID: ch.ID, ProposalID: ch.ProposalID,
+		From: ch.From.clone(), To: ch.To.clone(), Reason: ch.Reason, State: state, Time: at})
 }
 
 // callStrategy calls the strategy in its own goroutine, so that a strategy
@@ -1179,8 +1218,14 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 		Reason:    tw.Reason,
 		Before:    before,
 		Window:    &win,
+		Cluster:   tw.Cluster,
 		AppliedAt: now.UTC(),
 		State:     ChangeVerifying,
+	}
+	if ch.Cluster == "" {
+		if top := largest(an.Clusters); top != nil {
+			ch.Cluster = top.ID
+		}
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
 	v := *ch
@@ -1367,6 +1412,7 @@ func (l *Loop) flush() error {
 		}
 		return true
 	})
+	errs = append(errs, l.saveMemory(false))
 	return errors.Join(errs...)
 }
 

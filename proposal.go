@@ -248,7 +248,7 @@ func (l *Loop) Approve(id string) error {
 		return fmt.Errorf("%w: approve %s after change %s is decided", ErrVerifying, id, a.s.Verifying.ID)
 	}
 	an := &Analysis{Config: a.s.Config, Stats: l.statsLocked(a, now.UnixNano())}
-	ch, err := l.applyLocked(a, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale}, now)
+	ch, err := l.applyLocked(a, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale, Cluster: p.ClusterID}, now)
 	if err != nil {
 		a.mu.Unlock()
 		return err
@@ -274,6 +274,7 @@ func (l *Loop) Approve(id string) error {
 		return fmt.Errorf("selfimprove: proposal not applied: %w", err)
 	}
 	l.m.improvements.Add(1)
+	l.rememberFix(ch, FixVerifying, ch.AppliedAt)
 	return nil
 }
 
@@ -296,6 +297,10 @@ func (l *Loop) Reject(id, reason string) error {
 	now := l.clock.Now()
 	p.Status, p.Note, p.Updated = ProposalRejected, reason, now.UTC()
 	a.queueLocked(l.proposalEvent(EventProposalRejected, p, now))
+	if p.Config != nil && p.ClusterID != "" {
+		l.mem.addFix(p.ClusterID, Fix{AgentID: a.id, ProposalID: p.ID, From: a.s.Config.clone(), To: p.Config.clone(),
+			Reason: p.Rationale, State: FixRejected, Time: now.UTC()})
+	}
 	a.mu.Unlock()
 	return l.persist(a)
 }

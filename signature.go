@@ -1,6 +1,8 @@
 package selfimprove
 
 import (
+	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -37,6 +39,14 @@ func clusterID(sig []byte) uint64 {
 // signature sig: 16 hex digits of a 64-bit FNV-1a hash, the same in every
 // process.
 func ClusterID(sig string) string { return formatClusterID(clusterID([]byte(sig))) }
+
+// parseClusterID parses a formatted cluster ID.
+func parseClusterID(s string) (uint64, error) {
+	if len(s) != 16 {
+		return 0, fmt.Errorf("selfimprove: cluster ID %q is not 16 hex digits", s)
+	}
+	return strconv.ParseUint(s, 16, 64)
+}
 
 func formatClusterID(id uint64) string {
 	const digits = "0123456789abcdef"

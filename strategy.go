@@ -19,6 +19,13 @@ import (
 //     MaxAttempts;
 //   - model_unavailable: the next Route in Fallbacks.
 //
+// It consults the failure memory first (Analysis.Memories). A fix that was
+// confirmed for a similar cluster (Confidence at least MinConfidence), on
+// this agent or another, is preferred: its raised Timeout, MaxAttempts or
+// Backoff are applied where they raise the agent's own (within the caps),
+// and its Route where Fallbacks lists it. A move that was rolled back for
+// a similar cluster is avoided: it is filed for review instead.
+//
 // It never proposes a config that was rolled back for the agent
 // (Analysis.Rejected). When the safe move for the class is used up (at its
 // cap, rolled back before, no fallback left, or a timeout with no Timeout
@@ -41,6 +48,9 @@ type BuiltinStrategy struct {
 	// model is unavailable. Default none: such failures are proposed for
 	// review.
 	Fallbacks []string
+	// MinConfidence is the Confidence a memory needs to be followed or
+	// avoided. Default 0.5.
+	MinConfidence float64
 }
 
 // DefaultStrategy returns the built-in strategy with its default caps and
@@ -94,7 +104,14 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) })
 	}
 	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
+	if t := s.learned(a, cur, cl.ID, rejected); t != nil {
+		return t, nil
+	}
 	safe := func(reason string) *Tweak {
+		if m, f := s.failedBefore(a.Memories, cur, next); f != nil {
+			return &Tweak{Config: cur, Review: true, Confidence: share.frac(), Cluster: cl.ID, Rule: rules[class],
+				Reason: fmt.Sprintf("%s was rolled back for a similar failure on agent %q (similarity %.2f): %s", reason, f.AgentID, m.Similarity, evidence)}
+		}
 		return &Tweak{Config: next, Reason: reason + " (" + evidence + ")", Confidence: share.frac(), Cluster: cl.ID}
 	}
 	review := func(why string, suggest *Config) *Tweak {
@@ -172,6 +189,94 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		return review(fmt.Sprintf("model unavailable on route %q and no fallback route left", cur.Route), nil), nil
 	}
 	return review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
+}
+
+// minConfidence is MinConfidence with its default.
+func (s *BuiltinStrategy) minConfidence() float64 {
+	if s.MinConfidence > 0 {
+		return s.MinConfidence
+	}
+	return 0.5
+}
+
+// learned returns the best fix confirmed for a similar cluster, applied to
+// cur, or nil.
+func (s *BuiltinStrategy) learned(a Analysis, cur Config, cluster string, rejected func(Config) bool) *Tweak {
+	maxTimeout, maxBackoff, maxAtt := s.caps()
+	for _, m := range a.Memories {
+		if m.Confidence < s.minConfidence() {
+			continue
+		}
+		for i := len(m.Fixes) - 1; i >= 0; i-- {
+			f := m.Fixes[i]
+			if f.State != FixConfirmed {
+				continue
+			}
+			next, changed := cur.clone(), false
+			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 {
+				next.Timeout, changed = min(f.To.Timeout, maxTimeout), true
+			}
+			if f.To.attempts() != f.From.attempts() && f.To.attempts() > cur.attempts() {
+				next.MaxAttempts, changed = min(f.To.attempts(), maxAtt), true
+			}
+			if f.To.Backoff != f.From.Backoff && f.To.Backoff > cur.Backoff {
+				next.Backoff, changed = min(f.To.Backoff, maxBackoff), true
+			}
+			if f.To.Route != f.From.Route && f.To.Route != cur.Route && slices.Contains(s.Fallbacks, f.To.Route) {
+				next.Route, changed = f.To.Route, true
+			}
+			if !changed || next.Equal(cur) || rejected(next) {
+				continue
+			}
+			if _, bad := s.failedBefore(a.Memories, cur, next); bad != nil {
+				continue
+			}
+			return &Tweak{Config: next, Confidence: m.Confidence, Cluster: cluster,
+				Reason: fmt.Sprintf("learned: %q was confirmed on agent %q for a similar failure (similarity %.2f, confidence %.2f)",
+					f.Reason, f.AgentID, m.Similarity, m.Confidence)}
+		}
+	}
+	return nil
+}
+
+// failedBefore returns a memory and its fix, rolled back or rejected, that
+// made the same move from cur to next: the same fields changed to the same
+// values.
+func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config) (*Memory, *Fix) {
+	for i := range ms {
+		m := &ms[i]
+		if m.Confidence < s.minConfidence() {
+			continue
+		}
+		for j := range m.Fixes {
+			f := &m.Fixes[j]
+			if (f.State == FixRolledBack || f.State == FixRejected) && sameMove(f.From, f.To, cur, next) {
+				return m, f
+			}
+		}
+	}
+	return nil, nil
+}
+
+// sameMove reports whether cur → next changes the fields that from → to
+// changed, to the same values, and no others of the enforced ones.
+func sameMove(from, to, cur, next Config) bool {
+	type field struct{ changed, same bool }
+	fs := []field{
+		{to.Timeout != from.Timeout, next.Timeout == to.Timeout && next.Timeout != cur.Timeout},
+		{to.attempts() != from.attempts(), next.attempts() == to.attempts() && next.attempts() != cur.attempts()},
+		{to.Backoff != from.Backoff, next.Backoff == to.Backoff && next.Backoff != cur.Backoff},
+		{to.Route != from.Route, next.Route == to.Route && next.Route != cur.Route},
+	}
+	moved := []bool{next.Timeout != cur.Timeout, next.attempts() != cur.attempts(), next.Backoff != cur.Backoff, next.Route != cur.Route}
+	any := false
+	for i, f := range fs {
+		if f.changed != moved[i] || f.changed && !f.same {
+			return false
+		}
+		any = any || f.changed
+	}
+	return any
 }
 
 type shareOf struct{ n, total int }
