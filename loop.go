@@ -285,7 +285,7 @@ type Loop struct {
 	pol             RollbackPolicy // with its defaults
 	mem             *memory
 	memLoaded       atomic.Bool // the saved memory was read (or there was none)
-	canaryCut       uint64         // MethodCanary: a call runs the control arm when its hash is below
+	canaryCut       uint64      // MethodCanary: a call runs the control arm when its hash is below
 	log             *slog.Logger
 	store           Store
 	traces          *traceWriter // nil when traces are off
