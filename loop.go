@@ -118,6 +118,9 @@ type Report struct {
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error
+	// BudgetExhausted reports that retries stopped because the call's
+	// Budget was spent.
+	BudgetExhausted bool
 }
 
 // Metrics counts what the loop's machinery did since New, including its
@@ -158,6 +161,7 @@ type options struct {
 	traceWait       time.Duration
 	maxAgents       int
 	memory          MemoryOptions
+	breaker         CircuitBreaker
 	clock           Clock
 	strategy        Strategy
 	strategySet     bool
@@ -284,8 +288,9 @@ type Loop struct {
 	strategy        Strategy
 	pol             RollbackPolicy // with its defaults
 	mem             *memory
-	memLoaded       atomic.Bool // the saved memory was read (or there was none)
-	canaryCut       uint64      // MethodCanary: a call runs the control arm when its hash is below
+	breaker         CircuitBreaker // off when Failures is 0
+	memLoaded       atomic.Bool    // the saved memory was read (or there was none)
+	canaryCut       uint64         // MethodCanary: a call runs the control arm when its hash is below
 	log             *slog.Logger
 	store           Store
 	traces          *traceWriter // nil when traces are off
@@ -323,10 +328,15 @@ type agent struct {
 
 	mu        sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s         agentState
-	dirty     bool     // window counts changed since the last save
-	analyzing bool     // a strategy is running for this agent
-	evicted   bool     // removed from the registry: use a fresh agent
-	lastUsed  int64    // Unix ns of the last call, for eviction
+	dirty     bool  // window counts changed since the last save
+	analyzing bool  // a strategy is running for this agent
+	evicted   bool  // removed from the registry: use a fresh agent
+	lastUsed  int64 // Unix ns of the last call, for eviction
+	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
+	// without the lock; probing is set while a half-open circuit's probe
+	// runs.
+	openUntil atomic.Int64
+	probing   atomic.Bool
 	pending   []queued // events not yet logged, in decision order
 }
 
@@ -460,6 +470,7 @@ func New(opts ...Option) (*Loop, error) {
 		strategy:        o.strategy,
 		pol:             o.policy.withDefaults(),
 		mem:             newMemory(o.memory),
+		breaker:         o.breaker,
 		log:             o.logger,
 		store:           st,
 		defaultConfig:   o.defaultConfig,
@@ -590,6 +601,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 		return nil, err
 	}
 	a.lastUsed = l.clock.Now().UnixNano()
+	a.openUntil.Store(a.s.CircuitOpenUntil)
 	a.publishLocked(l)
 	l.agents.Store(id, a)
 	if n := l.m.agents.Add(1); n > int64(l.maxAgents) {
@@ -670,6 +682,15 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		cfg *Config
 		gen uint64
 	)
+	probe := false
+	if a != nil && l.breaker.Failures > 0 {
+		var ok bool
+		if probe, ok = l.admit(a); !ok {
+			rep.Err = ErrCircuitOpen
+			rep.ConfigVersion = a.cfg.Load().Version
+			return rep, ErrCircuitOpen
+		}
+	}
 	if a != nil {
 		inst := a.cfg.Load()
 		cfg, gen = &inst.Config, inst.gen
@@ -691,7 +712,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		pv       any
 		panicked bool
 	)
-	rep.Attempts, pv, panicked, rep.Err = l.run(ctx, cfg, fn)
+	rep.Attempts, pv, panicked, rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn)
 	var end time.Time
 	end, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
@@ -708,9 +729,9 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			// Classified and signed before the agent's lock is taken.
 			var buf [4 * maxSignature]byte
 			sig := appendSignature(buf[:0], text)
-			l.record(ctx, a, gen, cfg.Version, end, &rep, text, failInfo{classify(rep.Err, text), clusterID(sig)}, sig)
+			l.record(ctx, a, gen, probe, cfg.Version, end, &rep, text, failInfo{classify(rep.Err, text), clusterID(sig)}, sig)
 		} else {
-			l.record(ctx, a, gen, cfg.Version, end, &rep, text, failInfo{}, nil)
+			l.record(ctx, a, gen, probe, cfg.Version, end, &rep, text, failInfo{}, nil)
 		}
 		if l.traces != nil {
 			l.trace(agentID, cfg.Version, end, &rep, text)
@@ -748,31 +769,61 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 
 // runUntracked runs fn under cfg; a panic propagates.
 func (l *Loop) runUntracked(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (int, error) {
-	n, pv, panicked, err := l.run(ctx, cfg, fn)
+	n, pv, panicked, err, _ := l.run(ctx, cfg, fn)
 	if panicked {
 		panic(pv)
 	}
 	return n, err
 }
 
-// run makes the attempts cfg allows. It stops at the first success, at a
-// panic (returned, not re-raised), or when ctx ends.
-func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (attempts int, pv any, panicked bool, err error) {
+// run makes the attempts cfg allows, and the call's Budget, if any. It
+// stops at the first success, at a panic (returned, not re-raised), or
+// when ctx ends. A retry's context carries an Attempt (see AttemptInfo).
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (attempts int, pv any, panicked bool, err error, exhausted bool) {
 	n := cfg.attempts()
+	actx := ctx
 	for attempts = 1; ; attempts++ {
-		pv, panicked, err = attempt(ctx, cfg, fn)
+		pv, panicked, err = attempt(actx, cfg, fn)
 		if err == nil || panicked || attempts >= n || ctx.Err() != nil {
-			return attempts, pv, panicked, err
+			return attempts, pv, panicked, err, false
+		}
+		if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil && !b.allows(attempts+1) {
+			return attempts, pv, panicked, err, true
 		}
 		if d := backoff(cfg.Backoff, attempts); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return attempts, nil, false, err
+			if l.sleep(ctx, d) != nil {
+				return attempts, nil, false, err, false
 			}
 		}
+		text := errText(err)
+		actx = context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts + 1, LastErr: err,
+			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
+	}
+}
+
+// attemptMemories is how many memories an Attempt carries.
+const attemptMemories = 3
+
+// Sleeper is an optional method of a Clock: Sleep waits d, or until ctx
+// ends and then returns ctx's error. The loop waits between attempts with
+// it; a simulated clock can advance itself instead of waiting. Without
+// it the loop waits on a runtime timer.
+type Sleeper interface {
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// sleep waits d on the clock, or until ctx ends.
+func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
+	if s, ok := l.clock.(Sleeper); ok {
+		return s.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -838,7 +889,7 @@ type failInfo struct {
 
 // record books one call (an ignored one only as such) and acts on it. sig
 // is the failure's signature, in the caller's scratch buffer.
-func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, end time.Time, rep *Report, text string, fi failInfo, sig []byte) {
+func (l *Loop) record(ctx context.Context, a *agent, gen uint64, probe bool, version int, end time.Time, rep *Report, text string, fi failInfo, sig []byte) {
 	failed := !rep.Success
 	endN := end.UnixNano()
 
@@ -852,6 +903,9 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 	if rep.Ignored {
 		a.s.Tracker.Ignored++
 		a.dirty = true
+		if probe {
+			a.probing.Store(false) // let another call probe
+		}
 		a.mu.Unlock()
 		return
 	}
@@ -869,6 +923,7 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 		window = s.Tracker.Win.Width * windowSlots
 	}
 	a.dirty = true
+	moved := l.breaker.Failures > 0 && l.breakerLocked(a, probe, failed, end)
 	if v := s.Verifying; v != nil {
 		if gen == s.Gen {
 			if rep.Arm == ArmControl {
@@ -905,6 +960,10 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, version int, en
 	case p.analysis != nil:
 		rep.ImprovementTriggered = true
 		l.startAnalysis(ctx, a, p, rep)
+	case moved:
+		if err := l.persist(a); err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, err)
+		}
 	}
 }
 

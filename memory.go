@@ -116,6 +116,8 @@ type memory struct {
 	free     []int32
 	byID     map[uint64]int32
 	terms    map[string]uint32
+	words    []string    // per term ID
+	freeT    []uint32    // term IDs no live entry has, for reuse
 	df       []int32     // live entries per term
 	postings [][]posting // per term; stale ones (an old generation) are skipped, and dropped when they are half
 	total    int         // postings
@@ -169,10 +171,17 @@ func (m *memory) termsOf(sig string, add bool) (ids []uint32, unknown int) {
 				unknown++
 				return
 			}
-			id = uint32(len(m.df))
-			m.terms[strings.Clone(w)] = id
-			m.df = append(m.df, 0)
-			m.postings = append(m.postings, nil)
+			w = strings.Clone(w)
+			if n := len(m.freeT); n > 0 {
+				id, m.freeT = m.freeT[n-1], m.freeT[:n-1]
+				m.words[id] = w
+			} else {
+				id = uint32(len(m.df))
+				m.df = append(m.df, 0)
+				m.postings = append(m.postings, nil)
+				m.words = append(m.words, w)
+			}
+			m.terms[w] = id
 		}
 		ids = append(ids, id)
 	})
@@ -274,14 +283,25 @@ func (m *memory) evict(n int) {
 
 func (m *memory) remove(i int32) {
 	e := m.entries[i]
-	for _, t := range e.terms {
-		m.df[t]--
-	}
 	delete(m.byID, e.id)
 	m.entries[i] = nil
 	m.gens[i]++
 	m.free = append(m.free, i)
-	if m.stale += len(e.terms); m.stale > m.total/2 {
+	m.stale += len(e.terms)
+	for _, t := range e.terms {
+		if m.df[t]--; m.df[t] == 0 {
+			// No live entry has the term: forget it, so that the
+			// vocabulary stays bounded by the entries'.
+			n := len(m.postings[t])
+			m.total -= n
+			m.stale -= n
+			m.postings[t] = nil
+			delete(m.terms, m.words[t])
+			m.words[t] = ""
+			m.freeT = append(m.freeT, t)
+		}
+	}
+	if m.stale > m.total/2 {
 		m.compact()
 	}
 }

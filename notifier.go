@@ -41,6 +41,10 @@ const (
 	EventProposalApproved EventType = "proposal_approved"
 	// EventProposalRejected: an operator rejected a proposal.
 	EventProposalRejected EventType = "proposal_rejected"
+	// EventCircuitOpened: an agent's circuit opened (see CircuitBreaker).
+	EventCircuitOpened EventType = "circuit_opened"
+	// EventCircuitClosed: an agent's circuit closed after a good probe.
+	EventCircuitClosed EventType = "circuit_closed"
 	// EventDigest: several events collapsed into one notification (see
 	// NotifyOptions); they are in Event.Digest. Digests are not stored.
 	EventDigest EventType = "digest"
@@ -132,7 +136,7 @@ func importance(t EventType) int {
 	switch t {
 	case EventRollbackFailed, EventRolledBack:
 		return 4
-	case EventImprovementApplied, EventProposalFiled, EventDigest:
+	case EventImprovementApplied, EventProposalFiled, EventDigest, EventCircuitOpened:
 		return 3
 	case EventDailySummary:
 		return 1

@@ -53,6 +53,9 @@ type agentState struct {
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
+	// CircuitOpenUntil is when the agent's open circuit lets a probe
+	// through (Unix ns; 0 when closed).
+	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
 	// Gen counts the configs installed (applied, rolled back, set): calls
 	// are credited to the generation they started under, so that calls in
 	// flight across a change never count for the new config.

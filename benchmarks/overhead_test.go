@@ -192,7 +192,9 @@ func BenchmarkMemoryPerAgent(b *testing.B) {
 // failure its own error text.
 func agentMemory(b testing.TB, n, calls int, distinct bool) float64 {
 	b.Helper()
-	l := newLoop(b, si.WithFlushInterval(0))
+	// The loop-wide failure memory is measured on its own
+	// (TestMemoryPerClusterBounded); here it keeps 64 clusters.
+	l := newLoop(b, si.WithFlushInterval(0), si.WithMemory(si.MemoryOptions{MaxClusters: 64}))
 	ctx := context.Background()
 	ids := make([]string, n)
 	for i := range ids {
@@ -250,6 +252,39 @@ func TestMemoryPerAgentBounded(t *testing.T) {
 	}
 	if many > few*1.1 {
 		t.Errorf("memory grows with calls: %.0f B after 1,000 calls, %.0f B after 3,000", few, many)
+	}
+}
+
+// TestMemoryPerClusterBounded measures the failure memory: bytes per
+// remembered cluster, each failure a 120-rune signature of its own seen on
+// 8 agents, and that a full memory does not grow.
+func TestMemoryPerClusterBounded(t *testing.T) {
+	const max = 5000
+	measure := func(failures int) float64 {
+		l := newLoop(t, si.WithFlushInterval(0), si.WithMemory(si.MemoryOptions{MaxClusters: max}))
+		ctx := context.Background()
+		long := strings.Repeat("y", 300)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := range failures {
+			err := fmt.Errorf("%s failed %s", letters(i), long)
+			for a := range 8 {
+				l.ExecuteWithImprovement(ctx, fmt.Sprintf("agent-%d", a), func(context.Context, si.Config) error { return err })
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(l)
+		return float64(after.HeapAlloc-before.HeapAlloc) / max
+	}
+	full, over := measure(max), measure(3*max)
+	t.Logf("bytes per remembered cluster: %.0f when full, %.0f after 3× as many clusters", full, over)
+	if over > 2048 {
+		t.Errorf("a remembered cluster takes %.0f bytes, want at most 2 KiB", over)
+	}
+	if over > full*1.25 {
+		t.Errorf("a full memory grows: %.0f → %.0f bytes per cluster", full, over)
 	}
 }
 

@@ -3,6 +3,7 @@
 package fakeclock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -29,4 +30,13 @@ func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// Sleep advances the clock by d at once, unless ctx has ended.
+func (c *Clock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Advance(d)
+	return nil
 }
