@@ -16,9 +16,9 @@ var ErrCircuitOpen = errors.New("selfimprove: circuit open")
 // out of ideas, as a task is abandoned when its breaker trips. It is off
 // unless set with WithCircuitBreaker.
 //
-// Closed, it counts consecutive failures. After Failures of them with no
-// change under verification (the agent runs under the best config the
-// loop has), the circuit opens: calls return ErrCircuitOpen at once, for
+// Closed, it counts consecutive failures under the agent's current config.
+// After Failures of them with no change under verification (the agent runs
+// under the best config the loop has), the circuit opens: calls return ErrCircuitOpen at once, for
 // CoolOff. Then it is half-open: one call, the probe, runs fn, and the
 // others keep failing fast. A successful probe closes the circuit; a
 // failed one opens it for another CoolOff. Calls that fail fast are not
@@ -86,8 +86,8 @@ func (l *Loop) breakerLocked(a *agent, probe, failed bool, now time.Time) bool {
 		a.openUntil.Store(0)
 		a.queueLocked(&Event{ID: newID(now), Time: now.UTC(), Type: EventCircuitClosed, AgentID: a.id,
 			Message: fmt.Sprintf("agent %q: circuit closed: the probe succeeded", a.id)})
-	case failed && a.openUntil.Load() == 0 && s.Verifying == nil && s.Tracker.Consec >= b.Failures:
-		open(fmt.Sprintf("%d consecutive failures under config v%d", s.Tracker.Consec, s.Config.Version))
+	case failed && a.openUntil.Load() == 0 && s.Verifying == nil && s.Tracker.consecutiveOf(s.Gen) >= b.Failures:
+		open(fmt.Sprintf("%d consecutive failures under config v%d", b.Failures, s.Config.Version))
 	default:
 		return false
 	}

@@ -281,6 +281,20 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 	return n
 }
 
+// consecutiveOf counts the latest consecutive failures that started
+// under config generation gen (at most failRing).
+func (t *tracker) consecutiveOf(gen uint64) int {
+	n := 0
+	for n < min(t.Consec, failRing) {
+		i := (int(t.FailPos) - 1 - n + failRing) % failRing
+		if t.FailEnd[i] == 0 || t.FailGen[i] != uint32(gen) {
+			break
+		}
+		n++
+	}
+	return n
+}
+
 // faultStart returns when the fault began: the end of the oldest kept
 // failure that ended after windowStart, or 0 when there is none.
 func (t *tracker) faultStart(windowStart int64) int64 {
