@@ -46,8 +46,10 @@ type Analysis struct {
 	// part of.
 	Shared []SharedCause
 	// Rejected are the tweaks rolled back for this agent, oldest first.
-	// The loop never applies one of them again (compared with
-	// Config.Equal) until ClearRejected is called.
+	// The loop never applies one of them again, nor a tweak that repeats
+	// one (every field it changes among Timeout, MaxAttempts, Backoff,
+	// Route and Params takes the rolled-back value), until ClearRejected
+	// is called.
 	Rejected []Tweak
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest cluster in the window (see Loop.Similar), best

@@ -267,3 +267,40 @@ func ExampleRollbackPolicy_Decide() {
 	// sequential: wait
 	// seed:       rollback - average latency rose 94.5% (102.83ms → 200ms), more than 20%
 }
+
+// The failure memory finds a past failure that looks like a new one, with
+// the fixes tried for it and how they ended.
+func ExampleLoop_Similar() {
+	dir, _ := os.MkdirTemp("", "selfimprove-example")
+	defer os.RemoveAll(dir)
+	raiseTimeout := selfimprove.StrategyFunc(func(ctx context.Context, a selfimprove.Analysis) (*selfimprove.Tweak, error) {
+		c := a.Config
+		c.Timeout = 2 * time.Second
+		return &selfimprove.Tweak{Config: c, Reason: "raise the timeout to 2s"}, nil
+	})
+	loop, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithStrategy(raiseTimeout))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer loop.Close()
+
+	ctx := context.Background()
+	timeout := errors.New(`Post "https://search.example/v1/query?id=77": context deadline exceeded`)
+	for i := range 12 { // 2 failures apply the tweak, 10 successes confirm it
+		loop.ExecuteWithImprovement(ctx, "search", func(context.Context, selfimprove.Config) error {
+			if i < 2 {
+				return timeout
+			}
+			return nil
+		})
+	}
+	for _, m := range loop.Similar(`Post "https://search.example/v1/query?id=9182": context deadline exceeded`, 1) {
+		fmt.Printf("%s (%s, similarity %.2f), seen on %v\n", m.Signature, m.Class, m.Similarity, m.Agents)
+		for _, f := range m.Fixes {
+			fmt.Printf("  %s on %s: %s\n", f.State, f.AgentID, f.Reason)
+		}
+	}
+	// Output:
+	// post <str>: context deadline exceeded (timeout, similarity 1.00), seen on [search]
+	//   confirmed on search: raise the timeout to 2s
+}

@@ -160,3 +160,48 @@ func FuzzClassifySignature(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMemory remembers two texts, evicting under a bound of 2, and checks
+// that Similar ranks an exact match first, keeps similarities in [0, 1],
+// and that a saved memory loads back the same.
+func FuzzMemory(f *testing.F) {
+	for _, s := range [][3]string{
+		{"upstream: 503 service unavailable", "openai: 429 rate limit", "a third one"},
+		{"", "<n> <n>", "\xff\xfe"},
+		{"timeout after 30s on req 123", "timeout after 45s on req 999", "Timeout"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		m := newMemory(MemoryOptions{MaxClusters: 2})
+		for i, s := range []string{a, b, c} {
+			sig := []byte(Signature(s))
+			m.observe("agent", clusterID(sig), sig, ClassOther, int64(i+1))
+		}
+		if len(m.byID) > 2 {
+			t.Fatalf("%d clusters kept under a bound of 2", len(m.byID))
+		}
+		for _, q := range []string{a, b, c} {
+			got := m.similar(q, 3, 10)
+			for i, g := range got {
+				if !(g.Similarity > 0 && g.Similarity <= 1) || g.Confidence > g.Similarity {
+					t.Fatalf("similar(%q)[%d] = %+v", q, i, g)
+				}
+			}
+			if i, ok := m.byID[clusterID([]byte(Signature(q)))]; ok && len(got) > 0 && got[0].Similarity < 0.999 {
+				t.Fatalf("similar(%q): remembered exactly as %q, but the best is %+v", q, m.entries[i].Signature, got[0])
+			}
+		}
+		data, _, err := m.encode(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2 := newMemory(MemoryOptions{MaxClusters: 2})
+		if err := m2.load(data); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := m.all(), m2.all(); len(a) != len(b) {
+			t.Fatalf("saved %d clusters, loaded %d", len(a), len(b))
+		}
+	})
+}

@@ -37,6 +37,7 @@ import (
 	"hash/maphash"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -1183,6 +1184,23 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	return ch, nil
 }
 
+// repeats reports whether moving from cur to next repeats the rolled-back
+// tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
+// Params) takes rb's value. A strategy that proposes the same route on top
+// of a config that has changed since is so refused all the same.
+func repeats(cur, next, rb Config) bool {
+	moved := false
+	check := func(changed, same bool) bool {
+		moved = moved || changed
+		return !changed || same
+	}
+	return check(next.Timeout != cur.Timeout, next.Timeout == rb.Timeout) &&
+		check(next.attempts() != cur.attempts(), next.attempts() == rb.attempts()) &&
+		check(next.Backoff != cur.Backoff, next.Backoff == rb.Backoff) &&
+		check(next.Route != cur.Route, next.Route == rb.Route) &&
+		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
+}
+
 // analysisMemories is how many memories an Analysis carries.
 const analysisMemories = 5
 
@@ -1256,8 +1274,8 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 		return reject("it is the current config")
 	}
 	for _, r := range s.Rejected {
-		if cfg.Equal(r.Config) {
-			return reject("it was rolled back before (version %d: %s)", r.Config.Version, r.Reason)
+		if cfg.Equal(r.Config) || repeats(s.Config, cfg, r.Config) {
+			return reject("it repeats a tweak rolled back before (version %d: %s)", r.Config.Version, r.Reason)
 		}
 	}
 	s.MaxVersion++

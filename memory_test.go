@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +227,28 @@ func TestStrategyAvoidsWhatFailedElsewhere(t *testing.T) {
 	ps := e.l.Proposals(nil)
 	if len(ps) != 1 || ps[0].AgentID != "b" || !strings.Contains(ps[0].Rationale, "rolled back for a similar failure") {
 		t.Fatalf("proposals: %+v", ps)
+	}
+}
+
+func TestCorruptMemoryStartsAfresh(t *testing.T) {
+	e := newEnv(t)
+	e.fail("a", "upstream: 503 service unavailable")
+	e.l.Close()
+	if err := os.WriteFile(filepath.Join(e.dir, "memory.json"), []byte(`{"format":1,"memories":[{`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	if got := e.l.Similar("upstream: 503 service unavailable", 1); len(got) != 0 {
+		t.Fatalf("corrupt memory read as %+v", got)
+	}
+	if e.l.Metrics().StoreErrors == 0 {
+		t.Error("a corrupt memory was not counted")
+	}
+	// It is replaced at the next save.
+	e.fail("a", "upstream: 503 service unavailable")
+	e.l.Close()
+	e.open()
+	if got := e.l.Similar("upstream: 503 service unavailable", 1); len(got) != 1 || got[0].Count != 1 {
+		t.Fatalf("after the next save: %+v", got)
 	}
 }

@@ -101,7 +101,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 	cur := a.Config
 	next := cur.clone()
 	rejected := func(c Config) bool {
-		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) })
+		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) || repeats(cur, c, t.Config) })
 	}
 	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
 	if t := s.learned(a, cur, cl.ID, rejected); t != nil {
