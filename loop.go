@@ -284,18 +284,22 @@ func DefaultDir() (string, error) {
 // Loop is the self-improvement loop. It is safe for concurrent use. Create
 // it with New and release it with Close.
 type Loop struct {
-	clock           Clock
-	realTime        bool // clock is the default real clock
+	// Read by every call.
+	clock    Clock
+	realTime bool           // clock is the default real clock
+	isClosed atomic.Bool    // Close has begun
+	traces   *traceWriter   // nil when traces are off
+	breaker  CircuitBreaker // off when Failures is 0
+	agents   sync.Map       // agent ID → *agent
+
 	strategy        Strategy
 	pol             RollbackPolicy // with its defaults
-	mem             *memory
-	breaker         CircuitBreaker // off when Failures is 0
-	memLoaded       atomic.Bool    // the saved memory was read (or there was none)
 	canaryCut       uint64         // MethodCanary: a call runs the control arm when its hash is below
+	mem             *memory
+	memLoaded       atomic.Bool // the saved memory was read (or there was none)
 	log             *slog.Logger
 	store           Store
-	traces          *traceWriter // nil when traces are off
-	disp            *dispatcher  // nil when notifications are off
+	disp            *dispatcher // nil when notifications are off
 	maxAgents       int
 	sweep           chan struct{} // asks flushLoop to evict; capacity 1
 	defaultConfig   Config
@@ -303,7 +307,6 @@ type Loop struct {
 
 	shared   shared        // failures by cluster and class across agents
 	props    proposalIndex // where proposals are
-	agents   sync.Map      // agent ID → *agent
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 
@@ -312,7 +315,6 @@ type Loop struct {
 	bgMu        sync.Mutex // guards closed and bg.Add
 	closed      bool
 	bg          sync.WaitGroup // analyses in flight
-	isClosed    atomic.Bool
 	stopFlush   chan struct{}
 	flushDone   chan struct{}
 	summaryDone chan struct{} // nil without WithDailySummary
@@ -684,15 +686,15 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		gen uint64
 	)
 	probe := false
-	if a != nil && l.breaker.Failures > 0 {
-		var ok bool
-		if probe, ok = l.admit(a); !ok {
-			rep.Err = ErrCircuitOpen
-			rep.ConfigVersion = a.cfg.Load().Version
-			return rep, ErrCircuitOpen
-		}
-	}
 	if a != nil {
+		if a.openUntil.Load() != 0 { // set only with a breaker
+			var ok bool
+			if probe, ok = l.admit(a); !ok {
+				rep.Err = ErrCircuitOpen
+				rep.ConfigVersion = a.cfg.Load().Version
+				return rep, ErrCircuitOpen
+			}
+		}
 		inst := a.cfg.Load()
 		cfg, gen = &inst.Config, inst.gen
 		if inst.prev != nil {
@@ -781,12 +783,21 @@ func (l *Loop) runUntracked(ctx context.Context, cfg *Config, fn func(context.Co
 // stops at the first success, at a panic (returned, not re-raised), or
 // when ctx ends. A retry's context carries an Attempt (see AttemptInfo).
 func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) (attempts int, pv any, panicked bool, err error, exhausted bool) {
+	pv, panicked, err = attempt(ctx, cfg, fn)
+	if err == nil || panicked || cfg.attempts() <= 1 || ctx.Err() != nil {
+		return 1, pv, panicked, err, false
+	}
+	return l.retry(ctx, cfg, fn, err)
+}
+
+// retry makes the attempts after a failed first one; see run.
+func (l *Loop) retry(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, err error) (attempts int, pv any, panicked bool, _ error, exhausted bool) {
 	n := cfg.attempts()
-	actx := ctx
 	for attempts = 1; ; attempts++ {
-		pv, panicked, err = attempt(actx, cfg, fn)
-		if err == nil || panicked || attempts >= n || ctx.Err() != nil {
-			return attempts, pv, panicked, err, false
+		if attempts > 1 {
+			if pv, panicked, err = attempt(ctx, cfg, fn); err == nil || panicked || attempts >= n || ctx.Err() != nil {
+				return attempts, pv, panicked, err, false
+			}
 		}
 		if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil && !b.allows(attempts+1) {
 			return attempts, pv, panicked, err, true
@@ -797,8 +808,9 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 			}
 		}
 		text := errText(err)
-		actx = context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts + 1, LastErr: err,
+		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts + 1, LastErr: err,
 			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
+		ctx, err = actx, err
 	}
 }
 
@@ -924,7 +936,7 @@ func (l *Loop) record(ctx context.Context, a *agent, gen uint64, probe bool, ver
 		window = s.Tracker.Win.Width * windowSlots
 	}
 	a.dirty = true
-	moved := l.breaker.Failures > 0 && l.breakerLocked(a, probe, failed, end)
+	moved := (failed || probe) && l.breaker.Failures > 0 && l.breakerLocked(a, probe, failed, end)
 	if v := s.Verifying; v != nil {
 		if gen == s.Gen {
 			if rep.Arm == ArmControl {
