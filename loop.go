@@ -810,7 +810,7 @@ func (l *Loop) retry(ctx context.Context, cfg *Config, fn func(context.Context, 
 		text := errText(err)
 		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts + 1, LastErr: err,
 			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
-		ctx, err = actx, err
+		ctx = actx
 	}
 }
 
