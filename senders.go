@@ -361,6 +361,10 @@ func titleOf(e Event) string {
 		return "Proposal approved"
 	case EventProposalRejected:
 		return "Proposal rejected"
+	case EventCircuitOpened:
+		return "Circuit opened"
+	case EventCircuitClosed:
+		return "Circuit closed"
 	case EventDigest:
 		return fmt.Sprintf("%d events", len(e.Digest))
 	case EventDailySummary:
