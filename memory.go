@@ -250,23 +250,26 @@ func (m *memory) usefulness(e *memEntry) int64 {
 }
 
 // evict removes about n of the least useful entries, in one pass: those
-// at or below the usefulness that a sample of 256 puts n from the bottom
-// (at least one).
+// at or below the usefulness that a sample of 256 puts n from the bottom;
+// at least one, the least useful, and only that one in a memory of 256
+// entries or fewer.
 func (m *memory) evict(n int) {
-	sample := make([]int64, 0, 256)
-	for range 256 {
-		if e := m.entries[rand.IntN(len(m.entries))]; e != nil {
-			sample = append(sample, m.usefulness(e))
-		}
-	}
 	removed := 0
-	if len(sample) > 0 {
-		slices.Sort(sample)
-		cut := sample[min(len(sample)-1, len(sample)*n/len(m.byID))]
-		for i, e := range m.entries {
-			if e != nil && m.usefulness(e) <= cut {
-				m.remove(int32(i))
-				removed++
+	if len(m.entries) > 256 {
+		sample := make([]int64, 0, 256)
+		for range 256 {
+			if e := m.entries[rand.IntN(len(m.entries))]; e != nil {
+				sample = append(sample, m.usefulness(e))
+			}
+		}
+		if len(sample) > 0 {
+			slices.Sort(sample)
+			cut := sample[min(len(sample)-1, len(sample)*n/len(m.byID))]
+			for i, e := range m.entries {
+				if e != nil && m.usefulness(e) <= cut {
+					m.remove(int32(i))
+					removed++
+				}
 			}
 		}
 	}
