@@ -192,7 +192,7 @@ func FuzzMemory(f *testing.F) {
 				t.Fatalf("similar(%q): remembered exactly as %q, but the best is %+v", q, m.entries[i].Signature, got[0])
 			}
 		}
-		data, _, err := m.encode(true)
+		data, _, err := m.encode(0, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1501,7 +1501,7 @@ func (l *Loop) flush() error {
 		}
 		return true
 	})
-	errs = append(errs, l.saveMemory(false))
+	errs = append(errs, l.saveMemory(l.isClosed.Load()))
 	return errors.Join(errs...)
 }
 

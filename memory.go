@@ -90,6 +90,7 @@ const (
 	maxMemoryAgents       = 8
 	maxMemoryFixes        = 8
 	memoryDoc             = "memory"
+	memorySaveEvery       = time.Minute // the memory is saved at most this often, and at Close
 	memoryFormat          = 1
 )
 
@@ -123,6 +124,7 @@ type memory struct {
 	total    int         // postings
 	stale    int         // stale postings
 	dirty    bool
+	savedAt  int64 // Unix ns of the last save
 	// scratch and touched are Similar's accumulators, one per slot.
 	scratch []float64
 	touched []int32
@@ -457,13 +459,17 @@ func (m *memory) all() []Memory {
 	return out
 }
 
-// encode returns the memory's document if it changed since the last call.
-func (m *memory) encode(force bool) ([]byte, bool, error) {
+// encode returns the memory's document if it changed since it was last
+// encoded, and if that was at least memorySaveEvery before now (always
+// when closing).
+func (m *memory) encode(now int64, closing bool) ([]byte, bool, error) {
 	m.mu.Lock()
-	dirty := m.dirty
-	m.dirty = false
+	due := m.dirty && (closing || m.savedAt == 0 || now-m.savedAt >= int64(memorySaveEvery))
+	if due {
+		m.dirty, m.savedAt = false, now
+	}
 	m.mu.Unlock()
-	if !dirty && !force {
+	if !due {
 		return nil, false, nil
 	}
 	data, err := json.Marshal(memoryFile{Format: memoryFormat, Memories: m.all()})
@@ -520,8 +526,9 @@ func (l *Loop) ExportMemory(w io.Writer) error {
 	return enc.Encode(memoryFile{Format: memoryFormat, Memories: l.mem.all()})
 }
 
-// saveMemory saves the memory through the store, if it changed.
-func (l *Loop) saveMemory(force bool) error {
+// saveMemory saves the memory through the store, if it changed, at most
+// once every memorySaveEvery unless the loop is closing.
+func (l *Loop) saveMemory(closing bool) error {
 	ms, ok := l.store.(MetaStore)
 	if !ok {
 		return nil
@@ -533,7 +540,7 @@ func (l *Loop) saveMemory(force bool) error {
 			return fmt.Errorf("selfimprove: read memory: %w", err)
 		}
 	}
-	data, changed, err := l.mem.encode(force)
+	data, changed, err := l.mem.encode(l.clock.Now().UnixNano(), closing)
 	if err == nil && changed {
 		err = ms.SaveMeta(memoryDoc, data)
 	}

@@ -162,3 +162,31 @@ func FuzzCompare(f *testing.F) {
 		}
 	})
 }
+
+func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
+	m := newMemory(MemoryOptions{})
+	sig := []byte("upstream down")
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
+	m.observe("a", clusterID(sig), sig, ClassOther, now)
+	steps := []struct {
+		at      time.Duration
+		closing bool
+		observe bool
+		want    bool
+	}{
+		{0, false, false, true},                          // the first save
+		{time.Second, false, true, false},                // changed, but saved a second ago
+		{59 * time.Second, false, false, false},          // still within the minute
+		{time.Minute, false, false, true},                // a minute on
+		{time.Minute + time.Second, false, false, false}, // unchanged
+		{time.Minute + 2*time.Second, true, true, true},  // closing: saved at once
+	}
+	for i, s := range steps {
+		if s.observe {
+			m.observe("a", clusterID(sig), sig, ClassOther, now+int64(s.at))
+		}
+		if _, saved, err := m.encode(now+int64(s.at), s.closing); err != nil || saved != s.want {
+			t.Errorf("step %d: saved %v (%v), want %v", i, saved, err, s.want)
+		}
+	}
+}
