@@ -73,24 +73,13 @@ func TestCircuitBreakerOneProbeAtATime(t *testing.T) {
 	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1, CoolOff: time.Minute}))
 	e.call("a", errBoom, time.Millisecond)
 	e.clk.Advance(time.Minute)
-	inProbe := make(chan struct{})
-	release := make(chan struct{})
-	done := make(chan error)
-	go func() {
-		_, err := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
-			close(inProbe)
-			<-release
-			return nil
-		})
-		done <- err
-	}()
-	<-inProbe
+	release, done := e.heldCall("a", nil) // the probe
 	if _, err := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil }); !errors.Is(err, si.ErrCircuitOpen) {
 		t.Errorf("a second call during the probe: %v, want ErrCircuitOpen", err)
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	release()
+	if rep := <-done; rep.Err != nil {
+		t.Fatal(rep.Err)
 	}
 	if _, err := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil }); err != nil {
 		t.Errorf("after the probe: %v", err)

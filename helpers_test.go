@@ -129,3 +129,20 @@ func (s *tweakStrategy) count() int {
 	defer s.mu.Unlock()
 	return s.runs
 }
+
+// heldCall starts a call of agent id whose fn blocks until released, then
+// returns err. It returns once fn is running; the report comes on done.
+func (e *env) heldCall(id string, err error) (release func(), done <-chan si.Report) {
+	started, finish := make(chan struct{}), make(chan struct{})
+	reports := make(chan si.Report, 1)
+	go func() {
+		rep, _ := e.l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+			close(started)
+			<-finish
+			return err
+		})
+		reports <- rep
+	}()
+	<-started
+	return func() { close(finish) }, reports
+}

@@ -399,23 +399,12 @@ func TestFailuresOutsideWindowDoNotCount(t *testing.T) {
 func TestInFlightCallsCreditedToTheirVersion(t *testing.T) {
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
 	e := newEnv(t, si.WithStrategy(strat))
-	started := make(chan struct{})
-	finish := make(chan struct{})
-	done := make(chan si.Report)
-	go func() {
-		rep, _ := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
-			close(started)
-			<-finish
-			return errBoom
-		})
-		done <- rep
-	}()
-	<-started
+	release, done := e.heldCall("a", errBoom)
 	applyTweak(t, e, "a")
 	// Four failures under v2, then the slow v1 call fails: it must not be
 	// the fifth consecutive failure of v2.
 	e.calls("a", 4, errBoom, 0)
-	close(finish)
+	release()
 	if rep := <-done; rep.ConfigVersion != 1 || rep.Rollback != nil {
 		t.Fatalf("in-flight v1 call: %+v", rep)
 	}
