@@ -20,11 +20,12 @@ import (
 //   - model_unavailable: the next Route in Fallbacks.
 //
 // It consults the failure memory first (Analysis.Memories). A fix that was
-// confirmed for a similar cluster (Confidence at least MinConfidence), on
-// this agent or another, is preferred: its raised Timeout, MaxAttempts or
+// confirmed for a similar cluster of the dominant class (Confidence at
+// least MinConfidence), on this agent or another, is preferred: its raised Timeout, MaxAttempts or
 // Backoff are applied where they raise the agent's own (within the caps),
-// and its Route where Fallbacks lists it. A move that was rolled back for
-// a similar cluster is avoided: it is filed for review instead.
+// and its Route where Fallbacks lists it. A move that repeats one rolled
+// back or rejected for a similar cluster is avoided: it is filed for
+// review instead.
 //
 // It never proposes a config that was rolled back for the agent
 // (Analysis.Rejected). When the safe move for the class is used up (at its
@@ -104,7 +105,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) || repeats(cur, c, t.Config) })
 	}
 	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
-	if t := s.learned(a, cur, cl.ID, rejected); t != nil {
+	if t := s.learned(a, class, cur, cl.ID, rejected); t != nil {
 		return t, nil
 	}
 	safe := func(reason string) *Tweak {
@@ -199,12 +200,12 @@ func (s *BuiltinStrategy) minConfidence() float64 {
 	return 0.5
 }
 
-// learned returns the best fix confirmed for a similar cluster, applied to
-// cur, or nil.
-func (s *BuiltinStrategy) learned(a Analysis, cur Config, cluster string, rejected func(Config) bool) *Tweak {
+// learned returns the best fix confirmed for a similar cluster of the same
+// class, applied to cur, or nil.
+func (s *BuiltinStrategy) learned(a Analysis, class Class, cur Config, cluster string, rejected func(Config) bool) *Tweak {
 	maxTimeout, maxBackoff, maxAtt := s.caps()
 	for _, m := range a.Memories {
-		if m.Confidence < s.minConfidence() {
+		if m.Confidence < s.minConfidence() || m.Class != class {
 			continue
 		}
 		for i := len(m.Fixes) - 1; i >= 0; i-- {
@@ -240,8 +241,7 @@ func (s *BuiltinStrategy) learned(a Analysis, cur Config, cluster string, reject
 }
 
 // failedBefore returns a memory and its fix, rolled back or rejected, that
-// made the same move from cur to next: the same fields changed to the same
-// values.
+// cur → next repeats (see repeats).
 func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config) (*Memory, *Fix) {
 	for i := range ms {
 		m := &ms[i]
@@ -250,33 +250,12 @@ func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config) (*Memory, 
 		}
 		for j := range m.Fixes {
 			f := &m.Fixes[j]
-			if (f.State == FixRolledBack || f.State == FixRejected) && sameMove(f.From, f.To, cur, next) {
+			if (f.State == FixRolledBack || f.State == FixRejected) && repeats(cur, next, f.To) {
 				return m, f
 			}
 		}
 	}
 	return nil, nil
-}
-
-// sameMove reports whether cur → next changes the fields that from → to
-// changed, to the same values, and no others of the enforced ones.
-func sameMove(from, to, cur, next Config) bool {
-	type field struct{ changed, same bool }
-	fs := []field{
-		{to.Timeout != from.Timeout, next.Timeout == to.Timeout && next.Timeout != cur.Timeout},
-		{to.attempts() != from.attempts(), next.attempts() == to.attempts() && next.attempts() != cur.attempts()},
-		{to.Backoff != from.Backoff, next.Backoff == to.Backoff && next.Backoff != cur.Backoff},
-		{to.Route != from.Route, next.Route == to.Route && next.Route != cur.Route},
-	}
-	moved := []bool{next.Timeout != cur.Timeout, next.attempts() != cur.attempts(), next.Backoff != cur.Backoff, next.Route != cur.Route}
-	any := false
-	for i, f := range fs {
-		if f.changed != moved[i] || f.changed && !f.same {
-			return false
-		}
-		any = any || f.changed
-	}
-	return any
 }
 
 type shareOf struct{ n, total int }
