@@ -101,8 +101,12 @@ func (l *Loop) breakerLocked(a *agent, probe, failed bool, now time.Time) bool {
 // Budget may be shared by the calls of one task: their costs add up. It
 // is safe for concurrent use.
 type Budget struct {
+	// Attempts caps the attempts of one call. Default 0: the config's
+	// MaxAttempts alone.
 	Attempts int
-	Cost     float64
+	// Cost stops retries once the cost reported with AddCost reaches it.
+	// Default 0: no cost bound.
+	Cost float64
 
 	mu        sync.Mutex
 	spent     float64
