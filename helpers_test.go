@@ -33,6 +33,23 @@ func (r *recorder) Notify(_ context.Context, e si.Event) error {
 	return nil
 }
 
+// waitFor waits until n events were delivered: the notifier runs on its
+// own goroutine. It fails the test after 10 seconds.
+func (r *recorder) waitFor(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		k := len(r.events)
+		r.mu.Unlock()
+		if k >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events delivered after 10s, want %d", k, n)
+		}
+	}
+}
+
 // all returns copies of the events and of their times.
 func (r *recorder) all() ([]si.Event, []time.Time) {
 	r.mu.Lock()
@@ -40,11 +57,20 @@ func (r *recorder) all() ([]si.Event, []time.Time) {
 	return append([]si.Event(nil), r.events...), append([]time.Time(nil), r.at...)
 }
 
+// types returns the types of the events delivered, a digest's events in
+// its place: Close sends the events still queued as one digest, so which
+// arrive alone depends on how far the notifier got.
 func (r *recorder) types() []si.EventType {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []si.EventType
 	for _, e := range r.events {
+		if e.Type == si.EventDigest {
+			for _, d := range e.Digest {
+				out = append(out, d.Type)
+			}
+			continue
+		}
 		out = append(out, e.Type)
 	}
 	return out

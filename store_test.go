@@ -407,6 +407,9 @@ func TestRollbackStandsWhenItCannotBeSaved(t *testing.T) {
 		t.Fatalf("config = %+v, want the rollback in force", got)
 	}
 	repair()
+	// rollback_failed at once; rolled_back at the next save, which Close
+	// makes: wait for the first two, so that none is in Close's digest.
+	e.rec.waitFor(t, 2)
 	if err := e.l.Close(); err != nil {
 		t.Fatalf("Close after repair: %v", err)
 	}
