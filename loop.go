@@ -352,20 +352,19 @@ type queued struct {
 
 // installed is a config with the generation it was installed as. While a
 // change is verified by MethodCanary, prev is the config before it, which
-// the calls that cut selects run; seq numbers those calls.
+// the calls Loop.arm picks run; seq numbers those calls.
 type installed struct {
 	Config
 	gen  uint64
 	prev *Config
-	cut  uint64
-	seed uint64
 	seq  atomic.Uint64
 }
 
-// arm picks the arm of the next call: a deterministic hash of the seed, the
-// generation and the call's number, below cut for the control arm.
-func (in *installed) arm() Arm {
-	if splitmix(in.seed+in.gen*0x9e3779b97f4a7c15+in.seq.Add(1)) < in.cut {
+// arm picks the arm of the next call under in: a deterministic hash of the
+// canary seed, the generation and the call's number, below canaryCut for
+// the control arm.
+func (l *Loop) arm(in *installed) Arm {
+	if splitmix(l.pol.CanarySeed+in.gen*0x9e3779b97f4a7c15+in.seq.Add(1)) < l.canaryCut {
 		return ArmControl
 	}
 	return ArmChange
@@ -416,7 +415,7 @@ func (a *agent) publishLocked(l *Loop) {
 	in := &installed{Config: a.s.Config.clone(), gen: a.s.Gen}
 	if v := a.s.Verifying; v != nil && l.pol.Method == MethodCanary {
 		prev := v.From.clone()
-		in.prev, in.cut, in.seed = &prev, l.canaryCut, l.pol.CanarySeed
+		in.prev = &prev
 	}
 	a.cfg.Store(in)
 }
@@ -698,7 +697,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		inst := a.cfg.Load()
 		cfg, gen = &inst.Config, inst.gen
 		if inst.prev != nil {
-			if rep.Arm = inst.arm(); rep.Arm == ArmControl {
+			if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
 				cfg = inst.prev
 			}
 		}
@@ -790,28 +789,26 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 	return l.retry(ctx, cfg, fn, err)
 }
 
-// retry makes the attempts after a failed first one; see run.
+// retry makes the attempts after a failed first one; see run. Each
+// attempt's context is ctx with an Attempt about the one before.
 func (l *Loop) retry(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, err error) (attempts int, pv any, panicked bool, _ error, exhausted bool) {
-	n := cfg.attempts()
-	for attempts = 1; ; attempts++ {
-		if attempts > 1 {
-			if pv, panicked, err = attempt(ctx, cfg, fn); err == nil || panicked || attempts >= n || ctx.Err() != nil {
-				return attempts, pv, panicked, err, false
-			}
+	budget, _ := ctx.Value(budgetKey{}).(*Budget)
+	for attempts = 1; attempts < cfg.attempts(); {
+		if budget != nil && !budget.allows(attempts+1) {
+			return attempts, nil, false, err, true
 		}
-		if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil && !b.allows(attempts+1) {
-			return attempts, pv, panicked, err, true
-		}
-		if d := backoff(cfg.Backoff, attempts); d > 0 {
-			if l.sleep(ctx, d) != nil {
-				return attempts, nil, false, err, false
-			}
+		if d := backoff(cfg.Backoff, attempts); d > 0 && l.sleep(ctx, d) != nil {
+			break
 		}
 		text := errText(err)
-		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts + 1, LastErr: err,
+		attempts++
+		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: attempts, LastErr: err,
 			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
-		ctx = actx
+		if pv, panicked, err = attempt(actx, cfg, fn); err == nil || panicked || ctx.Err() != nil {
+			return attempts, pv, panicked, err, false
+		}
 	}
+	return attempts, nil, false, err, false
 }
 
 // attemptMemories is how many memories an Attempt carries.

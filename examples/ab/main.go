@@ -217,9 +217,6 @@ func simulate(sc scenario, improve bool) (result, error) {
 	for _, agent := range sc.agents {
 		var rolledBack []si.Change
 		for _, ch := range l.Changes(agent) {
-			if os.Getenv("AB_DEBUG") != "" && improve {
-				fmt.Printf("  %s: %s v%d→v%d %+v: %s | %s\n", agent, ch.State, ch.From.Version, ch.To.Version, ch.To, ch.Reason, ch.Verdict)
-			}
 			r.Applied++
 			for _, rb := range rolledBack {
 				if ch.To.Equal(rb.To) || (ch.To.Route == rb.To.Route && ch.From.Route != ch.To.Route) {
