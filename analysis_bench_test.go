@@ -33,8 +33,8 @@ func BenchmarkAnalysis10k(b *testing.B) {
 	for b.Loop() {
 		now := l.clock.Now()
 		a.mu.Lock()
-		th, prof := l.thresholdLocked(a, now.UnixNano())
-		an := l.analysisLocked(a, now, th, prof)
+		th, prof := a.s.threshold(now.UnixNano())
+		an := a.s.analysis(now, th, prof)
 		a.mu.Unlock()
 		an.Shared = l.shared.causes(now.UnixNano(), a.id, true)
 		tw, _ := s.Analyze(ctx, *an)

@@ -437,18 +437,6 @@ func (x *shared) causes(now int64, agentID string, forAgent bool) []SharedCause 
 	return out
 }
 
-// Clusters returns agentID's failure clusters with failures in its
-// analysis window, most failures first.
-func (l *Loop) Clusters(agentID string) []Cluster {
-	now := l.clock.Now().UnixNano()
-	a, _ := l.lockAgent(nil, agentID)
-	if a == nil {
-		return nil
-	}
-	defer a.mu.Unlock()
-	return a.s.clustersLocked(now)
-}
-
 // AllClusters merges the clusters of the agents in memory (see
 // WithMaxAgents) by ID: counts are summed, the first and last times span
 // them all, the examples are those of the most recent, and Agents lists
@@ -499,19 +487,4 @@ func (l *Loop) AllClusters() []Cluster {
 // has loaded.
 func (l *Loop) SharedCauses() []SharedCause {
 	return l.shared.causes(l.clock.Now().UnixNano(), "", false)
-}
-
-// Health returns agentID's health score in [0, 1]: the success rate of
-// the calls in its analysis window, each weighted by its recency with a
-// half-life of a quarter of the window (HealthHalfLife), to within a
-// sixty-fourth of the window. It is 1 with no calls in the window.
-func (l *Loop) Health(agentID string) float64 {
-	now := l.clock.Now().UnixNano()
-	a, _ := l.lockAgent(nil, agentID)
-	if a == nil {
-		return 1
-	}
-	defer a.mu.Unlock()
-	l.thresholdLocked(a, now)
-	return a.s.Tracker.health(now)
 }

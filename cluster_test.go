@@ -159,11 +159,17 @@ func TestSharedCauses(t *testing.T) {
 	if len(all) != 3 || all[0].Count != 2 || len(all[0].Agents) != 2 {
 		t.Fatalf("all clusters: %+v", all)
 	}
-	// A restart rebuilds the index from the agents as they load.
+	// A restart rebuilds the index from the agents as they load for
+	// their calls; getters load nothing.
 	e.l.Close()
 	e.open(si.WithStrategy(nil))
 	e.l.Stats("a")
 	e.l.Stats("b")
+	if got := e.l.SharedCauses(); len(got) != 0 {
+		t.Fatalf("getters loaded agents: %+v", got)
+	}
+	e.call("a", nil, 0)
+	e.call("b", nil, 0)
 	if got := e.l.SharedCauses(); len(got) != 2 || got[0].Signature != sig {
 		t.Fatalf("after restart: %+v", got)
 	}

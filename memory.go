@@ -94,9 +94,6 @@ const (
 	memoryFormat          = 1
 )
 
-// WithMemory sets the failure memory's bounds. The memory is always on.
-func WithMemory(o MemoryOptions) Option { return func(opts *options) { opts.memory = o } }
-
 // memEntry is a remembered cluster with its terms.
 type memEntry struct {
 	Memory

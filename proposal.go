@@ -100,103 +100,6 @@ var (
 // go first, then the oldest pending ones.
 const maxProposals = 16
 
-// fileLocked files tw as a proposal for a, or folds it into the open
-// proposal for the same cluster. It returns the proposal and whether it
-// is new. a.mu is held.
-func (l *Loop) fileLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*Proposal, bool) {
-	s := &a.s
-	var cl *Cluster
-	for i := range an.Clusters {
-		if an.Clusters[i].ID == tw.Cluster {
-			cl = &an.Clusters[i]
-		}
-	}
-	if cl == nil && len(an.Clusters) > 0 {
-		cl = &an.Clusters[0]
-	}
-	var suggest *Config
-	if !tw.Config.Equal(s.Config) {
-		c := tw.Config.clone()
-		c.Version = 0
-		suggest = &c
-	}
-	p := Proposal{
-		AgentID: a.id, Rule: tw.Rule, Config: suggest, Rationale: tw.Reason,
-		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
-	}
-	if cl != nil {
-		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, cl.Signature
-		p.Count, p.Examples = cl.Count, slices.Clone(cl.Examples)
-	}
-	same := func(q *Proposal) bool {
-		return q.ClusterID == p.ClusterID && q.Rule == p.Rule &&
-			(q.Config == nil) == (p.Config == nil) && (q.Config == nil || q.Config.Equal(*p.Config))
-	}
-	for i := range s.Proposals {
-		q := &s.Proposals[i]
-		if q.ClusterID != p.ClusterID {
-			continue
-		}
-		switch {
-		case q.Status == ProposalPending:
-			// New evidence, and the newer suggestion.
-			q.Count, q.Examples, q.Updated = p.Count, p.Examples, p.Updated
-			q.Config, q.Rule, q.Rationale, q.Confidence, q.Class, q.RootCause = p.Config, p.Rule, p.Rationale, p.Confidence, p.Class, p.RootCause
-			return q, false
-		case q.Status.open(), q.Status == ProposalRejected && same(q):
-			// Being acted on, or the same suggestion was turned down.
-			return q, false
-		}
-	}
-	p.ID, p.Created = newID(now), now.UTC()
-	s.Proposals = append(s.Proposals, p)
-	if len(s.Proposals) > maxProposals {
-		i := slices.IndexFunc(s.Proposals, func(q Proposal) bool { return !q.Status.open() })
-		if i < 0 {
-			i = slices.IndexFunc(s.Proposals, func(q Proposal) bool { return q.Status == ProposalPending })
-		}
-		if i >= 0 {
-			s.Proposals = slices.Delete(s.Proposals, i, i+1)
-		} else {
-			s.Proposals = s.Proposals[1:]
-		}
-	}
-	return &s.Proposals[len(s.Proposals)-1], true
-}
-
-// proposalLocked returns a's proposal with the ID, or nil.
-func (s *agentState) proposalLocked(id string) *Proposal {
-	for i := range s.Proposals {
-		if s.Proposals[i].ID == id {
-			return &s.Proposals[i]
-		}
-	}
-	return nil
-}
-
-// closeProposalLocked records the outcome of a change on the proposal that
-// made it, if any.
-func (s *agentState) closeProposalLocked(ch *Change, now time.Time) {
-	if ch.ProposalID == "" {
-		return
-	}
-	p := s.proposalLocked(ch.ProposalID)
-	if p == nil {
-		return
-	}
-	switch ch.State {
-	case ChangeConfirmed:
-		p.Status = ProposalConfirmed
-	case ChangeRolledBack:
-		p.Status = ProposalRolledBack
-	case ChangeSuperseded:
-		p.Status = ProposalSuperseded
-	default:
-		return
-	}
-	p.Note, p.Updated = ch.Verdict, now.UTC()
-}
-
 // Proposals returns the proposals that keep reports true for (all of
 // them when keep is nil), oldest first. It covers every agent with
 // proposals: those in memory, and, with a Store that implements
@@ -222,59 +125,45 @@ func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 // ErrVerifying while another change is verified, and with
 // ErrTweakRejected when the config was rolled back before (see
 // ClearRejected) or is invalid or already current. A proposal with only
-// a rule is marked approved. The outcome is saved before Approve returns.
-// After Close it returns ErrClosed.
+// a rule is marked approved. The outcome is saved before Approve returns;
+// an approval that cannot be saved is taken back. After Close it returns
+// ErrClosed.
 func (l *Loop) Approve(id string) error {
 	if l.isClosed.Load() {
 		return ErrClosed
 	}
-	a, p, err := l.lockProposal(id)
+	a, err := l.lockProposal(id)
 	if err != nil {
 		return err
 	}
-	now := l.clock.Now()
-	if p.Status != ProposalPending {
-		a.mu.Unlock()
-		return fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
-	}
-	if p.Config == nil {
-		p.Status, p.Updated = ProposalApproved, now.UTC()
-		a.queueLocked(l.proposalEvent(EventProposalApproved, p, now))
-		a.mu.Unlock()
-		return l.persist(a)
-	}
-	if a.s.Verifying != nil {
-		a.mu.Unlock()
-		return fmt.Errorf("%w: approve %s after change %s is decided", ErrVerifying, id, a.s.Verifying.ID)
-	}
-	an := &Analysis{Config: a.s.Config, Stats: l.statsLocked(a, now.UnixNano())}
-	ch, err := l.applyLocked(a, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale, Cluster: p.ClusterID}, now)
-	if err != nil {
-		a.mu.Unlock()
-		return err
-	}
-	a.s.Verifying.ProposalID, ch.ProposalID = p.ID, p.ID
-	p.Status, p.ChangeID, p.Updated = ProposalApplied, ch.ID, now.UTC()
-	a.queueLocked(l.proposalEvent(EventProposalApproved, p, now))
-	ev := a.queueLocked(l.newEvent(EventImprovementApplied, a.id, ch))
+	ch, eff, err := a.s.approve(l.clock.Now(), id, &l.rules)
+	a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrTweakRejected) {
+			l.m.rejectedTweaks.Add(1)
+		}
+		return err
+	}
 	if err := l.persist(a); err != nil {
-		// A change that cannot be recorded is not made.
-		a.mu.Lock()
-		a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return q.ev == ev || q.ev.Proposal != nil && q.ev.Proposal.ID == id })
-		if v := a.s.Verifying; v != nil && v.ID == ch.ID {
-			a.s.endVerify()
-			a.installLocked(l, ch.From.clone())
-			a.s.History = a.s.History[:len(a.s.History)-1]
+		if ch != nil {
+			// A change that cannot be recorded is not made.
+			a.mu.Lock()
+			a.dropQueued(func(ev *Event) bool {
+				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id
+			})
+			a.s.unapprove(id, ch)
+			a.publishLocked(l.canaryCut > 0)
+			a.mu.Unlock()
 		}
-		if p := a.s.proposalLocked(id); p != nil {
-			p.Status, p.ChangeID = ProposalPending, ""
-		}
-		a.mu.Unlock()
 		return fmt.Errorf("selfimprove: proposal not applied: %w", err)
 	}
-	l.m.improvements.Add(1)
-	l.rememberFix(ch, FixVerifying, ch.AppliedAt)
+	if ch != nil {
+		l.m.improvements.Add(1)
+		if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
+			l.mem.addFix(f.cluster, f.fix)
+		}
+	}
 	return nil
 }
 
@@ -286,27 +175,22 @@ func (l *Loop) Reject(id, reason string) error {
 	if l.isClosed.Load() {
 		return ErrClosed
 	}
-	a, p, err := l.lockProposal(id)
+	a, err := l.lockProposal(id)
 	if err != nil {
 		return err
 	}
-	if p.Status != ProposalPending && !(p.Status == ProposalApproved && p.Config == nil) {
-		a.mu.Unlock()
-		return fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
-	}
-	now := l.clock.Now()
-	p.Status, p.Note, p.Updated = ProposalRejected, reason, now.UTC()
-	a.queueLocked(l.proposalEvent(EventProposalRejected, p, now))
-	if p.Config != nil && p.ClusterID != "" {
-		l.mem.addFix(p.ClusterID, Fix{AgentID: a.id, ProposalID: p.ID, From: a.s.Config.clone(), To: p.Config.clone(),
-			Reason: p.Rationale, State: FixRejected, Time: now.UTC()})
-	}
+	eff, err := a.s.reject(l.clock.Now(), id, reason, &l.rules)
+	a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.remember(eff.fixes)
 	return l.persist(a)
 }
 
 // lockProposal finds proposal id and returns its agent, locked.
-func (l *Loop) lockProposal(id string) (*agent, *Proposal, error) {
+func (l *Loop) lockProposal(id string) (*agent, error) {
 	for range 2 {
 		agentID, ok := l.props.agentOf(id)
 		if !ok {
@@ -317,42 +201,15 @@ func (l *Loop) lockProposal(id string) (*agent, *Proposal, error) {
 		}
 		a, err := l.lockAgent(nil, agentID)
 		if a == nil {
-			return nil, nil, err
+			return nil, err
 		}
-		if p := a.s.proposalLocked(id); p != nil {
-			return a, p, nil
+		if a.s.proposal(id) != nil {
+			return a, nil
 		}
 		a.mu.Unlock()
 		l.props.forget(id)
 	}
-	return nil, nil, fmt.Errorf("%w: %s", ErrProposalNotFound, id)
-}
-
-func (l *Loop) proposalEvent(t EventType, p *Proposal, now time.Time) *Event {
-	c := p.clone()
-	e := &Event{ID: newID(now), Time: now.UTC(), Type: t, AgentID: p.AgentID, Proposal: &c}
-	switch t {
-	case EventProposalFiled:
-		e.Message = fmt.Sprintf("agent %q: proposal %s for review (%s): %s", p.AgentID, p.ID, p.Class, p.Rationale)
-	case EventProposalApproved:
-		e.Message = fmt.Sprintf("agent %q: proposal %s approved", p.AgentID, p.ID)
-	case EventProposalRejected:
-		e.Message = fmt.Sprintf("agent %q: proposal %s rejected: %s", p.AgentID, p.ID, p.Note)
-	}
-	return e
-}
-
-// MetaStore is implemented by a Store that also keeps small loop-wide
-// documents. The loop keeps there the list of agents that have proposals,
-// so that Proposals and Approve find them after a restart before the
-// agents are loaded. FileStore (as <dir>/<name>.json) and MemoryStore
-// implement it.
-type MetaStore interface {
-	// LoadMeta reads the document name and passes it to decode; it
-	// returns an error wrapping fs.ErrNotExist when there is none.
-	LoadMeta(name string, decode func(doc []byte) error) error
-	// SaveMeta replaces the document name, atomically and durably.
-	SaveMeta(name string, doc []byte) error
+	return nil, fmt.Errorf("%w: %s", ErrProposalNotFound, id)
 }
 
 // proposalIndex maps proposal IDs to agents, and remembers which agents

@@ -47,7 +47,10 @@ import (
 //
 // The zero value is the default policy; each zero field takes its default,
 // and a negative (or NaN, or +Inf) MaxSuccessDrop or MaxLatencyRise, or a
-// negative MaxConsecutiveFailures, turns that rule off.
+// negative MaxConsecutiveFailures, turns that rule off. New refuses, with
+// ErrInvalidOption, an unknown Method, other negative counts and
+// durations, FalseRollbacks or MissedRollbacks outside [0, 1), BeforeCalls
+// above 16 and CanaryFraction above 0.5.
 type RollbackPolicy struct {
 	// Method is how the evidence is weighed. Default MethodFixed.
 	Method Method
@@ -174,6 +177,35 @@ const (
 	// maxCanaryFraction caps CanaryFraction.
 	maxCanaryFraction = 0.5
 )
+
+// validate checks the fields against their documented ranges: a zero
+// field takes its default, a negative MaxSuccessDrop, MaxLatencyRise or
+// MaxConsecutiveFailures turns its rule off, and anything else out of
+// range is an error naming the field.
+func (p RollbackPolicy) validate() error {
+	rate := func(f float64) bool { return f >= 0 && f < 1 } // false for NaN
+	switch {
+	case p.Method > MethodCanary:
+		return fmt.Errorf("Method %d is unknown", int(p.Method))
+	case p.MinCalls < 0:
+		return fmt.Errorf("MinCalls %d is negative", p.MinCalls)
+	case p.BeforeCalls < 0 || p.BeforeCalls > maxBeforeCalls:
+		return fmt.Errorf("BeforeCalls %d not in 0..%d", p.BeforeCalls, maxBeforeCalls)
+	case p.MinLatencyRise < 0:
+		return fmt.Errorf("MinLatencyRise %v is negative", p.MinLatencyRise)
+	case !rate(p.FalseRollbacks):
+		return fmt.Errorf("FalseRollbacks %v not in [0, 1)", p.FalseRollbacks)
+	case !rate(p.MissedRollbacks):
+		return fmt.Errorf("MissedRollbacks %v not in [0, 1)", p.MissedRollbacks)
+	case p.MaxCalls < 0:
+		return fmt.Errorf("MaxCalls %d is negative", p.MaxCalls)
+	case !(p.CanaryFraction >= 0 && p.CanaryFraction <= maxCanaryFraction):
+		return fmt.Errorf("CanaryFraction %v not in [0, %v]", p.CanaryFraction, maxCanaryFraction)
+	case p.CanaryCalls < 0:
+		return fmt.Errorf("CanaryCalls %d is negative", p.CanaryCalls)
+	}
+	return nil
+}
 
 // withDefaults fills the zero fields.
 func (p RollbackPolicy) withDefaults() RollbackPolicy {

@@ -82,12 +82,8 @@ func (e *DeliveryError) RetryAfter() time.Duration { return e.Wait }
 // post sends body to rawURL as JSON and maps the outcome. name names the
 // sender in errors.
 func post(ctx context.Context, client *http.Client, name, rawURL string, body []byte, header http.Header) error {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return &DeliveryError{Notifier: name, Err: errors.New("invalid URL")}
-	}
-	if u.Scheme != "https" && (u.Scheme != "http" || !isLoopback(u.Hostname())) {
-		return fmt.Errorf("%w (%s)", ErrInsecureURL, name)
+	if err := checkURL(name, rawURL); err != nil {
+		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
@@ -126,6 +122,45 @@ func post(ctx context.Context, client *http.Client, name, rawURL string, body []
 		}
 	}
 	return de
+}
+
+// checkURL accepts an https URL, or an http one to a loopback address.
+// The URL is a secret: errors never quote it.
+func checkURL(name, rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Host == "" {
+		return &DeliveryError{Notifier: name, Err: errors.New("invalid URL")}
+	}
+	if u.Scheme != "https" && (u.Scheme != "http" || !isLoopback(u.Hostname())) {
+		return fmt.Errorf("%w (%s)", ErrInsecureURL, name)
+	}
+	return nil
+}
+
+// checkNotifier checks the URLs of the built-in notifiers in n, so that
+// New reports a bad one at once rather than at the first delivery.
+func checkNotifier(n Notifier) error {
+	switch n := n.(type) {
+	case SlackNotifier:
+		return checkURL("slack", n.WebhookURL)
+	case *SlackNotifier:
+		return checkURL("slack", n.WebhookURL)
+	case TelegramNotifier:
+		return n.check()
+	case *TelegramNotifier:
+		return n.check()
+	case WebhookNotifier:
+		return checkURL("webhook", n.URL)
+	case *WebhookNotifier:
+		return checkURL("webhook", n.URL)
+	case Notifiers:
+		for _, m := range n {
+			if err := checkNotifier(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // parseRetryAfter reads a Retry-After header: seconds or an HTTP date.
@@ -240,11 +275,23 @@ func (n TelegramNotifier) Notify(ctx context.Context, e Event) error {
 	if err != nil {
 		return err
 	}
-	base := strings.TrimSuffix(n.BaseURL, "/")
-	if base == "" {
-		base = "https://api.telegram.org"
+	return post(ctx, n.Client, "telegram", n.base()+"/bot"+n.Token+"/sendMessage", body, nil)
+}
+
+func (n TelegramNotifier) base() string {
+	if b := strings.TrimSuffix(n.BaseURL, "/"); b != "" {
+		return b
 	}
-	return post(ctx, n.Client, "telegram", base+"/bot"+n.Token+"/sendMessage", body, nil)
+	return "https://api.telegram.org"
+}
+
+// check checks the Bot API's address, and that the token and the chat
+// are set.
+func (n TelegramNotifier) check() error {
+	if n.Token == "" || n.ChatID == "" {
+		return &DeliveryError{Notifier: "telegram", Err: errors.New("token and chat ID are required")}
+	}
+	return checkURL("telegram", n.base())
 }
 
 // WebhookNotifier posts each event as JSON (the Event, as stored) to URL.

@@ -29,112 +29,6 @@ import (
 // starts afresh; nothing is overwritten.
 var ErrCorruptState = errors.New("selfimprove: corrupt agent state")
 
-// stateFormat is the version of the agent state file format.
-const stateFormat = 1
-
-// agentState is everything the loop knows about one agent, as stored in
-// agents/<name>.json. It is guarded by the agent's mutex while in memory.
-type agentState struct {
-	Format int `json:"format"`
-	// AgentID is readable; AgentIDB64 is exact (JSON cannot carry
-	// non-UTF-8 strings) and is the one that is read back.
-	AgentID    string `json:"agent_id"`
-	AgentIDB64 string `json:"agent_id_b64"`
-
-	Config     Config   `json:"config"`
-	History    []Config `json:"history,omitempty"` // backups, newest last, at most maxHistory
-	MaxVersion int      `json:"max_version"`
-
-	Verifying *Change `json:"verifying,omitempty"`
-	Verify    counts  `json:"verify"`
-	// Control counts the calls that ran the previous config while the
-	// change is verified by MethodCanary.
-	Control counts   `json:"control,omitzero"`
-	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
-
-	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
-	// CircuitOpenUntil is when the agent's open circuit lets a probe
-	// through (Unix ns; 0 when closed).
-	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
-	// Gen counts the configs installed (applied, rolled back, set): calls
-	// are credited to the generation they started under, so that calls in
-	// flight across a change never count for the new config.
-	Gen uint64 `json:"generation"`
-
-	Manual   *thresholdJSON `json:"threshold,omitempty"`
-	Critical bool           `json:"critical,omitempty"`
-	Rejected []Tweak        `json:"rejected,omitempty"` // at most maxRejected, oldest first
-
-	Tracker tracker `json:"tracker"`
-
-	// Clusters are the agent's failure clusters, at most maxClusters.
-	Clusters []clusterRec `json:"clusters,omitempty"`
-	// Proposals are the agent's proposals, at most maxProposals, oldest
-	// first.
-	Proposals []Proposal `json:"proposals,omitempty"`
-}
-
-// verifyingLocked returns the change under verification with its counts so
-// far.
-func (s *agentState) verifyingLocked() Change {
-	ch := *s.Verifying
-	ch.After = s.Verify.stats()
-	if s.Control.Calls > 0 {
-		c := s.Control.stats()
-		ch.Control = &c
-	}
-	return ch
-}
-
-// evidence is what the policy judges the change under verification by.
-func (s *agentState) evidence() Evidence {
-	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats()}
-	if w := s.Verifying.Window; w != nil {
-		e.Window = *w
-	}
-	return e
-}
-
-// endVerify ends verification.
-func (s *agentState) endVerify() {
-	s.Verifying, s.Verify, s.Control = nil, counts{}, counts{}
-}
-
-// Bounds on the per-agent lists, so that an agent's memory does not grow
-// with its history.
-const (
-	maxHistory  = 16
-	maxChanges  = 16
-	maxRejected = 32
-)
-
-// appendBounded appends v to s and drops the oldest elements beyond n.
-func appendBounded[T any](s []T, v T, n int) []T {
-	s = append(s, v)
-	if len(s) > n {
-		s = append(s[:0:0], s[len(s)-n:]...)
-	}
-	return s
-}
-
-// thresholdJSON is a manual Threshold as stored.
-type thresholdJSON struct {
-	Failures int          `json:"failures"`
-	Window   jsonDuration `json:"window"`
-	Cooldown jsonDuration `json:"cooldown"`
-}
-
-func newState(id string, cfg Config) agentState {
-	return agentState{
-		Format:     stateFormat,
-		AgentID:    id,
-		AgentIDB64: base64.StdEncoding.EncodeToString([]byte(id)),
-		Config:     cfg,
-		MaxVersion: cfg.Version,
-		Tracker:    tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}},
-	}
-}
-
 // Store keeps what the loop learns: each agent's state, and the logs of
 // events and traces. The loop serialises the calls that concern one agent;
 // calls about different agents, and appends, may come concurrently. The
@@ -157,6 +51,19 @@ type Store interface {
 	AppendTraces(traces []Trace) error
 	// Close releases the store.
 	Close() error
+}
+
+// MetaStore is implemented by a Store that also keeps small loop-wide
+// documents. The loop keeps there the list of agents that have proposals,
+// so that Proposals and Approve find them after a restart before the
+// agents are loaded. FileStore (as <dir>/<name>.json) and MemoryStore
+// implement it.
+type MetaStore interface {
+	// LoadMeta reads the document name and passes it to decode; it
+	// returns an error wrapping fs.ErrNotExist when there is none.
+	LoadMeta(name string, decode func(doc []byte) error) error
+	// SaveMeta replaces the document name, atomically and durably.
+	SaveMeta(name string, doc []byte) error
 }
 
 // ErrLocked is returned (wrapped) by New when another Loop, in this process
@@ -657,8 +564,4 @@ func (st *agentState) check(id string) error {
 		}
 	}
 	return nil
-}
-
-func (t *thresholdJSON) threshold() Threshold {
-	return Threshold{Failures: t.Failures, Window: time.Duration(t.Window), Cooldown: time.Duration(t.Cooldown)}
 }

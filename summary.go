@@ -38,7 +38,7 @@ func (l *Loop) DailySummary() Summary {
 	n, since := now.UnixNano(), now.Add(-24*time.Hour)
 	out := Summary{Time: now.UTC()}
 	l.eachAgent(func(a *agent) {
-		st := l.statsLocked(a, n)
+		st := a.s.stats(n)
 		as := AgentSummary{AgentID: a.id, Calls: st.CallsPerDay, SuccessRate: st.SuccessRate, Health: a.s.Tracker.health(n)}
 		changes := a.s.Changes
 		if v := a.s.Verifying; v != nil {
@@ -67,17 +67,6 @@ func (l *Loop) DailySummary() Summary {
 	slices.SortFunc(out.Agents, func(x, y AgentSummary) int { return cmp.Compare(x.AgentID, y.AgentID) })
 	return out
 }
-
-// WithDailySummary sends the DailySummary to the notifier every day at
-// the given offset into the UTC day (9*time.Hour: at 09:00 UTC), as an
-// EventDailySummary. Default off.
-func WithDailySummary(at time.Duration) Option {
-	return func(o *options) { o.summaryAt, o.summaryOn = at, true }
-}
-
-// WithNotifyOptions tunes the delivery of events: queue size, retries,
-// digests. See NotifyOptions for the defaults.
-func WithNotifyOptions(n NotifyOptions) Option { return func(o *options) { o.notify = n } }
 
 // nextDaily returns the wait from now until the next time of day at.
 func nextDaily(now time.Time, at time.Duration) time.Duration {

@@ -1,0 +1,140 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// analysisMemories is how many memories an Analysis carries.
+const analysisMemories = 5
+
+// startAnalysis runs the strategy for a in the background and waits for it
+// while ctx lasts. The strategy's own deadline bounds the wait.
+func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report) {
+	l.bgMu.Lock()
+	if l.closed {
+		l.bgMu.Unlock()
+		a.mu.Lock()
+		a.s.analyzing = false
+		a.mu.Unlock()
+		return
+	}
+	l.bg.Add(1)
+	l.bgMu.Unlock()
+	type result struct {
+		ch  *Change
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer l.bg.Done()
+		ch, err := l.analyze(ctx, a, an, th)
+		done <- result{ch, err}
+	}()
+	select {
+	case r := <-done:
+		rep.Improvement = r.ch
+		if r.err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, r.err)
+		}
+	case <-ctx.Done():
+		// The caller has gone; the analysis finishes on its own and
+		// announces its outcome with an event.
+	}
+}
+
+// analyze runs the strategy under its deadline, then has the agent's
+// state take its answer (start the cooldown, apply the tweak or file the
+// proposal) and saves it. A change that cannot be saved is taken back.
+func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold) (*Change, error) {
+	var (
+		tw  *Tweak
+		err error
+	)
+	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
+	if top := largest(an.Clusters); top != nil {
+		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
+	}
+	if l.strategy != nil {
+		l.m.strategyRuns.Add(1)
+		tw, err = l.callStrategy(ctx, an)
+		if err != nil {
+			l.m.strategyErrors.Add(1)
+			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
+		}
+	}
+	if err == nil && tw != nil && tw.Review {
+		// Saved before the proposal is, so that the list of agents with
+		// proposals covers it.
+		err = l.addProposalAgent(a.id)
+	}
+	now := l.clock.Now()
+	a.mu.Lock()
+	eff, terr := a.s.finishAnalysis(now, an, th, tw, err, &l.rules)
+	a.commitLocked(&eff, l.canaryCut > 0)
+	a.mu.Unlock()
+	if terr != nil && err == nil {
+		if eff.rejected {
+			l.m.rejectedTweaks.Add(1)
+		}
+		l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", terr)
+	}
+	for _, p := range eff.proposals {
+		l.props.note(a.id, []Proposal{p})
+	}
+	perr := l.persist(a)
+	ch := eff.applied
+	if ch == nil {
+		return nil, errors.Join(terr, perr)
+	}
+	if perr != nil {
+		// A change that cannot be recorded is not made.
+		a.mu.Lock()
+		a.dropQueued(func(ev *Event) bool {
+			return ev.Type == EventImprovementApplied && ev.Change != nil && ev.Change.ID == ch.ID
+		})
+		if a.s.unapply(ch) {
+			a.publishLocked(l.canaryCut > 0)
+		}
+		a.mu.Unlock()
+		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
+	}
+	l.m.improvements.Add(1)
+	if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
+		l.mem.addFix(f.cluster, f.fix)
+	}
+	return ch, nil
+}
+
+// callStrategy calls the strategy in its own goroutine, so that a strategy
+// that ignores its context delays nobody beyond the deadline.
+func (l *Loop) callStrategy(ctx context.Context, an *Analysis) (*Tweak, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.strategyTimeout)
+	defer cancel()
+	type result struct {
+		tw  *Tweak
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				l.m.strategyPanics.Add(1)
+				res <- result{nil, fmt.Errorf("%w: %v", ErrStrategyPanic, r)}
+			}
+		}()
+		tw, err := l.strategy.Analyze(sctx, *an)
+		res <- result{tw, err}
+	}()
+	select {
+	case r := <-res:
+		if r.err != nil {
+			return nil, fmt.Errorf("selfimprove: strategy: %w", r.err)
+		}
+		return r.tw, nil
+	case <-sctx.Done():
+		l.m.strategyTimeouts.Add(1)
+		return nil, fmt.Errorf("%w after %v", ErrStrategyTimeout, l.strategyTimeout)
+	}
+}

@@ -1,0 +1,368 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
+// fn; nothing is run or recorded.
+var ErrNilFunc = errors.New("selfimprove: nil function")
+
+// ErrInvalidAgentID is returned (wrapped) for an agent ID longer than
+// MaxAgentIDLen: by the Loop's methods, and in Report.LoopErr by a call,
+// which still runs fn, untracked, under the default config.
+var ErrInvalidAgentID = errors.New("selfimprove: invalid agent ID")
+
+// MaxAgentIDLen is the longest agent ID the loop accepts, in bytes. An ID
+// is otherwise any string: the loop never uses it as a path or a key
+// without mapping it to a safe name first.
+const MaxAgentIDLen = 1024
+
+// checkAgentID refuses an ID longer than MaxAgentIDLen.
+func checkAgentID(id string) error {
+	if len(id) > MaxAgentIDLen {
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidAgentID, len(id), MaxAgentIDLen)
+	}
+	return nil
+}
+
+// ExecuteWithImprovement runs fn under agentID's current config and returns
+// fn's final error unchanged, with a Report of what the loop did.
+//
+// The loop enforces the config: each attempt gets a context with the
+// config's Timeout, a failed attempt is retried up to MaxAttempts with
+// exponential Backoff, and retries stop when ctx ends. A panic in fn is
+// recorded as a failure and re-raised from the frame it was raised in, so
+// that its trace still shows fn and its callers. A call whose ctx ended
+// before fn succeeded is recorded as ignored, not as a failure. A nil fn
+// returns ErrNilFunc and records nothing.
+//
+// After fn returns, the loop records the outcome against the config
+// version fn ran under. If a change is under verification, the outcome may
+// confirm it or roll it back; otherwise a failure that crosses the agent's
+// threshold runs the strategy (at most once at a time per agent) and may
+// apply a tweak. Decisions are saved before ExecuteWithImprovement
+// returns. The common case (a call with no change under verification and
+// no threshold crossed) allocates nothing and does no I/O; with
+// TracesSync it waits for its trace to be fsynced, with other callers'.
+func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (Report, error) {
+	var rep Report
+	if fn == nil {
+		rep.Err, rep.LoopErr = ErrNilFunc, ErrNilFunc
+		return rep, ErrNilFunc
+	}
+	if l.isClosed.Load() {
+		return l.untracked(ctx, agentID, fn, ErrClosed)
+	}
+	if err := checkAgentID(agentID); err != nil {
+		return l.untracked(ctx, agentID, fn, err)
+	}
+	a, err := l.agent(agentID)
+	c := call{}
+	var cfg *Config
+	if a != nil {
+		if a.openUntil.Load() != 0 { // set only with a breaker
+			var ok bool
+			if c.probe, ok = l.admit(a); !ok {
+				rep.Err = ErrCircuitOpen
+				rep.ConfigVersion = a.cfg.Load().Version
+				return rep, ErrCircuitOpen
+			}
+		}
+		inst := a.cfg.Load()
+		cfg, c.gen = &inst.Config, inst.gen
+		if inst.prev != nil {
+			if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
+				cfg = inst.prev
+			}
+		}
+	} else {
+		// The agent's state cannot be read: run fn untracked under the
+		// default config rather than fail the call.
+		d := l.defaultConfig
+		cfg = &d
+	}
+	rep.LoopErr = err
+	rep.ConfigVersion = cfg.Version
+	c.version, c.arm = cfg.Version, rep.Arm
+	start := l.clock.Now()
+	done := false
+	defer func() {
+		if !done {
+			if pv := recover(); pv != nil {
+				// Recorded, then raised again here, on top of fn's
+				// frames: the trace still shows where it panicked.
+				l.finish(ctx, a, agentID, &c, &rep, start, pv)
+				panic(pv)
+			}
+		}
+	}()
+	rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts)
+	done = true
+	l.finish(ctx, a, agentID, &c, &rep, start, nil)
+	return rep, rep.Err
+}
+
+// finish completes the Report of a call that ran fn (pv is its panic
+// value, if it panicked) and records the call.
+func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, rep *Report, start time.Time, pv any) {
+	c.end, rep.Duration = l.since(start)
+	c.dur = rep.Duration
+	var text string
+	if pv != nil {
+		rep.Err = &panicError{pv}
+		text = keepText(fmt.Sprintf("panic: %v", pv))
+	}
+	rep.Success = rep.Err == nil
+	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
+	if a == nil {
+		return
+	}
+	c.failed, c.ignored = !rep.Success, rep.Ignored
+	if c.failed && !c.ignored {
+		if pv == nil {
+			text = errText(rep.Err)
+		}
+		// Classified and signed before the agent's lock is taken.
+		var buf [4 * maxSignature]byte
+		sig := appendSignature(buf[:0], text)
+		c.text, c.class, c.cluster = text, classify(rep.Err, text), clusterID(sig)
+		l.record(ctx, a, c, sig, rep)
+	} else {
+		l.record(ctx, a, c, nil, rep)
+	}
+	if l.traces != nil {
+		if c.ignored {
+			text = errText(rep.Err)
+		}
+		l.trace(agentID, c.version, c.end, rep, text)
+	}
+}
+
+// untracked runs fn under agentID's config (the default config for an
+// agent not in memory) without recording it: after Close, or for an
+// invalid agent ID. why goes to Report.LoopErr.
+func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error) (Report, error) {
+	rep := Report{LoopErr: why}
+	cfg := l.defaultConfig
+	if v, ok := l.agents.Load(agentID); ok {
+		cfg = v.(*agent).cfg.Load().Config
+	}
+	rep.ConfigVersion = cfg.Version
+	start := l.clock.Now()
+	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts)
+	_, rep.Duration = l.since(start)
+	rep.Success = rep.Err == nil
+	return rep, rep.Err
+}
+
+// since returns the time now and the time elapsed since start. With the
+// default clock it reads the monotonic clock only (time.Since), which costs
+// half a time.Now, and derives the end time from start.
+func (l *Loop) since(start time.Time) (time.Time, time.Duration) {
+	if l.realTime {
+		d := time.Since(start)
+		return start.Add(d), d
+	}
+	end := l.clock.Now()
+	return end, end.Sub(start)
+}
+
+// Execute is ExecuteWithImprovement for a function that returns a value:
+// it returns the value of fn's last attempt, the Report and fn's error. A
+// nil fn returns ErrNilFunc.
+func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(context.Context, Config) (T, error)) (T, Report, error) {
+	var out T
+	if fn == nil {
+		rep := Report{Err: ErrNilFunc, LoopErr: ErrNilFunc}
+		return out, rep, ErrNilFunc
+	}
+	rep, err := l.ExecuteWithImprovement(ctx, agentID, func(ctx context.Context, c Config) error {
+		v, err := fn(ctx, c)
+		out = v
+		return err
+	})
+	return out, rep, err
+}
+
+// run makes the attempts cfg allows, and the call's Budget, if any,
+// counting them in *n. It stops at the first success or when ctx ends. A
+// panic in fn goes up to the caller. A retry's context carries an Attempt
+// (see AttemptInfo).
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int) (err error, exhausted bool) {
+	*n = 1
+	err = runOnce(ctx, cfg, fn)
+	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
+		return err, false
+	}
+	return l.retry(ctx, cfg, fn, err, n)
+}
+
+// retry makes the attempts after a failed first one; see run. Each
+// attempt's context is ctx with an Attempt about the one before.
+func (l *Loop) retry(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, err error, n *int) (_ error, exhausted bool) {
+	budget, _ := ctx.Value(budgetKey{}).(*Budget)
+	for *n < cfg.attempts() {
+		if budget != nil && !budget.allows(*n+1) {
+			return err, true
+		}
+		if d := backoff(cfg.Backoff, *n); d > 0 && l.sleep(ctx, d) != nil {
+			break
+		}
+		text := errText(err)
+		*n++
+		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: *n, LastErr: err,
+			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
+		if err = runOnce(actx, cfg, fn); err == nil || ctx.Err() != nil {
+			return err, false
+		}
+	}
+	return err, false
+}
+
+// attemptMemories is how many memories an Attempt carries.
+const attemptMemories = 3
+
+// runOnce runs fn once, under cfg's per-attempt deadline.
+func runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) error {
+	if cfg.Timeout > 0 {
+		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+		return fn(actx, *cfg)
+	}
+	return fn(ctx, *cfg)
+}
+
+// Sleeper is an optional method of a Clock: Sleep waits d, or until ctx
+// ends and then returns ctx's error. The loop waits between attempts with
+// it; a simulated clock can advance itself instead of waiting. Without
+// it the loop waits on a runtime timer.
+type Sleeper interface {
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// sleep waits d on the clock, or until ctx ends.
+func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
+	if s, ok := l.clock.(Sleeper); ok {
+		return s.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoff returns the wait after the given attempt: uniform in [d/2, d]
+// with d = base×2^(attempt-1), capped at maxBackoff.
+func backoff(base time.Duration, attempt int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	d := base
+	for i := 1; i < attempt && d < maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, maxBackoff)
+	half := d / 2
+	return half + rand.N(d-half+1)
+}
+
+// admit decides whether a call of a may run fn: it returns probe when the
+// call is the probe of a half-open circuit, and ok false when it must fail
+// fast.
+func (l *Loop) admit(a *agent) (probe, ok bool) {
+	if !l.breaker.admits(l.clock.Now().UnixNano(), a.openUntil.Load()) || !a.probing.CompareAndSwap(false, true) {
+		return false, false
+	}
+	return true, true
+}
+
+// trace hands the call's trace to the writer.
+func (l *Loop) trace(agentID string, version int, end time.Time, rep *Report, text string) {
+	t := Trace{Time: end, AgentID: agentID, Version: version, Outcome: OutcomeSuccess, Duration: rep.Duration, Attempts: rep.Attempts, Err: text}
+	switch {
+	case rep.Ignored:
+		t.Outcome = OutcomeIgnored
+	case !rep.Success:
+		t.Outcome = OutcomeFailure
+	}
+	if err := l.traces.add(&t); err != nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+	}
+}
+
+// Arm is the arm of a canary verification a call ran in.
+type Arm uint8
+
+// The arms.
+const (
+	ArmNone    Arm = iota // no canary verification was under way
+	ArmChange             // the call ran the config under verification
+	ArmControl            // the call ran the config before it
+)
+
+// String returns "", "change" or "control".
+func (a Arm) String() string {
+	switch a {
+	case ArmNone:
+		return ""
+	case ArmChange:
+		return "change"
+	case ArmControl:
+		return "control"
+	}
+	return fmt.Sprintf("Arm(%d)", int(a))
+}
+
+// arm picks the arm of the next call under in: a deterministic hash of the
+// canary seed, the generation and the call's number, below canaryCut for
+// the control arm.
+func (l *Loop) arm(in *installed) Arm {
+	if splitmix(l.rules.policy.CanarySeed+in.gen*0x9e3779b97f4a7c15+in.seq.Add(1)) < l.canaryCut {
+		return ArmControl
+	}
+	return ArmChange
+}
+
+// splitmix is the SplitMix64 finaliser.
+func splitmix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// record books a finished call on its agent and carries out what the
+// state machine decided. sig is a failure's signature.
+func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *Report) {
+	a, err := l.lockAgent(a, a.id)
+	if a == nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+		return
+	}
+	a.lastUsed = c.end.UnixNano()
+	a.dirty = true
+	eff := a.s.record(c, sig, &l.rules)
+	if c.probe {
+		a.probing.Store(false) // the probe is over; another call may probe
+	}
+	a.commitLocked(&eff, l.canaryCut > 0)
+	window := a.s.Tracker.Win.Width * windowSlots
+	a.mu.Unlock()
+	if c.failed && !c.ignored {
+		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
+		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
+	}
+	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
+		l.carry(ctx, a, &eff, rep)
+	}
+}

@@ -1,0 +1,216 @@
+package selfimprove
+
+import (
+	"fmt"
+	"slices"
+)
+
+// The Loop's methods for operators and tools. Getters never create an
+// agent, never keep one loaded, and never write: an agent not in memory
+// is read from the store (before Close), and an unknown one gets the
+// documented answer for "no such agent". Setters load or create the
+// agent, and save what they did before they return.
+
+// Config returns a copy of agentID's current config (the default config
+// for an agent the loop does not know, or whose state cannot be read).
+func (l *Loop) Config(agentID string) Config {
+	if v, ok := l.agents.Load(agentID); ok {
+		return v.(*agent).cfg.Load().Config.clone()
+	}
+	c := l.defaultConfig.clone()
+	l.view(agentID, func(s *agentState) { c = s.Config.clone() })
+	return c
+}
+
+// Stats returns agentID's stats over its analysis window (for an agent the
+// loop does not know, those of a new agent: no calls, SuccessRate 1).
+func (l *Loop) Stats(agentID string) Stats {
+	now := l.clock.Now().UnixNano()
+	var st Stats
+	if !l.view(agentID, func(s *agentState) { st = s.stats(now) }) {
+		fresh := newState(agentID, l.defaultConfig)
+		st = fresh.stats(now)
+	}
+	return st
+}
+
+// Threshold returns the threshold in force for agentID and the profile it
+// comes from (the low-frequency profile for an agent the loop does not
+// know).
+func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
+	now := l.clock.Now().UnixNano()
+	th, prof := thresholdFor(nil, false, 0)
+	l.view(agentID, func(s *agentState) { th, prof = s.threshold(now) })
+	return th, prof
+}
+
+// Health returns agentID's health score in [0, 1]: the success rate of
+// the calls in its analysis window, each weighted by its recency with a
+// half-life of a quarter of the window (HealthHalfLife), to within a
+// sixty-fourth of the window. It is 1 with no calls in the window, and for
+// an agent the loop does not know.
+func (l *Loop) Health(agentID string) float64 {
+	now := l.clock.Now().UnixNano()
+	h := 1.0
+	l.view(agentID, func(s *agentState) { h = s.health(now) })
+	return h
+}
+
+// Clusters returns agentID's failure clusters with failures in its
+// analysis window, most failures first.
+func (l *Loop) Clusters(agentID string) []Cluster {
+	now := l.clock.Now().UnixNano()
+	var out []Cluster
+	l.view(agentID, func(s *agentState) { out = s.clustersLocked(now) })
+	return out
+}
+
+// Changes returns agentID's recent changes, oldest first: up to 16 decided
+// ones, then the one under verification, if any.
+func (l *Loop) Changes(agentID string) []Change {
+	var out []Change
+	l.view(agentID, func(s *agentState) {
+		out = slices.Clone(s.Changes)
+		if s.Verifying != nil {
+			out = append(out, s.verifying())
+		}
+	})
+	return out
+}
+
+// History returns the configs agentID ran that the loop still holds,
+// oldest version first, the current one last: the backups kept for
+// rollback (up to 16) and the configs of the kept changes. Rewind takes
+// any of their versions. It is nil for an agent the loop does not know.
+func (l *Loop) History(agentID string) []Config {
+	var out []Config
+	l.view(agentID, func(s *agentState) {
+		seen := map[int]bool{}
+		add := func(c Config) {
+			if c.Version > 0 && !seen[c.Version] {
+				seen[c.Version] = true
+				out = append(out, c.clone())
+			}
+		}
+		for _, c := range s.History {
+			add(c)
+		}
+		for _, ch := range s.Changes {
+			add(ch.From)
+			add(ch.To)
+		}
+		if s.Verifying != nil {
+			add(s.Verifying.From)
+		}
+		slices.SortFunc(out, func(x, y Config) int { return x.Version - y.Version })
+		out = slices.DeleteFunc(out, func(c Config) bool { return c.Version == s.Config.Version })
+		out = append(out, s.Config.clone())
+	})
+	return out
+}
+
+// SetConfig sets agentID's baseline config, as an operator action. The
+// config gets the agent's next version (cfg.Version is ignored); a change
+// under verification is superseded. The new config and an EventConfigSet
+// are saved before SetConfig returns. After Close it returns ErrClosed and
+// writes nothing.
+func (l *Loop) SetConfig(agentID string, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return l.operate(agentID, func(a *agent) (effects, error) {
+		return a.s.setConfig(l.clock.Now(), cfg, &l.rules), nil
+	})
+}
+
+// Rewind installs the config agentID ran as version as its next version,
+// as an operator action with the given reason. The change is verified
+// like any other, and may be rolled back; a change under verification is
+// superseded. The versions it takes are those History returns; it fails
+// with ErrUnknownVersion for another, and with ErrTweakRejected for the
+// current one. The change is saved before Rewind returns. After Close it
+// returns ErrClosed and writes nothing.
+func (l *Loop) Rewind(agentID string, version int, reason string) (Change, error) {
+	var ch *Change
+	err := l.operate(agentID, func(a *agent) (effects, error) {
+		c, eff, err := a.s.rewind(l.clock.Now(), version, reason, &l.rules)
+		ch = c
+		return eff, err
+	})
+	if err != nil {
+		return Change{}, err
+	}
+	l.m.improvements.Add(1)
+	if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
+		l.mem.addFix(f.cluster, f.fix)
+	}
+	return *ch, nil
+}
+
+// SetThreshold overrides agentID's profile with t; the zero Threshold
+// removes the override. The setting is saved before SetThreshold returns.
+func (l *Loop) SetThreshold(agentID string, t Threshold) error {
+	if t != (Threshold{}) {
+		if err := t.validate(); err != nil {
+			return err
+		}
+	}
+	msg := fmt.Sprintf("agent %q: threshold set to %d failures in %v, cooldown %v, by operator", agentID, t.Failures, t.Window, t.Cooldown)
+	if t == (Threshold{}) {
+		msg = fmt.Sprintf("agent %q: manual threshold removed by operator", agentID)
+	}
+	return l.update(agentID, EventThresholdSet, msg, func(s *agentState) {
+		if t == (Threshold{}) {
+			s.Manual = nil
+		} else {
+			s.Manual = &thresholdJSON{Failures: t.Failures, Window: jsonDuration(t.Window), Cooldown: jsonDuration(t.Cooldown)}
+		}
+	})
+}
+
+// MarkCritical marks agentID critical (or not). A critical agent gets the
+// critical threshold unless SetThreshold overrides it. The mark is saved
+// before MarkCritical returns.
+func (l *Loop) MarkCritical(agentID string, critical bool) error {
+	return l.update(agentID, EventCriticalSet, fmt.Sprintf("agent %q: marked critical=%v by operator", agentID, critical),
+		func(s *agentState) { s.Critical = critical })
+}
+
+// ClearRejected forgets the tweaks rolled back for agentID, so that the
+// strategy's proposals are no longer refused for matching them.
+func (l *Loop) ClearRejected(agentID string) error {
+	return l.update(agentID, EventRejectedCleared, fmt.Sprintf("agent %q: rejected tweaks cleared by operator", agentID),
+		func(s *agentState) { s.Rejected = nil })
+}
+
+// update applies an operator setting to agentID's state, and saves it with
+// an event of type t.
+func (l *Loop) update(agentID string, t EventType, msg string, f func(*agentState)) error {
+	return l.operate(agentID, func(a *agent) (effects, error) {
+		return a.s.operatorSet(l.clock.Now(), t, msg, f, &l.rules), nil
+	})
+}
+
+// operate runs an operator transition on agentID's state, loading or
+// creating the agent, and saves it before returning. A transition that
+// fails changes nothing. After Close it returns ErrClosed.
+func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	a, err := l.lockAgent(nil, agentID)
+	if a == nil {
+		return err
+	}
+	eff, err := f(a)
+	a.commitLocked(&eff, l.canaryCut > 0)
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.remember(eff.fixes)
+	return l.persist(a)
+}

@@ -1,0 +1,264 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+)
+
+// ErrInvalidOption is returned (wrapped, with the option's name) by New
+// for an option outside its documented range.
+var ErrInvalidOption = errors.New("selfimprove: invalid option")
+
+// Option configures a Loop. New checks every option and fails, naming the
+// option, when one is outside its documented range.
+type Option func(*options)
+
+type options struct {
+	dir             string
+	store           Store
+	fileOpts        FileOptions
+	traceMode       TraceMode
+	traceQueue      int
+	traceWait       time.Duration
+	maxAgents       int
+	memory          MemoryOptions
+	breaker         CircuitBreaker
+	breakerSet      bool
+	clock           Clock
+	strategy        Strategy
+	strategySet     bool
+	notifier        Notifier
+	notifierSet     bool
+	logger          *slog.Logger
+	policy          RollbackPolicy
+	defaultConfig   Config
+	strategyTimeout time.Duration
+	notifyTimeout   time.Duration
+	flushInterval   time.Duration
+	notify          NotifyOptions
+	summaryAt       time.Duration
+	summaryOn       bool
+}
+
+// defaults are the options before any Option is applied.
+func defaults() options {
+	return options{
+		clock:           realClock{},
+		strategyTimeout: 10 * time.Second,
+		notifyTimeout:   5 * time.Second,
+		flushInterval:   10 * time.Second,
+		traceQueue:      65536,
+		traceWait:       time.Second,
+		maxAgents:       10_000,
+	}
+}
+
+// validate checks every option against its documented range and fills in
+// the defaults that depend on others.
+func (o *options) validate() error {
+	bad := func(name, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidOption, name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case o.fileOpts.KeepArchives < 0:
+		return bad("WithLogRotation", "keep %d is negative", o.fileOpts.KeepArchives)
+	case o.traceMode < TracesOff || o.traceMode > TracesSync:
+		return bad("WithTraces", "unknown mode %d", int(o.traceMode))
+	case o.traceQueue < 1 || o.traceQueue > 1<<24:
+		return bad("WithTraceQueue", "size %d not in 1..%d", o.traceQueue, 1<<24)
+	case o.traceWait < 0:
+		return bad("WithTraceQueue", "wait %v is negative", o.traceWait)
+	case o.maxAgents < 1:
+		return bad("WithMaxAgents", "%d is less than 1", o.maxAgents)
+	case o.memory.MaxClusters < 0:
+		return bad("WithMemory", "MaxClusters %d is negative", o.memory.MaxClusters)
+	case o.memory.HalfLife < 0:
+		return bad("WithMemory", "HalfLife %v is negative", o.memory.HalfLife)
+	case o.breakerSet && o.breaker.Failures < 0:
+		return bad("WithCircuitBreaker", "Failures %d is negative", o.breaker.Failures)
+	case o.breakerSet && o.breaker.Failures > MaxThresholdFailures:
+		return bad("WithCircuitBreaker", "Failures %d is more than %d", o.breaker.Failures, MaxThresholdFailures)
+	case o.breakerSet && o.breaker.CoolOff < 0:
+		return bad("WithCircuitBreaker", "CoolOff %v is negative", o.breaker.CoolOff)
+	case o.strategyTimeout <= 0:
+		return bad("WithStrategyTimeout", "%v is not positive", o.strategyTimeout)
+	case o.notifyTimeout <= 0:
+		return bad("WithNotifyTimeout", "%v is not positive", o.notifyTimeout)
+	case o.flushInterval < 0:
+		return bad("WithFlushInterval", "%v is negative", o.flushInterval)
+	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0:
+		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff or BurstWindow")
+	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
+		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
+	}
+	if err := o.policy.validate(); err != nil {
+		return bad("WithRollbackPolicy", "%v", err)
+	}
+	if err := o.defaultConfig.validate(); err != nil {
+		return fmt.Errorf("%w: WithDefaultConfig: %w", ErrInvalidOption, err)
+	}
+	if err := checkNotifier(o.notifier); err != nil {
+		return fmt.Errorf("%w: WithNotifier: %w", ErrInvalidOption, err)
+	}
+	if o.clock == nil {
+		o.clock = realClock{}
+	}
+	if !o.strategySet {
+		o.strategy = DefaultStrategy()
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.breakerSet {
+		if o.breaker.Failures == 0 {
+			o.breaker.Failures = 5
+		}
+		if o.breaker.CoolOff == 0 {
+			o.breaker.CoolOff = 30 * time.Second
+		}
+	}
+	return nil
+}
+
+// WithDir sets the state directory of the default FileStore. Default
+// DefaultDir(). With WithStore it has no effect.
+func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+
+// WithStore sets where the loop keeps its state and logs, instead of a
+// FileStore on WithDir. The Loop closes the store on Close. Default: a
+// FileStore on DefaultDir().
+func WithStore(s Store) Option { return func(o *options) { o.store = s } }
+
+// WithMemoryStore keeps everything in memory (a new MemoryStore): nothing
+// survives the process.
+func WithMemoryStore() Option { return WithStore(NewMemoryStore()) }
+
+// WithLogRotation sets when the default FileStore rotates events.jsonl and
+// traces.jsonl: at maxSize bytes (default 0: 64 MiB; negative: never) and how
+// many gzip archives of each it keeps (default 0: 5).
+func WithLogRotation(maxSize int64, keep int) Option {
+	return func(o *options) { o.fileOpts.MaxLogSize, o.fileOpts.KeepArchives = maxSize, keep }
+}
+
+// WithTraces turns on the trace log: one record per call (agent, config
+// version, outcome, duration, attempts, error text, time). See TraceMode
+// for what each mode costs and what a crash can lose. Default TracesOff.
+func WithTraces(mode TraceMode) Option { return func(o *options) { o.traceMode = mode } }
+
+// WithTraceQueue bounds the traces waiting for the writer (size, default
+// 65,536, range 1 to 16,777,216) and how long a call waits for room when
+// the writer falls behind, or, in TracesSync mode, for its trace to be
+// written (wait, default 1s, not negative). A trace that waits longer is
+// dropped, counted in Metrics.TracesDropped, logged, and reported in
+// Report.LoopErr.
+func WithTraceQueue(size int, wait time.Duration) Option {
+	return func(o *options) { o.traceQueue, o.traceWait = size, wait }
+}
+
+// WithMaxAgents bounds the agents kept in memory (default 10,000, at
+// least 1; about 3.4 KiB each, 11 KiB at worst). When more are live, the
+// least recently used are saved and evicted, and reloaded from the store
+// on their next call. Agents with an analysis running or events not yet
+// logged stay.
+func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
+
+// WithClock sets the clock. Default (and nil): the real clock, time.Now.
+func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithStrategy sets the strategy that proposes tweaks. Default
+// DefaultStrategy(). With nil the loop only tracks: it reports
+// ImprovementTriggered and applies nothing.
+func WithStrategy(s Strategy) Option {
+	return func(o *options) { o.strategy, o.strategySet = s, true }
+}
+
+// WithNotifier sets where events go. Default: LogNotifier with the
+// loop's logger; nil turns notifications off (events are still stored).
+// New checks the URLs of the built-in notifiers (SlackNotifier,
+// TelegramNotifier, WebhookNotifier, and those in Notifiers): https, or
+// http to a loopback address.
+func WithNotifier(n Notifier) Option {
+	return func(o *options) { o.notifier, o.notifierSet = n, true }
+}
+
+// WithLogger sets the logger for the loop's own failures and, by default,
+// its events. Default (and nil): slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRollbackPolicy sets the verification policy. Default: the zero
+// RollbackPolicy, whose fields take their documented defaults; New
+// checks each field's range.
+func WithRollbackPolicy(p RollbackPolicy) Option { return func(o *options) { o.policy = p } }
+
+// WithDefaultConfig sets the config a new agent starts with (its Version is
+// ignored; a new agent starts at version 1). Default: the zero Config,
+// one attempt, no deadline, no backoff. New checks it as SetConfig does.
+func WithDefaultConfig(c Config) Option { return func(o *options) { o.defaultConfig = c.clone() } }
+
+// WithStrategyTimeout bounds how long the strategy may take, and so how
+// long a triggering call can be delayed by it. Default 10s; it must be
+// positive.
+func WithStrategyTimeout(d time.Duration) Option { return func(o *options) { o.strategyTimeout = d } }
+
+// WithNotifyTimeout bounds each delivery attempt to the notifier, and how
+// long Close waits for the queue to drain. Default 5s; it must be
+// positive.
+func WithNotifyTimeout(d time.Duration) Option { return func(o *options) { o.notifyTimeout = d } }
+
+// WithFlushInterval sets how often the rolling-window counts of agents that
+// ran are saved; decisions are always saved at once. Default 10s. A crash
+// loses at most this much of the window counts, never a config change. 0
+// turns the periodic saves off: window counts are then saved with the
+// agent's next decision, eviction, or Close. Negative is refused.
+func WithFlushInterval(d time.Duration) Option { return func(o *options) { o.flushInterval = d } }
+
+// WithCircuitBreaker turns on a circuit breaker for every agent. Default
+// off. The zero CircuitBreaker takes the defaults (5 failures, 30s);
+// negative fields, and Failures above MaxThresholdFailures, are refused.
+func WithCircuitBreaker(b CircuitBreaker) Option {
+	return func(o *options) { o.breaker, o.breakerSet = b, true }
+}
+
+// WithMemory sets the failure memory's bounds. The memory is always on.
+// Default: the zero MemoryOptions (10,000 clusters, a 7-day half-life);
+// negative fields are refused.
+func WithMemory(m MemoryOptions) Option { return func(o *options) { o.memory = m } }
+
+// WithDailySummary sends the DailySummary to the notifier every day at
+// the given offset into the UTC day (9*time.Hour: at 09:00 UTC), as an
+// EventDailySummary. Default off; the offset must be in [0, 24h).
+func WithDailySummary(at time.Duration) Option {
+	return func(o *options) { o.summaryAt, o.summaryOn = at, true }
+}
+
+// WithNotifyOptions tunes the delivery of events: queue size, retries,
+// digests. Default: the zero NotifyOptions, whose fields take their
+// documented defaults; negative sizes and durations are refused.
+func WithNotifyOptions(n NotifyOptions) Option { return func(o *options) { o.notify = n } }
+
+// DefaultDir returns the state directory used without WithDir:
+// $XDG_STATE_HOME/selfimprove when XDG_STATE_HOME is set, else
+// ~/.local/state/selfimprove on Unix, and os.UserConfigDir()/selfimprove
+// elsewhere.
+func DefaultDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "selfimprove"), nil
+	}
+	if runtime.GOOS != "windows" && runtime.GOOS != "darwin" && runtime.GOOS != "plan9" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("selfimprove: default state directory: %w", err)
+		}
+		return filepath.Join(home, ".local", "state", "selfimprove"), nil
+	}
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("selfimprove: default state directory: %w", err)
+	}
+	return filepath.Join(d, "selfimprove"), nil
+}

@@ -1,0 +1,186 @@
+package selfimprove
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+)
+
+// enterWrite admits one write to the store; it fails once Close has
+// sealed the loop. Close waits for the writes admitted before it sealed,
+// so that after Close returns nothing is written. No agent lock may be
+// held when it is called.
+func (l *Loop) enterWrite() bool {
+	l.wmu.RLock()
+	if l.sealed {
+		l.wmu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// leaveWrite ends a write admitted by enterWrite.
+func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
+
+// carry carries out the effects of a call's transition, after the agent's
+// lock was released: it records fix outcomes, saves a decision and
+// reports it, or starts an analysis.
+func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
+	l.remember(eff.fixes)
+	switch {
+	case eff.decided != nil:
+		switch eff.decision {
+		case EventRolledBack:
+			l.m.rollbacks.Add(1)
+			rep.Rollback = eff.decided
+		case EventChangeConfirmed:
+			l.m.confirmations.Add(1)
+			rep.Confirmed = eff.decided
+		}
+		if err := l.persist(a); err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, err)
+			if eff.decision == EventRolledBack {
+				l.rollbackUnsaved(a, eff.decided, err)
+			}
+		}
+	case eff.analysis != nil:
+		rep.ImprovementTriggered = true
+		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep)
+	case eff.save:
+		if err := l.persist(a); err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, err)
+		}
+	}
+}
+
+// rollbackUnsaved reports a rollback that could not be saved. The rollback
+// stands in memory. Its event stays queued, and so does this one, for the
+// next save that succeeds; the notifier hears of the failure now.
+func (l *Loop) rollbackUnsaved(a *agent, ch *Change, err error) {
+	ev := newEvent(newID(l.clock.Now()), l.clock.Now(), EventRollbackFailed, ch)
+	ev.Err = err.Error()
+	a.mu.Lock()
+	a.pending = append(a.pending, queued{ev, true})
+	a.mu.Unlock()
+	l.notify(ev)
+}
+
+// remember records fix outcomes in the failure memory.
+func (l *Loop) remember(fixes []fixNote) {
+	for _, f := range fixes {
+		l.mem.addFix(f.cluster, f.fix)
+	}
+}
+
+// persist saves a's state, then appends the queued events to the log in
+// decision order and hands them to the notifier. Saves of one agent are
+// serialised, and each takes the state and the queue as they are when it
+// begins, so a newer state is never overwritten by an older one and the
+// log follows the order of decisions. Events that could not be logged go
+// back to the head of the queue for the next save. After Close has sealed
+// the loop it writes nothing and returns ErrClosed.
+func (l *Loop) persist(a *agent) error {
+	if !l.enterWrite() {
+		return ErrClosed
+	}
+	defer l.leaveWrite()
+	return l.save(a)
+}
+
+// save is persist, for a caller that was admitted to write.
+func (l *Loop) save(a *agent) error {
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	if a.evicted {
+		// Saved when it was evicted; its successor owns the state now.
+		a.mu.Unlock()
+		return nil
+	}
+	snap := a.s.snapshot()
+	evs := a.pending
+	a.pending = nil
+	a.dirty = false
+	a.mu.Unlock()
+
+	err := l.saveState(a.id, &snap)
+	if err == nil && len(evs) > 0 {
+		events := make([]Event, len(evs))
+		for i, q := range evs {
+			events[i] = *q.ev
+		}
+		if err = l.store.AppendEvents(events); err != nil {
+			l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
+		}
+	}
+	if err != nil {
+		l.m.storeErrors.Add(1)
+		a.mu.Lock()
+		a.dirty = true
+		a.pending = append(evs[:len(evs):len(evs)], a.pending...)
+		a.mu.Unlock()
+		return err
+	}
+	for _, q := range evs {
+		if !q.notified {
+			l.notify(q.ev)
+		}
+	}
+	return nil
+}
+
+// dropQueued removes the queued events of a that drop reports true for;
+// they belong to a decision taken back.
+func (a *agent) dropQueued(drop func(*Event) bool) {
+	a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return drop(q.ev) })
+}
+
+// saveState encodes and saves the state of agent id.
+func (l *Loop) saveState(id string, st *agentState) error {
+	data, err := json.Marshal(st)
+	if err == nil {
+		err = l.store.SaveAgent(id, data)
+	}
+	if err != nil {
+		l.log.Error("selfimprove: cannot save agent state", "agent", id, "error", err)
+	}
+	return err
+}
+
+// flush saves the agents whose state changed since their last save, and
+// the failure memory.
+func (l *Loop) flush() error {
+	if !l.enterWrite() {
+		return ErrClosed
+	}
+	defer l.leaveWrite()
+	return l.flushAdmitted()
+}
+
+// flushAdmitted is flush, for a caller that was admitted to write (or
+// that sealed the loop).
+func (l *Loop) flushAdmitted() error {
+	var errs []error
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		dirty := a.dirty
+		a.mu.Unlock()
+		if dirty {
+			if err := l.save(a); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return true
+	})
+	errs = append(errs, l.saveMemory(l.isClosed.Load()))
+	return errors.Join(errs...)
+}
+
+// notify hands ev to the notifier, if there is one.
+func (l *Loop) notify(ev *Event) {
+	if l.disp != nil {
+		l.disp.send(*ev)
+	}
+}

@@ -1,0 +1,342 @@
+package selfimprove
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"hash/maphash"
+	"io/fs"
+	"iter"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// agent is one agent's live state: its agentState, and what the calls
+// read without the lock.
+type agent struct {
+	id  string
+	cfg atomic.Pointer[installed] // current config, immutable
+
+	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
+
+	mu       sync.Mutex // guards the fields below; held only for O(1) bookkeeping
+	s        agentState
+	dirty    bool  // window counts changed since the last save
+	evicted  bool  // removed from the registry: use a fresh agent
+	lastUsed int64 // Unix ns of the last call, for eviction
+	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
+	// without the lock; probing is set while a half-open circuit's probe
+	// runs.
+	openUntil atomic.Int64
+	probing   atomic.Bool
+	pending   []queued // events not yet logged, in decision order
+}
+
+// queued is an event waiting for the log; notified is set when the
+// notifier already had it.
+type queued struct {
+	ev       *Event
+	notified bool
+}
+
+// installed is a config with the generation it was installed as. While a
+// change is verified by MethodCanary, prev is the config before it, which
+// the calls Loop.arm picks run; seq numbers those calls.
+type installed struct {
+	Config
+	gen  uint64
+	prev *Config
+	seq  atomic.Uint64
+}
+
+// publishLocked publishes a's current config and generation to calls,
+// with the previous config while a change is verified by MethodCanary.
+func (a *agent) publishLocked(canary bool) {
+	in := &installed{Config: a.s.Config.clone(), gen: a.s.Gen}
+	if v := a.s.Verifying; v != nil && canary {
+		prev := v.From.clone()
+		in.prev = &prev
+	}
+	a.cfg.Store(in)
+}
+
+// commitLocked carries out the effects that belong under a's lock:
+// publishing the config, mirroring the circuit, and queueing the events
+// in decision order.
+func (a *agent) commitLocked(eff *effects, canary bool) {
+	if eff.publish {
+		a.publishLocked(canary)
+	}
+	if eff.circuit {
+		a.openUntil.Store(a.s.CircuitOpenUntil)
+	}
+	for _, ev := range eff.events {
+		a.pending = append(a.pending, queued{ev: ev})
+	}
+}
+
+// agent returns the live agent for id, loading it from the store on first
+// use. On a read error it returns nil and the error; on a corrupt state
+// file it returns a fresh agent and the error.
+func (l *Loop) agent(id string) (*agent, error) {
+	if v, ok := l.agents.Load(id); ok {
+		return v.(*agent), nil
+	}
+	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok := l.agents.Load(id); ok {
+		return v.(*agent), nil
+	}
+	a := &agent{id: id}
+	st, found, err := l.loadState(id)
+	if a.s = st; err != nil && !errors.Is(err, ErrCorruptState) {
+		return nil, err
+	}
+	if found {
+		for _, c := range a.s.Clusters {
+			l.shared.observe(id, c.ID, []byte(c.Sig), c.Class, c.Last, a.s.Tracker.Win.Width*windowSlots)
+		}
+		l.props.note(id, a.s.Proposals)
+	}
+	a.lastUsed = l.clock.Now().UnixNano()
+	a.openUntil.Store(a.s.CircuitOpenUntil)
+	a.publishLocked(l.canaryCut > 0)
+	l.agents.Store(id, a)
+	if n := l.m.agents.Add(1); n > int64(l.maxAgents) {
+		select {
+		case l.sweep <- struct{}{}:
+		default:
+		}
+	}
+	return a, err
+}
+
+// loadState reads agent id's state from the store: the saved one (found),
+// or a new one when there is none or it was corrupt (with the error). On
+// another read error it returns the error alone.
+func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
+	err = l.store.LoadAgent(id, func(data []byte) error {
+		var s agentState
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		if err := s.check(id); err != nil {
+			return err
+		}
+		st = s
+		return nil
+	})
+	switch {
+	case err == nil:
+		l.m.loads.Add(1)
+		return st, true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return newState(id, l.defaultConfig.clone()), false, nil
+	case errors.Is(err, ErrCorruptState):
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
+		return newState(id, l.defaultConfig.clone()), false, err
+	default:
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot load agent state", "agent", id, "error", err)
+		return agentState{}, false, err
+	}
+}
+
+// lockAgent returns id's live agent, locked, loading it if needed. An
+// agent evicted between the lookup and the lock is looked up again.
+func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
+	for {
+		if a == nil {
+			var err error
+			if a, err = l.agent(id); a == nil {
+				return nil, err
+			}
+		}
+		a.mu.Lock()
+		if !a.evicted {
+			return a, nil
+		}
+		a.mu.Unlock()
+		a = nil
+	}
+}
+
+// view calls f with agent id's state, without creating or keeping the
+// agent: the live one, locked, or else a copy read from the store (not
+// after Close). It reports whether the agent is known.
+func (l *Loop) view(id string, f func(s *agentState)) bool {
+	if checkAgentID(id) != nil {
+		return false
+	}
+	for {
+		v, ok := l.agents.Load(id)
+		if !ok {
+			break
+		}
+		a := v.(*agent)
+		a.mu.Lock()
+		if !a.evicted {
+			f(&a.s)
+			a.mu.Unlock()
+			return true
+		}
+		a.mu.Unlock()
+	}
+	if l.isClosed.Load() {
+		return false
+	}
+	st, found, _ := l.loadState(id)
+	if !found {
+		return false
+	}
+	f(&st)
+	return true
+}
+
+// eachAgent calls f for each live agent in memory, with its lock held.
+func (l *Loop) eachAgent(f func(a *agent)) {
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		if !a.evicted {
+			f(a)
+		}
+		a.mu.Unlock()
+		return true
+	})
+}
+
+// AgentLister is implemented by a Store that can list the agents it keeps
+// state for. FileStore and MemoryStore implement it.
+type AgentLister interface {
+	// ListAgents calls yield with each agent ID, in no particular order,
+	// until yield returns false.
+	ListAgents(yield func(agentID string) bool) error
+}
+
+// Agents returns the IDs of the agents the loop knows, each once and in no
+// particular order: those in memory, then those only in the store (when
+// it implements AgentLister; not after Close). It creates no agent; a
+// store that cannot be listed is logged and counted in
+// Metrics.StoreErrors.
+func (l *Loop) Agents() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		seen := map[string]struct{}{}
+		stop := false
+		l.agents.Range(func(k, _ any) bool {
+			id := k.(string)
+			seen[id] = struct{}{}
+			stop = !yield(id)
+			return !stop
+		})
+		lister, ok := l.store.(AgentLister)
+		if stop || !ok || l.isClosed.Load() {
+			return
+		}
+		err := lister.ListAgents(func(id string) bool {
+			if _, dup := seen[id]; dup {
+				return true
+			}
+			if _, live := l.agents.Load(id); live {
+				return true
+			}
+			seen[id] = struct{}{}
+			return yield(id)
+		})
+		if err != nil {
+			l.m.storeErrors.Add(1)
+			l.log.Error("selfimprove: cannot list the agents in the store", "error", err)
+		}
+	}
+}
+
+// evictIdle saves and evicts the least recently used agents until at most
+// 90% of maxAgents remain (or none can go).
+func (l *Loop) evictIdle() {
+	type use struct {
+		a    *agent
+		last int64
+	}
+	var all []use
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		a.mu.Lock()
+		all = append(all, use{a, a.lastUsed})
+		a.mu.Unlock()
+		return true
+	})
+	excess := len(all) - l.maxAgents*9/10
+	if excess <= 0 {
+		return
+	}
+	slices.SortFunc(all, func(x, y use) int { return cmp.Compare(x.last, y.last) })
+	for _, u := range all {
+		if excess == 0 {
+			break
+		}
+		if l.evict(u.a) {
+			excess--
+		}
+	}
+}
+
+// evict saves a and removes it from memory, unless it is busy (analysing,
+// or with events not yet logged) or cannot be saved. A call that still
+// holds a finds it evicted and moves to a fresh agent loaded from the
+// store.
+func (l *Loop) evict(a *agent) bool {
+	if !l.enterWrite() {
+		return false
+	}
+	defer l.leaveWrite()
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	a.mu.Lock()
+	if a.evicted || a.s.analyzing || len(a.pending) > 0 {
+		a.mu.Unlock()
+		return false
+	}
+	snap := a.s.snapshot()
+	a.evicted = true
+	a.mu.Unlock()
+	if err := l.saveState(a.id, &snap); err != nil {
+		l.m.storeErrors.Add(1)
+		a.mu.Lock()
+		a.evicted = false
+		a.mu.Unlock()
+		return false
+	}
+	l.agents.CompareAndDelete(a.id, a)
+	l.m.agents.Add(-1)
+	l.m.evictions.Add(1)
+	return true
+}
+
+// flushLoop saves the agents that ran, every interval, and evicts idle
+// agents when there are too many, until Close.
+func (l *Loop) flushLoop(interval time.Duration) {
+	defer close(l.flushDone)
+	var tick <-chan time.Time // nil: periodic saves are off
+	if interval > 0 {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+			l.flush()
+			if l.m.agents.Load() > int64(l.maxAgents) {
+				l.evictIdle()
+			}
+		case <-l.sweep:
+			l.evictIdle()
+		case <-l.stopFlush:
+			return
+		}
+	}
+}
