@@ -565,3 +565,53 @@ func (st *agentState) check(id string) error {
 	}
 	return nil
 }
+
+// ListAgents implements AgentLister: it reads the agent ID of each state
+// file in the agents directory (files set aside as corrupt, temporary
+// files, and files that cannot be read or parsed are passed over).
+func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
+	ents, err := s.fs.ReadDir(s.agents)
+	if err != nil {
+		return fmt.Errorf("selfimprove: list agents: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		data, err := s.fs.ReadFile(filepath.Join(s.agents, name))
+		if err != nil || len(data) > maxStateFile {
+			continue
+		}
+		var head struct {
+			ID string `json:"agent_id_b64"`
+		}
+		if json.Unmarshal(data, &head) != nil {
+			continue
+		}
+		id, err := base64.StdEncoding.DecodeString(head.ID)
+		if err != nil || fileName(string(id)) != name {
+			continue
+		}
+		if !yield(string(id)) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ListAgents implements AgentLister.
+func (m *MemoryStore) ListAgents(yield func(agentID string) bool) error {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.states))
+	for id := range m.states {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		if !yield(id) {
+			break
+		}
+	}
+	return nil
+}
