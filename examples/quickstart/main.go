@@ -8,6 +8,9 @@
 // a tweak. The first tweak (the mirror route) makes things worse and is
 // rolled back; the second (the backup region) fixes the agent and is
 // confirmed.
+//
+// The program uses only the public package, so it can be copied into a
+// module of your own as it is.
 package main
 
 import (
@@ -19,10 +22,10 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // start is the simulation's first instant.
@@ -30,11 +33,50 @@ var start = time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)
 
 var errMirrorDown = errors.New("mirror: 503 service unavailable")
 
+// simClock is a simulated clock: it reads a time that moves only when told,
+// so the program runs a day of calls in milliseconds. It is safe for
+// concurrent use, as the loop also reads its clock from background work.
+type simClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// The loop reads time through selfimprove.Clock. A clock that also has
+// Sleep (selfimprove.Sleeper) is used for the waits between retries, so
+// that a simulated clock advances instead of sleeping.
+var (
+	_ selfimprove.Clock   = (*simClock)(nil)
+	_ selfimprove.Sleeper = (*simClock)(nil)
+)
+
+// Now returns the simulated time.
+func (c *simClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the simulated time forward by d.
+func (c *simClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Sleep advances the clock by d at once, unless ctx has ended.
+func (c *simClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.Advance(d)
+	return nil
+}
+
 // upstream simulates the service the agent calls through three routes:
 // the primary region (30ms, until it starts to hang), a broken mirror, and
 // a backup region (40ms).
 type upstream struct {
-	clock       *fakeclock.Clock
+	clock       *simClock
 	primaryHung bool
 }
 
@@ -83,7 +125,7 @@ func run(w io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 
-	clock := fakeclock.New(start)
+	clock := &simClock{t: start}
 	loop, err := selfimprove.New(
 		selfimprove.WithDir(dir),
 		selfimprove.WithClock(clock),
