@@ -276,40 +276,6 @@ func (s *agentState) clusterOf(lo uint32) *clusterRec {
 	return nil
 }
 
-// HealthHalfLife is the half-life of the health score, as a fraction of
-// the agent's analysis window: a call a quarter of the window old weighs
-// half as much as one made now.
-const HealthHalfLife = 0.25
-
-// health is the recency-weighted success rate of the window at time now:
-// each of the window's 64 buckets weighs 2^(-age/halfLife), its age taken
-// from its midpoint, with halfLife = HealthHalfLife × window. 1 when the
-// window has no calls.
-func (t *tracker) health(now int64) float64 {
-	w := &t.Win
-	w.advance(max(now, 0) / w.Width)
-	half := HealthHalfLife * float64(w.Width*windowSlots)
-	var calls, ok float64
-	for i := int64(0); i < windowSlots; i++ {
-		idx := w.Head - i
-		if idx < 0 {
-			break
-		}
-		s := w.Slots[idx%windowSlots]
-		if s.Calls == 0 {
-			continue
-		}
-		age := max(float64(now)-(float64(idx)+0.5)*float64(w.Width), 0)
-		wt := math.Exp2(-age / half)
-		calls += wt * float64(s.Calls)
-		ok += wt * float64(s.Calls-min(s.Failures, s.Calls))
-	}
-	if calls == 0 {
-		return 1
-	}
-	return ok / calls
-}
-
 // shared indexes failures by cluster and by class across agents, for
 // SharedCauses. It is bounded: maxShared clusters, the classes, and
 // sharedAgents agents each (the least recently hit go first).

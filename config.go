@@ -221,3 +221,20 @@ type Change struct {
 	// ProposalID names the approved proposal the change applies, if any.
 	ProposalID string `json:"proposal_id,omitempty"`
 }
+
+// repeats reports whether moving from cur to next repeats the rolled-back
+// tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
+// Params) takes rb's value. A strategy that proposes the same route on top
+// of a config that has changed since is so refused all the same.
+func repeats(cur, next, rb Config) bool {
+	moved := false
+	check := func(changed, same bool) bool {
+		moved = moved || changed
+		return !changed || same
+	}
+	return check(next.Timeout != cur.Timeout, next.Timeout == rb.Timeout) &&
+		check(next.attempts() != cur.attempts(), next.attempts() == rb.attempts()) &&
+		check(next.Backoff != cur.Backoff, next.Backoff == rb.Backoff) &&
+		check(next.Route != cur.Route, next.Route == rb.Route) &&
+		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
+}

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -141,29 +140,10 @@ func newMemory(o MemoryOptions) *memory {
 	return &memory{max: o.MaxClusters, half: o.HalfLife, byID: map[uint64]int32{}, terms: map[string]uint32{}}
 }
 
-// tokens calls f for each word of a signature: runs of letters, digits,
-// '_', '<' and '>' (so that placeholders such as <n> are words), lower
-// case, of 2 bytes or more.
-func tokens(sig string, f func(string)) {
-	start := -1
-	for i, r := range sig + " " {
-		word := r == '_' || r == '<' || r == '>' || unicode.IsLetter(r) || unicode.IsDigit(r)
-		switch {
-		case word && start < 0:
-			start = i
-		case !word && start >= 0:
-			if i-start >= 2 {
-				f(strings.ToLower(sig[start:i]))
-			}
-			start = -1
-		}
-	}
-}
-
 // termsOf returns the sorted unique term IDs of sig, adding new terms when
 // add is set; unknown terms are counted in unknown.
 func (m *memory) termsOf(sig string, add bool) (ids []uint32, unknown int) {
-	tokens(sig, func(w string) {
+	sigWords(sig, func(w string) {
 		id, ok := m.terms[w]
 		if !ok {
 			if !add {

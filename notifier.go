@@ -510,3 +510,39 @@ func (d *dispatcher) close(ctx context.Context) error {
 		return fmt.Errorf("selfimprove: notifier did not drain, %d events undelivered: %w", n, ctx.Err())
 	}
 }
+
+// newEvent makes an event, at now, about (a copy of) ch with a one-line
+// message.
+func newEvent(id string, now time.Time, t EventType, ch *Change) *Event {
+	c := *ch
+	agentID := ch.AgentID
+	e := &Event{ID: id, Time: now.UTC(), Type: t, AgentID: agentID, Change: &c}
+	switch t {
+	case EventImprovementApplied:
+		e.Message = fmt.Sprintf("agent %q: applied config v%d (was v%d): %s", agentID, ch.To.Version, ch.From.Version, ch.Reason)
+	case EventChangeConfirmed:
+		e.Message = fmt.Sprintf("agent %q: confirmed config v%d: %s", agentID, ch.To.Version, ch.Verdict)
+	case EventRolledBack:
+		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d: %s", agentID, ch.To.Version, ch.From.Version, ch.Verdict)
+	case EventRollbackFailed:
+		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d in memory, but could not record it", agentID, ch.To.Version, ch.From.Version)
+	case EventConfigSet:
+		e.Message = fmt.Sprintf("agent %q: config set to v%d by operator", agentID, ch.To.Version)
+	}
+	return e
+}
+
+// proposalEvent makes an event, at now, about (a copy of) p.
+func proposalEvent(id string, now time.Time, t EventType, p *Proposal) *Event {
+	c := p.clone()
+	e := &Event{ID: id, Time: now.UTC(), Type: t, AgentID: p.AgentID, Proposal: &c}
+	switch t {
+	case EventProposalFiled:
+		e.Message = fmt.Sprintf("agent %q: proposal %s for review (%s): %s", p.AgentID, p.ID, p.Class, p.Rationale)
+	case EventProposalApproved:
+		e.Message = fmt.Sprintf("agent %q: proposal %s approved", p.AgentID, p.ID)
+	case EventProposalRejected:
+		e.Message = fmt.Sprintf("agent %q: proposal %s rejected: %s", p.AgentID, p.ID, p.Note)
+	}
+	return e
+}

@@ -397,3 +397,22 @@ func tokenLen(s string) int {
 	}
 	return len(s)
 }
+
+// sigWords calls f for each word of a signature: runs of letters, digits,
+// '_', '<' and '>' (so that placeholders such as <n> are words), lower
+// case, of 2 bytes or more.
+func sigWords(sig string, f func(string)) {
+	start := -1
+	for i, r := range sig + " " {
+		word := r == '_' || r == '<' || r == '>' || unicode.IsLetter(r) || unicode.IsDigit(r)
+		switch {
+		case word && start < 0:
+			start = i
+		case !word && start >= 0:
+			if i-start >= 2 {
+				f(strings.ToLower(sig[start:i]))
+			}
+			start = -1
+		}
+	}
+}

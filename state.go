@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -717,23 +716,6 @@ func (s *agentState) snapshot() agentState {
 	return snap
 }
 
-// repeats reports whether moving from cur to next repeats the rolled-back
-// tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
-// Params) takes rb's value. A strategy that proposes the same route on top
-// of a config that has changed since is so refused all the same.
-func repeats(cur, next, rb Config) bool {
-	moved := false
-	check := func(changed, same bool) bool {
-		moved = moved || changed
-		return !changed || same
-	}
-	return check(next.Timeout != cur.Timeout, next.Timeout == rb.Timeout) &&
-		check(next.attempts() != cur.attempts(), next.attempts() == rb.attempts()) &&
-		check(next.Backoff != cur.Backoff, next.Backoff == rb.Backoff) &&
-		check(next.Route != cur.Route, next.Route == rb.Route) &&
-		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
-}
-
 // largest returns the cluster with the most failures in the window.
 func largest(cs []Cluster) *Cluster {
 	var top *Cluster
@@ -752,40 +734,4 @@ func appendBounded[T any](s []T, v T, n int) []T {
 		s = append(s[:0:0], s[len(s)-n:]...)
 	}
 	return s
-}
-
-// newEvent makes an event, at now, about (a copy of) ch with a one-line
-// message.
-func newEvent(id string, now time.Time, t EventType, ch *Change) *Event {
-	c := *ch
-	agentID := ch.AgentID
-	e := &Event{ID: id, Time: now.UTC(), Type: t, AgentID: agentID, Change: &c}
-	switch t {
-	case EventImprovementApplied:
-		e.Message = fmt.Sprintf("agent %q: applied config v%d (was v%d): %s", agentID, ch.To.Version, ch.From.Version, ch.Reason)
-	case EventChangeConfirmed:
-		e.Message = fmt.Sprintf("agent %q: confirmed config v%d: %s", agentID, ch.To.Version, ch.Verdict)
-	case EventRolledBack:
-		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d: %s", agentID, ch.To.Version, ch.From.Version, ch.Verdict)
-	case EventRollbackFailed:
-		e.Message = fmt.Sprintf("agent %q: rolled back config v%d to v%d in memory, but could not record it", agentID, ch.To.Version, ch.From.Version)
-	case EventConfigSet:
-		e.Message = fmt.Sprintf("agent %q: config set to v%d by operator", agentID, ch.To.Version)
-	}
-	return e
-}
-
-// proposalEvent makes an event, at now, about (a copy of) p.
-func proposalEvent(id string, now time.Time, t EventType, p *Proposal) *Event {
-	c := p.clone()
-	e := &Event{ID: id, Time: now.UTC(), Type: t, AgentID: p.AgentID, Proposal: &c}
-	switch t {
-	case EventProposalFiled:
-		e.Message = fmt.Sprintf("agent %q: proposal %s for review (%s): %s", p.AgentID, p.ID, p.Class, p.Rationale)
-	case EventProposalApproved:
-		e.Message = fmt.Sprintf("agent %q: proposal %s approved", p.AgentID, p.ID)
-	case EventProposalRejected:
-		e.Message = fmt.Sprintf("agent %q: proposal %s rejected: %s", p.AgentID, p.ID, p.Note)
-	}
-	return e
 }

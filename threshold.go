@@ -19,7 +19,7 @@ type Threshold struct {
 // MaxThresholdFailures is the largest Threshold.Failures the loop accepts:
 // it keeps the times of this many recent failures per agent, which makes
 // the trigger exact and O(1).
-const MaxThresholdFailures = failRing
+const MaxThresholdFailures = 64
 
 // maxWindow is the longest analysis window and cooldown a Threshold may
 // have: 366 days.

@@ -64,13 +64,13 @@ type Failure struct {
 }
 
 const (
-	windowSlots = 64                 // buckets of the analysis window
-	daySlots    = 96                 // buckets of the 24-hour call counter
-	daySlot     = 15 * time.Minute   // width of one day bucket
-	failRing    = 64                 // failures kept for the trigger: the largest Threshold.Failures
-	recentRing  = 16                 // failures kept with their text for Analysis
-	maxErrText  = 200                // bytes of error text kept per failure
-	minSlot     = int64(time.Second) // narrowest analysis bucket
+	windowSlots = 64                   // buckets of the analysis window
+	daySlots    = 96                   // buckets of the 24-hour call counter
+	daySlot     = 15 * time.Minute     // width of one day bucket
+	failRing    = MaxThresholdFailures // failures kept for the trigger
+	recentRing  = 16                   // failures kept with their text for Analysis
+	maxErrText  = 200                  // bytes of error text kept per failure
+	minSlot     = int64(time.Second)   // narrowest analysis bucket
 	maxSlot     = int64(maxWindow) / windowSlots
 )
 
@@ -428,4 +428,38 @@ func cutAt(s string, n int) int {
 		n--
 	}
 	return n
+}
+
+// HealthHalfLife is the half-life of the health score, as a fraction of
+// the agent's analysis window: a call a quarter of the window old weighs
+// half as much as one made now.
+const HealthHalfLife = 0.25
+
+// health is the recency-weighted success rate of the window at time now:
+// each of the window's 64 buckets weighs 2^(-age/halfLife), its age taken
+// from its midpoint, with halfLife = HealthHalfLife × window. 1 when the
+// window has no calls.
+func (t *tracker) health(now int64) float64 {
+	w := &t.Win
+	w.advance(max(now, 0) / w.Width)
+	half := HealthHalfLife * float64(w.Width*windowSlots)
+	var calls, ok float64
+	for i := int64(0); i < windowSlots; i++ {
+		idx := w.Head - i
+		if idx < 0 {
+			break
+		}
+		s := w.Slots[idx%windowSlots]
+		if s.Calls == 0 {
+			continue
+		}
+		age := max(float64(now)-(float64(idx)+0.5)*float64(w.Width), 0)
+		wt := math.Exp2(-age / half)
+		calls += wt * float64(s.Calls)
+		ok += wt * float64(s.Calls-min(s.Failures, s.Calls))
+	}
+	if calls == 0 {
+		return 1
+	}
+	return ok / calls
 }

@@ -1,0 +1,84 @@
+package selfimprove
+
+import (
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The rules and the lexers are leaves: they reference nothing declared in
+// the files that orchestrate the loop. This test type-checks the package
+// and fails on any such reference, naming it.
+var (
+	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "breaker.go", "classify.go", "signature.go", "scrub.go"}
+	// orchestration files: the Loop and its edges, and the state machine.
+	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go",
+		"options.go", "state.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
+		"notifier.go", "senders.go", "store.go", "trace.go", "budget.go", "analyze.go"}
+)
+
+func TestLeavesStayLeaves(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the package from source")
+	}
+	fset := token.NewFileSet()
+	matches, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, m := range matches {
+		if strings.HasSuffix(m, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, m, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	pkg, err := conf.Check("github.com/self-improving-loop/selfimprove", fset, files, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]bool{}
+	for id, obj := range info.Uses {
+		if obj.Pkg() != pkg || obj.Parent() != pkg.Scope() && !isMember(obj) {
+			continue
+		}
+		from := filepath.Base(fset.Position(id.Pos()).Filename)
+		to := filepath.Base(fset.Position(obj.Pos()).Filename)
+		if slices.Contains(leafFiles, from) && slices.Contains(orchestration, to) {
+			bad[from+" uses "+obj.Name()+" from "+to] = true
+		}
+	}
+	var out []string
+	for k := range bad {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	for _, s := range out {
+		t.Error(s)
+	}
+}
+
+// isMember reports whether obj is a method or a field: declared by a type
+// of the package, it belongs to that type's file.
+func isMember(obj types.Object) bool {
+	switch o := obj.(type) {
+	case *types.Func:
+		return o.Type().(*types.Signature).Recv() != nil
+	case *types.Var:
+		return o.IsField()
+	}
+	return false
+}
