@@ -1032,7 +1032,7 @@ func (l *Loop) rollbackLocked(a *agent, now time.Time, reason string) *Change {
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: ch.Reason}, maxRejected)
+	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason)}, maxRejected)
 	return ch
 }
 
@@ -1048,7 +1048,7 @@ func (l *Loop) confirmLocked(a *agent, now time.Time, reason string) *Change {
 func (l *Loop) decideLocked(a *agent, now time.Time, state ChangeState, reason string) *Change {
 	s := &a.s
 	ch := s.verifyingLocked()
-	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
+	ch.State, ch.Verdict, ch.DecidedAt = state, boundText(reason, maxReason), now.UTC()
 	s.endVerify()
 	l.rememberFix(&ch, FixOutcome(state), ch.DecidedAt)
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
@@ -1301,7 +1301,7 @@ func (l *Loop) applyLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*C
 		AgentID:   a.id,
 		From:      s.Config,
 		To:        cfg,
-		Reason:    tw.Reason,
+		Reason:    boundText(tw.Reason, maxReason),
 		Before:    before,
 		Window:    &win,
 		Cluster:   tw.Cluster,

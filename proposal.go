@@ -52,22 +52,26 @@ type Proposal struct {
 	RootCause RootCause `json:"root_cause"`
 	// ClusterID, Signature, Count and Examples are the evidence: the
 	// cluster, its failures in the window and example messages, as of
-	// Updated.
+	// Updated. Signature is at most 512 bytes; Examples are at most 2,
+	// of at most 200 bytes each. A longer text is cut at a rune boundary
+	// and ends with "…".
 	ClusterID string   `json:"cluster_id,omitempty"`
 	Signature string   `json:"signature,omitempty"`
 	Count     int      `json:"count"`
 	Examples  []string `json:"examples,omitempty"`
 	// Config is the suggested config, nil when the proposal is a rule
-	// only. Rule is a plain-text suggestion for a person.
+	// only. Rule is a plain-text suggestion for a person, at most 512
+	// bytes (cut like Signature).
 	Config *Config `json:"config,omitempty"`
 	Rule   string  `json:"rule,omitempty"`
-	// Rationale is the strategy's reason; Confidence its confidence in
-	// [0, 1].
+	// Rationale is the strategy's reason, at most 512 bytes (cut like
+	// Signature); Confidence its confidence in [0, 1].
 	Rationale  string         `json:"rationale"`
 	Confidence float64        `json:"confidence"`
 	Status     ProposalStatus `json:"status"`
 	// ChangeID names the change that applied it; Note says why it was
-	// rejected, or the verdict on its change.
+	// rejected, or the verdict on its change, at most 512 bytes (cut like
+	// Signature). Both are empty until then.
 	ChangeID string `json:"change_id,omitempty"`
 	Note     string `json:"note,omitempty"`
 	// Created and Updated are UTC times.
@@ -121,12 +125,12 @@ func (l *Loop) fileLocked(a *agent, an *Analysis, tw *Tweak, now time.Time) (*Pr
 		suggest = &c
 	}
 	p := Proposal{
-		AgentID: a.id, Rule: tw.Rule, Config: suggest, Rationale: tw.Reason,
+		AgentID: a.id, Rule: boundText(tw.Rule, maxReason), Config: suggest, Rationale: boundText(tw.Reason, maxReason),
 		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
 	}
 	if cl != nil {
-		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, cl.Signature
-		p.Count, p.Examples = cl.Count, slices.Clone(cl.Examples)
+		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, boundText(cl.Signature, maxReason)
+		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, maxErrText)
 	}
 	same := func(q *Proposal) bool {
 		return q.ClusterID == p.ClusterID && q.Rule == p.Rule &&
@@ -295,7 +299,7 @@ func (l *Loop) Reject(id, reason string) error {
 		return fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
 	}
 	now := l.clock.Now()
-	p.Status, p.Note, p.Updated = ProposalRejected, reason, now.UTC()
+	p.Status, p.Note, p.Updated = ProposalRejected, boundText(reason, maxReason), now.UTC()
 	a.queueLocked(l.proposalEvent(EventProposalRejected, p, now))
 	if p.Config != nil && p.ClusterID != "" {
 		l.mem.addFix(p.ClusterID, Fix{AgentID: a.id, ProposalID: p.ID, From: a.s.Config.clone(), To: p.Config.clone(),
