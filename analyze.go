@@ -68,11 +68,16 @@ type Analysis struct {
 // equals the current config proposes its Rule only.
 type Tweak struct {
 	Config Config `json:"config"`
+	// Reason says why, in plain text. The loop keeps at most 512 bytes of
+	// it (in the Change, the rejected tweaks, the failure memory and a
+	// Proposal's Rationale): a longer one is cut at a rune boundary and
+	// ends with "…". Default empty.
 	Reason string `json:"reason"`
 	// Review asks for human approval instead of applying the tweak.
 	Review bool `json:"review,omitempty"`
 	// Rule is a plain-text suggestion for a person (a prompt change, a
-	// quota to raise), filed with a reviewed tweak.
+	// quota to raise), filed with a reviewed tweak; cut like Reason to
+	// 512 bytes. Default empty.
 	Rule string `json:"rule,omitempty"`
 	// Confidence is the strategy's confidence in the tweak, in [0, 1].
 	Confidence float64 `json:"confidence,omitempty"`

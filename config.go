@@ -194,7 +194,8 @@ type Change struct {
 	// installed. Their Version fields are the from and to versions.
 	From Config `json:"from"`
 	To   Config `json:"to"`
-	// Reason is the strategy's reason for the tweak.
+	// Reason is the strategy's reason for the tweak, at most 512 bytes:
+	// a longer one is cut at a rune boundary and ends with "…".
 	Reason string `json:"reason"`
 	// Before is the reference the change is judged against: the recent
 	// regime when it was applied (see RollbackPolicy), or the analysis
@@ -213,7 +214,8 @@ type Change struct {
 	AppliedAt time.Time   `json:"applied_at"`
 	DecidedAt time.Time   `json:"decided_at,omitzero"`
 	State     ChangeState `json:"state"`
-	// Verdict is the policy's reason for confirming or rolling back.
+	// Verdict is the policy's reason for confirming or rolling back,
+	// empty while verifying; cut like Reason to 512 bytes.
 	Verdict string `json:"verdict,omitempty"`
 	// Cluster is the ID of the failure cluster the change addresses (the
 	// tweak's, or the agent's largest), if any.

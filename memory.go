@@ -49,8 +49,10 @@ type Fix struct {
 	ChangeID   string `json:"change_id,omitempty"`
 	ProposalID string `json:"proposal_id,omitempty"`
 	// From is the config the fix replaced, To the config it set.
-	From   Config     `json:"from"`
-	To     Config     `json:"to"`
+	From Config `json:"from"`
+	To   Config `json:"to"`
+	// Reason is the change's or proposal's reason, at most 512 bytes:
+	// the loop cuts a longer one at a rune boundary and ends it with "…".
 	Reason string     `json:"reason"`
 	State  FixOutcome `json:"state"`
 	// Time is when the fix reached State.
@@ -298,12 +300,14 @@ func (m *memory) compact() {
 }
 
 // addFix records a fix for cluster (a formatted cluster ID): a new one, or
-// the new state of the fix with the same change or proposal ID.
+// the new state of the fix with the same change or proposal ID. Its Reason
+// is cut to maxReason bytes.
 func (m *memory) addFix(cluster string, f Fix) {
 	id, err := parseClusterID(cluster)
 	if err != nil {
 		return
 	}
+	f.Reason = boundText(f.Reason, maxReason)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]

@@ -52,22 +52,26 @@ type Proposal struct {
 	RootCause RootCause `json:"root_cause"`
 	// ClusterID, Signature, Count and Examples are the evidence: the
 	// cluster, its failures in the window and example messages, as of
-	// Updated.
+	// Updated. Signature is at most 512 bytes; Examples are at most 2,
+	// of at most 200 bytes each. A longer text is cut at a rune boundary
+	// and ends with "…".
 	ClusterID string   `json:"cluster_id,omitempty"`
 	Signature string   `json:"signature,omitempty"`
 	Count     int      `json:"count"`
 	Examples  []string `json:"examples,omitempty"`
 	// Config is the suggested config, nil when the proposal is a rule
-	// only. Rule is a plain-text suggestion for a person.
+	// only. Rule is a plain-text suggestion for a person, at most 512
+	// bytes (cut like Signature).
 	Config *Config `json:"config,omitempty"`
 	Rule   string  `json:"rule,omitempty"`
-	// Rationale is the strategy's reason; Confidence its confidence in
-	// [0, 1].
+	// Rationale is the strategy's reason, at most 512 bytes (cut like
+	// Signature); Confidence its confidence in [0, 1].
 	Rationale  string         `json:"rationale"`
 	Confidence float64        `json:"confidence"`
 	Status     ProposalStatus `json:"status"`
 	// ChangeID names the change that applied it; Note says why it was
-	// rejected, or the verdict on its change.
+	// rejected, or the verdict on its change, at most 512 bytes (cut like
+	// Signature). Both are empty until then.
 	ChangeID string `json:"change_id,omitempty"`
 	Note     string `json:"note,omitempty"`
 	// Created and Updated are UTC times.

@@ -304,7 +304,7 @@ func (s *agentState) install(c Config, eff *effects) {
 // decide closes the change under verification with state and reason.
 func (s *agentState) decide(now time.Time, state ChangeState, reason string, eff *effects) *Change {
 	ch := s.verifying()
-	ch.State, ch.Verdict, ch.DecidedAt = state, reason, now.UTC()
+	ch.State, ch.Verdict, ch.DecidedAt = state, boundText(reason, maxReason), now.UTC()
 	s.endVerify()
 	eff.remember(&ch, FixOutcome(state), ch.DecidedAt)
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
@@ -320,7 +320,7 @@ func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *ef
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: ch.Reason}, maxRejected)
+	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason)}, maxRejected)
 	eff.decided, eff.decision, eff.save = ch, EventRolledBack, true
 	eff.event(newEvent(r.newID(now), now, EventRolledBack, ch))
 }
@@ -422,7 +422,7 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		AgentID:   s.AgentID,
 		From:      s.Config,
 		To:        cfg,
-		Reason:    tw.Reason,
+		Reason:    boundText(tw.Reason, maxReason),
 		Before:    before,
 		Window:    &win,
 		Cluster:   tw.Cluster,
@@ -563,12 +563,12 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 		suggest = &c
 	}
 	p := Proposal{
-		AgentID: s.AgentID, Rule: tw.Rule, Config: suggest, Rationale: tw.Reason,
+		AgentID: s.AgentID, Rule: boundText(tw.Rule, maxReason), Config: suggest, Rationale: boundText(tw.Reason, maxReason),
 		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
 	}
 	if cl != nil {
-		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, cl.Signature
-		p.Count, p.Examples = cl.Count, slices.Clone(cl.Examples)
+		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, boundText(cl.Signature, maxReason)
+		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, maxErrText)
 	}
 	same := func(q *Proposal) bool {
 		return q.ClusterID == p.ClusterID && q.Rule == p.Rule &&
@@ -691,7 +691,7 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	case p.Status != ProposalPending && !(p.Status == ProposalApproved && p.Config == nil):
 		return eff, fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
 	}
-	p.Status, p.Note, p.Updated = ProposalRejected, reason, now.UTC()
+	p.Status, p.Note, p.Updated = ProposalRejected, boundText(reason, maxReason), now.UTC()
 	eff.save = true
 	eff.event(proposalEvent(r.newID(now), now, EventProposalRejected, p))
 	if p.Config != nil && p.ClusterID != "" {

@@ -23,7 +23,8 @@ import (
 // confirmed for a similar cluster of the dominant class (Confidence at
 // least MinConfidence), on this agent or another, is preferred: its raised Timeout, MaxAttempts or
 // Backoff are applied where they raise the agent's own (within the caps),
-// and its Route where Fallbacks lists it. A move that repeats one rolled
+// and its Route where Fallbacks lists it; the tweak's Reason names that
+// fix by its cluster and change IDs. A move that repeats one rolled
 // back or rejected for a similar cluster is avoided: it is filed for
 // review instead.
 //
@@ -232,12 +233,28 @@ func (s *BuiltinStrategy) learned(a Analysis, class Class, cur Config, cluster s
 			if _, bad := s.failedBefore(a.Memories, cur, next); bad != nil {
 				continue
 			}
-			return &Tweak{Config: next, Confidence: m.Confidence, Cluster: cluster,
-				Reason: fmt.Sprintf("learned: %q was confirmed on agent %q for a similar failure (similarity %.2f, confidence %.2f)",
-					f.Reason, f.AgentID, m.Similarity, m.Confidence)}
+			return &Tweak{Config: next, Confidence: m.Confidence, Cluster: cluster, Reason: learnedReason(m, f)}
 		}
 	}
 	return nil
+}
+
+// maxRefID caps each ID a learned reason quotes. The loop's own IDs are
+// shorter (16 hex digits for a cluster, 36 characters for a change); a
+// memory read back from a store may hold anything.
+const maxRefID = 40
+
+// learnedReason says which confirmed fix a learned tweak applies. It
+// names the fix by its cluster and its change (or proposal), never by its
+// reason: a fix learned from a fix learned from another would otherwise
+// quote each reason within the next, and grow with every copy.
+func learnedReason(m Memory, f Fix) string {
+	ref := "change " + boundText(f.ChangeID, maxRefID)
+	if f.ChangeID == "" {
+		ref = "proposal " + boundText(f.ProposalID, maxRefID)
+	}
+	return fmt.Sprintf("learned: applies the fix confirmed for a similar failure (cluster %s, %s, similarity %.2f, confidence %.2f)",
+		boundText(m.Cluster, maxRefID), ref, m.Similarity, m.Confidence)
 }
 
 // failedBefore returns a memory and its fix, rolled back or rejected, that

@@ -422,6 +422,38 @@ func errTextN(err error, n int) (s string) {
 	return s
 }
 
+// maxReason caps, in bytes, each free text the loop stores from a
+// strategy, a policy or an operator: a Tweak's Reason as kept in a Change
+// (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
+// memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
+// text is cut by boundText.
+const maxReason = 512
+
+// boundText returns s if it is at most n bytes; otherwise its first bytes
+// cut at a rune boundary and followed by "…", n bytes at most in all (a
+// new string, so that the kept part does not pin the rest in memory). An n
+// too small for the ellipsis gets a plain cut.
+func boundText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	if n < len(ellipsis) {
+		return strings.Clone(s[:cutAt(s, max(n, 0))])
+	}
+	return s[:cutAt(s, n-len(ellipsis))] + ellipsis
+}
+
+// boundTexts returns the first n texts of ss, each cut by boundText to
+// each bytes: a new slice, nil when there are none.
+func boundTexts(ss []string, n, each int) []string {
+	var out []string
+	for _, s := range ss[:min(len(ss), max(n, 0))] {
+		out = append(out, boundText(s, each))
+	}
+	return out
+}
+
 // cutAt returns the largest rune boundary of s at or before n.
 func cutAt(s string, n int) int {
 	for n > 0 && !utf8.RuneStart(s[n]) {
