@@ -165,7 +165,7 @@ type Loop struct {
 	store           Store
 	disp            *dispatcher // nil when notifications are off
 	maxAgents       int
-	sweep           chan struct{} // asks flushLoop to evict; capacity 1
+	ring            ring // live agents, for eviction
 	defaultConfig   Config
 	strategyTimeout time.Duration
 
@@ -236,7 +236,6 @@ func New(opts ...Option) (*Loop, error) {
 		seed:            maphash.MakeSeed(),
 		m:               m,
 		maxAgents:       o.maxAgents,
-		sweep:           make(chan struct{}, 1),
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
 	}

@@ -1,13 +1,11 @@
 package selfimprove
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"hash/maphash"
 	"io/fs"
 	"iter"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,11 +19,14 @@ type agent struct {
 
 	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
 
+	slot int // index in the eviction ring; guarded by the ring's mu
+
 	mu       sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s        agentState
 	dirty    bool  // window counts changed since the last save
 	evicted  bool  // removed from the registry: use a fresh agent
 	lastUsed int64 // Unix ns of the last call, for eviction
+	seen     int64 // lastUsed when the eviction hand last passed
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock; probing is set while a half-open circuit's probe
 	// runs.
@@ -79,21 +80,34 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 
 // agent returns the live agent for id, loading it from the store on first
 // use. On a read error it returns nil and the error; on a corrupt state
-// file it returns a fresh agent and the error.
+// file it returns a fresh agent and the error. When the new agent takes
+// the live agents over the cap, the caller evicts idle ones first, so that
+// eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) {
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), nil
 	}
+	a, created, err := l.create(id)
+	if created {
+		for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne() {
+		}
+	}
+	return a, err
+}
+
+// create loads or creates agent id, unless another call did meanwhile;
+// created reports that this call did.
+func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	if v, ok := l.agents.Load(id); ok {
-		return v.(*agent), nil
+		return v.(*agent), false, nil
 	}
 	a := &agent{id: id}
 	st, found, err := l.loadState(id)
 	if a.s = st; err != nil && !errors.Is(err, ErrCorruptState) {
-		return nil, err
+		return nil, false, err
 	}
 	if found {
 		for _, c := range a.s.Clusters {
@@ -105,13 +119,9 @@ func (l *Loop) agent(id string) (*agent, error) {
 	a.openUntil.Store(a.s.CircuitOpenUntil)
 	a.publishLocked(l.canaryCut > 0)
 	l.agents.Store(id, a)
-	if n := l.m.agents.Add(1); n > int64(l.maxAgents) {
-		select {
-		case l.sweep <- struct{}{}:
-		default:
-		}
-	}
-	return a, err
+	l.ring.add(a)
+	l.m.agents.Add(1)
+	return a, true, err
 }
 
 // loadState reads agent id's state from the store: the saved one (found),
@@ -254,34 +264,74 @@ func (l *Loop) Agents() iter.Seq[string] {
 	}
 }
 
-// evictIdle saves and evicts the least recently used agents until at most
-// 90% of maxAgents remain (or none can go).
-func (l *Loop) evictIdle() {
-	type use struct {
-		a    *agent
-		last int64
-	}
-	var all []use
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		a.mu.Lock()
-		all = append(all, use{a, a.lastUsed})
-		a.mu.Unlock()
-		return true
-	})
-	excess := len(all) - l.maxAgents*9/10
-	if excess <= 0 {
+// ring is the live agents in the order the eviction hand visits them:
+// an approximate LRU (CLOCK, second chance). An agent used since the hand
+// last passed it is spared once; an idle one is evicted. Adding, removing
+// and each step of the hand are O(1).
+type ring struct {
+	mu     sync.Mutex
+	agents []*agent
+	hand   int
+}
+
+func (r *ring) add(a *agent) {
+	r.mu.Lock()
+	a.slot = len(r.agents)
+	r.agents = append(r.agents, a)
+	r.mu.Unlock()
+}
+
+// removeLocked takes a out of the ring; r.mu is held.
+func (r *ring) removeLocked(a *agent) {
+	i, n := a.slot, len(r.agents)-1
+	if i < 0 || i > n || r.agents[i] != a {
 		return
 	}
-	slices.SortFunc(all, func(x, y use) int { return cmp.Compare(x.last, y.last) })
-	for _, u := range all {
-		if excess == 0 {
-			break
-		}
-		if l.evict(u.a) {
-			excess--
+	r.agents[i] = r.agents[n]
+	r.agents[i].slot = i
+	r.agents[n] = nil
+	r.agents = r.agents[:n]
+	a.slot = -1
+	if r.hand >= n {
+		r.hand = 0
+	}
+}
+
+// victim moves the hand to an idle agent and takes it out of the ring: not
+// used since the hand last passed, with no strategy running and no event
+// waiting for the log. It gives up after two turns (every agent busy).
+func (r *ring) victim() *agent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for steps := 2*len(r.agents) + 1; steps > 0 && len(r.agents) > 0; steps-- {
+		a := r.agents[r.hand]
+		r.hand = (r.hand + 1) % len(r.agents)
+		a.mu.Lock()
+		recent := a.lastUsed != a.seen
+		a.seen = a.lastUsed
+		busy := a.evicted || a.s.analyzing || len(a.pending) > 0
+		a.mu.Unlock()
+		if !recent && !busy {
+			r.removeLocked(a)
+			return a
 		}
 	}
+	return nil
+}
+
+// evictOne saves and evicts one idle agent, and reports whether it did.
+func (l *Loop) evictOne() bool {
+	for range 4 {
+		a := l.ring.victim()
+		if a == nil {
+			return false
+		}
+		if l.evict(a) {
+			return true
+		}
+		l.ring.add(a) // busy after all, or not saved: it stays
+	}
+	return false
 }
 
 // evict saves a and removes it from memory, unless it is busy (analysing,
@@ -316,25 +366,23 @@ func (l *Loop) evict(a *agent) bool {
 	return true
 }
 
-// flushLoop saves the agents that ran, every interval, and evicts idle
-// agents when there are too many, until Close.
+// flushLoop saves the agents that ran, every interval, and evicts the idle
+// agents that were busy when they would have been evicted, until Close.
 func (l *Loop) flushLoop(interval time.Duration) {
 	defer close(l.flushDone)
-	var tick <-chan time.Time // nil: periodic saves are off
-	if interval > 0 {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		tick = t.C
+	if interval <= 0 {
+		<-l.stopFlush // periodic saves are off
+		return
 	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
 	for {
 		select {
-		case <-tick:
+		case <-t.C:
 			l.flush()
-			if l.m.agents.Load() > int64(l.maxAgents) {
-				l.evictIdle()
+			// Agents kept over the cap because they were busy.
+			for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne() {
 			}
-		case <-l.sweep:
-			l.evictIdle()
 		case <-l.stopFlush:
 			return
 		}
