@@ -35,14 +35,14 @@ const (
 	ClassOther            Class = "other"             // none of the above
 )
 
-// RootCause is a failure's root cause in REFLEX's taxonomy: what part of
-// the agent's work went wrong.
+// RootCause is a failure's root cause: what part of the agent's work went
+// wrong.
 type RootCause string
 
 // The root causes. Classify's classes map onto the first five (see
 // Class.RootCause); RootCauseOverconfidence (an answer given with
-// unwarranted certainty) needs a judge of the output, so only an error
-// that names it through FailureRootCause() RootCause carries it.
+// unwarranted certainty) needs a judge of the output, so no built-in class
+// maps to it.
 const (
 	RootCauseToolFailure          RootCause = "tool_failure"          // an API, tool or network the agent uses failed
 	RootCauseContextLoss          RootCause = "context_loss"          // the agent lost or overflowed its context

@@ -161,10 +161,11 @@ func WithTraceQueue(size int, wait time.Duration) Option {
 }
 
 // WithMaxAgents bounds the agents kept in memory (default 10,000, at
-// least 1; about 3.4 KiB each, 11 KiB at worst). When more are live, the
-// least recently used are saved and evicted, and reloaded from the store
-// on their next call. Agents with an analysis running or events not yet
-// logged stay.
+// least 1; about 4 KiB each, 11 KiB at worst). A call that brings a new
+// agent over the cap first saves and evicts an idle agent (an approximate
+// least-recently-used order), which is reloaded from the store on its
+// next call. Agents with an analysis running or events not yet logged
+// stay until the next periodic flush finds them idle.
 func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 
 // WithClock sets the clock. Default (and nil): the real clock, time.Now.

@@ -84,7 +84,7 @@ type RollbackPolicy struct {
 	// FalseRollbacks is MethodSequential's nominal rate of rolling back a
 	// change that did not lower the success rate (the test's α). The rate
 	// achieved is somewhat higher, as the reference rate is itself an
-	// estimate: 0.8 % at a true 90 % in the simulation of README.md.
+	// estimate: 0.8 % at a true 90 % in the simulation of docs/performance.md.
 	// Default 0.005.
 	FalseRollbacks float64
 	// MissedRollbacks is MethodSequential's nominal rate of confirming a

@@ -4,7 +4,7 @@
 //	go test ./benchmarks -run '^$' -bench . -benchmem -count 6 -cpu 1,2
 //
 // The overhead of a case is its ns/op minus that of the matching Direct
-// benchmark. See README.md for the measured table.
+// benchmark. See docs/performance.md for the measured table.
 package benchmarks
 
 import (
