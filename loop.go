@@ -31,7 +31,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -574,11 +573,8 @@ func (l *Loop) agent(id string) (*agent, error) {
 	}
 	a := &agent{id: id}
 	err := l.store.LoadAgent(id, func(data []byte) error {
-		var st agentState
-		if err := json.Unmarshal(data, &st); err != nil {
-			return err
-		}
-		if err := st.check(id); err != nil {
+		st, err := decodeState(data, id)
+		if err != nil {
 			return err
 		}
 		a.s = st
@@ -1385,7 +1381,7 @@ func (a *agent) snapshotLocked() agentState {
 
 // saveState encodes and saves the state of agent id.
 func (l *Loop) saveState(id string, st *agentState) error {
-	data, err := json.Marshal(st)
+	data, err := encodeState(st)
 	if err == nil {
 		err = l.store.SaveAgent(id, data)
 	}
