@@ -685,3 +685,30 @@ func BenchmarkDecodeState(b *testing.B) {
 		}
 	}
 }
+
+// TestFormatDocExample checks that the example file of docs/format.md is
+// exactly what the loop writes for the state it describes.
+func TestFormatDocExample(t *testing.T) {
+	doc := string(readFile(t, "docs/format.md"))
+	_, rest, ok := strings.Cut(doc, "### Example")
+	if !ok {
+		t.Fatal("docs/format.md has no example")
+	}
+	_, rest, _ = strings.Cut(rest, "```json\n")
+	example, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("the example is not closed")
+	}
+	st, err := decodeState([]byte(example), "support-bot")
+	if err != nil {
+		t.Fatalf("the example does not decode: %v", err)
+	}
+	var want bytes.Buffer
+	if err := json.Compact(&want, []byte(example)); err != nil {
+		t.Fatal(err)
+	}
+	want.WriteByte('\n')
+	if got := roundTrip(t, &st); !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("the loop writes the example's state as\n%s\nnot as the example:\n%s", got, want.Bytes())
+	}
+}
