@@ -319,7 +319,8 @@ func (t *tracker) view() ringsView {
 }
 
 // doc returns st as a format 2 document. A negative duration (from a
-// clock that stepped back) is stored as 0.
+// clock that stepped back) is stored as 0, and a cooldown or open circuit
+// that lasts beyond the last storable time as lasting until then.
 func (st *agentState) doc() (stateDoc, error) {
 	d := stateDoc{
 		Format:     stateFormatV2,
@@ -339,10 +340,10 @@ func (st *agentState) doc() (stateDoc, error) {
 		Proposals:  st.Proposals,
 	}
 	var err error
-	if d.CooldownUntil, err = optTimeToDoc(path("cooldown_until"), st.CooldownUntil); err != nil {
+	if d.CooldownUntil, err = optTimeToDoc(path("cooldown_until"), min(st.CooldownUntil, maxNanos-1)); err != nil {
 		return d, err
 	}
-	if d.CircuitOpenUntil, err = optTimeToDoc(path("circuit_open_until"), st.CircuitOpenUntil); err != nil {
+	if d.CircuitOpenUntil, err = optTimeToDoc(path("circuit_open_until"), min(st.CircuitOpenUntil, maxNanos-1)); err != nil {
 		return d, err
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {
@@ -914,7 +915,8 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		p, f := &st.Proposals[i], elem("proposals", i)
 		c.num(f.dot("count"), int64(p.Count), 0, maxCount)
 		if p.Config != nil {
-			c.config(f.dot("config"), p.Config, 0)
+			// Only a suggestion: it is checked when it is approved.
+			c.num(f.dot("config").dot("version"), int64(p.Config.Version), 0, c.maxVer+1)
 		}
 		if !(p.Confidence >= 0 && p.Confidence <= 1) {
 			c.fail("%s: %v out of range [0, 1]", f.dot("confidence"), p.Confidence)

@@ -317,6 +317,27 @@ func TestEncodeStateNegativeDurationsAreZero(t *testing.T) {
 	}
 }
 
+// TestEncodeStateSavesOddButReachableStates covers states the loop can
+// reach that a strict reading would refuse: they must save and load.
+func TestEncodeStateSavesOddButReachableStates(t *testing.T) {
+	st := newState("a", Config{Version: 1})
+	// A strategy may suggest, for review, a config that cannot be applied.
+	st.Proposals = []Proposal{{ID: "p", AgentID: "a", Config: &Config{MaxAttempts: 500}, Status: ProposalPending}}
+	// A circuit breaker's cool-off may outlast the storable times.
+	st.CircuitOpenUntil = math.MaxInt64
+	enc, err := encodeState(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeState(enc, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.CircuitOpenUntil != maxNanos-1 || back.Proposals[0].Config.MaxAttempts != 500 {
+		t.Errorf("circuit open until %d, proposal %+v", back.CircuitOpenUntil, back.Proposals[0].Config)
+	}
+}
+
 func (w *window) sumLatency() int64 {
 	var n int64
 	for _, s := range w.Slots {
