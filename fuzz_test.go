@@ -1,13 +1,19 @@
 package selfimprove
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func FuzzFileName(f *testing.F) {
@@ -70,33 +76,64 @@ func FuzzConfigJSON(f *testing.F) {
 	})
 }
 
-// FuzzStateFile feeds arbitrary state files to the loader's checks, then
-// uses an accepted state: nothing may panic or hang.
+// FuzzStateFile feeds arbitrary state files to decodeState. Whatever it
+// accepts must encode, decode back to an equal state, and encode again to
+// the same bytes; then the loop uses it: nothing may panic or hang.
 func FuzzStateFile(f *testing.F) {
-	st := newState("a", Config{Route: "r"})
+	st := newState("a", Config{Version: 1, Route: "r"})
 	st.Tracker.record(1, int64(time.Hour), time.Millisecond, true, 1, "boom", 0)
-	good, _ := json.Marshal(st)
-	f.Add(good)
-	f.Add([]byte(strings.Replace(string(good), `"head":`, `"head":9223372036854775`, 1)))
-	f.Add([]byte(strings.Replace(string(good), `"width_ns":`, `"width_ns":1`, 1)))
+	v1, _ := json.Marshal(st) // the in-memory layout is format 1
+	f.Add(v1)
+	f.Add([]byte(strings.Replace(string(v1), `"head":`, `"head":9223372036854775`, 1)))
+	f.Add([]byte(strings.Replace(string(v1), `"width_ns":`, `"width_ns":1`, 1)))
 	f.Add([]byte(`{"format":1,"agent_id_b64":"YQ==","tracker":{"window":{"width_ns":1000000000,"head":-5}}}`))
 	f.Add([]byte(`{}`))
+	v2, err := encodeState(&st)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v2)
+	f.Add([]byte(`{"format":2,"agent_id_b64":"YQ==","max_version":1,"config":{"version":1},"calls":{"window":{"bucket_ns":1000000000,"newest":"1970-01-01T00:00:00Z"},"last_24h":{"bucket_ns":900000000000,"newest":"1970-01-01T00:00:00Z"}}}`))
+	// The golden files, as agent "a"'s.
+	for _, name := range []string{"state-v1.json", "state-v1-as-v2.json", "state-v1-circuit.json", "state-v1-circuit-as-v2.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(regexp.MustCompile(`"agent_id_b64":"[^"]*"`).ReplaceAll(data, []byte(`"agent_id_b64":"YQ=="`)))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var st agentState
-		if json.Unmarshal(data, &st) != nil || st.check("a") != nil {
+		st, err := decodeState(data, "a")
+		if err != nil {
 			return
+		}
+		enc, err := encodeState(&st)
+		if err != nil {
+			t.Fatalf("an accepted state does not encode: %v", err)
+		}
+		back, err := decodeState(enc, "a")
+		if err != nil {
+			t.Fatalf("an encoded state does not decode: %v\n%s", err, enc)
+		}
+		if diff := cmp.Diff(st, back, cmpopts.EquateEmpty(), cmpopts.IgnoreUnexported(agentState{})); diff != "" {
+			t.Fatalf("round trip (-decoded +re-decoded):\n%s", diff)
+		}
+		if again, err := encodeState(&back); err != nil || !bytes.Equal(again, enc) {
+			t.Fatalf("encode→decode→encode differs (%v):\n%s\n%s", err, enc, again)
 		}
 		now := int64(1_700_000_000) * int64(time.Second)
 		tr := &st.Tracker
 		tr.record(st.Gen, now, time.Millisecond, true, 1, "x", 0)
 		tr.stats(now)
+		tr.health(now)
 		tr.failuresOf(st.Gen, now-int64(time.Hour))
+		tr.consecutiveOf(st.Gen)
+		tr.regime(0, maxBeforeCalls)
 		tr.recentFailures(0, func(uint32) (Class, string) { return "", "" })
 		tr.Win.resize(slotWidth(time.Hour))
 		tr.Win.resize(slotWidth(72 * time.Hour))
-		if _, err := json.Marshal(&st); err != nil {
-			t.Fatal(err)
-		}
+		st.clustersLocked(now)
+		encodeState(&st) // may refuse, never panic
 	})
 }
 

@@ -165,7 +165,7 @@ type Loop struct {
 	store           Store
 	disp            *dispatcher // nil when notifications are off
 	maxAgents       int
-	ring            ring // live agents, for eviction
+	ring            evictRing // live agents, for eviction
 	defaultConfig   Config
 	strategyTimeout time.Duration
 

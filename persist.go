@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 )
@@ -138,7 +137,7 @@ func (a *agent) dropQueued(drop func(*Event) bool) {
 
 // saveState encodes and saves the state of agent id.
 func (l *Loop) saveState(id string, st *agentState) error {
-	data, err := json.Marshal(st)
+	data, err := encodeState(st)
 	if err == nil {
 		err = l.store.SaveAgent(id, data)
 	}

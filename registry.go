@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"encoding/json"
 	"errors"
 	"hash/maphash"
 	"io/fs"
@@ -129,15 +128,11 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 // another read error it returns the error alone.
 func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
 	err = l.store.LoadAgent(id, func(data []byte) error {
-		var s agentState
-		if err := json.Unmarshal(data, &s); err != nil {
-			return err
+		s, err := decodeState(data, id)
+		if err == nil {
+			st = s
 		}
-		if err := s.check(id); err != nil {
-			return err
-		}
-		st = s
-		return nil
+		return err
 	})
 	switch {
 	case err == nil:
@@ -264,17 +259,17 @@ func (l *Loop) Agents() iter.Seq[string] {
 	}
 }
 
-// ring is the live agents in the order the eviction hand visits them:
+// evictRing is the live agents in the order the eviction hand visits them:
 // an approximate LRU (CLOCK, second chance). An agent used since the hand
 // last passed it is spared once; an idle one is evicted. Adding, removing
 // and each step of the hand are O(1).
-type ring struct {
+type evictRing struct {
 	mu     sync.Mutex
 	agents []*agent
 	hand   int
 }
 
-func (r *ring) add(a *agent) {
+func (r *evictRing) add(a *agent) {
 	r.mu.Lock()
 	a.slot = len(r.agents)
 	r.agents = append(r.agents, a)
@@ -282,7 +277,7 @@ func (r *ring) add(a *agent) {
 }
 
 // removeLocked takes a out of the ring; r.mu is held.
-func (r *ring) removeLocked(a *agent) {
+func (r *evictRing) removeLocked(a *agent) {
 	i, n := a.slot, len(r.agents)-1
 	if i < 0 || i > n || r.agents[i] != a {
 		return
@@ -300,7 +295,7 @@ func (r *ring) removeLocked(a *agent) {
 // victim moves the hand to an idle agent and takes it out of the ring: not
 // used since the hand last passed, with no strategy running and no event
 // waiting for the log. It gives up after two turns (every agent busy).
-func (r *ring) victim() *agent {
+func (r *evictRing) victim() *agent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for steps := 2*len(r.agents) + 1; steps > 0 && len(r.agents) > 0; steps-- {

@@ -21,7 +21,8 @@ import (
 
 // agentState is everything the loop knows about one agent. It is guarded
 // by the agent's mutex while in memory, and saved in the format of
-// docs/format.md.
+// docs/format.md (encodeState, decodeState); its JSON tags are those of
+// format 1, which is still read.
 type agentState struct {
 	Format int `json:"format"`
 	// AgentID is readable; AgentIDB64 is exact (JSON cannot carry
@@ -66,7 +67,9 @@ type agentState struct {
 	analyzing bool
 }
 
-// stateFormat is the version of the agent state file format.
+// stateFormat is the version of agentState's own layout (format 1 of the
+// state file); files are written in format 2 (see format.go and
+// docs/format.md).
 const stateFormat = 1
 
 // Bounds on the per-agent lists, so that an agent's memory does not grow

@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -525,45 +524,6 @@ func readLog[T any](r io.Reader, fn func(T) error) (int, error) {
 		return fn(v)
 	})
 	return skipped + bad, err
-}
-
-// check validates a decoded state for agent id.
-func (st *agentState) check(id string) error {
-	raw, err := base64.StdEncoding.DecodeString(st.AgentIDB64)
-	switch {
-	case err != nil:
-		return fmt.Errorf("agent ID: %v", err)
-	case string(raw) != id:
-		return errors.New("file belongs to another agent ID")
-	case st.Format != stateFormat:
-		return fmt.Errorf("unknown format %d", st.Format)
-	case st.Tracker.Win.Width < minSlot || st.Tracker.Win.Width > maxSlot:
-		return errors.New("window width out of range")
-	case st.Tracker.Win.Head < 0 || st.Tracker.Win.Head > math.MaxInt64/st.Tracker.Win.Width ||
-		st.Tracker.Day.Head < 0 || st.Tracker.Day.Head > math.MaxInt64/int64(daySlot):
-		return errors.New("window position out of range")
-	case st.Tracker.FailPos >= failRing || st.Tracker.RecPos >= recentRing:
-		return errors.New("ring position out of range")
-	case st.Verifying != nil && st.Verifying.To.Version != st.Config.Version:
-		return errors.New("change under verification is not the current config")
-	}
-	if err := st.Config.validate(); err != nil {
-		return err
-	}
-	if len(st.Clusters) > maxClusters || len(st.Proposals) > maxProposals {
-		return errors.New("too many clusters or proposals")
-	}
-	for _, c := range st.Clusters {
-		if c.Width < minSlot || c.Width > maxSlot*(windowSlots/clusterSlots) || c.Head < 0 || c.Head > math.MaxInt64/c.Width {
-			return errors.New("cluster window out of range")
-		}
-	}
-	if st.Manual != nil {
-		if err := st.Manual.threshold().validate(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // ListAgents implements AgentLister: it reads the agent ID of each state

@@ -114,8 +114,11 @@ func checkNoHalfWrittenFiles(t *testing.T, dir string) {
 			continue
 		}
 		data, _ := os.ReadFile(filepath.Join(dir, "agents", e.Name()))
-		var st agentState
-		if err := json.Unmarshal(data, &st); err != nil {
+		var file struct {
+			ID []byte `json:"agent_id_b64"`
+		}
+		json.Unmarshal(data, &file)
+		if _, err := decodeState(data, string(file.ID)); err != nil {
 			t.Errorf("state file %s does not parse: %v", e.Name(), err)
 		}
 	}

@@ -200,7 +200,7 @@ func TestCorruptStateMovedAside(t *testing.T) {
 			file := filepath.Join(e.dir, "agents", agentFiles(t, e.dir)[0])
 			if name == "bad ring" {
 				data, _ := os.ReadFile(file)
-				content = strings.Replace(string(data), `"fail_pos":0`, `"fail_pos":200`, 1)
+				content = strings.Replace(string(data), `"calls":{`, `"calls":{"ring_pos":{"failures":200},`, 1)
 			}
 			if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
