@@ -39,20 +39,6 @@ import (
 	"time"
 )
 
-// Clock tells the loop the time. Every time the loop uses comes from it,
-// each call's duration included (taken as the difference of two readings,
-// so a clock whose readings carry Go's monotonic clock measures durations
-// immune to wall-clock steps). Windows, cooldowns and stored times use the
-// wall-clock part. Deadlines and backoff waits are timers of the Go
-// runtime; under testing/synctest they run on the bubble's fake time.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
 // Errors of the loop's own machinery. They never replace the wrapped
 // call's error: they come back in Report.LoopErr, or from the Loop's
 // methods.
@@ -150,8 +136,9 @@ type metrics struct {
 type Loop struct {
 	// Read by every call.
 	clock     Clock
-	realTime  bool        // clock is the default real clock
-	isClosed  atomic.Bool // Close has begun
+	realTime  bool         // clock is the default real clock
+	coarse    *coarseClock // the clock, with WithCoarseClock
+	isClosed  atomic.Bool  // Close has begun
 	traces    *traceWriter
 	breaker   CircuitBreaker // off when Failures is 0
 	agents    sync.Map       // agent ID → *agent
@@ -204,6 +191,11 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
+	var coarse *coarseClock
+	if o.coarse > 0 {
+		coarse = newCoarseClock(o.coarse)
+		o.clock = coarse
+	}
 	m := new(metrics)
 	st := o.store
 	if st == nil {
@@ -225,6 +217,7 @@ func New(opts ...Option) (*Loop, error) {
 	l := &Loop{
 		clock:           o.clock,
 		realTime:        o.clock == Clock(realClock{}),
+		coarse:          coarse,
 		strategy:        o.strategy,
 		rules:           ruleBook{policy: o.policy.withDefaults(), breaker: o.breaker, newID: newID},
 		mem:             newMemory(o.memory),
@@ -305,6 +298,9 @@ func (l *Loop) Close() error {
 			cancel()
 		}
 		errs = append(errs, l.store.Close())
+		if l.coarse != nil {
+			l.coarse.close()
+		}
 		l.closeErr = errors.Join(errs...)
 	})
 	return l.closeErr

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 )
@@ -69,6 +70,17 @@ func BenchmarkDirectFailure(b *testing.B) {
 // BenchmarkSuccess is the hot path: a successful call, no change verifying.
 func BenchmarkSuccess(b *testing.B) {
 	l := newLoop(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = l.ExecuteWithImprovement(ctx, "agent", work)
+	}
+}
+
+// BenchmarkSuccessCoarse is the hot path with WithCoarseClock(1ms): no
+// clock read, three atomic loads instead.
+func BenchmarkSuccessCoarse(b *testing.B) {
+	l := newLoop(b, si.WithCoarseClock(time.Millisecond))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,0 +1,110 @@
+package selfimprove
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock tells the loop the time. Every time the loop uses comes from it,
+// each call's duration included (taken as the difference of two readings,
+// so a clock whose readings carry Go's monotonic clock measures durations
+// immune to wall-clock steps). Windows, cooldowns and stored times use the
+// wall-clock part. Deadlines and backoff waits are timers of the Go
+// runtime; under testing/synctest they run on the bubble's fake time.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// coarseClock is the clock of WithCoarseClock: its readings come from a
+// value that a goroutine refreshes every resolution while the clock is
+// read. A reading costs a few atomic loads instead of a clock read. When
+// nothing has read the clock for idleTicks ticks, the goroutine stops, and
+// the next reading starts it again (that reading is taken afresh), so an
+// idle Loop runs no timer. Readings carry the monotonic clock: durations
+// are immune to wall-clock steps, and exact to within the resolution.
+type coarseClock struct {
+	res  time.Duration
+	base time.Time    // a reading of time.Now, with its monotonic part
+	off  atomic.Int64 // time.Since(base) at the last refresh
+
+	used    atomic.Bool // read since the last tick
+	running atomic.Bool // the refresher runs
+
+	mu     sync.Mutex // guards closed and the refresher's start
+	closed bool
+	done   chan struct{} // closed when the refresher exits; nil before it starts
+}
+
+// idleTicks is how many ticks without a reading stop the refresher.
+const idleTicks = 64
+
+func newCoarseClock(res time.Duration) *coarseClock {
+	return &coarseClock{res: res, base: time.Now()}
+}
+
+// Now returns the last refreshed reading, starting the refresher if it is
+// stopped.
+func (c *coarseClock) Now() time.Time {
+	if !c.running.Load() {
+		c.wake()
+	} else if !c.used.Load() {
+		c.used.Store(true)
+	}
+	return c.base.Add(time.Duration(c.off.Load()))
+}
+
+// wake takes a fresh reading and starts the refresher (not after close).
+func (c *coarseClock) wake() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.off.Store(int64(time.Since(c.base)))
+	if c.closed || c.running.Load() {
+		return
+	}
+	if c.done != nil {
+		<-c.done // the last refresher has stopped (it was about to)
+	}
+	c.used.Store(true)
+	c.running.Store(true)
+	done := make(chan struct{})
+	c.done = done
+	go c.refresh(done)
+}
+
+func (c *coarseClock) refresh(done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(c.res)
+	defer t.Stop()
+	for idle := 0; idle < idleTicks; {
+		<-t.C
+		c.off.Store(int64(time.Since(c.base)))
+		if c.used.Swap(false) {
+			idle = 0
+		} else {
+			idle++
+		}
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			break
+		}
+	}
+	c.running.Store(false)
+}
+
+// close stops the refresher for good; later readings are taken afresh.
+func (c *coarseClock) close() {
+	c.mu.Lock()
+	c.closed = true
+	done := c.done
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
