@@ -208,6 +208,7 @@ func New(opts ...Option) (*Loop, error) {
 		}
 		o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
 		o.fileOpts.OnError = func(error) { m.storeErrors.Add(1) }
+		o.fileOpts.MaxMemorySize = max(o.fileOpts.MaxMemorySize, int64(o.memory.MaxClusters)*memoryFileBytesPerCluster)
 		fs, err := OpenFileStore(o.dir, o.fileOpts)
 		if err != nil {
 			return nil, err

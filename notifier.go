@@ -190,20 +190,36 @@ func (o NotifyOptions) withDefaults() NotifyOptions {
 
 // Retryable reports whether a failed delivery is worth another attempt:
 // err (or an error it wraps) has a method Retryable() bool that says so,
-// as DeliveryError does for 429, 5xx and transport errors.
+// as DeliveryError does for 429, 5xx and transport errors. The first such
+// error in the chain decides. The chain is walked as Classify walks it,
+// to a bounded depth and length, so that one whose Unwrap never ends (a
+// cycle) is not walked forever, as errors.As would.
 func Retryable(err error) bool {
-	var r interface{ Retryable() bool }
-	return errors.As(err, &r) && r.Retryable()
+	r, ok := findErr[interface{ Retryable() bool }](err)
+	return ok && r.Retryable()
 }
 
 // retryAfter returns the wait err asks for, through a method
 // RetryAfter() time.Duration, or 0.
 func retryAfter(err error) time.Duration {
-	var r interface{ RetryAfter() time.Duration }
-	if errors.As(err, &r) {
+	if r, ok := findErr[interface{ RetryAfter() time.Duration }](err); ok {
 		return r.RetryAfter()
 	}
 	return 0
+}
+
+// findErr returns the first error in err's chain (walked by walkErr) that
+// is a T.
+func findErr[T any](err error) (T, bool) {
+	var (
+		r  T
+		ok bool
+	)
+	walkErr(err, func(e error) bool {
+		r, ok = e.(T)
+		return !ok
+	})
+	return r, ok
 }
 
 // dispatcher delivers events to a Notifier from one goroutine through a

@@ -23,9 +23,11 @@ import (
 )
 
 // ErrCorruptState is reported (wrapped, in Report.LoopErr and the log) when
-// an agent's state file cannot be parsed or belongs to another agent ID. The
-// file is renamed aside with a ".corrupt-<time>" suffix and the agent
-// starts afresh; nothing is overwritten.
+// an agent's state file cannot be parsed, belongs to another agent ID, is
+// too large or is not a regular file (a link, a pipe). The file is renamed
+// aside with a ".corrupt-<time>" suffix and the agent starts afresh;
+// nothing is overwritten. A FileStore's loop-wide documents (the failure
+// memory, the list of agents with proposals) are set aside alike.
 var ErrCorruptState = errors.New("selfimprove: corrupt agent state")
 
 // Store keeps what the loop learns: each agent's state, and the logs of
@@ -106,6 +108,13 @@ type FileOptions struct {
 	// OnError, if set, is also called with each such failure (the Loop
 	// counts them in Metrics.StoreErrors).
 	OnError func(error)
+	// MaxMemorySize bounds the failure memory's document, memory.json,
+	// read or written. Default 96 MiB: a full memory of 10,000 clusters
+	// (the default MemoryOptions.MaxClusters) takes 7 to 60 MiB, by how
+	// many fixes it remembers and how large their configs are. A Loop
+	// that opens its own FileStore raises it to 8 KiB a cluster for a
+	// MemoryOptions.MaxClusters above 12,288.
+	MaxMemorySize int64
 }
 
 // FileStore keeps the loop's state in a directory, which it locks while
@@ -118,8 +127,37 @@ type FileOptions struct {
 //	<dir>/.lock                     the lock file
 //
 // Every state file is written to a temporary file, fsynced, renamed into
-// place, and the directory fsynced. A log append that fails is cut back,
-// so no partial line is left behind.
+// place, and the directory fsynced: a rename replaces a link at the name,
+// never its target. A log append that fails is cut back, so no partial
+// line is left behind.
+//
+// A file is read or appended to only if it is a regular file: a symbolic
+// link is never followed (nor its target created) and a named pipe or
+// device is never opened, let alone waited on; and it is read only up to
+// a bound, never whole when larger. What the store does with anything else
+// at one of its names:
+//
+//   - agents/<safe-name>.json: a link, a pipe or a file over 4 MiB is
+//     set aside (renamed, the link itself and not its target, with a
+//     ".corrupt-<time>" suffix) like a file that does not parse:
+//     LoadAgent returns an error wrapping ErrCorruptState and the agent
+//     starts afresh.
+//   - <name>.json, the loop-wide documents of LoadMeta (memory.json,
+//     proposal-agents.json): the same, with the bounds MaxMemorySize
+//     (memory.json) and 16 MiB (the others). The loop logs the error and
+//     starts that document afresh; what was there is kept, set aside. A
+//     document larger than its bound is never written either: SaveMeta
+//     refuses it, keeping the last one saved, as SaveAgent refuses a
+//     state over 4 MiB.
+//   - events.jsonl: OpenFileStore fails, with an error naming the file
+//     and what it is ("not a regular file (symlink)"): the event log is
+//     what the loop reports to, and is left for the operator to look at.
+//   - traces.jsonl: each AppendTraces fails with that error; the loop
+//     counts the traces dropped and goes on.
+//   - archives (<log>-<UTC time>.jsonl, not yet compressed) are not
+//     compressed (the failure goes to Logger and OnError); compressed
+//     ones are never read. Pruning removes a link, not its target.
+//   - .lock: OpenFileStore fails, naming it.
 type FileStore struct {
 	fs     fsx.FS
 	dir    string
@@ -158,6 +196,9 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MaxMemorySize <= 0 {
+		o.MaxMemorySize = defaultMaxMemoryFile
 	}
 	agents := filepath.Join(dir, "agents")
 	if err := fs.MkdirAll(agents, 0o700); err != nil {
@@ -218,61 +259,102 @@ func (s *FileStore) openLog(name string) (*jsonl.Log, error) {
 	})
 }
 
-// LoadAgent implements Store.
+// LoadAgent implements Store. A state file that is not a regular file or
+// is larger than 4 MiB is set aside like one that does not decode.
 func (s *FileStore) LoadAgent(id string, decode func([]byte) error) error {
 	name := fileName(id)
-	path := filepath.Join(s.agents, name)
-	var derr error
-	if fi, err := s.fs.Stat(path); err == nil && fi.Size() > maxStateFile {
-		derr = fmt.Errorf("%d bytes, more than a state file can be (%d)", fi.Size(), maxStateFile)
-	} else {
-		data, err := s.fs.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
-		}
-		if derr = decode(data); derr == nil {
-			return nil
-		}
+	derr, err := s.load(s.agents, name, maxStateFile, decode)
+	if err != nil {
+		return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
 	}
-	aside := fmt.Sprintf("%s.corrupt-%s", name, s.now().UTC().Format("20060102T150405.000000000Z"))
-	if err := s.fs.Rename(path, filepath.Join(s.agents, aside)); err != nil {
+	if derr == nil {
+		return nil
+	}
+	aside, err := s.setAside(s.agents, name)
+	if err != nil {
 		return fmt.Errorf("%w: agent %q: %v; moving it aside failed: %v", ErrCorruptState, id, derr, err)
 	}
 	return fmt.Errorf("%w: agent %q: %v (moved to %s)", ErrCorruptState, id, derr, aside)
 }
 
-// SaveAgent implements Store.
+// load reads dir/name, a regular file of at most limit bytes, and decodes
+// it. derr is the reason the file is corrupt: it is not a regular file, is
+// too large, or does not decode; err is a failure to read it (it does not
+// exist, an I/O error).
+func (s *FileStore) load(dir, name string, limit int64, decode func([]byte) error) (derr, err error) {
+	data, err := fsx.ReadRegular(s.fs, filepath.Join(dir, name), limit)
+	switch {
+	case errors.Is(err, fsx.ErrNotRegular), errors.Is(err, fsx.ErrTooLarge):
+		return err, nil
+	case err != nil:
+		return nil, err
+	}
+	return decode(data), nil
+}
+
+// setAside renames dir/name (a link itself, not its target) to
+// name.corrupt-<time> and returns the new name.
+func (s *FileStore) setAside(dir, name string) (string, error) {
+	aside := fmt.Sprintf("%s.corrupt-%s", name, s.now().UTC().Format("20060102T150405.000000000Z"))
+	return aside, s.fs.Rename(filepath.Join(dir, name), filepath.Join(dir, aside))
+}
+
+// SaveAgent implements Store. A state larger than 4 MiB, which LoadAgent
+// would set aside, is refused and the saved one kept.
 func (s *FileStore) SaveAgent(id string, state []byte) error {
+	if len(state) > maxStateFile {
+		return fmt.Errorf("selfimprove: save state of agent %q: %d bytes, more than a state file may be (%d)", id, len(state), maxStateFile)
+	}
 	if err := fsx.WriteAtomic(s.fs, s.agents, fileName(id), state); err != nil {
 		return fmt.Errorf("selfimprove: save state of agent %q: %w", id, err)
 	}
 	return nil
 }
 
-// LoadMeta implements MetaStore: the document is <dir>/<name>.json.
+// LoadMeta implements MetaStore: the document is <dir>/<name>.json. One
+// that is not a regular file, is larger than its bound (MaxMemorySize for
+// the memory, 16 MiB for others) or does not decode is set aside (renamed
+// to <name>.json.corrupt-<time>) and the error wraps ErrCorruptState.
 func (s *FileStore) LoadMeta(name string, decode func([]byte) error) error {
 	if err := checkMetaName(name); err != nil {
 		return err
 	}
-	data, err := s.fs.ReadFile(filepath.Join(s.dir, name+".json"))
+	file := name + ".json"
+	derr, err := s.load(s.dir, file, s.metaLimit(name), decode)
 	if err != nil {
 		return fmt.Errorf("selfimprove: read %s: %w", name, err)
 	}
-	if err := decode(data); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrCorruptState, name, err)
+	if derr == nil {
+		return nil
 	}
-	return nil
+	aside, err := s.setAside(s.dir, file)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v; moving it aside failed: %v", ErrCorruptState, name, derr, err)
+	}
+	return fmt.Errorf("%w: %s: %v (moved to %s)", ErrCorruptState, name, derr, aside)
 }
 
-// SaveMeta implements MetaStore.
+// SaveMeta implements MetaStore. A document larger than its bound, which
+// LoadMeta would set aside, is refused and the saved one kept.
 func (s *FileStore) SaveMeta(name string, doc []byte) error {
 	if err := checkMetaName(name); err != nil {
 		return err
+	}
+	if limit := s.metaLimit(name); int64(len(doc)) > limit {
+		return fmt.Errorf("selfimprove: save %s: %d bytes, more than the document may be (%d)", name, len(doc), limit)
 	}
 	if err := fsx.WriteAtomic(s.fs, s.dir, name+".json", doc); err != nil {
 		return fmt.Errorf("selfimprove: save %s: %w", name, err)
 	}
 	return nil
+}
+
+// metaLimit is the bound on the document name.
+func (s *FileStore) metaLimit(name string) int64 {
+	if name == memoryDoc {
+		return s.opts.MaxMemorySize
+	}
+	return maxMetaFile
 }
 
 // checkMetaName accepts the names of loop-wide documents: 1 to 64 of
@@ -492,9 +574,24 @@ func (m *MemoryStore) Traces() []Trace {
 // Close implements Store; a MemoryStore keeps its content.
 func (m *MemoryStore) Close() error { return nil }
 
-// maxStateFile bounds a state file: a larger one is set aside as corrupt.
-// A real one is a few kilobytes.
+// maxStateFile bounds a state file: a larger one is set aside as corrupt,
+// and is not written. A real one is a few kilobytes.
 const maxStateFile = 4 << 20
+
+// maxMetaFile bounds a loop-wide document other than the memory, such as
+// the list of agents with proposals (about 60 bytes an agent): a larger
+// one is set aside as corrupt, and is not written.
+const maxMetaFile = 16 << 20
+
+// defaultMaxMemoryFile is FileOptions.MaxMemorySize's default. A memory of
+// 10,000 clusters with 8 agents each takes about 7 MiB; with 8 fixes each
+// too, whose configs have a route and two parameters, about 58 MiB.
+const defaultMaxMemoryFile = 96 << 20
+
+// memoryFileBytesPerCluster is what the Loop allows a cluster of a memory
+// larger than defaultMaxMemoryFile allows for (MemoryOptions.MaxClusters
+// above 12,288): the most measured was 6 KiB.
+const memoryFileBytesPerCluster = 8 << 10
 
 // maxLogLine bounds a line the log readers accept: longer lines are
 // skipped and counted.

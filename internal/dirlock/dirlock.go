@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+
+	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
 
 // ErrLocked is returned when another owner holds the lock.
@@ -19,9 +21,11 @@ type Lock struct {
 
 // Acquire locks dir (creating dir/name as the lock file) without waiting.
 // It fails with an error wrapping ErrLocked when another Lock, in this
-// process or another, holds it.
+// process or another, holds it, and with one wrapping fsx.ErrNotRegular
+// when dir/name is not a regular file: a link there is not followed (nor
+// its target created), a pipe not waited on.
 func Acquire(dir, name string) (*Lock, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := fsx.OpenRegular(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -14,24 +14,28 @@ import (
 
 // File is an open file.
 type File interface {
+	Read(p []byte) (int, error)
 	Write(p []byte) (int, error)
+	Stat() (os.FileInfo, error)
 	Truncate(size int64) error
 	Sync() error
 	Close() error
 	Name() string
 }
 
-// FS is the set of operations the file store performs.
+// FS is the set of operations the file store performs. Files are opened
+// only through OpenRegular: whatever is at a name, a link is never
+// followed and a pipe or device never opened.
 type FS interface {
 	MkdirAll(path string, perm os.FileMode) error
-	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// OpenRegular opens the regular file name (see the package function).
+	OpenRegular(name string, flag int, perm os.FileMode) (File, error)
 	CreateTemp(dir, pattern string) (File, error)
-	ReadFile(name string) ([]byte, error)
-	Open(name string) (io.ReadCloser, error)
 	ReadDir(name string) ([]os.DirEntry, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
-	Stat(name string) (os.FileInfo, error)
+	// Lstat describes name itself, not what a link there points to.
+	Lstat(name string) (os.FileInfo, error)
 	SyncDir(dir string) error
 }
 
@@ -39,16 +43,18 @@ type FS interface {
 type OS struct{}
 
 func (OS) MkdirAll(p string, perm os.FileMode) error { return os.MkdirAll(p, perm) }
-func (OS) OpenFile(n string, flag int, perm os.FileMode) (File, error) {
-	return os.OpenFile(n, flag, perm)
+func (OS) OpenRegular(n string, flag int, perm os.FileMode) (File, error) {
+	f, err := OpenRegular(n, flag, perm)
+	if err != nil {
+		return nil, err // not a nil *os.File in a non-nil File
+	}
+	return f, nil
 }
 func (OS) CreateTemp(dir, pattern string) (File, error) { return os.CreateTemp(dir, pattern) }
-func (OS) ReadFile(n string) ([]byte, error)            { return os.ReadFile(n) }
-func (OS) Open(n string) (io.ReadCloser, error)         { return os.Open(n) }
 func (OS) ReadDir(n string) ([]os.DirEntry, error)      { return os.ReadDir(n) }
 func (OS) Rename(o, n string) error                     { return os.Rename(o, n) }
 func (OS) Remove(n string) error                        { return os.Remove(n) }
-func (OS) Stat(n string) (os.FileInfo, error)           { return os.Stat(n) }
+func (OS) Lstat(n string) (os.FileInfo, error)          { return os.Lstat(n) }
 
 // SyncDir fsyncs a directory so that a create, rename or remove in it
 // survives a crash.
@@ -66,11 +72,11 @@ type Op string
 
 // The operations.
 const (
-	OpCreate  Op = "create" // OpenFile with O_CREATE, CreateTemp
+	OpCreate  Op = "create" // OpenRegular with O_CREATE, CreateTemp
 	OpWrite   Op = "write"
 	OpSync    Op = "sync" // File.Sync and SyncDir
 	OpRename  Op = "rename"
-	OpRead    Op = "read"
+	OpRead    Op = "read" // OpenRegular for reading only
 	OpRemove  Op = "remove"
 	OpMkdir   Op = "mkdir"
 	OpPartial Op = "partial" // a write that writes half its bytes, then fails
@@ -137,13 +143,18 @@ func (f *Faulty) MkdirAll(p string, perm os.FileMode) error {
 	return f.FS.MkdirAll(p, perm)
 }
 
-func (f *Faulty) OpenFile(n string, flag int, perm os.FileMode) (File, error) {
+func (f *Faulty) OpenRegular(n string, flag int, perm os.FileMode) (File, error) {
 	if flag&os.O_CREATE != 0 {
 		if err := f.check(OpCreate, n); err != nil {
 			return nil, err
 		}
 	}
-	file, err := f.FS.OpenFile(n, flag, perm)
+	if flag&(os.O_RDONLY|os.O_WRONLY|os.O_RDWR) == os.O_RDONLY {
+		if err := f.check(OpRead, n); err != nil {
+			return nil, err
+		}
+	}
+	file, err := f.FS.OpenRegular(n, flag, perm)
 	if err != nil {
 		return nil, err
 	}
@@ -159,20 +170,6 @@ func (f *Faulty) CreateTemp(dir, pattern string) (File, error) {
 		return nil, err
 	}
 	return &faultyFile{File: file, f: f}, nil
-}
-
-func (f *Faulty) ReadFile(n string) ([]byte, error) {
-	if err := f.check(OpRead, n); err != nil {
-		return nil, err
-	}
-	return f.FS.ReadFile(n)
-}
-
-func (f *Faulty) Open(n string) (io.ReadCloser, error) {
-	if err := f.check(OpRead, n); err != nil {
-		return nil, err
-	}
-	return f.FS.Open(n)
 }
 
 func (f *Faulty) Rename(o, n string) error {

@@ -92,7 +92,10 @@ type Log struct {
 }
 
 // Open opens (creating) dir/name.jsonl for appending. maxSize <= 0 turns
-// rotation off; keep is the number of archives kept (at least 1).
+// rotation off; keep is the number of archives kept (at least 1). It fails
+// with an error wrapping fsx.ErrNotRegular, naming the file, when
+// dir/name.jsonl is not a regular file (a link is never followed, a pipe
+// never waited on).
 func Open(fs fsx.FS, dir, name string, maxSize int64, keep int, now func() time.Time, onErr func(error)) (*Log, error) {
 	l := &Log{fs: fs, dir: dir, name: name, maxSize: maxSize, keep: max(keep, 1), now: now, onErr: onErr}
 	if err := l.open(); err != nil {
@@ -104,12 +107,15 @@ func Open(fs fsx.FS, dir, name string, maxSize int64, keep int, now func() time.
 
 func (l *Log) path() string { return filepath.Join(l.dir, l.name+".jsonl") }
 
+// open opens the log's file for appending, creating it. Only a regular
+// file is opened: a link there is not followed and a pipe not waited on,
+// and the error (wrapping fsx.ErrNotRegular) names the file.
 func (l *Log) open() error {
-	f, err := l.fs.OpenFile(l.path(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := l.fs.OpenRegular(l.path(), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return err
 	}
-	st, err := l.fs.Stat(l.path())
+	st, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return err
@@ -249,16 +255,20 @@ func (l *Log) maintain() {
 	}
 }
 
+// exists reports whether there is anything at path, a dangling link
+// included.
 func (l *Log) exists(path string) bool {
-	_, err := l.fs.Stat(path)
+	_, err := l.fs.Lstat(path)
 	return !errors.Is(err, os.ErrNotExist)
 }
 
 // compress replaces archive with archive+".gz" (temp file, fsync, rename),
 // streaming, at gzip's fastest level: an archive is compressed while the
-// log keeps being written, and must not starve the writer.
+// log keeps being written, and must not starve the writer. An archive that
+// is not a regular file (a link, a pipe) is left as it is, and the error
+// names it.
 func (l *Log) compress(archive string) error {
-	src, err := l.fs.Open(archive)
+	src, err := l.fs.OpenRegular(archive, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
