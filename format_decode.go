@@ -111,7 +111,7 @@ func (c *checker) counts(f field, d countsDoc) counts {
 
 // ring returns the slot of the k-th of n entries, oldest first, in a ring
 // of size slots whose next entry goes to slot next.
-func ring(next, n, k, size int) int {
+func ringSlot(next, n, k, size int) int {
 	return ((next-n+k)%size + size) % size
 }
 
@@ -235,7 +235,7 @@ func (c *checker) calls(d *callsDoc) tracker {
 		if end == 0 {
 			c.fail("%s: a failure ends after 1970-01-01T00:00:00Z", f.dot("end"))
 		}
-		i := ring(int(t.FailPos), n, k, failRing)
+		i := ringSlot(int(t.FailPos), n, k, failRing)
 		t.FailEnd[i] = end
 		t.FailGen[i] = uint32(c.num(f.dot("generation"), fd.Generation, 0, math.MaxUint32+1))
 		if k < firstDetailed {
@@ -257,7 +257,7 @@ func (c *checker) calls(d *callsDoc) tracker {
 		if fd.Error != nil {
 			r.Err = *fd.Error
 		}
-		t.Recent[ring(int(t.RecPos), n-firstDetailed, k-firstDetailed, recentRing)] = r
+		t.Recent[ringSlot(int(t.RecPos), n-firstDetailed, k-firstDetailed, recentRing)] = r
 	}
 
 	n = len(d.Latest)
@@ -267,7 +267,7 @@ func (c *checker) calls(d *callsDoc) tracker {
 	}
 	for k, l := range d.Latest {
 		f := elem("calls.latest", k)
-		i := ring(int(t.CallPos), n, k, maxBeforeCalls)
+		i := ringSlot(int(t.CallPos), n, k, maxBeforeCalls)
 		t.CallEnd[i] = c.time(f.dot("end"), l.End)
 		if t.CallEnd[i] == 0 && c.err == nil {
 			c.fail("%s: a call ends after 1970-01-01T00:00:00Z", f.dot("end"))

@@ -46,7 +46,7 @@ func equalState(t *testing.T, got, want agentState) {
 	}
 }
 
-func readFile(t *testing.T, name string) []byte {
+func readTestdata(t *testing.T, name string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(name)
 	if err != nil {
@@ -58,7 +58,7 @@ func readFile(t *testing.T, name string) []byte {
 func TestStateFormat1Golden(t *testing.T) {
 	for _, g := range stateGoldens {
 		t.Run(filepath.Base(g.v1), func(t *testing.T) {
-			data := readFile(t, g.v1)
+			data := readTestdata(t, g.v1)
 			got, err := decodeState(data, g.id)
 			if err != nil {
 				t.Fatal(err)
@@ -88,7 +88,7 @@ func TestStateFormat1Golden(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			want := readFile(t, g.v2)
+			want := readTestdata(t, g.v2)
 			if !bytes.Equal(enc, want) {
 				t.Fatalf("format 2 encoding differs from %s:\n%s", g.v2, enc)
 			}
@@ -107,7 +107,7 @@ func TestStateFormat1Golden(t *testing.T) {
 // TestStateFormat1GoldenHasEverything guards the golden files against
 // losing what they are there to cover.
 func TestStateFormat1GoldenHasEverything(t *testing.T) {
-	a, err := decodeState(readFile(t, stateGoldens[0].v1), stateGoldens[0].id)
+	a, err := decodeState(readTestdata(t, stateGoldens[0].v1), stateGoldens[0].id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestStateFormat1GoldenHasEverything(t *testing.T) {
 	case a.Tracker.Total < 40 || a.Tracker.FailEnd[15] == 0 || a.Tracker.CallEnd[maxBeforeCalls-1] == 0:
 		t.Error("the rings are not filled")
 	}
-	b, err := decodeState(readFile(t, stateGoldens[1].v1), stateGoldens[1].id)
+	b, err := decodeState(readTestdata(t, stateGoldens[1].v1), stateGoldens[1].id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestStateFormat1NextSaveIsFormat2(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "agents", fileName(g.id))
-	if err := os.WriteFile(path, readFile(t, g.v1), 0o600); err != nil {
+	if err := os.WriteFile(path, readTestdata(t, g.v1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	clk := fakeclock.New(time.Date(2026, 3, 1, 18, 0, 0, 0, time.UTC))
@@ -158,7 +158,7 @@ func TestStateFormat1NextSaveIsFormat2(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	data := readFile(t, path)
+	data := readTestdata(t, path)
 	if !bytes.HasPrefix(data, []byte(`{"format":2,`)) {
 		t.Fatalf("saved as %.40s…, want format 2", data)
 	}
@@ -464,7 +464,7 @@ func checkRejected(t *testing.T, data []byte, id, want string) {
 
 func TestDecodeStateRangeChecksFormat2(t *testing.T) {
 	a, b := stateGoldens[0], stateGoldens[1]
-	docA, docB := readFile(t, a.v2), readFile(t, b.v2)
+	docA, docB := readTestdata(t, a.v2), readTestdata(t, b.v2)
 	ints := []string{
 		"max_version", "generation", "config.version", "config.max_attempts", "history[0].version",
 		"verify.calls", "verify.failures", "verify.latency_ns", "verify.consecutive_failures",
@@ -525,7 +525,7 @@ func TestDecodeStateRangeChecksFormat2(t *testing.T) {
 
 func TestDecodeStateRangeChecksFormat1(t *testing.T) {
 	a, b := stateGoldens[0], stateGoldens[1]
-	docA, docB := readFile(t, a.v1), readFile(t, b.v1)
+	docA, docB := readTestdata(t, a.v1), readTestdata(t, b.v1)
 	// Each format 1 field, and the name the error gives it: its own for
 	// the fields read as they were, its format 2 name for those read into
 	// a list.
@@ -588,7 +588,7 @@ func TestDecodeStateRangeChecksFormat1(t *testing.T) {
 
 func TestDecodeStateRejects(t *testing.T) {
 	a := stateGoldens[0]
-	doc, v1 := readFile(t, a.v2), readFile(t, a.v1)
+	doc, v1 := readTestdata(t, a.v2), readTestdata(t, a.v1)
 	set := func(path string, v any) []byte { return setJSON(t, doc, path, v) }
 	many := func(n int, v any) []any {
 		out := make([]any, n)
@@ -664,7 +664,7 @@ func TestDecodeStateRejects(t *testing.T) {
 // file says so.
 func TestDecodeStateErrorsNameFormat1(t *testing.T) {
 	a := stateGoldens[0]
-	_, err := decodeState(setJSON(t, readFile(t, a.v1), "tracker.total", -1), a.id)
+	_, err := decodeState(setJSON(t, readTestdata(t, a.v1), "tracker.total", -1), a.id)
 	if err == nil || !regexp.MustCompile(`^format 1: calls\.total: -1 out of range`).MatchString(err.Error()) {
 		t.Fatalf("error = %v", err)
 	}
@@ -710,7 +710,7 @@ func BenchmarkDecodeState(b *testing.B) {
 // TestFormatDocExample checks that the example file of docs/format.md is
 // exactly what the loop writes for the state it describes.
 func TestFormatDocExample(t *testing.T) {
-	doc := string(readFile(t, "docs/format.md"))
+	doc := string(readTestdata(t, "docs/format.md"))
 	_, rest, ok := strings.Cut(doc, "### Example")
 	if !ok {
 		t.Fatal("docs/format.md has no example")

@@ -636,9 +636,9 @@ func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := s.fs.ReadFile(filepath.Join(s.agents, name))
-		if err != nil || len(data) > maxStateFile {
-			continue
+		data, err := fsx.ReadRegular(s.fs, filepath.Join(s.agents, name), maxStateFile)
+		if err != nil {
+			continue // not a regular file, too large, unreadable: not an agent's
 		}
 		var head struct {
 			ID string `json:"agent_id_b64"`
