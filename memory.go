@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -547,8 +546,8 @@ func (l *Loop) loadMemory() error {
 	}
 	err := ms.LoadMeta(memoryDoc, l.mem.load)
 	switch {
-	case err == nil, errors.Is(err, fs.ErrNotExist):
-	case errors.Is(err, ErrCorruptState):
+	case err == nil, isErr(err, fs.ErrNotExist):
+	case isErr(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
 	default:

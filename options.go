@@ -151,6 +151,13 @@ func WithLogRotation(maxSize int64, keep int) Option {
 	return func(o *options) { o.fileOpts.MaxLogSize, o.fileOpts.KeepArchives = maxSize, keep }
 }
 
+// WithMaxAgentFiles bounds the agent state files the default FileStore
+// keeps (FileOptions.MaxAgentFiles): when a new agent's file takes the
+// count over n, the files saved longest ago are deleted, a sixteenth of n
+// at a time. Default 0: 100,000; negative: no bound. With WithStore it has
+// no effect.
+func WithMaxAgentFiles(n int) Option { return func(o *options) { o.fileOpts.MaxAgentFiles = n } }
+
 // WithTraces turns on the trace log: one record per call (agent, config
 // version, outcome, duration, attempts, error text, time). See TraceMode
 // for what each mode costs and what a crash can lose. Default TracesOff.

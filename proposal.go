@@ -322,7 +322,7 @@ func (l *Loop) loadProposalAgents() {
 				}
 				return nil
 			})
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err != nil && !isErr(err, fs.ErrNotExist) {
 				l.m.storeErrors.Add(1)
 				l.log.Error("selfimprove: cannot read the list of agents with proposals", "error", err)
 			}

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"hash/maphash"
 	"io/fs"
 	"iter"
@@ -105,7 +104,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 	}
 	a := &agent{id: id}
 	st, found, err := l.loadState(id)
-	if a.s = st; err != nil && !errors.Is(err, ErrCorruptState) {
+	if a.s = st; err != nil && !isErr(err, ErrCorruptState) {
 		return nil, false, err
 	}
 	if found {
@@ -138,9 +137,9 @@ func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
 	case err == nil:
 		l.m.loads.Add(1)
 		return st, true, nil
-	case errors.Is(err, fs.ErrNotExist):
+	case isErr(err, fs.ErrNotExist):
 		return newState(id, l.defaultConfig.clone()), false, nil
-	case errors.Is(err, ErrCorruptState):
+	case isErr(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
 		return newState(id, l.defaultConfig.clone()), false, err

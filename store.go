@@ -115,6 +115,12 @@ type FileOptions struct {
 	// that opens its own FileStore raises it to 8 KiB a cluster for a
 	// MemoryOptions.MaxClusters above 12,288.
 	MaxMemorySize int64
+	// MaxAgentFiles bounds the agent state files kept in agents/. When a
+	// new agent's file takes the count over it, the files saved longest
+	// ago (the agents idle longest) are deleted, a sixteenth of the bound
+	// at a time. Default 100,000; negative: no bound. An agent whose file
+	// was deleted starts afresh on its next call.
+	MaxAgentFiles int
 }
 
 // FileStore keeps the loop's state in a directory, which it locks while
@@ -173,6 +179,14 @@ type FileStore struct {
 	mu     sync.Mutex // guards traces (opened on first use) and closed
 	closed bool
 
+	// wmu admits writes (read-locked around each) until Close seals the
+	// store (write-locked): after Close returns, nothing is written.
+	wmu    sync.RWMutex
+	sealed bool
+
+	filesMu sync.Mutex // guards files; held while pruning
+	files   int        // agent state files in agents/
+
 	traceMu  sync.Mutex // guards traceBuf and traceEnc, reused by every trace append
 	traceBuf []byte
 	traceEnc traceEncoder
@@ -200,6 +214,9 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 	if o.MaxMemorySize <= 0 {
 		o.MaxMemorySize = defaultMaxMemoryFile
 	}
+	if o.MaxAgentFiles == 0 {
+		o.MaxAgentFiles = defaultMaxAgentFiles
+	}
 	agents := filepath.Join(dir, "agents")
 	if err := fs.MkdirAll(agents, 0o700); err != nil {
 		return nil, fmt.Errorf("selfimprove: state directory: %w", err)
@@ -221,12 +238,101 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 			s.log.Info("selfimprove: removed temporary files left by a crash", "dir", d, "count", n)
 		}
 	}
+	if s.files, err = countAgentFiles(fs, agents); err != nil {
+		lock.Release()
+		return nil, fmt.Errorf("selfimprove: agents directory: %w", err)
+	}
 	s.events, err = s.openLog("events")
 	if err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("selfimprove: event log: %w", err)
 	}
 	return s, nil
+}
+
+// defaultMaxAgentFiles is FileOptions.MaxAgentFiles's default.
+const defaultMaxAgentFiles = 100_000
+
+// isAgentFile reports whether name, in agents/, is an agent's state file
+// (not a temporary file, nor one set aside).
+func isAgentFile(name string) bool {
+	return strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".")
+}
+
+func countAgentFiles(fs fsx.FS, dir string) (int, error) {
+	ents, err := fs.ReadDir(dir)
+	n := 0
+	for _, e := range ents {
+		if isAgentFile(e.Name()) {
+			n++
+		}
+	}
+	return n, err
+}
+
+// write admits one write, refused once Close has sealed the store.
+func (s *FileStore) write() error {
+	s.wmu.RLock()
+	if s.sealed {
+		s.wmu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// noteNewFile counts a new agent file, and prunes the files saved longest
+// ago when the count passes MaxAgentFiles.
+func (s *FileStore) noteNewFile() {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	s.files++
+	max := s.opts.MaxAgentFiles
+	if max < 0 || s.files <= max {
+		return
+	}
+	if err := s.prune(max - max/16); err != nil {
+		s.log.Error("selfimprove: cannot prune agent files", "error", err)
+		if s.opts.OnError != nil {
+			s.opts.OnError(err)
+		}
+	}
+}
+
+// prune deletes the agent files saved longest ago until keep are left;
+// s.filesMu is held.
+func (s *FileStore) prune(keep int) error {
+	ents, err := s.fs.ReadDir(s.agents)
+	if err != nil {
+		return err
+	}
+	type file struct {
+		name string
+		mod  time.Time
+	}
+	var all []file
+	for _, e := range ents {
+		if !isAgentFile(e.Name()) {
+			continue
+		}
+		if fi, err := s.fs.Lstat(filepath.Join(s.agents, e.Name())); err == nil {
+			all = append(all, file{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(all, func(a, b file) int { return a.mod.Compare(b.mod) })
+	var errs []error
+	removed := 0
+	for _, f := range all[:max(len(all)-keep, 0)] {
+		if err := s.fs.Remove(filepath.Join(s.agents, f.name)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	s.files = len(all) - removed
+	if removed > 0 {
+		errs = append(errs, s.fs.SyncDir(s.agents))
+	}
+	return errors.Join(errs...)
 }
 
 // removeTemps removes dir's temporary files of atomic writes
@@ -305,8 +411,18 @@ func (s *FileStore) SaveAgent(id string, state []byte) error {
 	if len(state) > maxStateFile {
 		return fmt.Errorf("selfimprove: save state of agent %q: %d bytes, more than a state file may be (%d)", id, len(state), maxStateFile)
 	}
-	if err := fsx.WriteAtomic(s.fs, s.agents, fileName(id), state); err != nil {
+	if err := s.write(); err != nil {
+		return err
+	}
+	defer s.wmu.RUnlock()
+	name := fileName(id)
+	_, err := s.fs.Lstat(filepath.Join(s.agents, name))
+	isNew := errors.Is(err, fs.ErrNotExist)
+	if err := fsx.WriteAtomic(s.fs, s.agents, name, state); err != nil {
 		return fmt.Errorf("selfimprove: save state of agent %q: %w", id, err)
+	}
+	if isNew {
+		s.noteNewFile()
 	}
 	return nil
 }
@@ -343,6 +459,10 @@ func (s *FileStore) SaveMeta(name string, doc []byte) error {
 	if limit := s.metaLimit(name); int64(len(doc)) > limit {
 		return fmt.Errorf("selfimprove: save %s: %d bytes, more than the document may be (%d)", name, len(doc), limit)
 	}
+	if err := s.write(); err != nil {
+		return err
+	}
+	defer s.wmu.RUnlock()
 	if err := fsx.WriteAtomic(s.fs, s.dir, name+".json", doc); err != nil {
 		return fmt.Errorf("selfimprove: save %s: %w", name, err)
 	}
@@ -377,6 +497,10 @@ func (s *FileStore) AppendEvents(events []Event) error {
 	if err != nil {
 		return err
 	}
+	if err := s.write(); err != nil {
+		return err
+	}
+	defer s.wmu.RUnlock()
 	if err := s.events.Append(data); err != nil {
 		return fmt.Errorf("selfimprove: append to the event log: %w", err)
 	}
@@ -399,6 +523,10 @@ func (s *FileStore) AppendTraces(traces []Trace) error {
 	if l == nil {
 		return ErrClosed
 	}
+	if err := s.write(); err != nil {
+		return err
+	}
+	defer s.wmu.RUnlock()
 	s.traceMu.Lock()
 	defer s.traceMu.Unlock()
 	buf := s.traceBuf[:0]
@@ -425,8 +553,10 @@ func marshalLines[T any](vs []T) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// Close closes the logs (waiting for archives being compressed) and
-// releases the directory lock.
+// Close waits for the writes under way, refuses any later one with
+// ErrClosed, closes the logs (waiting for archives being compressed) and
+// releases the directory lock. After it returns, the store writes
+// nothing.
 func (s *FileStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -436,6 +566,9 @@ func (s *FileStore) Close() error {
 	s.closed = true
 	traces := s.traces
 	s.mu.Unlock()
+	s.wmu.Lock()
+	s.sealed = true
+	s.wmu.Unlock()
 	errs := []error{s.events.Close()}
 	if traces != nil {
 		errs = append(errs, traces.Close())
