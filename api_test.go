@@ -190,6 +190,13 @@ func TestAgentIDBounded(t *testing.T) {
 	if !ran || err != errBoom || !errors.Is(rep.LoopErr, si.ErrInvalidAgentID) {
 		t.Fatalf("long ID: ran %v, err %v, %+v", ran, err, rep)
 	}
+	huge := strings.Repeat("z", 3<<20) // 3 MiB
+	if rep, _ := e.l.ExecuteWithImprovement(context.Background(), huge, func(context.Context, si.Config) error { return nil }); !rep.Success || !errors.Is(rep.LoopErr, si.ErrInvalidAgentID) {
+		t.Fatalf("3 MiB ID: %+v", rep)
+	}
+	if err := e.l.SetConfig(huge, si.Config{Route: "r"}); !errors.Is(err, si.ErrInvalidAgentID) {
+		t.Fatalf("SetConfig with a 3 MiB ID: %v", err)
+	}
 	if err := e.l.SetConfig(long, si.Config{}); !errors.Is(err, si.ErrInvalidAgentID) {
 		t.Fatalf("SetConfig: %v", err)
 	}
