@@ -17,11 +17,12 @@ import (
 // the files that orchestrate the loop. This test type-checks the package
 // and fails on any such reference, naming it.
 var (
-	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "breaker.go", "classify.go", "signature.go", "scrub.go"}
+	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "breaker.go", "classify.go", "errchain.go", "signature.go", "scrub.go"}
 	// orchestration files: the Loop and its edges, and the state machine.
 	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go",
 		"options.go", "state.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
-		"notifier.go", "senders.go", "store.go", "trace.go", "budget.go", "analyze.go"}
+		"notifier.go", "senders.go", "store.go", "memstore.go", "trace.go", "budget.go", "analyze.go",
+		"clock.go", "format.go", "format_decode.go", "format_v1.go"}
 )
 
 func TestLeavesStayLeaves(t *testing.T) {
