@@ -168,6 +168,7 @@ type Loop struct {
 	sweep           chan struct{} // asks flushLoop to evict; capacity 1
 	defaultConfig   Config
 	strategyTimeout time.Duration
+	retryRules      retryRules // WithRetryPolicy, with its defaults
 
 	shared   shared        // failures by cluster and class across agents
 	props    proposalIndex // where proposals are
@@ -233,6 +234,7 @@ func New(opts ...Option) (*Loop, error) {
 		store:           st,
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
+		retryRules:      o.retry.rules(),
 		seed:            maphash.MakeSeed(),
 		m:               m,
 		maxAgents:       o.maxAgents,
