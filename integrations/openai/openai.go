@@ -108,7 +108,7 @@ var DefaultFallbacks = []string{"gpt-4.1", "gpt-4o", "gpt-4o-mini"}
 
 // Routes maps an agent's Config.Route to an OpenAI model name.
 type Routes struct {
-	// Default is the model for an empty Route. Default "" : the first
+	// Default is the model for an empty Route. Default "": the first
 	// of the fallbacks.
 	Default string
 	// Models maps a route to a model; a route not in it is the model's
