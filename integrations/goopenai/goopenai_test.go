@@ -139,6 +139,15 @@ func TestClassification(t *testing.T) {
 			}
 		})
 	}
+	t.Run("HTML from a proxy", func(t *testing.T) {
+		s := newServer(t, func(string, int) reply { return reply{502, nil, "<html><body>502 Bad Gateway</body></html>"} })
+		err := adapter.Wrap(chat(context.Background(), client(s.URL), "gpt-4o"))
+		var e *adapter.Error
+		var re *goai.RequestError
+		if !errors.As(err, &e) || e.Status != 502 || !errors.As(err, &re) || si.Classify(err) != si.ClassOverloaded {
+			t.Errorf("Wrap = %#v, class %q; want a 502, overloaded", err, si.Classify(err))
+		}
+	})
 	t.Run("client-side deadline", func(t *testing.T) {
 		s := newServer(t, func(string, int) reply { return reply{} })
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
