@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Budget bounds the retries of one call: the loop makes no more than
@@ -72,6 +73,17 @@ type Attempt struct {
 	// Memories are the remembered failures most similar to LastErr (see
 	// Loop.Similar), at most 3, with the fixes tried for them.
 	Memories []Memory
+	// LastStatus is the HTTP status of the previous attempt's last failed
+	// response, as Transport saw it. Default 0: none seen.
+	LastStatus int
+	// Waited is how long the loop waited before this attempt. Default 0:
+	// it did not wait.
+	Waited time.Duration
+	// WaitReason says why it waited that long: WaitBackoff (the config's
+	// Backoff), WaitHeader followed by the header's name
+	// ("header retry-after"), WaitErrorMethod or WaitProviderMessage (see
+	// RetryPolicy). Default WaitNone: it did not wait.
+	WaitReason string
 }
 
 type attemptKey struct{}

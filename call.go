@@ -190,38 +190,86 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 }
 
 // run makes the attempts cfg allows, and the call's Budget, if any,
-// counting them in *n. It stops at the first success or when ctx ends. A
-// panic in fn goes up to the caller. A retry's context carries an Attempt
-// (see AttemptInfo).
+// counting them in *n. It stops at the first success, at a failure the
+// retry policy does not retry, or when ctx ends. A panic in fn goes up to
+// the caller. A retry's context carries an Attempt (see AttemptInfo).
+// Once a Transport exists, the attempts of a config that allows retries
+// run under a context the transport reports failed responses to.
 func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int) (err error, exhausted bool) {
 	*n = 1
-	err = runOnce(ctx, cfg, fn)
+	var h *hintCtx
+	actx := ctx
+	if cfg.attempts() > 1 && transportUsed.Load() {
+		h = &hintCtx{Context: ctx}
+		actx = h
+	}
+	err = runOnce(actx, cfg, fn)
 	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
 		return err, false
 	}
-	return l.retry(ctx, cfg, fn, err, n)
+	return l.retry(ctx, h, cfg, fn, err, n)
 }
 
 // retry makes the attempts after a failed first one; see run. Each
-// attempt's context is ctx with an Attempt about the one before.
-func (l *Loop) retry(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, err error, n *int) (_ error, exhausted bool) {
+// attempt's context is ctx (or h, which wraps it) with an Attempt about
+// the one before.
+func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int) (_ error, exhausted bool) {
 	budget, _ := ctx.Value(budgetKey{}).(*Budget)
+	base := ctx
+	if h != nil {
+		base = h
+	}
 	for *n < cfg.attempts() {
+		text := errText(err)
+		class := classify(err, text)
+		status, hint, why := h.take()
+		if !l.retryRules.retries(class) {
+			return err, false
+		}
 		if budget != nil && !budget.allows(*n+1) {
 			return err, true
 		}
-		if d := backoff(cfg.Backoff, *n); d > 0 && l.sleep(ctx, d) != nil {
-			break
+		wait, reason := l.wait(cfg, *n, err, hint, why)
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && reason != WaitBackoff && time.Until(dl) < wait {
+				return err, false // the server's wait would pass the caller's deadline
+			}
+			if l.sleep(ctx, wait) != nil {
+				break
+			}
 		}
-		text := errText(err)
 		*n++
-		actx := context.WithValue(ctx, attemptKey{}, &Attempt{Number: *n, LastErr: err,
-			LastClass: classify(err, text), Memories: l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano())})
+		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
+			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
+			LastStatus: status, Waited: wait, WaitReason: reason})
 		if err = runOnce(actx, cfg, fn); err == nil || ctx.Err() != nil {
 			return err, false
 		}
 	}
 	return err, false
+}
+
+// wait returns how long to wait after the given failed attempt, and why:
+// the longer of the config's backoff and the wait the failure asks for
+// (the transport's header, else err's; see RetryPolicy), the latter
+// capped by the policy's MaxWait.
+func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string) (time.Duration, string) {
+	d, reason := backoff(cfg.Backoff, attempt), WaitBackoff
+	if d == 0 {
+		reason = WaitNone
+	}
+	if !l.retryRules.serverWait {
+		return d, reason
+	}
+	if hint > 0 {
+		why = waitHeaderPrefix + why
+	} else {
+		hint, why = errorWait(err, errTextN(err, maxHintText))
+	}
+	if hint = min(roundUpWait(hint), l.retryRules.maxWait); hint > 0 && hint >= d {
+		return hint, why
+	}
+	return d, reason
 }
 
 // attemptMemories is how many memories an Attempt carries.

@@ -59,7 +59,7 @@ const (
 func (c Class) RootCause() RootCause {
 	switch c {
 	case ClassRateLimit, ClassTimeout, ClassOverloaded, ClassNetwork, ClassAuth,
-		ClassModelUnavailable, ClassToolError, ClassCanceled:
+		ClassModelUnavailable, ClassToolError, ClassCanceled, ClassQuota:
 		return RootCauseToolFailure
 	case ClassContextLength:
 		return RootCauseContextLoss
@@ -86,6 +86,13 @@ func (c Class) RootCause() RootCause {
 //  4. an error with a method StatusCode() int or HTTPStatusCode() int
 //     gives an HTTP status: 429 rate_limit, 408 timeout, 401 and 403 auth,
 //     400 and 422 bad_request, 404 not_found, 5xx overloaded.
+//
+// Then, for an error in the chain with a method RawJSON() string (the
+// provider's error body, as openai-go and anthropic-sdk-go keep it), it
+// reads the provider's code and type ("model_not_found",
+// "context_length_exceeded", "insufficient_quota", "overloaded_error"),
+// which name the class outright, else the body's message with the
+// error's text, as below (see ProviderErrorOf).
 //
 // Then it reads the error's text (its first 1 KiB). The text is split
 // into words at every character that is not a letter or digit, at
@@ -119,9 +126,10 @@ func classify(err error, text string) (class Class) {
 	status := 0
 	if err != nil {
 		var (
-			c  Class
-			ok bool
-			sc int
+			c   Class
+			ok  bool
+			sc  int
+			raw string
 		)
 		walkErr(err, func(e error) bool {
 			if x, is := e.(interface{ FailureClass() Class }); is {
@@ -132,9 +140,15 @@ func classify(err error, text string) (class Class) {
 			if sc == 0 {
 				sc = statusOf(e)
 			}
+			if raw == "" {
+				raw = rawJSONOf(e)
+			}
 			return true
 		})
 		if ok {
+			return c
+		}
+		if c := providerClass(raw, text, sc); c != "" {
 			return c
 		}
 		if c := signalClass(err); c != "" {
@@ -295,6 +309,8 @@ var textRules = func() []textRule {
 			"content filter", "contentfilter", "content policy", "content management policy", "safety",
 			"moderation", "flagged", "refused to", "refusal", "responsible ai", "harmful", "policy violation",
 			"blocked by"}},
+		{ClassQuota, 76, "", []string{
+			"current quota", "insufficient quota", "billing hard limit", "credit balance is too low"}},
 		{ClassRateLimit, 75, "", []string{
 			"rate limit", "rate limited", "rate limits", "ratelimit", "ratelimited", "too many requests",
 			"quota", "throttled", "throttling", "throttle", "resource exhausted", "requests per minute",

@@ -114,7 +114,7 @@ func TestClassify(t *testing.T) {
 		{"RateLimitError CamelCase", e("RateLimitError: slow"), si.ClassRateLimit},
 		{"snake_case", e("rate_limit_exceeded"), si.ClassRateLimit},
 		{"ratelimited one word", e("client ratelimited"), si.ClassRateLimit},
-		{"quota", e("You exceeded your current quota, please check your plan"), si.ClassRateLimit},
+		{"quota", e("You exceeded your current quota, please check your plan"), si.ClassQuota},
 		{"throttling", e("ThrottlingException: Rate exceeded"), si.ClassRateLimit},
 		{"resource exhausted", e("rpc error: code = ResourceExhausted desc = limit"), si.ClassRateLimit},
 		{"timed out", e("the request timed out"), si.ClassTimeout},

@@ -155,6 +155,7 @@ type Loop struct {
 	ring            evictRing // live agents, for eviction
 	defaultConfig   Config
 	strategyTimeout time.Duration
+	retryRules      retryRules // WithRetryPolicy, with its defaults
 
 	shared   shared        // failures by cluster and class across agents
 	props    proposalIndex // where proposals are
@@ -227,6 +228,7 @@ func New(opts ...Option) (*Loop, error) {
 		store:           st,
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
+		retryRules:      o.retry.rules(),
 		seed:            maphash.MakeSeed(),
 		m:               m,
 		maxAgents:       o.maxAgents,

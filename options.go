@@ -45,6 +45,7 @@ type options struct {
 	notify          NotifyOptions
 	summaryAt       time.Duration
 	summaryOn       bool
+	retry           RetryPolicy
 }
 
 // defaults are the options before any Option is applied.
@@ -101,6 +102,9 @@ func (o *options) validate() error {
 		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff or BurstWindow")
 	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
 		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
+	}
+	if err := o.retry.validate(); err != nil {
+		return bad("WithRetryPolicy", "%v", err)
 	}
 	if err := o.policy.validate(); err != nil {
 		return bad("WithRollbackPolicy", "%v", err)
@@ -289,3 +293,12 @@ func DefaultDir() (string, error) {
 	}
 	return filepath.Join(d, "selfimprove"), nil
 }
+
+// WithRetryPolicy sets which failures the loop retries and how long it
+// may wait for a server that asks for a pause. Default: the zero
+// RetryPolicy, whose fields take their documented defaults (auth,
+// bad_request, context_length, content_filter, not_found,
+// model_unavailable and quota are not retried; a server's wait is
+// honoured up to one minute); a negative MaxWait, or an empty class in
+// Permanent, is refused.
+func WithRetryPolicy(p RetryPolicy) Option { return func(o *options) { o.retry = p } }

@@ -13,8 +13,10 @@ import (
 // recent) and proposes one safe tweak to a field the loop enforces:
 //
 //   - timeout: Timeout × 1.5, up to MaxTimeout;
-//   - rate_limit: Backoff × 2 (from 1s when unset), up to MaxBackoff, and
-//     MaxAttempts + 1, up to MaxAttempts;
+//   - rate_limit: Backoff × 2 (from 1s when unset), or the longest wait
+//     the window's rate-limit failures asked for when longer (see
+//     FailureWait), up to MaxBackoff, and MaxAttempts + 1, up to
+//     MaxAttempts;
 //   - overloaded, network, empty_response: MaxAttempts + 1, up to
 //     MaxAttempts;
 //   - model_unavailable: the next Route in Fallbacks.
@@ -31,7 +33,7 @@ import (
 // It never proposes a config that was rolled back for the agent
 // (Analysis.Rejected). When the safe move for the class is used up (at its
 // cap, rolled back before, no fallback left, or a timeout with no Timeout
-// set), and for every other class (auth, bad_request, not_found,
+// set), and for every other class (auth, quota, bad_request, not_found,
 // context_length, content_filter, tool_error, panic, canceled, other), it
 // files a Proposal for human review instead (a Tweak with Review set):
 // with a suggested config beyond the cap where there is one, and always
@@ -89,6 +91,7 @@ var rules = map[Class]string{
 	ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
 	ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
 	ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
+	ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
@@ -150,6 +153,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		if cur.Backoff <= 0 {
 			b = time.Second
 		}
+		b = max(b, FailureWait(a.Failures))
 		next.Backoff = min(b, maxBackoff)
 		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
 		if next.Backoff < cur.Backoff {

@@ -1,0 +1,9 @@
+module github.com/self-improving-loop/selfimprove/integrations/goopenai
+
+go 1.25
+
+require github.com/self-improving-loop/selfimprove v0.0.0
+
+require github.com/sashabaranov/go-openai v1.43.0
+
+replace github.com/self-improving-loop/selfimprove => ../..

@@ -1,0 +1,81 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// RetryPolicy says which failed attempts the loop retries, and how long
+// it may wait when the server asks for a pause. Pass it with
+// WithRetryPolicy. The config's MaxAttempts and the call's Budget still
+// bound the attempts.
+//
+// Before a retry the loop waits the longer of the config's Backoff and
+// the wait the failure asks for, capped at MaxWait: the failed
+// response's headers, seen through Transport (HeaderWait), else an error
+// in the chain with a method RetryAfter() time.Duration, else the
+// provider's message ("Please try again in 1.5s", ErrorWait). When that
+// wait would pass the caller's deadline, the call returns the failure at
+// once instead of sleeping into certain failure (a Backoff wait is cut
+// short when the caller's context ends, as Config says).
+type RetryPolicy struct {
+	// Permanent are the classes whose failure ends a call at once: a
+	// retry cannot succeed. Default (nil): DefaultPermanentClasses, that
+	// is auth, bad_request, context_length, content_filter, not_found,
+	// model_unavailable and quota; every other class (rate_limit,
+	// timeout, overloaded, network, empty_response, and tool_error,
+	// other, or a class of the caller's own) is retried. An empty,
+	// non-nil slice retries every class.
+	Permanent []Class
+	// MaxWait caps the wait a failure asks for. Default 0: one minute.
+	// It must not be negative.
+	MaxWait time.Duration
+	// IgnoreServerWait makes the loop wait the Backoff only, whatever
+	// the failure asks for. Default false.
+	IgnoreServerWait bool
+}
+
+// DefaultPermanentClasses returns the classes the loop does not retry by
+// default: auth, bad_request, context_length, content_filter, not_found,
+// model_unavailable and quota.
+func DefaultPermanentClasses() []Class {
+	return []Class{ClassAuth, ClassBadRequest, ClassContextLength, ClassContentFilter,
+		ClassNotFound, ClassModelUnavailable, ClassQuota}
+}
+
+// retryRules is a RetryPolicy with its defaults, as the loop uses it.
+type retryRules struct {
+	permanent  []Class
+	maxWait    time.Duration
+	serverWait bool
+}
+
+// rules returns p with its defaults filled in.
+func (p RetryPolicy) rules() retryRules {
+	r := retryRules{permanent: p.Permanent, maxWait: p.MaxWait, serverWait: !p.IgnoreServerWait}
+	if r.permanent == nil {
+		r.permanent = DefaultPermanentClasses()
+	} else {
+		r.permanent = slices.Clone(r.permanent)
+	}
+	if r.maxWait == 0 {
+		r.maxWait = defaultMaxWait
+	}
+	return r
+}
+
+// validate checks p's ranges.
+func (p RetryPolicy) validate() error {
+	if p.MaxWait < 0 {
+		return fmt.Errorf("MaxWait %v is negative", p.MaxWait)
+	}
+	if slices.Contains(p.Permanent, "") {
+		return errors.New("an empty class in Permanent")
+	}
+	return nil
+}
+
+// retries reports whether a failure of class c may be retried.
+func (r *retryRules) retries(c Class) bool { return !slices.Contains(r.permanent, c) }
