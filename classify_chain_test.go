@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // Error chains that never end (an Unwrap that returns its own error or an
@@ -167,7 +168,9 @@ func TestRetryableHostileChains(t *testing.T) {
 
 // A call whose fn fails with such an error returns it, at once.
 func TestCallWithHostileChains(t *testing.T) {
-	l, err := New(WithMemoryStore(), WithNotifier(nil), WithStrategy(nil),
+	// The ring errors ask for a 7s wait (RetryAfter), which the retry
+	// honours: on a simulated clock that waits without sleeping.
+	l, err := New(WithMemoryStore(), WithNotifier(nil), WithStrategy(nil), WithClock(fakeclock.New(time.Unix(0, 0))),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
