@@ -29,6 +29,9 @@ var fail = func(context.Context, si.Config) error { return errTypical }
 // sink keeps each result alive, so that no call is optimised away.
 var sink error
 
+// sinkTime keeps BenchmarkTimeNow's last reading alive.
+var sinkTime time.Time
+
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newLoop returns a loop set up as the root benchmarks' BenchmarkSuccess
@@ -168,6 +171,18 @@ func BenchmarkParallelGobreaker(b *testing.B) {
 			b.Error(err)
 		}
 	})
+}
+
+// BenchmarkTimeNow is one reading of the clock, which both wrappers take
+// twice a call: its cost varies with the machine's clock source and load,
+// and it explains part of the variation between runs.
+func BenchmarkTimeNow(b *testing.B) {
+	var t time.Time
+	b.ReportAllocs()
+	for b.Loop() {
+		t = time.Now()
+	}
+	sinkTime = t
 }
 
 // BenchmarkDirectFailure is the baseline of the failure cases: the failing
