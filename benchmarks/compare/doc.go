@@ -8,7 +8,6 @@
 // The overhead of a wrapper is its ns/op minus that of the matching direct
 // benchmark (Direct, ParallelDirect, DirectFailure); TimeNow is one
 // reading of the clock, which each wrapper takes twice a call. The package
-// lives in a
-// module of its own so that the selfimprove module itself requires nothing
-// but the standard library. See docs/performance.md for the measured table.
+// lives in a module of its own so that the selfimprove module itself
+// requires nothing but the standard library. See docs/performance.md for the measured table.
 package compare
