@@ -173,9 +173,10 @@ func BenchmarkParallelGobreaker(b *testing.B) {
 	})
 }
 
-// BenchmarkTimeNow is one reading of the clock, which both wrappers take
-// twice a call: its cost varies with the machine's clock source and load,
-// and it explains part of the variation between runs.
+// BenchmarkTimeNow is one call of time.Now, which gobreaker makes twice a
+// call and the loop once (with a time.Since): its cost varies with the
+// machine's clock source and load, and explains part of the variation
+// between runs.
 func BenchmarkTimeNow(b *testing.B) {
 	var t time.Time
 	b.ReportAllocs()
