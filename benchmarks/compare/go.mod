@@ -1,0 +1,10 @@
+module github.com/self-improving-loop/selfimprove/benchmarks/compare
+
+go 1.25
+
+require (
+	github.com/self-improving-loop/selfimprove v0.0.0
+	github.com/sony/gobreaker/v2 v2.4.0
+)
+
+replace github.com/self-improving-loop/selfimprove => ../..
