@@ -397,7 +397,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
 		return
 	}
-	a.lastUsed = c.end.UnixNano()
+	a.used = true
 	a.dirty = true
 	eff := a.s.record(c, sig, &l.rules)
 	if c.probe {

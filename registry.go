@@ -17,14 +17,13 @@ type agent struct {
 
 	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
 
-	slot int // index in the eviction ring; guarded by the ring's mu
+	slot int32 // index in the eviction ring; guarded by the ring's mu
 
-	mu       sync.Mutex // guards the fields below; held only for O(1) bookkeeping
-	s        agentState
-	dirty    bool  // window counts changed since the last save
-	evicted  bool  // removed from the registry: use a fresh agent
-	lastUsed int64 // Unix ns of the last call, for eviction
-	seen     int64 // lastUsed when the eviction hand last passed
+	mu      sync.Mutex // guards the fields below; held only for O(1) bookkeeping
+	s       agentState
+	dirty   bool // window counts changed since the last save
+	evicted bool // removed from the registry: use a fresh agent
+	used    bool // called since the eviction hand last passed
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock; probing is set while a half-open circuit's probe
 	// runs.
@@ -113,7 +112,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 		}
 		l.props.note(id, a.s.Proposals)
 	}
-	a.lastUsed = l.clock.Now().UnixNano()
+	a.used = true
 	a.openUntil.Store(a.s.CircuitOpenUntil)
 	a.publishLocked(l.canaryCut > 0)
 	l.agents.Store(id, a)
@@ -270,19 +269,19 @@ type evictRing struct {
 
 func (r *evictRing) add(a *agent) {
 	r.mu.Lock()
-	a.slot = len(r.agents)
+	a.slot = int32(len(r.agents))
 	r.agents = append(r.agents, a)
 	r.mu.Unlock()
 }
 
 // removeLocked takes a out of the ring; r.mu is held.
 func (r *evictRing) removeLocked(a *agent) {
-	i, n := a.slot, len(r.agents)-1
+	i, n := int(a.slot), len(r.agents)-1
 	if i < 0 || i > n || r.agents[i] != a {
 		return
 	}
 	r.agents[i] = r.agents[n]
-	r.agents[i].slot = i
+	r.agents[i].slot = int32(i)
 	r.agents[n] = nil
 	r.agents = r.agents[:n]
 	a.slot = -1
@@ -301,8 +300,8 @@ func (r *evictRing) victim() *agent {
 		a := r.agents[r.hand]
 		r.hand = (r.hand + 1) % len(r.agents)
 		a.mu.Lock()
-		recent := a.lastUsed != a.seen
-		a.seen = a.lastUsed
+		recent := a.used
+		a.used = false
 		busy := a.evicted || a.s.analyzing || len(a.pending) > 0
 		a.mu.Unlock()
 		if !recent && !busy {
