@@ -191,7 +191,8 @@ func TestLearnedReasonsStayBounded(t *testing.T) {
 		t.Fatalf("measured %d times, want 20 (every %d calls per agent)", len(got), early/4)
 	}
 	a, b := got[3], got[19]
-	if b.longest > a.longest {
+	// A verdict quotes counts, which may gain a digit or two.
+	if b.longest > a.longest+4 {
 		t.Errorf("the longest stored text grew from %d bytes (%s) after %d calls per agent to %d (%s) after %d",
 			a.longest, a.where, a.calls, b.longest, b.where, b.calls)
 	}
@@ -341,7 +342,8 @@ func TestStoredTextsAreCapped(t *testing.T) {
 		}
 	})
 	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil),
-		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithStrategy(strat))
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithStrategy(strat),
+		WithRollbackPolicy(RollbackPolicy{MinBeforeCalls: -1})) // the first failure triggers
 	if err != nil {
 		t.Fatal(err)
 	}

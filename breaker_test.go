@@ -89,7 +89,7 @@ func TestCircuitBreakerOneProbeAtATime(t *testing.T) {
 func TestCircuitBreakerSurvivesRestartAndWaitsForVerification(t *testing.T) {
 	opt := si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Hour})
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-	e := newEnv(t, opt, si.WithStrategy(strat))
+	e := newEnv(t, opt, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 	// The 2nd failure applies a change: failures under verification roll
 	// it back (5 in a row), and only then count toward the breaker.
 	for range 2 {

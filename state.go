@@ -37,7 +37,10 @@ type agentState struct {
 	Verify    counts  `json:"verify"`
 	// Control counts the calls that ran the previous config while the
 	// change is verified by MethodCanary.
-	Control counts   `json:"control,omitzero"`
+	Control counts `json:"control,omitzero"`
+	// Streak counts the calls that ran the previous config since the
+	// change's current run of consecutive failures began (MethodCanary).
+	Streak  counts   `json:"streak,omitzero"`
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
@@ -196,7 +199,11 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 		if c.gen == s.Gen {
 			if c.arm == ArmControl {
 				s.Control.add(c.dur, c.failed)
+				s.Streak.add(c.dur, c.failed)
 			} else {
+				if !c.failed || s.Verify.Consec == 0 {
+					s.Streak = counts{} // a run of failures ends or begins
+				}
 				s.Verify.add(c.dur, c.failed)
 			}
 			switch v := r.policy.Decide(s.evidence()); v.Decision {
@@ -206,7 +213,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 				s.confirm(c.end, v.Reason, r, &eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && endN >= s.CooldownUntil {
+	} else if c.failed && !s.analyzing && c.gen == s.Gen && endN >= s.CooldownUntil && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) {
 		th, prof := s.threshold(endN)
 		if s.Tracker.failuresOf(c.gen, endN-int64(th.Window)) >= th.Failures {
 			s.analyzing = true
@@ -282,7 +289,7 @@ func (s *agentState) verifying() Change {
 
 // evidence is what the policy judges the change under verification by.
 func (s *agentState) evidence() Evidence {
-	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats()}
+	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats(), StreakControl: s.Streak.stats()}
 	if w := s.Verifying.Window; w != nil {
 		e.Window = *w
 	}
@@ -291,7 +298,7 @@ func (s *agentState) evidence() Evidence {
 
 // endVerify ends verification.
 func (s *agentState) endVerify() {
-	s.Verifying, s.Verify, s.Control = nil, counts{}, counts{}
+	s.Verifying, s.Verify, s.Control, s.Streak = nil, counts{}, counts{}, counts{}
 }
 
 // install makes c the config in force, as a new generation.

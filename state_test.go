@@ -16,7 +16,9 @@ var st0 = time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 // testRules are the default policies with deterministic IDs.
 func testRules(mod ...func(*ruleBook)) *ruleBook {
 	n := 0
-	r := &ruleBook{policy: RollbackPolicy{}.withDefaults(), newID: func(time.Time) string { n++; return fmt.Sprintf("id-%d", n) }}
+	// No minimum of calls before a change, so that three failures of a
+	// fresh state trigger; TestStateColdStart covers the minimum.
+	r := &ruleBook{policy: RollbackPolicy{MinBeforeCalls: -1}.withDefaults(), newID: func(time.Time) string { n++; return fmt.Sprintf("id-%d", n) }}
 	for _, f := range mod {
 		f(r)
 	}
@@ -259,7 +261,7 @@ func repeat(v bool, n int) []bool {
 
 func TestStateCanaryControlArm(t *testing.T) {
 	s := freshState()
-	r := testRules(func(r *ruleBook) { r.policy = RollbackPolicy{Method: MethodCanary}.withDefaults() })
+	r := testRules(func(r *ruleBook) { r.policy = RollbackPolicy{Method: MethodCanary, MinBeforeCalls: -1}.withDefaults() })
 	applyTimeout(t, s, r)
 	c := call{gen: s.Gen, version: 1, arm: ArmControl, end: st0.Add(time.Minute), dur: time.Millisecond}
 	s.record(&c, nil, r)

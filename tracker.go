@@ -23,6 +23,10 @@ type Stats struct {
 	// TotalLatency is the sum of the counted calls' durations (all
 	// attempts and the waits between them).
 	TotalLatency time.Duration `json:"total_latency_ns"`
+	// SuccessLatency is the sum of the successful calls' durations. It is
+	// counted for the calls under verification and for the recent regime
+	// a change is judged against; 0 elsewhere (the analysis window).
+	SuccessLatency time.Duration `json:"success_latency_ns,omitempty"`
 	// ConsecutiveFailures counts the failures since the last success.
 	ConsecutiveFailures int `json:"consecutive_failures"`
 	// Profile is the threshold profile in force; Window is its analysis
@@ -311,7 +315,7 @@ func (t *tracker) faultStart(windowStart int64) int64 {
 // calls that ended at or after since.
 func (t *tracker) regime(since int64, n int) Stats {
 	var calls, failures int
-	var latency time.Duration
+	var latency, ok time.Duration
 	for k := range min(n, maxBeforeCalls) {
 		i := (int(t.CallPos) - 1 - k + 2*maxBeforeCalls) % maxBeforeCalls
 		if t.CallEnd[i] == 0 || t.CallEnd[i] < since {
@@ -321,9 +325,13 @@ func (t *tracker) regime(since int64, n int) Stats {
 		latency += time.Duration(t.CallDur[i])
 		if t.CallFail&(1<<i) != 0 {
 			failures++
+		} else {
+			ok += time.Duration(t.CallDur[i])
 		}
 	}
-	return newStats(calls, failures, latency)
+	s := newStats(calls, failures, latency)
+	s.SuccessLatency = ok
+	return s
 }
 
 // recentFailures returns the kept failures that ended after windowStart,
@@ -362,10 +370,11 @@ func (t *tracker) stats(now int64) Stats {
 // counts accumulates the calls credited to one config version while it is
 // verified.
 type counts struct {
-	Calls    int   `json:"calls"`
-	Failures int   `json:"failures"`
-	Latency  int64 `json:"latency_ns"`
-	Consec   int   `json:"consecutive"`
+	Calls     int   `json:"calls"`
+	Failures  int   `json:"failures"`
+	Latency   int64 `json:"latency_ns"`
+	OKLatency int64 `json:"ok_latency_ns,omitempty"` // of the successful calls
+	Consec    int   `json:"consecutive"`
 }
 
 func (c *counts) add(dur time.Duration, failed bool) {
@@ -375,6 +384,7 @@ func (c *counts) add(dur time.Duration, failed bool) {
 		c.Failures++
 		c.Consec++
 	} else {
+		c.OKLatency += int64(dur)
 		c.Consec = 0
 	}
 }
@@ -382,6 +392,7 @@ func (c *counts) add(dur time.Duration, failed bool) {
 func (c counts) stats() Stats {
 	s := newStats(c.Calls, c.Failures, time.Duration(c.Latency))
 	s.ConsecutiveFailures = c.Consec
+	s.SuccessLatency = time.Duration(c.OKLatency)
 	return s
 }
 

@@ -217,6 +217,9 @@ func simulate(sc scenario, improve bool) (result, error) {
 	for _, agent := range sc.agents {
 		var rolledBack []si.Change
 		for _, ch := range l.Changes(agent) {
+			if os.Getenv("AB_DEBUG") != "" {
+				fmt.Fprintf(os.Stderr, "%s v%d→v%d %s: %s | %s\n", agent, ch.From.Version, ch.To.Version, ch.State, ch.Reason, ch.Verdict)
+			}
 			r.Applied++
 			for _, rb := range rolledBack {
 				if ch.To.Equal(rb.To) || (ch.To.Route == rb.To.Route && ch.From.Route != ch.To.Route) {
