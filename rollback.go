@@ -127,6 +127,13 @@ type RollbackPolicy struct {
 	// confirmed. Default 100.
 	MaxCalls int
 
+	// RefuseFor is how long a rolled-back tweak is refused (for the
+	// cluster it addressed): long enough that a strategy does not try it
+	// again and again, short enough that a tweak judged during an outage
+	// can fix a later fault. Default 24 hours; negative: until
+	// ClearRejected.
+	RefuseFor time.Duration
+
 	// CanaryFraction is the share of calls MethodCanary runs under the
 	// previous config while a change is verified. Default 0.1; at most 0.5.
 	CanaryFraction float64
@@ -206,6 +213,7 @@ const (
 	QuickMissedRollbacks          = 0.02
 	DefaultSequentialMaxCalls     = 100
 	DefaultCanaryFraction         = 0.1
+	DefaultRefuseFor              = 24 * time.Hour
 )
 
 const (
@@ -283,6 +291,9 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 	p.MinBeforeCalls = min(p.MinBeforeCalls, maxBeforeCalls)
 	if p.MaxLatencyRiseOnGain == 0 {
 		p.MaxLatencyRiseOnGain = DefaultMaxLatencyRiseOnGain
+	}
+	if p.RefuseFor == 0 {
+		p.RefuseFor = DefaultRefuseFor
 	}
 	if p.MaxSuccessDrop == 0 {
 		p.MaxSuccessDrop = DefaultMaxSuccessDrop

@@ -44,6 +44,11 @@ type agentState struct {
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
+	// CooldownCluster is the cluster the analysis that started the
+	// cooldown addressed: failures of another cluster may end the cooldown
+	// early, once (CooldownEarly says it was).
+	CooldownCluster uint64 `json:"cooldown_cluster,omitempty,string"`
+	CooldownEarly   bool   `json:"cooldown_early,omitempty"`
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -64,9 +69,9 @@ type agentState struct {
 	// first.
 	Proposals []Proposal `json:"proposals,omitempty"`
 
-	// analyzing is set while a strategy runs for the agent; it is not
-	// saved.
-	analyzing bool
+	// analyzing is set while a strategy runs for the agent, early when
+	// that run ended a cooldown early; they are not saved.
+	analyzing, early bool
 }
 
 // stateFormat is the version of the agent state file format.
@@ -213,10 +218,19 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 				s.confirm(c.end, v.Reason, r, &eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && endN >= s.CooldownUntil && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) {
+	} else if c.failed && !s.analyzing && c.gen == s.Gen && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) {
 		th, prof := s.threshold(endN)
-		if s.Tracker.failuresOf(c.gen, endN-int64(th.Window)) >= th.Failures {
-			s.analyzing = true
+		start := endN - int64(th.Window)
+		var due, early bool
+		if endN >= s.CooldownUntil {
+			due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
+		} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
+			// A new kind of fault: its own threshold, once per cooldown.
+			due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing)
+			early = due
+		}
+		if due {
+			s.analyzing, s.early = true, early
 			eff.th = th
 			eff.analysis = s.analysis(c.end, th, prof)
 		}
@@ -271,7 +285,7 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		Failures:  fails,
 		Clusters:  s.clustersLocked(n),
 		Health:    s.Tracker.health(n),
-		Rejected:  slices.Clone(s.Rejected),
+		Rejected:  s.refused(now, ""),
 		Time:      now.UTC(),
 	}
 }
@@ -327,7 +341,11 @@ func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *ef
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason)}, maxRejected)
+	rb := Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason), Cluster: ch.Cluster}
+	if r.policy.RefuseFor > 0 {
+		rb.Until = now.Add(r.policy.RefuseFor).UTC()
+	}
+	s.Rejected = appendBounded(s.Rejected, rb, maxRejected)
 	eff.decided, eff.decision, eff.save = ch, EventRolledBack, true
 	eff.event(newEvent(r.newID(now), now, EventRolledBack, ch))
 }
@@ -346,9 +364,10 @@ func (s *agentState) confirm(now time.Time, reason string, r *ruleBook, eff *eff
 func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook, eff *effects) {
 	b := r.breaker
 	open := func(why string) {
-		s.CircuitOpenUntil = now.Add(b.CoolOff).UnixNano()
+		d := b.coolOff(s.Tracker.Day.rate(now.UnixNano()))
+		s.CircuitOpenUntil = now.Add(d).UnixNano()
 		eff.event(&Event{ID: r.newID(now), Time: now.UTC(), Type: EventCircuitOpened, AgentID: s.AgentID,
-			Message: fmt.Sprintf("agent %q: circuit opened for %v: %s", s.AgentID, b.CoolOff, why)})
+			Message: fmt.Sprintf("agent %q: circuit opened for %v: %s", s.AgentID, d, why)})
 	}
 	switch {
 	case probe && failed:
@@ -372,6 +391,18 @@ func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook,
 func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
 	s.analyzing = false
 	s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
+	s.CooldownEarly, s.early = s.early, false
+	s.CooldownCluster = 0
+	id := ""
+	if tw != nil {
+		id = tw.Cluster
+	}
+	if top := largest(an.Clusters); id == "" && top != nil {
+		id = top.ID
+	}
+	if v, perr := parseClusterID(id); perr == nil {
+		s.CooldownCluster = v
+	}
 	eff.save = true
 	switch {
 	case err != nil || tw == nil:
@@ -410,7 +441,11 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	case cfg.Equal(s.Config):
 		return reject("it is the current config")
 	}
-	for _, rb := range s.Rejected {
+	cluster := tw.Cluster
+	if top := largest(an.Clusters); cluster == "" && top != nil {
+		cluster = top.ID
+	}
+	for _, rb := range s.refused(now, cluster) {
 		if cfg.Equal(rb.Config) || repeats(s.Config, cfg, rb.Config) {
 			return reject("it repeats a tweak rolled back before (version %d: %s)", rb.Config.Version, rb.Reason)
 		}
@@ -448,6 +483,20 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	var eff effects
 	s.install(cfg, &eff)
 	return ch, nil
+}
+
+// refused returns the rolled-back tweaks still refused at now for a tweak
+// addressing cluster: those whose Until has not passed (zero: forever),
+// for the same cluster, or either without one. An empty cluster means
+// every cluster. A new slice, nil when there are none.
+func (s *agentState) refused(now time.Time, cluster string) []Tweak {
+	var out []Tweak
+	for _, rb := range s.Rejected {
+		if (rb.Until.IsZero() || now.Before(rb.Until)) && (cluster == "" || rb.Cluster == "" || rb.Cluster == cluster) {
+			out = append(out, rb)
+		}
+	}
+	return out
 }
 
 // unapply takes back ch, just applied, when it could not be saved: a

@@ -199,6 +199,19 @@ func (d *dayCounter) add(t int64) {
 	}
 }
 
+// rate returns the calls counted in the last 24 hours and the time they
+// span: from the start of the oldest bucket with calls to now.
+func (d *dayCounter) rate(now int64) (int, time.Duration) {
+	n := d.sum(now)
+	for i := int64(daySlots - 1); i >= 0; i-- {
+		idx := d.Head - i
+		if idx >= 0 && d.Slots[idx%daySlots] != 0 {
+			return n, time.Duration(now - idx*int64(daySlot))
+		}
+	}
+	return n, 0
+}
+
 func (d *dayCounter) sum(now int64) int {
 	d.advance(now / int64(daySlot))
 	n := 0
@@ -279,6 +292,19 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 	n, g := 0, uint32(gen)
 	for i, end := range t.FailEnd {
 		if end != 0 && end > windowStart && t.FailGen[i] == g {
+			n++
+		}
+	}
+	return n
+}
+
+// clusterFailures counts the kept failures (the last recentRing) of the
+// cluster whose ID's low 32 bits are cl, under config version version,
+// that ended after windowStart.
+func (t *tracker) clusterFailures(cl uint32, version int, windowStart int64) int {
+	n := 0
+	for _, r := range t.Recent {
+		if r.End > windowStart && r.Cl == cl && int(r.Version) == version {
 			n++
 		}
 	}
