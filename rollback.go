@@ -17,7 +17,7 @@ import (
 //     points is rolled back within 30 calls in about 96 % of cases, and
 //     about 4 % of harmless changes are rolled back.
 //   - MethodSequential: the same test with stricter error rates
-//     (FalseRollbacks 0.5 %, MissedRollbacks 5 %): under 1 % of harmless
+//     (FalseRollbacks 0.4 %, MissedRollbacks 5 %): under 1 % of harmless
 //     changes rolled back, at the cost of slower detection.
 //   - MethodCanary: while the change is verified, CanaryFraction of the
 //     calls run the previous config, and the change is judged against those
@@ -50,9 +50,11 @@ import (
 // calls before and after (all calls where successes were not counted
 // apart). A rise of more than MaxLatencyRise percent (and at least
 // MinLatencyRise) rolls the change back, unless the change raised the
-// success rate significantly (by 1.96 standard errors): such a fix, which
-// turns failures into slower successes, is rolled back only when the
-// latency of successes rose by more than MaxLatencyRiseOnGain percent.
+// success rate significantly (by 1.96 standard errors of the change's count
+// at the rate before): such a fix, which turns failures into slower
+// successes, is rolled back only when the latency of successes rose by
+// more than MaxLatencyRiseOnGain percent. A change whose success rate rose,
+// not yet significantly, is verified on, up to MaxCalls calls.
 //
 // SeedCompatible restores the original rule literally: MethodFixed, "before"
 // is the whole analysis window when the change was applied, a fall of
@@ -106,7 +108,8 @@ type RollbackPolicy struct {
 	MinLatencyRise time.Duration
 	// MaxLatencyRiseOnGain is the largest tolerated rise of the successful
 	// calls' average latency, in percent, for a change that raised the
-	// success rate significantly. Default 200 (three times as slow).
+	// success rate significantly. Default 400 (five times as slow): a
+	// doubled backoff with one more attempt can triple it.
 	MaxLatencyRiseOnGain float64
 	// MaxConsecutiveFailures under the new version roll back at once,
 	// without waiting for MinCalls. Default 5.
@@ -115,7 +118,7 @@ type RollbackPolicy struct {
 	// FalseRollbacks is the sequential test's nominal rate of rolling
 	// back a change that did not lower the success rate (its α). The rate
 	// achieved differs, as the reference rate is itself an estimate (see
-	// docs/performance.md). Default 0.05 under MethodQuick, 0.005 under
+	// docs/performance.md). Default 0.05 under MethodQuick, 0.004 under
 	// MethodSequential.
 	FalseRollbacks float64
 	// MissedRollbacks is the sequential test's nominal rate of confirming
@@ -164,7 +167,7 @@ const (
 	// confirm. Its error rates default to 5 % and 2 %.
 	MethodQuick Method = iota
 	// MethodSequential is MethodQuick's test with stricter default error
-	// rates: FalseRollbacks 0.5 %, MissedRollbacks 5 %.
+	// rates: FalseRollbacks 0.4 %, MissedRollbacks 5 %.
 	MethodSequential
 	// MethodCanary runs CanaryFraction of the calls under the previous
 	// config while a change is verified (Report.Arm says which) and compares
@@ -204,10 +207,10 @@ const (
 	DefaultMinBeforeCalls         = 10
 	DefaultMaxSuccessDrop         = 10.0
 	DefaultMaxLatencyRise         = 20.0
-	DefaultMaxLatencyRiseOnGain   = 200.0
+	DefaultMaxLatencyRiseOnGain   = 400.0
 	DefaultMinLatencyRise         = time.Millisecond
 	DefaultMaxConsecutiveFailures = 5
-	DefaultFalseRollbacks         = 0.005
+	DefaultFalseRollbacks         = 0.004
 	DefaultMissedRollbacks        = 0.05
 	QuickFalseRollbacks           = 0.05
 	QuickMissedRollbacks          = 0.02
@@ -221,8 +224,9 @@ const (
 	// recent regime: the largest BeforeCalls.
 	maxBeforeCalls = 16
 	// windowWeight is the weight, in calls, of the analysis window's
-	// success rate in MethodSequential's reference rate.
-	windowWeight = 30
+	// success rate in the sequential tests' reference rate when "before"
+	// disagrees with it: a light prior, as the fault changed the regime.
+	windowWeight = 4
 	// canaryZ is how many standard errors wide MethodCanary wants the gap
 	// between the arms' success rates before it rolls back.
 	canaryZ = 3
@@ -451,7 +455,7 @@ func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
 			return Verdict{Decision: DecisionWait}
 		}
 	}
-	return p.latency(lat, after, "")
+	return p.latency(lat, after, lat, "")
 }
 
 // latency ends verification by the latency rule, and confirms otherwise;
@@ -459,10 +463,10 @@ func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
 // average latency (all calls' where successes were not counted apart): a
 // rise of more than MaxLatencyRise percent and at least MinLatencyRise
 // rolls back, unless the success rate rose significantly and the rise is
-// at most MaxLatencyRiseOnGain percent. Under SeedCompatible, all calls'
-// average latency is compared and a rise rolls back whatever the success
-// rate did.
-func (p RollbackPolicy) latency(before, after Stats, note string) Verdict {
+// at most MaxLatencyRiseOnGain percent; the rise is judged against
+// gainRef's rate. Under SeedCompatible, all calls' average latency is
+// compared and a rise rolls back whatever the success rate did.
+func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdict {
 	if p.SeedCompatible {
 		b, a := avg(before), avg(after)
 		if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
@@ -477,18 +481,22 @@ func (p RollbackPolicy) latency(before, after Stats, note string) Verdict {
 	}
 	b, a := avg(bo), avg(ao)
 	if bo.Calls > 0 && ao.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(bo, ao, p.MaxLatencyRise, p.MinLatencyRise) {
-		z := zScore(after, before)
-		gained := rate(after) > rate(before) && z >= gainZ
+		z := gainScore(gainRef, after)
+		gained := rate(after) > rate(gainRef) && z >= gainZ
+		if !gained && rate(after) > rate(gainRef) && after.Calls < p.MaxCalls && !p.SeedCompatible {
+			// Success rose, not yet significantly: more calls decide.
+			return Verdict{Decision: DecisionWait}
+		}
 		if !gained {
 			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%%",
 				what, pctRise(b, a), b, a, p.MaxLatencyRise)}
 		}
 		if on(p.MaxLatencyRiseOnGain) && latencyExceeds(bo, ao, p.MaxLatencyRiseOnGain, p.MinLatencyRise) {
 			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%% even for a change that raised the success rate %.1f points",
-				what, pctRise(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(before)))}
+				what, pctRise(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(gainRef)))}
 		}
 		note += fmt.Sprintf("; %s rose %.1f%%, kept because success rose %.1f points (%.1f standard errors)",
-			what, pctRise(b, a), 100*(rate(after)-rate(before)), z)
+			what, pctRise(b, a), 100*(rate(after)-rate(gainRef)), z)
 	}
 	return p.confirm(before, after, b, a, note)
 }
@@ -540,9 +548,9 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	lower := math.Log(p.MissedRollbacks / (1 - p.FalseRollbacks))
 	switch {
 	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
 	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
 	}
 	return Verdict{Decision: DecisionWait}
 }
@@ -592,6 +600,16 @@ const (
 	refShrunk        // "before"'s rate shrunk toward the window's
 )
 
+// gainRef is the stats a rise of the success rate is judged against: the
+// analysis window when p0 is its rate (more calls, the same regime),
+// "before" otherwise.
+func (n refNote) gainRef() Stats {
+	if n.how == refPooled {
+		return n.window
+	}
+	return n.before
+}
+
 func (n refNote) String() string {
 	b, w := n.before, n.window
 	switch n.how {
@@ -631,7 +649,7 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	if c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
-	return p.latency(c, a, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
 }
 
 // zScore is how many standard errors before's success rate lies above
@@ -641,6 +659,16 @@ func zScore(before, after Stats) float64 {
 	pa := (float64(after.Calls-after.Failures) + 0.5) / float64(after.Calls+1)
 	se := math.Sqrt(pb*(1-pb)/float64(before.Calls+1) + pa*(1-pa)/float64(after.Calls+1))
 	return (pb - pa) / se
+}
+
+// gainScore is how many standard errors after's success rate lies above
+// before's, the error being that of after's count at before's rate (each
+// rate with half a success and half a failure added): is the change's
+// rate out of reach of the rate before it?
+func gainScore(before, after Stats) float64 {
+	pb := (float64(before.Calls-before.Failures) + 0.5) / float64(before.Calls+1)
+	pa := (float64(after.Calls-after.Failures) + 0.5) / float64(after.Calls+1)
+	return (pa - pb) / math.Sqrt(pb*(1-pb)/float64(after.Calls+1))
 }
 
 // consecutive rolls back after limit consecutive failures (never when

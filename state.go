@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -73,6 +74,11 @@ type agentState struct {
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool
 }
+
+// outageCooldown divides the cooldown after a strategy run that proposed
+// nothing during an upstream outage (see BuiltinStrategy.OutageAgents), so
+// that the agent is looked at again soon after the outage ends.
+const outageCooldown = 12
 
 // stateFormat is the version of the agent state file format.
 const stateFormat = 1
@@ -229,6 +235,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 			due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing)
 			early = due
 		}
+		if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {
+			due = false // a healthy agent's usual noise: nothing to fix
+		}
 		if due {
 			s.analyzing, s.early = true, early
 			eff.th = th
@@ -236,6 +245,48 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 		}
 	}
 	return eff
+}
+
+// Quiet healthy agents: under a frequency profile, once the older half of
+// the analysis window holds baselineCalls calls (or else the whole window
+// three times as many), the threshold's failures call for an analysis
+// only if the recent calls fail abnormally often for the agent: at least
+// as many failures among its last maxBeforeCalls calls as that baseline's
+// failure rate gives in fewer than noiseOdds of cases.
+const (
+	baselineCalls = 30
+	noiseOdds     = 0.01
+)
+
+// abnormal reports whether the agent's recent calls fail more often than
+// the older half of its analysis window explains (see noiseOdds); true
+// while that half is too short to tell.
+func (s *agentState) abnormal(now int64) bool {
+	calls, failures := s.Tracker.Win.older(now)
+	if calls < baselineCalls {
+		// Too short: the whole window, once it holds three times as many.
+		if calls, failures, _ = s.Tracker.Win.sum(now); calls < 3*baselineCalls {
+			return true
+		}
+	}
+	recent := s.Tracker.regime(0, maxBeforeCalls)
+	q := (float64(failures) + 0.5) / float64(calls+1)
+	return binomialTail(recent.Calls, recent.Failures, q) < noiseOdds
+}
+
+// binomialTail is P(X >= k) for X ~ Binomial(n, q).
+func binomialTail(n, k int, q float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	p, pm := 0.0, math.Pow(1-q, float64(n))
+	for i := 0; i <= n; i++ {
+		if i >= k {
+			p += pm
+		}
+		pm *= float64(n-i) / float64(i+1) * q / (1 - q)
+	}
+	return p
 }
 
 // threshold resolves the threshold at time now and keeps the window's
@@ -391,6 +442,10 @@ func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook,
 func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
 	s.analyzing = false
 	s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
+	if _, cl, _ := dominant(an.Clusters); tw == nil && err == nil && sharedOutage(an, cl, defaultOutageAgents) {
+		// Nothing to do during an upstream outage: look again soon after.
+		s.CooldownUntil = now.UnixNano() + int64(th.Cooldown/outageCooldown)
+	}
 	s.CooldownEarly, s.early = s.early, false
 	s.CooldownCluster = 0
 	id := ""

@@ -61,8 +61,9 @@ type BuiltinStrategy struct {
 	// OutageAgents is how many agents a shared cause (Analysis.Shared)
 	// must hit for the strategy to treat it as an upstream outage: when
 	// the agent's dominant cluster is such a cause and its latest failures
-	// came in a row (at least the threshold's count), no config of this
-	// agent can help, and the strategy proposes nothing. Default 3.
+	// came in a row (at least 2, or the threshold's count if lower), no
+	// config of this agent can help, and the strategy proposes nothing;
+	// the loop then looks again after a twelfth of the cooldown. Default 3.
 	OutageAgents int
 	// ForgetAfter is how long a fix rolled back or rejected for a similar
 	// cluster (in the failure memory) is avoided: one rolled back during
@@ -218,13 +219,30 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 func (s *BuiltinStrategy) outage(a Analysis, cl *Cluster) bool {
 	n := s.OutageAgents
 	if n <= 0 {
-		n = 3
+		n = defaultOutageAgents
 	}
-	if a.Stats.ConsecutiveFailures < max(a.Threshold.Failures, 1) {
+	return sharedOutage(&a, cl, n)
+}
+
+// outageRun is the most consecutive failures an outage needs: the
+// threshold's count, if lower.
+const outageRun = 2
+
+// defaultOutageAgents is BuiltinStrategy.OutageAgents's default, and the
+// count by which the loop recognises an outage when a strategy proposes
+// nothing.
+const defaultOutageAgents = 3
+
+// sharedOutage reports whether cluster cl of the analysis a is an
+// upstream outage: a shared cause of at least agents agents (by cluster,
+// or by class when the cause is a class), with the agent's latest
+// failures in a row (at least the threshold's count, or 2 if lower).
+func sharedOutage(a *Analysis, cl *Cluster, agents int) bool {
+	if cl == nil || a.Stats.ConsecutiveFailures < min(max(a.Threshold.Failures, 1), outageRun) {
 		return false
 	}
 	for _, sc := range a.Shared {
-		if len(sc.Agents) >= n && (sc.ClusterID == cl.ID || sc.ClusterID == "" && sc.Class == cl.Class) {
+		if len(sc.Agents) >= agents && (sc.ClusterID == cl.ID || sc.ClusterID == "" && sc.Class == cl.Class) {
 			return true
 		}
 	}

@@ -148,6 +148,20 @@ func (w *window) sum(now int64) (calls, failures int, latency time.Duration) {
 	return calls, failures, latency
 }
 
+// older adds up the calls and failures of the older half of the window at
+// time now.
+func (w *window) older(now int64) (calls, failures int) {
+	w.advance(now / w.Width)
+	for i := int64(windowSlots / 2); i < windowSlots; i++ {
+		if idx := w.Head - i; idx >= 0 {
+			s := w.Slots[idx%windowSlots]
+			calls += int(s.Calls)
+			failures += int(s.Failures)
+		}
+	}
+	return calls, failures
+}
+
 // resize changes the bucket width, moving each bucket's counts into the new
 // bucket that holds its start time. Counts that fall outside the new window
 // are dropped.

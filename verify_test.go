@@ -74,7 +74,8 @@ func TestLatencyRiseWithSuccessRise(t *testing.T) {
 	}{
 		{"failures became slower successes", st(10, 10, 150*ms, 0), st(10, 0, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
 		{"success +40 points, latency doubled", st(10, 5, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
-		{"success exactly +10 points: latency rule applies", st(10, 2, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
+		// Success rose, not yet significantly: more calls decide.
+		{"success +10 points, latency doubled: verified on", st(10, 2, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionWait, si.DecisionRollback},
 		{"success +20 points, latency within 20%", st(10, 3, 100*ms, 0), st(10, 1, 110*ms, 0), si.DecisionConfirm, si.DecisionConfirm},
 		{"same success, latency doubled", st(10, 1, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
 	}
@@ -96,7 +97,7 @@ func TestDecideSequential(t *testing.T) {
 	// succeeded; they agree, so p0 is the window's (180.5/201 = 0.898), H1
 	// p1 = 0.698. A failure adds ln(0.302/0.102) = 1.085 to the
 	// log-likelihood ratio, a success ln(0.698/0.898) = -0.252; the policy
-	// rolls back at ln(0.95/0.005) = 5.25 and confirms at ln(0.05/0.995) =
+	// rolls back at ln(0.95/0.004) = 5.47 and confirms at ln(0.05/0.996) =
 	// -2.99 after at least 10 calls.
 	e := si.Evidence{Before: st(10, 1, 100*ms, 0), Window: st(200, 20, 100*ms, 0)}
 	seq := si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1}
@@ -109,15 +110,15 @@ func TestDecideSequential(t *testing.T) {
 	}{
 		// 12 successes: -3.06 ≤ -2.99 at the 12th call.
 		{"all succeed: confirm at 12", seq, strings.Repeat("s", 20), si.DecisionConfirm, 12},
-		// 4 failures (4.34) then a success (4.09): the 5th failure decides
-		// (5.17 < 5.25 ... then 6.26).
+		// 4 failures (4.34) then a success (4.09): the 6th failure decides
+		// (5.17 < 5.47, then 6.26).
 		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 7},
-		{"broken change: 5 failures (5.43)", seq, "FFFFFFFF", si.DecisionRollback, 5},
+		{"broken change: 6 failures (6.51)", seq, "FFFFFFFF", si.DecisionRollback, 6},
 		// The consecutive-failure rule still applies by default.
 		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
 		// A failure every 4th call is 25 %: the LLR rises 0.329 every 4
-		// calls and passes 5.25 after 16 such blocks.
-		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 64},
+		// calls and passes 5.47 after 17 such blocks.
+		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 68},
 		// Undecided at MaxCalls: confirmed.
 		{"undecided at the cap", si.RollbackPolicy{Method: si.MethodSequential, MaxCalls: 20, MaxConsecutiveFailures: -1},
 			strings.Repeat("ssssF", 4), si.DecisionConfirm, 20},
@@ -130,10 +131,21 @@ func TestDecideSequential(t *testing.T) {
 			}
 		})
 	}
-	// Confirmation still passes the latency rule.
+	// Confirmation still passes the latency rule: success rose from 90 %
+	// to 100 %, not yet significantly after 12 calls (verified on), then
+	// significantly after 50, when only a rise of the latency of successes
+	// beyond 400 % rolls back.
 	e.After = outcomes(strings.Repeat("s", 12), 300*ms)
+	if v := seq.Decide(e); v.Decision != si.DecisionWait {
+		t.Errorf("slow change after 12 calls: %v (%s), want wait", v.Decision, v.Reason)
+	}
+	e.After = outcomes(strings.Repeat("s", 50), 500*ms)
+	if v := seq.Decide(e); v.Decision != si.DecisionConfirm || !strings.Contains(v.Reason, "kept because success rose") {
+		t.Errorf("slow change after 50 calls, +400%%: %v (%s), want confirm", v.Decision, v.Reason)
+	}
+	e.After = outcomes(strings.Repeat("s", 50), 501*ms)
 	if v := seq.Decide(e); v.Decision != si.DecisionRollback || !strings.Contains(v.Reason, "latency") {
-		t.Errorf("slow change: %v (%s), want a latency rollback", v.Decision, v.Reason)
+		t.Errorf("slow change after 50 calls, +401%%: %v (%s), want a latency rollback", v.Decision, v.Reason)
 	}
 }
 

@@ -260,8 +260,14 @@ func TestVerificationSimulation(t *testing.T) {
 		}
 	}
 	t.Logf("%d changes of each kind per row:\n%s", n, table.String())
-	checkSequential(t, results["sequential"], results["seed"])
-	checkDefault(t, results["default"])
+	// Under -race, a tenth of the changes: the targets are checked with two
+	// standard errors of that sample's share.
+	tol := 0.0
+	if n < simN {
+		tol = 2 * math.Sqrt(0.05*0.95/float64(n))
+	}
+	checkSequential(t, results["sequential"], results["seed"], tol)
+	checkDefault(t, results["default"], tol)
 	t.Logf("sequential at 90 %%, share of losses rolled back within n calls, next to the best test on n calls at the same false-rollback rate:\n%s",
 		distribution(results["sequential"]))
 
@@ -295,15 +301,15 @@ func distribution(r simResult) string {
 // success rate: a change that costs 30 points is rolled back within 30
 // calls in at least 95 % of cases, and at most 5 % of harmless changes
 // are rolled back.
-func checkDefault(t *testing.T, r simResult) {
+func checkDefault(t *testing.T, r simResult, tol float64) {
 	t.Helper()
-	if r.Caught30In30 < 0.95 {
+	if r.Caught30In30 < 0.95-tol {
 		t.Errorf("default: %.1f%% of 30-point losses rolled back within 30 calls, want at least 95%%", 100*r.Caught30In30)
 	}
-	if r.FalseRollbacks > 0.05 {
+	if r.FalseRollbacks > 0.05+tol {
 		t.Errorf("default: %.2f%% of harmless changes rolled back, want at most 5%%", 100*r.FalseRollbacks)
 	}
-	if r.Kept30Over60 > 0.01 {
+	if r.Kept30Over60 > 0.01+tol {
 		t.Errorf("default: %.2f%% of 30-point losses kept past 60 calls, want at most 1%%", 100*r.Kept30Over60)
 	}
 }
@@ -336,9 +342,9 @@ func binom(n, k int) float64 {
 
 // checkSequential asserts MethodSequential's documented figures at a true
 // 90 % success rate.
-func checkSequential(t *testing.T, r, seed simResult) {
+func checkSequential(t *testing.T, r, seed simResult, tol float64) {
 	t.Helper()
-	if r.FalseRollbacks > 0.01 {
+	if r.FalseRollbacks > 0.01+tol/2 {
 		t.Errorf("sequential: %.2f%% of harmless changes rolled back, want at most 1%%", 100*r.FalseRollbacks)
 	}
 	if r.Detected < 0.85 || r.Detected <= seed.Detected {

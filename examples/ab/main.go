@@ -166,7 +166,8 @@ func simulate(sc scenario, improve bool) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	clk := fakeclock.New(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
+	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(start0)
 	var strat si.Strategy
 	if improve {
 		strat = sc.strategy()
@@ -212,14 +213,14 @@ func simulate(sc scenario, improve bool) (result, error) {
 				r.Recovered[ai] = c - start + 1 - 9
 			}
 		}
-		clk.Advance(every)
+		// The next round starts on the round's own tick: the loop's
+		// backoff jitter (random) moves calls within a round, never the
+		// rounds themselves.
+		clk.Advance(start0.Add(time.Duration(c+1) * every).Sub(clk.Now()))
 	}
 	for _, agent := range sc.agents {
 		var rolledBack []si.Change
 		for _, ch := range l.Changes(agent) {
-			if os.Getenv("AB_DEBUG") != "" {
-				fmt.Fprintf(os.Stderr, "%s v%d→v%d %s: %s | %s\n", agent, ch.From.Version, ch.To.Version, ch.State, ch.Reason, ch.Verdict)
-			}
 			r.Applied++
 			for _, rb := range rolledBack {
 				if ch.To.Equal(rb.To) || (ch.To.Route == rb.To.Route && ch.From.Route != ch.To.Route) {
