@@ -45,11 +45,12 @@ type Analysis struct {
 	// Shared are the shared causes (see Loop.SharedCauses) this agent is
 	// part of.
 	Shared []SharedCause
-	// Rejected are the tweaks rolled back for this agent, oldest first.
-	// The loop never applies one of them again, nor a tweak that repeats
-	// one (every field it changes among Timeout, MaxAttempts, Backoff,
-	// Route and Params takes the rolled-back value), until ClearRejected
-	// is called.
+	// Rejected are the tweaks rolled back for this agent and still
+	// refused, oldest first. The loop does not apply one of them again,
+	// nor a tweak that repeats one (every field it changes among Timeout,
+	// MaxAttempts, Backoff, Route and Params takes the rolled-back value),
+	// for the same cluster (either without one: for any), until its Until
+	// or ClearRejected.
 	Rejected []Tweak
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest cluster in the window (see Loop.Similar), best
@@ -84,4 +85,8 @@ type Tweak struct {
 	// Cluster is the ID of the cluster the tweak addresses; default the
 	// first of Analysis.Clusters.
 	Cluster string `json:"cluster,omitempty"`
+	// Until is, for a tweak in Analysis.Rejected, when the loop stops
+	// refusing it (see RollbackPolicy.RefuseFor); zero: until
+	// ClearRejected. The loop ignores it in a strategy's answer.
+	Until time.Time `json:"until,omitzero"`
 }

@@ -230,7 +230,8 @@ func TestCloseIsABarrier(t *testing.T) {
 		return &si.Tweak{Config: c, Reason: "try another route"}, nil
 	})
 	open := func() *si.Loop {
-		l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(strat))
+		l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(strat),
+			si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1})) // the first failure triggers
 		if err != nil {
 			t.Fatal(err)
 		}

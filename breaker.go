@@ -15,8 +15,9 @@ var ErrCircuitOpen = errors.New("selfimprove: circuit open")
 //
 // Closed, it counts consecutive failures under the agent's current config.
 // After Failures of them with no change under verification (the agent runs
-// under the best config the loop has), the circuit opens: calls return ErrCircuitOpen at once, for
-// CoolOff. Then it is half-open: one call, the probe, runs fn, and the
+// under the best config the loop has), the circuit opens: calls return
+// ErrCircuitOpen at once, for CoolOff or CoolOffCalls of the agent's
+// average intervals between calls, whichever is longer. Then it is half-open: one call, the probe, runs fn, and the
 // others keep failing fast. A successful probe closes the circuit; a
 // failed one opens it for another CoolOff. Calls that fail fast are not
 // counted in Stats. Each transition is an event (EventCircuitOpened,
@@ -28,9 +29,33 @@ type CircuitBreaker struct {
 	// Failures is how many consecutive failures open the circuit.
 	// Default 5.
 	Failures int
-	// CoolOff is how long the circuit stays open before a probe.
-	// Default 30 seconds.
+	// CoolOff is how long the circuit stays open before a probe, at the
+	// least. Default 30 seconds.
 	CoolOff time.Duration
+	// CoolOffCalls scales the cool-off with the agent's call rate: the
+	// circuit stays open for at least this many of the agent's average
+	// intervals between calls (its calls over the last 24 hours, or
+	// since its first call if later, to within 15 minutes), so that at
+	// one call a minute not every call is a probe. The cool-off is at
+	// most 24 hours. Default 10; negative: CoolOff alone.
+	CoolOffCalls int
+}
+
+// maxCoolOff caps the cool-off scaled by CoolOffCalls.
+const maxCoolOff = 24 * time.Hour
+
+// coolOff returns how long the circuit opens for, after calls calls over
+// span: CoolOff, or CoolOffCalls average intervals between calls if
+// longer (at most maxCoolOff).
+func (b CircuitBreaker) coolOff(calls int, span time.Duration) time.Duration {
+	n := b.CoolOffCalls
+	if n == 0 {
+		n = 10
+	}
+	if n < 0 || calls <= 0 || span <= 0 {
+		return b.CoolOff
+	}
+	return max(b.CoolOff, min(time.Duration(n)*(span/time.Duration(calls)), maxCoolOff))
 }
 
 // trips reports whether consecutive failures under the current config

@@ -10,7 +10,7 @@ import (
 )
 
 func TestCircuitBreakerTransitions(t *testing.T) {
-	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Minute}))
+	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Minute, CoolOffCalls: -1}))
 	ran := 0
 	call := func(err error) (si.Report, error) {
 		return e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
@@ -70,7 +70,7 @@ func TestCircuitBreakerTransitions(t *testing.T) {
 }
 
 func TestCircuitBreakerOneProbeAtATime(t *testing.T) {
-	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1, CoolOff: time.Minute}))
+	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1, CoolOff: time.Minute, CoolOffCalls: -1}))
 	e.call("a", errBoom, time.Millisecond)
 	e.clk.Advance(time.Minute)
 	release, done := e.heldCall("a", nil) // the probe
@@ -87,9 +87,9 @@ func TestCircuitBreakerOneProbeAtATime(t *testing.T) {
 }
 
 func TestCircuitBreakerSurvivesRestartAndWaitsForVerification(t *testing.T) {
-	opt := si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Hour})
+	opt := si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Hour, CoolOffCalls: -1})
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-	e := newEnv(t, opt, si.WithStrategy(strat))
+	e := newEnv(t, opt, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 	// The 2nd failure applies a change: failures under verification roll
 	// it back (5 in a row), and only then count toward the breaker.
 	for range 2 {
@@ -166,5 +166,57 @@ func TestAttemptInfo(t *testing.T) {
 	a := seen[1]
 	if a.LastClass != si.ClassRateLimit || a.LastErr == nil || len(a.Memories) == 0 || a.Memories[0].Class != si.ClassRateLimit {
 		t.Errorf("second attempt's info = %+v", a)
+	}
+}
+
+// At one call a minute, a 30-second cool-off would make every call a
+// probe: the cool-off scales with the call rate (10 intervals by default),
+// so the circuit fails fast for 10 minutes, then probes once.
+func TestCircuitBreakerScalesWithTheCallRate(t *testing.T) {
+	e := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: 30 * time.Second}))
+	ran := 0
+	call := func(err error) error {
+		_, got := e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
+			ran++
+			return err
+		})
+		e.clk.Advance(time.Minute)
+		return got
+	}
+	for range 30 { // half an hour of calls, one a minute
+		call(nil)
+	}
+	for range 3 {
+		call(errBoom)
+	}
+	// Open: the next 9 calls (9 minutes) fail fast; the 10th minute's
+	// call is the probe.
+	ran = 0
+	for i := range 9 {
+		if err := call(errBoom); !errors.Is(err, si.ErrCircuitOpen) {
+			t.Fatalf("call %d after the circuit opened: %v, want ErrCircuitOpen", i+1, err)
+		}
+	}
+	if err := call(errBoom); !errors.Is(err, errBoom) || ran != 1 {
+		t.Fatalf("the probe: %v, fn ran %d times", err, ran)
+	}
+	// With the cool-off alone (CoolOffCalls -1), every call is a probe.
+	e2 := newEnv(t, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: 30 * time.Second, CoolOffCalls: -1}))
+	probes := 0
+	for i := range 40 {
+		_, err := e2.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
+			if i < 30 {
+				return nil
+			}
+			probes++
+			return errBoom
+		})
+		if i >= 33 && errors.Is(err, si.ErrCircuitOpen) {
+			t.Fatalf("call %d failed fast with the cool-off alone", i)
+		}
+		e2.clk.Advance(time.Minute)
+	}
+	if probes != 10 {
+		t.Fatalf("fn ran %d times in the last 10 minutes, want 10", probes)
 	}
 }

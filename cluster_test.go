@@ -184,7 +184,7 @@ func TestSharedCauses(t *testing.T) {
 // The strategy gets the clusters, the health and the shared causes.
 func TestAnalysisCarriesEvidence(t *testing.T) {
 	s := &tweakStrategy{}
-	e := newEnv(t, si.WithStrategy(s))
+	e := newEnv(t, si.WithStrategy(s), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 	e.call("b", errors.New("dial tcp 10.0.0.1:443: connect: connection refused"), 0)
 	e.call("a", nil, 0)
 	e.call("a", errors.New("dial tcp 10.0.0.2:443: connect: connection refused"), 0)

@@ -14,7 +14,10 @@ import (
 // a synctest bubble.
 func newBubbleLoop(t *testing.T, opts ...si.Option) *si.Loop {
 	t.Helper()
-	base := []si.Option{si.WithDir(t.TempDir()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0)}
+	// No minimum of calls before a change unless the test sets a policy
+	// (see newEnv).
+	base := []si.Option{si.WithDir(t.TempDir()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0),
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1})}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +105,8 @@ func TestStrategyTimeoutBoundsTheCall(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				release := make(chan struct{})
-				l := newBubbleLoop(t, si.WithStrategy(tt.strat(release)), si.WithStrategyTimeout(3*time.Second))
+				l := newBubbleLoop(t, si.WithStrategy(tt.strat(release)), si.WithStrategyTimeout(3*time.Second),
+					si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 				fail := func(context.Context, si.Config) error { return errBoom }
 				l.ExecuteWithImprovement(context.Background(), "a", fail)
 				start := time.Now()
@@ -134,7 +138,7 @@ func TestCallerLeavesWhileStrategyRuns(t *testing.T) {
 			time.Sleep(2 * time.Second) // a slow, LLM-backed strategy
 			return &si.Tweak{Config: si.Config{Route: "b"}, Reason: "slow but sure"}, nil
 		})
-		l := newBubbleLoop(t, si.WithStrategy(strat), si.WithNotifier(rec))
+		l := newBubbleLoop(t, si.WithStrategy(strat), si.WithNotifier(rec), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 		fail := func(context.Context, si.Config) error { return errBoom }
 		l.ExecuteWithImprovement(context.Background(), "a", fail)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

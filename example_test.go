@@ -75,13 +75,19 @@ func ExampleStrategyFunc() {
 	}
 	defer loop.Close()
 
+	// A new agent is not re-configured before its first 10 calls
+	// (RollbackPolicy.MinBeforeCalls): the upstream was fast for those.
+	// With 10 calls a day, the agent's threshold is 3 failures.
+	for range 10 {
+		loop.ExecuteWithImprovement(context.Background(), "search", func(context.Context, selfimprove.Config) error { return nil })
+	}
 	slowUpstream := func(ctx context.Context, cfg selfimprove.Config) error {
 		if cfg.Timeout < 100*time.Millisecond {
 			return context.DeadlineExceeded // the upstream needs 80ms
 		}
 		return nil
 	}
-	for range 3 {
+	for range 4 {
 		rep, err := loop.ExecuteWithImprovement(context.Background(), "search", slowUpstream)
 		fmt.Printf("v%d err=%v", rep.ConfigVersion, err)
 		if c := rep.Improvement; c != nil {
@@ -91,12 +97,15 @@ func ExampleStrategyFunc() {
 	}
 	// Output:
 	// v1 err=context deadline exceeded
+	// v1 err=context deadline exceeded
 	// v1 err=context deadline exceeded -> applied v2 (timeout 100ms): timeouts: double the timeout
 	// v2 err=<nil>
 }
 
-// A tweak that makes things worse is rolled back after 5 consecutive
-// failures, and the loop never applies it again.
+// A tweak that makes things worse is rolled back by the verification
+// test, and the loop never applies it again. Three failures began the
+// fault, so the reference is uncertain (about 50 %): it takes 9 failures
+// under the tweak to be sure.
 func ExampleRollbackPolicy() {
 	dir, _ := os.MkdirTemp("", "selfimprove-example")
 	defer os.RemoveAll(dir)
@@ -107,7 +116,7 @@ func ExampleRollbackPolicy() {
 	loop, err := selfimprove.New(
 		selfimprove.WithDir(dir),
 		selfimprove.WithStrategy(switchRoute),
-		selfimprove.WithRollbackPolicy(selfimprove.RollbackPolicy{}), // the defaults: 10 calls, 10 points, 20%, 5 in a row
+		selfimprove.WithRollbackPolicy(selfimprove.RollbackPolicy{}), // the defaults: MethodQuick, 5 in a row
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -118,12 +127,18 @@ func ExampleRollbackPolicy() {
 	calls := 0
 	agent := func(ctx context.Context, cfg selfimprove.Config) error {
 		calls++
-		if cfg.Route == "cheap-model" || calls <= 2 {
+		if cfg.Route == "cheap-model" || calls <= 3 {
 			return errFlaky // the cheap model always fails
 		}
 		return nil
 	}
-	for range 8 {
+	// A new agent is not re-configured before its first 10 calls
+	// (RollbackPolicy.MinBeforeCalls); with 10 calls a day, its threshold
+	// is 3 failures.
+	for range 10 {
+		loop.ExecuteWithImprovement(context.Background(), "writer", func(context.Context, selfimprove.Config) error { return nil })
+	}
+	for range 13 {
 		rep, _ := loop.ExecuteWithImprovement(context.Background(), "writer", agent)
 		switch {
 		case rep.Improvement != nil:
@@ -136,12 +151,17 @@ func ExampleRollbackPolicy() {
 	}
 	// Output:
 	// v1 success=false
+	// v1 success=false
 	// applied v2: try the cheap model
 	// v2 success=false
 	// v2 success=false
 	// v2 success=false
 	// v2 success=false
-	// rolled back v2 to v1: 5 consecutive failures under the new config (limit 5)
+	// v2 success=false
+	// v2 success=false
+	// v2 success=false
+	// v2 success=false
+	// rolled back v2 to v1: quick test: 9 failures in 9 calls (success 0.0%) against a reference of 53.5% (3 calls since the fault began, fewer than 10, completed with 7 at the analysis window's 76.9%); the likelihood ratio for a fall to 33.5% reached 25.0 (limit 19.6)
 	// v1 success=true
 }
 
@@ -193,13 +213,19 @@ func ExampleBuiltinStrategy() {
 		loop.ExecuteWithImprovement(ctx, agent, func(context.Context, selfimprove.Config) error { return err })
 	}
 
-	call("search", errors.New("429 Too Many Requests"))
-	call("search", errors.New("429 Too Many Requests")) // crosses the threshold
+	for range 10 { // a new agent is not re-configured before its first 10 calls
+		call("search", nil)
+		call("billing", nil)
+	}
+	for range 3 { // the third crosses the threshold (3 failures at 10 calls a day)
+		call("search", errors.New("429 Too Many Requests"))
+	}
 	c := loop.Config("search")
 	fmt.Printf("search: v%d backoff=%v attempts=%d\n", c.Version, c.Backoff, c.MaxAttempts)
 
-	call("billing", errors.New("401 Unauthorized: invalid API key"))
-	call("billing", errors.New("401 Unauthorized: invalid API key"))
+	for range 3 {
+		call("billing", errors.New("401 Unauthorized: invalid API key"))
+	}
 	for _, p := range loop.Proposals(nil) {
 		fmt.Printf("%s: %s proposal (%s, %s): %s\n", p.AgentID, p.Status, p.Class, p.RootCause, p.Rule)
 		if err := loop.Reject(p.ID, "keys are rotated on Monday"); err != nil {
@@ -252,8 +278,8 @@ func ExampleRollbackPolicy_Decide() {
 		Before: selfimprove.Stats{Calls: 3, Failures: 3, TotalLatency: 450 * ms},
 		// The analysis window: mostly last week's 100ms successes.
 		Window: selfimprove.Stats{Calls: 53, Failures: 3, TotalLatency: 5450 * ms},
-		// Under the raised timeout: 10 successes at 200ms.
-		After: selfimprove.Stats{Calls: 10, TotalLatency: 2000 * ms},
+		// Under the raised timeout: 12 successes at 200ms.
+		After: selfimprove.Stats{Calls: 12, TotalLatency: 2400 * ms},
 	}
 	fmt.Println("default:   ", selfimprove.RollbackPolicy{}.Decide(e).Decision)
 	fmt.Println("sequential:", selfimprove.RollbackPolicy{Method: selfimprove.MethodSequential}.Decide(e).Decision)
@@ -264,7 +290,7 @@ func ExampleRollbackPolicy_Decide() {
 	fmt.Println("seed:      ", v.Decision, "-", v.Reason)
 	// Output:
 	// default:    confirm
-	// sequential: wait
+	// sequential: confirm
 	// seed:       rollback - average latency rose 94.5% (102.83ms → 200ms), more than 20%
 }
 
@@ -286,9 +312,9 @@ func ExampleLoop_Similar() {
 
 	ctx := context.Background()
 	timeout := errors.New(`Post "https://search.example/v1/query?id=77": context deadline exceeded`)
-	for i := range 12 { // 2 failures apply the tweak, 10 successes confirm it
+	for i := range 23 { // 10 calls first; then 3 failures apply the tweak, 10 successes confirm it
 		loop.ExecuteWithImprovement(ctx, "search", func(context.Context, selfimprove.Config) error {
-			if i < 2 {
+			if i >= 10 && i < 13 {
 				return timeout
 			}
 			return nil

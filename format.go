@@ -62,9 +62,15 @@ type stateDoc struct {
 	Verifying *Change   `json:"verifying,omitempty"`
 	Verify    countsDoc `json:"verify,omitzero"`
 	Control   countsDoc `json:"control,omitzero"`
+	Streak    countsDoc `json:"streak,omitzero"`
 	Changes   []Change  `json:"changes,omitempty"`
 
-	CooldownUntil    time.Time `json:"cooldown_until,omitzero"`
+	CooldownUntil time.Time `json:"cooldown_until,omitzero"`
+	// CooldownCluster is the cluster (16 hex digits) the last change
+	// addressed; CooldownEarly, that a new kind of fault ended a cooldown
+	// early since.
+	CooldownCluster  string    `json:"cooldown_cluster,omitempty"`
+	CooldownEarly    bool      `json:"cooldown_early,omitempty"`
 	CircuitOpenUntil time.Time `json:"circuit_open_until,omitzero"`
 
 	Threshold *thresholdJSON `json:"threshold,omitempty"`
@@ -81,6 +87,7 @@ type countsDoc struct {
 	Calls               int64 `json:"calls"`
 	Failures            int64 `json:"failures"`
 	LatencyNS           int64 `json:"latency_ns"`
+	SuccessLatencyNS    int64 `json:"success_latency_ns,omitempty"`
 	ConsecutiveFailures int64 `json:"consecutive_failures"`
 }
 
@@ -332,12 +339,17 @@ func (st *agentState) doc() (stateDoc, error) {
 		Verifying:  st.Verifying,
 		Verify:     countsToDoc(st.Verify, true),
 		Control:    countsToDoc(st.Control, true),
+		Streak:     countsToDoc(st.Streak, true),
 		Changes:    st.Changes,
 		Threshold:  st.Manual,
 		Critical:   st.Critical,
 		Rejected:   st.Rejected,
 		Proposals:  st.Proposals,
 	}
+	if st.CooldownCluster != 0 {
+		d.CooldownCluster = formatClusterID(st.CooldownCluster)
+	}
+	d.CooldownEarly = st.CooldownEarly
 	var err error
 	if d.CooldownUntil, err = optTimeToDoc(path("cooldown_until"), min(st.CooldownUntil, maxNanos-1)); err != nil {
 		return d, err
@@ -380,7 +392,8 @@ func nonNeg(d int64, clamp bool) int64 {
 }
 
 func countsToDoc(c counts, clamp bool) countsDoc {
-	return countsDoc{Calls: int64(c.Calls), Failures: int64(c.Failures), LatencyNS: nonNeg(c.Latency, clamp), ConsecutiveFailures: int64(c.Consec)}
+	return countsDoc{Calls: int64(c.Calls), Failures: int64(c.Failures), LatencyNS: nonNeg(c.Latency, clamp),
+		SuccessLatencyNS: nonNeg(c.OKLatency, clamp), ConsecutiveFailures: int64(c.Consec)}
 }
 
 // timeToDoc returns Unix nanoseconds n as a UTC time. Only times from

@@ -102,10 +102,11 @@ func (c *checker) counts(f field, d countsDoc) counts {
 	calls := c.num(f.dot("calls"), d.Calls, 0, maxCount)
 	failures := c.num(f.dot("failures"), d.Failures, 0, calls+1)
 	return counts{
-		Calls:    int(calls),
-		Failures: int(failures),
-		Latency:  c.num(f.dot("latency_ns"), d.LatencyNS, 0, maxNanos),
-		Consec:   int(c.num(f.dot("consecutive_failures"), d.ConsecutiveFailures, 0, failures+1)),
+		Calls:     int(calls),
+		Failures:  int(failures),
+		Latency:   c.num(f.dot("latency_ns"), d.LatencyNS, 0, maxNanos),
+		Consec:    int(c.num(f.dot("consecutive_failures"), d.ConsecutiveFailures, 0, failures+1)),
+		OKLatency: c.num(f.dot("success_latency_ns"), d.SuccessLatencyNS, 0, d.LatencyNS+1),
 	}
 }
 
@@ -336,6 +337,7 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		Verifying:  d.Verifying,
 		Verify:     c.counts(path("verify"), d.Verify),
 		Control:    c.counts(path("control"), d.Control),
+		Streak:     c.counts(path("streak"), d.Streak),
 		Changes:    d.Changes,
 		Gen:        uint64(c.num(path("generation"), d.Generation, 0, maxCount)),
 		Manual:     d.Threshold,
@@ -345,6 +347,14 @@ func (d *stateDoc) state(id string) (agentState, error) {
 	}
 	st.ownChanges(id)
 	st.CooldownUntil = c.optTime(path("cooldown_until"), d.CooldownUntil)
+	st.CooldownEarly = d.CooldownEarly
+	if d.CooldownCluster != "" {
+		id, err := parseClusterID(d.CooldownCluster)
+		if err != nil {
+			c.fail("%s: %v", path("cooldown_cluster"), err)
+		}
+		st.CooldownCluster = id
+	}
 	st.CircuitOpenUntil = c.optTime(path("circuit_open_until"), d.CircuitOpenUntil)
 
 	c.config(path("config"), &st.Config, 1)

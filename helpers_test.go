@@ -98,8 +98,12 @@ func newEnv(t *testing.T, opts ...si.Option) *env {
 // open (re)opens the loop on e's directory.
 func (e *env) open(opts ...si.Option) {
 	e.t.Helper()
-	// Tracking only unless the test names a strategy.
-	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil)}
+	// Tracking only unless the test names a strategy; and no minimum of
+	// calls before a change (the threshold's failures trigger at once on
+	// a new agent) unless the test sets a policy: coldstart_test.go
+	// covers the minimum.
+	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil),
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1})}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		e.t.Fatal(err)

@@ -257,12 +257,14 @@ func TestRollbackOnSuccessDropAndLatencyRise(t *testing.T) {
 		{"all fine", seed, 0, time.Millisecond, false},
 		// The default policy keeps a change that turned failures into
 		// slower successes: success rose 100 points.
-		{"default: latency +300% with success 0% → 100%", si.RollbackPolicy{}, 0, 4 * time.Millisecond, false},
-		{"default: latency +100% with success 0% → 100%", si.RollbackPolicy{}, 0, 2 * time.Millisecond, false},
+		{"default: latency +300% with success 0% → 100%", si.RollbackPolicy{MinBeforeCalls: -1}, 0, 4 * time.Millisecond, false},
+		{"default: latency +100% with success 0% → 100%", si.RollbackPolicy{MinBeforeCalls: -1}, 0, 2 * time.Millisecond, false},
 		// Success rose only 10 points (0% → 10%), not more: the latency
 		// rule applies.
-		{"default: latency +300% with success 0% → 10%", si.RollbackPolicy{MaxConsecutiveFailures: -1}, 9, 4 * time.Millisecond, true},
-		{"default: latency +300% with success 0% → 20%", si.RollbackPolicy{MaxConsecutiveFailures: -1}, 8, 4 * time.Millisecond, false},
+		// No call succeeded before: there is no latency of successes to
+		// compare with.
+		{"fixed: latency +300% with success 0% → 10%", si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1, MaxConsecutiveFailures: -1}, 9, 4 * time.Millisecond, false},
+		{"fixed: latency +300% with success 0% → 20%", si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1, MaxConsecutiveFailures: -1}, 8, 4 * time.Millisecond, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -294,11 +296,11 @@ func TestRollbackOnSuccessDrop(t *testing.T) {
 		fails    int // of the 10 verification calls, never consecutive
 		rollback bool
 	}{
-		{seed, 1, false},                // 90%: better
-		{seed, 3, false},                // 70%: exactly 10 points lower, kept
-		{seed, 4, true},                 // 60%: 20 points lower
-		{si.RollbackPolicy{}, 4, false}, // 60% is better than 0%
-		{si.RollbackPolicy{}, 5, false},
+		{seed, 1, false}, // 90%: better
+		{seed, 3, false}, // 70%: exactly 10 points lower, kept
+		{seed, 4, true},  // 60%: 20 points lower
+		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1}, 4, false}, // 60% is better than 0%
+		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1}, 5, false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.policy.SeedCompatible, tt.fails), func(t *testing.T) {
@@ -327,7 +329,7 @@ func TestRollbackOnSuccessDrop(t *testing.T) {
 				last = e.call("a", err, time.Millisecond)
 			}
 			if (last.Rollback != nil) != tt.rollback || (last.Confirmed != nil) == tt.rollback {
-				t.Fatalf("10th call: rollback %v, confirmed %v; want rollback %v", last.Rollback != nil, last.Confirmed != nil, tt.rollback)
+				t.Fatalf("10th call: rollback %v, confirmed %v; want rollback %v (%+v)", last.Rollback != nil, last.Confirmed != nil, tt.rollback, last.Rollback)
 			}
 		})
 	}
@@ -366,7 +368,7 @@ func TestRejectedTweakNeverReapplied(t *testing.T) {
 
 func TestFailuresBeforeChangeDoNotCount(t *testing.T) {
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}, {Route: "c"}}}
-	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{MaxSuccessDrop: -1, MaxLatencyRise: -1}))
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{MaxSuccessDrop: -1, MaxLatencyRise: -1, MinBeforeCalls: -1}))
 	if err := e.l.SetThreshold("a", si.Threshold{Failures: 2, Window: 72 * time.Hour, Cooldown: 12 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +526,7 @@ func TestChangeIDsUnique(t *testing.T) {
 	strat := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
 		return &si.Tweak{Config: si.Config{Route: fmt.Sprint(a.Config.Version)}}, nil
 	})
-	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{MinCalls: 1}))
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodFixed, MinCalls: 1, MinBeforeCalls: -1}))
 	if err := e.l.SetThreshold("a", si.Threshold{Failures: 1, Window: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

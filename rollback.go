@@ -9,50 +9,70 @@ import (
 
 // RollbackPolicy decides whether a config change is kept. While a change is
 // verified, the loop compares the calls that ran under the new version
-// ("after") with a reference ("before"), by one of three methods:
+// ("after") with a reference ("before"), by one of four methods:
 //
-//   - MethodFixed, the default: once MinCalls calls have run under the new
-//     version, it rolls back if the success rate fell by more than
-//     MaxSuccessDrop percentage points, or the average latency rose by more
-//     than MaxLatencyRise percent and by at least MinLatencyRise; otherwise
-//     it confirms the change and verification ends.
-//   - MethodSequential: a sequential probability ratio test on success that
-//     rolls back or confirms as soon as the evidence suffices, and never
-//     later than MaxCalls calls.
+//   - MethodQuick, the default: a sequential probability ratio test on
+//     success, tuned to catch moderate harm quickly (FalseRollbacks 5 %,
+//     MissedRollbacks 2 %): from a 90 % base, a change that costs 30
+//     points is rolled back within 30 calls in about 96 % of cases, and
+//     about 4 % of harmless changes are rolled back.
+//   - MethodSequential: the same test with stricter error rates
+//     (FalseRollbacks 0.4 %, MissedRollbacks 5 %): under 1 % of harmless
+//     changes rolled back, at the cost of slower detection.
 //   - MethodCanary: while the change is verified, CanaryFraction of the
 //     calls run the previous config, and the change is judged against those
 //     calls over the same period.
+//   - MethodFixed: once MinCalls calls have run under the new version, it
+//     rolls back if the success rate fell by more than MaxSuccessDrop
+//     points and confirms if it fell by less; a fall of exactly
+//     MaxSuccessDrop points waits for the next call.
 //
 // Under every method, MaxConsecutiveFailures consecutive failures under the
-// new version roll it back at once. Under MethodCanary they do so only if
-// the previous config's latest call succeeded, and twice as many do so
-// regardless.
+// new version roll it back at once; more when the failure rate before the
+// change makes that many in a row likely (as many as make such a run less
+// likely than 1 in 1,000 at that rate, at most four times as many; not
+// when that rate is 50 % or more, an outage). Under
+// MethodCanary they do so only if a call of the previous config succeeded
+// while they happened: a fault that hits both configs is not the change's
+// fault.
 //
 // "Before" is the recent regime: the calls since the fault began (the oldest
 // failure within the agent's threshold window when the change was applied),
 // at most the last BeforeCalls calls before the change. A change made
 // because an upstream degraded is so judged against the degraded service,
-// not against last week's. And a latency rise alone does not roll back a
-// change that raised the success rate by more than MaxSuccessDrop points: a
-// fix that turns failures into slower successes is kept.
+// not against last week's. When "before" has fewer than MinBeforeCalls
+// calls, its success rate is completed with the analysis window's for the
+// missing calls (a prior), and the verdict says so. The sequential tests
+// pool "before" with the analysis window while the two agree (their rates
+// within three standard errors), and lean on "before" when they do not.
+//
+// Latency is compared like with like: the average latency of successful
+// calls before and after (all calls where successes were not counted
+// apart). A rise of more than MaxLatencyRise percent (and at least
+// MinLatencyRise) rolls the change back, unless the change raised the
+// success rate significantly (by 1.96 standard errors of the change's count
+// at the rate before): such a fix, which turns failures into slower
+// successes, is rolled back only when the latency of successes rose by
+// more than MaxLatencyRiseOnGain percent. A change whose success rate rose,
+// not yet significantly, is verified on, up to MaxCalls calls.
 //
 // SeedCompatible restores the original rule literally: MethodFixed, "before"
-// is the whole analysis window when the change was applied, and a latency
-// rise rolls back whatever the success rate did.
+// is the whole analysis window when the change was applied, a fall of
+// exactly MaxSuccessDrop points is kept, and a rise of the average latency
+// of all calls rolls back whatever the success rate did.
 //
-// Comparisons of the fixed rule are exact: a drop of exactly MaxSuccessDrop
-// points or a rise of exactly MaxLatencyRise percent is kept. Rates and
-// averages are compared as exact fractions of the counts, never as rounded
-// floats.
+// Comparisons with thresholds are exact: rates and averages are compared as
+// exact fractions of the counts, never as rounded floats.
 //
 // The zero value is the default policy; each zero field takes its default,
-// and a negative (or NaN, or +Inf) MaxSuccessDrop or MaxLatencyRise, or a
-// negative MaxConsecutiveFailures, turns that rule off. New refuses, with
-// ErrInvalidOption, an unknown Method, other negative counts and
-// durations, FalseRollbacks or MissedRollbacks outside [0, 1), BeforeCalls
-// above 16 and CanaryFraction above 0.5.
+// and a negative (or NaN, or +Inf) MaxSuccessDrop, MaxLatencyRise or
+// MaxLatencyRiseOnGain, or a negative MaxConsecutiveFailures or
+// MinBeforeCalls, turns that rule off. New refuses, with ErrInvalidOption,
+// an unknown Method, other negative counts and durations, FalseRollbacks or
+// MissedRollbacks outside [0, 1), BeforeCalls or MinBeforeCalls above 16
+// and CanaryFraction above 0.5.
 type RollbackPolicy struct {
-	// Method is how the evidence is weighed. Default MethodFixed.
+	// Method is how the evidence is weighed. Default MethodQuick.
 	Method Method
 	// SeedCompatible restores the original rule exactly: MethodFixed
 	// whatever Method says, "before" is the analysis window when the
@@ -61,12 +81,21 @@ type RollbackPolicy struct {
 	SeedCompatible bool
 
 	// MinCalls is how many calls under the new version verification
-	// waits for before comparing rates. Default 10.
+	// waits for before it confirms a change (MethodFixed: before it
+	// compares rates). Default 10.
 	MinCalls int
 	// BeforeCalls caps "before" at the last BeforeCalls calls before the
-	// change (those since the fault began). Default MinCalls; at most 16,
-	// the calls each agent keeps for it.
+	// change (those since the fault began). Default 16, the calls each
+	// agent keeps for it, and at most that.
 	BeforeCalls int
+	// MinBeforeCalls is the fewest calls a change is judged against:
+	// when fewer calls ended since the fault began, the success rate of
+	// "before" is completed with the analysis window's for the missing
+	// calls, and the verdict says so. And no strategy runs for an agent
+	// before it has made this many calls, so that a brand-new agent is not
+	// re-configured on its first failures. Default 10; at most 16;
+	// negative: no minimum.
+	MinBeforeCalls int
 	// MaxSuccessDrop is the largest tolerated fall of the success rate,
 	// in percentage points. Default 10.
 	MaxSuccessDrop float64
@@ -77,24 +106,36 @@ type RollbackPolicy struct {
 	// rolls back, so that microsecond noise on fast calls is ignored.
 	// Default 1ms.
 	MinLatencyRise time.Duration
+	// MaxLatencyRiseOnGain is the largest tolerated rise of the successful
+	// calls' average latency, in percent, for a change that raised the
+	// success rate significantly. Default 400 (five times as slow): a
+	// doubled backoff with one more attempt can triple it.
+	MaxLatencyRiseOnGain float64
 	// MaxConsecutiveFailures under the new version roll back at once,
 	// without waiting for MinCalls. Default 5.
 	MaxConsecutiveFailures int
 
-	// FalseRollbacks is MethodSequential's nominal rate of rolling back a
-	// change that did not lower the success rate (the test's α). The rate
-	// achieved is somewhat higher, as the reference rate is itself an
-	// estimate: 0.8 % at a true 90 % in the simulation of docs/performance.md.
-	// Default 0.005.
+	// FalseRollbacks is the sequential test's nominal rate of rolling
+	// back a change that did not lower the success rate (its α). The rate
+	// achieved differs, as the reference rate is itself an estimate (see
+	// docs/performance.md). Default 0.05 under MethodQuick, 0.004 under
+	// MethodSequential.
 	FalseRollbacks float64
-	// MissedRollbacks is MethodSequential's nominal rate of confirming a
-	// change that lowered the success rate by twice MaxSuccessDrop (the
-	// test's β).
-	// Default 0.05.
+	// MissedRollbacks is the sequential test's nominal rate of confirming
+	// a change that lowered the success rate by twice MaxSuccessDrop (its
+	// β). Default 0.02 under MethodQuick, 0.05 under MethodSequential.
 	MissedRollbacks float64
-	// MaxCalls is the most calls MethodSequential waits for: a change not
-	// rolled back by then is judged on latency and confirmed. Default 100.
+	// MaxCalls is the most calls the sequential tests and MethodFixed wait
+	// for: a change not rolled back by then is judged on latency and
+	// confirmed. Default 100.
 	MaxCalls int
+
+	// RefuseFor is how long a rolled-back tweak is refused (for the
+	// cluster it addressed): long enough that a strategy does not try it
+	// again and again, short enough that a tweak judged during an outage
+	// can fix a later fault. Default 24 hours; negative: until
+	// ClearRejected.
+	RefuseFor time.Duration
 
 	// CanaryFraction is the share of calls MethodCanary runs under the
 	// previous config while a change is verified. Default 0.1; at most 0.5.
@@ -113,18 +154,20 @@ type Method uint8
 
 // The methods.
 const (
-	// MethodFixed compares MinCalls calls under the change with the
-	// recent regime before it, by fixed thresholds.
-	MethodFixed Method = iota
-	// MethodSequential runs a sequential probability ratio test on the
-	// success of each call under the change, with H0 "the success rate is
-	// p0" (p0 the recent regime's rate, shrunk toward the analysis window's
-	// rate with the weight of 30 calls, at most 0.99) against H1 "it is p0
-	// less twice MaxSuccessDrop points". It rolls back as soon as the
-	// likelihood ratio reaches (1-MissedRollbacks)/FalseRollbacks. When it
-	// falls to MissedRollbacks/(1-FalseRollbacks) after at least MinCalls
-	// calls, or at MaxCalls calls, the latency rule decides between roll
-	// back and confirm.
+	// MethodQuick, the default, runs a sequential probability ratio test
+	// on the success of each call under the change, with H0 "the success
+	// rate is p0" against H1 "it is p0 less twice MaxSuccessDrop points".
+	// p0 is the analysis window's rate while "before" agrees with it
+	// (within three standard errors), and otherwise "before"'s rate shrunk
+	// toward the window's with the weight of 30 calls; at most 0.99. It
+	// rolls back as soon as the likelihood ratio reaches
+	// (1-MissedRollbacks)/FalseRollbacks. When it falls to
+	// MissedRollbacks/(1-FalseRollbacks) after at least MinCalls calls, or
+	// at MaxCalls calls, the latency rule decides between roll back and
+	// confirm. Its error rates default to 5 % and 2 %.
+	MethodQuick Method = iota
+	// MethodSequential is MethodQuick's test with stricter default error
+	// rates: FalseRollbacks 0.4 %, MissedRollbacks 5 %.
 	MethodSequential
 	// MethodCanary runs CanaryFraction of the calls under the previous
 	// config while a change is verified (Report.Arm says which) and compares
@@ -136,11 +179,16 @@ const (
 	// CanaryCalls calls, the latency rule decides between roll back and
 	// confirm.
 	MethodCanary
+	// MethodFixed compares MinCalls calls under the change with the
+	// recent regime before it, by fixed thresholds.
+	MethodFixed
 )
 
-// String returns "fixed", "sequential" or "canary".
+// String returns "quick", "sequential", "canary" or "fixed".
 func (m Method) String() string {
 	switch m {
+	case MethodQuick:
+		return "quick"
 	case MethodFixed:
 		return "fixed"
 	case MethodSequential:
@@ -151,17 +199,24 @@ func (m Method) String() string {
 	return fmt.Sprintf("Method(%d)", int(m))
 }
 
-// The default policy values.
+// The default policy values. DefaultFalseRollbacks and
+// DefaultMissedRollbacks are MethodSequential's; QuickFalseRollbacks and
+// QuickMissedRollbacks are MethodQuick's.
 const (
 	DefaultVerifyCalls            = 10
+	DefaultMinBeforeCalls         = 10
 	DefaultMaxSuccessDrop         = 10.0
 	DefaultMaxLatencyRise         = 20.0
+	DefaultMaxLatencyRiseOnGain   = 400.0
 	DefaultMinLatencyRise         = time.Millisecond
 	DefaultMaxConsecutiveFailures = 5
-	DefaultFalseRollbacks         = 0.005
+	DefaultFalseRollbacks         = 0.004
 	DefaultMissedRollbacks        = 0.05
+	QuickFalseRollbacks           = 0.05
+	QuickMissedRollbacks          = 0.02
 	DefaultSequentialMaxCalls     = 100
 	DefaultCanaryFraction         = 0.1
+	DefaultRefuseFor              = 24 * time.Hour
 )
 
 const (
@@ -169,11 +224,21 @@ const (
 	// recent regime: the largest BeforeCalls.
 	maxBeforeCalls = 16
 	// windowWeight is the weight, in calls, of the analysis window's
-	// success rate in MethodSequential's reference rate.
-	windowWeight = 30
+	// success rate in the sequential tests' reference rate when "before"
+	// disagrees with it: a light prior, as the fault changed the regime.
+	windowWeight = 4
 	// canaryZ is how many standard errors wide MethodCanary wants the gap
 	// between the arms' success rates before it rolls back.
 	canaryZ = 3
+	// poolZ is how many standard errors apart "before" and the analysis
+	// window's success rates may be for the sequential tests to pool them.
+	poolZ = 3
+	// runOdds is how unlikely, under the reference failure rate, a run of
+	// consecutive failures must be to roll a change back.
+	runOdds = 0.001
+	// gainZ is how many standard errors the success rate must rise for a
+	// latency rise up to MaxLatencyRiseOnGain to be kept.
+	gainZ = 1.96
 	// maxCanaryFraction caps CanaryFraction.
 	maxCanaryFraction = 0.5
 )
@@ -185,12 +250,14 @@ const (
 func (p RollbackPolicy) validate() error {
 	rate := func(f float64) bool { return f >= 0 && f < 1 } // false for NaN
 	switch {
-	case p.Method > MethodCanary:
+	case p.Method > MethodFixed:
 		return fmt.Errorf("Method %d is unknown", int(p.Method))
 	case p.MinCalls < 0:
 		return fmt.Errorf("MinCalls %d is negative", p.MinCalls)
 	case p.BeforeCalls < 0 || p.BeforeCalls > maxBeforeCalls:
 		return fmt.Errorf("BeforeCalls %d not in 0..%d", p.BeforeCalls, maxBeforeCalls)
+	case p.MinBeforeCalls > maxBeforeCalls:
+		return fmt.Errorf("MinBeforeCalls %d above %d", p.MinBeforeCalls, maxBeforeCalls)
 	case p.MinLatencyRise < 0:
 		return fmt.Errorf("MinLatencyRise %v is negative", p.MinLatencyRise)
 	case !rate(p.FalseRollbacks):
@@ -216,9 +283,22 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 		p.MinCalls = DefaultVerifyCalls
 	}
 	if p.BeforeCalls <= 0 {
-		p.BeforeCalls = p.MinCalls
+		p.BeforeCalls = maxBeforeCalls
 	}
 	p.BeforeCalls = min(p.BeforeCalls, maxBeforeCalls)
+	switch {
+	case p.SeedCompatible || p.MinBeforeCalls < 0:
+		p.MinBeforeCalls = -1 // off, and stays off when defaults are filled again
+	case p.MinBeforeCalls == 0:
+		p.MinBeforeCalls = DefaultMinBeforeCalls
+	}
+	p.MinBeforeCalls = min(p.MinBeforeCalls, maxBeforeCalls)
+	if p.MaxLatencyRiseOnGain == 0 {
+		p.MaxLatencyRiseOnGain = DefaultMaxLatencyRiseOnGain
+	}
+	if p.RefuseFor == 0 {
+		p.RefuseFor = DefaultRefuseFor
+	}
 	if p.MaxSuccessDrop == 0 {
 		p.MaxSuccessDrop = DefaultMaxSuccessDrop
 	}
@@ -231,11 +311,15 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 	if p.MaxConsecutiveFailures == 0 {
 		p.MaxConsecutiveFailures = DefaultMaxConsecutiveFailures
 	}
+	fr, mr := DefaultFalseRollbacks, DefaultMissedRollbacks
+	if p.Method == MethodQuick {
+		fr, mr = QuickFalseRollbacks, QuickMissedRollbacks
+	}
 	if !(p.FalseRollbacks > 0 && p.FalseRollbacks < 1) {
-		p.FalseRollbacks = DefaultFalseRollbacks
+		p.FalseRollbacks = fr
 	}
 	if !(p.MissedRollbacks > 0 && p.MissedRollbacks < 1) {
-		p.MissedRollbacks = DefaultMissedRollbacks
+		p.MissedRollbacks = mr
 	}
 	if p.MaxCalls <= 0 {
 		p.MaxCalls = DefaultSequentialMaxCalls
@@ -282,31 +366,57 @@ type Verdict struct {
 }
 
 // Evidence is what a policy judges a change by. Of each Stats it uses
-// Calls, Failures and TotalLatency, and of After also ConsecutiveFailures.
+// Calls, Failures, TotalLatency and SuccessLatency, and of After also
+// ConsecutiveFailures.
 type Evidence struct {
 	// Before is the reference: the recent regime when the change was
 	// applied (the analysis window under SeedCompatible).
 	Before Stats
 	// Window is the analysis window's stats when the change was applied;
-	// MethodSequential shrinks Before's success rate toward its rate.
+	// the sequential tests pool Before with it, or shrink Before's success
+	// rate toward its rate.
 	Window Stats
 	// After counts the calls that ran under the change.
 	After Stats
 	// Control counts the calls that ran under the previous config while
 	// the change was verified (MethodCanary only).
 	Control Stats
+	// StreakControl counts the calls of the previous config since the
+	// change's current run of consecutive failures began (MethodCanary
+	// only): a success among them lays the run on the change.
+	StreakControl Stats
 }
 
 // Decide judges a change by p's Method. It is a pure function.
 func (p RollbackPolicy) Decide(e Evidence) Verdict {
 	p = p.withDefaults()
 	switch p.Method {
-	case MethodSequential:
+	case MethodQuick, MethodSequential:
 		return p.sequential(e)
 	case MethodCanary:
 		return p.canary(e)
 	}
-	return p.fixed(e.Before, e.After)
+	before, note := p.withPrior(e)
+	v := p.fixedRule(before, e.Before, e.After)
+	if v.Decision != DecisionWait {
+		v.Reason += note
+	}
+	return v
+}
+
+// withPrior returns Before's counts completed, when it has fewer than
+// MinBeforeCalls calls, with as many calls at the analysis window's
+// success rate (rounded to whole failures), and a note that says so;
+// Before itself otherwise. Latency is compared with Before's alone.
+func (p RollbackPolicy) withPrior(e Evidence) (Stats, string) {
+	b, w := e.Before, e.Window
+	k := p.MinBeforeCalls - b.Calls
+	if k <= 0 || w.Calls <= 0 {
+		return b, ""
+	}
+	f := int(math.Round(float64(k) * float64(w.Failures) / float64(w.Calls)))
+	return newStats(b.Calls+k, b.Failures+f, 0), fmt.Sprintf(" (before: %d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%)",
+		b.Calls, p.MinBeforeCalls, k, 100*rate(w))
 }
 
 // Judge decides about a change by the fixed rule, whatever p's Method,
@@ -317,8 +427,16 @@ func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 }
 
 // fixed is MethodFixed's rule.
-func (p RollbackPolicy) fixed(before, after Stats) Verdict {
-	if v, ok := consecutive(after, p.MaxConsecutiveFailures); ok {
+func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
+
+// fixedRule is MethodFixed's rule, with the success rate compared with
+// before's and the latency with lat's.
+func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
+	q0 := 0.0
+	if !p.SeedCompatible && before.Calls > 0 {
+		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
+	}
+	if v, ok := consecutive(after, p.MaxConsecutiveFailures, q0); ok {
 		return v
 	}
 	if after.Calls < p.MinCalls {
@@ -327,43 +445,96 @@ func (p RollbackPolicy) fixed(before, after Stats) Verdict {
 	if before.Calls <= 0 {
 		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with", after.Calls)}
 	}
-	if on(p.MaxSuccessDrop) && dropExceeds(before, after, p.MaxSuccessDrop) {
-		return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
-			100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
+	if on(p.MaxSuccessDrop) {
+		if dropExceeds(before, after, p.MaxSuccessDrop) {
+			return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
+				100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
+		}
+		if !p.SeedCompatible && after.Calls < p.MaxCalls && dropIs(before, after, p.MaxSuccessDrop) {
+			// Exactly at the threshold: the next call decides.
+			return Verdict{Decision: DecisionWait}
+		}
 	}
-	return p.latency(before, after, "")
+	return p.latency(lat, after, lat, "")
 }
 
-// latency ends verification by the latency rule: it rolls back if the
-// average latency rose too much and the success rate did not rise by more
-// than MaxSuccessDrop points (under SeedCompatible, whatever it did), and
-// confirms otherwise. note qualifies the confirmation.
-func (p RollbackPolicy) latency(before, after Stats, note string) Verdict {
-	b, a := avg(before), avg(after)
-	if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
-		if p.SeedCompatible || !on(p.MaxSuccessDrop) || !dropExceeds(after, before, p.MaxSuccessDrop) {
+// latency ends verification by the latency rule, and confirms otherwise;
+// note qualifies the confirmation. It compares the successful calls'
+// average latency (all calls' where successes were not counted apart): a
+// rise of more than MaxLatencyRise percent and at least MinLatencyRise
+// rolls back, unless the success rate rose significantly and the rise is
+// at most MaxLatencyRiseOnGain percent; the rise is judged against
+// gainRef's rate. Under SeedCompatible, all calls' average latency is
+// compared and a rise rolls back whatever the success rate did.
+func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdict {
+	if p.SeedCompatible {
+		b, a := avg(before), avg(after)
+		if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
 			return Verdict{DecisionRollback, fmt.Sprintf("average latency rose %.1f%% (%v → %v), more than %g%%",
 				pctRise(b, a), b, a, p.MaxLatencyRise)}
 		}
-		note += fmt.Sprintf("; latency rose %.1f%%, kept because success rose %.1f points", pctRise(b, a), 100*(rate(after)-rate(before)))
+		return p.confirm(before, after, b, a, note)
 	}
+	bo, ao, what := okStats(before), okStats(after), "successful calls' average latency"
+	if bo.Calls != before.Calls-before.Failures || ao.Calls != after.Calls-after.Failures {
+		what = "average latency"
+	}
+	b, a := avg(bo), avg(ao)
+	if bo.Calls > 0 && ao.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(bo, ao, p.MaxLatencyRise, p.MinLatencyRise) {
+		z := gainScore(gainRef, after)
+		gained := rate(after) > rate(gainRef) && z >= gainZ
+		if !gained && rate(after) > rate(gainRef) && after.Calls < p.MaxCalls && !p.SeedCompatible {
+			// Success rose, not yet significantly: more calls decide.
+			return Verdict{Decision: DecisionWait}
+		}
+		if !gained {
+			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%%",
+				what, pctRise(b, a), b, a, p.MaxLatencyRise)}
+		}
+		if on(p.MaxLatencyRiseOnGain) && latencyExceeds(bo, ao, p.MaxLatencyRiseOnGain, p.MinLatencyRise) {
+			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%% even for a change that raised the success rate %.1f points",
+				what, pctRise(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(gainRef)))}
+		}
+		note += fmt.Sprintf("; %s rose %.1f%%, kept because success rose %.1f points (%.1f standard errors)",
+			what, pctRise(b, a), 100*(rate(after)-rate(gainRef)), z)
+	}
+	return p.confirm(before, after, b, a, note)
+}
+
+// confirm is the confirmation verdict, with the average latencies b and
+// a as compared.
+func (p RollbackPolicy) confirm(before, after Stats, b, a time.Duration, note string) Verdict {
 	if before.Calls <= 0 {
 		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with%s", after.Calls, note)}
 	}
-	return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config: success %.1f%% (was %.1f%%), average latency %v (was %v)%s",
-		after.Calls, 100*rate(after), 100*rate(before), a, b, note)}
+	return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config: success %.1f%% (was %.1f%% over %d calls), average latency %v (was %v)%s",
+		after.Calls, 100*rate(after), 100*rate(before), before.Calls, a, b, note)}
 }
 
-// sequential is MethodSequential's rule.
+// okStats is s's successful calls, as Calls and TotalLatency; s itself
+// when their latency was not counted apart (SuccessLatency is 0 while
+// some calls failed and some succeeded).
+func okStats(s Stats) Stats {
+	ok := s.Calls - s.Failures
+	switch {
+	case s.Failures == 0:
+		return s
+	case s.SuccessLatency > 0 || ok == 0:
+		return Stats{Calls: ok, TotalLatency: s.SuccessLatency}
+	}
+	return s
+}
+
+// sequential is the rule of MethodQuick and MethodSequential.
 func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	a := e.After
-	if v, ok := consecutive(a, p.MaxConsecutiveFailures); ok {
-		return v
-	}
 	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
 		return p.fixed(e.Before, a)
 	}
-	p0 := reference(e)
+	p0, ref := p.reference(e)
+	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
+		return v
+	}
 	p1 := p0 - 2*p.MaxSuccessDrop/100
 	if p1 <= 0 {
 		p1 = p0 / 2
@@ -371,44 +542,100 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	s, f := float64(a.Calls-a.Failures), float64(a.Failures)
 	llr := s*math.Log(p1/p0) + f*math.Log((1-p1)/(1-p0))
 	if upper := math.Log((1 - p.MissedRollbacks) / p.FalseRollbacks); llr >= upper {
-		return Verdict{DecisionRollback, fmt.Sprintf("sequential test: %d failures in %d calls (success %.1f%%) against a reference of %.1f%%; the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
-			a.Failures, a.Calls, 100*rate(a), 100*p0, 100*p1, math.Exp(llr), math.Exp(upper))}
+		return Verdict{DecisionRollback, fmt.Sprintf("%s test: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s); the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
+			p.Method, a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*p1, math.Exp(llr), math.Exp(upper))}
 	}
 	lower := math.Log(p.MissedRollbacks / (1 - p.FalseRollbacks))
 	switch {
 	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, fmt.Sprintf("; sequential test passed against a reference of %.1f%%", 100*p0))
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
 	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, fmt.Sprintf("; sequential test undecided at %d calls against a reference of %.1f%%", p.MaxCalls, 100*p0))
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
 	}
 	return Verdict{Decision: DecisionWait}
 }
 
-// reference is MethodSequential's success rate under H0: Before's rate,
-// with half a success and half a failure added, shrunk toward Window's rate
-// with the weight of windowWeight calls, at most 0.99.
-func reference(e Evidence) float64 {
-	n := float64(e.Before.Calls) + 1
-	s := float64(e.Before.Calls-e.Before.Failures) + 0.5
-	if e.Window.Calls > 0 {
-		n += windowWeight
-		s += windowWeight * rate(e.Window)
+// reference is the sequential tests' success rate under H0, and how it
+// was formed. When Before has fewer than MinBeforeCalls calls, the
+// analysis window's rate stands in for the missing ones (a prior worth
+// that many calls). Otherwise, when Before agrees with Window (their rates
+// within poolZ standard errors of Before's count), it is Window's rate;
+// when it does not (the fault changed the regime), Before's rate shrunk
+// toward Window's with the weight of windowWeight calls. Each count gets
+// half a success and half a failure; the rate is kept in [0.01, 0.99].
+func (p RollbackPolicy) reference(e Evidence) (float64, refNote) {
+	b, w := e.Before, e.Window
+	bs := float64(b.Calls-b.Failures) + 0.5
+	n := refNote{before: b, window: w}
+	if w.Calls <= 0 {
+		return clampRate(bs / float64(b.Calls+1)), n
 	}
-	return min(max(s/n, 0.01), 0.99)
+	rw := rate(w)
+	switch {
+	case b.Calls < p.MinBeforeCalls:
+		n.how, n.prior = refPrior, p.MinBeforeCalls-b.Calls
+		k := float64(n.prior)
+		return clampRate((bs + k*rw) / (float64(b.Calls+1) + k)), n
+	case math.Abs(rate(b)-rw) <= poolZ*math.Sqrt(max(rw*(1-rw), 0.01)/float64(b.Calls)):
+		n.how = refPooled
+		return clampRate((float64(w.Calls-w.Failures) + 0.5) / float64(w.Calls+1)), n
+	}
+	n.how = refShrunk
+	return clampRate((bs + windowWeight*rw) / (float64(b.Calls+1) + windowWeight)), n
 }
+
+// refNote says how reference formed p0, for verdicts: it is formatted only
+// when a verdict is given.
+type refNote struct {
+	how            int // refBefore, refPrior, refPooled or refShrunk
+	prior          int // the calls the window stood in for
+	before, window Stats
+}
+
+// How reference formed p0.
+const (
+	refBefore = iota // "before" alone: no window
+	refPrior         // "before" completed with the window's rate
+	refPooled        // the window's rate, which agrees with "before"
+	refShrunk        // "before"'s rate shrunk toward the window's
+)
+
+// gainRef is the stats a rise of the success rate is judged against: the
+// analysis window when p0 is its rate (more calls, the same regime),
+// "before" otherwise.
+func (n refNote) gainRef() Stats {
+	if n.how == refPooled {
+		return n.window
+	}
+	return n.before
+}
+
+func (n refNote) String() string {
+	b, w := n.before, n.window
+	switch n.how {
+	case refPrior:
+		return fmt.Sprintf("%d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%",
+			b.Calls, b.Calls+n.prior, n.prior, 100*rate(w))
+	case refPooled:
+		return fmt.Sprintf("the analysis window's %d calls, which agree with the last %d", w.Calls, b.Calls)
+	case refShrunk:
+		return fmt.Sprintf("the last %d calls at %.1f%%, unlike the analysis window's %.1f%%", b.Calls, 100*rate(b), 100*rate(w))
+	}
+	return fmt.Sprintf("%d calls before", b.Calls)
+}
+
+func clampRate(r float64) float64 { return min(max(r, 0.01), 0.99) }
 
 // canary is MethodCanary's rule: Control is the reference.
 func (p RollbackPolicy) canary(e Evidence) Verdict {
-	a, c := e.After, e.Control
+	a, c, sc := e.After, e.Control, e.StreakControl
 	// Consecutive failures are the change's fault only if the previous
-	// config's latest call succeeded; twice as many are, regardless.
-	if c.ConsecutiveFailures == 0 {
-		if v, ok := consecutive(a, p.MaxConsecutiveFailures); ok {
+	// config succeeded meanwhile.
+	if sc.Calls > sc.Failures {
+		if v, ok := consecutive(a, p.MaxConsecutiveFailures, 0); ok {
+			v.Reason += fmt.Sprintf(", while the previous config succeeded %d of %d calls", sc.Calls-sc.Failures, sc.Calls)
 			return v
 		}
-	}
-	if v, ok := consecutive(a, 2*p.MaxConsecutiveFailures); ok {
-		return v
 	}
 	if a.Calls < p.MinCalls || c.Calls < p.MinCalls {
 		return Verdict{Decision: DecisionWait}
@@ -422,7 +649,7 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	if c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
-	return p.latency(c, a, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
 }
 
 // zScore is how many standard errors before's success rate lies above
@@ -434,12 +661,33 @@ func zScore(before, after Stats) float64 {
 	return (pb - pa) / se
 }
 
+// gainScore is how many standard errors after's success rate lies above
+// before's, the error being that of after's count at before's rate (each
+// rate with half a success and half a failure added): is the change's
+// rate out of reach of the rate before it?
+func gainScore(before, after Stats) float64 {
+	pb := (float64(before.Calls-before.Failures) + 0.5) / float64(before.Calls+1)
+	pa := (float64(after.Calls-after.Failures) + 0.5) / float64(after.Calls+1)
+	return (pa - pb) / math.Sqrt(pb*(1-pb)/float64(after.Calls+1))
+}
+
 // consecutive rolls back after limit consecutive failures (never when
-// limit is not positive).
-func consecutive(after Stats, limit int) (Verdict, bool) {
-	if limit > 0 && after.ConsecutiveFailures >= limit {
+// limit is not positive), or more when the reference failure rate q0
+// makes limit of them in a row likely: as many as make such a run less
+// likely than runOdds, at most 4×limit. A reference that fails at least
+// half the time is an outage: the change can hardly do worse, and limit
+// failures in a row roll it back as a broken one.
+func consecutive(after Stats, limit int, q0 float64) (Verdict, bool) {
+	if limit <= 0 {
+		return Verdict{}, false
+	}
+	need := limit
+	if q0 > 0 && q0 < 0.5 {
+		need = min(max(limit, int(math.Ceil(math.Log(runOdds)/math.Log(q0)))), 4*limit)
+	}
+	if after.ConsecutiveFailures >= need {
 		return Verdict{DecisionRollback, fmt.Sprintf("%d consecutive failures under the new config (limit %d)",
-			after.ConsecutiveFailures, limit)}, true
+			after.ConsecutiveFailures, need)}, true
 	}
 	return Verdict{}, false
 }
@@ -454,6 +702,14 @@ func dropExceeds(before, after Stats, pts float64) bool {
 	bs, as := int64(before.Calls-before.Failures), int64(after.Calls-after.Failures)
 	bn, an := int64(before.Calls), int64(after.Calls)
 	return compare(100, bs, an, as, bn, pts, bn, an) > 0
+}
+
+// dropIs reports whether the success rate fell from before to after by
+// exactly pts percentage points: 100*(bs*an - as*bn) = pts*bn*an.
+func dropIs(before, after Stats, pts float64) bool {
+	bs, as := int64(before.Calls-before.Failures), int64(after.Calls-after.Failures)
+	bn, an := int64(before.Calls), int64(after.Calls)
+	return compare(100, bs, an, as, bn, pts, bn, an) == 0
 }
 
 // latencyExceeds reports whether the average latency rose from before to

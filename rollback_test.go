@@ -28,11 +28,13 @@ func TestJudgeDefaultPolicy(t *testing.T) {
 		{"4 consecutive wait", st(100, 10, 10*ms, 0), st(4, 4, 10*ms, 4), si.DecisionWait},
 		{"5 consecutive roll back before 10 calls", st(100, 10, 10*ms, 0), st(5, 5, 10*ms, 5), si.DecisionRollback},
 		{"5 consecutive after a success", st(100, 10, 10*ms, 0), st(7, 5, 10*ms, 5), si.DecisionRollback},
-		// Success rate: exactly 10 points is kept, more rolls back.
-		{"drop exactly 10 points (90→80)", st(100, 10, 10*ms, 0), st(10, 2, 10*ms, 0), si.DecisionConfirm},
+		// Success rate: exactly 10 points waits for the next call, more
+		// rolls back, less confirms.
+		{"drop exactly 10 points (90→80)", st(100, 10, 10*ms, 0), st(10, 2, 10*ms, 0), si.DecisionWait},
 		{"drop 20 points (90→70)", st(100, 10, 10*ms, 0), st(10, 3, 10*ms, 0), si.DecisionRollback},
-		{"float trap 0.8-0.7", st(10, 2, 10*ms, 0), st(10, 3, 10*ms, 0), si.DecisionConfirm},
-		{"float trap 0.3-0.2", st(10, 7, 10*ms, 0), st(10, 8, 10*ms, 0), si.DecisionConfirm},
+		{"float trap 0.8-0.7", st(10, 2, 10*ms, 0), st(10, 3, 10*ms, 0), si.DecisionWait},
+		{"float trap 0.3-0.2", st(10, 7, 10*ms, 0), st(10, 8, 10*ms, 0), si.DecisionWait},
+		{"drop 9.1 points after one more success", st(100, 10, 10*ms, 0), st(11, 2, 10*ms, 0), si.DecisionConfirm},
 		{"drop just over 10 points", st(1000, 100, 10*ms, 0), st(1000, 201, 10*ms, 0), si.DecisionRollback},
 		{"improvement confirms", st(100, 50, 10*ms, 0), st(10, 0, 10*ms, 0), si.DecisionConfirm},
 		// Latency: exactly +20 % is kept, more rolls back, if the rise is at least 1ms.
@@ -73,9 +75,17 @@ func TestJudgeCustomPolicy(t *testing.T) {
 		{"latency rule off", si.RollbackPolicy{MaxLatencyRise: -1}, st(10, 0, ms, 0), st(10, 0, 10*ms, 0), si.DecisionConfirm},
 		{"consecutive rule off", si.RollbackPolicy{MaxConsecutiveFailures: -1}, st(10, 0, ms, 0), st(9, 9, ms, 9), si.DecisionWait},
 		{"floor 0 via 1ns", si.RollbackPolicy{MinLatencyRise: 1}, st(10, 0, 100, 0), st(10, 0, 200, 0), si.DecisionRollback},
-		{"drop 5 points allowed exactly", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(20, 1, ms, 0), si.DecisionConfirm},
+		{"drop of exactly 5 points: the next call decides", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(20, 1, ms, 0), si.DecisionWait},
+		{"drop of exactly 5 points at MaxCalls: kept", si.RollbackPolicy{MaxSuccessDrop: 5, MaxCalls: 20}, st(20, 0, ms, 0), st(20, 1, ms, 0), si.DecisionConfirm},
+		{"drop 4.8 points after one more success", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(21, 1, ms, 0), si.DecisionConfirm},
 		{"drop 5 points exceeded", si.RollbackPolicy{MaxSuccessDrop: 5}, st(20, 0, ms, 0), st(20, 2, ms, 0), si.DecisionRollback},
-		{"consecutive 2", si.RollbackPolicy{MaxConsecutiveFailures: 2}, st(10, 0, ms, 0), st(2, 2, ms, 2), si.DecisionRollback},
+		// 2 in a row are 1 in 500 at the reference's 4.5 % (0.5 of 11):
+		// 3 are needed to be less likely than 1 in 1,000.
+		{"consecutive 2 at a low failure rate: 3 needed", si.RollbackPolicy{MaxConsecutiveFailures: 2}, st(10, 0, ms, 0), st(3, 3, ms, 3), si.DecisionRollback},
+		{"consecutive 2 at a low failure rate: 2 wait", si.RollbackPolicy{MaxConsecutiveFailures: 2}, st(10, 0, ms, 0), st(2, 2, ms, 2), si.DecisionWait},
+		{"consecutive 5 at a 35 % failure rate: 7 needed", si.RollbackPolicy{MaxConsecutiveFailures: 5, MinCalls: 100}, st(16, 5, ms, 0), st(6, 6, ms, 6), si.DecisionWait},
+		{"consecutive 5 at a 35 % failure rate: 7 roll back", si.RollbackPolicy{MaxConsecutiveFailures: 5, MinCalls: 100}, st(16, 5, ms, 0), st(7, 7, ms, 7), si.DecisionRollback},
+		{"consecutive 5 in an outage", si.RollbackPolicy{MaxConsecutiveFailures: 5}, st(10, 10, ms, 0), st(5, 5, ms, 5), si.DecisionRollback},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

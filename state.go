@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -38,10 +39,18 @@ type agentState struct {
 	Verify    counts  `json:"verify"`
 	// Control counts the calls that ran the previous config while the
 	// change is verified by MethodCanary.
-	Control counts   `json:"control,omitzero"`
+	Control counts `json:"control,omitzero"`
+	// Streak counts the calls that ran the previous config since the
+	// change's current run of consecutive failures began (MethodCanary).
+	Streak  counts   `json:"streak,omitzero"`
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
+	// CooldownCluster is the cluster the analysis that started the
+	// cooldown addressed: failures of another cluster may end the cooldown
+	// early, once (CooldownEarly says it was).
+	CooldownCluster uint64 `json:"cooldown_cluster,omitempty,string"`
+	CooldownEarly   bool   `json:"cooldown_early,omitempty"`
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -62,10 +71,15 @@ type agentState struct {
 	// first.
 	Proposals []Proposal `json:"proposals,omitempty"`
 
-	// analyzing is set while a strategy runs for the agent; it is not
-	// saved.
-	analyzing bool
+	// analyzing is set while a strategy runs for the agent, early when
+	// that run ended a cooldown early; they are not saved.
+	analyzing, early bool
 }
+
+// outageCooldown divides the cooldown after a strategy run that proposed
+// nothing during an upstream outage (see BuiltinStrategy.OutageAgents), so
+// that the agent is looked at again soon after the outage ends.
+const outageCooldown = 12
 
 // stateFormat is the version of agentState's own layout (format 1 of the
 // state file); files are written in format 2 (see format.go and
@@ -199,7 +213,11 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 		if c.gen == s.Gen {
 			if c.arm == ArmControl {
 				s.Control.add(c.dur, c.failed)
+				s.Streak.add(c.dur, c.failed)
 			} else {
+				if !c.failed || s.Verify.Consec == 0 {
+					s.Streak = counts{} // a run of failures ends or begins
+				}
 				s.Verify.add(c.dur, c.failed)
 			}
 			switch v := r.policy.Decide(s.evidence()); v.Decision {
@@ -209,15 +227,69 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 				s.confirm(c.end, v.Reason, r, &eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && endN >= s.CooldownUntil {
+	} else if c.failed && !s.analyzing && c.gen == s.Gen && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) {
 		th, prof := s.threshold(endN)
-		if s.Tracker.failuresOf(c.gen, endN-int64(th.Window)) >= th.Failures {
-			s.analyzing = true
+		start := endN - int64(th.Window)
+		var due, early bool
+		if endN >= s.CooldownUntil {
+			due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
+		} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
+			// A new kind of fault: its own threshold, once per cooldown.
+			due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing)
+			early = due
+		}
+		if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {
+			due = false // a healthy agent's usual noise: nothing to fix
+		}
+		if due {
+			s.analyzing, s.early = true, early
 			eff.th = th
 			eff.analysis = s.analysis(c.end, th, prof)
 		}
 	}
 	return eff
+}
+
+// Quiet healthy agents: under a frequency profile, once the older half of
+// the analysis window holds baselineCalls calls (or else the whole window
+// three times as many), the threshold's failures call for an analysis
+// only if the recent calls fail abnormally often for the agent: at least
+// as many failures among its last maxBeforeCalls calls as that baseline's
+// failure rate gives in fewer than noiseOdds of cases.
+const (
+	baselineCalls = 30
+	noiseOdds     = 0.01
+)
+
+// abnormal reports whether the agent's recent calls fail more often than
+// the older half of its analysis window explains (see noiseOdds); true
+// while that half is too short to tell.
+func (s *agentState) abnormal(now int64) bool {
+	calls, failures := s.Tracker.Win.older(now)
+	if calls < baselineCalls {
+		// Too short: the whole window, once it holds three times as many.
+		if calls, failures, _ = s.Tracker.Win.sum(now); calls < 3*baselineCalls {
+			return true
+		}
+	}
+	recent := s.Tracker.regime(0, maxBeforeCalls)
+	q := (float64(failures) + 0.5) / float64(calls+1)
+	return binomialTail(recent.Calls, recent.Failures, q) < noiseOdds
+}
+
+// binomialTail is P(X >= k) for X ~ Binomial(n, q).
+func binomialTail(n, k int, q float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	p, pm := 0.0, math.Pow(1-q, float64(n))
+	for i := 0; i <= n; i++ {
+		if i >= k {
+			p += pm
+		}
+		pm *= float64(n-i) / float64(i+1) * q / (1 - q)
+	}
+	return p
 }
 
 // threshold resolves the threshold at time now and keeps the window's
@@ -267,7 +339,7 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		Failures:  fails,
 		Clusters:  s.clustersLocked(n),
 		Health:    s.Tracker.health(n),
-		Rejected:  slices.Clone(s.Rejected),
+		Rejected:  s.refused(now, ""),
 		Time:      now.UTC(),
 	}
 }
@@ -285,7 +357,7 @@ func (s *agentState) verifying() Change {
 
 // evidence is what the policy judges the change under verification by.
 func (s *agentState) evidence() Evidence {
-	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats()}
+	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats(), StreakControl: s.Streak.stats()}
 	if w := s.Verifying.Window; w != nil {
 		e.Window = *w
 	}
@@ -294,7 +366,7 @@ func (s *agentState) evidence() Evidence {
 
 // endVerify ends verification.
 func (s *agentState) endVerify() {
-	s.Verifying, s.Verify, s.Control = nil, counts{}, counts{}
+	s.Verifying, s.Verify, s.Control, s.Streak = nil, counts{}, counts{}, counts{}
 }
 
 // install makes c the config in force, as a new generation.
@@ -323,7 +395,11 @@ func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *ef
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	s.Rejected = appendBounded(s.Rejected, Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason)}, maxRejected)
+	rb := Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason), Cluster: ch.Cluster}
+	if r.policy.RefuseFor > 0 {
+		rb.Until = now.Add(r.policy.RefuseFor).UTC()
+	}
+	s.Rejected = appendBounded(s.Rejected, rb, maxRejected)
 	eff.decided, eff.decision, eff.save = ch, EventRolledBack, true
 	eff.event(newEvent(r.newID(now), now, EventRolledBack, ch))
 }
@@ -342,9 +418,10 @@ func (s *agentState) confirm(now time.Time, reason string, r *ruleBook, eff *eff
 func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook, eff *effects) {
 	b := r.breaker
 	open := func(why string) {
-		s.CircuitOpenUntil = now.Add(b.CoolOff).UnixNano()
+		d := b.coolOff(s.Tracker.Day.rate(now.UnixNano()))
+		s.CircuitOpenUntil = now.Add(d).UnixNano()
 		eff.event(&Event{ID: r.newID(now), Time: now.UTC(), Type: EventCircuitOpened, AgentID: s.AgentID,
-			Message: fmt.Sprintf("agent %q: circuit opened for %v: %s", s.AgentID, b.CoolOff, why)})
+			Message: fmt.Sprintf("agent %q: circuit opened for %v: %s", s.AgentID, d, why)})
 	}
 	switch {
 	case probe && failed:
@@ -368,6 +445,22 @@ func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook,
 func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
 	s.analyzing = false
 	s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
+	if _, cl, _ := dominant(an.Clusters); tw == nil && err == nil && sharedOutage(an, cl, defaultOutageAgents) {
+		// Nothing to do during an upstream outage: look again soon after.
+		s.CooldownUntil = now.UnixNano() + int64(th.Cooldown/outageCooldown)
+	}
+	s.CooldownEarly, s.early = s.early, false
+	s.CooldownCluster = 0
+	id := ""
+	if tw != nil {
+		id = tw.Cluster
+	}
+	if top := largest(an.Clusters); id == "" && top != nil {
+		id = top.ID
+	}
+	if v, perr := parseClusterID(id); perr == nil {
+		s.CooldownCluster = v
+	}
 	eff.save = true
 	switch {
 	case err != nil || tw == nil:
@@ -406,7 +499,11 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	case cfg.Equal(s.Config):
 		return reject("it is the current config")
 	}
-	for _, rb := range s.Rejected {
+	cluster := tw.Cluster
+	if top := largest(an.Clusters); cluster == "" && top != nil {
+		cluster = top.ID
+	}
+	for _, rb := range s.refused(now, cluster) {
 		if cfg.Equal(rb.Config) || repeats(s.Config, cfg, rb.Config) {
 			return reject("it repeats a tweak rolled back before (version %d: %s)", rb.Config.Version, rb.Reason)
 		}
@@ -444,6 +541,20 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	var eff effects
 	s.install(cfg, &eff)
 	return ch, nil
+}
+
+// refused returns the rolled-back tweaks still refused at now for a tweak
+// addressing cluster: those whose Until has not passed (zero: forever),
+// for the same cluster, or either without one. An empty cluster means
+// every cluster. A new slice, nil when there are none.
+func (s *agentState) refused(now time.Time, cluster string) []Tweak {
+	var out []Tweak
+	for _, rb := range s.Rejected {
+		if (rb.Until.IsZero() || now.Before(rb.Until)) && (cluster == "" || rb.Cluster == "" || rb.Cluster == cluster) {
+			out = append(out, rb)
+		}
+	}
+	return out
 }
 
 // unapply takes back ch, just applied, when it could not be saved: a

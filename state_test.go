@@ -16,7 +16,9 @@ var st0 = time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
 // testRules are the default policies with deterministic IDs.
 func testRules(mod ...func(*ruleBook)) *ruleBook {
 	n := 0
-	r := &ruleBook{policy: RollbackPolicy{}.withDefaults(), newID: func(time.Time) string { n++; return fmt.Sprintf("id-%d", n) }}
+	// No minimum of calls before a change, so that three failures of a
+	// fresh state trigger; TestStateColdStart covers the minimum.
+	r := &ruleBook{policy: RollbackPolicy{MinBeforeCalls: -1}.withDefaults(), newID: func(time.Time) string { n++; return fmt.Sprintf("id-%d", n) }}
 	for _, f := range mod {
 		f(r)
 	}
@@ -72,7 +74,15 @@ func TestStateRecordTrigger(t *testing.T) {
 		{"below the threshold", nil, []bool{true, true}, false},
 		{"at the threshold", nil, []bool{true, true, true}, true},
 		{"a success between does not reset the window", nil, []bool{true, false, true, true}, true},
-		{"in cooldown", func(s *agentState) { s.CooldownUntil = st0.Add(time.Hour).UnixNano() }, []bool{true, true, true}, false},
+		{"in cooldown for the same cluster", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), clusterID([]byte("upstream <n>"))
+		}, []bool{true, true, true}, false},
+		{"in cooldown for another cluster: a new kind of fault triggers", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), clusterID([]byte("other"))
+		}, []bool{true, true, true}, true},
+		{"in cooldown for another cluster, ended early once already", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster, s.CooldownEarly = st0.Add(time.Hour).UnixNano(), clusterID([]byte("other")), true
+		}, []bool{true, true, true}, false},
 		{"while analysing", func(s *agentState) { s.analyzing = true }, []bool{true, true, true}, false},
 		{"successes only", nil, []bool{false, false, false}, false},
 	}
@@ -259,7 +269,7 @@ func repeat(v bool, n int) []bool {
 
 func TestStateCanaryControlArm(t *testing.T) {
 	s := freshState()
-	r := testRules(func(r *ruleBook) { r.policy = RollbackPolicy{Method: MethodCanary}.withDefaults() })
+	r := testRules(func(r *ruleBook) { r.policy = RollbackPolicy{Method: MethodCanary, MinBeforeCalls: -1}.withDefaults() })
 	applyTimeout(t, s, r)
 	c := call{gen: s.Gen, version: 1, arm: ArmControl, end: st0.Add(time.Minute), dur: time.Millisecond}
 	s.record(&c, nil, r)
@@ -323,7 +333,7 @@ func TestStateRewind(t *testing.T) {
 }
 
 func TestStateBreaker(t *testing.T) {
-	r := testRules(func(r *ruleBook) { r.breaker = CircuitBreaker{Failures: 3, CoolOff: time.Minute} })
+	r := testRules(func(r *ruleBook) { r.breaker = CircuitBreaker{Failures: 3, CoolOff: time.Minute, CoolOffCalls: -1} })
 	s := freshState()
 	s.Manual = &thresholdJSON{Failures: 60, Window: jsonDuration(time.Hour)}
 	var eff effects
@@ -412,5 +422,94 @@ func TestStateOperatorSet(t *testing.T) {
 	if th, prof := s.threshold(st0.UnixNano()); prof != ProfileCritical || th.Failures == 0 || !eff.save ||
 		len(eff.events) != 1 || eff.events[0].Type != EventCriticalSet {
 		t.Fatalf("critical: %v %v %+v", th, prof, eff)
+	}
+}
+
+func TestStateColdStart(t *testing.T) {
+	// The default policy: no analysis before the agent has made
+	// MinBeforeCalls (10) calls, whatever its threshold.
+	s, r := freshState(), testRules(func(r *ruleBook) { r.policy = RollbackPolicy{}.withDefaults() })
+	for i := range 9 {
+		if eff := book(s, r, st0.Add(time.Duration(i)*time.Second), true); eff.analysis != nil {
+			t.Fatalf("call %d of a new agent triggered an analysis", i+1)
+		}
+	}
+	if eff := book(s, r, st0.Add(9*time.Second), true); eff.analysis == nil {
+		t.Fatal("the 10th call, a failure over the threshold, did not trigger")
+	}
+}
+
+func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
+	s, r := freshState(), testRules()
+	var eff effects
+	for i := range 3 {
+		eff = book(s, r, st0.Add(time.Duration(i)*time.Second), true)
+	}
+	if _, err := s.finishAnalysis(st0, eff.analysis, eff.th, nil, nil, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := clusterID([]byte("upstream <n>")); s.CooldownCluster != want || s.CooldownEarly {
+		t.Fatalf("cooldown cluster %x early %v, want %x and false", s.CooldownCluster, s.CooldownEarly, want)
+	}
+	// A new kind of fault during the cooldown: three failures of another
+	// cluster trigger once.
+	other := func(at time.Time) effects {
+		c := call{gen: s.Gen, version: s.Config.Version, end: at, dur: time.Millisecond, failed: true,
+			text: "401 unauthorized", class: ClassAuth, cluster: clusterID([]byte("unauthorized"))}
+		return s.record(&c, []byte("unauthorized"), r)
+	}
+	for i := range 3 {
+		eff = other(st0.Add(time.Duration(10+i) * time.Second))
+	}
+	if eff.analysis == nil {
+		t.Fatal("a new kind of fault during the cooldown did not trigger")
+	}
+	if _, err := s.finishAnalysis(st0.Add(time.Minute), eff.analysis, eff.th, nil, nil, r); err != nil {
+		t.Fatal(err)
+	}
+	if !s.CooldownEarly {
+		t.Fatal("the early analysis's cooldown is not marked early")
+	}
+	// The next cooldown is whole: the first kind of fault waits for it.
+	for i := range 3 {
+		if eff := book(s, r, st0.Add(time.Duration(120+i)*time.Second), true); eff.analysis != nil {
+			t.Fatal("a second early analysis in one cooldown")
+		}
+	}
+}
+
+func TestStateRefusalsAreScopedAndExpire(t *testing.T) {
+	s := freshState()
+	bad := Config{Version: 2, Timeout: time.Second, Route: "mirror"}
+	cl := formatClusterID(clusterID([]byte("upstream <n>")))
+	s.Rejected = []Tweak{{Config: bad, Reason: "mirror", Cluster: cl, Until: st0.Add(time.Hour)}}
+	tests := []struct {
+		name    string
+		at      time.Time
+		cluster string
+		refused bool
+	}{
+		{"same cluster, before Until", st0, cl, true},
+		{"any cluster, before Until", st0, "", true},
+		{"another cluster", st0, "00000000000000aa", false},
+		{"same cluster, at Until", st0.Add(time.Hour), cl, false},
+	}
+	for _, tt := range tests {
+		if got := len(s.refused(tt.at, tt.cluster)) == 1; got != tt.refused {
+			t.Errorf("%s: refused %v, want %v", tt.name, got, tt.refused)
+		}
+	}
+	// A rollback records the change's cluster and the end of its refusal.
+	s2, r2 := freshState(), testRules()
+	applyTimeout(t, s2, r2)
+	for i := range 5 {
+		book(s2, r2, st0.Add(time.Duration(100+i)*time.Second), true)
+	}
+	if len(s2.Rejected) != 1 {
+		t.Fatalf("rejected = %+v", s2.Rejected)
+	}
+	rb := s2.Rejected[0]
+	if rb.Cluster != cl || !rb.Until.Equal(st0.Add(104*time.Second).Add(DefaultRefuseFor)) {
+		t.Fatalf("rolled-back tweak %+v, want cluster %s until %v", rb, cl, st0.Add(104*time.Second).Add(DefaultRefuseFor))
 	}
 }

@@ -30,8 +30,13 @@ import (
 // back or rejected for a similar cluster is avoided: it is filed for
 // review instead.
 //
-// It never proposes a config that was rolled back for the agent
-// (Analysis.Rejected). When the safe move for the class is used up (at its
+// It never proposes a config still refused for the agent's dominant
+// cluster (Analysis.Rejected), nor a move rolled back or rejected for a
+// similar cluster within ForgetAfter. It proposes nothing during an
+// upstream outage: when the dominant cluster is a shared cause of at
+// least OutageAgents agents and the agent's latest failures came in a
+// row, retries and timeouts cannot help, and a change made then would be
+// judged (and rolled back) against the outage. When the safe move for the class is used up (at its
 // cap, rolled back before, no fallback left, or a timeout with no Timeout
 // set), and for every other class (auth, quota, bad_request, not_found,
 // context_length, content_filter, tool_error, panic, canceled, other), it
@@ -55,6 +60,18 @@ type BuiltinStrategy struct {
 	// MinConfidence is the Confidence a memory needs to be followed or
 	// avoided. Default 0.5.
 	MinConfidence float64
+	// OutageAgents is how many agents a shared cause (Analysis.Shared)
+	// must hit for the strategy to treat it as an upstream outage: when
+	// the agent's dominant cluster is such a cause and its latest failures
+	// came in a row (at least 2, or the threshold's count if lower), no
+	// config of this agent can help, and the strategy proposes nothing;
+	// the loop then looks again after a twelfth of the cooldown. Default 3.
+	OutageAgents int
+	// ForgetAfter is how long a fix rolled back or rejected for a similar
+	// cluster (in the failure memory) is avoided: one rolled back during
+	// an outage may well fix a later fault. Default 24 hours; negative:
+	// for as long as the memory keeps it.
+	ForgetAfter time.Duration
 }
 
 // DefaultStrategy returns the built-in strategy with its default caps and
@@ -99,21 +116,23 @@ const otherRule = "Investigate the failures shown in the examples; no safe autom
 // Analyze implements Strategy.
 func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error) {
 	class, cl, share := dominant(a.Clusters)
-	if cl == nil {
+	if cl == nil || s.outage(a, cl) {
 		return nil, nil
 	}
 	maxTimeout, maxBackoff, maxAtt := s.caps()
 	cur := a.Config
 	next := cur.clone()
 	rejected := func(c Config) bool {
-		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool { return t.Config.Equal(c) || repeats(cur, c, t.Config) })
+		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
+			return (t.Cluster == "" || t.Cluster == cl.ID) && (t.Config.Equal(c) || repeats(cur, c, t.Config))
+		})
 	}
 	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
 	if t := s.learned(a, class, cur, cl.ID, rejected); t != nil {
 		return t, nil
 	}
 	safe := func(reason string) *Tweak {
-		if m, f := s.failedBefore(a.Memories, cur, next); f != nil {
+		if m, f := s.failedBefore(a.Memories, cur, next, a.Time); f != nil {
 			return &Tweak{Config: cur, Review: true, Confidence: share.frac(), Cluster: cl.ID, Rule: rules[class],
 				Reason: fmt.Sprintf("%s was rolled back for a similar failure on agent %q (similarity %.2f): %s", reason, f.AgentID, m.Similarity, evidence)}
 		}
@@ -197,6 +216,52 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 	return review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
 }
 
+// outage reports whether the agent's dominant cluster cl is an upstream
+// outage: a shared cause of at least OutageAgents agents (by cluster, or
+// by class when the cause is a class), with the agent's latest failures
+// in a row.
+func (s *BuiltinStrategy) outage(a Analysis, cl *Cluster) bool {
+	n := s.OutageAgents
+	if n <= 0 {
+		n = defaultOutageAgents
+	}
+	return sharedOutage(&a, cl, n)
+}
+
+// outageRun is the most consecutive failures an outage needs: the
+// threshold's count, if lower.
+const outageRun = 2
+
+// defaultOutageAgents is BuiltinStrategy.OutageAgents's default, and the
+// count by which the loop recognises an outage when a strategy proposes
+// nothing.
+const defaultOutageAgents = 3
+
+// sharedOutage reports whether cluster cl of the analysis a is an
+// upstream outage: a shared cause of at least agents agents (by cluster,
+// or by class when the cause is a class), with the agent's latest
+// failures in a row (at least the threshold's count, or 2 if lower).
+func sharedOutage(a *Analysis, cl *Cluster, agents int) bool {
+	if cl == nil || a.Stats.ConsecutiveFailures < min(max(a.Threshold.Failures, 1), outageRun) {
+		return false
+	}
+	for _, sc := range a.Shared {
+		if len(sc.Agents) >= agents && (sc.ClusterID == cl.ID || sc.ClusterID == "" && sc.Class == cl.Class) {
+			return true
+		}
+	}
+	return false
+}
+
+// forgets reports whether a fix decided at t is too old to avoid at now.
+func (s *BuiltinStrategy) forgets(t, now time.Time) bool {
+	d := s.ForgetAfter
+	if d == 0 {
+		d = 24 * time.Hour
+	}
+	return d > 0 && !now.IsZero() && t.Add(d).Before(now)
+}
+
 // minConfidence is MinConfidence with its default.
 func (s *BuiltinStrategy) minConfidence() float64 {
 	if s.MinConfidence > 0 {
@@ -234,7 +299,7 @@ func (s *BuiltinStrategy) learned(a Analysis, class Class, cur Config, cluster s
 			if !changed || next.Equal(cur) || rejected(next) {
 				continue
 			}
-			if _, bad := s.failedBefore(a.Memories, cur, next); bad != nil {
+			if _, bad := s.failedBefore(a.Memories, cur, next, a.Time); bad != nil {
 				continue
 			}
 			return &Tweak{Config: next, Confidence: m.Confidence, Cluster: cluster, Reason: learnedReason(m, f)}
@@ -261,9 +326,9 @@ func learnedReason(m Memory, f Fix) string {
 		boundText(m.Cluster, maxRefID), ref, m.Similarity, m.Confidence)
 }
 
-// failedBefore returns a memory and its fix, rolled back or rejected, that
-// cur → next repeats (see repeats).
-func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config) (*Memory, *Fix) {
+// failedBefore returns a memory and its fix, rolled back or rejected
+// within ForgetAfter of now, that cur → next repeats (see repeats).
+func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config, now time.Time) (*Memory, *Fix) {
 	for i := range ms {
 		m := &ms[i]
 		if m.Confidence < s.minConfidence() {
@@ -271,7 +336,7 @@ func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config) (*Memory, 
 		}
 		for j := range m.Fixes {
 			f := &m.Fixes[j]
-			if (f.State == FixRolledBack || f.State == FixRejected) && repeats(cur, next, f.To) {
+			if (f.State == FixRolledBack || f.State == FixRejected) && repeats(cur, next, f.To) && !s.forgets(f.Time, now) {
 				return m, f
 			}
 		}

@@ -23,6 +23,10 @@ type Stats struct {
 	// TotalLatency is the sum of the counted calls' durations (all
 	// attempts and the waits between them).
 	TotalLatency time.Duration `json:"total_latency_ns"`
+	// SuccessLatency is the sum of the successful calls' durations. It is
+	// counted for the calls under verification and for the recent regime
+	// a change is judged against; 0 elsewhere (the analysis window).
+	SuccessLatency time.Duration `json:"success_latency_ns,omitempty"`
 	// ConsecutiveFailures counts the failures since the last success.
 	ConsecutiveFailures int `json:"consecutive_failures"`
 	// Profile is the threshold profile in force; Window is its analysis
@@ -144,6 +148,20 @@ func (w *window) sum(now int64) (calls, failures int, latency time.Duration) {
 	return calls, failures, latency
 }
 
+// older adds up the calls and failures of the older half of the window at
+// time now.
+func (w *window) older(now int64) (calls, failures int) {
+	w.advance(now / w.Width)
+	for i := int64(windowSlots / 2); i < windowSlots; i++ {
+		if idx := w.Head - i; idx >= 0 {
+			s := w.Slots[idx%windowSlots]
+			calls += int(s.Calls)
+			failures += int(s.Failures)
+		}
+	}
+	return calls, failures
+}
+
 // resize changes the bucket width, moving each bucket's counts into the new
 // bucket that holds its start time. Counts that fall outside the new window
 // are dropped.
@@ -193,6 +211,19 @@ func (d *dayCounter) add(t int64) {
 	if s := &d.Slots[idx%daySlots]; *s < math.MaxUint16 {
 		*s++
 	}
+}
+
+// rate returns the calls counted in the last 24 hours and the time they
+// span: from the start of the oldest bucket with calls to now.
+func (d *dayCounter) rate(now int64) (int, time.Duration) {
+	n := d.sum(now)
+	for i := int64(daySlots - 1); i >= 0; i-- {
+		idx := d.Head - i
+		if idx >= 0 && d.Slots[idx%daySlots] != 0 {
+			return n, time.Duration(now - idx*int64(daySlot))
+		}
+	}
+	return n, 0
 }
 
 func (d *dayCounter) sum(now int64) int {
@@ -281,6 +312,19 @@ func (t *tracker) failuresOf(gen uint64, windowStart int64) int {
 	return n
 }
 
+// clusterFailures counts the kept failures (the last recentRing) of the
+// cluster whose ID's low 32 bits are cl, under config version version,
+// that ended after windowStart.
+func (t *tracker) clusterFailures(cl uint32, version int, windowStart int64) int {
+	n := 0
+	for _, r := range t.Recent {
+		if r.End > windowStart && r.Cl == cl && int(r.Version) == version {
+			n++
+		}
+	}
+	return n
+}
+
 // consecutiveOf counts the latest consecutive failures that started
 // under config generation gen (at most failRing).
 func (t *tracker) consecutiveOf(gen uint64) int {
@@ -311,7 +355,7 @@ func (t *tracker) faultStart(windowStart int64) int64 {
 // calls that ended at or after since.
 func (t *tracker) regime(since int64, n int) Stats {
 	var calls, failures int
-	var latency time.Duration
+	var latency, ok time.Duration
 	for k := range min(n, maxBeforeCalls) {
 		i := (int(t.CallPos) - 1 - k + 2*maxBeforeCalls) % maxBeforeCalls
 		if t.CallEnd[i] == 0 || t.CallEnd[i] < since {
@@ -321,9 +365,13 @@ func (t *tracker) regime(since int64, n int) Stats {
 		latency += time.Duration(t.CallDur[i])
 		if t.CallFail&(1<<i) != 0 {
 			failures++
+		} else {
+			ok += time.Duration(t.CallDur[i])
 		}
 	}
-	return newStats(calls, failures, latency)
+	s := newStats(calls, failures, latency)
+	s.SuccessLatency = ok
+	return s
 }
 
 // recentFailures returns the kept failures that ended after windowStart,
@@ -362,10 +410,11 @@ func (t *tracker) stats(now int64) Stats {
 // counts accumulates the calls credited to one config version while it is
 // verified.
 type counts struct {
-	Calls    int   `json:"calls"`
-	Failures int   `json:"failures"`
-	Latency  int64 `json:"latency_ns"`
-	Consec   int   `json:"consecutive"`
+	Calls     int   `json:"calls"`
+	Failures  int   `json:"failures"`
+	Latency   int64 `json:"latency_ns"`
+	OKLatency int64 `json:"ok_latency_ns,omitempty"` // of the successful calls
+	Consec    int   `json:"consecutive"`
 }
 
 func (c *counts) add(dur time.Duration, failed bool) {
@@ -375,6 +424,7 @@ func (c *counts) add(dur time.Duration, failed bool) {
 		c.Failures++
 		c.Consec++
 	} else {
+		c.OKLatency += int64(dur)
 		c.Consec = 0
 	}
 }
@@ -382,6 +432,7 @@ func (c *counts) add(dur time.Duration, failed bool) {
 func (c counts) stats() Stats {
 	s := newStats(c.Calls, c.Failures, time.Duration(c.Latency))
 	s.ConsecutiveFailures = c.Consec
+	s.SuccessLatency = time.Duration(c.OKLatency)
 	return s
 }
 

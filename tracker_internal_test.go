@@ -169,10 +169,10 @@ func TestRegime(t *testing.T) {
 		n     int
 		want  Stats
 	}{
-		{"last 10", 0, 10, newStats(10, 3, (11+12+13+14+15+16+17+18+19+20)*ms)},
-		{"since the fault began at 12s", tr.faultStart(10 * sec), 16, newStats(9, 3, (12+13+14+15+16+17+18+19+20)*ms)},
-		{"capped at the ring", 0, 100, newStats(16, 3, (5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20)*ms)},
-		{"fault began at 15s", tr.faultStart(13 * sec), 16, newStats(6, 2, (15+16+17+18+19+20)*ms)},
+		{"last 10", 0, 10, okLat(newStats(10, 3, (11+12+13+14+15+16+17+18+19+20)*ms), (11+13+14+16+17+19+20)*ms)},
+		{"since the fault began at 12s", tr.faultStart(10 * sec), 16, okLat(newStats(9, 3, (12+13+14+15+16+17+18+19+20)*ms), (13+14+16+17+19+20)*ms)},
+		{"capped at the ring", 0, 100, okLat(newStats(16, 3, (5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20)*ms), (5+6+7+8+9+10+11+13+14+16+17+19+20)*ms)},
+		{"fault began at 15s", tr.faultStart(13 * sec), 16, okLat(newStats(6, 2, (15+16+17+18+19+20)*ms), (16+17+19+20)*ms)},
 		{"no calls since", 21 * sec, 16, newStats(0, 0, 0)},
 	}
 	for _, tt := range tests {
@@ -183,4 +183,10 @@ func TestRegime(t *testing.T) {
 	if got := tr.faultStart(20 * sec); got != 0 {
 		t.Errorf("faultStart with no failure in the window = %d, want 0", got)
 	}
+}
+
+// okLat sets s's successful calls' latency.
+func okLat(s Stats, d time.Duration) Stats {
+	s.SuccessLatency = d
+	return s
 }

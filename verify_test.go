@@ -74,7 +74,8 @@ func TestLatencyRiseWithSuccessRise(t *testing.T) {
 	}{
 		{"failures became slower successes", st(10, 10, 150*ms, 0), st(10, 0, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
 		{"success +40 points, latency doubled", st(10, 5, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionConfirm, si.DecisionRollback},
-		{"success exactly +10 points: latency rule applies", st(10, 2, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
+		// Success rose, not yet significantly: more calls decide.
+		{"success +10 points, latency doubled: verified on", st(10, 2, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionWait, si.DecisionRollback},
 		{"success +20 points, latency within 20%", st(10, 3, 100*ms, 0), st(10, 1, 110*ms, 0), si.DecisionConfirm, si.DecisionConfirm},
 		{"same success, latency doubled", st(10, 1, 100*ms, 0), st(10, 1, 200*ms, 0), si.DecisionRollback, si.DecisionRollback},
 	}
@@ -93,10 +94,11 @@ func TestLatencyRiseWithSuccessRise(t *testing.T) {
 func TestDecideSequential(t *testing.T) {
 	ms := time.Millisecond
 	// Reference: 9 of the last 10 calls and 180 of 200 in the window
-	// succeeded: p0 = (9.5 + 27)/41 = 0.890, H1 p1 = 0.690. A failure adds
-	// ln(0.310/0.110) = 1.037 to the log-likelihood ratio, a success
-	// ln(0.690/0.890) = -0.2545; the policy rolls back at ln(0.95/0.005) =
-	// 5.25 and confirms at ln(0.05/0.995) = -2.99 after at least 10 calls.
+	// succeeded; they agree, so p0 is the window's (180.5/201 = 0.898), H1
+	// p1 = 0.698. A failure adds ln(0.302/0.102) = 1.085 to the
+	// log-likelihood ratio, a success ln(0.698/0.898) = -0.252; the policy
+	// rolls back at ln(0.95/0.004) = 5.47 and confirms at ln(0.05/0.996) =
+	// -2.99 after at least 10 calls.
 	e := si.Evidence{Before: st(10, 1, 100*ms, 0), Window: st(200, 20, 100*ms, 0)}
 	seq := si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1}
 	tests := []struct {
@@ -108,14 +110,15 @@ func TestDecideSequential(t *testing.T) {
 	}{
 		// 12 successes: -3.06 ≤ -2.99 at the 12th call.
 		{"all succeed: confirm at 12", seq, strings.Repeat("s", 20), si.DecisionConfirm, 12},
-		// 5 failures (5.19) then a success: the 6th failure decides.
-		{"failures: roll back at the 6th", seq, "FFFFFsF", si.DecisionRollback, 7},
-		{"broken change: 6 failures", seq, "FFFFFFFF", si.DecisionRollback, 6},
+		// 4 failures (4.34) then a success (4.09): the 6th failure decides
+		// (5.17 < 5.47, then 6.26).
+		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 7},
+		{"broken change: 6 failures (6.51)", seq, "FFFFFFFF", si.DecisionRollback, 6},
 		// The consecutive-failure rule still applies by default.
 		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
-		// A failure every 4th call is 25 %: the LLR rises 0.274 every 4
-		// calls and passes 5.25 after 20 such blocks.
-		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 80},
+		// A failure every 4th call is 25 %: the LLR rises 0.329 every 4
+		// calls and passes 5.47 after 17 such blocks.
+		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 68},
 		// Undecided at MaxCalls: confirmed.
 		{"undecided at the cap", si.RollbackPolicy{Method: si.MethodSequential, MaxCalls: 20, MaxConsecutiveFailures: -1},
 			strings.Repeat("ssssF", 4), si.DecisionConfirm, 20},
@@ -128,10 +131,21 @@ func TestDecideSequential(t *testing.T) {
 			}
 		})
 	}
-	// Confirmation still passes the latency rule.
+	// Confirmation still passes the latency rule: success rose from 90 %
+	// to 100 %, not yet significantly after 12 calls (verified on), then
+	// significantly after 50, when only a rise of the latency of successes
+	// beyond 400 % rolls back.
 	e.After = outcomes(strings.Repeat("s", 12), 300*ms)
+	if v := seq.Decide(e); v.Decision != si.DecisionWait {
+		t.Errorf("slow change after 12 calls: %v (%s), want wait", v.Decision, v.Reason)
+	}
+	e.After = outcomes(strings.Repeat("s", 50), 500*ms)
+	if v := seq.Decide(e); v.Decision != si.DecisionConfirm || !strings.Contains(v.Reason, "kept because success rose") {
+		t.Errorf("slow change after 50 calls, +400%%: %v (%s), want confirm", v.Decision, v.Reason)
+	}
+	e.After = outcomes(strings.Repeat("s", 50), 501*ms)
 	if v := seq.Decide(e); v.Decision != si.DecisionRollback || !strings.Contains(v.Reason, "latency") {
-		t.Errorf("slow change: %v (%s), want a latency rollback", v.Decision, v.Reason)
+		t.Errorf("slow change after 50 calls, +401%%: %v (%s), want a latency rollback", v.Decision, v.Reason)
 	}
 }
 
@@ -142,28 +156,30 @@ func TestDecideCanary(t *testing.T) {
 		name           string
 		p              si.RollbackPolicy
 		after, control si.Stats
+		streak         si.Stats // control calls during the change's run of failures
 		want           si.Decision
 	}{
-		{"control arm too short", p, st(100, 50, 10*ms, 0), st(9, 0, 10*ms, 0), si.DecisionWait},
+		{"control arm too short", p, st(100, 50, 10*ms, 0), st(9, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		// 90% vs 50% over 10 calls each: 40 points, but z = 2.0: wait for more.
-		{"gap not yet wide enough", p, st(10, 5, 10*ms, 0), st(10, 1, 10*ms, 0), si.DecisionWait},
-		{"change far worse than control", p, st(90, 45, 10*ms, 0), st(10, 0, 10*ms, 0), si.DecisionRollback},
+		{"gap not yet wide enough", p, st(10, 5, 10*ms, 0), st(10, 1, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"change far worse than control", p, st(90, 45, 10*ms, 0), st(10, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
 		// An upstream outage hits both arms alike: not the change's fault.
-		{"both arms down alike", p, st(180, 90, 10*ms, 0), st(20, 10, 10*ms, 0), si.DecisionConfirm},
-		{"both arms fine: confirm at CanaryCalls", p, st(180, 0, 10*ms, 0), st(20, 0, 10*ms, 0), si.DecisionConfirm},
-		{"both arms fine: wait below CanaryCalls", p, st(180, 0, 10*ms, 0), st(19, 0, 10*ms, 0), si.DecisionWait},
-		{"slower than control", p, st(180, 0, 20*ms, 0), st(20, 0, 10*ms, 0), si.DecisionRollback},
-		// Consecutive failures: 5 while the previous config's latest call
-		// succeeded; 10 when it failed too.
-		{"5 consecutive failures, control fine", p, st(7, 5, 10*ms, 5), st(1, 0, 10*ms, 0), si.DecisionRollback},
-		{"4 consecutive failures, control fine", p, st(7, 4, 10*ms, 4), st(1, 0, 10*ms, 0), si.DecisionWait},
-		{"9 consecutive failures, control failing too", p, st(12, 9, 10*ms, 9), st(1, 1, 10*ms, 1), si.DecisionWait},
-		{"10 consecutive failures, control failing too", p, st(12, 10, 10*ms, 10), st(1, 1, 10*ms, 1), si.DecisionRollback},
+		{"both arms down alike", p, st(180, 90, 10*ms, 0), st(20, 10, 10*ms, 0), si.Stats{}, si.DecisionConfirm},
+		{"both arms fine: confirm at CanaryCalls", p, st(180, 0, 10*ms, 0), st(20, 0, 10*ms, 0), si.Stats{}, si.DecisionConfirm},
+		{"both arms fine: wait below CanaryCalls", p, st(180, 0, 10*ms, 0), st(19, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"slower than control", p, st(180, 0, 20*ms, 0), st(20, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
+		// Consecutive failures are the change's only if the previous
+		// config succeeded while they happened.
+		{"5 consecutive failures, control succeeded meanwhile", p, st(7, 5, 10*ms, 5), st(2, 1, 10*ms, 0), st(1, 0, 10*ms, 0), si.DecisionRollback},
+		{"4 consecutive failures, control succeeded meanwhile", p, st(7, 4, 10*ms, 4), st(2, 1, 10*ms, 0), st(1, 0, 10*ms, 0), si.DecisionWait},
+		{"5 consecutive failures, control succeeded before them only", p, st(7, 5, 10*ms, 5), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"20 consecutive failures, control failing too", p, st(22, 20, 10*ms, 20), st(3, 2, 10*ms, 2), st(2, 2, 10*ms, 2), si.DecisionWait},
+		{"20 consecutive failures, no control call meanwhile", p, st(22, 20, 10*ms, 20), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// Before and Window are ignored: a bad week does not matter.
-			e := si.Evidence{Before: st(10, 0, ms, 0), Window: st(100, 0, ms, 0), After: tt.after, Control: tt.control}
+			e := si.Evidence{Before: st(10, 0, ms, 0), Window: st(100, 0, ms, 0), After: tt.after, Control: tt.control, StreakControl: tt.streak}
 			if got := tt.p.Decide(e); got.Decision != tt.want {
 				t.Errorf("%v (%s), want %v", got.Decision, got.Reason, tt.want)
 			}
@@ -178,7 +194,7 @@ func canaryRun(t *testing.T, seed uint64, n int, changeFails, controlFails bool)
 	t.Helper()
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
 	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{
-		Method: si.MethodCanary, CanarySeed: seed, CanaryCalls: 1000, MaxConsecutiveFailures: -1}))
+		Method: si.MethodCanary, CanarySeed: seed, CanaryCalls: 1000, MaxConsecutiveFailures: -1, MinBeforeCalls: -1}))
 	applyTweak(t, e, "a")
 	var arms []si.Arm
 	var versions []int
@@ -252,7 +268,7 @@ func TestCanaryDecisions(t *testing.T) {
 	})
 	t.Run("outage on both arms is not blamed on the change", func(t *testing.T) {
 		strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-		e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, MaxConsecutiveFailures: -1}))
+		e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, MaxConsecutiveFailures: -1, MinBeforeCalls: -1}))
 		applyTweak(t, e, "a")
 		var last si.Report
 		for i := 0; last.Confirmed == nil && last.Rollback == nil; i++ {
@@ -278,7 +294,7 @@ func TestCanaryDecisions(t *testing.T) {
 	})
 	t.Run("canary survives a restart", func(t *testing.T) {
 		strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-		pol := si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5})
+		pol := si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5, MinBeforeCalls: -1})
 		e := newEnv(t, si.WithStrategy(strat), pol)
 		applyTweak(t, e, "a")
 		e.calls("a", 20, nil, time.Millisecond)
@@ -309,6 +325,7 @@ func TestRegimeShiftKeepsTheFix(t *testing.T) {
 		{si.RollbackPolicy{}, true},
 		{si.RollbackPolicy{Method: si.MethodSequential}, true},
 		{si.RollbackPolicy{Method: si.MethodCanary}, true},
+		{si.RollbackPolicy{Method: si.MethodFixed}, true},
 		{si.RollbackPolicy{SeedCompatible: true}, false},
 	} {
 		t.Run(tt.p.Method.String()+map[bool]string{true: "/seed"}[tt.p.SeedCompatible], func(t *testing.T) {
@@ -363,7 +380,7 @@ var _ = errors.Is
 
 func TestCanaryControlCallsDoNotTriggerTheNewConfig(t *testing.T) {
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5, MaxConsecutiveFailures: -1}))
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodCanary, CanaryFraction: 0.5, MaxConsecutiveFailures: -1, MinBeforeCalls: -1}))
 	applyTweak(t, e, "a")
 	if err := e.l.SetThreshold("a", si.Threshold{Failures: 2, Window: time.Hour, Cooldown: time.Second}); err != nil {
 		t.Fatal(err)

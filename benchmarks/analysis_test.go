@@ -53,7 +53,7 @@ func BenchmarkClassifySignature(b *testing.B) {
 func BenchmarkFailureTypical(b *testing.B) {
 	l := newLoop(b)
 	ctx := context.Background()
-	for range 3 {
+	for range si.DefaultMinBeforeCalls { // cross the threshold once (a new agent waits for 10 calls)
 		l.ExecuteWithImprovement(ctx, "agent", failTypical)
 	}
 	b.ReportAllocs()

@@ -93,7 +93,7 @@ func BenchmarkSuccessCoarse(b *testing.B) {
 func BenchmarkFailureCooldown(b *testing.B) {
 	l := newLoop(b)
 	ctx := context.Background()
-	for range 3 { // cross the threshold once: the cooldown starts
+	for range si.DefaultMinBeforeCalls { // cross the threshold once (a new agent waits for 10 calls): the cooldown starts
 		l.ExecuteWithImprovement(ctx, "agent", fail)
 	}
 	b.ReportAllocs()
@@ -311,7 +311,7 @@ func TestMemoryPerClusterBounded(t *testing.T) {
 func TestNoTriggerInBenchmarkSetups(t *testing.T) {
 	l := newLoop(t)
 	ctx := context.Background()
-	for range 3 {
+	for range si.DefaultMinBeforeCalls { // a new agent waits for 10 calls
 		l.ExecuteWithImprovement(ctx, "agent", fail)
 	}
 	for range 100 {

@@ -166,7 +166,8 @@ func simulate(sc scenario, improve bool) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(dir)
-	clk := fakeclock.New(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
+	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(start0)
 	var strat si.Strategy
 	if improve {
 		strat = sc.strategy()
@@ -212,7 +213,10 @@ func simulate(sc scenario, improve bool) (result, error) {
 				r.Recovered[ai] = c - start + 1 - 9
 			}
 		}
-		clk.Advance(every)
+		// The next round starts on the round's own tick: the loop's
+		// backoff jitter (random) moves calls within a round, never the
+		// rounds themselves.
+		clk.Advance(start0.Add(time.Duration(c+1) * every).Sub(clk.Now()))
 	}
 	for _, agent := range sc.agents {
 		var rolledBack []si.Change

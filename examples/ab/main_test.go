@@ -6,8 +6,10 @@ import (
 )
 
 // TestAB asserts the A/B's figures: the loop does strictly better than no
-// loop in every scenario, every harmful tweak is rolled back within the
-// consecutive-failure limit, and no rolled-back tweak is applied again.
+// loop in every scenario, every harmful tweak is rolled back within 10
+// calls (it always fails; the reference it is judged against, a fault
+// under way, fails half the time), and no rolled-back tweak is applied
+// again.
 func TestAB(t *testing.T) {
 	for _, sc := range scenarios {
 		with, err := simulate(sc, true)
@@ -26,7 +28,7 @@ func TestAB(t *testing.T) {
 		if with.Recovered[0] < 0 {
 			t.Errorf("%s: never recovered with the loop", sc.name)
 		}
-		if with.HarmfulRolledBack != with.Harmful || with.HarmfulCalls > 5 {
+		if with.HarmfulRolledBack != with.Harmful || with.HarmfulCalls > 10 {
 			t.Errorf("%s: %d harmful tweaks, %d rolled back, after up to %d calls", sc.name, with.Harmful, with.HarmfulRolledBack, with.HarmfulCalls)
 		}
 		if with.Reapplied != 0 {

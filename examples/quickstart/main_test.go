@@ -13,12 +13,12 @@ func TestQuickstartTimeline(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"APPLIED   v2: the primary times out: try the mirror",
-		"ROLLED BACK v2 → v1: 5 consecutive failures",
+		"ROLLED BACK v2 → v1: 9 consecutive failures",
 		"APPLIED   v3: the mirror was rolled back: try the backup region",
 		"CONFIRMED v3:",
 		"Now running config v3 (route backup)",
-		`34× timeout    (tool_failure, new, cluster 31b623c915eec895) "context deadline exceeded"`,
-		`5× overloaded (tool_failure, new, cluster b3161b845720543d) "mirror: <n> service unavailable"`,
+		`30× timeout    (tool_failure, new, cluster 31b623c915eec895) "context deadline exceeded"`,
+		`9× overloaded (tool_failure, new, cluster b3161b845720543d) "mirror: <n> service unavailable"`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("timeline lacks %q:\n%s", want, out)
