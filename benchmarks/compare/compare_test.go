@@ -53,7 +53,7 @@ func newLoop(tb testing.TB) *si.Loop {
 func newCoolingLoop(tb testing.TB) *si.Loop {
 	tb.Helper()
 	l := newLoop(tb)
-	for range 3 {
+	for range si.DefaultMinBeforeCalls { // a new agent waits for 10 calls before it crosses the threshold
 		l.ExecuteWithImprovement(context.Background(), agent, fail)
 	}
 	return l
@@ -323,8 +323,8 @@ func TestSameWork(t *testing.T) {
 	t.Run("loop failure", func(t *testing.T) {
 		l := newCoolingLoop(t)
 		before := l.Stats(agent)
-		if before.Calls != 3 || before.Failures != 3 {
-			t.Fatalf("setup: %d calls, %d failures; want 3 failures", before.Calls, before.Failures)
+		if want := si.DefaultMinBeforeCalls; before.Calls != want || before.Failures != want {
+			t.Fatalf("setup: %d calls, %d failures; want %d failures", before.Calls, before.Failures, want)
 		}
 		for range n {
 			rep, err := l.ExecuteWithImprovement(ctx, agent, fail)
