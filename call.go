@@ -58,8 +58,8 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if l.isClosed.Load() {
 		return l.untracked(ctx, agentID, fn, ErrClosed)
 	}
-	if err := checkAgentID(agentID); err != nil {
-		return l.untracked(ctx, agentID, fn, err)
+	if len(agentID) > MaxAgentIDLen {
+		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
 	}
 	a, err := l.agent(agentID)
 	c := call{}
@@ -399,11 +399,14 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	}
 	a.used = true
 	a.dirty = true
-	eff := a.s.record(c, sig, &l.rules)
+	var eff effects
+	a.s.record(c, sig, &l.rules, &eff)
 	if c.probe {
 		a.probing.Store(false) // the probe is over; another call may probe
 	}
-	a.commitLocked(&eff, l.canaryCut > 0)
+	if eff.publish || eff.circuit || len(eff.events) > 0 {
+		a.commitLocked(&eff, l.canaryCut > 0)
+	}
 	window := a.s.Tracker.Win.Width * windowSlots
 	a.mu.Unlock()
 	if c.failed && !c.ignored {

@@ -190,10 +190,10 @@ type call struct {
 // record books c and acts on it: it may confirm or roll back the change
 // under verification, move the circuit, or ask for an analysis. sig is a
 // failure's signature (in the caller's scratch buffer).
-func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
+func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	if c.ignored {
 		s.Tracker.Ignored++
-		return eff
+		return
 	}
 	endN := c.end.UnixNano()
 	tgen := c.gen
@@ -207,7 +207,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 		s.observeCluster(c.cluster, sig, c.class, c.text, endN)
 	}
 	if (c.failed || c.probe) && r.breaker.Failures > 0 {
-		s.moveCircuit(c.probe, c.failed, c.end, r, &eff)
+		s.moveCircuit(c.probe, c.failed, c.end, r, eff)
 	}
 	if s.Verifying != nil {
 		if c.gen == s.Gen {
@@ -222,12 +222,13 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 			}
 			switch v := r.policy.Decide(s.evidence()); v.Decision {
 			case DecisionRollback:
-				s.rollback(c.end, v.Reason, r, &eff)
+				s.rollback(c.end, v.Reason, r, eff)
 			case DecisionConfirm:
-				s.confirm(c.end, v.Reason, r, &eff)
+				s.confirm(c.end, v.Reason, r, eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) {
+	} else if c.failed && !s.analyzing && c.gen == s.Gen && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) &&
+		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
 		th, prof := s.threshold(endN)
 		start := endN - int64(th.Window)
 		var due, early bool
@@ -247,7 +248,6 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook) (eff effects) {
 			eff.analysis = s.analysis(c.end, th, prof)
 		}
 	}
-	return eff
 }
 
 // Quiet healthy agents: under a frequency profile, once the older half of

@@ -41,7 +41,7 @@ func book(s *agentState, r *ruleBook, at time.Time, failed bool) effects {
 		c.text, c.class, c.cluster = "upstream 503", ClassOverloaded, clusterID([]byte("upstream <n>"))
 		sig = []byte("upstream <n>")
 	}
-	return s.record(&c, sig, r)
+	return recordOf(s, &c, sig, r)
 }
 
 // applyTimeout drives s to a trigger at st0 and applies a tweak raising the
@@ -116,7 +116,7 @@ func TestStateRecordTrigger(t *testing.T) {
 func TestStateRecordIgnoredAndStale(t *testing.T) {
 	s, r := freshState(), testRules()
 	c := call{gen: s.Gen, end: st0, failed: true, ignored: true}
-	if eff := s.record(&c, nil, r); eff.analysis != nil || eff.save || s.Tracker.Ignored != 1 || s.Tracker.Total != 0 {
+	if eff := recordOf(s, &c, nil, r); eff.analysis != nil || eff.save || s.Tracker.Ignored != 1 || s.Tracker.Total != 0 {
 		t.Fatalf("ignored call: %+v, tracker total %d ignored %d", eff, s.Tracker.Total, s.Tracker.Ignored)
 	}
 	// Failures of calls that started under an older generation never
@@ -124,7 +124,7 @@ func TestStateRecordIgnoredAndStale(t *testing.T) {
 	s.Gen = 5
 	for i := range 3 {
 		c := call{gen: 4, version: 1, end: st0.Add(time.Duration(i) * time.Second), failed: true, cluster: 1}
-		if eff := s.record(&c, []byte("x"), r); eff.analysis != nil {
+		if eff := recordOf(s, &c, []byte("x"), r); eff.analysis != nil {
 			t.Fatal("a stale generation's failures triggered an analysis")
 		}
 	}
@@ -272,7 +272,7 @@ func TestStateCanaryControlArm(t *testing.T) {
 	r := testRules(func(r *ruleBook) { r.policy = RollbackPolicy{Method: MethodCanary, MinBeforeCalls: -1}.withDefaults() })
 	applyTimeout(t, s, r)
 	c := call{gen: s.Gen, version: 1, arm: ArmControl, end: st0.Add(time.Minute), dur: time.Millisecond}
-	s.record(&c, nil, r)
+	recordOf(s, &c, nil, r)
 	if s.Control.Calls != 1 || s.Verify.Calls != 0 {
 		t.Fatalf("control %+v, verify %+v", s.Control, s.Verify)
 	}
@@ -346,7 +346,7 @@ func TestStateBreaker(t *testing.T) {
 	}
 	probe := func(at time.Time, failed bool) effects {
 		c := call{gen: s.Gen, version: 1, probe: true, end: at, failed: failed, cluster: 1}
-		return s.record(&c, []byte("x"), r)
+		return recordOf(s, &c, []byte("x"), r)
 	}
 	at := st0.Add(2 * time.Minute)
 	if eff := probe(at, true); s.CircuitOpenUntil != at.Add(time.Minute).UnixNano() || eff.events[0].Type != EventCircuitOpened {
@@ -456,7 +456,7 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 	other := func(at time.Time) effects {
 		c := call{gen: s.Gen, version: s.Config.Version, end: at, dur: time.Millisecond, failed: true,
 			text: "401 unauthorized", class: ClassAuth, cluster: clusterID([]byte("unauthorized"))}
-		return s.record(&c, []byte("unauthorized"), r)
+		return recordOf(s, &c, []byte("unauthorized"), r)
 	}
 	for i := range 3 {
 		eff = other(st0.Add(time.Duration(10+i) * time.Second))
@@ -512,4 +512,11 @@ func TestStateRefusalsAreScopedAndExpire(t *testing.T) {
 	if rb.Cluster != cl || !rb.Until.Equal(st0.Add(104*time.Second).Add(DefaultRefuseFor)) {
 		t.Fatalf("rolled-back tweak %+v, want cluster %s until %v", rb, cl, st0.Add(104*time.Second).Add(DefaultRefuseFor))
 	}
+}
+
+// recordOf books c on s and returns the effects.
+func recordOf(s *agentState, c *call, sig []byte, r *ruleBook) effects {
+	var eff effects
+	s.record(c, sig, r, &eff)
+	return eff
 }
