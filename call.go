@@ -254,7 +254,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 // (the transport's header, else err's; see RetryPolicy), the latter
 // capped by the policy's MaxWait.
 func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string) (time.Duration, string) {
-	d, reason := backoff(cfg.Backoff, attempt), WaitBackoff
+	d, reason := l.backoff(cfg.Backoff, attempt), WaitBackoff
 	if d == 0 {
 		reason = WaitNone
 	}
@@ -309,8 +309,9 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // backoff returns the wait after the given attempt: uniform in [d/2, d]
-// with d = base×2^(attempt-1), capped at maxBackoff.
-func backoff(base time.Duration, attempt int) time.Duration {
+// with d = base×2^(attempt-1), capped at maxBackoff. The draw is random,
+// or the next of a fixed sequence under WithJitterSeed.
+func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		return 0
 	}
@@ -320,6 +321,9 @@ func backoff(base time.Duration, attempt int) time.Duration {
 	}
 	d = min(d, maxBackoff)
 	half := d / 2
+	if l.jitterSeed != 0 {
+		return half + time.Duration(splitmix(l.jitterSeed+l.jitterN.Add(1)*0x9e3779b97f4a7c15)%uint64(d-half+1))
+	}
 	return half + rand.N(d-half+1)
 }
 

@@ -155,7 +155,9 @@ type Loop struct {
 	ring            evictRing // live agents, for eviction
 	defaultConfig   Config
 	strategyTimeout time.Duration
-	retryRules      retryRules // WithRetryPolicy, with its defaults
+	retryRules      retryRules    // WithRetryPolicy, with its defaults
+	jitterSeed      uint64        // WithJitterSeed; 0: random jitter
+	jitterN         atomic.Uint64 // draws of the seeded jitter
 
 	shared   shared        // failures by cluster and class across agents
 	props    proposalIndex // where proposals are
@@ -229,6 +231,7 @@ func New(opts ...Option) (*Loop, error) {
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
 		retryRules:      o.retry.rules(),
+		jitterSeed:      o.jitterSeed,
 		seed:            maphash.MakeSeed(),
 		m:               m,
 		maxAgents:       o.maxAgents,

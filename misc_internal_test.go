@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,5 +189,34 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 		if _, saved, err := m.encode(now+int64(s.at), s.closing); err != nil || saved != s.want {
 			t.Errorf("step %d: saved %v (%v), want %v", i, saved, err, s.want)
 		}
+	}
+}
+
+// TestJitterSeed: under WithJitterSeed, two Loops draw the same backoffs,
+// each within [d/2, d]; another seed draws others.
+func TestJitterSeed(t *testing.T) {
+	draws := func(seed uint64) []time.Duration {
+		l, err := New(WithMemoryStore(), WithNotifier(nil), WithJitterSeed(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		var out []time.Duration
+		for attempt := 1; attempt <= 20; attempt++ {
+			d := l.backoff(100*time.Millisecond, attempt%4+1)
+			full := 100 * time.Millisecond << (attempt % 4)
+			if d < full/2 || d > full {
+				t.Fatalf("attempt %d: backoff %v outside [%v, %v]", attempt, d, full/2, full)
+			}
+			out = append(out, d)
+		}
+		return out
+	}
+	a, b, c := draws(7), draws(7), draws(8)
+	if !slices.Equal(a, b) {
+		t.Fatalf("same seed, different draws:\n%v\n%v", a, b)
+	}
+	if slices.Equal(a, c) {
+		t.Fatal("another seed drew the same sequence")
 	}
 }
