@@ -71,6 +71,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	}
 	now := l.clock.Now()
 	a.mu.Lock()
+	a.settleLocked(now.UnixNano())
 	eff, terr := a.s.finishAnalysis(now, an, th, tw, err, &l.rules)
 	a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
@@ -91,6 +92,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	if perr != nil {
 		// A change that cannot be recorded is not made.
 		a.mu.Lock()
+		a.settleLocked(l.clock.Now().UnixNano())
 		a.dropQueued(func(ev *Event) bool {
 			return ev.Type == EventImprovementApplied && ev.Change != nil && ev.Change.ID == ch.ID
 		})

@@ -89,7 +89,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	rep.LoopErr = err
 	rep.ConfigVersion = cfg.Version
 	c.version, c.arm = cfg.Version, rep.Arm
-	start := l.clock.Now()
+	start := l.now()
 	done := false
 	defer func() {
 		if !done {
@@ -123,7 +123,12 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
-	if c.failed && !c.ignored {
+	if rep.Success && !c.probe && !l.noFast && a.fast.book(c.end.UnixNano(), int64(c.dur)) {
+		// Booked without the lock (see fast.go).
+		if !a.used.Load() {
+			a.used.Store(true)
+		}
+	} else if c.failed && !c.ignored {
 		if pv == nil {
 			text = errText(rep.Err)
 		}
@@ -153,20 +158,26 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 		cfg = v.(*agent).cfg.Load().Config
 	}
 	rep.ConfigVersion = cfg.Version
-	start := l.clock.Now()
+	start := l.now()
 	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts)
 	_, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	return rep, rep.Err
 }
 
-// since returns the time now and the time elapsed since start. With the
-// default clock it reads the monotonic clock only (time.Since), which costs
-// half a time.Now, and derives the end time from start.
+// now is the reading a call starts with (see monoClock).
+func (l *Loop) now() time.Time {
+	if l.realTime {
+		return l.mono.now()
+	}
+	return l.clock.Now()
+}
+
+// since returns the time now and the time elapsed since start, a reading
+// of l.now. With the default clock it reads the monotonic clock only.
 func (l *Loop) since(start time.Time) (time.Time, time.Duration) {
 	if l.realTime {
-		d := time.Since(start)
-		return start.Add(d), d
+		return l.mono.since(start)
 	}
 	end := l.clock.Now()
 	return end, end.Sub(start)
@@ -396,12 +407,14 @@ func splitmix(x uint64) uint64 {
 // record books a finished call on its agent and carries out what the
 // state machine decided. sig is a failure's signature.
 func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *Report) {
-	a, err := l.lockAgent(a, a.id)
+	a, err := l.lockAgent(a, a.id, c.end.UnixNano())
 	if a == nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
 		return
 	}
-	a.used = true
+	if !a.used.Load() {
+		a.used.Store(true)
+	}
 	a.dirty = true
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
@@ -412,6 +425,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots
+	a.reopenLocked()
 	a.mu.Unlock()
 	if c.failed && !c.ignored {
 		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)

@@ -20,6 +20,44 @@ type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
 
+// monoClock gives a call its two readings with the default clock from the
+// monotonic clock alone: a reading of it costs half a time.Now, which
+// reads the wall clock too. Durations are exact. End times are base's wall
+// time plus the monotonic time since, corrected by the wall clock's drift
+// from it (a step, or a suspended machine), which the clock measures with
+// a time.Now at most once every wallCheck of calls.
+type monoClock struct {
+	base    time.Time    // a reading of time.Now, with its monotonic part
+	skew    atomic.Int64 // wall time minus base's wall time plus the monotonic time since base
+	checked atomic.Int64 // monotonic time since base at the last measure of skew
+}
+
+// wallCheck is how often, at most, a monoClock measures the wall clock.
+const wallCheck = time.Second
+
+func newMonoClock(base time.Time) monoClock { return monoClock{base: base} }
+
+// now returns a reading with the monotonic clock: its wall time is not
+// corrected for drift (since's end times are).
+func (m *monoClock) now() time.Time { return m.base.Add(time.Since(m.base)) }
+
+// since returns the end time and the duration of a call that started at
+// start, a reading of now. The end time carries no monotonic reading.
+func (m *monoClock) since(start time.Time) (time.Time, time.Duration) {
+	d := time.Since(start)
+	if off := start.Sub(m.base) + d; off-time.Duration(m.checked.Load()) >= wallCheck {
+		m.measure(off)
+	}
+	return start.Add(d + time.Duration(m.skew.Load())).Round(0), d
+}
+
+// measure sets skew from a time.Now, off after base on the monotonic
+// clock.
+func (m *monoClock) measure(off time.Duration) {
+	m.checked.Store(int64(off))
+	m.skew.Store(time.Now().UnixNano() - m.base.UnixNano() - int64(off))
+}
+
 // coarseClock is the clock of WithCoarseClock: its readings come from a
 // value that a goroutine refreshes every resolution while the clock is
 // read. A reading costs a few atomic loads instead of a clock read. When

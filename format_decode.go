@@ -328,9 +328,7 @@ func (d *stateDoc) state(id string) (agentState, error) {
 	c := &checker{maxVer: maxVersionLimit}
 	c.maxVer = c.num(path("max_version"), d.MaxVersion, 1, maxVersionLimit+1)
 	st := agentState{
-		Format:     stateFormat,
 		AgentID:    id,
-		AgentIDB64: base64.StdEncoding.EncodeToString(raw),
 		Config:     d.Config,
 		History:    d.History,
 		MaxVersion: int(c.maxVer),
@@ -454,14 +452,9 @@ func (st *agentState) ownChanges(id string) {
 // check validates a state for agent id: the invariants the loop relies
 // on, whatever the state came from.
 func (st *agentState) check(id string) error {
-	raw, err := base64.StdEncoding.DecodeString(st.AgentIDB64)
 	switch {
-	case err != nil:
-		return fmt.Errorf("agent ID: %v", err)
-	case string(raw) != id:
+	case st.AgentID != id:
 		return errors.New("file belongs to another agent ID")
-	case st.Format != stateFormat:
-		return fmt.Errorf("unknown format %d", st.Format)
 	case st.Tracker.Win.Width < minSlot || st.Tracker.Win.Width > maxSlot:
 		return errors.New("window width out of range")
 	case st.Tracker.Win.Head < 0 || st.Tracker.Win.Head > math.MaxInt64/st.Tracker.Win.Width ||

@@ -69,14 +69,14 @@ func TestStateFormat1Golden(t *testing.T) {
 			if err := json.Unmarshal(data, &old); err != nil {
 				t.Fatal(err)
 			}
+			// The one intended difference: the agent ID, in the state and
+			// in its changes and proposals, is the exact one (format 1
+			// carried it in agent_id_b64), not its readable copy.
+			old.AgentID = g.id
 			if err := old.check(g.id); err != nil {
 				t.Fatal(err)
 			}
-			// The one intended difference: the agent ID, in the state and
-			// in its changes and proposals, is the exact one, not its
-			// readable copy.
 			old.ownChanges(g.id)
-			old.AgentID = g.id
 			equalState(t, got, old)
 
 			enc, err := encodeState(&old)
@@ -292,7 +292,7 @@ func TestStateRoundTripLive(t *testing.T) {
 
 // liveState returns a copy of agent id's state.
 func (l *Loop) liveState(id string) agentState {
-	a, _ := l.lockAgent(nil, id)
+	a, _ := l.lockAgent(nil, id, 0)
 	defer a.mu.Unlock()
 	return a.s.snapshot()
 }

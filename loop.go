@@ -137,6 +137,8 @@ type Loop struct {
 	// Read by every call.
 	clock     Clock
 	realTime  bool         // clock is the default real clock
+	mono      monoClock    // the calls' readings with the default clock
+	noFast    bool         // every call takes the locked path (tests)
 	coarse    *coarseClock // the clock, with WithCoarseClock
 	isClosed  atomic.Bool  // Close has begun
 	traces    *traceWriter
@@ -221,6 +223,7 @@ func New(opts ...Option) (*Loop, error) {
 	l := &Loop{
 		clock:           o.clock,
 		realTime:        o.clock == Clock(realClock{}),
+		mono:            newMonoClock(time.Now()),
 		coarse:          coarse,
 		strategy:        o.strategy,
 		rules:           ruleBook{policy: o.policy.withDefaults(), breaker: o.breaker, newID: newID},

@@ -201,7 +201,7 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
-	a, err := l.lockAgent(nil, agentID)
+	a, err := l.lockAgent(nil, agentID, 0)
 	if a == nil {
 		return err
 	}

@@ -97,6 +97,7 @@ func (l *Loop) save(a *agent) error {
 		a.mu.Unlock()
 		return nil
 	}
+	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
 	evs := a.pending
 	a.pending = nil
@@ -164,6 +165,9 @@ func (l *Loop) flushAdmitted() error {
 	l.agents.Range(func(_, v any) bool {
 		a := v.(*agent)
 		a.mu.Lock()
+		if !a.evicted {
+			a.settleLocked(l.clock.Now().UnixNano())
+		}
 		dirty := a.dirty
 		a.mu.Unlock()
 		if dirty {

@@ -153,6 +153,7 @@ func (l *Loop) Approve(id string) error {
 		if ch != nil {
 			// A change that cannot be recorded is not made.
 			a.mu.Lock()
+			a.settleLocked(l.clock.Now().UnixNano())
 			a.dropQueued(func(ev *Event) bool {
 				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id
 			})
@@ -203,7 +204,7 @@ func (l *Loop) lockProposal(id string) (*agent, error) {
 				break
 			}
 		}
-		a, err := l.lockAgent(nil, agentID)
+		a, err := l.lockAgent(nil, agentID, 0)
 		if a == nil {
 			return nil, err
 		}

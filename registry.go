@@ -19,16 +19,18 @@ type agent struct {
 
 	slot int32 // index in the eviction ring; guarded by the ring's mu
 
+	used atomic.Bool // called since the eviction hand last passed
+	fast fastCounts  // successful calls booked without the lock
+
 	mu      sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s       agentState
 	dirty   bool // window counts changed since the last save
 	evicted bool // removed from the registry: use a fresh agent
-	used    bool // called since the eviction hand last passed
+	// probing is set while a half-open circuit's probe runs.
+	probing atomic.Bool
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
-	// without the lock; probing is set while a half-open circuit's probe
-	// runs.
+	// without the lock.
 	openUntil atomic.Int64
-	probing   atomic.Bool
 	pending   []queued // events not yet logged, in decision order
 }
 
@@ -112,7 +114,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 		}
 		l.props.note(id, a.s.Proposals)
 	}
-	a.used = true
+	a.used.Store(true)
 	a.openUntil.Store(a.s.CircuitOpenUntil)
 	a.publishLocked(l.canaryCut > 0)
 	l.agents.Store(id, a)
@@ -149,9 +151,11 @@ func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
 	}
 }
 
-// lockAgent returns id's live agent, locked, loading it if needed. An
-// agent evicted between the lookup and the lock is looked up again.
-func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
+// lockAgent returns id's live agent, locked and settled (see
+// agent.settleLocked; now is the time to settle at, 0 for the clock's),
+// loading it if needed. An agent evicted between the lookup and the lock
+// is looked up again.
+func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 	for {
 		if a == nil {
 			var err error
@@ -161,6 +165,10 @@ func (l *Loop) lockAgent(a *agent, id string) (*agent, error) {
 		}
 		a.mu.Lock()
 		if !a.evicted {
+			if now == 0 {
+				now = l.clock.Now().UnixNano()
+			}
+			a.settleLocked(now)
 			return a, nil
 		}
 		a.mu.Unlock()
@@ -183,6 +191,7 @@ func (l *Loop) view(id string, f func(s *agentState)) bool {
 		a := v.(*agent)
 		a.mu.Lock()
 		if !a.evicted {
+			a.settleLocked(l.clock.Now().UnixNano())
 			f(&a.s)
 			a.mu.Unlock()
 			return true
@@ -206,6 +215,7 @@ func (l *Loop) eachAgent(f func(a *agent)) {
 		a := v.(*agent)
 		a.mu.Lock()
 		if !a.evicted {
+			a.settleLocked(l.clock.Now().UnixNano())
 			f(a)
 		}
 		a.mu.Unlock()
@@ -299,9 +309,8 @@ func (r *evictRing) victim() *agent {
 	for steps := 2*len(r.agents) + 1; steps > 0 && len(r.agents) > 0; steps-- {
 		a := r.agents[r.hand]
 		r.hand = (r.hand + 1) % len(r.agents)
+		recent := a.used.Swap(false)
 		a.mu.Lock()
-		recent := a.used
-		a.used = false
 		busy := a.evicted || a.s.analyzing || len(a.pending) > 0
 		a.mu.Unlock()
 		if !recent && !busy {
@@ -343,6 +352,7 @@ func (l *Loop) evict(a *agent) bool {
 		a.mu.Unlock()
 		return false
 	}
+	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
 	a.evicted = true
 	a.mu.Unlock()
@@ -350,6 +360,7 @@ func (l *Loop) evict(a *agent) bool {
 		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.evicted = false
+		a.reopenLocked()
 		a.mu.Unlock()
 		return false
 	}

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -25,11 +24,9 @@ import (
 // docs/format.md (encodeState, decodeState); its JSON tags are those of
 // format 1, which is still read.
 type agentState struct {
-	Format int `json:"format"`
-	// AgentID is readable; AgentIDB64 is exact (JSON cannot carry
-	// non-UTF-8 strings) and is the one that is read back.
-	AgentID    string `json:"agent_id"`
-	AgentIDB64 string `json:"agent_id_b64"`
+	// AgentID is the agent's ID, exactly (the state file also carries it
+	// in base64: JSON cannot carry non-UTF-8 strings).
+	AgentID string `json:"agent_id"`
 
 	Config     Config   `json:"config"`
 	History    []Config `json:"history,omitempty"` // backups, newest last, at most maxHistory
@@ -51,6 +48,7 @@ type agentState struct {
 	// early, once (CooldownEarly says it was).
 	CooldownCluster uint64 `json:"cooldown_cluster,omitempty,string"`
 	CooldownEarly   bool   `json:"cooldown_early,omitempty"`
+	Critical        bool   `json:"critical,omitempty"`
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -60,7 +58,6 @@ type agentState struct {
 	Gen uint64 `json:"generation"`
 
 	Manual   *thresholdJSON `json:"threshold,omitempty"`
-	Critical bool           `json:"critical,omitempty"`
 	Rejected []Tweak        `json:"rejected,omitempty"` // at most maxRejected, oldest first
 
 	Tracker tracker `json:"tracker"`
@@ -108,9 +105,7 @@ func (t *thresholdJSON) threshold() Threshold {
 // newState is the state of an agent the loop has not seen, running cfg.
 func newState(id string, cfg Config) agentState {
 	return agentState{
-		Format:     stateFormat,
 		AgentID:    id,
-		AgentIDB64: base64.StdEncoding.EncodeToString([]byte(id)),
 		Config:     cfg,
 		MaxVersion: cfg.Version,
 		Tracker:    tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}},

@@ -202,15 +202,17 @@ func (d *dayCounter) advance(idx int64) {
 	}
 }
 
-func (d *dayCounter) add(t int64) {
+func (d *dayCounter) add(t int64) { d.addN(t, 1) }
+
+// addN counts n calls at time t.
+func (d *dayCounter) addN(t int64, n uint64) {
 	idx := max(t, 0) / int64(daySlot)
 	d.advance(idx)
 	if idx <= d.Head-daySlots {
 		idx = d.Head
 	}
-	if s := &d.Slots[idx%daySlots]; *s < math.MaxUint16 {
-		*s++
-	}
+	s := &d.Slots[idx%daySlots]
+	*s = uint16(min(uint64(*s)+n, math.MaxUint16))
 }
 
 // rate returns the calls counted in the last 24 hours and the time they
@@ -297,6 +299,32 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 	t.FailPos = (t.FailPos + 1) % failRing
 	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: int32(version), Cl: cl}
 	t.RecPos = (t.RecPos + 1) % recentRing
+}
+
+// addSuccesses counts n successful calls that took lat nanoseconds in
+// all, as ending at end (Unix nanoseconds): calls booked without the lock
+// (at most maxBeforeCalls of them enter the recent regime, each with the
+// mean duration).
+func (t *tracker) addSuccesses(end int64, n uint64, lat int64) {
+	t.Total += int64(n)
+	t.Day.addN(end, n)
+	s := t.Win.at(end)
+	s.Calls = uint32(min(uint64(s.Calls)+n, math.MaxUint32))
+	s.Latency += lat
+	dur := lat / int64(n)
+	for range min(n, maxBeforeCalls) {
+		i := t.CallPos % maxBeforeCalls
+		t.CallEnd[i], t.CallDur[i] = max(end, 1), dur
+		t.CallFail &^= 1 << i
+		t.CallPos = (i + 1) % maxBeforeCalls
+	}
+	t.Consec = 0
+}
+
+// bucketEnd is when the current buckets of the window and of the day
+// counter end, whichever first (Unix nanoseconds).
+func (t *tracker) bucketEnd() int64 {
+	return min((t.Win.Head+1)*t.Win.Width, (t.Day.Head+1)*int64(daySlot))
 }
 
 // failuresOf counts the kept failures of calls that started under config

@@ -1,0 +1,189 @@
+package selfimprove
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// The success path without the lock.
+//
+// A successful call books itself in one of its agent's fast counters,
+// with no lock, while the fast path is open: when no change is under
+// verification, and until the end of the current bucket of the agent's
+// window and day counter. Anything else (a failure, a probe, a call under
+// verification, a call past the bucket) takes the agent's lock, which
+// first closes the counters and settles what they hold into the tracker
+// (see agent.settleLocked), and then reopens them when no change is under
+// verification. A reader of the state (Stats, a save, an analysis)
+// settles first too, so it sees every booked call.
+//
+// An agent starts with one counter. When two calls book at the same
+// moment (a compare-and-swap fails), the agent turns hot: its calls then
+// book in per-processor counters drawn from a sync.Pool, which keeps each
+// processor on its own cache line, so that one busy agent scales with
+// cores.
+
+// fastOpen marks a counter open; the bits below count the calls booked.
+const fastOpen = 1 << 63
+
+// fastShard is one counter, alone on its cache line.
+type fastShard struct {
+	n   atomic.Uint64 // fastOpen | calls booked since the last settle
+	lat atomic.Int64  // their summed durations, nanoseconds
+	_   [48]byte
+}
+
+// fastCounts is an agent's lock-free success path. Its own counter is not
+// padded: an agent booked into by several processors at once turns hot.
+type fastCounts struct {
+	until atomic.Int64 // calls ending before this time (Unix ns) may book here
+	base  struct {
+		n   atomic.Uint64
+		lat atomic.Int64
+	}
+	hot atomic.Pointer[hotShards]
+}
+
+// hotShards are the per-processor counters of a hot agent.
+type hotShards struct {
+	pool sync.Pool
+	mu   sync.Mutex   // guards list and open
+	list []*fastShard // every counter the pool made, at most maxHotShards
+	open bool         // the state new counters start in
+	next int          // round-robin over list once it is full
+}
+
+// maxHotShards bounds the counters of one hot agent.
+var maxHotShards = max(4, 2*runtime.GOMAXPROCS(0))
+
+// book counts one successful call that ended at end (Unix ns) after dur,
+// and reports whether it could; when it could not, the caller takes the
+// locked path.
+func (f *fastCounts) book(end, dur int64) bool {
+	if end >= f.until.Load() {
+		return false
+	}
+	if h := f.hot.Load(); h != nil {
+		sh := h.get()
+		ok := sh.add(dur)
+		h.pool.Put(sh)
+		return ok
+	}
+	for {
+		n := f.base.n.Load()
+		if n&fastOpen == 0 {
+			return false
+		}
+		if f.base.n.CompareAndSwap(n, n+1) {
+			f.base.lat.Add(dur)
+			return true
+		}
+		// Another call booked at the same moment: spread from now on.
+		f.heat()
+	}
+}
+
+// add books one call in sh unless sh is closed.
+func (sh *fastShard) add(dur int64) bool {
+	for {
+		n := sh.n.Load()
+		if n&fastOpen == 0 {
+			return false
+		}
+		if sh.n.CompareAndSwap(n, n+1) {
+			sh.lat.Add(dur)
+			return true
+		}
+	}
+}
+
+// heat turns f hot, once.
+func (f *fastCounts) heat() {
+	if f.hot.Load() != nil {
+		return
+	}
+	h := &hotShards{open: f.base.n.Load()&fastOpen != 0}
+	h.pool.New = func() any { return h.make() }
+	f.hot.CompareAndSwap(nil, h)
+}
+
+// get returns a counter for the calling processor.
+func (h *hotShards) get() *fastShard {
+	return h.pool.Get().(*fastShard)
+}
+
+// make returns a new counter for the pool, or an existing one once the
+// agent has maxHotShards (the pool drops idle counters at garbage
+// collections; their counts stay in list).
+func (h *hotShards) make() *fastShard {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.list) >= maxHotShards {
+		sh := h.list[h.next%len(h.list)]
+		h.next++
+		return sh
+	}
+	sh := new(fastShard)
+	if h.open {
+		sh.n.Store(fastOpen)
+	}
+	h.list = append(h.list, sh)
+	return sh
+}
+
+// close closes every counter and returns what they held.
+func (f *fastCounts) close() (calls uint64, lat int64) {
+	f.until.Store(0)
+	calls, lat = f.base.n.Swap(0)&^fastOpen, f.base.lat.Swap(0)
+	if h := f.hot.Load(); h != nil {
+		h.mu.Lock()
+		h.open = false
+		for _, sh := range h.list {
+			calls += sh.n.Swap(0) &^ fastOpen
+			lat += sh.lat.Swap(0)
+		}
+		h.mu.Unlock()
+	}
+	return calls, lat
+}
+
+// open lets calls ending before until book here.
+func (f *fastCounts) open(until int64) {
+	f.base.n.Store(fastOpen)
+	if h := f.hot.Load(); h != nil {
+		h.mu.Lock()
+		h.open = true
+		for _, sh := range h.list {
+			sh.n.Store(fastOpen)
+		}
+		h.mu.Unlock()
+	}
+	f.until.Store(until)
+}
+
+// settleLocked closes a's fast path and books the calls it held into the
+// tracker, as successes that ended just before now (Unix ns) and before
+// the bucket they were booked in ended. a.mu is held.
+func (a *agent) settleLocked(now int64) {
+	until := a.fast.until.Load()
+	calls, lat := a.fast.close()
+	if calls == 0 {
+		return
+	}
+	if until == 0 || now < until {
+		until = now
+	}
+	a.s.Tracker.addSuccesses(until-1, calls, lat)
+	a.dirty = true
+}
+
+// reopenLocked opens a's fast path again when no change is under
+// verification, up to the end of the tracker's current buckets. a.mu is
+// held and a is settled.
+func (a *agent) reopenLocked() {
+	if a.s.Verifying != nil || a.evicted {
+		return
+	}
+	a.fast.open(a.s.Tracker.bucketEnd())
+}
