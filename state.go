@@ -78,11 +78,6 @@ type agentState struct {
 // that the agent is looked at again soon after the outage ends.
 const outageCooldown = 12
 
-// stateFormat is the version of agentState's own layout (format 1 of the
-// state file); files are written in format 2 (see format.go and
-// docs/format.md).
-const stateFormat = 1
-
 // Bounds on the per-agent lists, so that an agent's memory does not grow
 // with its history.
 const (
