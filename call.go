@@ -109,9 +109,9 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 
 // finish completes the Report of a call that ran fn (pv is its panic
 // value, if it panicked) and records the call.
-func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, rep *Report, start time.Time, pv any) {
-	c.end, rep.Duration = l.since(start)
-	c.dur = rep.Duration
+func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, rep *Report, start reading, pv any) {
+	endN, dur := l.since(start)
+	c.end, c.dur, rep.Duration = time.Time{}, dur, dur
 	var text string
 	if pv != nil {
 		rep.Err = &panicError{pv}
@@ -123,12 +123,18 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
-	if rep.Success && !c.probe && !l.noFast && a.fast.book(c.end.UnixNano(), int64(c.dur)) {
+	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur)) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
 		}
-	} else if c.failed && !c.ignored {
+		if l.traces != nil {
+			l.trace(agentID, c.version, time.Unix(0, endN), rep, "")
+		}
+		return
+	}
+	c.end = time.Unix(0, endN)
+	if c.failed && !c.ignored {
 		if pv == nil {
 			text = errText(rep.Err)
 		}
@@ -165,22 +171,37 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 	return rep, rep.Err
 }
 
-// now is the reading a call starts with (see monoClock).
-func (l *Loop) now() time.Time {
-	if l.realTime {
-		return l.mono.now()
-	}
-	return l.clock.Now()
+// reading is the time a call started: off, nanoseconds since the clock's
+// base, with the default and the coarse clocks; t with another clock.
+type reading struct {
+	off int64
+	t   time.Time
 }
 
-// since returns the time now and the time elapsed since start, a reading
-// of l.now. With the default clock it reads the monotonic clock only.
-func (l *Loop) since(start time.Time) (time.Time, time.Duration) {
-	if l.realTime {
-		return l.mono.since(start)
+// now is the reading a call starts with.
+func (l *Loop) now() reading {
+	switch {
+	case l.realTime:
+		return reading{off: l.mono.offset()}
+	case l.coarse != nil:
+		return reading{off: l.coarse.offset()}
+	}
+	return reading{t: l.clock.Now()}
+}
+
+// since returns the time now (Unix nanoseconds) and the time elapsed since
+// start, a reading of l.now. With the default clock it reads the
+// monotonic clock only; with the coarse clock, an atomic value.
+func (l *Loop) since(start reading) (int64, time.Duration) {
+	switch {
+	case l.realTime:
+		return l.mono.since(start.off)
+	case l.coarse != nil:
+		off := l.coarse.offset()
+		return l.coarse.baseN + off, time.Duration(off - start.off)
 	}
 	end := l.clock.Now()
-	return end, end.Sub(start)
+	return end.UnixNano(), end.Sub(start.t)
 }
 
 // Execute is ExecuteWithImprovement for a function that returns a value:

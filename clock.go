@@ -28,34 +28,34 @@ func (realClock) Now() time.Time { return time.Now() }
 // a time.Now at most once every wallCheck of calls.
 type monoClock struct {
 	base    time.Time    // a reading of time.Now, with its monotonic part
-	skew    atomic.Int64 // wall time minus base's wall time plus the monotonic time since base
+	baseN   int64        // base's wall time, Unix nanoseconds
+	skew    atomic.Int64 // wall time minus baseN plus the monotonic time since base
 	checked atomic.Int64 // monotonic time since base at the last measure of skew
 }
 
 // wallCheck is how often, at most, a monoClock measures the wall clock.
 const wallCheck = time.Second
 
-func newMonoClock(base time.Time) monoClock { return monoClock{base: base} }
+func newMonoClock(base time.Time) monoClock { return monoClock{base: base, baseN: base.UnixNano()} }
 
-// now returns a reading with the monotonic clock: its wall time is not
-// corrected for drift (since's end times are).
-func (m *monoClock) now() time.Time { return m.base.Add(time.Since(m.base)) }
+// offset is a reading: the monotonic time since base, in nanoseconds.
+func (m *monoClock) offset() int64 { return int64(time.Since(m.base)) }
 
-// since returns the end time and the duration of a call that started at
-// start, a reading of now. The end time carries no monotonic reading.
-func (m *monoClock) since(start time.Time) (time.Time, time.Duration) {
-	d := time.Since(start)
-	if off := start.Sub(m.base) + d; off-time.Duration(m.checked.Load()) >= wallCheck {
-		m.measure(off)
+// since returns the end time (Unix nanoseconds) and the duration of a call
+// that started at start, a reading of offset.
+func (m *monoClock) since(start int64) (int64, time.Duration) {
+	end := int64(time.Since(m.base))
+	if end-m.checked.Load() >= int64(wallCheck) {
+		m.measure(end)
 	}
-	return start.Add(d + time.Duration(m.skew.Load())).Round(0), d
+	return m.baseN + end + m.skew.Load(), time.Duration(end - start)
 }
 
-// measure sets skew from a time.Now, off after base on the monotonic
-// clock.
-func (m *monoClock) measure(off time.Duration) {
-	m.checked.Store(int64(off))
-	m.skew.Store(time.Now().UnixNano() - m.base.UnixNano() - int64(off))
+// measure sets skew from a time.Now, off nanoseconds after base on the
+// monotonic clock.
+func (m *monoClock) measure(off int64) {
+	m.checked.Store(off)
+	m.skew.Store(time.Now().UnixNano() - m.baseN - off)
 }
 
 // coarseClock is the clock of WithCoarseClock: its readings come from a
@@ -66,9 +66,10 @@ func (m *monoClock) measure(off time.Duration) {
 // idle Loop runs no timer. Readings carry the monotonic clock: durations
 // are immune to wall-clock steps, and exact to within the resolution.
 type coarseClock struct {
-	res  time.Duration
-	base time.Time    // a reading of time.Now, with its monotonic part
-	off  atomic.Int64 // time.Since(base) at the last refresh
+	res   time.Duration
+	base  time.Time    // a reading of time.Now, with its monotonic part
+	baseN int64        // base's wall time, Unix nanoseconds
+	off   atomic.Int64 // time.Since(base) at the last refresh
 
 	used    atomic.Bool // read since the last tick
 	running atomic.Bool // the refresher runs
@@ -82,18 +83,22 @@ type coarseClock struct {
 const idleTicks = 64
 
 func newCoarseClock(res time.Duration) *coarseClock {
-	return &coarseClock{res: res, base: time.Now()}
+	now := time.Now()
+	return &coarseClock{res: res, base: now, baseN: now.UnixNano()}
 }
 
 // Now returns the last refreshed reading, starting the refresher if it is
 // stopped.
-func (c *coarseClock) Now() time.Time {
+func (c *coarseClock) Now() time.Time { return c.base.Add(time.Duration(c.offset())) }
+
+// offset is Now as nanoseconds after base.
+func (c *coarseClock) offset() int64 {
 	if !c.running.Load() {
 		c.wake()
 	} else if !c.used.Load() {
 		c.used.Store(true)
 	}
-	return c.base.Add(time.Duration(c.off.Load()))
+	return c.off.Load()
 }
 
 // wake takes a fresh reading and starts the refresher (not after close).
