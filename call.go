@@ -135,14 +135,21 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 	}
 	c.end = time.Unix(0, endN)
 	if c.failed && !c.ignored {
-		if pv == nil {
-			text = errText(rep.Err)
-		}
 		// Classified and signed before the agent's lock is taken.
-		var buf [4 * maxSignature]byte
-		sig := appendSignature(buf[:0], text)
-		c.text, c.class, c.cluster = text, classify(rep.Err, text), clusterID(sig)
-		l.record(ctx, a, c, sig, rep)
+		if pv == nil {
+			e := l.memo.derive(errTextN(rep.Err, maxScrubText))
+			class, status := classifyErr(rep.Err, e.text)
+			if class == "" {
+				class = e.classOf(status)
+			}
+			text, c.text, c.class, c.cluster = e.text, e.text, class, e.cluster
+			l.record(ctx, a, c, []byte(e.sig), rep)
+		} else {
+			var buf [4 * maxSignature]byte
+			sig := appendSignature(buf[:0], text)
+			c.text, c.class, c.cluster = text, classify(rep.Err, text), clusterID(sig)
+			l.record(ctx, a, c, sig, rep)
+		}
 	} else {
 		l.record(ctx, a, c, nil, rep)
 	}

@@ -117,13 +117,23 @@ const maxClassifyText = 1024
 
 // classify is Classify with err's text already read. A panic in one of
 // err's methods (Unwrap, Is, Timeout, …) gives ClassOther.
-func classify(err error, text string) (class Class) {
+func classify(err error, text string) Class {
+	class, status := classifyErr(err, text)
+	if class != "" {
+		return class
+	}
+	return classifyText(text, status)
+}
+
+// classifyErr is classify's part that reads err's chain: the class when
+// the chain decides it, else "" and the HTTP status found in the chain
+// (0 for none) for classifyText.
+func classifyErr(err error, text string) (class Class, status int) {
 	defer func() {
 		if recover() != nil {
 			class = ClassOther
 		}
 	}()
-	status := 0
 	if err != nil {
 		var (
 			c   Class
@@ -146,17 +156,17 @@ func classify(err error, text string) (class Class) {
 			return true
 		})
 		if ok {
-			return c
+			return c, 0
 		}
 		if c := providerClass(raw, text, sc); c != "" {
-			return c
+			return c, 0
 		}
 		if c := signalClass(err); c != "" {
-			return c
+			return c, 0
 		}
 		status = sc
 	}
-	return classifyText(text, status)
+	return "", status
 }
 
 // safeClass calls FailureClass, catching a panic.

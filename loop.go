@@ -139,6 +139,7 @@ type Loop struct {
 	realTime  bool         // clock is the default real clock
 	mono      monoClock    // the calls' readings with the default clock
 	noFast    bool         // every call takes the locked path (tests)
+	memo      failureMemo  // what recent error texts scrub, classify and sign to
 	coarse    *coarseClock // the clock, with WithCoarseClock
 	isClosed  atomic.Bool  // Close has begun
 	traces    *traceWriter
@@ -236,6 +237,7 @@ func New(opts ...Option) (*Loop, error) {
 		retryRules:      o.retry.rules(),
 		jitterSeed:      o.jitterSeed,
 		seed:            maphash.MakeSeed(),
+		memo:            failureMemo{seed: maphash.MakeSeed()},
 		m:               m,
 		maxAgents:       o.maxAgents,
 		stopFlush:       make(chan struct{}),
