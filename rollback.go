@@ -17,15 +17,22 @@ import (
 //     points is rolled back within 30 calls in about 96 % of cases, and
 //     about 4 % of harmless changes are rolled back.
 //   - MethodSequential: the same test with stricter error rates
-//     (FalseRollbacks 0.4 %, MissedRollbacks 5 %): under 1 % of harmless
+//     (FalseRollbacks 0.4 %, MissedRollbacks 2 %): under 1 % of harmless
 //     changes rolled back, at the cost of slower detection.
 //   - MethodCanary: while the change is verified, CanaryFraction of the
 //     calls run the previous config, and the change is judged against those
 //     calls over the same period.
-//   - MethodFixed: once MinCalls calls have run under the new version, it
+//   - MethodFixed: on the MinCalls-th call under the new version, it
 //     rolls back if the success rate fell by more than MaxSuccessDrop
-//     points and confirms if it fell by less; a fall of exactly
-//     MaxSuccessDrop points waits for the next call.
+//     points; a change it keeps is confirmed by the backstop.
+//
+// Under every method, the backstop test runs on the BackstopCalls-th call
+// (60) under verification: the change's failure count is compared with
+// the beta-binomial distribution its reference gives (the reference's
+// own uncertainty included), and a count reached there in at most 1 % of
+// cases (2 % under MethodCanary) rolls it back. From a 90 % base, no
+// method keeps a change that costs 30 points for more than 60 calls in
+// more than 1 % of cases.
 //
 // Under every method, MaxConsecutiveFailures consecutive failures under the
 // new version roll it back at once; more when the failure rate before the
@@ -123,7 +130,7 @@ type RollbackPolicy struct {
 	FalseRollbacks float64
 	// MissedRollbacks is the sequential test's nominal rate of confirming
 	// a change that lowered the success rate by twice MaxSuccessDrop (its
-	// β). Default 0.02 under MethodQuick, 0.05 under MethodSequential.
+	// β). Default 0.02.
 	MissedRollbacks float64
 	// MaxCalls is the most calls the sequential tests and MethodFixed wait
 	// for: a change not rolled back by then is judged on latency and
@@ -171,7 +178,7 @@ const (
 	// rate is p0" against H1 "it is p0 less twice MaxSuccessDrop points".
 	// p0 is the analysis window's rate while "before" agrees with it
 	// (within three standard errors), and otherwise "before"'s rate shrunk
-	// toward the window's with the weight of 30 calls; at most 0.99. It
+	// toward the window's with the weight of 4 calls; at most 0.99. It
 	// rolls back as soon as the likelihood ratio reaches
 	// (1-MissedRollbacks)/FalseRollbacks. When it falls to
 	// MissedRollbacks/(1-FalseRollbacks) after at least MinCalls calls, or
@@ -179,7 +186,7 @@ const (
 	// confirm. Its error rates default to 5 % and 2 %.
 	MethodQuick Method = iota
 	// MethodSequential is MethodQuick's test with stricter default error
-	// rates: FalseRollbacks 0.4 %, MissedRollbacks 5 %.
+	// rates: FalseRollbacks 0.4 %, MissedRollbacks 2 %.
 	MethodSequential
 	// MethodCanary runs CanaryFraction of the calls under the previous
 	// config while a change is verified (Report.Arm says which) and compares
@@ -189,10 +196,15 @@ const (
 	// MaxSuccessDrop points below the previous config's and the gap is
 	// three standard errors wide; when the previous config has run
 	// CanaryCalls calls, the latency rule decides between roll back and
-	// confirm.
+	// confirm. Its backstop compares the change's calls with the
+	// reference before the change, leaving out a run of failures during
+	// which the previous config failed too, and not at all when the
+	// previous config's calls fail more than that reference explains.
 	MethodCanary
 	// MethodFixed compares MinCalls calls under the change with the
-	// recent regime before it, by fixed thresholds.
+	// recent regime before it, by fixed thresholds, on the MinCalls-th
+	// call; a change it keeps is confirmed, or rolled back, by the
+	// backstop on the BackstopCalls-th.
 	MethodFixed
 )
 
