@@ -299,8 +299,10 @@ func TestRollbackOnSuccessDrop(t *testing.T) {
 		{seed, 1, false}, // 90%: better
 		{seed, 3, false}, // 70%: exactly 10 points lower, kept
 		{seed, 4, true},  // 60%: 20 points lower
-		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1}, 4, false}, // 60% is better than 0%
-		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1}, 5, false},
+		// 60% is better than 0%; the backstop, which would confirm at 60
+		// calls, is off so that the 10th call decides.
+		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1, BackstopCalls: -1}, 4, false},
+		{si.RollbackPolicy{Method: si.MethodFixed, MinBeforeCalls: -1, BackstopCalls: -1}, 5, false},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.policy.SeedCompatible, tt.fails), func(t *testing.T) {
@@ -526,7 +528,7 @@ func TestChangeIDsUnique(t *testing.T) {
 	strat := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
 		return &si.Tweak{Config: si.Config{Route: fmt.Sprint(a.Config.Version)}}, nil
 	})
-	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodFixed, MinCalls: 1, MinBeforeCalls: -1}))
+	e := newEnv(t, si.WithStrategy(strat), si.WithRollbackPolicy(si.RollbackPolicy{Method: si.MethodFixed, MinCalls: 1, MinBeforeCalls: -1, BackstopCalls: -1}))
 	if err := e.l.SetThreshold("a", si.Threshold{Failures: 1, Window: time.Hour}); err != nil {
 		t.Fatal(err)
 	}

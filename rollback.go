@@ -17,15 +17,22 @@ import (
 //     points is rolled back within 30 calls in about 96 % of cases, and
 //     about 4 % of harmless changes are rolled back.
 //   - MethodSequential: the same test with stricter error rates
-//     (FalseRollbacks 0.4 %, MissedRollbacks 5 %): under 1 % of harmless
+//     (FalseRollbacks 0.4 %, MissedRollbacks 2 %): under 1 % of harmless
 //     changes rolled back, at the cost of slower detection.
 //   - MethodCanary: while the change is verified, CanaryFraction of the
 //     calls run the previous config, and the change is judged against those
 //     calls over the same period.
-//   - MethodFixed: once MinCalls calls have run under the new version, it
+//   - MethodFixed: on the MinCalls-th call under the new version, it
 //     rolls back if the success rate fell by more than MaxSuccessDrop
-//     points and confirms if it fell by less; a fall of exactly
-//     MaxSuccessDrop points waits for the next call.
+//     points; a change it keeps is confirmed by the backstop.
+//
+// Under every method, the backstop test runs on the BackstopCalls-th call
+// (60) under verification: the change's failure count is compared with
+// the beta-binomial distribution its reference gives (the reference's
+// own uncertainty included), and a count reached there in at most 1 % of
+// cases (2 % under MethodCanary) rolls it back. From a 90 % base, no
+// method keeps a change that costs 30 points for more than 60 calls in
+// more than 1 % of cases.
 //
 // Under every method, MaxConsecutiveFailures consecutive failures under the
 // new version roll it back at once; more when the failure rate before the
@@ -123,12 +130,24 @@ type RollbackPolicy struct {
 	FalseRollbacks float64
 	// MissedRollbacks is the sequential test's nominal rate of confirming
 	// a change that lowered the success rate by twice MaxSuccessDrop (its
-	// β). Default 0.02 under MethodQuick, 0.05 under MethodSequential.
+	// β). Default 0.02.
 	MissedRollbacks float64
 	// MaxCalls is the most calls the sequential tests and MethodFixed wait
 	// for: a change not rolled back by then is judged on latency and
 	// confirmed. Default 100.
 	MaxCalls int
+	// BackstopCalls is when every method's backstop test runs: once a
+	// change has run this many calls under verification (of both arms,
+	// under MethodCanary), its failures are compared with the reference
+	// before it, the reference's own uncertainty included, and a count
+	// that reference gives in at most FalseRollbacks of cases rolls it
+	// back. MethodQuick and MethodSequential end their test there (a
+	// change not rolled back is judged on latency); MethodFixed confirms
+	// there a change it did not roll back on MinCalls calls; MethodCanary
+	// applies it on every call from there while it compares its arms.
+	// Default 60, between MinCalls and MaxCalls; negative: off (and off
+	// under SeedCompatible).
+	BackstopCalls int
 
 	// RefuseFor is how long a rolled-back tweak is refused (for the
 	// cluster it addressed): long enough that a strategy does not try it
@@ -159,7 +178,7 @@ const (
 	// rate is p0" against H1 "it is p0 less twice MaxSuccessDrop points".
 	// p0 is the analysis window's rate while "before" agrees with it
 	// (within three standard errors), and otherwise "before"'s rate shrunk
-	// toward the window's with the weight of 30 calls; at most 0.99. It
+	// toward the window's with the weight of 4 calls; at most 0.99. It
 	// rolls back as soon as the likelihood ratio reaches
 	// (1-MissedRollbacks)/FalseRollbacks. When it falls to
 	// MissedRollbacks/(1-FalseRollbacks) after at least MinCalls calls, or
@@ -167,7 +186,7 @@ const (
 	// confirm. Its error rates default to 5 % and 2 %.
 	MethodQuick Method = iota
 	// MethodSequential is MethodQuick's test with stricter default error
-	// rates: FalseRollbacks 0.4 %, MissedRollbacks 5 %.
+	// rates: FalseRollbacks 0.4 %, MissedRollbacks 2 %.
 	MethodSequential
 	// MethodCanary runs CanaryFraction of the calls under the previous
 	// config while a change is verified (Report.Arm says which) and compares
@@ -177,10 +196,15 @@ const (
 	// MaxSuccessDrop points below the previous config's and the gap is
 	// three standard errors wide; when the previous config has run
 	// CanaryCalls calls, the latency rule decides between roll back and
-	// confirm.
+	// confirm. Its backstop compares the change's calls with the
+	// reference before the change, leaving out a run of failures during
+	// which the previous config failed too, and not at all when the
+	// previous config's calls fail more than that reference explains.
 	MethodCanary
 	// MethodFixed compares MinCalls calls under the change with the
-	// recent regime before it, by fixed thresholds.
+	// recent regime before it, by fixed thresholds, on the MinCalls-th
+	// call; a change it keeps is confirmed, or rolled back, by the
+	// backstop on the BackstopCalls-th.
 	MethodFixed
 )
 
@@ -211,7 +235,7 @@ const (
 	DefaultMinLatencyRise         = time.Millisecond
 	DefaultMaxConsecutiveFailures = 5
 	DefaultFalseRollbacks         = 0.004
-	DefaultMissedRollbacks        = 0.05
+	DefaultMissedRollbacks        = 0.02
 	QuickFalseRollbacks           = 0.05
 	QuickMissedRollbacks          = 0.02
 	DefaultSequentialMaxCalls     = 100
@@ -239,6 +263,10 @@ const (
 	// gainZ is how many standard errors the success rate must rise for a
 	// latency rise up to MaxLatencyRiseOnGain to be kept.
 	gainZ = 1.96
+	// shiftOdds is how unlikely, at the reference, the previous config's
+	// failures must be for MethodCanary's backstop to leave the verdict
+	// to the comparison of the arms.
+	shiftOdds = 0.01
 	// maxCanaryFraction caps CanaryFraction.
 	maxCanaryFraction = 0.5
 )
@@ -325,6 +353,15 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 		p.MaxCalls = DefaultSequentialMaxCalls
 	}
 	p.MaxCalls = max(p.MaxCalls, p.MinCalls)
+	switch {
+	case p.SeedCompatible || p.BackstopCalls < 0:
+		p.BackstopCalls = -1 // off, and stays off when defaults are filled again
+	case p.BackstopCalls == 0:
+		p.BackstopCalls = DefaultBackstopCalls
+	}
+	if p.BackstopCalls > 0 {
+		p.BackstopCalls = min(max(p.BackstopCalls, p.MinCalls), p.MaxCalls)
+	}
 	if !(p.CanaryFraction > 0) {
 		p.CanaryFraction = DefaultCanaryFraction
 	}
@@ -397,6 +434,9 @@ func (p RollbackPolicy) Decide(e Evidence) Verdict {
 		return p.canary(e)
 	}
 	before, note := p.withPrior(e)
+	if p.BackstopCalls > 0 && on(p.MaxSuccessDrop) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
+		return p.twoStage(e, before, note)
+	}
 	v := p.fixedRule(before, e.Before, e.After)
 	if v.Decision != DecisionWait {
 		v.Reason += note
@@ -428,6 +468,29 @@ func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 
 // fixed is MethodFixed's rule.
 func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
+
+// twoStage is MethodFixed's rule with the backstop on: the fixed rule
+// rolls back on the MinCalls-th call (before completed by withPrior, note
+// saying so), and the backstop decides on the BackstopCalls-th.
+func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict {
+	a := e.After
+	q0 := (float64(before.Failures) + 0.5) / float64(before.Calls+1)
+	if v, ok := consecutive(a, p.MaxConsecutiveFailures, q0); ok {
+		return v
+	}
+	if a.Calls == p.MinCalls && before.Calls > 0 && dropExceeds(before, a, p.MaxSuccessDrop) {
+		return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%) over %d calls, more than %g%s",
+			100*(rate(before)-rate(a)), 100*rate(before), 100*rate(a), a.Calls, p.MaxSuccessDrop, note)}
+	}
+	if a.Calls < p.BackstopCalls {
+		return Verdict{Decision: DecisionWait}
+	}
+	if v, ok := p.backstop(a, e, 0); ok {
+		return v
+	}
+	p0, ref := p.backstopRef(e)
+	return p.latency(e.Before, a, e.Before, fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
+}
 
 // fixedRule is MethodFixed's rule, with the success rate compared with
 // before's and the latency with lat's.
@@ -535,6 +598,11 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
 		return v
 	}
+	if p.backstopRuns(a.Calls) {
+		if v, ok := p.backstop(a, e, 0); ok {
+			return v
+		}
+	}
 	p1 := p0 - 2*p.MaxSuccessDrop/100
 	if p1 <= 0 {
 		p1 = p0 / 2
@@ -568,27 +636,30 @@ func (p RollbackPolicy) reference(e Evidence) (float64, refNote) {
 	bs := float64(b.Calls-b.Failures) + 0.5
 	n := refNote{before: b, window: w}
 	if w.Calls <= 0 {
-		return clampRate(bs / float64(b.Calls+1)), n
+		n.weight = float64(b.Calls + 1)
+		return clampRate(bs / n.weight), n
 	}
 	rw := rate(w)
 	switch {
 	case b.Calls < p.MinBeforeCalls:
 		n.how, n.prior = refPrior, p.MinBeforeCalls-b.Calls
 		k := float64(n.prior)
-		return clampRate((bs + k*rw) / (float64(b.Calls+1) + k)), n
+		n.weight = float64(b.Calls+1) + k
+		return clampRate((bs + k*rw) / n.weight), n
 	case math.Abs(rate(b)-rw) <= poolZ*math.Sqrt(max(rw*(1-rw), 0.01)/float64(b.Calls)):
-		n.how = refPooled
-		return clampRate((float64(w.Calls-w.Failures) + 0.5) / float64(w.Calls+1)), n
+		n.how, n.weight = refPooled, float64(w.Calls+1)
+		return clampRate((float64(w.Calls-w.Failures) + 0.5) / n.weight), n
 	}
-	n.how = refShrunk
-	return clampRate((bs + windowWeight*rw) / (float64(b.Calls+1) + windowWeight)), n
+	n.how, n.weight = refShrunk, float64(b.Calls+1)+windowWeight
+	return clampRate((bs + windowWeight*rw) / n.weight), n
 }
 
 // refNote says how reference formed p0, for verdicts: it is formatted only
 // when a verdict is given.
 type refNote struct {
-	how            int // refBefore, refPrior, refPooled or refShrunk
-	prior          int // the calls the window stood in for
+	how            int     // refBefore, refPrior, refPooled or refShrunk
+	prior          int     // the calls the window stood in for
+	weight         float64 // the calls p0 is estimated from, halves included
 	before, window Stats
 }
 
@@ -637,19 +708,47 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 			return v
 		}
 	}
-	if a.Calls < p.MinCalls || c.Calls < p.MinCalls {
-		return Verdict{Decision: DecisionWait}
-	}
-	if on(p.MaxSuccessDrop) && dropExceeds(c, a, p.MaxSuccessDrop) {
+	if a.Calls >= p.MinCalls && c.Calls >= p.MinCalls && on(p.MaxSuccessDrop) && dropExceeds(c, a, p.MaxSuccessDrop) {
 		if z := zScore(c, a); z >= canaryZ {
 			return Verdict{DecisionRollback, fmt.Sprintf("success rate %.1f%% over %d calls under the new config, %.1f%% over %d calls under the previous one in the same period: %.1f points lower (more than %g), %.1f standard errors",
 				100*rate(a), a.Calls, 100*rate(c), c.Calls, 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
 		}
 	}
-	if c.Calls < p.CanaryCalls {
+	if p.backstopRuns(a.Calls+c.Calls) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
+		if v, ok := p.canaryBackstop(e); ok {
+			return v
+		}
+	}
+	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
 	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+}
+
+// canaryBackstop is MethodCanary's backstop: the change's calls against
+// the reference before the change, unless the previous config's calls say
+// that conditions changed. A run of the change's failures during which
+// every call of the previous config failed too is not counted; and when
+// the previous config's calls fail more than the reference explains (as
+// many failures or more in at most shiftOdds of cases) while the change
+// does not fail significantly more than they do (canaryZ), the
+// comparison of the arms decides alone.
+func (p RollbackPolicy) canaryBackstop(e Evidence) (Verdict, bool) {
+	p0, ref := p.backstopRef(e)
+	a, c, sc := e.After, e.Control, e.StreakControl
+	shared := 0
+	if sc.Calls > 0 && sc.Failures == sc.Calls && a.ConsecutiveFailures > 0 {
+		shared = min(a.ConsecutiveFailures, a.Failures)
+		a.Calls, a.Failures = a.Calls-shared, a.Failures-shared
+	}
+	if c.Calls > 0 && predictiveTail(c.Calls, c.Failures, (1-p0)*ref.weight, p0*ref.weight) <= shiftOdds && zScore(c, a) < canaryZ {
+		return Verdict{}, false
+	}
+	v, ok := p.backstop(a, e, shared)
+	if ok {
+		v.Reason += fmt.Sprintf("; the previous config succeeded %d of %d calls in the same period", c.Calls-c.Failures, c.Calls)
+	}
+	return v, ok
 }
 
 // zScore is how many standard errors before's success rate lies above

@@ -97,8 +97,8 @@ func TestDecideSequential(t *testing.T) {
 	// succeeded; they agree, so p0 is the window's (180.5/201 = 0.898), H1
 	// p1 = 0.698. A failure adds ln(0.302/0.102) = 1.085 to the
 	// log-likelihood ratio, a success ln(0.698/0.898) = -0.252; the policy
-	// rolls back at ln(0.95/0.004) = 5.47 and confirms at ln(0.05/0.996) =
-	// -2.99 after at least 10 calls.
+	// rolls back at ln(0.98/0.004) = 5.50 and confirms at ln(0.02/0.996) =
+	// -3.91 after at least 10 calls.
 	e := si.Evidence{Before: st(10, 1, 100*ms, 0), Window: st(200, 20, 100*ms, 0)}
 	seq := si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1}
 	tests := []struct {
@@ -108,8 +108,8 @@ func TestDecideSequential(t *testing.T) {
 		want  si.Decision
 		at    int
 	}{
-		// 12 successes: -3.06 ≤ -2.99 at the 12th call.
-		{"all succeed: confirm at 12", seq, strings.Repeat("s", 20), si.DecisionConfirm, 12},
+		// 16 successes: -4.03 ≤ -3.91 at the 16th call.
+		{"all succeed: confirm at 16", seq, strings.Repeat("s", 20), si.DecisionConfirm, 16},
 		// 4 failures (4.34) then a success (4.09): the 6th failure decides
 		// (5.17 < 5.47, then 6.26).
 		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 7},
@@ -117,8 +117,12 @@ func TestDecideSequential(t *testing.T) {
 		// The consecutive-failure rule still applies by default.
 		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
 		// A failure every 4th call is 25 %: the LLR rises 0.329 every 4
-		// calls and passes 5.47 after 17 such blocks.
-		{"harmful 75%: roll back before the cap", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 68},
+		// calls and passes 5.50 after 17 such blocks; the backstop decides
+		// first, at 60 calls: 15 failures have a chance of 0.35 % at the
+		// reference (the beta-binomial tail), under 1 %.
+		{"harmful 75%: the backstop rolls back at 60", seq, strings.Repeat("sssF", 25), si.DecisionRollback, 60},
+		{"harmful 75%: without the backstop, the test at 68", si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1, BackstopCalls: -1},
+			strings.Repeat("sssF", 25), si.DecisionRollback, 68},
 		// Undecided at MaxCalls: confirmed.
 		{"undecided at the cap", si.RollbackPolicy{Method: si.MethodSequential, MaxCalls: 20, MaxConsecutiveFailures: -1},
 			strings.Repeat("ssssF", 4), si.DecisionConfirm, 20},
@@ -175,11 +179,25 @@ func TestDecideCanary(t *testing.T) {
 		{"5 consecutive failures, control succeeded before them only", p, st(7, 5, 10*ms, 5), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		{"20 consecutive failures, control failing too", p, st(22, 20, 10*ms, 20), st(3, 2, 10*ms, 2), st(2, 2, 10*ms, 2), si.DecisionWait},
 		{"20 consecutive failures, no control call meanwhile", p, st(22, 20, 10*ms, 20), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// The backstop, on the 60th call of both arms, against the
+		// reference before the change (90 %, 200 calls).
+		{"backstop: 30-point loss, control fine", p, st(54, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
+		{"backstop: one call earlier, wait", p, st(53, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"backstop: harmless", p, st(54, 6, 10*ms, 0), st(6, 1, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"backstop: off", si.RollbackPolicy{Method: si.MethodCanary, BackstopCalls: -1}, st(54, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// The previous config failed as often: conditions changed, the
+		// arms decide.
+		{"backstop: control failing alike", p, st(54, 21, 10*ms, 0), st(6, 4, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// A run of the change's failures while every call of the previous
+		// config failed too is left out: 21-15 = 6 failures in 39 calls.
+		{"backstop: the failures of an outage on both arms left out", p, st(54, 21, 10*ms, 15), st(6, 2, 10*ms, 2), st(2, 2, 10*ms, 2), si.DecisionWait},
+		{"backstop: the same run, control succeeded meanwhile", p, st(54, 21, 10*ms, 15), st(6, 2, 10*ms, 2), st(2, 1, 10*ms, 1), si.DecisionRollback},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			// Before and Window are ignored: a bad week does not matter.
-			e := si.Evidence{Before: st(10, 0, ms, 0), Window: st(100, 0, ms, 0), After: tt.after, Control: tt.control, StreakControl: tt.streak}
+			// Before and Window count only in the backstop: a bad week
+			// does not matter to the comparison of the arms.
+			e := si.Evidence{Before: st(16, 2, ms, 0), Window: st(200, 20, ms, 0), After: tt.after, Control: tt.control, StreakControl: tt.streak}
 			if got := tt.p.Decide(e); got.Decision != tt.want {
 				t.Errorf("%v (%s), want %v", got.Decision, got.Reason, tt.want)
 			}
