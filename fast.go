@@ -24,25 +24,58 @@ import (
 // processor on its own cache line, so that one busy agent scales with
 // cores.
 
-// fastOpen marks a counter open; the bits below count the calls booked.
-const fastOpen = 1 << 63
+// A counter is one word, so that a call books with one compare-and-swap:
+// the top bit marks it open, the next fastCountBits count the calls booked
+// since the last settle, and the low fastLatBits sum their durations in
+// nanoseconds (2.4 hours). A call that would overflow either takes the
+// locked path, which settles.
+const (
+	fastOpen      = 1 << 63
+	fastLatBits   = 43
+	fastCountBits = 20
+	fastLatMax    = 1<<fastLatBits - 1
+	fastCountMax  = 1<<fastCountBits - 1
+	fastOne       = 1 << fastLatBits // one call in the count
+)
 
 // fastShard is one counter, alone on its cache line.
 type fastShard struct {
-	n   atomic.Uint64 // fastOpen | calls booked since the last settle
-	lat atomic.Int64  // their summed durations, nanoseconds
-	_   [48]byte
+	n fastWord
+	_ [56]byte
+}
+
+// fastWord is a counter's word.
+type fastWord struct{ atomic.Uint64 }
+
+// add books one call of dur nanoseconds unless the counter is closed or
+// would overflow.
+func (w *fastWord) add(dur int64) bool {
+	if uint64(dur) > fastLatMax {
+		return false
+	}
+	for {
+		n := w.Load()
+		if n&fastOpen == 0 || (n>>fastLatBits)&fastCountMax == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
+			return false
+		}
+		if w.CompareAndSwap(n, n+fastOne+uint64(dur)) {
+			return true
+		}
+	}
+}
+
+// take closes the counter and returns what it held.
+func (w *fastWord) take() (calls uint64, lat int64) {
+	n := w.Swap(0)
+	return (n >> fastLatBits) & fastCountMax, int64(n & fastLatMax)
 }
 
 // fastCounts is an agent's lock-free success path. Its own counter is not
 // padded: an agent booked into by several processors at once turns hot.
 type fastCounts struct {
 	until atomic.Int64 // calls ending before this time (Unix ns) may book here
-	base  struct {
-		n   atomic.Uint64
-		lat atomic.Int64
-	}
-	hot atomic.Pointer[hotShards]
+	base  fastWord
+	hot   atomic.Pointer[hotShards]
 }
 
 // hotShards are the per-processor counters of a hot agent.
@@ -66,36 +99,23 @@ func (f *fastCounts) book(end, dur int64) bool {
 	}
 	if h := f.hot.Load(); h != nil {
 		sh := h.get()
-		ok := sh.add(dur)
+		ok := sh.n.add(dur)
 		h.pool.Put(sh)
 		return ok
 	}
-	for {
-		n := f.base.n.Load()
-		if n&fastOpen == 0 {
-			return false
-		}
-		if f.base.n.CompareAndSwap(n, n+1) {
-			f.base.lat.Add(dur)
-			return true
-		}
-		// Another call booked at the same moment: spread from now on.
-		f.heat()
+	if uint64(dur) > fastLatMax {
+		return false
 	}
-}
-
-// add books one call in sh unless sh is closed.
-func (sh *fastShard) add(dur int64) bool {
-	for {
-		n := sh.n.Load()
-		if n&fastOpen == 0 {
-			return false
-		}
-		if sh.n.CompareAndSwap(n, n+1) {
-			sh.lat.Add(dur)
-			return true
-		}
+	n := f.base.Load()
+	if n&fastOpen == 0 || (n>>fastLatBits)&fastCountMax == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
+		return false
 	}
+	if f.base.CompareAndSwap(n, n+fastOne+uint64(dur)) {
+		return true
+	}
+	// Another call booked at the same moment: spread from now on.
+	f.heat()
+	return f.book(end, dur)
 }
 
 // heat turns f hot, once.
@@ -103,7 +123,7 @@ func (f *fastCounts) heat() {
 	if f.hot.Load() != nil {
 		return
 	}
-	h := &hotShards{open: f.base.n.Load()&fastOpen != 0}
+	h := &hotShards{open: f.base.Load()&fastOpen != 0}
 	h.pool.New = func() any { return h.make() }
 	f.hot.CompareAndSwap(nil, h)
 }
@@ -135,13 +155,13 @@ func (h *hotShards) make() *fastShard {
 // close closes every counter and returns what they held.
 func (f *fastCounts) close() (calls uint64, lat int64) {
 	f.until.Store(0)
-	calls, lat = f.base.n.Swap(0)&^fastOpen, f.base.lat.Swap(0)
+	calls, lat = f.base.take()
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
 		h.open = false
 		for _, sh := range h.list {
-			calls += sh.n.Swap(0) &^ fastOpen
-			lat += sh.lat.Swap(0)
+			c, l := sh.n.take()
+			calls, lat = calls+c, lat+l
 		}
 		h.mu.Unlock()
 	}
@@ -150,7 +170,7 @@ func (f *fastCounts) close() (calls uint64, lat int64) {
 
 // open lets calls ending before until book here.
 func (f *fastCounts) open(until int64) {
-	f.base.n.Store(fastOpen)
+	f.base.Store(fastOpen)
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
 		h.open = true
