@@ -399,6 +399,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	}
 	a.used = true
 	a.dirty = true
+	a.tel.observeLatency(c.dur, c.failed, c.ignored)
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
 	if c.probe {

@@ -46,6 +46,7 @@ type options struct {
 	summaryAt       time.Duration
 	summaryOn       bool
 	retry           RetryPolicy
+	recentEvents    int
 }
 
 // defaults are the options before any Option is applied.
@@ -58,6 +59,7 @@ func defaults() options {
 		traceQueue:      65536,
 		traceWait:       time.Second,
 		maxAgents:       10_000,
+		recentEvents:    defaultRecentEvents,
 	}
 }
 
@@ -78,6 +80,8 @@ func (o *options) validate() error {
 		return bad("WithTraceQueue", "wait %v is negative", o.traceWait)
 	case o.maxAgents < 1:
 		return bad("WithMaxAgents", "%d is less than 1", o.maxAgents)
+	case o.recentEvents < 1 || o.recentEvents > maxRecentEvents:
+		return bad("WithRecentEvents", "%d not in 1..%d", o.recentEvents, maxRecentEvents)
 	case o.memory.MaxClusters < 0:
 		return bad("WithMemory", "MaxClusters %d is negative", o.memory.MaxClusters)
 	case o.memory.HalfLife < 0:

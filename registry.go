@@ -30,6 +30,8 @@ type agent struct {
 	openUntil atomic.Int64
 	probing   atomic.Bool
 	pending   []queued // events not yet logged, in decision order
+
+	tel telemetry // calls by outcome and latency, for AgentMetrics
 }
 
 // queued is an event waiting for the log; notified is set when the
