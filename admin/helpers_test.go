@@ -61,13 +61,17 @@ func traffic(t testing.TB, l *si.Loop, clk *fakeclock.Clock, agent string, ok, b
 	for i := range ok + bad {
 		fail := i >= ok
 		l.ExecuteWithImprovement(context.Background(), agent, func(context.Context, si.Config) error {
-			clk.Advance(20 * time.Millisecond)
+			if clk != nil {
+				clk.Advance(20 * time.Millisecond)
+			}
 			if fail {
 				return errBoom
 			}
 			return nil
 		})
-		clk.Advance(time.Second)
+		if clk != nil {
+			clk.Advance(time.Second)
+		}
 	}
 }
 
