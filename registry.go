@@ -17,8 +17,6 @@ type agent struct {
 
 	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
 
-	slot int32 // index in the eviction ring; guarded by the ring's mu
-
 	mu      sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s       agentState
 	dirty   bool // window counts changed since the last save
@@ -29,9 +27,10 @@ type agent struct {
 	// runs.
 	openUntil atomic.Int64
 	probing   atomic.Bool
+	slot      int32    // index in the eviction ring; guarded by the ring's mu
 	pending   []queued // events not yet logged, in decision order
 
-	tel telemetry // calls by outcome and latency, for AgentMetrics
+	tel *telemetry // calls by outcome and latency, for AgentMetrics
 }
 
 // queued is an event waiting for the log; notified is set when the
@@ -103,7 +102,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), false, nil
 	}
-	a := &agent{id: id}
+	a := &agent{id: id, tel: new(telemetry)}
 	st, found, err := l.loadState(id)
 	if a.s = st; err != nil && !isErr(err, ErrCorruptState) {
 		return nil, false, err

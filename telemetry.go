@@ -104,7 +104,7 @@ func (l *Loop) AgentMetrics() iter.Seq[AgentMetrics] {
 
 // metrics reads a's counters at time now (Unix ns).
 func (a *agent) metrics(now int64) AgentMetrics {
-	t := &a.tel
+	t := a.tel
 	m := AgentMetrics{
 		AgentID:   a.id,
 		Successes: t.successes.Load(), Failures: t.failures.Load(), Ignored: t.ignored.Load(),
