@@ -123,7 +123,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
-	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur)) {
+	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.fast) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
@@ -444,6 +444,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		a.used.Store(true)
 	}
 	a.dirty = true
+	a.tel.observeLatency(c.dur, c.failed, c.ignored)
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
 	if c.probe {

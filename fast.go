@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // The success path without the lock.
@@ -38,10 +39,12 @@ const (
 	fastOne       = 1 << fastLatBits // one call in the count
 )
 
-// fastShard is one counter, alone on its cache line.
+// fastShard is one counter of a hot agent, with the histogram of the
+// calls it booked, on cache lines of its own.
 type fastShard struct {
-	n fastWord
-	_ [56]byte
+	n    fastWord
+	hist latencyHist
+	_    [64 - (8+8*(len(latencyBounds)+2))%64]byte
 }
 
 // fastWord is a counter's word.
@@ -91,15 +94,19 @@ type hotShards struct {
 var maxHotShards = max(4, 2*runtime.GOMAXPROCS(0))
 
 // book counts one successful call that ended at end (Unix ns) after dur,
-// and reports whether it could; when it could not, the caller takes the
-// locked path.
-func (f *fastCounts) book(end, dur int64) bool {
+// in the counters and in a latency histogram (hist, or a hot agent's
+// counter's own), and reports whether it could; when it could not, the
+// caller takes the locked path.
+func (f *fastCounts) book(end, dur int64, hist *latencyHist) bool {
 	if end >= f.until.Load() {
 		return false
 	}
 	if h := f.hot.Load(); h != nil {
 		sh := h.get()
 		ok := sh.n.add(dur)
+		if ok {
+			sh.hist.observe(time.Duration(dur))
+		}
 		h.pool.Put(sh)
 		return ok
 	}
@@ -111,11 +118,12 @@ func (f *fastCounts) book(end, dur int64) bool {
 		return false
 	}
 	if f.base.CompareAndSwap(n, n+fastOne+uint64(dur)) {
+		hist.observe(time.Duration(dur))
 		return true
 	}
 	// Another call booked at the same moment: spread from now on.
 	f.heat()
-	return f.book(end, dur)
+	return f.book(end, dur, hist)
 }
 
 // heat turns f hot, once.

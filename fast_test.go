@@ -117,6 +117,12 @@ func TestFastPathCountsEveryCall(t *testing.T) {
 		_ = l.Stats("hot")
 	}
 	wg.Wait()
+	for m := range l.AgentMetrics() {
+		if m.Successes != workers*each || m.Latency.Count != workers*each || m.Failures != 0 {
+			t.Fatalf("metrics: %d successes, %d in the histogram, %d failures; want %d successes",
+				m.Successes, m.Latency.Count, m.Failures, workers*each)
+		}
+	}
 	if got := l.Stats("hot"); got.TotalCalls != workers*each || got.Calls != workers*each || got.Failures != 0 {
 		t.Fatalf("stats %+v, want %d calls", got, workers*each)
 	}

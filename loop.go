@@ -167,7 +167,8 @@ type Loop struct {
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 
-	m *metrics
+	m   *metrics
+	hub *hub // recent events and subscriptions (events.go)
 
 	// wmu admits writes to the store (read-locked around each) until
 	// Close seals the loop (write-locked).
@@ -239,6 +240,7 @@ func New(opts ...Option) (*Loop, error) {
 		seed:            maphash.MakeSeed(),
 		memo:            failureMemo{seed: maphash.MakeSeed()},
 		m:               m,
+		hub:             newHub(o.recentEvents),
 		maxAgents:       o.maxAgents,
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
@@ -309,6 +311,7 @@ func (l *Loop) Close() error {
 			cancel()
 		}
 		errs = append(errs, l.store.Close())
+		l.hub.close()
 		if l.coarse != nil {
 			l.coarse.close()
 		}

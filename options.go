@@ -47,6 +47,7 @@ type options struct {
 	summaryOn       bool
 	retry           RetryPolicy
 	jitterSeed      uint64
+	recentEvents    int
 }
 
 // defaults are the options before any Option is applied.
@@ -59,6 +60,7 @@ func defaults() options {
 		traceQueue:      65536,
 		traceWait:       time.Second,
 		maxAgents:       10_000,
+		recentEvents:    defaultRecentEvents,
 	}
 }
 
@@ -79,6 +81,8 @@ func (o *options) validate() error {
 		return bad("WithTraceQueue", "wait %v is negative", o.traceWait)
 	case o.maxAgents < 1:
 		return bad("WithMaxAgents", "%d is less than 1", o.maxAgents)
+	case o.recentEvents < 1 || o.recentEvents > maxRecentEvents:
+		return bad("WithRecentEvents", "%d not in 1..%d", o.recentEvents, maxRecentEvents)
 	case o.memory.MaxClusters < 0:
 		return bad("WithMemory", "MaxClusters %d is negative", o.memory.MaxClusters)
 	case o.memory.HalfLife < 0:

@@ -181,8 +181,10 @@ func (l *Loop) flushAdmitted() error {
 	return errors.Join(errs...)
 }
 
-// notify hands ev to the notifier, if there is one.
+// notify hands ev to the subscribers (events.go) and to the notifier, if
+// there is one.
 func (l *Loop) notify(ev *Event) {
+	l.hub.publish(ev)
 	if l.disp != nil {
 		l.disp.send(*ev)
 	}

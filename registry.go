@@ -32,6 +32,8 @@ type agent struct {
 	// without the lock.
 	openUntil atomic.Int64
 	pending   []queued // events not yet logged, in decision order
+
+	tel *telemetry // calls by outcome and latency, for AgentMetrics
 }
 
 // queued is an event waiting for the log; notified is set when the
@@ -103,7 +105,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), false, nil
 	}
-	a := &agent{id: id}
+	a := &agent{id: id, tel: new(telemetry)}
 	st, found, err := l.loadState(id)
 	if a.s = st; err != nil && !isErr(err, ErrCorruptState) {
 		return nil, false, err

@@ -1,0 +1,273 @@
+// Package admin serves a Loop's operator surface over HTTP: a JSON API
+// to read agents, their change history, proposals, events and the failure
+// memory and to act on them (rewind, set config, threshold, critical mark,
+// approve, reject), a live event stream (server-sent events), and the
+// loop's metrics in the Prometheus text format.
+//
+//	mux.Handle("/selfimprove/", http.StripPrefix("/selfimprove",
+//		admin.Handler(loop, admin.Options{Token: os.Getenv("ADMIN_TOKEN")})))
+//
+// With a token, every endpoint needs "Authorization: Bearer <token>"
+// (unless Options open the reads or the metrics); without one, reads are
+// open and every mutation is refused with 403. Mutations are POST with a
+// JSON body. Errors are JSON (ErrorBody) with the HTTP status: 400 naming
+// the field for malformed input, 401/403 for authentication, 404 for an
+// unknown agent or proposal, 409 when the loop's state does not allow the
+// action, 413 for a body over the limit, 415 for a body that is not JSON.
+// The handler reads the Loop through its public API only.
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// Options configures Handler. The zero value serves reads without a token
+// and refuses mutations.
+type Options struct {
+	// Token is the bearer token every request must carry as
+	// "Authorization: Bearer <token>", compared in constant time. Empty
+	// (the default): reads are open and mutations are refused with 403.
+	Token string
+	// OpenReads serves the GET endpoints (and /metrics) without the
+	// token. Default false.
+	OpenReads bool
+	// OpenMetrics serves /metrics alone without the token, for scrapers.
+	// Default false.
+	OpenMetrics bool
+	// MaxBodyBytes bounds a request body; a longer one gets 413. Default
+	// 64 KiB.
+	MaxBodyBytes int64
+	// MaxAgentSeries bounds the agents with their own series in /metrics:
+	// the first ones by ID; the others are summed under the label value
+	// agent="_other". Default 1,000.
+	MaxAgentSeries int
+	// UnhealthyBelow is the health under which an agent is listed as
+	// unhealthy (GET /api/agents?unhealthy=true), in [0, 1]. Default 0.9.
+	UnhealthyBelow float64
+	// StreamBuffer bounds the events waiting for one stream client; a
+	// client that falls this far behind is told (an event "dropped") and
+	// disconnected. Default 64.
+	StreamBuffer int
+	// StreamKeepAlive is the interval of the comment lines that keep an
+	// idle stream open through proxies. Default 15 seconds.
+	StreamKeepAlive time.Duration
+	// WriteTimeout bounds each write to a stream client; a client that
+	// does not read for this long is disconnected. Default 10 seconds.
+	WriteTimeout time.Duration
+	// Dashboard serves GET / (the exact root). Default: a short page
+	// linking to the API.
+	Dashboard http.Handler
+	// Logger receives the loop errors behind 500 answers. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 64 << 10
+	}
+	if o.MaxAgentSeries <= 0 {
+		o.MaxAgentSeries = 1000
+	}
+	if o.UnhealthyBelow <= 0 || o.UnhealthyBelow > 1 {
+		o.UnhealthyBelow = 0.9
+	}
+	if o.StreamBuffer <= 0 {
+		o.StreamBuffer = 64
+	}
+	if o.StreamKeepAlive <= 0 {
+		o.StreamKeepAlive = 15 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 10 * time.Second
+	}
+	if o.Dashboard == nil {
+		o.Dashboard = http.HandlerFunc(placeholder)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// server is the handler's state.
+type server struct {
+	l     *selfimprove.Loop
+	o     Options
+	token [32]byte // SHA-256 of Options.Token
+}
+
+// access is what an endpoint needs to be served.
+type access int
+
+const (
+	read access = iota
+	metricsRead
+	mutate
+)
+
+// Handler returns the HTTP handler of l's operator surface. The paths are
+// relative to where it is mounted (use http.StripPrefix to mount it under
+// a prefix); agent and proposal IDs are single escaped path segments
+// (url.PathEscape; AgentSummary.Ref is the escaped form):
+//
+//	GET  /api/agents                     ?prefix= &unhealthy=true &limit= &after=
+//	GET  /api/agents/{agent}
+//	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
+//	POST /api/agents/{agent}/config      {"config": {…}}
+//	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
+//	POST /api/agents/{agent}/critical    {"critical": true}
+//	GET  /api/proposals                  ?status= &agent=
+//	POST /api/proposals/{id}/approve     {}
+//	POST /api/proposals/{id}/reject      {"reason": "…"}
+//	GET  /api/events                     ?agent= &type= &since= &until= &after= &before= &limit=
+//	GET  /api/events/stream              server-sent events; Last-Event-ID resumes
+//	GET  /api/similar                    ?q= &k=
+//	GET  /metrics                        Prometheus text format 0.0.4
+//	GET  /                               Options.Dashboard
+//
+// docs/admin.md shows each request and response.
+func Handler(l *selfimprove.Loop, opts Options) http.Handler {
+	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token))}
+	mux := http.NewServeMux()
+	route := func(pattern, method string, a access, h http.HandlerFunc) {
+		mux.Handle(pattern, s.guard(method, a, h))
+	}
+	route("/api/agents", http.MethodGet, read, s.listAgents)
+	route("/api/agents/{agent}", http.MethodGet, read, s.getAgent)
+	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
+	route("/api/agents/{agent}/config", http.MethodPost, mutate, s.setConfig)
+	route("/api/agents/{agent}/threshold", http.MethodPost, mutate, s.setThreshold)
+	route("/api/agents/{agent}/critical", http.MethodPost, mutate, s.markCritical)
+	route("/api/proposals", http.MethodGet, read, s.listProposals)
+	route("/api/proposals/{id}/approve", http.MethodPost, mutate, s.approve)
+	route("/api/proposals/{id}/reject", http.MethodPost, mutate, s.reject)
+	route("/api/events", http.MethodGet, read, s.listEvents)
+	route("/api/events/stream", http.MethodGet, read, s.stream)
+	route("/api/similar", http.MethodGet, read, s.similar)
+	route("/metrics", http.MethodGet, metricsRead, s.metrics)
+	route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "", "no such endpoint")
+	})
+	return mux
+}
+
+// guard checks the method, the token and, for a mutation, the body's
+// type and size before h runs.
+func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use "+method)
+			return
+		}
+		if !s.authorized(w, r, a) {
+			return
+		}
+		if a == mutate {
+			if !isJSON(r.Header.Get("Content-Type")) {
+				writeError(w, http.StatusUnsupportedMediaType, "", "the body must be JSON (Content-Type: application/json)")
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
+		}
+		h(w, r)
+	})
+}
+
+// authorized applies the token rules to a request needing a, and answers
+// it when it may not go on.
+func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) bool {
+	if s.o.Token == "" {
+		if a == mutate {
+			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled (set admin.Options.Token)")
+			return false
+		}
+		return true
+	}
+	if a != mutate && s.o.OpenReads || a == metricsRead && s.o.OpenMetrics {
+		return true
+	}
+	given, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="selfimprove"`)
+		writeError(w, http.StatusUnauthorized, "", "missing bearer token (Authorization: Bearer <token>)")
+		return false
+	}
+	sum := sha256.Sum256([]byte(given))
+	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		writeError(w, http.StatusForbidden, "", "wrong token")
+		return false
+	}
+	return true
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" header.
+func bearer(h string) (string, bool) {
+	const p = "bearer "
+	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
+		return "", false
+	}
+	return strings.TrimSpace(h[len(p):]), true
+}
+
+// isJSON reports whether a Content-Type is application/json (with any
+// parameters).
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
+}
+
+// ErrorBody is the JSON body of every error answer.
+type ErrorBody struct {
+	// Error says what is wrong, for a person.
+	Error string `json:"error"`
+	// Field names the request field (body field, query parameter or path
+	// segment) that is wrong, when one is.
+	Field string `json:"field,omitempty"`
+	// Status repeats the HTTP status code.
+	Status int `json:"status"`
+}
+
+// writeError answers with status and an ErrorBody.
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	writeJSON(w, status, ErrorBody{Error: msg, Field: field, Status: status})
+}
+
+// writeJSON answers with status and v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: "cannot encode the answer", Status: status})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// placeholder is the default GET /: a page linking to the API.
+func placeholder(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'")
+	w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>selfimprove</title>
+<h1>selfimprove</h1>
+<ul>
+<li><a href="api/agents">api/agents</a></li>
+<li><a href="api/proposals">api/proposals</a></li>
+<li><a href="api/events">api/events</a> (<a href="api/events/stream">live</a>)</li>
+<li><a href="metrics">metrics</a></li>
+</ul>
+`))
+}

@@ -1,0 +1,493 @@
+package admin
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// Bounds on a page.
+const (
+	defaultPage = 100
+	maxPage     = 1000
+)
+
+// fail answers with the error of an input check or of the loop.
+func (s *server) fail(w http.ResponseWriter, err error) {
+	var br *badRequest
+	switch {
+	case errors.As(err, &br):
+		writeError(w, br.status, br.field, br.msg)
+	case errors.Is(err, selfimprove.ErrProposalNotFound):
+		writeError(w, http.StatusNotFound, "id", "no such proposal")
+	case errors.Is(err, selfimprove.ErrUnknownVersion):
+		writeError(w, http.StatusBadRequest, "version", "the agent's history has no such version")
+	case errors.Is(err, selfimprove.ErrInvalidConfig):
+		writeError(w, http.StatusBadRequest, "config", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrInvalidThreshold):
+		writeError(w, http.StatusBadRequest, "threshold", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrInvalidAgentID):
+		writeError(w, http.StatusBadRequest, "agent", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrTweakRejected), errors.Is(err, selfimprove.ErrVerifying), errors.Is(err, selfimprove.ErrProposalState):
+		writeError(w, http.StatusConflict, "", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "", "the loop is closed")
+	default:
+		s.o.Logger.Error("selfimprove admin: the loop failed", "error", err)
+		writeError(w, http.StatusInternalServerError, "", "the loop could not do it; see its log")
+	}
+}
+
+// agentOf returns the agent named by the request's {agent} segment, or
+// answers 404 (or 400 for an ID over the limit).
+func (s *server) agentOf(w http.ResponseWriter, r *http.Request) (selfimprove.AgentOverview, bool) {
+	id := r.PathValue("agent")
+	if len(id) > selfimprove.MaxAgentIDLen {
+		writeError(w, http.StatusBadRequest, "agent", "the agent ID is over "+strconv.Itoa(selfimprove.MaxAgentIDLen)+" bytes")
+		return selfimprove.AgentOverview{}, false
+	}
+	o, ok := s.l.Overview(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, "agent", "no such agent")
+	}
+	return o, ok
+}
+
+// limit reads the limit query parameter.
+func limit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return defaultPage, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, bad("limit", "limit must be a number in 1..%d", maxPage)
+	}
+	return n, nil
+}
+
+func boolParam(q url.Values, name string) (bool, error) {
+	v := q.Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, bad(name, "%s must be true or false", name)
+	}
+	return b, nil
+}
+
+// listAgents serves GET /api/agents.
+func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, err := limit(q)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	unhealthy, err := boolParam(q, "unhealthy")
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	prefix := q.Get("prefix")
+	after, err := url.PathUnescape(q.Get("after"))
+	if err != nil {
+		s.fail(w, bad("after", "after must be the next value of the previous page"))
+		return
+	}
+	var ids []string
+	for id := range s.l.Agents() {
+		if strings.HasPrefix(id, prefix) && id > after {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := AgentList{Agents: []AgentSummary{}}
+	for i, id := range ids {
+		if len(out.Agents) == n {
+			out.Next = Ref(ids[i-1])
+			break
+		}
+		o, ok := s.l.Overview(id)
+		if !ok {
+			continue // gone meanwhile
+		}
+		v := s.summary(&o)
+		if unhealthy && v.Healthy {
+			continue
+		}
+		out.Agents = append(out.Agents, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// getAgent serves GET /api/agents/{agent}.
+func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	id := o.AgentID
+	changes := s.l.Changes(id)
+	d := AgentDetail{
+		AgentSummary: s.summary(&o),
+		Config:       o.Config,
+		Versions: versions(s.l.History(id), changes,
+			s.l.Events(selfimprove.EventFilter{AgentIDs: []string{id}, Types: []selfimprove.EventType{selfimprove.EventConfigSet}, Limit: 1 << 20})),
+		Changes:   nonNil(changes),
+		Clusters:  nonNil(s.l.Clusters(id)),
+		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// done answers a mutation with the agent as it stands now.
+func (s *server) done(w http.ResponseWriter, id string, res Result) {
+	if o, ok := s.l.Overview(id); ok {
+		v := s.summary(&o)
+		res.Agent = &v
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// rewind serves POST /api/agents/{agent}/rewind.
+func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
+	var req RewindRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	if err := checkRewind(&req); err != nil {
+		s.fail(w, err)
+		return
+	}
+	reason := req.Reason
+	if req.Author != "" {
+		reason += " (by " + req.Author + ")"
+	}
+	if req.Verify != nil && !*req.Verify {
+		var cfg *selfimprove.Config
+		for _, c := range s.l.History(o.AgentID) {
+			if c.Version == req.Version {
+				cfg = &c
+			}
+		}
+		switch {
+		case cfg == nil:
+			s.fail(w, selfimprove.ErrUnknownVersion)
+			return
+		case req.Version == o.Config.Version:
+			s.fail(w, &badRequest{status: http.StatusConflict, field: "version", msg: "version " + strconv.Itoa(req.Version) + " is the current config"})
+			return
+		}
+		if err := s.l.SetConfig(o.AgentID, *cfg); err != nil {
+			s.fail(w, err)
+			return
+		}
+		s.done(w, o.AgentID, Result{})
+		return
+	}
+	ch, err := s.l.Rewind(o.AgentID, req.Version, reason)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, o.AgentID, Result{Change: &ch})
+}
+
+// checkRewind checks a RewindRequest's values.
+func checkRewind(req *RewindRequest) error {
+	if req.Version < 1 {
+		return bad("version", "version must be a config version, 1 or more")
+	}
+	if err := text("reason", req.Reason, maxReason, true); err != nil {
+		return err
+	}
+	return text("author", req.Author, 128, false)
+}
+
+// setConfig serves POST /api/agents/{agent}/config.
+func (s *server) setConfig(w http.ResponseWriter, r *http.Request) {
+	var req ConfigRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	cfg, err := req.Config.config()
+	if err == nil {
+		err = s.l.SetConfig(o.AgentID, cfg)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, o.AgentID, Result{})
+}
+
+// config checks b and returns its Config.
+func (b *ConfigBody) config() (selfimprove.Config, error) {
+	var c selfimprove.Config
+	var err error
+	if c.Timeout, err = duration("config.timeout", b.Timeout); err != nil {
+		return c, err
+	}
+	if c.Backoff, err = duration("config.backoff", b.Backoff); err != nil {
+		return c, err
+	}
+	if b.MaxAttempts < 0 || b.MaxAttempts > 100 {
+		return c, bad("config.max_attempts", "config.max_attempts must be in 0..100")
+	}
+	if err := text("config.route", b.Route, 1024, false); err != nil {
+		return c, err
+	}
+	if len(b.Params) > 64 {
+		return c, bad("config.params", "config.params has more than 64 entries")
+	}
+	for k, v := range b.Params {
+		if err := text("config.params", k+v, 4096, false); err != nil {
+			return c, err
+		}
+	}
+	c.MaxAttempts, c.Route, c.Params = b.MaxAttempts, b.Route, b.Params
+	return c, nil
+}
+
+// setThreshold serves POST /api/agents/{agent}/threshold.
+func (s *server) setThreshold(w http.ResponseWriter, r *http.Request) {
+	var req ThresholdRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	t, err := req.threshold()
+	if err == nil {
+		err = s.l.SetThreshold(o.AgentID, t)
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, o.AgentID, Result{})
+}
+
+// threshold checks req and returns its Threshold (zero for Clear).
+func (req *ThresholdRequest) threshold() (selfimprove.Threshold, error) {
+	var t selfimprove.Threshold
+	if req.Clear {
+		if req.Failures != 0 || req.Window != "" || req.Cooldown != "" {
+			return t, bad("clear", "clear removes the manual threshold: give no other field")
+		}
+		return t, nil
+	}
+	if req.Failures < 1 || req.Failures > selfimprove.MaxThresholdFailures {
+		return t, bad("failures", "failures must be in 1..%d", selfimprove.MaxThresholdFailures)
+	}
+	var err error
+	if t.Window, err = duration("window", req.Window); err != nil {
+		return t, err
+	}
+	if t.Window == 0 {
+		return t, bad("window", "window is required and must be positive")
+	}
+	if t.Cooldown, err = duration("cooldown", req.Cooldown); err != nil {
+		return t, err
+	}
+	t.Failures = req.Failures
+	return t, nil
+}
+
+// markCritical serves POST /api/agents/{agent}/critical.
+func (s *server) markCritical(w http.ResponseWriter, r *http.Request) {
+	var req CriticalRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	if req.Critical == nil {
+		s.fail(w, bad("critical", "critical is required: true or false"))
+		return
+	}
+	if err := s.l.MarkCritical(o.AgentID, *req.Critical); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, o.AgentID, Result{})
+}
+
+// listProposals serves GET /api/proposals.
+func (s *server) listProposals(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	statuses := q["status"]
+	for _, st := range statuses {
+		switch selfimprove.ProposalStatus(st) {
+		case selfimprove.ProposalPending, selfimprove.ProposalApproved, selfimprove.ProposalApplied,
+			selfimprove.ProposalConfirmed, selfimprove.ProposalRolledBack, selfimprove.ProposalSuperseded, selfimprove.ProposalRejected:
+		default:
+			s.fail(w, bad("status", "unknown status %q", st))
+			return
+		}
+	}
+	agents, hasAgent := q["agent"]
+	ps := s.l.Proposals(func(p selfimprove.Proposal) bool {
+		return (statuses == nil || slices.Contains(statuses, string(p.Status))) &&
+			(!hasAgent || slices.Contains(agents, p.AgentID))
+	})
+	writeJSON(w, http.StatusOK, ProposalList{Proposals: nonNil(ps)})
+}
+
+// proposal returns the proposal named by the request's {id} segment.
+func (s *server) proposal(id string) (selfimprove.Proposal, bool) {
+	ps := s.l.Proposals(func(p selfimprove.Proposal) bool { return p.ID == id })
+	if len(ps) == 0 {
+		return selfimprove.Proposal{}, false
+	}
+	return ps[0], true
+}
+
+// approve serves POST /api/proposals/{id}/approve.
+func (s *server) approve(w http.ResponseWriter, r *http.Request) {
+	if err := decode(r.Body, &ApproveRequest{}, true); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.decideProposal(w, r, func(id string) error { return s.l.Approve(id) })
+}
+
+// reject serves POST /api/proposals/{id}/reject.
+func (s *server) reject(w http.ResponseWriter, r *http.Request) {
+	var req RejectRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := text("reason", req.Reason, maxReason, true); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.decideProposal(w, r, func(id string) error { return s.l.Reject(id, req.Reason) })
+}
+
+// decideProposal runs an approval or rejection and answers with the
+// proposal as it stands after it.
+func (s *server) decideProposal(w http.ResponseWriter, r *http.Request, f func(id string) error) {
+	id := r.PathValue("id")
+	if _, ok := s.proposal(id); !ok {
+		s.fail(w, selfimprove.ErrProposalNotFound)
+		return
+	}
+	if err := f(id); err != nil {
+		s.fail(w, err)
+		return
+	}
+	p, _ := s.proposal(id)
+	res := Result{Proposal: &p}
+	if p.ChangeID != "" {
+		for _, ch := range s.l.Changes(p.AgentID) {
+			if ch.ID == p.ChangeID {
+				res.Change = &ch
+			}
+		}
+	}
+	s.done(w, p.AgentID, res)
+}
+
+// eventFilter reads an EventFilter from the query (agent, type, since,
+// until, after, before, limit).
+func eventFilter(q url.Values) (selfimprove.EventFilter, error) {
+	var f selfimprove.EventFilter
+	if a, ok := q["agent"]; ok {
+		f.AgentIDs = a
+	}
+	for _, t := range q["type"] {
+		if t == "" || len(t) > 64 {
+			return f, bad("type", "type must name an event type")
+		}
+		f.Types = append(f.Types, selfimprove.EventType(t))
+	}
+	for _, p := range []struct {
+		name string
+		t    *time.Time
+	}{{"since", &f.Since}, {"until", &f.Until}} {
+		if v := q.Get(p.name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return f, bad(p.name, "%s must be an RFC 3339 time such as 2026-01-02T15:04:05Z", p.name)
+			}
+			*p.t = t
+		}
+	}
+	f.After, f.Before = q.Get("after"), q.Get("before")
+	n, err := limit(q)
+	f.Limit = n
+	return f, err
+}
+
+// listEvents serves GET /api/events.
+func (s *server) listEvents(w http.ResponseWriter, r *http.Request) {
+	f, err := eventFilter(r.URL.Query())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	evs := s.l.Events(f)
+	out := EventList{Events: make([]EventView, len(evs))}
+	for i, e := range evs {
+		out.Events[i] = EventView{Event: e, AgentRef: Ref(e.AgentID)}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// similar serves GET /api/similar.
+func (s *server) similar(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	text := q.Get("q")
+	if strings.TrimSpace(text) == "" {
+		s.fail(w, bad("q", "q is required: the text of a failure"))
+		return
+	}
+	if len(text) > 4096 {
+		s.fail(w, bad("q", "q is over 4096 bytes"))
+		return
+	}
+	k := 5
+	if v := q.Get("k"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			s.fail(w, bad("k", "k must be a number in 1..100"))
+			return
+		}
+		k = n
+	}
+	writeJSON(w, http.StatusOK, SimilarList{Memories: nonNil(s.l.Similar(text, k))})
+}

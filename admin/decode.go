@@ -1,0 +1,168 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxReason bounds a reason in a request, in bytes.
+const maxReason = 512
+
+// badRequest is an input error: the status, the field and the message.
+type badRequest struct {
+	status int
+	field  string
+	msg    string
+}
+
+func (e *badRequest) Error() string { return e.msg }
+
+func bad(field, format string, args ...any) *badRequest {
+	return &badRequest{status: http.StatusBadRequest, field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// RewindRequest is the body of POST /api/agents/{agent}/rewind.
+type RewindRequest struct {
+	// Version is the config version to install again (see
+	// AgentDetail.Versions). Required.
+	Version int `json:"version"`
+	// Reason says why, at most 512 bytes. Required.
+	Reason string `json:"reason"`
+	// Author names who asks, at most 128 bytes; it is added to the
+	// reason. Optional.
+	Author string `json:"author,omitempty"`
+	// Verify, default true, verifies the rewound config like any change
+	// (it may be rolled back). false installs it as an operator's config
+	// (Loop.SetConfig), kept without verification.
+	Verify *bool `json:"verify,omitempty"`
+}
+
+// ConfigRequest is the body of POST /api/agents/{agent}/config.
+type ConfigRequest struct {
+	Config ConfigBody `json:"config"`
+}
+
+// ConfigBody is a config in a request. Durations are Go duration strings
+// ("1.5s"); the version is assigned by the loop.
+type ConfigBody struct {
+	Timeout     string            `json:"timeout,omitempty"`
+	MaxAttempts int               `json:"max_attempts,omitempty"`
+	Backoff     string            `json:"backoff,omitempty"`
+	Route       string            `json:"route,omitempty"`
+	Params      map[string]string `json:"params,omitempty"`
+}
+
+// ThresholdRequest is the body of POST /api/agents/{agent}/threshold:
+// failures (1..64) in window open an analysis, then cooldown. Clear true
+// (and no other field) removes the manual threshold.
+type ThresholdRequest struct {
+	Failures int    `json:"failures,omitempty"`
+	Window   string `json:"window,omitempty"`
+	Cooldown string `json:"cooldown,omitempty"`
+	Clear    bool   `json:"clear,omitempty"`
+}
+
+// CriticalRequest is the body of POST /api/agents/{agent}/critical.
+type CriticalRequest struct {
+	Critical *bool `json:"critical"`
+}
+
+// ApproveRequest is the body of POST /api/proposals/{id}/approve: an
+// empty object (or no body).
+type ApproveRequest struct{}
+
+// RejectRequest is the body of POST /api/proposals/{id}/reject.
+type RejectRequest struct {
+	// Reason says why, at most 512 bytes. Required.
+	Reason string `json:"reason"`
+}
+
+// decode reads one JSON object from r into v: no unknown fields, nothing
+// after it. An empty body is allowed only when empty is true. Errors are
+// *badRequest (413 for a body over the limit).
+func decode(r io.Reader, v any, empty bool) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if dec.More() || dec.Decode(&struct{}{}) != io.EOF {
+			return bad("", "the body must be one JSON object")
+		}
+		return nil
+	}
+	var (
+		maxErr  *http.MaxBytesError
+		typeErr *json.UnmarshalTypeError
+		synErr  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		return &badRequest{status: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the body is over %d bytes", maxErr.Limit)}
+	case errors.Is(err, io.EOF):
+		if empty {
+			return nil
+		}
+		return bad("", "the body is empty; it must be a JSON object")
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return bad("", "the body must be a JSON object")
+		}
+		return bad(typeErr.Field, "%s must be a JSON %s", typeErr.Field, typeName(typeErr.Type.Kind().String()))
+	case errors.As(err, &synErr):
+		return bad("", "malformed JSON at byte %d", synErr.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return bad("", "malformed JSON: the body ends early")
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		f = strings.Trim(f, `"`)
+		return bad(f, "unknown field %q", f)
+	}
+	return bad("", "malformed JSON")
+}
+
+// typeName names a Go kind in JSON's words.
+func typeName(kind string) string {
+	switch kind {
+	case "int", "int64", "uint64", "float64":
+		return "number"
+	case "map", "struct":
+		return "object"
+	case "ptr":
+		return "value of the right type"
+	}
+	return kind
+}
+
+// text checks a required or optional text field.
+func text(field, s string, max int, required bool) error {
+	switch {
+	case required && strings.TrimSpace(s) == "":
+		return bad(field, "%s is required", field)
+	case len(s) > max:
+		return bad(field, "%s is over %d bytes", field, max)
+	case !utf8.ValidString(s):
+		return bad(field, "%s is not UTF-8", field)
+	}
+	return nil
+}
+
+// duration parses an optional Go duration string field.
+func duration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, bad(field, "%s: %q is not a duration such as \"1.5s\"", field, s)
+	}
+	if d < 0 {
+		return 0, bad(field, "%s is negative", field)
+	}
+	return d, nil
+}

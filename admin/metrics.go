@@ -1,0 +1,261 @@
+package admin
+
+import (
+	"bufio"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// otherAgents is the agent label value of the agents beyond
+// Options.MaxAgentSeries.
+const otherAgents = "_other"
+
+// metrics serves GET /metrics in the Prometheus text exposition format
+// 0.0.4. The per-agent series cover the agents in memory, the first
+// Options.MaxAgentSeries by ID; the others are summed under
+// agent="_other".
+func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if r.Method == http.MethodHead {
+		return
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	WriteMetrics(bw, s.l, s.o.MaxAgentSeries)
+	bw.Flush()
+}
+
+// series is one agent's series: its label value and counters.
+type series struct {
+	label string
+	m     selfimprove.AgentMetrics
+	open  int64 // agents with an open or half-open circuit
+	n     int64 // agents summed (for _other)
+}
+
+// WriteMetrics writes l's metrics to w in the Prometheus text exposition
+// format 0.0.4, with per-agent series for at most maxAgents agents (the
+// first by ID; default 1,000 when 0 or less) and the others summed under
+// agent="_other". It is what GET /metrics serves.
+func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
+	if maxAgents <= 0 {
+		maxAgents = 1000
+	}
+	var all []selfimprove.AgentMetrics
+	for m := range l.AgentMetrics() {
+		all = append(all, m)
+	}
+	slices.SortFunc(all, func(a, b selfimprove.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
+	agents := make([]series, 0, min(len(all), maxAgents)+1)
+	var other series
+	other.label = otherAgents
+	seen := make(map[string]struct{}, min(len(all), maxAgents))
+	for _, m := range all {
+		label := labelValue(m.AgentID)
+		if _, dup := seen[label]; len(agents) < maxAgents && !dup && label != otherAgents {
+			seen[label] = struct{}{}
+			a := series{label: label, m: m, n: 1}
+			if m.Circuit != selfimprove.CircuitClosed {
+				a.open = 1
+			}
+			agents = append(agents, a)
+			continue
+		}
+		other.add(&m)
+	}
+	if other.n > 0 {
+		agents = append(agents, other)
+	}
+
+	e := encoder{w: w}
+	e.family("selfimprove_calls_total", "counter", "Calls by agent and outcome since the agent was loaded in this process (ignored: cancelled by the caller).")
+	for i := range agents {
+		a := &agents[i]
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "success", a.m.Successes)
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.m.Failures)
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.m.Ignored)
+	}
+	e.family("selfimprove_call_duration_seconds", "histogram", "Duration of the counted calls (every attempt and the waits between), by agent.")
+	bounds := selfimprove.LatencyBuckets()
+	les := make([]string, len(bounds))
+	for i, b := range bounds {
+		les[i] = strconv.FormatFloat(b.Seconds(), 'g', -1, 64)
+	}
+	for i := range agents {
+		a := &agents[i]
+		var cum uint64
+		for j, c := range a.m.Latency.Counts {
+			cum += c
+			le := "+Inf"
+			if j < len(les) {
+				le = les[j]
+			}
+			e.sample("selfimprove_call_duration_seconds_bucket", true, a.label, "le", le, int64(cum))
+		}
+		e.float("selfimprove_call_duration_seconds_sum", a.label, a.m.Latency.Sum.Seconds())
+		e.sample("selfimprove_call_duration_seconds_count", true, a.label, "", "", int64(a.m.Latency.Count))
+	}
+	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
+	for i := range agents {
+		if a := &agents[i]; a.label != otherAgents {
+			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.ConfigVersion))
+		}
+	}
+	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
+	for i := range agents {
+		e.sample("selfimprove_circuit_open", true, agents[i].label, "", "", agents[i].open)
+	}
+	e.family("selfimprove_agents_aggregated", "gauge", "Agents in memory whose series are summed under agent=\"_other\".")
+	e.sample("selfimprove_agents_aggregated", false, "", "", "", other.n)
+
+	m := l.Metrics()
+	e.family("selfimprove_changes_total", "counter", "Config changes applied, confirmed and rolled back since the loop started.")
+	e.sample("selfimprove_changes_total", false, "", "result", "applied", m.Improvements)
+	e.sample("selfimprove_changes_total", false, "", "result", "confirmed", m.Confirmations)
+	e.sample("selfimprove_changes_total", false, "", "result", "rolled_back", m.Rollbacks)
+	for _, c := range []struct {
+		name, typ, help string
+		v               int64
+	}{
+		{"selfimprove_strategy_runs_total", "counter", "Strategy runs.", m.StrategyRuns},
+		{"selfimprove_strategy_errors_total", "counter", "Strategy runs that failed (errors, panics, timeouts).", m.StrategyErrors},
+		{"selfimprove_rejected_tweaks_total", "counter", "Tweaks the loop refused to apply.", m.RejectedTweaks},
+		{"selfimprove_store_errors_total", "counter", "Failed reads and writes of the store.", m.StoreErrors},
+		{"selfimprove_notify_delivered_total", "counter", "Events delivered to the notifier.", m.Notified},
+		{"selfimprove_notify_failures_total", "counter", "Failed notifier deliveries, panics included.", m.NotifyErrors + m.NotifyPanics},
+		{"selfimprove_notify_dropped_total", "counter", "Events dropped because the notifier queue was full or closed.", m.NotifyDropped},
+		{"selfimprove_traces_total", "counter", "Traces written.", m.Traces},
+		{"selfimprove_traces_dropped_total", "counter", "Traces lost.", m.TracesDropped},
+		{"selfimprove_agents_loaded", "gauge", "Agents in memory.", m.Agents},
+		{"selfimprove_agent_loads_total", "counter", "Agents loaded from the store.", m.Loads},
+		{"selfimprove_agent_evictions_total", "counter", "Idle agents evicted from memory.", m.Evictions},
+	} {
+		e.family(c.name, c.typ, c.help)
+		e.sample(c.name, false, "", "", "", c.v)
+	}
+}
+
+// add sums m into the aggregate s.
+func (s *series) add(m *selfimprove.AgentMetrics) {
+	s.n++
+	if m.Circuit != selfimprove.CircuitClosed {
+		s.open++
+	}
+	s.m.Successes += m.Successes
+	s.m.Failures += m.Failures
+	s.m.Ignored += m.Ignored
+	if s.m.Latency.Counts == nil {
+		s.m.Latency.Counts = make([]uint64, len(m.Latency.Counts))
+	}
+	for i, c := range m.Latency.Counts {
+		s.m.Latency.Counts[i] += c
+	}
+	s.m.Latency.Count += m.Latency.Count
+	s.m.Latency.Sum += m.Latency.Sum
+}
+
+// labelValue maps an agent ID to a label value: valid UTF-8 (each byte
+// that is not is written as \xNN).
+func labelValue(id string) string {
+	if utf8.ValidString(id) {
+		return id
+	}
+	var b strings.Builder
+	for i := 0; i < len(id); {
+		r, n := utf8.DecodeRuneInString(id[i:])
+		if r == utf8.RuneError && n == 1 {
+			const hex = "0123456789ABCDEF"
+			b.WriteString(`\x`)
+			b.WriteByte(hex[id[i]>>4])
+			b.WriteByte(hex[id[i]&15])
+		} else {
+			b.WriteString(id[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// encoder writes samples in the text format.
+type encoder struct {
+	w   *bufio.Writer
+	buf []byte
+}
+
+// family writes the HELP and TYPE lines of a metric family.
+func (e *encoder) family(name, typ, help string) {
+	e.w.WriteString("# HELP ")
+	e.w.WriteString(name)
+	e.w.WriteByte(' ')
+	e.w.WriteString(help) // constant text: no \ or newline
+	e.w.WriteString("\n# TYPE ")
+	e.w.WriteString(name)
+	e.w.WriteByte(' ')
+	e.w.WriteString(typ)
+	e.w.WriteByte('\n')
+}
+
+// labels writes {agent="…",k="v"} (either may be absent).
+func (e *encoder) labels(agent, k, v string, hasAgent bool) {
+	if !hasAgent && k == "" {
+		return
+	}
+	e.w.WriteByte('{')
+	if hasAgent {
+		e.w.WriteString(`agent="`)
+		escapeLabel(e.w, agent)
+		e.w.WriteByte('"')
+		if k != "" {
+			e.w.WriteByte(',')
+		}
+	}
+	if k != "" {
+		e.w.WriteString(k)
+		e.w.WriteString(`="`)
+		escapeLabel(e.w, v)
+		e.w.WriteByte('"')
+	}
+	e.w.WriteByte('}')
+}
+
+// sample writes one integer sample, with an agent label if hasAgent and
+// a label k="v" if k is not empty.
+func (e *encoder) sample(name string, hasAgent bool, agent, k, v string, n int64) {
+	e.w.WriteString(name)
+	e.labels(agent, k, v, hasAgent)
+	e.w.WriteByte(' ')
+	e.buf = strconv.AppendInt(e.buf[:0], n, 10)
+	e.w.Write(e.buf)
+	e.w.WriteByte('\n')
+}
+
+// float writes one float sample with an agent label.
+func (e *encoder) float(name, agent string, f float64) {
+	e.w.WriteString(name)
+	e.labels(agent, "", "", true)
+	e.w.WriteByte(' ')
+	e.buf = strconv.AppendFloat(e.buf[:0], f, 'g', -1, 64)
+	e.w.Write(e.buf)
+	e.w.WriteByte('\n')
+}
+
+// escapeLabel writes a label value with \, " and newline escaped.
+func escapeLabel(w *bufio.Writer, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			w.WriteString(`\\`)
+		case '"':
+			w.WriteString(`\"`)
+		case '\n':
+			w.WriteString(`\n`)
+		default:
+			w.WriteByte(c)
+		}
+	}
+}

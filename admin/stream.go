@@ -1,0 +1,103 @@
+package admin
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// stream serves GET /api/events/stream: the events as server-sent events,
+// each "id: <event ID>", "event: <type>", "data: <EventView JSON>". It
+// resumes after the Last-Event-ID header (or the last_event_id query
+// parameter) from the loop's recent events. A client that falls
+// Options.StreamBuffer events behind gets an event "dropped" and is
+// disconnected; when the loop closes, clients get an event "closed".
+func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+	f, err := eventFilter(r.URL.Query())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	last := r.Header.Get("Last-Event-ID")
+	if last == "" {
+		last = r.URL.Query().Get("last_event_id")
+	}
+	if len(last) > 64 {
+		s.fail(w, bad("Last-Event-ID", "Last-Event-ID is not an event ID"))
+		return
+	}
+	rc := http.NewResponseController(w)
+	sub := s.l.Subscribe(last, s.o.StreamBuffer)
+	defer sub.Close()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	bw := bufio.NewWriter(w)
+	flush := func() bool {
+		rc.SetWriteDeadline(time.Now().Add(s.o.WriteTimeout))
+		return bw.Flush() == nil && rc.Flush() == nil
+	}
+	bw.WriteString("retry: 2000\n\n")
+	for i := range sub.Backlog {
+		writeEvent(bw, &f, &sub.Backlog[i])
+	}
+	if !flush() {
+		return
+	}
+	tick := time.NewTicker(s.o.StreamKeepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				switch err := sub.Err(); {
+				case errors.Is(err, selfimprove.ErrSubscriberBehind):
+					bw.WriteString("event: dropped\ndata: {\"error\":\"the client fell behind; reconnect with Last-Event-ID\"}\n\n")
+				case errors.Is(err, selfimprove.ErrClosed):
+					bw.WriteString("event: closed\ndata: {\"error\":\"the loop is closed\"}\n\n")
+				}
+				flush()
+				return
+			}
+			writeEvent(bw, &f, &ev)
+			if len(sub.C) > 0 && bw.Buffered() < 32<<10 {
+				continue // more to come: write them together
+			}
+		case <-tick.C:
+			bw.WriteString(": keep-alive\n\n")
+		case <-r.Context().Done():
+			return
+		}
+		if !flush() {
+			return
+		}
+	}
+}
+
+// writeEvent writes ev as one server-sent event, if f keeps it (its
+// agents, types and times; paging does not apply to a stream).
+func writeEvent(bw *bufio.Writer, f *selfimprove.EventFilter, ev *selfimprove.Event) {
+	if !f.Keeps(ev) {
+		return
+	}
+	b, err := json.Marshal(EventView{Event: *ev, AgentRef: Ref(ev.AgentID)})
+	if err != nil {
+		return
+	}
+	bw.WriteString("id: ")
+	bw.WriteString(ev.ID)
+	bw.WriteString("\nevent: ")
+	bw.WriteString(string(ev.Type))
+	bw.WriteString("\ndata: ")
+	bw.Write(b)
+	bw.WriteString("\n\n")
+}

@@ -1,0 +1,195 @@
+package admin
+
+import (
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// AgentSummary is one agent in GET /api/agents.
+type AgentSummary struct {
+	// ID is the agent ID, readable: bytes that are not UTF-8 show as
+	// U+FFFD. Ref is exact: the ID as an escaped path segment, for URLs
+	// (/api/agents/{Ref}) and for the after= cursor.
+	ID  string `json:"id"`
+	Ref string `json:"ref"`
+	// ConfigVersion is the version of the config in force.
+	ConfigVersion int `json:"config_version"`
+	// Stats are over the agent's analysis window.
+	Stats selfimprove.Stats `json:"stats"`
+	// Health is in [0, 1] (see Loop.Health); Healthy is Health at or
+	// above Options.UnhealthyBelow with a closed circuit.
+	Health  float64 `json:"health"`
+	Healthy bool    `json:"healthy"`
+	// Profile names the threshold in force; Critical and
+	// ManualThreshold are the operator's settings.
+	Profile         selfimprove.Profile `json:"profile"`
+	Threshold       ThresholdView       `json:"threshold"`
+	Critical        bool                `json:"critical"`
+	ManualThreshold bool                `json:"manual_threshold"`
+	// ChangeState is the state of the change under verification, else
+	// of the latest change ("verifying", "confirmed", "rolled_back",
+	// "superseded"); empty when there has been none.
+	ChangeState selfimprove.ChangeState `json:"change_state,omitempty"`
+	// Circuit is "closed", "open" or "half_open".
+	Circuit selfimprove.Circuit `json:"circuit"`
+	// PendingProposals counts the agent's proposals waiting for a person.
+	PendingProposals int `json:"pending_proposals"`
+	// Loaded reports that the agent is in memory.
+	Loaded bool `json:"loaded"`
+}
+
+// ThresholdView is a Threshold with durations as Go duration strings
+// ("10m0s").
+type ThresholdView struct {
+	Failures int    `json:"failures"`
+	Window   string `json:"window"`
+	Cooldown string `json:"cooldown"`
+}
+
+// AgentList is the answer of GET /api/agents: a page of agents, by ID.
+type AgentList struct {
+	Agents []AgentSummary `json:"agents"`
+	// Next is the after= value of the next page; empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// AgentDetail is the answer of GET /api/agents/{agent}.
+type AgentDetail struct {
+	AgentSummary
+	// Config is the config in force.
+	Config selfimprove.Config `json:"config"`
+	// Versions are the config versions the loop holds, oldest first, the
+	// current one last: each one's config, who or what made it and why,
+	// and its verification.
+	Versions []Version `json:"versions"`
+	// Changes are the recent changes, oldest first (Loop.Changes).
+	Changes []selfimprove.Change `json:"changes"`
+	// Clusters are the failure clusters in the window, most failures
+	// first.
+	Clusters []selfimprove.Cluster `json:"clusters"`
+	// Proposals are the agent's proposals, oldest first.
+	Proposals []selfimprove.Proposal `json:"proposals"`
+}
+
+// Version is one config version of an agent.
+type Version struct {
+	Version int                `json:"version"`
+	Config  selfimprove.Config `json:"config"`
+	Current bool               `json:"current"`
+	// MadeBy says who or what installed it: "default" (the first
+	// config), "strategy" (an automatic tweak), "proposal" (a proposal
+	// an operator approved), "rewind" (an operator's rewind), "operator"
+	// (SetConfig), or "unknown" when the loop no longer holds the
+	// change that installed it.
+	MadeBy string `json:"made_by"`
+	// Reason and At are the change's reason and time, when known.
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at,omitzero"`
+	// Change is the change that installed it, with its verification:
+	// state, verdict, and the evidence (before and after stats); nil
+	// when not known.
+	Change *selfimprove.Change `json:"change,omitempty"`
+}
+
+// ProposalList is the answer of GET /api/proposals.
+type ProposalList struct {
+	Proposals []selfimprove.Proposal `json:"proposals"`
+}
+
+// EventView is an event with its agent's exact reference.
+type EventView struct {
+	selfimprove.Event
+	// AgentRef is the agent ID as an escaped path segment (see
+	// AgentSummary.Ref).
+	AgentRef string `json:"agent_ref"`
+}
+
+// EventList is the answer of GET /api/events: events oldest first.
+type EventList struct {
+	Events []EventView `json:"events"`
+}
+
+// SimilarList is the answer of GET /api/similar.
+type SimilarList struct {
+	Memories []selfimprove.Memory `json:"memories"`
+}
+
+// Result is the answer of a mutation: the agent as it stands after it,
+// and the change or proposal it made, if any.
+type Result struct {
+	Agent    *AgentSummary         `json:"agent,omitempty"`
+	Change   *selfimprove.Change   `json:"change,omitempty"`
+	Proposal *selfimprove.Proposal `json:"proposal,omitempty"`
+}
+
+// Ref returns the reference of an agent ID in URLs: the ID as one escaped
+// path segment. Every byte string round-trips.
+func Ref(agentID string) string { return url.PathEscape(agentID) }
+
+// summary builds an agent's summary from its overview.
+func (s *server) summary(o *selfimprove.AgentOverview) AgentSummary {
+	v := AgentSummary{
+		ID: strings.ToValidUTF8(o.AgentID, "\uFFFD"), Ref: Ref(o.AgentID),
+		ConfigVersion: o.Config.Version, Stats: o.Stats, Health: o.Health,
+		Profile: o.Profile, Threshold: thresholdView(o.Threshold),
+		Critical: o.Critical, ManualThreshold: o.Manual,
+		Circuit: o.Circuit, PendingProposals: o.Proposals, Loaded: o.Loaded,
+	}
+	v.Healthy = o.Health >= s.o.UnhealthyBelow && o.Circuit == selfimprove.CircuitClosed
+	if o.Change != nil {
+		v.ChangeState = o.Change.State
+	}
+	return v
+}
+
+func thresholdView(t selfimprove.Threshold) ThresholdView {
+	return ThresholdView{Failures: t.Failures, Window: t.Window.String(), Cooldown: t.Cooldown.String()}
+}
+
+// versions builds the version history of an agent from its configs, its
+// changes and the recent events (for SetConfig's changes, which are not
+// kept among the changes).
+func versions(history []selfimprove.Config, changes []selfimprove.Change, events []selfimprove.Event) []Version {
+	by := map[int]*selfimprove.Change{}
+	for i := range changes {
+		ch := &changes[i]
+		if ch.State != selfimprove.ChangeRolledBack || by[ch.To.Version] == nil {
+			by[ch.To.Version] = ch
+		}
+	}
+	set := map[int]*selfimprove.Change{}
+	for i := range events {
+		if e := &events[i]; e.Type == selfimprove.EventConfigSet && e.Change != nil {
+			set[e.Change.To.Version] = e.Change
+		}
+	}
+	out := make([]Version, 0, len(history))
+	for i, c := range history {
+		v := Version{Version: c.Version, Config: c, Current: i == len(history)-1, MadeBy: "unknown"}
+		ch := by[c.Version]
+		if ch == nil {
+			ch = set[c.Version]
+		}
+		switch {
+		case ch != nil:
+			v.Change, v.Reason, v.At = ch, ch.Reason, ch.AppliedAt
+			switch {
+			case ch.ProposalID != "":
+				v.MadeBy = "proposal"
+			case strings.HasPrefix(ch.Reason, "rewind to v"):
+				v.MadeBy = "rewind"
+			case ch.Window == nil:
+				v.MadeBy = "operator"
+			default:
+				v.MadeBy = "strategy"
+			}
+		case c.Version == 1:
+			v.MadeBy = "default"
+		}
+		out = append(out, v)
+	}
+	return out
+}

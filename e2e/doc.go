@@ -1,0 +1,3 @@
+// Package e2e holds end-to-end tests of the operator surface against real
+// third-party clients: the Prometheus text parser reads /metrics.
+package e2e

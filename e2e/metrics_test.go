@@ -1,0 +1,171 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/admin"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// TestMetricsParse reads /metrics with the Prometheus text parser and
+// checks the values against the loop's own numbers.
+func TestMetricsParse(t *testing.T) {
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ids := []string{"plain", "q\"uote\\back\nline", "nul\x00", "bad\xffutf8", "é"}
+	for n, id := range ids {
+		for i := range 10 + n {
+			l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+				clk.Advance(time.Duration(i) * 30 * time.Millisecond)
+				if i%4 == 3 {
+					return errors.New("boom")
+				}
+				return nil
+			})
+		}
+	}
+	l.SetConfig("plain", si.Config{MaxAttempts: 2})
+	srv := httptest.NewServer(admin.Handler(l, admin.Options{MaxAgentSeries: 4}))
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); expfmt.ResponseFormat(res.Header) != expfmt.NewFormat(expfmt.TypeTextPlain) {
+		t.Errorf("content type %q", ct)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	byAgent := map[string]si.AgentMetrics{}
+	for m := range l.AgentMetrics() {
+		byAgent[m.AgentID] = m
+	}
+	label := func(m *dto.Metric, name string) string {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == name {
+				return lp.GetValue()
+			}
+		}
+		return ""
+	}
+	// The first four IDs by byte order have their own series.
+	own := map[string]string{ // label → ID
+		"bad\\xFFutf8": "bad\xffutf8", "nul\x00": "nul\x00", "plain": "plain", "q\"uote\\back\nline": "q\"uote\\back\nline",
+	}
+	calls := fams["selfimprove_calls_total"]
+	if calls == nil || calls.GetType() != dto.MetricType_COUNTER {
+		t.Fatalf("calls: %v", calls)
+	}
+	seen := 0
+	for _, m := range calls.GetMetric() {
+		a, outcome := label(m, "agent"), label(m, "outcome")
+		want := byAgent["é"]
+		if a != "_other" {
+			id, ok := own[a]
+			if !ok {
+				t.Fatalf("unexpected agent label %q", a)
+			}
+			want = byAgent[id]
+		}
+		v := int64(m.GetCounter().GetValue())
+		switch outcome {
+		case "success":
+			seen++
+			if v != want.Successes {
+				t.Errorf("%q success %d, want %d", a, v, want.Successes)
+			}
+		case "failure":
+			if v != want.Failures {
+				t.Errorf("%q failure %d, want %d", a, v, want.Failures)
+			}
+		}
+	}
+	if seen != 5 {
+		t.Errorf("%d agents with success series, want 5", seen)
+	}
+	hist := fams["selfimprove_call_duration_seconds"]
+	if hist == nil || hist.GetType() != dto.MetricType_HISTOGRAM {
+		t.Fatalf("histogram: %v", hist)
+	}
+	for _, m := range hist.GetMetric() {
+		a := label(m, "agent")
+		if a == "_other" {
+			continue
+		}
+		want := byAgent[own[a]]
+		h := m.GetHistogram()
+		if h.GetSampleCount() != want.Latency.Count || h.GetSampleSum() != want.Latency.Sum.Seconds() ||
+			len(h.GetBucket()) != len(want.Latency.Counts) {
+			t.Errorf("%q histogram %v, want %+v", a, h, want.Latency)
+		}
+		var cum uint64
+		for i, b := range h.GetBucket() {
+			cum += want.Latency.Counts[i]
+			bound := math.Inf(1)
+			if i < len(want.Latency.Bounds) {
+				bound = want.Latency.Bounds[i].Seconds()
+			}
+			if b.GetCumulativeCount() != cum || b.GetUpperBound() != bound {
+				t.Errorf("%q bucket %d: %v, want %d ≤ %v", a, i, b, cum, bound)
+			}
+		}
+	}
+	gauge := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range fams[name].GetMetric() {
+			out[label(m, "agent")] = m.GetGauge().GetValue()
+		}
+		return out
+	}
+	if v := gauge("selfimprove_config_version"); v["plain"] != float64(l.Config("plain").Version) || v["plain"] != 2 || len(v) != 4 {
+		t.Errorf("config versions %v", v)
+	}
+	mm := l.Metrics()
+	for name, want := range map[string]int64{
+		"selfimprove_agents_loaded":         mm.Agents,
+		"selfimprove_store_errors_total":    mm.StoreErrors,
+		"selfimprove_notify_dropped_total":  mm.NotifyDropped,
+		"selfimprove_agent_evictions_total": mm.Evictions,
+		"selfimprove_agents_aggregated":     1,
+	} {
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) != 1 {
+			t.Errorf("%s: %v", name, f)
+			continue
+		}
+		m := f.GetMetric()[0]
+		if got := m.GetGauge().GetValue() + m.GetCounter().GetValue(); got != float64(want) {
+			t.Errorf("%s = %v, want %d", name, got, want)
+		}
+	}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "selfimprove_") || f.GetHelp() == "" {
+			t.Errorf("family %s: help %q", name, f.GetHelp())
+		}
+	}
+	t.Logf("%d families", len(fams))
+}

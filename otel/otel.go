@@ -1,0 +1,219 @@
+// Package otel bridges a selfimprove Loop to OpenTelemetry: the loop's
+// metrics as instruments of a metric.MeterProvider (RegisterMetrics), and
+// a span per wrapped call under the caller's span (Wrap).
+package otel
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the meter and the tracer.
+const ScopeName = "github.com/self-improving-loop/selfimprove/otel"
+
+// otherAgents is the agent attribute of the agents beyond MaxAgentSeries.
+const otherAgents = "_other"
+
+// Options configures RegisterMetrics.
+type Options struct {
+	// MaxAgentSeries bounds the agents observed with their own agent
+	// attribute: the first ones by ID; the others are summed under
+	// agent="_other". Default 1,000.
+	MaxAgentSeries int
+}
+
+// RegisterMetrics registers observable instruments reading l on a meter
+// of mp: the same numbers as the admin package's /metrics.
+//
+//	selfimprove.calls            counter  {agent, outcome=success|failure|ignored}
+//	selfimprove.config.version   gauge    {agent}
+//	selfimprove.circuit.open     gauge    {agent}  1 open or half-open, else 0
+//	selfimprove.changes          counter  {result=applied|confirmed|rolled_back}
+//	selfimprove.notify.delivered, .failures, .dropped; selfimprove.store.errors;
+//	selfimprove.agents.loaded (gauge), selfimprove.agent.loads, selfimprove.agent.evictions  counters
+//
+// Call latency is a histogram, which OpenTelemetry cannot observe: Wrap
+// records it (selfimprove.call.duration) for the calls it runs.
+// Unregister the returned Registration to stop.
+func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.Registration, error) {
+	if opts.MaxAgentSeries <= 0 {
+		opts.MaxAgentSeries = 1000
+	}
+	m := mp.Meter(ScopeName)
+	calls, err := m.Int64ObservableCounter("selfimprove.calls", metric.WithDescription("Calls by agent and outcome since the agent was loaded in this process."), metric.WithUnit("{call}"))
+	if err != nil {
+		return nil, err
+	}
+	version, err := m.Int64ObservableGauge("selfimprove.config.version", metric.WithDescription("Version of the config in force, by agent."))
+	if err != nil {
+		return nil, err
+	}
+	circuit, err := m.Int64ObservableGauge("selfimprove.circuit.open", metric.WithDescription("1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are)."))
+	if err != nil {
+		return nil, err
+	}
+	changes, err := m.Int64ObservableCounter("selfimprove.changes", metric.WithDescription("Config changes applied, confirmed and rolled back."))
+	if err != nil {
+		return nil, err
+	}
+	loopCounters := []struct {
+		name, help string
+		gauge      bool
+		get        func(si.Metrics) int64
+	}{
+		{"selfimprove.notify.delivered", "Events delivered to the notifier.", false, func(m si.Metrics) int64 { return m.Notified }},
+		{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors + m.NotifyPanics }},
+		{"selfimprove.notify.dropped", "Events dropped because the notifier queue was full or closed.", false, func(m si.Metrics) int64 { return m.NotifyDropped }},
+		{"selfimprove.store.errors", "Failed reads and writes of the store.", false, func(m si.Metrics) int64 { return m.StoreErrors }},
+		{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
+		{"selfimprove.agent.evictions", "Idle agents evicted from memory.", false, func(m si.Metrics) int64 { return m.Evictions }},
+		{"selfimprove.agents.loaded", "Agents in memory.", true, func(m si.Metrics) int64 { return m.Agents }},
+	}
+	obs := []metric.Observable{calls, version, circuit, changes}
+	loopInst := make([]metric.Int64Observable, len(loopCounters))
+	for i, c := range loopCounters {
+		var inst metric.Int64Observable
+		if c.gauge {
+			inst, err = m.Int64ObservableGauge(c.name, metric.WithDescription(c.help))
+		} else {
+			inst, err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.help))
+		}
+		if err != nil {
+			return nil, err
+		}
+		loopInst[i] = inst
+		obs = append(obs, inst)
+	}
+	outcome := func(o string) attribute.KeyValue { return attribute.String("outcome", o) }
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		var all []si.AgentMetrics
+		for a := range l.AgentMetrics() {
+			all = append(all, a)
+		}
+		slices.SortFunc(all, func(a, b si.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
+		var other si.AgentMetrics
+		var otherOpen, otherN int64
+		for i, a := range all {
+			open := int64(0)
+			if a.Circuit != si.CircuitClosed {
+				open = 1
+			}
+			if i >= opts.MaxAgentSeries || a.AgentID == otherAgents {
+				other.Successes += a.Successes
+				other.Failures += a.Failures
+				other.Ignored += a.Ignored
+				otherOpen += open
+				otherN++
+				continue
+			}
+			agent := attribute.String("agent", strings.ToValidUTF8(a.AgentID, "\uFFFD"))
+			o.ObserveInt64(calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
+			o.ObserveInt64(calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
+			o.ObserveInt64(calls, a.Ignored, metric.WithAttributes(agent, outcome("ignored")))
+			o.ObserveInt64(version, int64(a.ConfigVersion), metric.WithAttributes(agent))
+			o.ObserveInt64(circuit, open, metric.WithAttributes(agent))
+		}
+		if otherN > 0 {
+			agent := attribute.String("agent", otherAgents)
+			o.ObserveInt64(calls, other.Successes, metric.WithAttributes(agent, outcome("success")))
+			o.ObserveInt64(calls, other.Failures, metric.WithAttributes(agent, outcome("failure")))
+			o.ObserveInt64(calls, other.Ignored, metric.WithAttributes(agent, outcome("ignored")))
+			o.ObserveInt64(circuit, otherOpen, metric.WithAttributes(agent))
+		}
+		lm := l.Metrics()
+		result := func(r string) metric.ObserveOption {
+			return metric.WithAttributes(attribute.String("result", r))
+		}
+		o.ObserveInt64(changes, lm.Improvements, result("applied"))
+		o.ObserveInt64(changes, lm.Confirmations, result("confirmed"))
+		o.ObserveInt64(changes, lm.Rollbacks, result("rolled_back"))
+		for i, c := range loopCounters {
+			o.ObserveInt64(loopInst[i], c.get(lm))
+		}
+		return nil
+	}, obs...)
+}
+
+// Loop runs calls of a selfimprove Loop, each in a span and timed in a
+// histogram.
+type Loop struct {
+	l        *si.Loop
+	tracer   trace.Tracer
+	duration metric.Float64Histogram
+}
+
+// Wrap returns l with tracing from tp and the call-duration histogram on
+// mp (either may be nil: the global providers of go.opentelemetry.io/otel
+// are not used; a nil one turns its part off).
+func Wrap(l *si.Loop, tp trace.TracerProvider, mp metric.MeterProvider) (*Loop, error) {
+	w := &Loop{l: l}
+	if tp != nil {
+		w.tracer = tp.Tracer(ScopeName)
+	}
+	if mp != nil {
+		h, err := mp.Meter(ScopeName).Float64Histogram("selfimprove.call.duration",
+			metric.WithDescription("Duration of the calls (every attempt and the waits between), by agent and outcome."), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(bounds()...))
+		if err != nil {
+			return nil, err
+		}
+		w.duration = h
+	}
+	return w, nil
+}
+
+func bounds() []float64 {
+	var out []float64
+	for _, b := range si.LatencyBuckets() {
+		out = append(out, b.Seconds())
+	}
+	return out
+}
+
+// Execute runs fn through the Loop's ExecuteWithImprovement, in a span
+// "selfimprove.call" under ctx's span, with the attributes
+// selfimprove.agent, selfimprove.config.version, selfimprove.outcome
+// (success, failure, ignored) and selfimprove.attempts; a failed call
+// sets the span's status to Error with fn's error. fn's error and the
+// Report are returned unchanged.
+func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Context, si.Config) error) (si.Report, error) {
+	var span trace.Span
+	if w.tracer != nil {
+		ctx, span = w.tracer.Start(ctx, "selfimprove.call", trace.WithSpanKind(trace.SpanKindInternal))
+		defer span.End()
+	}
+	rep, err := w.l.ExecuteWithImprovement(ctx, agentID, fn)
+	out := "success"
+	switch {
+	case rep.Ignored:
+		out = "ignored"
+	case !rep.Success:
+		out = "failure"
+	}
+	agent := strings.ToValidUTF8(agentID, "\uFFFD")
+	if span != nil {
+		span.SetAttributes(
+			attribute.String("selfimprove.agent", agent),
+			attribute.Int("selfimprove.config.version", rep.ConfigVersion),
+			attribute.String("selfimprove.outcome", out),
+			attribute.Int("selfimprove.attempts", rep.Attempts),
+		)
+		if rep.Improvement != nil || rep.Rollback != nil || rep.Confirmed != nil {
+			span.SetAttributes(attribute.Bool("selfimprove.decision", true))
+		}
+		if err != nil && out == "failure" {
+			span.SetStatus(codes.Error, si.Scrub(err.Error()))
+		}
+	}
+	if w.duration != nil && out != "ignored" {
+		w.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String("agent", agent), attribute.String("outcome", out)))
+	}
+	return rep, err
+}

@@ -1,0 +1,139 @@
+package otel_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	siotel "github.com/self-improving-loop/selfimprove/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+func newLoop(t *testing.T) (*si.Loop, *fakeclock.Clock) {
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, clk
+}
+
+func TestSpansAndMetrics(t *testing.T) {
+	l, clk := newLoop(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	if _, err := siotel.RegisterMetrics(l, mp, siotel.Options{MaxAgentSeries: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := siotel.Wrap(l, tp, mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	boom := errors.New("upstream 503 api_key=sk-abcdefghijklmnopqrstuvwxyz123456")
+	for i := range 4 {
+		_, err := w.Execute(ctx, "a", func(context.Context, si.Config) error {
+			clk.Advance(30 * time.Millisecond)
+			if i == 3 {
+				return boom
+			}
+			return nil
+		})
+		if (i == 3) != (err == boom) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	w.Execute(ctx, "b", func(context.Context, si.Config) error { return nil })
+	parent.End()
+
+	spans := rec.Ended()
+	if len(spans) != 6 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	for i, s := range spans[:5] {
+		if s.Name() != "selfimprove.call" || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %d: %s under %v", i, s.Name(), s.Parent().SpanID())
+		}
+		attrs := map[attribute.Key]attribute.Value{}
+		for _, a := range s.Attributes() {
+			attrs[a.Key] = a.Value
+		}
+		wantOutcome, wantAgent := "success", "a"
+		if i == 3 {
+			wantOutcome = "failure"
+		}
+		if i == 4 {
+			wantAgent = "b"
+		}
+		if attrs["selfimprove.agent"].AsString() != wantAgent || attrs["selfimprove.outcome"].AsString() != wantOutcome ||
+			attrs["selfimprove.attempts"].AsInt64() != 1 || attrs["selfimprove.config.version"].AsInt64() != 1 {
+			t.Errorf("span %d: %v", i, attrs)
+		}
+		if i == 3 && (s.Status().Code != codes.Error || s.Status().Description == "" || strings.Contains(s.Status().Description, "abcdefghij")) {
+			t.Errorf("failed span status %+v", s.Status())
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			got[m.Name] = m.Data
+		}
+	}
+	sum := func(name string, want map[string]int64, key attribute.Key) {
+		t.Helper()
+		s, ok := got[name].(metricdata.Sum[int64])
+		if !ok {
+			t.Fatalf("%s: %T", name, got[name])
+		}
+		seen := map[string]int64{}
+		for _, dp := range s.DataPoints {
+			a, _ := dp.Attributes.Value("agent")
+			k, _ := dp.Attributes.Value(key)
+			seen[a.AsString()+"/"+k.AsString()] = dp.Value
+		}
+		for k, v := range want {
+			if seen[k] != v {
+				t.Errorf("%s %s = %d, want %d (%v)", name, k, seen[k], v, seen)
+			}
+		}
+	}
+	sum("selfimprove.calls", map[string]int64{"a/success": 3, "a/failure": 1, "_other/success": 1}, "outcome")
+	sum("selfimprove.changes", map[string]int64{"/applied": 0}, "result")
+	if g, ok := got["selfimprove.agents.loaded"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != l.Metrics().Agents {
+		t.Errorf("agents loaded: %v", got["selfimprove.agents.loaded"])
+	}
+	if g, ok := got["selfimprove.config.version"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 1 {
+		t.Errorf("config version: %v", got["selfimprove.config.version"])
+	}
+	h, ok := got["selfimprove.call.duration"].(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("duration: %T", got["selfimprove.call.duration"])
+	}
+	var n uint64
+	for _, dp := range h.DataPoints {
+		n += dp.Count
+	}
+	if n != 5 {
+		t.Errorf("duration count %d", n)
+	}
+}

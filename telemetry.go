@@ -1,0 +1,168 @@
+package selfimprove
+
+import (
+	"iter"
+	"sync/atomic"
+	"time"
+)
+
+// latencyBounds are the upper bounds of the latency histogram's buckets
+// (see LatencyBuckets); a last bucket counts the calls above them.
+var latencyBounds = [...]time.Duration{
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+}
+
+// LatencyBuckets returns the upper bounds of the buckets of
+// AgentMetrics.Latency, shortest first: 5 ms to 1 minute (13 bounds).
+// AgentMetrics.Latency.Counts has one more entry, for the calls longer
+// than the last bound.
+func LatencyBuckets() []time.Duration { return append([]time.Duration(nil), latencyBounds[:]...) }
+
+// telemetry counts an agent's calls since it was loaded in this process.
+// Its fields are updated atomically, so that it is read without the
+// agent's lock.
+type telemetry struct {
+	successes, failures, ignored atomic.Int64
+	buckets                      [len(latencyBounds) + 1]atomic.Uint64
+	sum                          atomic.Int64 // ns, of the counted calls
+	fast                         latencyHist  // successes booked without the lock
+}
+
+// observeLatency counts one finished call of the agent: its outcome and,
+// for a counted call, its duration. It allocates nothing.
+func (t *telemetry) observeLatency(d time.Duration, failed, ignored bool) {
+	switch {
+	case ignored:
+		t.ignored.Add(1)
+		return
+	case failed:
+		t.failures.Add(1)
+	default:
+		t.successes.Add(1)
+	}
+	t.buckets[latencyBucket(d)].Add(1)
+	t.sum.Add(int64(d))
+}
+
+// latencyBucket is the index of d's bucket in a latency histogram.
+func latencyBucket(d time.Duration) int {
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
+	}
+	return i
+}
+
+// latencyHist is a latency histogram of successful calls booked without
+// the lock, with their summed durations: the agent's own, and one in each
+// counter of a hot agent (see fast.go). It only grows.
+type latencyHist struct {
+	buckets [len(latencyBounds) + 1]atomic.Uint64
+	sum     atomic.Int64
+}
+
+// observe counts one successful call of d.
+func (h *latencyHist) observe(d time.Duration) {
+	h.buckets[latencyBucket(d)].Add(1)
+	h.sum.Add(int64(d))
+}
+
+// addTo adds h's counts to m's successes and histogram.
+func (h *latencyHist) addTo(m *AgentMetrics) {
+	for i := range h.buckets {
+		n := h.buckets[i].Load()
+		m.Latency.Counts[i] += n
+		m.Latency.Count += n
+		m.Successes += int64(n)
+	}
+	m.Latency.Sum += time.Duration(h.sum.Load())
+}
+
+// Histogram is a latency histogram: Counts[i] counts the calls that took
+// at most Bounds[i] and more than Bounds[i-1]; the last count, those
+// longer than the last bound. Bounds are LatencyBuckets.
+type Histogram struct {
+	Bounds []time.Duration
+	Counts []uint64
+	// Count is the sum of Counts; Sum the sum of the calls' durations.
+	Count uint64
+	Sum   time.Duration
+}
+
+// Circuit is the state of an agent's circuit breaker.
+type Circuit string
+
+// The circuit states (see CircuitBreaker).
+const (
+	CircuitClosed   Circuit = "closed"    // calls run
+	CircuitOpen     Circuit = "open"      // calls fail fast
+	CircuitHalfOpen Circuit = "half_open" // the next call is a probe
+)
+
+// AgentMetrics are the counters of one agent in memory, since it was
+// loaded in this process (they start again from zero when an idle agent
+// is evicted and loaded again).
+type AgentMetrics struct {
+	AgentID string
+	// Successes, Failures and Ignored count the calls by outcome (Ignored:
+	// cancelled by their caller's context, see Report.Ignored).
+	Successes, Failures, Ignored int64
+	// Latency is the histogram of the durations of the successful and
+	// failed calls (each whole call: every attempt and the waits).
+	Latency Histogram
+	// ConfigVersion is the version of the config in force.
+	ConfigVersion int
+	// Circuit is the state of the agent's circuit breaker (always
+	// CircuitClosed without WithCircuitBreaker).
+	Circuit Circuit
+}
+
+// AgentMetrics returns the counters of each agent in memory, in no
+// particular order. It takes no agent's lock, reads no store, and costs
+// about a microsecond an agent; each AgentMetrics it yields is a fresh
+// copy. Agents only in the store have no counters in this process and
+// are not listed.
+func (l *Loop) AgentMetrics() iter.Seq[AgentMetrics] {
+	return func(yield func(AgentMetrics) bool) {
+		now := l.clock.Now().UnixNano()
+		l.agents.Range(func(_, v any) bool {
+			return yield(v.(*agent).metrics(now))
+		})
+	}
+}
+
+// metrics reads a's counters at time now (Unix ns).
+func (a *agent) metrics(now int64) AgentMetrics {
+	t := a.tel
+	m := AgentMetrics{
+		AgentID:   a.id,
+		Successes: t.successes.Load(), Failures: t.failures.Load(), Ignored: t.ignored.Load(),
+		ConfigVersion: a.cfg.Load().Version,
+		Circuit:       CircuitClosed,
+	}
+	switch until := a.openUntil.Load(); {
+	case until == 0:
+	case now < until:
+		m.Circuit = CircuitOpen
+	default:
+		m.Circuit = CircuitHalfOpen
+	}
+	h := Histogram{Bounds: LatencyBuckets(), Counts: make([]uint64, len(t.buckets))}
+	for i := range t.buckets {
+		h.Counts[i] = t.buckets[i].Load()
+		h.Count += h.Counts[i]
+	}
+	h.Sum = time.Duration(t.sum.Load())
+	m.Latency = h
+	t.fast.addTo(&m)
+	if hot := a.fast.hot.Load(); hot != nil {
+		hot.mu.Lock()
+		for _, sh := range hot.list {
+			sh.hist.addTo(&m)
+		}
+		hot.mu.Unlock()
+	}
+	return m
+}
