@@ -176,6 +176,23 @@ func (f *fastCounts) close() (calls uint64, lat int64) {
 	return calls, lat
 }
 
+// peek returns what the counters hold, leaving them as they are.
+func (f *fastCounts) peek() (calls uint64, lat int64) {
+	add := func(n uint64) {
+		calls += (n >> fastLatBits) & fastCountMax
+		lat += int64(n & fastLatMax)
+	}
+	add(f.base.Load())
+	if h := f.hot.Load(); h != nil {
+		h.mu.Lock()
+		for _, sh := range h.list {
+			add(sh.n.Load())
+		}
+		h.mu.Unlock()
+	}
+	return calls, lat
+}
+
 // open lets calls ending before until book here.
 func (f *fastCounts) open(until int64) {
 	f.base.Store(fastOpen)
@@ -195,7 +212,11 @@ func (f *fastCounts) open(until int64) {
 // the bucket they were booked in ended. a.mu is held.
 func (a *agent) settleLocked(now int64) {
 	until := a.fast.until.Load()
+	a.tel.seq.Add(1)
 	calls, lat := a.fast.close()
+	a.tel.fastCalls.Add(int64(calls))
+	a.tel.fastSum.Add(lat)
+	a.tel.seq.Add(1)
 	if calls == 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"iter"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -28,6 +29,12 @@ type telemetry struct {
 	buckets                      [len(latencyBounds) + 1]atomic.Uint64
 	sum                          atomic.Int64 // ns, of the counted calls
 	fast                         latencyHist  // successes booked without the lock
+	// fastCalls and fastSum count the successes booked without the lock
+	// that were settled; with the calls the fast counters hold, they are
+	// all such successes. seq is odd while a settle moves counts from
+	// those counters to these, so that a reader retries.
+	fastCalls, fastSum atomic.Int64
+	seq                atomic.Uint64
 }
 
 // observeLatency counts one finished call of the agent: its outcome and,
@@ -55,29 +62,24 @@ func latencyBucket(d time.Duration) int {
 	return i
 }
 
-// latencyHist is a latency histogram of successful calls booked without
-// the lock, with their summed durations: the agent's own, and one in each
-// counter of a hot agent (see fast.go). It only grows.
+// latencyHist is the latency histogram of successful calls booked
+// without the lock: the agent's own, and one in each counter of a hot
+// agent (see fast.go). It only grows. Their number and summed durations
+// come from the fast counters (see telemetry.fastCalls).
 type latencyHist struct {
 	buckets [len(latencyBounds) + 1]atomic.Uint64
-	sum     atomic.Int64
 }
 
 // observe counts one successful call of d.
-func (h *latencyHist) observe(d time.Duration) {
-	h.buckets[latencyBucket(d)].Add(1)
-	h.sum.Add(int64(d))
-}
+func (h *latencyHist) observe(d time.Duration) { h.buckets[latencyBucket(d)].Add(1) }
 
-// addTo adds h's counts to m's successes and histogram.
+// addTo adds h's counts to m's histogram.
 func (h *latencyHist) addTo(m *AgentMetrics) {
 	for i := range h.buckets {
 		n := h.buckets[i].Load()
 		m.Latency.Counts[i] += n
 		m.Latency.Count += n
-		m.Successes += int64(n)
 	}
-	m.Latency.Sum += time.Duration(h.sum.Load())
 }
 
 // Histogram is a latency histogram: Counts[i] counts the calls that took
@@ -164,5 +166,17 @@ func (a *agent) metrics(now int64) AgentMetrics {
 		}
 		hot.mu.Unlock()
 	}
-	return m
+	for {
+		s := t.seq.Load()
+		if s&1 == 0 {
+			calls, sum := t.fastCalls.Load(), t.fastSum.Load()
+			pc, pl := a.fast.peek()
+			if t.seq.Load() == s {
+				m.Successes += calls + int64(pc)
+				m.Latency.Sum += time.Duration(sum + pl)
+				return m
+			}
+		}
+		runtime.Gosched() // a settle is moving the counts
+	}
 }
