@@ -53,3 +53,58 @@ func TestABDeterministic(t *testing.T) {
 		t.Errorf("two runs differ:\n%s\n---\n%s", a.String(), b.String())
 	}
 }
+
+// knownLosses are the (scenario, policy) pairs where the loop does no
+// better than no loop on the shared-outage scenario, with why. They are
+// printed in the table like every other figure and described in
+// docs/performance.md; the test reports when one of them no longer loses.
+var knownLosses = map[string]string{
+	"shared outage (20 agents), then a mild fault/canary": "a retry change made on early noise is still under verification when the outage begins; " +
+		"the consecutive-failure rule blames it on the outage, and the fix stays avoided fleet-wide",
+}
+
+// TestABPolicies asserts the policy table: healthy agents stay quiet
+// (every policy at most 1 config change per 1,000 calls, success at most
+// half a point below no loop); after the shared outage the mild fault is
+// fixed (success above no loop on every policy but the known losses);
+// elsewhere the default policy does at least as well as no loop.
+func TestABPolicies(t *testing.T) {
+	for _, f := range families {
+		r, err := playAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wo := r.without.rate()
+		for i, p := range policies {
+			o := r.with[i]
+			w := o.rate()
+			t.Logf("%s, %s: success %.2f%% (no loop %.2f%%), %d changes (%d rolled back) in %d calls",
+				f.name, p.name, w, wo, o.Changes, o.RolledBack, o.AllCalls)
+			switch {
+			case strings.HasPrefix(f.name, "healthy"):
+				if o.perThousand() > 1 {
+					t.Errorf("%s, %s: %.2f config changes per 1,000 calls, want at most 1", f.name, p.name, o.perThousand())
+				}
+				if w < wo-0.5 {
+					t.Errorf("%s, %s: success %.2f%% with the loop, %.2f%% without", f.name, p.name, w, wo)
+				}
+			case strings.HasPrefix(f.name, "shared outage"):
+				if why, known := knownLosses[f.name+"/"+p.name]; known {
+					if w > wo {
+						t.Logf("%s, %s: no longer a known loss (%.1f%% vs %.1f%%): remove it from knownLosses and docs/performance.md", f.name, p.name, w, wo)
+					} else {
+						t.Logf("%s, %s: known loss: %s", f.name, p.name, why)
+					}
+					continue
+				}
+				if w <= wo {
+					t.Errorf("%s, %s: the mild fault after the outage: success %.1f%% with the loop, %.1f%% without", f.name, p.name, w, wo)
+				}
+			case p.name == "default":
+				if w < wo {
+					t.Errorf("%s, %s: success %.1f%% with the loop, %.1f%% without", f.name, p.name, w, wo)
+				}
+			}
+		}
+	}
+}

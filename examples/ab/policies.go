@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// The policy table: harder scripts, one call a minute per agent, the
+// built-in threshold profiles, each run without the loop and with it
+// under each verification policy.
+
+// policy is one column of the table.
+type policy struct {
+	name string
+	p    si.RollbackPolicy
+}
+
+var policies = []policy{
+	{"default", si.RollbackPolicy{}},
+	{"sequential", si.RollbackPolicy{Method: si.MethodSequential}},
+	{"canary", si.RollbackPolicy{Method: si.MethodCanary}},
+	{"fixed", si.RollbackPolicy{Method: si.MethodFixed}},
+}
+
+// attempt is what an upstream script sees of one attempt.
+type attempt struct {
+	// agent and i are the agent's index and the call's, counted per agent.
+	agent, i int
+	cfg      si.Config
+	// fate draws the same numbers on every attempt of a call: noise no
+	// retry can fix. rnd draws this attempt's own numbers.
+	fate, rnd *rand.Rand
+}
+
+// family is one row of the table.
+type family struct {
+	name   string
+	agents int
+	calls  int
+	// from is the first call counted in the success rate (the calls
+	// [from, calls) of every agent).
+	from   int
+	config si.Config
+	// strategy defaults to the built-in one with the fallback route
+	// "backup".
+	strategy func() si.Strategy
+	// quiet marks a scenario where the loop should stay quiet (cold
+	// start, healthy agents): the table also shows its config changes per
+	// 1,000 calls.
+	quiet bool
+	up    func(a attempt) (time.Duration, error)
+}
+
+var (
+	err503 = errors.New("upstream: 503 service unavailable")
+	err429 = errors.New("429 Too Many Requests: rate limit reached")
+)
+
+// healthy is an agent at a constant success rate: 503s and the odd hung
+// call that fail every attempt of the call.
+func healthy(rate float64) func(a attempt) (time.Duration, error) {
+	return func(a attempt) (time.Duration, error) {
+		if a.fate.Float64() >= rate {
+			if a.fate.Float64() < 0.02 {
+				return 10 * time.Second, context.DeadlineExceeded
+			}
+			return 20 * time.Millisecond, err503
+		}
+		return 100 * time.Millisecond, nil
+	}
+}
+
+var families = []family{
+	{
+		// All 20 agents fail for 30 calls; then 30 % of attempts fail, which
+		// retries fix. Counted: from 100 calls after the outage.
+		name: "shared outage (20 agents), then a mild fault", agents: 20, calls: 600, from: 330,
+		up: func(a attempt) (time.Duration, error) {
+			switch {
+			case a.i >= 200 && a.i < 230:
+				return 20 * time.Millisecond, err503
+			case a.i >= 230 && a.rnd.Float64() < 0.3:
+				return 20 * time.Millisecond, err503
+			case a.i < 200 && a.rnd.Float64() < 0.01:
+				return 20 * time.Millisecond, err503
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		// 40 % of attempts fail with 503 from call 200; from call 240 the
+		// upstream also slows to 280 ms, past the 200 ms timeout. Counted:
+		// from call 240.
+		name: "a new kind of fault during a cooldown", agents: 1, calls: 400, from: 240,
+		config: si.Config{Timeout: 200 * time.Millisecond},
+		up: func(a attempt) (time.Duration, error) {
+			switch {
+			case a.i >= 240 && a.cfg.Timeout > 0 && a.cfg.Timeout < 300*time.Millisecond:
+				return a.cfg.Timeout, context.DeadlineExceeded
+			case a.i >= 200 && a.rnd.Float64() < 0.4:
+				return 20 * time.Millisecond, err503
+			case a.i >= 240:
+				return 280 * time.Millisecond, nil
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		// The primary route's model is withdrawn at call 100 (the fallback
+		// route fixes it); from call 160 to 200 an outage fails both
+		// routes, so the change and the config before it alike. Counted:
+		// from call 100.
+		name: "a fault on both canary arms", agents: 1, calls: 400, from: 100,
+		config: si.Config{Route: "primary"},
+		up: func(a attempt) (time.Duration, error) {
+			switch {
+			case a.i >= 160 && a.i < 200:
+				return 20 * time.Millisecond, err503
+			case a.i >= 100 && a.cfg.Route == "primary":
+				return 30 * time.Millisecond, errModelGone
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		// From call 100, 15 % of attempts are rate limited: backoff and a
+		// retry fix them, and make those calls slower. Counted: from call
+		// 150.
+		name: "a rate-limit fix that slows successes", agents: 1, calls: 300, from: 150,
+		up: func(a attempt) (time.Duration, error) {
+			if a.i >= 100 && a.rnd.Float64() < 0.15 {
+				return 20 * time.Millisecond, err429
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		// A new agent's first 2 calls fail, then 5 % of attempts do.
+		name: "cold start", agents: 1, calls: 500, quiet: true,
+		up: func(a attempt) (time.Duration, error) {
+			if a.i < 2 || a.rnd.Float64() < 0.05 {
+				return 20 * time.Millisecond, err503
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		name: "healthy noisy agents at 95 %", agents: 3, calls: 3000, quiet: true,
+		config: si.Config{Timeout: 10 * time.Second}, up: healthy(0.95),
+	},
+	{
+		name: "healthy noisy agents at 80 %", agents: 3, calls: 3000, quiet: true,
+		config: si.Config{Timeout: 10 * time.Second}, up: healthy(0.80),
+	},
+	{
+		// From call 100, every 50 calls: 5 calls of a hard 503 outage, then
+		// 45 calls where 20 % of attempts fail (retries fix those).
+		// Counted: from call 100.
+		name: "flapping 503s", agents: 3, calls: 600, from: 100,
+		up: func(a attempt) (time.Duration, error) {
+			switch {
+			case a.i >= 100 && a.i%50 < 5:
+				return 20 * time.Millisecond, err503
+			case a.i >= 100 && a.rnd.Float64() < 0.2:
+				return 20 * time.Millisecond, err503
+			case a.i < 100 && a.rnd.Float64() < 0.01:
+				return 20 * time.Millisecond, err503
+			}
+			return 100 * time.Millisecond, nil
+		},
+	},
+	{
+		// The share of failing attempts grows from 1 % to 31 % over the
+		// run, and the latency from 100 to 200 ms.
+		name: "slow degradation", agents: 3, calls: 600,
+		up: func(a attempt) (time.Duration, error) {
+			f := float64(a.i) / 600
+			if a.rnd.Float64() < 0.01+0.3*f {
+				return 20 * time.Millisecond, err503
+			}
+			return 100*time.Millisecond + time.Duration(f*float64(100*time.Millisecond)), nil
+		},
+	},
+	{
+		// From call 100, 40 % of attempts fail; the advisor proposes the
+		// "cheap" route, which always fails, on every other run. Counted:
+		// from call 100.
+		name: "a harmful advisor", agents: 1, calls: 400, from: 100, strategy: harmful,
+		up: func(a attempt) (time.Duration, error) {
+			switch {
+			case a.cfg.Route == "cheap":
+				return 50 * time.Millisecond, errCheap
+			case a.i >= 100 && a.rnd.Float64() < 0.4:
+				return 80 * time.Millisecond, errOverload
+			}
+			return 250 * time.Millisecond, nil
+		},
+	},
+}
+
+// outcome is one run of a family.
+type outcome struct {
+	// Calls and Successes are counted over the calls [from, calls).
+	Calls, Successes int
+	// Changes counts every config change of the run, RolledBack those
+	// rolled back; AllCalls is every call of the run.
+	Changes, RolledBack, AllCalls int
+}
+
+func (o outcome) rate() float64 { return 100 * float64(o.Successes) / float64(o.Calls) }
+
+// perThousand is the config changes per 1,000 calls.
+func (o outcome) perThousand() float64 { return 1000 * float64(o.Changes) / float64(o.AllCalls) }
+
+// play runs f without the loop (p nil) or with it under *p.
+func play(f family, p *si.RollbackPolicy) (outcome, error) {
+	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
+	clk := fakeclock.New(start0)
+	opts := []si.Option{si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithJitterSeed(2026),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config)}
+	if p != nil {
+		strat := builtin
+		if f.strategy != nil {
+			strat = f.strategy
+		}
+		opts = append(opts, si.WithStrategy(strat()), si.WithRollbackPolicy(*p))
+	} else {
+		opts = append(opts, si.WithStrategy(nil))
+	}
+	l, err := si.New(opts...)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer l.Close()
+	agents := make([]string, f.agents)
+	for i := range agents {
+		agents[i] = fmt.Sprintf("agent-%02d", i)
+	}
+	var o outcome
+	ctx := context.Background()
+	for c := range f.calls {
+		for ai, agent := range agents {
+			n := 0
+			rep, _ := l.ExecuteWithImprovement(ctx, agent, func(ctx context.Context, cfg si.Config) error {
+				seed := uint64(ai)<<32 | uint64(c)
+				n++
+				d, err := f.up(attempt{agent: ai, i: c, cfg: cfg,
+					fate: rand.New(rand.NewPCG(seed, 2026)), rnd: rand.New(rand.NewPCG(seed, uint64(n)))})
+				clk.Advance(d)
+				return err
+			})
+			o.AllCalls++
+			if c >= f.from {
+				o.Calls++
+				if rep.Success {
+					o.Successes++
+				}
+			}
+		}
+		// Each round starts on its own minute, whatever the calls took.
+		clk.Advance(max(0, start0.Add(time.Duration(c+1)*time.Minute).Sub(clk.Now())))
+	}
+	for _, agent := range agents {
+		for _, ch := range l.Changes(agent) {
+			o.Changes++
+			if ch.State == si.ChangeRolledBack {
+				o.RolledBack++
+			}
+		}
+	}
+	return o, nil
+}
+
+// row is one family's figures: without the loop, then per policy.
+type row struct {
+	without outcome
+	with    []outcome
+}
+
+func playAll(f family) (row, error) {
+	var r row
+	var err error
+	if r.without, err = play(f, nil); err != nil {
+		return r, err
+	}
+	for _, p := range policies {
+		o, err := play(f, &p.p)
+		if err != nil {
+			return r, err
+		}
+		r.with = append(r.with, o)
+	}
+	return r, nil
+}
+
+func cell(f family, o outcome) string {
+	if f.quiet {
+		return fmt.Sprintf("%.2f%% (%.1f)", o.rate(), o.perThousand())
+	}
+	return fmt.Sprintf("%.1f%%", o.rate())
+}
+
+// table prints the policy table.
+func table(out io.Writer) error {
+	fmt.Fprintf(out, "Per verification policy: success rate without the loop and with it; one call a minute per agent,\n")
+	fmt.Fprintf(out, "the built-in threshold profiles. (n): config changes per 1,000 calls, in cold start and on healthy agents.\n\n")
+	const w = 14
+	fmt.Fprintf(out, "%-46s %*s", "", w, "no loop")
+	for _, p := range policies {
+		fmt.Fprintf(out, " %*s", w, p.name)
+	}
+	fmt.Fprintln(out)
+	for _, f := range families {
+		r, err := playAll(f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%-46s %*s", f.name, w, cell(f, r.without))
+		for _, o := range r.with {
+			fmt.Fprintf(out, " %*s", w, cell(f, o))
+		}
+		fmt.Fprintln(out)
+	}
+	return nil
+}
