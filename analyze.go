@@ -39,6 +39,9 @@ type Analysis struct {
 	// Clusters are the agent's failure clusters with failures in the
 	// window, most failures first.
 	Clusters []Cluster
+	// When a new kind of fault ends a cooldown early (see
+	// RollbackPolicy), Failures and Clusters hold that kind only: the
+	// analysis is about the new fault, not the one the cooldown was for.
 	// Health is the agent's recency-weighted success rate (see
 	// Loop.Health).
 	Health float64

@@ -236,6 +236,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 			s.analyzing, s.early = true, early
 			eff.th = th
 			eff.analysis = s.analysis(c.end, th, prof)
+			if early {
+				eff.analysis.only(formatClusterID(c.cluster))
+			}
 		}
 	}
 }
@@ -332,6 +335,12 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		Rejected:  s.refused(now, ""),
 		Time:      now.UTC(),
 	}
+}
+
+// only keeps the failures and clusters of cluster id.
+func (an *Analysis) only(id string) {
+	an.Failures = slices.DeleteFunc(an.Failures, func(f Failure) bool { return f.Cluster != id })
+	an.Clusters = slices.DeleteFunc(an.Clusters, func(c Cluster) bool { return c.ID != id })
 }
 
 // verifying returns the change under verification with its counts so far.

@@ -464,6 +464,17 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 	if eff.analysis == nil {
 		t.Fatal("a new kind of fault during the cooldown did not trigger")
 	}
+	// The analysis is about the new kind only.
+	newID := formatClusterID(clusterID([]byte("unauthorized")))
+	if len(eff.analysis.Clusters) != 1 || eff.analysis.Clusters[0].ID != newID || len(eff.analysis.Failures) != 3 {
+		t.Fatalf("early analysis: clusters %+v, %d failures; want the new kind's cluster and its 3 failures",
+			eff.analysis.Clusters, len(eff.analysis.Failures))
+	}
+	for _, f := range eff.analysis.Failures {
+		if f.Cluster != newID {
+			t.Fatalf("early analysis holds a failure of cluster %s", f.Cluster)
+		}
+	}
 	if _, err := s.finishAnalysis(st0.Add(time.Minute), eff.analysis, eff.th, nil, nil, r); err != nil {
 		t.Fatal(err)
 	}

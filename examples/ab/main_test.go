@@ -100,6 +100,10 @@ func TestABPolicies(t *testing.T) {
 				if w <= wo {
 					t.Errorf("%s, %s: the mild fault after the outage: success %.1f%% with the loop, %.1f%% without", f.name, p.name, w, wo)
 				}
+			case strings.HasPrefix(f.name, "a new kind of fault") && p.name == "default":
+				if w < wo+50 {
+					t.Errorf("%s, %s: success %.1f%% with the loop, %.1f%% without: the new kind of fault is not fixed", f.name, p.name, w, wo)
+				}
 			case p.name == "default":
 				if w < wo {
 					t.Errorf("%s, %s: success %.1f%% with the loop, %.1f%% without", f.name, p.name, w, wo)
