@@ -701,9 +701,18 @@ func clampRate(r float64) float64 { return min(max(r, 0.01), 0.99) }
 func (p RollbackPolicy) canary(e Evidence) Verdict {
 	a, c, sc := e.After, e.Control, e.StreakControl
 	// Consecutive failures are the change's fault only if the previous
-	// config succeeded meanwhile.
+	// config succeeded meanwhile, often enough that a run this long would
+	// be unlikely under it: its failure rate over the run, taken as
+	// (F+½)/(C+1), makes the run less likely than streakOdds (at most 10×
+	// MaxConsecutiveFailures). A fault that hits both arms is not blamed
+	// on the change.
 	if sc.Calls > sc.Failures {
-		if v, ok := consecutive(a, p.MaxConsecutiveFailures, 0); ok {
+		q := (float64(sc.Failures) + 0.5) / float64(sc.Calls+1)
+		limit := p.MaxConsecutiveFailures
+		if limit > 0 {
+			limit = max(limit, min(int(math.Ceil(math.Log(streakOdds)/math.Log(q))), 10*limit))
+		}
+		if v, ok := consecutive(a, limit, 0); ok {
 			v.Reason += fmt.Sprintf(", while the previous config succeeded %d of %d calls", sc.Calls-sc.Failures, sc.Calls)
 			return v
 		}
@@ -750,6 +759,11 @@ func (p RollbackPolicy) canaryBackstop(e Evidence) (Verdict, bool) {
 	}
 	return v, ok
 }
+
+// streakOdds is how unlikely, under the previous config's failure rate
+// over a run of the change's consecutive failures, that run must be for
+// MethodCanary to blame it on the change.
+const streakOdds = 0.001
 
 // zScore is how many standard errors before's success rate lies above
 // after's, each rate with half a success and half a failure added.
