@@ -304,6 +304,7 @@ function fmtVal(v) {
 function configDiff(from, to) {
   const keys = new Set([...Object.keys(from || {}), ...Object.keys(to || {})]);
   const rows = [];
+  keys.delete("version");
   for (const k of keys) {
     const a = fmtVal((from || {})[k]), b = fmtVal((to || {})[k]);
     if (a === b) continue;
@@ -388,14 +389,14 @@ function showMarker(m) {
   const c = m.c;
   const title = { change: "Change applied", confirm: "Change confirmed", rollback: "Change rolled back", rewind: "Rewind / operator config" }[m.kind];
   const box = $("marker-detail");
-  box.replaceChildren(
+  box.replaceChildren(...[
     el("p", {}, el("strong", { text: title }), " · v" + c.from.version + " → v" + c.to.version + " · " + when(m.t) + " · " + (stateText[c.state] || c.state)),
     c.reason ? el("p", { text: "Reason: " + c.reason }) : null,
     el("div", {}, el("span", { class: "muted", text: "Config diff" }), configDiff(c.from, c.to)),
     c.verdict ? el("p", { text: "Verdict: " + c.verdict }) : null,
     el("p", { class: "muted", text: "Before: " + statsText(c.before) }),
     el("p", { class: "muted", text: "After: " + statsText(c.after) }),
-    c.control ? el("p", { class: "muted", text: "Control: " + statsText(c.control) }) : null);
+    c.control ? el("p", { class: "muted", text: "Control: " + statsText(c.control) }) : null].filter(Boolean));
 }
 
 function showDetail(d) {
