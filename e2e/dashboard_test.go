@@ -74,11 +74,11 @@ func outDir(t *testing.T) string {
 
 func shot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
-	p := filepath.Join(outDir(t), name+".jpg")
+	p := filepath.Join(outDir(t), name+".png")
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
