@@ -62,8 +62,11 @@ type Options struct {
 	// WriteTimeout bounds each write to a stream client; a client that
 	// does not read for this long is disconnected. Default 10 seconds.
 	WriteTimeout time.Duration
-	// Dashboard serves GET / (the exact root). Default: a short page
-	// linking to the API.
+	// Dashboard serves GET / (the exact root), behind the token like the
+	// other reads. Default: the embedded dashboard (see Dashboard), whose
+	// page, script and style (GET /, /app.js, /app.css) are served
+	// without the token: they hold no data, and the page asks for the
+	// token when the API wants one.
 	Dashboard http.Handler
 	// Logger receives the loop errors behind 500 answers. Default
 	// slog.Default().
@@ -89,9 +92,6 @@ func (o Options) withDefaults() Options {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
-	if o.Dashboard == nil {
-		o.Dashboard = http.HandlerFunc(placeholder)
-	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -112,6 +112,7 @@ const (
 	read access = iota
 	metricsRead
 	mutate
+	public // the embedded dashboard's static files
 )
 
 // Handler returns the HTTP handler of l's operator surface. The paths are
@@ -132,7 +133,7 @@ const (
 //	GET  /api/events/stream              server-sent events; Last-Event-ID resumes
 //	GET  /api/similar                    ?q= &k=
 //	GET  /metrics                        Prometheus text format 0.0.4
-//	GET  /                               Options.Dashboard
+//	GET  /                               the dashboard (Options.Dashboard)
 //
 // docs/admin.md shows each request and response.
 func Handler(l *selfimprove.Loop, opts Options) http.Handler {
@@ -154,7 +155,14 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/events/stream", http.MethodGet, read, s.stream)
 	route("/api/similar", http.MethodGet, read, s.similar)
 	route("/metrics", http.MethodGet, metricsRead, s.metrics)
-	route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)
+	if s.o.Dashboard != nil {
+		route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)
+	} else {
+		d := Dashboard().ServeHTTP
+		route("/{$}", http.MethodGet, public, d)
+		route("/app.js", http.MethodGet, public, d)
+		route("/app.css", http.MethodGet, public, d)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint")
 	})
@@ -188,6 +196,9 @@ func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler
 // authorized applies the token rules to a request needing a, and answers
 // it when it may not go on.
 func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) bool {
+	if a == public {
+		return true
+	}
 	if s.o.Token == "" {
 		if a == mutate {
 			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled (set admin.Options.Token)")
@@ -255,19 +266,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
-}
-
-// placeholder is the default GET /: a page linking to the API.
-func placeholder(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'none'")
-	w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>selfimprove</title>
-<h1>selfimprove</h1>
-<ul>
-<li><a href="api/agents">api/agents</a></li>
-<li><a href="api/proposals">api/proposals</a></li>
-<li><a href="api/events">api/events</a> (<a href="api/events/stream">live</a>)</li>
-<li><a href="metrics">metrics</a></li>
-</ul>
-`))
 }

@@ -111,6 +111,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(ids)
 	out := AgentList{Agents: []AgentSummary{}}
+	var exact []string // the IDs of out.Agents
 	for i, id := range ids {
 		if len(out.Agents) == n {
 			out.Next = Ref(ids[i-1])
@@ -125,7 +126,13 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		out.Agents = append(out.Agents, v)
+		exact = append(exact, id)
 	}
+	byID := make(map[string]*AgentSummary, len(out.Agents))
+	for i, id := range exact {
+		byID[id] = &out.Agents[i]
+	}
+	s.p95(byID)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -146,6 +153,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Clusters:  nonNil(s.l.Clusters(id)),
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
 	}
+	s.p95(map[string]*AgentSummary{id: &d.AgentSummary})
 	writeJSON(w, http.StatusOK, d)
 }
 

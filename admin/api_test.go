@@ -385,11 +385,6 @@ func TestBadRequests(t *testing.T) {
 	if code, b := f.do(t, "POST", "/api/agents/alpha/critical", token, "application/json; charset=utf-8", `{"critical":false}`); code != 200 {
 		t.Errorf("charset: %d %s", code, b)
 	}
-	// The dashboard placeholder.
-	code, b := f.do(t, "GET", "/", token, "", "")
-	if code != 200 || !strings.Contains(string(b), "api/agents") {
-		t.Errorf("GET /: %d %s", code, b)
-	}
 	h := admin.Handler(f.l, admin.Options{Dashboard: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("dash")) })})
 	rec := httptestGet(h, "/")
 	if rec != "dash" {

@@ -36,3 +36,19 @@ func ExampleHandler() {
 	// 200 true
 	// 403 {"error":"no token configured: mutations are disabled (set admin.Options.Token)","status":403}
 }
+
+// Serve the embedded dashboard on its own, here under /ui/; admin.Handler
+// serves it at its root already.
+func ExampleDashboard() {
+	mux := http.NewServeMux()
+	mux.Handle("/ui/", http.StripPrefix("/ui", admin.Dashboard()))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	res, _ := http.Get(srv.URL + "/ui/")
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	fmt.Println(res.StatusCode, strings.Contains(string(b), `<script src="app.js"`))
+	// Output:
+	// 200 true
+}

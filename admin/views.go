@@ -39,6 +39,11 @@ type AgentSummary struct {
 	PendingProposals int `json:"pending_proposals"`
 	// Loaded reports that the agent is in memory.
 	Loaded bool `json:"loaded"`
+	// P95Latency is the 95th percentile of the durations of the agent's
+	// calls since the process started, as the upper bound of its latency
+	// bucket (selfimprove.LatencyBuckets; the last bound when it is
+	// beyond them); 0 for an agent with no calls in this process.
+	P95Latency time.Duration `json:"p95_latency_ns,omitempty"`
 }
 
 // ThresholdView is a Threshold with durations as Go duration strings

@@ -1,0 +1,76 @@
+package admin
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// dashboardFiles are the dashboard's static files: a page, its script and
+// its style, with no external resources and no build step.
+//
+//go:embed dashboard/index.html dashboard/app.js dashboard/app.css
+var dashboardFiles embed.FS
+
+// dashboardCSP allows the dashboard's own script, style and API calls
+// only.
+const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Dashboard returns the handler of the embedded dashboard: GET / serves
+// the page, GET /app.js and /app.css its script and style. The files hold
+// no data: the page reads the JSON API and the event stream with relative
+// URLs, so it works under http.StripPrefix, and asks for the token when
+// the API wants one. Handler serves it at its root unless
+// Options.Dashboard is set.
+func Dashboard() http.Handler {
+	sub, err := fs.Sub(dashboardFiles, "dashboard")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", dashboardCSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// p95 returns, for each agent of ids that is in memory, the upper bound of
+// the latency bucket that holds the 95th percentile of its calls since the
+// process started (0 when it has none).
+func (s *server) p95(ids map[string]*AgentSummary) {
+	bounds := selfimprove.LatencyBuckets()
+	for m := range s.l.AgentMetrics() {
+		v := ids[m.AgentID]
+		if v == nil || m.Latency.Count == 0 {
+			continue
+		}
+		v.P95Latency = quantile(bounds, m.Latency, 0.95)
+	}
+}
+
+// quantile returns the upper bound of the bucket of h holding quantile q;
+// the largest bound for calls over every bound.
+func quantile(bounds []time.Duration, h selfimprove.Histogram, q float64) time.Duration {
+	rank := uint64(q*float64(h.Count) + 0.999999)
+	var seen uint64
+	for i, c := range h.Counts {
+		seen += c
+		if seen >= rank {
+			if i < len(bounds) {
+				return bounds[i]
+			}
+			break
+		}
+	}
+	if len(bounds) == 0 {
+		return 0
+	}
+	return bounds[len(bounds)-1]
+}
