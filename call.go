@@ -401,6 +401,9 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	a.dirty = true
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
+	if a.fl != nil {
+		l.fleetCount(a, c)
+	}
 	if c.probe {
 		a.probing.Store(false) // the probe is over; another call may probe
 	}

@@ -46,6 +46,10 @@ type options struct {
 	summaryAt       time.Duration
 	summaryOn       bool
 	retry           RetryPolicy
+	fleet           Fleet
+	fleetTimeout    time.Duration
+	fleetInterval   time.Duration
+	fleetCalls      int
 }
 
 // defaults are the options before any Option is applied.
@@ -58,6 +62,9 @@ func defaults() options {
 		traceQueue:      65536,
 		traceWait:       time.Second,
 		maxAgents:       10_000,
+		fleetTimeout:    DefaultFleetTimeout,
+		fleetInterval:   DefaultFleetInterval,
+		fleetCalls:      DefaultFleetCalls,
 	}
 }
 
@@ -100,6 +107,12 @@ func (o *options) validate() error {
 		return bad("WithFlushInterval", "%v is negative", o.flushInterval)
 	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0:
 		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff or BurstWindow")
+	case o.fleetTimeout <= 0:
+		return bad("WithFleetTimeout", "%v is not positive", o.fleetTimeout)
+	case o.fleetInterval < 0:
+		return bad("WithFleetFlush", "interval %v is negative", o.fleetInterval)
+	case o.fleetCalls < 1:
+		return bad("WithFleetFlush", "calls %d is less than 1", o.fleetCalls)
 	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
 		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
 	}

@@ -150,8 +150,9 @@ func (l *Loop) Approve(id string) error {
 		return err
 	}
 	if err := l.persist(a); err != nil {
-		if ch != nil {
-			// A change that cannot be recorded is not made.
+		if ch != nil && !isFleetErr(err) {
+			// A change that cannot be recorded is not made. (The fleet's
+			// errors have already put back the fleet's state.)
 			a.mu.Lock()
 			a.dropQueued(func(ev *Event) bool {
 				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id

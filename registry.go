@@ -17,7 +17,8 @@ type agent struct {
 
 	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
 
-	slot int32 // index in the eviction ring; guarded by the ring's mu
+	slot    int32       // index in the eviction ring; guarded by the ring's mu
+	probing atomic.Bool // set while a half-open circuit's probe runs
 
 	mu      sync.Mutex // guards the fields below; held only for O(1) bookkeeping
 	s       agentState
@@ -25,11 +26,10 @@ type agent struct {
 	evicted bool // removed from the registry: use a fresh agent
 	used    bool // called since the eviction hand last passed
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
-	// without the lock; probing is set while a half-open circuit's probe
-	// runs.
+	// without the lock.
 	openUntil atomic.Int64
-	probing   atomic.Bool
-	pending   []queued // events not yet logged, in decision order
+	pending   []queued    // events not yet logged, in decision order
+	fl        *fleetAgent // the agent's link to the fleet; nil without WithFleet
 }
 
 // queued is an event waiting for the log; notified is set when the
@@ -111,6 +111,9 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 			l.shared.observe(id, c.ID, []byte(c.Sig), c.Class, c.Last, a.s.Tracker.Win.Width*windowSlots)
 		}
 		l.props.note(id, a.s.Proposals)
+	}
+	if l.fleet != nil {
+		l.fleetAttach(a)
 	}
 	a.used = true
 	a.openUntil.Store(a.s.CircuitOpenUntil)
