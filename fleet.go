@@ -77,19 +77,30 @@ type FleetCounts struct {
 	// LatencyNS sums the calls' durations; SuccessLatencyNS those of
 	// the successful ones.
 	LatencyNS, SuccessLatencyNS int64
+	// Consecutive is the run of failures the calls end with. Pooled, it
+	// is the fleet's run as the deltas arrive: a delta with a success
+	// starts it again (see Add).
+	Consecutive int64
 }
 
-// Add adds o to c.
+// Add adds the later counts o to c: the sums add up, and the run of
+// failures goes on through o, or is o's own when o has a success.
 func (c *FleetCounts) Add(o FleetCounts) {
 	c.Calls += o.Calls
 	c.Failures += o.Failures
 	c.LatencyNS += o.LatencyNS
 	c.SuccessLatencyNS += o.SuccessLatencyNS
+	if o.Calls > o.Failures {
+		c.Consecutive = o.Consecutive
+	} else {
+		c.Consecutive += o.Failures
+	}
 }
 
-// sub returns c minus o.
+// sub returns c's sums minus o's.
 func (c FleetCounts) sub(o FleetCounts) FleetCounts {
-	return FleetCounts{c.Calls - o.Calls, c.Failures - o.Failures, c.LatencyNS - o.LatencyNS, c.SuccessLatencyNS - o.SuccessLatencyNS}
+	return FleetCounts{Calls: c.Calls - o.Calls, Failures: c.Failures - o.Failures, LatencyNS: c.LatencyNS - o.LatencyNS,
+		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS}
 }
 
 // MaxFleetFailures is how many failures a FleetDelta carries in detail,

@@ -254,12 +254,11 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	for _, ch := range a.s.Changes {
 		known[ch.ID] = true
 	}
-	gen := a.s.Gen
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
 	fa.rev = rev
 	fa.base, _ = encodeShared(&a.s)
-	if a.s.Gen != gen {
+	if fa.tally.gen != a.s.Gen {
 		fa.tally = fleetTally{gen: a.s.Gen}
 	}
 	a.dirty = true
@@ -479,6 +478,12 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 		a.s.replay(p.Gen, now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
 		a.dirty = true
 	}
+	var fixes []fixNote
+	window := a.s.Tracker.Win.Width * windowSlots
+	if len(fails) > 0 {
+		// Fixes attach to the clusters the failure memory knows.
+		fixes = fixesOf(a.s.Changes, nil)
+	}
 	var eff effects
 	if a.s.Verifying != nil {
 		var unsent, unsentControl FleetCounts
@@ -492,6 +497,15 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 		}
 	}
 	a.mu.Unlock()
+	for i := range fails {
+		f := &fails[i]
+		var buf [4 * maxSignature]byte
+		sig := appendSignature(buf[:0], f.Text)
+		cl := clusterID(sig)
+		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, window)
+		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
+	}
+	l.remember(fixes)
 	if eff.decided != nil {
 		var rep Report
 		l.carry(context.Background(), a, &eff, &rep)

@@ -60,11 +60,13 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 
 // pool sets the verification counts to those of the fleet (which include
 // this replica's calls sent so far) plus this replica's calls not sent
-// yet. The runs of consecutive failures stay this replica's own.
+// yet; the run of consecutive failures is the fleet's, or this replica's
+// when it is longer.
 func (s *agentState) pool(change, control, unsent, unsentControl FleetCounts) {
 	set := func(c *counts, p FleetCounts) {
 		c.Calls, c.Failures = int(p.Calls), int(p.Failures)
 		c.Latency, c.OKLatency = p.LatencyNS, p.SuccessLatencyNS
+		c.Consec = max(c.Consec, int(p.Consecutive))
 	}
 	change.Add(unsent)
 	control.Add(unsentControl)
@@ -130,11 +132,13 @@ func (t *fleetTally) count(c *call) {
 	side.LatencyNS += int64(c.dur)
 	if c.failed {
 		side.Failures++
+		side.Consecutive++
 		if len(t.fails) < MaxFleetFailures {
 			t.fails = append(t.fails, FleetFailure{EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text})
 		}
 	} else {
 		side.SuccessLatencyNS += int64(c.dur)
+		side.Consecutive = 0
 	}
 	t.calls++
 }
