@@ -114,6 +114,8 @@ type FleetFailure struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// Replica is the replica that saw it.
 	Replica string `json:"replica"`
+	// Gen is the config generation it started under.
+	Gen uint64 `json:"gen"`
 	// EndNS is when it ended (Unix ns); DurationNS how long it took.
 	EndNS      int64 `json:"end_ns"`
 	DurationNS int64 `json:"duration_ns"`
@@ -144,9 +146,12 @@ type FleetPool struct {
 	Rev uint64
 	// Gen is the generation counted (the delta's).
 	Gen uint64
-	// Change and Control are every replica's calls of generation Gen.
+	// Change and Control are every replica's calls of generation Gen
+	// (zero when the fleet has counted a later generation since).
 	Change, Control FleetCounts
-	// Failures are the generation's latest failures, at most
+	// Total is every replica's calls of every generation.
+	Total FleetCounts
+	// Failures are the agent's latest failures, at most
 	// MaxFleetFailures, oldest first.
 	Failures []FleetFailure
 }

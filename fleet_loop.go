@@ -49,17 +49,14 @@ type fleetAgent struct {
 	rev   uint64 // the revision the agent's shared state is at
 	base  []byte // the shared state at rev, as encoded here
 	tally fleetTally
-	// sent is this replica's calls of generation sentGen that the fleet
-	// has; others, the other replicas' calls of it booked here; seq, the
-	// newest failure booked.
-	sentGen           uint64
-	sent, sentControl FleetCounts
-	others            FleetCounts
-	seq               uint64
-	leaseBusy         int64 // Unix ns: another replica holds the lease until then
-	committing        atomic.Bool
-	notified          atomic.Uint64 // the newest revision a notification announced
-	resync            atomic.Bool   // the agent's state must be compared with the fleet's
+	// sent is this replica's calls the fleet has; others, the other
+	// replicas' calls booked here; seq, the newest failure booked.
+	sent, others FleetCounts
+	seq          uint64
+	leaseBusy    int64 // Unix ns: another replica holds the lease until then
+	committing   atomic.Bool
+	notified     atomic.Uint64 // the newest revision a notification announced
+	resync       atomic.Bool   // the agent's state must be compared with the fleet's
 }
 
 func newFleetLink(o *options) *fleetLink {
@@ -385,10 +382,7 @@ func (l *Loop) fleetFlush() error {
 		a.mu.Lock()
 		if !a.evicted && (fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load()) {
 			t := fa.tally
-			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: a.s.Gen}
-			if t.gen == a.s.Gen {
-				d.Change, d.Control, d.Failures = t.change, t.control, t.fails
-			}
+			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 			for i := range d.Failures {
 				d.Failures[i].Replica = fl.replica
 			}
@@ -449,20 +443,13 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	}
 	now := l.clock.Now()
 	a.mu.Lock()
-	if a.evicted || p.Gen != a.s.Gen || p.Gen != d.Gen {
+	if a.evicted {
 		a.mu.Unlock()
 		return
 	}
-	if fa.sentGen != p.Gen {
-		fa.sentGen, fa.sent, fa.sentControl, fa.others, fa.seq = p.Gen, FleetCounts{}, FleetCounts{}, FleetCounts{}, 0
-	}
 	fa.sent.Add(d.Change)
-	fa.sentControl.Add(d.Control)
-	all := p.Change
-	all.Add(p.Control)
-	mine := fa.sent
-	mine.Add(fa.sentControl)
-	others := all.sub(mine)
+	fa.sent.Add(d.Control)
+	others := p.Total.sub(fa.sent)
 	fresh := others.sub(fa.others)
 	fa.others = others
 	var fails []FleetFailure
@@ -475,7 +462,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 		}
 	}
 	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(fails) > 0 {
-		a.s.replay(p.Gen, now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
+		a.s.replay(now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
 		a.dirty = true
 	}
 	var fixes []fixNote
@@ -485,7 +472,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 		fixes = fixesOf(a.s.Changes, nil)
 	}
 	var eff effects
-	if a.s.Verifying != nil {
+	if a.s.Verifying != nil && p.Gen == a.s.Gen {
 		var unsent, unsentControl FleetCounts
 		if fa.tally.gen == p.Gen {
 			unsent, unsentControl = fa.tally.change, fa.tally.control

@@ -74,10 +74,10 @@ func (s *agentState) pool(change, control, unsent, unsentControl FleetCounts) {
 	set(&s.Control, control)
 }
 
-// replay books calls of other replicas under generation gen: ok
-// successes that took okLatency in all, ending at end, and the failures
-// fails, so that the trigger and the stats see the fleet's calls.
-func (s *agentState) replay(gen uint64, end int64, ok, okLatency int64, fails []FleetFailure) {
+// replay books calls of other replicas: ok successes that took
+// okLatency in all, ending at end, and the failures fails (each under its
+// generation), so that the trigger and the stats see the fleet's calls.
+func (s *agentState) replay(end int64, ok, okLatency int64, fails []FleetFailure) {
 	if ok > 0 {
 		t := &s.Tracker
 		t.Total += ok
@@ -91,7 +91,7 @@ func (s *agentState) replay(gen uint64, end int64, ok, okLatency int64, fails []
 		var buf [4 * maxSignature]byte
 		sig := appendSignature(buf[:0], f.Text)
 		cl := clusterID(sig)
-		s.Tracker.record(gen, f.EndNS, time.Duration(f.DurationNS), true, f.Version, f.Text, uint32(cl))
+		s.Tracker.record(f.Gen, f.EndNS, time.Duration(f.DurationNS), true, f.Version, f.Text, uint32(cl))
 		s.observeCluster(cl, sig, f.Class, f.Text, f.EndNS)
 	}
 }
@@ -134,7 +134,7 @@ func (t *fleetTally) count(c *call) {
 		side.Failures++
 		side.Consecutive++
 		if len(t.fails) < MaxFleetFailures {
-			t.fails = append(t.fails, FleetFailure{EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text})
+			t.fails = append(t.fails, FleetFailure{Gen: c.gen, EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text})
 		}
 	} else {
 		side.SuccessLatencyNS += int64(c.dur)

@@ -34,6 +34,7 @@ type memFleetAgent struct {
 	gen        uint64 // the generation counted below
 	change     FleetCounts
 	control    FleetCounts
+	total      FleetCounts
 	failures   []FleetFailure // the latest, at most MaxFleetFailures
 	seq        uint64
 	lease      string
@@ -113,19 +114,21 @@ func (m *MemoryFleet) Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool
 	for i, d := range deltas {
 		a := m.agent(d.AgentID)
 		if d.Gen > a.gen {
-			a.gen, a.change, a.control, a.failures = d.Gen, FleetCounts{}, FleetCounts{}, nil
+			a.gen, a.change, a.control = d.Gen, FleetCounts{}, FleetCounts{}
 		}
-		p := FleetPool{Rev: a.rev, Gen: d.Gen}
+		a.total.Add(d.Change)
+		a.total.Add(d.Control)
+		for _, f := range d.Failures[:min(len(d.Failures), MaxFleetFailures)] {
+			a.seq++
+			f.Seq, f.Replica = a.seq, d.Replica
+			f.Text = boundText(f.Text, maxErrText)
+			a.failures = appendBounded(a.failures, f, MaxFleetFailures)
+		}
+		p := FleetPool{Rev: a.rev, Gen: d.Gen, Total: a.total, Failures: slices.Clone(a.failures)}
 		if d.Gen == a.gen {
 			a.change.Add(d.Change)
 			a.control.Add(d.Control)
-			for _, f := range d.Failures[:min(len(d.Failures), MaxFleetFailures)] {
-				a.seq++
-				f.Seq, f.Replica = a.seq, d.Replica
-				f.Text = boundText(f.Text, maxErrText)
-				a.failures = appendBounded(a.failures, f, MaxFleetFailures)
-			}
-			p.Change, p.Control, p.Failures = a.change, a.control, slices.Clone(a.failures)
+			p.Change, p.Control = a.change, a.control
 		}
 		out[i] = p
 	}
