@@ -225,7 +225,20 @@ func (l *Loop) fleetRefresh(a *agent) bool {
 		return false
 	}
 	l.fleetUp()
-	a.fl.resync.Store(false)
+	fa := a.fl
+	fa.resync.Store(false)
+	a.mu.Lock()
+	lost := rev < fa.rev
+	if lost {
+		// The fleet lost the agent's state (a Redis restarted without
+		// persistence): this replica's copy goes back at the next save.
+		fa.rev, fa.base = rev, nil
+		a.dirty = true
+	}
+	a.mu.Unlock()
+	if lost {
+		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
+	}
 	if rev > 0 {
 		l.fleetAdopt(a, rev, val, false)
 	}
@@ -434,7 +447,7 @@ func (l *Loop) fleetFlush() error {
 func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	fa := a.fl
 	a.mu.Lock()
-	newer := p.Rev > fa.rev
+	newer := p.Rev != fa.rev
 	a.mu.Unlock()
 	if newer {
 		l.fleetRefresh(a)
