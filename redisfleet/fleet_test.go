@@ -26,7 +26,7 @@ type server struct {
 // startRedis starts redis-server on a free port with a temporary
 // directory, and stops it when the test ends. Without the binary it skips
 // (fails under CI).
-func startRedis(t *testing.T) *server {
+func startRedis(t testing.TB) *server {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -47,7 +47,7 @@ func startRedis(t *testing.T) *server {
 	return s
 }
 
-func (s *server) start(t *testing.T, bin string, port int, dir string) {
+func (s *server) start(t testing.TB, bin string, port int, dir string) {
 	t.Helper()
 	s.cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no")
 	if err := s.cmd.Start(); err != nil {
@@ -71,13 +71,13 @@ func (s *server) stop() {
 	}
 }
 
-func client(t *testing.T, s *server) *redis.Client {
+func client(t testing.TB, s *server) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.addr})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-func newFleet(t *testing.T, c redis.UniversalClient, prefix string) *redisfleet.Fleet {
+func newFleet(t testing.TB, c redis.UniversalClient, prefix string) *redisfleet.Fleet {
 	t.Helper()
 	f, err := redisfleet.New(c, redisfleet.Options{Prefix: prefix})
 	if err != nil {

@@ -422,7 +422,7 @@ func waitAll(t *testing.T, cs []*child, id string, v int) int64 {
 
 // commands returns how many commands the Redis server has run, from INFO
 // commandstats.
-func commands(t *testing.T, c *redis.Client) int64 {
+func commands(t testing.TB, c *redis.Client) int64 {
 	t.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
