@@ -52,7 +52,11 @@ func waitVersion(t *testing.T, ls []*si.Loop, id string, v int) time.Duration {
 			return time.Since(start)
 		}
 		if time.Since(start) > 5*time.Second {
-			t.Fatalf("version %d of %q not in force everywhere after 5s", v, id)
+			var vs []int
+			for _, l := range ls {
+				vs = append(vs, l.Config(id).Version)
+			}
+			t.Fatalf("version %d of %q not in force everywhere after 5s: replicas run %v", v, id, vs)
 		}
 		time.Sleep(time.Millisecond)
 	}
