@@ -52,6 +52,17 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		tw  *Tweak
 		err error
 	)
+	if a.fl != nil {
+		if !l.fleetLease(a, an) {
+			// Another replica runs the strategy for this trigger, or the
+			// fleet cannot be reached: nothing new is applied.
+			a.mu.Lock()
+			a.s.analyzing, a.s.early = false, false
+			a.mu.Unlock()
+			return nil, nil
+		}
+		defer l.fleetRelease(a)
+	}
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
 	if top := largest(an.Clusters); top != nil {
 		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())

@@ -447,6 +447,9 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	a.tel.observeLatency(c.dur, c.failed, c.ignored)
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
+	if a.fl != nil {
+		l.fleetCount(a, c)
+	}
 	if c.probe {
 		a.probing.Store(false) // the probe is over; another call may probe
 	}

@@ -330,3 +330,28 @@ func ExampleLoop_Similar() {
 	// post <str>: context deadline exceeded (timeout, similarity 1.00), seen on [search]
 	//   confirmed on search: raise the timeout to 2s
 }
+
+// Two replicas share one fleet: a config set through one is in force on
+// the other at once, under the same version.
+func ExampleNewMemoryFleet() {
+	fleet := selfimprove.NewMemoryFleet()
+	a, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
+	defer a.Close()
+	b, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
+	defer b.Close()
+
+	ok := func(context.Context, selfimprove.Config) error { return nil }
+	a.ExecuteWithImprovement(context.Background(), "writer", ok)
+	b.ExecuteWithImprovement(context.Background(), "writer", ok)
+	a.SetConfig("writer", selfimprove.Config{Route: "fast-model"})
+
+	rep, _ := b.ExecuteWithImprovement(context.Background(), "writer", ok)
+	fmt.Println(rep.ConfigVersion, b.Config("writer").Route)
+	// Counts go to the fleet in batches; SyncFleet sends them now.
+	a.SyncFleet(context.Background())
+	b.SyncFleet(context.Background())
+	fmt.Println(b.Stats("writer").TotalCalls)
+	// Output:
+	// 2 fast-model
+	// 3
+}

@@ -16,7 +16,7 @@ import (
 // verification, a call past the bucket) takes the agent's lock, which
 // first closes the counters and settles what they hold into the tracker
 // (see agent.settleLocked), and then reopens them when no change is under
-// verification. A reader of the state (Stats, a save, an analysis)
+// verification. An agent in a fleet (WithFleet) always takes the lock. A reader of the state (Stats, a save, an analysis)
 // settles first too, so it sees every booked call.
 //
 // An agent starts with one counter. When two calls book at the same
@@ -231,7 +231,9 @@ func (a *agent) settleLocked(now int64) {
 // verification, up to the end of the tracker's current buckets. a.mu is
 // held and a is settled.
 func (a *agent) reopenLocked() {
-	if a.s.Verifying != nil || a.evicted {
+	// An agent in a fleet books every call under its lock, where its
+	// counts for the fleet are kept.
+	if a.s.Verifying != nil || a.evicted || a.fl != nil {
 		return
 	}
 	a.fast.open(a.s.Tracker.bucketEnd())

@@ -113,6 +113,9 @@ type Metrics struct {
 	Traces, TracesDropped                  int64 // traces written; traces lost (also logged)
 	Agents                                 int64 // agents in memory now
 	Loads, Evictions                       int64 // agents loaded from the store; idle agents evicted
+	// FleetErrors counts the fleet's failed operations (WithFleet);
+	// FleetConflicts, the decisions another replica took first.
+	FleetErrors, FleetConflicts int64
 }
 
 type metrics struct {
@@ -124,6 +127,7 @@ type metrics struct {
 	notifyDropped, rejectedTweaks          atomic.Int64
 	traces, tracesDropped                  atomic.Int64
 	agents, loads, evictions               atomic.Int64
+	fleetErrors, fleetConflicts            atomic.Int64
 }
 
 // Loop is the self-improvement loop. It is safe for concurrent use. Create
@@ -169,6 +173,8 @@ type Loop struct {
 
 	m   *metrics
 	hub *hub // recent events and subscriptions (events.go)
+
+	fleet *fleetLink // nil without WithFleet
 
 	// wmu admits writes to the store (read-locked around each) until
 	// Close seals the loop (write-locked).
@@ -254,6 +260,9 @@ func New(opts ...Option) (*Loop, error) {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot read the failure memory; will retry", "error", err)
 	}
+	if o.fleet != nil {
+		l.fleet = newFleetLink(&o)
+	}
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)
 	}
@@ -265,6 +274,9 @@ func New(opts ...Option) (*Loop, error) {
 		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.notify, l.m)
 	}
 	go l.flushLoop(o.flushInterval)
+	if l.fleet != nil {
+		l.startFleet()
+	}
 	if o.summaryOn && l.disp != nil {
 		l.summaryDone = make(chan struct{})
 		go l.summaryLoop(o.summaryAt)
@@ -292,6 +304,10 @@ func (l *Loop) Close() error {
 		l.bgMu.Unlock()
 		l.isClosed.Store(true)
 		l.bg.Wait()
+		var fleetErr error
+		if l.fleet != nil {
+			fleetErr = l.closeFleet()
+		}
 		close(l.stopFlush)
 		<-l.flushDone
 		if l.summaryDone != nil {
@@ -303,7 +319,7 @@ func (l *Loop) Close() error {
 		// Seal: wait for the writes admitted so far, admit no more.
 		l.wmu.Lock()
 		l.sealed = true
-		errs := []error{l.flushAdmitted()}
+		errs := []error{fleetErr, l.flushAdmitted()}
 		l.wmu.Unlock()
 		if l.disp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), l.disp.timeout)
@@ -332,6 +348,7 @@ func (l *Loop) Metrics() Metrics {
 		NotifyDropped: m.notifyDropped.Load(), RejectedTweaks: m.rejectedTweaks.Load(),
 		Traces: m.traces.Load(), TracesDropped: m.tracesDropped.Load(),
 		Agents: m.agents.Load(), Loads: m.loads.Load(), Evictions: m.evictions.Load(),
+		FleetErrors: m.fleetErrors.Load(), FleetConflicts: m.fleetConflicts.Load(),
 	}
 }
 

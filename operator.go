@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -201,16 +202,24 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
-	a, err := l.lockAgent(nil, agentID, 0)
-	if a == nil {
+	for try := 0; ; try++ {
+		a, err := l.lockAgent(nil, agentID, 0)
+		if a == nil {
+			return err
+		}
+		eff, err := f(a)
+		a.commitLocked(&eff, l.canaryCut > 0)
+		a.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		err = l.persist(a)
+		if errors.Is(err, ErrFleetConflict) && try < 3 {
+			continue // another replica decided first: again, on its state
+		}
+		if err == nil {
+			l.remember(eff.fixes)
+		}
 		return err
 	}
-	eff, err := f(a)
-	a.commitLocked(&eff, l.canaryCut > 0)
-	a.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	l.remember(eff.fixes)
-	return l.persist(a)
 }

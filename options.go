@@ -48,6 +48,10 @@ type options struct {
 	retry           RetryPolicy
 	jitterSeed      uint64
 	recentEvents    int
+	fleet           Fleet
+	fleetTimeout    time.Duration
+	fleetInterval   time.Duration
+	fleetCalls      int
 }
 
 // defaults are the options before any Option is applied.
@@ -61,6 +65,9 @@ func defaults() options {
 		traceWait:       time.Second,
 		maxAgents:       10_000,
 		recentEvents:    defaultRecentEvents,
+		fleetTimeout:    DefaultFleetTimeout,
+		fleetInterval:   DefaultFleetInterval,
+		fleetCalls:      DefaultFleetCalls,
 	}
 }
 
@@ -105,6 +112,12 @@ func (o *options) validate() error {
 		return bad("WithFlushInterval", "%v is negative", o.flushInterval)
 	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0:
 		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff or BurstWindow")
+	case o.fleetTimeout <= 0:
+		return bad("WithFleetTimeout", "%v is not positive", o.fleetTimeout)
+	case o.fleetInterval < 0:
+		return bad("WithFleetFlush", "interval %v is negative", o.fleetInterval)
+	case o.fleetCalls < 1:
+		return bad("WithFleetFlush", "calls %d is less than 1", o.fleetCalls)
 	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
 		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
 	}

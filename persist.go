@@ -39,7 +39,16 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
 		}
 		if err := l.persist(a); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
-			if eff.decision == EventRolledBack {
+			if isFleetErr(err) {
+				// Another replica decided first, or the fleet cannot be
+				// reached: this decision was not taken.
+				rep.Rollback, rep.Confirmed = nil, nil
+				if eff.decision == EventRolledBack {
+					l.m.rollbacks.Add(-1)
+				} else {
+					l.m.confirmations.Add(-1)
+				}
+			} else if eff.decision == EventRolledBack {
 				l.rollbackUnsaved(a, eff.decided, err)
 			}
 		}
@@ -104,6 +113,12 @@ func (l *Loop) save(a *agent) error {
 	a.dirty = false
 	a.mu.Unlock()
 
+	if a.fl != nil {
+		if err := l.fleetCommit(a, &snap, evs); err != nil {
+			// The fleet did not take the decisions: their events go.
+			return err
+		}
+	}
 	err := l.saveState(a.id, &snap)
 	if err == nil && len(evs) > 0 {
 		events := make([]Event, len(evs))

@@ -150,8 +150,9 @@ func (l *Loop) Approve(id string) error {
 		return err
 	}
 	if err := l.persist(a); err != nil {
-		if ch != nil {
-			// A change that cannot be recorded is not made.
+		if ch != nil && !isFleetErr(err) {
+			// A change that cannot be recorded is not made. (The fleet's
+			// errors have already put back the fleet's state.)
 			a.mu.Lock()
 			a.settleLocked(l.clock.Now().UnixNano())
 			a.dropQueued(func(ev *Event) bool {

@@ -31,7 +31,8 @@ type agent struct {
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock.
 	openUntil atomic.Int64
-	pending   []queued // events not yet logged, in decision order
+	pending   []queued    // events not yet logged, in decision order
+	fl        *fleetAgent // the agent's link to the fleet; nil without WithFleet
 
 	tel *telemetry // calls by outcome and latency, for AgentMetrics
 }
@@ -115,6 +116,9 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 			l.shared.observe(id, c.ID, []byte(c.Sig), c.Class, c.Last, a.s.Tracker.Win.Width*windowSlots)
 		}
 		l.props.note(id, a.s.Proposals)
+	}
+	if l.fleet != nil {
+		l.fleetAttach(a)
 	}
 	a.used.Store(true)
 	a.openUntil.Store(a.s.CircuitOpenUntil)

@@ -1,0 +1,186 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Fleet is where the replicas of one service (several Loops, in one
+// process or many) share what they learn about each agent. Attach one
+// with WithFleet; without it a Loop keeps everything to itself.
+//
+// The fleet holds each agent's shared state: its config and version
+// history, threshold, change under verification, decided changes,
+// rejected tweaks, cooldown, circuit breaker and proposals, as one value
+// in the agent state format (docs/format.md) without the call
+// statistics, under a revision that grows with each commit.
+// Every replica keeps a copy and its own call statistics; it sends its
+// calls' counts in batches (Add) and gets back the counts pooled over the
+// fleet, so that a change is verified on every replica's calls. A
+// decision is a compare-and-set on the revision (Commit): the replica
+// that loses takes the winner's state. A lease makes one replica run the
+// strategy for a trigger.
+//
+// Every method must be safe for concurrent use, must honour ctx (the
+// Loop gives each call a deadline, WithFleetTimeout), and must treat the
+// agent ID as data: any bytes, up to MaxAgentIDLen. NewMemoryFleet is an
+// implementation for Loops in one process; the redisfleet module is one
+// for replicas sharing a Redis server. The loop's side is described in
+// docs/fleet.md.
+type Fleet interface {
+	// Load returns agentID's shared state and its revision; revision 0
+	// and a nil value when the fleet has none.
+	Load(ctx context.Context, agentID string) (rev uint64, value []byte, err error)
+	// Commit stores value as agentID's shared state if the fleet's
+	// revision for it is still rev (0: the fleet has none), and returns
+	// the new revision: rev+1, or, when the fleet had none, a revision
+	// above any it may have given the agent before (a fleet that lost its
+	// data must not give an old revision to a new state, or replicas
+	// that knew the old one would keep their copy). When the revision
+	// moved on it changes
+	// nothing and returns an error wrapping ErrFleetConflict. After a
+	// commit every subscriber, on every replica, is told.
+	Commit(ctx context.Context, agentID string, rev uint64, value []byte) (uint64, error)
+	// Add adds the counts of one replica's calls to the fleet's, and
+	// returns, for each delta in order, the agent's counts pooled over the
+	// fleet for the delta's generation and the agent's current revision.
+	// A delta with no calls only reads.
+	Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool, error)
+	// Lease gives agentID's lease to owner for ttl, or renews it when
+	// owner holds it; it reports false when another owner holds it.
+	Lease(ctx context.Context, agentID, owner string, ttl time.Duration) (bool, error)
+	// Release ends owner's lease of agentID; it does nothing when owner
+	// does not hold it.
+	Release(ctx context.Context, agentID, owner string) error
+	// Subscribe calls f with the agent ID and the new revision after each
+	// commit, made by any replica, until stop is called. f must return
+	// quickly; notifications may be lost (a replica also polls).
+	Subscribe(f func(agentID string, rev uint64)) (stop func())
+	// AppendEvents adds events to the fleet's log, which keeps the latest
+	// ones (a documented number).
+	AppendEvents(ctx context.Context, events []Event) error
+	// Events returns up to limit of the latest events, oldest first.
+	Events(ctx context.Context, limit int) ([]Event, error)
+}
+
+// Errors of a Fleet. The loop never returns them from a wrapped call: a
+// call keeps running under the last config it knows.
+var (
+	// ErrFleetConflict: another replica committed first; the loop takes
+	// its state.
+	ErrFleetConflict = errors.New("selfimprove: fleet: revision moved on")
+	// ErrFleetUnavailable: the fleet could not be reached; nothing new
+	// is applied until it can be.
+	ErrFleetUnavailable = errors.New("selfimprove: fleet unavailable")
+)
+
+// FleetCounts are calls counted for one arm of one config generation.
+type FleetCounts struct {
+	Calls, Failures int64
+	// LatencyNS sums the calls' durations; SuccessLatencyNS those of
+	// the successful ones.
+	LatencyNS, SuccessLatencyNS int64
+	// Consecutive is the run of failures the calls end with. Pooled, it
+	// is the fleet's run as the deltas arrive: a delta with a success
+	// starts it again (see Add).
+	Consecutive int64
+}
+
+// Add adds the later counts o to c: the sums add up, and the run of
+// failures goes on through o, or is o's own when o has a success.
+func (c *FleetCounts) Add(o FleetCounts) {
+	c.Calls += o.Calls
+	c.Failures += o.Failures
+	c.LatencyNS += o.LatencyNS
+	c.SuccessLatencyNS += o.SuccessLatencyNS
+	if o.Calls > o.Failures {
+		c.Consecutive = o.Consecutive
+	} else {
+		c.Consecutive += o.Failures
+	}
+}
+
+// sub returns c's sums minus o's.
+func (c FleetCounts) sub(o FleetCounts) FleetCounts {
+	return FleetCounts{Calls: c.Calls - o.Calls, Failures: c.Failures - o.Failures, LatencyNS: c.LatencyNS - o.LatencyNS,
+		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS}
+}
+
+// MaxFleetFailures is how many failures a FleetDelta carries in detail,
+// and how many of a generation's latest failures a FleetPool returns.
+const MaxFleetFailures = 32
+
+// FleetFailure is one failed call, as replicas tell each other of it.
+type FleetFailure struct {
+	// Seq numbers the agent's failures in the fleet (set by the fleet;
+	// 0 in a delta).
+	Seq uint64 `json:"seq,omitempty"`
+	// Replica is the replica that saw it.
+	Replica string `json:"replica"`
+	// Gen is the config generation it started under.
+	Gen uint64 `json:"gen"`
+	// EndNS is when it ended (Unix ns); DurationNS how long it took.
+	EndNS      int64 `json:"end_ns"`
+	DurationNS int64 `json:"duration_ns"`
+	Version    int   `json:"version"`
+	Class      Class `json:"class"`
+	// Text is its scrubbed error text, at most 200 bytes.
+	Text string `json:"text"`
+}
+
+// FleetDelta is what one replica counted for one agent since its last
+// Add.
+type FleetDelta struct {
+	AgentID string
+	Replica string
+	// Gen is the config generation the calls started under.
+	Gen uint64
+	// Change counts the calls of the config in force (of the change
+	// under verification), Control those of the previous config under
+	// MethodCanary.
+	Change, Control FleetCounts
+	// Failures are the failures among them, at most MaxFleetFailures.
+	Failures []FleetFailure
+}
+
+// FleetPool is an agent's counts pooled over the fleet, returned by Add.
+type FleetPool struct {
+	// Rev is the agent's current revision (0: none).
+	Rev uint64
+	// Gen is the generation counted (the delta's).
+	Gen uint64
+	// Change and Control are every replica's calls of generation Gen
+	// (zero when the fleet has counted a later generation since).
+	Change, Control FleetCounts
+	// Total is every replica's calls of every generation.
+	Total FleetCounts
+	// Failures are the agent's latest failures, at most
+	// MaxFleetFailures, oldest first.
+	Failures []FleetFailure
+}
+
+// Fleet timing defaults (WithFleetTimeout, WithFleetFlush).
+const (
+	DefaultFleetTimeout  = 500 * time.Millisecond
+	DefaultFleetInterval = 200 * time.Millisecond
+	DefaultFleetCalls    = 1024
+)
+
+// WithFleet shares each agent's state with the other replicas attached to
+// f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state
+// to itself.
+func WithFleet(f Fleet) Option { return func(o *options) { o.fleet = f } }
+
+// WithFleetTimeout bounds each operation on the fleet. Default
+// DefaultFleetTimeout (500 ms); it must be positive.
+func WithFleetTimeout(d time.Duration) Option { return func(o *options) { o.fleetTimeout = d } }
+
+// WithFleetFlush sets how often the counts of the calls go to the fleet:
+// every interval (0: only when calls calls are waiting, and on SyncFleet
+// and Close), or as soon as calls calls are waiting. Default
+// DefaultFleetInterval (200 ms) and DefaultFleetCalls (1,024); calls must
+// be at least 1.
+func WithFleetFlush(interval time.Duration, calls int) Option {
+	return func(o *options) { o.fleetInterval, o.fleetCalls = interval, calls }
+}

@@ -1,0 +1,604 @@
+package selfimprove
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The Loop's side of a Fleet (WithFleet): attaching an agent to the
+// fleet's state, counting calls and sending them in batches, taking the
+// pooled counts back, committing decisions, and taking other replicas'
+// decisions. The call path only counts (fleetCount, under the agent's
+// lock, O(1)); everything that talks to the fleet runs in the flusher's
+// goroutine, or when a decision is saved, each bounded by the fleet
+// timeout. No agent lock is held while the fleet is called.
+
+// EventFleetUnreachable and EventFleetRecovered say that the fleet could
+// not be reached, and that it can be again. They concern the Loop, not
+// one agent.
+const (
+	EventFleetUnreachable EventType = "fleet_unreachable"
+	EventFleetRecovered   EventType = "fleet_recovered"
+)
+
+// fleetLink is a Loop's connection to its fleet.
+type fleetLink struct {
+	f        Fleet
+	replica  string // this Loop's name in the fleet (a UUIDv7)
+	timeout  time.Duration
+	interval time.Duration
+	calls    int64
+
+	kick    chan struct{} // asks the flusher for a flush now
+	stop    chan struct{}
+	done    chan struct{}
+	unsub   func()
+	down    atomic.Bool
+	flushMu sync.Mutex // serialises flushes
+	polled  time.Time  // the last flush that asked for every agent; guarded by flushMu
+	once    sync.Once
+}
+
+// fleetPoll is how often a flush asks the fleet for the revision of every
+// live agent, with or without counts to send: a notification lost (a
+// subscriber reconnecting to Redis) is made up within it.
+const fleetPoll = time.Second
+
+// fleetAgent is an agent's link to the fleet. The fields without their
+// own synchronisation are guarded by the agent's mutex.
+type fleetAgent struct {
+	rev   uint64 // the revision the agent's shared state is at
+	base  []byte // the shared state at rev, as encoded here
+	tally fleetTally
+	// sent is this replica's calls the fleet has; others, the other
+	// replicas' calls booked here; seq, the newest failure booked.
+	sent, others FleetCounts
+	seq          uint64
+	leaseBusy    int64 // Unix ns: another replica holds the lease until then
+	committing   atomic.Bool
+	notified     atomic.Uint64 // the newest revision a notification announced
+	resync       atomic.Bool   // the agent's state must be compared with the fleet's
+}
+
+func newFleetLink(o *options) *fleetLink {
+	return &fleetLink{
+		f: o.fleet, replica: newID(time.Now()), timeout: o.fleetTimeout, interval: o.fleetInterval,
+		calls: int64(o.fleetCalls), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// startFleet subscribes to the fleet's notifications and starts the
+// flusher.
+func (l *Loop) startFleet() {
+	fl := l.fleet
+	fl.unsub = fl.f.Subscribe(l.fleetNotified)
+	go l.fleetLoop()
+}
+
+// closeFleet stops the flusher, sends the counts not sent yet, and
+// unsubscribes. Close calls it before it seals the loop.
+func (l *Loop) closeFleet() error {
+	fl := l.fleet
+	var err error
+	fl.once.Do(func() {
+		close(fl.stop)
+		<-fl.done
+		err = l.fleetFlush()
+		fl.unsub()
+	})
+	return err
+}
+
+// ctx returns a context bounded by the fleet timeout.
+func (fl *fleetLink) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), fl.timeout)
+}
+
+// fleetLoop flushes the counts every interval, or when enough calls are
+// waiting, until closeFleet.
+func (l *Loop) fleetLoop() {
+	fl := l.fleet
+	defer close(fl.done)
+	var tick <-chan time.Time
+	if fl.interval > 0 {
+		t := time.NewTicker(fl.interval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-tick:
+		case <-fl.kick:
+		case <-fl.stop:
+			return
+		}
+		l.fleetFlush()
+	}
+}
+
+// fleetCount books a finished call for the fleet; a's lock is held.
+func (l *Loop) fleetCount(a *agent, c *call) {
+	if c.ignored {
+		return
+	}
+	a.fl.tally.count(c)
+	if a.fl.tally.calls == l.fleet.calls {
+		select {
+		case l.fleet.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fleetDown notes that the fleet could not be reached: the first time,
+// with a log line and an EventFleetUnreachable.
+func (l *Loop) fleetDown(err error) {
+	l.m.fleetErrors.Add(1)
+	if l.fleet.down.CompareAndSwap(false, true) {
+		l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
+		now := l.clock.Now()
+		l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
+			Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
+	}
+}
+
+// fleetUp notes that the fleet answered: after it was down, with a log
+// line and an EventFleetRecovered, and every live agent is compared with
+// the fleet's state at the next flush.
+func (l *Loop) fleetUp() {
+	if !l.fleet.down.CompareAndSwap(true, false) {
+		return
+	}
+	l.log.Info("selfimprove: fleet reachable again; resynchronising")
+	now := l.clock.Now()
+	l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
+		Message: "fleet reachable again: configs resynchronised, counts sent"})
+	l.agents.Range(func(_, v any) bool {
+		if fa := v.(*agent).fl; fa != nil {
+			fa.resync.Store(true)
+		}
+		return true
+	})
+	select {
+	case l.fleet.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fleetAttach links a new agent to the fleet and takes the fleet's state
+// of it, if any; the agent is not published yet. When the fleet cannot
+// be reached the agent runs on what the store had, and is compared with
+// the fleet's state once it is back.
+func (l *Loop) fleetAttach(a *agent) {
+	fa := &fleetAgent{}
+	a.fl = fa
+	fa.tally.gen = a.s.Gen
+	fa.base, _ = encodeShared(&a.s)
+	ctx, cancel := l.fleet.ctx()
+	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	cancel()
+	if err != nil {
+		l.fleetDown(err)
+		fa.resync.Store(true)
+		return
+	}
+	l.fleetUp()
+	if rev == 0 {
+		return
+	}
+	sh, err := decodeState(val, a.id)
+	if err != nil {
+		l.m.fleetErrors.Add(1)
+		l.log.Error("selfimprove: the fleet's state of the agent is corrupt; the next decision replaces it", "agent", a.id, "error", err)
+		fa.rev, fa.base = rev, nil
+		return
+	}
+	a.s.adopt(&sh)
+	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
+	fa.rev, fa.tally.gen = rev, a.s.Gen
+	fa.base, _ = encodeShared(&a.s)
+	l.remember(fixesOf(sh.Changes, nil))
+	l.props.note(a.id, a.s.Proposals)
+}
+
+// fixesOf returns the outcomes of the decided changes in chs whose IDs
+// known does not hold, for the failure memory.
+func fixesOf(chs []Change, known map[string]bool) []fixNote {
+	var out []fixNote
+	for i := range chs {
+		if ch := &chs[i]; !known[ch.ID] {
+			if f, ok := fixNoteOf(ch, FixOutcome(ch.State), ch.DecidedAt); ok {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// fleetRefresh loads a's state from the fleet and takes it if it is newer
+// than a's. It reports whether it could ask.
+func (l *Loop) fleetRefresh(a *agent) bool {
+	ctx, cancel := l.fleet.ctx()
+	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	cancel()
+	if err != nil {
+		l.fleetDown(err)
+		return false
+	}
+	l.fleetUp()
+	fa := a.fl
+	fa.resync.Store(false)
+	a.mu.Lock()
+	lost := rev < fa.rev
+	if lost {
+		// The fleet lost the agent's state (a Redis restarted without
+		// persistence): this replica's copy goes back at the next save.
+		fa.rev, fa.base = rev, nil
+		a.dirty = true
+	}
+	a.mu.Unlock()
+	if lost {
+		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
+	}
+	if rev > 0 {
+		l.fleetAdopt(a, rev, val, false)
+	}
+	return true
+}
+
+// fleetAdopt makes the shared state val, at revision rev, a's: when it is
+// newer than a's, or always with force. a keeps its call statistics.
+func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
+	sh, err := decodeState(val, a.id)
+	if err != nil {
+		l.m.fleetErrors.Add(1)
+		l.log.Error("selfimprove: the fleet's state of the agent is corrupt", "agent", a.id, "error", err)
+		return
+	}
+	fa := a.fl
+	a.mu.Lock()
+	if a.evicted || (rev <= fa.rev && !force) {
+		a.mu.Unlock()
+		return
+	}
+	known := make(map[string]bool, len(a.s.Changes))
+	for _, ch := range a.s.Changes {
+		known[ch.ID] = true
+	}
+	a.s.adopt(&sh)
+	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
+	fa.rev = rev
+	fa.base, _ = encodeShared(&a.s)
+	if fa.tally.gen != a.s.Gen {
+		fa.tally = fleetTally{gen: a.s.Gen}
+	}
+	a.dirty = true
+	a.publishLocked(l.canaryCut > 0)
+	a.openUntil.Store(a.s.CircuitOpenUntil)
+	fixes := fixesOf(a.s.Changes, known)
+	props := a.s.snapshot().Proposals
+	a.mu.Unlock()
+	l.remember(fixes)
+	l.props.note(a.id, props)
+}
+
+// fleetNotified takes a commit another replica announced.
+func (l *Loop) fleetNotified(id string, rev uint64) {
+	v, ok := l.agents.Load(id)
+	if !ok || l.isClosed.Load() {
+		return
+	}
+	a := v.(*agent)
+	fa := a.fl
+	if fa == nil {
+		return
+	}
+	for {
+		n := fa.notified.Load()
+		if n >= rev || fa.notified.CompareAndSwap(n, rev) {
+			break
+		}
+	}
+	if fa.committing.Load() {
+		return // the committer looks at notified when it is done
+	}
+	a.mu.Lock()
+	cur := fa.rev
+	a.mu.Unlock()
+	if rev > cur {
+		l.fleetRefresh(a)
+	}
+}
+
+// fleetCommit commits a's shared state, as in snap, if it changed, with
+// the events evs of the decisions that changed it. When another replica
+// committed first, a takes its state and the error wraps
+// ErrFleetConflict; when the fleet cannot be reached, a goes back to the
+// fleet's last state it knew and the error wraps ErrFleetUnavailable. In
+// both cases the decisions did not happen.
+func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
+	fa := a.fl
+	value, err := encodeShared(snap)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	rev, base := fa.rev, fa.base
+	a.mu.Unlock()
+	if bytes.Equal(value, base) {
+		return nil
+	}
+	fa.committing.Store(true)
+	ctx, cancel := l.fleet.ctx()
+	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
+	cancel()
+	fa.committing.Store(false)
+	switch {
+	case err == nil:
+		l.fleetUp()
+		a.mu.Lock()
+		if fa.rev == rev {
+			fa.rev, fa.base = nrev, value
+		}
+		a.mu.Unlock()
+		if len(evs) > 0 {
+			events := make([]Event, len(evs))
+			for i, q := range evs {
+				events[i] = *q.ev
+			}
+			ctx, cancel := l.fleet.ctx()
+			if err := l.fleet.f.AppendEvents(ctx, events); err != nil {
+				l.m.fleetErrors.Add(1)
+				l.log.Error("selfimprove: cannot add events to the fleet's log", "agent", a.id, "count", len(events), "error", err)
+			}
+			cancel()
+		}
+		if fa.notified.Load() > nrev {
+			l.fleetRefresh(a)
+		}
+		return nil
+	case errors.Is(err, ErrFleetConflict):
+		l.fleetUp()
+		l.m.fleetConflicts.Add(1)
+		l.fleetRefresh(a)
+		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
+	default:
+		l.fleetDown(err)
+		if base != nil {
+			l.fleetAdopt(a, rev, base, true)
+		}
+		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+	}
+}
+
+// fleetItem is one agent's delta in a flush.
+type fleetItem struct {
+	a *agent
+	d FleetDelta
+}
+
+// fleetFlush sends the counts of the calls not sent yet, one delta per
+// agent with calls, a change under verification or a resync due, and
+// takes back the pooled counts: other replicas' calls are booked, the
+// change under verification is judged on the fleet's calls, and a newer
+// state is taken.
+func (l *Loop) fleetFlush() error {
+	fl := l.fleet
+	fl.flushMu.Lock()
+	defer fl.flushMu.Unlock()
+	var items []fleetItem
+	now := l.clock.Now()
+	poll := now.Sub(fl.polled) >= fleetPoll || now.Before(fl.polled)
+	if poll {
+		fl.polled = now
+	}
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		fa := a.fl
+		if fa == nil {
+			return true
+		}
+		a.mu.Lock()
+		if !a.evicted && (poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load()) {
+			t := fa.tally
+			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			for i := range d.Failures {
+				d.Failures[i].Replica = fl.replica
+			}
+			fa.tally = fleetTally{gen: a.s.Gen}
+			items = append(items, fleetItem{a, d})
+		}
+		a.mu.Unlock()
+		return true
+	})
+	if len(items) == 0 {
+		return nil
+	}
+	deltas := make([]FleetDelta, len(items))
+	for i := range items {
+		deltas[i] = items[i].d
+	}
+	ctx, cancel := fl.ctx()
+	pools, err := fl.f.Add(ctx, deltas)
+	cancel()
+	if err == nil && len(pools) != len(items) {
+		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
+	}
+	if err != nil {
+		l.fleetDown(err)
+		for _, it := range items {
+			it.a.mu.Lock()
+			if t := &it.a.fl.tally; t.gen == it.d.Gen {
+				t.change.Add(it.d.Change)
+				t.control.Add(it.d.Control)
+				t.calls += it.d.Change.Calls + it.d.Control.Calls
+				for _, f := range it.d.Failures {
+					if len(t.fails) < MaxFleetFailures {
+						t.fails = append(t.fails, f)
+					}
+				}
+			}
+			it.a.mu.Unlock()
+		}
+		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+	}
+	l.fleetUp()
+	for i := range items {
+		l.fleetPooled(items[i].a, &items[i].d, &pools[i])
+	}
+	return nil
+}
+
+// fleetPooled takes the pooled counts p that answered a's delta d.
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
+	fa := a.fl
+	a.mu.Lock()
+	newer := p.Rev != fa.rev
+	a.mu.Unlock()
+	if newer {
+		l.fleetRefresh(a)
+	} else {
+		fa.resync.Store(false)
+	}
+	now := l.clock.Now()
+	a.mu.Lock()
+	if a.evicted {
+		a.mu.Unlock()
+		return
+	}
+	fa.sent.Add(d.Change)
+	fa.sent.Add(d.Control)
+	others := p.Total.sub(fa.sent)
+	fresh := others.sub(fa.others)
+	fa.others = others
+	var fails []FleetFailure
+	for _, f := range p.Failures {
+		if f.Seq > fa.seq {
+			fa.seq = f.Seq
+			if f.Replica != l.fleet.replica {
+				fails = append(fails, f)
+			}
+		}
+	}
+	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(fails) > 0 {
+		a.s.replay(now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
+		a.dirty = true
+	}
+	var fixes []fixNote
+	window := a.s.Tracker.Win.Width * windowSlots
+	if len(fails) > 0 {
+		// Fixes attach to the clusters the failure memory knows.
+		fixes = fixesOf(a.s.Changes, nil)
+	}
+	var eff effects
+	if a.s.Verifying != nil && p.Gen == a.s.Gen {
+		var unsent, unsentControl FleetCounts
+		if fa.tally.gen == p.Gen {
+			unsent, unsentControl = fa.tally.change, fa.tally.control
+		}
+		a.s.pool(p.Change, p.Control, unsent, unsentControl)
+		a.s.judge(now, &l.rules, &eff)
+		if eff.publish || eff.circuit || len(eff.events) > 0 {
+			a.commitLocked(&eff, l.canaryCut > 0)
+		}
+	}
+	a.mu.Unlock()
+	for i := range fails {
+		f := &fails[i]
+		var buf [4 * maxSignature]byte
+		sig := appendSignature(buf[:0], f.Text)
+		cl := clusterID(sig)
+		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, window)
+		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
+	}
+	l.remember(fixes)
+	if eff.decided != nil {
+		var rep Report
+		l.carry(context.Background(), a, &eff, &rep)
+	}
+}
+
+// fleetLease takes the agent's lease for the strategy run an, and checks
+// that no other replica acted on the trigger meanwhile. It reports
+// whether this replica runs the strategy.
+func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
+	fl, fa := l.fleet, a.fl
+	now := l.clock.Now().UnixNano()
+	a.mu.Lock()
+	busy := now < fa.leaseBusy
+	cooldown := a.s.CooldownUntil
+	a.mu.Unlock()
+	if busy {
+		return false
+	}
+	ttl := l.strategyTimeout + 4*fl.timeout
+	ctx, cancel := fl.ctx()
+	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
+	cancel()
+	if err != nil {
+		l.fleetDown(err)
+		return false
+	}
+	l.fleetUp()
+	if !ok {
+		a.mu.Lock()
+		fa.leaseBusy = now + int64(ttl)
+		a.mu.Unlock()
+		return false
+	}
+	if !l.fleetRefresh(a) {
+		l.fleetRelease(a)
+		return false
+	}
+	a.mu.Lock()
+	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
+	a.mu.Unlock()
+	if acted {
+		l.fleetRelease(a)
+		return false
+	}
+	return true
+}
+
+// fleetRelease gives the agent's lease back.
+func (l *Loop) fleetRelease(a *agent) {
+	ctx, cancel := l.fleet.ctx()
+	defer cancel()
+	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
+		l.fleetDown(err)
+	}
+}
+
+// SyncFleet sends the counts of the calls not sent yet to the fleet
+// (WithFleet) and takes the fleet's newer state of every agent in memory,
+// as the background flush does every WithFleetFlush interval. It returns
+// nil at once without a fleet, and ErrClosed after Close.
+func (l *Loop) SyncFleet(ctx context.Context) error {
+	if l.fleet == nil {
+		return nil
+	}
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.agents.Range(func(_, v any) bool {
+		if fa := v.(*agent).fl; fa != nil {
+			fa.resync.Store(true)
+		}
+		return true
+	})
+	return l.fleetFlush()
+}
+
+// isFleetErr reports whether err says that a decision did not reach the
+// fleet.
+func isFleetErr(err error) bool {
+	return errors.Is(err, ErrFleetConflict) || errors.Is(err, ErrFleetUnavailable)
+}

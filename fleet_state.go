@@ -1,0 +1,133 @@
+package selfimprove
+
+import (
+	"math"
+	"time"
+)
+
+// The fleet's side of the per-agent state machine: what of an agentState
+// a fleet shares, how a replica takes the fleet's state, and how the
+// calls of other replicas are booked. Pure, like state.go: no IO, no
+// clock, no lock.
+
+// sharedPart returns s without what stays with each replica: the call
+// statistics (tracker, clusters) and the verification counts, which the
+// fleet pools separately. It is the value a Fleet stores, in the state
+// file format.
+func (s *agentState) sharedPart() agentState {
+	sh := s.snapshot()
+	sh.Tracker = tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}}
+	sh.Clusters = nil
+	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, counts{}
+	sh.analyzing, sh.early = false, false
+	return sh
+}
+
+// encodeShared encodes s's shared part.
+func encodeShared(s *agentState) ([]byte, error) {
+	sh := s.sharedPart()
+	return encodeState(&sh)
+}
+
+// adopt takes the shared part of sh (decoded from the fleet), keeping s's
+// own call statistics, and its verification counts while the same change
+// is verified under the same generation.
+func (s *agentState) adopt(sh *agentState) {
+	keep := s.Verifying != nil && sh.Verifying != nil && s.Verifying.ID == sh.Verifying.ID && s.Gen == sh.Gen
+	tr, cl, an, early := s.Tracker, s.Clusters, s.analyzing, s.early
+	v, c, k := s.Verify, s.Control, s.Streak
+	*s = sh.snapshot()
+	s.Tracker, s.Clusters, s.analyzing, s.early = tr, cl, an, early
+	s.Verify, s.Control, s.Streak = counts{}, counts{}, counts{}
+	if keep {
+		s.Verify, s.Control, s.Streak = v, c, k
+	}
+}
+
+// judge decides the change under verification on the evidence as it
+// stands (the counts pooled over the fleet): confirm, roll back or wait.
+func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
+	if s.Verifying == nil {
+		return
+	}
+	switch v := r.policy.Decide(s.evidence()); v.Decision {
+	case DecisionRollback:
+		s.rollback(now, v.Reason, r, eff)
+	case DecisionConfirm:
+		s.confirm(now, v.Reason, r, eff)
+	}
+}
+
+// pool sets the verification counts to those of the fleet (which include
+// this replica's calls sent so far) plus this replica's calls not sent
+// yet; the run of consecutive failures is the fleet's, or this replica's
+// when it is longer.
+func (s *agentState) pool(change, control, unsent, unsentControl FleetCounts) {
+	set := func(c *counts, p FleetCounts) {
+		c.Calls, c.Failures = int(p.Calls), int(p.Failures)
+		c.Latency, c.OKLatency = p.LatencyNS, p.SuccessLatencyNS
+		c.Consec = max(c.Consec, int(p.Consecutive))
+	}
+	change.Add(unsent)
+	control.Add(unsentControl)
+	set(&s.Verify, change)
+	set(&s.Control, control)
+}
+
+// replay books calls of other replicas: ok successes that took
+// okLatency in all, ending at end, and the failures fails (each under its
+// generation), so that the trigger and the stats see the fleet's calls.
+func (s *agentState) replay(end int64, ok, okLatency int64, fails []FleetFailure) {
+	if ok > 0 {
+		t := &s.Tracker
+		t.Total += ok
+		t.Day.addN(end, uint64(ok))
+		sl := t.Win.at(end)
+		sl.Calls = uint32(min(int64(sl.Calls)+ok, math.MaxUint32))
+		sl.Latency += okLatency
+	}
+	for i := range fails {
+		f := &fails[i]
+		var buf [4 * maxSignature]byte
+		sig := appendSignature(buf[:0], f.Text)
+		cl := clusterID(sig)
+		s.Tracker.record(f.Gen, f.EndNS, time.Duration(f.DurationNS), true, f.Version, f.Text, uint32(cl))
+		s.observeCluster(cl, sig, f.Class, f.Text, f.EndNS)
+	}
+}
+
+// fleetTally is what a replica counted of one agent's calls since it last
+// sent them to the fleet; guarded by the agent's mutex.
+type fleetTally struct {
+	gen             uint64
+	change, control FleetCounts
+	fails           []FleetFailure
+	calls           int64
+}
+
+// count books one finished call of generation gen.
+func (t *fleetTally) count(c *call) {
+	if c.gen != t.gen {
+		if c.gen < t.gen {
+			return // started under a config since replaced
+		}
+		*t = fleetTally{gen: c.gen, fails: t.fails[:0]}
+	}
+	side := &t.change
+	if c.arm == ArmControl {
+		side = &t.control
+	}
+	side.Calls++
+	side.LatencyNS += int64(c.dur)
+	if c.failed {
+		side.Failures++
+		side.Consecutive++
+		if len(t.fails) < MaxFleetFailures {
+			t.fails = append(t.fails, FleetFailure{Gen: c.gen, EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text})
+		}
+	} else {
+		side.SuccessLatencyNS += int64(c.dur)
+		side.Consecutive = 0
+	}
+	t.calls++
+}

@@ -1,0 +1,753 @@
+package redisfleet_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/redisfleet"
+)
+
+// The tests in this file run replicas as separate OS processes: the test
+// binary re-executed with -test.run=^TestFleetChild$ and childEnv set. A
+// child runs one Loop on the shared Redis and answers commands, one JSON
+// line on its stdin each, with one JSON line on its stdout (prefixed with
+// childMark, so that the testing package's own lines are told apart).
+
+const (
+	childEnv  = "REDISFLEET_TEST_CHILD"
+	childMark = "@@"
+)
+
+// cmd is a command to a child.
+type cmd struct {
+	Op   string `json:"op"`
+	ID   string `json:"id,omitempty"`
+	N    int    `json:"n,omitempty"`
+	Sync bool   `json:"sync,omitempty"`
+	// Route for "set"; V and Ms for "wait"; Agents for "burst";
+	// Failures and Cooldown for "threshold".
+	Route    string        `json:"route,omitempty"`
+	V        int           `json:"v,omitempty"`
+	Ms       int           `json:"ms,omitempty"`
+	Agents   int           `json:"agents,omitempty"`
+	Failures int           `json:"failures,omitempty"`
+	Cooldown time.Duration `json:"cooldown,omitempty"`
+}
+
+// reply is a child's answer.
+type reply struct {
+	Err string `json:"err,omitempty"`
+	// call: the version the call ran under, the version after it (and
+	// the sync), whether it applied or rolled back a change.
+	Ran        int  `json:"ran,omitempty"`
+	After      int  `json:"after,omitempty"`
+	Improved   bool `json:"improved,omitempty"`
+	RolledBack bool `json:"rolled_back,omitempty"`
+	// NS is the child's wall clock (Unix ns) when the command was done.
+	NS int64 `json:"ns,omitempty"`
+	// state
+	Runs      int64             `json:"runs,omitempty"`
+	Metrics   si.Metrics        `json:"metrics"`
+	Threshold si.Threshold      `json:"threshold"`
+	History   []int             `json:"history,omitempty"`
+	Changes   []si.ChangeState  `json:"changes,omitempty"`
+	Memory    bool              `json:"memory,omitempty"`
+	RunsByID  map[string]int64  `json:"runs_by_id,omitempty"`
+	Extra     map[string]string `json:"extra,omitempty"`
+	// Sent and Trips are the commands this process sent to Redis, and
+	// the round trips they took (a pipeline is one).
+	Sent  int64 `json:"sent,omitempty"`
+	Trips int64 `json:"trips,omitempty"`
+}
+
+// countHook counts the commands a client sends, and its round trips.
+type countHook struct{ cmds, trips atomic.Int64 }
+
+func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, c redis.Cmder) error {
+		h.cmds.Add(1)
+		h.trips.Add(1)
+		return next(ctx, c)
+	}
+}
+
+func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cs []redis.Cmder) error {
+		h.cmds.Add(int64(len(cs)))
+		h.trips.Add(1)
+		return next(ctx, cs)
+	}
+}
+
+// upstream is a child's scripted upstream: agents "a" and "k1" fail
+// from the child's faultAt-th call of them on; "r" fails unless routed to
+// "alt"; the route "backup" and the agents starting with "k2" always
+// fail.
+type upstream struct {
+	faultAt int
+	mu      sync.Mutex
+	n       map[string]int
+}
+
+var errUpstream = errors.New("upstream: 503 service unavailable")
+
+func (u *upstream) call(id string, cfg si.Config) error {
+	u.mu.Lock()
+	n := u.n[id]
+	u.n[id]++
+	u.mu.Unlock()
+	switch {
+	case cfg.Route == "backup", strings.HasPrefix(id, "k2"):
+		return errUpstream
+	case (id == "a" || id == "k1") && n >= u.faultAt:
+		return errUpstream
+	case id == "r" && cfg.Route != "alt":
+		return errUpstream
+	}
+	return nil
+}
+
+// scriptStrategy proposes "alt" for agent "r" and "backup" for the
+// others, and counts its runs per agent. With block set it waits for its
+// context on agents starting with "k2".
+type scriptStrategy struct {
+	mu    sync.Mutex
+	runs  map[string]int64
+	block bool
+}
+
+func (s *scriptStrategy) Analyze(ctx context.Context, a si.Analysis) (*si.Tweak, error) {
+	s.mu.Lock()
+	s.runs[a.AgentID]++
+	s.mu.Unlock()
+	if s.block && strings.HasPrefix(a.AgentID, "k2") {
+		fmt.Fprintln(os.Stdout, childMark+`{"extra":{"blocked":"`+a.AgentID+`"}}`)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	route := "backup"
+	if a.AgentID == "r" {
+		route = "alt"
+	}
+	return &si.Tweak{Config: si.Config{Route: route}, Reason: "route around the fault"}, nil
+}
+
+// childOptions are the options every replica runs with, and the single
+// process of the baseline.
+func childOptions(strat si.Strategy) []si.Option {
+	return []si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat),
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), si.WithStrategyTimeout(2 * time.Second)}
+}
+
+// TestFleetChild is a replica when childEnv is set (see startChild); it
+// does nothing otherwise.
+func TestFleetChild(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		return
+	}
+	faultAt, _ := strconv.Atoi(os.Getenv("FAULT_AT"))
+	up := &upstream{faultAt: faultAt, n: map[string]int{}}
+	strat := &scriptStrategy{runs: map[string]int64{}, block: os.Getenv("BLOCK_K2") != ""}
+	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
+	defer c.Close()
+	hook := &countHook{}
+	c.AddHook(hook)
+	f, err := redisfleet.New(c, redisfleet.Options{Prefix: os.Getenv("PREFIX")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	l, err := si.New(append(childOptions(strat), si.WithFleet(f), si.WithFleetTimeout(300*time.Millisecond),
+		si.WithFleetFlush(200*time.Millisecond, 1024))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	var outMu sync.Mutex
+	send := func(r reply) {
+		b, _ := json.Marshal(r)
+		outMu.Lock()
+		out.WriteString(childMark)
+		out.Write(b)
+		out.WriteByte('\n')
+		out.Flush()
+		outMu.Unlock()
+	}
+	ctx := context.Background()
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var c cmd
+		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
+			send(reply{Err: err.Error()})
+			continue
+		}
+		var r reply
+		switch c.Op {
+		case "call":
+			for range max(c.N, 1) {
+				rep, _ := l.ExecuteWithImprovement(ctx, c.ID, func(_ context.Context, cfg si.Config) error { return up.call(c.ID, cfg) })
+				r.Ran = rep.ConfigVersion
+				r.Improved = r.Improved || rep.Improvement != nil
+				r.RolledBack = r.RolledBack || rep.Rollback != nil
+				if c.Sync {
+					if err := l.SyncFleet(ctx); err != nil {
+						r.Err = err.Error()
+					}
+				}
+			}
+			r.After = l.Config(c.ID).Version
+		case "burst":
+			// N successful calls spread over Agents agents, as fast as
+			// they go; the background flush sends the counts.
+			for i := range c.N {
+				id := "p" + strconv.Itoa(i%c.Agents)
+				l.ExecuteWithImprovement(ctx, id, func(context.Context, si.Config) error { return nil })
+			}
+		case "sync":
+			if err := l.SyncFleet(ctx); err != nil {
+				r.Err = err.Error()
+			}
+		case "set":
+			if err := l.SetConfig(c.ID, si.Config{Route: c.Route}); err != nil {
+				r.Err = err.Error()
+			}
+			r.After = l.Config(c.ID).Version
+		case "threshold":
+			if err := l.SetThreshold(c.ID, si.Threshold{Failures: c.Failures, Window: time.Minute, Cooldown: c.Cooldown}); err != nil {
+				r.Err = err.Error()
+			}
+		case "wait":
+			deadline := time.Now().Add(time.Duration(c.Ms) * time.Millisecond)
+			for l.Config(c.ID).Version != c.V {
+				if time.Now().After(deadline) {
+					r.Err = fmt.Sprintf("version %d, not %d, after %d ms", l.Config(c.ID).Version, c.V, c.Ms)
+					break
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+		case "state":
+			strat.mu.Lock()
+			r.RunsByID = maps(strat.runs)
+			r.Runs = strat.runs[c.ID]
+			strat.mu.Unlock()
+			r.Metrics = l.Metrics()
+			r.Threshold, _ = l.Threshold(c.ID)
+			for _, h := range l.History(c.ID) {
+				r.History = append(r.History, h.Version)
+			}
+			for _, ch := range l.Changes(c.ID) {
+				r.Changes = append(r.Changes, ch.State)
+			}
+			r.Memory = rolledBackInMemory(l, errUpstream.Error())
+			r.After = l.Config(c.ID).Version
+			r.Sent, r.Trips = hook.cmds.Load(), hook.trips.Load()
+		case "exit":
+			r.Err = errString(l.Close())
+			r.NS = time.Now().UnixNano()
+			send(r)
+			return
+		default:
+			r.Err = "unknown op " + c.Op
+		}
+		r.NS = time.Now().UnixNano()
+		send(r)
+	}
+	l.Close()
+}
+
+func maps(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func rolledBackInMemory(l *si.Loop, text string) bool {
+	for _, m := range l.Similar(text, 3) {
+		for _, f := range m.Fixes {
+			if f.State == si.FixRolledBack {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// child is a replica running in its own process.
+type child struct {
+	t     *testing.T
+	name  string
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan reply
+	extra chan map[string]string
+	done  chan struct{}
+}
+
+// startChild starts a replica process on s with the given prefix and
+// extra environment; it is killed when the test ends.
+func startChild(t *testing.T, s *server, name, prefix string, env ...string) *child {
+	t.Helper()
+	c := exec.Command(os.Args[0], "-test.run=^TestFleetChild$", "-test.count=1")
+	c.Env = append(os.Environ(), childEnv+"=1", "REDIS_ADDR="+s.addr, "PREFIX="+prefix)
+	c.Env = append(c.Env, env...)
+	c.Stderr = os.Stderr
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := &child{t: t, name: name, cmd: c, in: in, lines: make(chan reply, 16), extra: make(chan map[string]string, 16), done: make(chan struct{})}
+	go func() {
+		defer close(ch.done)
+		sc := bufio.NewScanner(outp)
+		sc.Buffer(make([]byte, 1<<16), 1<<20)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), childMark)
+			if !ok {
+				continue
+			}
+			var r reply
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				r.Err = "bad reply: " + line
+			}
+			if r.Extra != nil {
+				ch.extra <- r.Extra
+				continue
+			}
+			ch.lines <- r
+		}
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		select {
+		case <-ch.done:
+		case <-time.After(10 * time.Second):
+			c.Process.Kill()
+		}
+		c.Wait()
+	})
+	return ch
+}
+
+// do sends c and returns the reply; it fails the test after 30 seconds.
+func (ch *child) do(c cmd) reply {
+	ch.t.Helper()
+	b, _ := json.Marshal(c)
+	if _, err := ch.in.Write(append(b, '\n')); err != nil {
+		ch.t.Fatalf("%s: %v", ch.name, err)
+	}
+	select {
+	case r := <-ch.lines:
+		return r
+	case <-ch.done:
+		ch.t.Fatalf("%s exited during %s", ch.name, c.Op)
+	case <-time.After(30 * time.Second):
+		ch.t.Fatalf("%s: no answer to %s after 30s", ch.name, c.Op)
+	}
+	return reply{}
+}
+
+// must is do, failing the test on an error.
+func (ch *child) must(c cmd) reply {
+	ch.t.Helper()
+	r := ch.do(c)
+	if r.Err != "" {
+		ch.t.Fatalf("%s: %s: %s", ch.name, c.Op, r.Err)
+	}
+	return r
+}
+
+// waitAll has every child in cs wait until it runs version v of id, in
+// parallel, and returns the latest time one saw it (Unix ns).
+func waitAll(t *testing.T, cs []*child, id string, v int) int64 {
+	t.Helper()
+	rs := make([]reply, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			b, _ := json.Marshal(cmd{Op: "wait", ID: id, V: v, Ms: 5000})
+			c.in.Write(append(b, '\n'))
+			select {
+			case rs[i] = <-c.lines:
+			case <-time.After(30 * time.Second):
+				rs[i] = reply{Err: "no answer"}
+			}
+		})
+	}
+	wg.Wait()
+	var last int64
+	for i, r := range rs {
+		if r.Err != "" {
+			t.Fatalf("%s: waiting for version %d of %q: %s", cs[i].name, v, id, r.Err)
+		}
+		last = max(last, r.NS)
+	}
+	return last
+}
+
+// commands returns how many commands the Redis server has run, from INFO
+// commandstats.
+func commands(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, ":calls=")
+		v, _, _ := strings.Cut(rest, ",")
+		k, _ := strconv.ParseInt(v, 10, 64)
+		n += k
+	}
+	return n
+}
+
+// baseline runs the harmful-tweak script on one Loop with no fleet, and
+// returns the calls made under the tweak until it was rolled back.
+func baseline(t *testing.T) int {
+	t.Helper()
+	strat := &scriptStrategy{runs: map[string]int64{}}
+	up := &upstream{faultAt: 30, n: map[string]int{}}
+	l, err := si.New(childOptions(strat)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.SetThreshold("a", si.Threshold{Failures: 5, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	call := func() int {
+		rep, _ := l.ExecuteWithImprovement(ctx, "a", func(_ context.Context, cfg si.Config) error { return up.call("a", cfg) })
+		return rep.ConfigVersion
+	}
+	for i := 0; l.Config("a").Version == 1; i++ {
+		if i > 200 {
+			t.Fatal("baseline: no tweak applied")
+		}
+		call()
+	}
+	n := 0
+	for l.Config("a").Version == 2 {
+		if n > 300 {
+			t.Fatal("baseline: the harmful tweak was not rolled back")
+		}
+		call()
+		n++
+	}
+	return n
+}
+
+// roundRobin makes one call of id on each child in turn, each followed by
+// a sync, until stop says so; it returns the calls made.
+func roundRobin(t *testing.T, cs []*child, id string, limit int, stop func(i int, r reply) bool) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		if i >= limit {
+			t.Fatalf("%q: still going after %d calls", id, limit)
+		}
+		r := cs[i%len(cs)].must(cmd{Op: "call", ID: id, Sync: true})
+		if stop(i, r) {
+			return i + 1
+		}
+	}
+}
+
+// TestFleetProcesses runs three replicas as OS processes on one Redis,
+// under a scripted fault of agent "a": the fault crosses the pooled
+// threshold, one replica's strategy applies a harmful tweak, every
+// replica takes it within a second, the pooled calls roll it back after
+// about as many calls as in one process, the rolled-back tweak is refused
+// by another replica later, counts travel in batches, and a fresh replica
+// gets it all on its first call.
+func TestFleetProcesses(t *testing.T) {
+	s := startRedis(t)
+	one := baseline(t)
+	const prefix = "proc:"
+	cs := make([]*child, 3)
+	for i := range cs {
+		// Each child's upstream fails from its 10th call of "a": the
+		// fleet's 30th, as in the single-process baseline.
+		cs[i] = startChild(t, s, fmt.Sprintf("replica%d", i), prefix, "FAULT_AT=10")
+	}
+	cs[0].must(cmd{Op: "threshold", ID: "a", Failures: 5})
+
+	// 1, 2: the pooled fault triggers one strategy run; its tweak is in
+	// force on every replica within 1 s.
+	applier := -1
+	var appliedNS int64
+	roundRobin(t, cs, "a", 200, func(i int, r reply) bool {
+		if r.Improved {
+			applier, appliedNS = i%3, r.NS
+		}
+		return r.After == 2
+	})
+	if applier < 0 {
+		t.Fatal("version 2 in force, but no replica reports applying it")
+	}
+	seen := waitAll(t, cs, "a", 2)
+	prop := time.Duration(max(0, seen-appliedNS))
+	t.Logf("tweak applied by replica %d, in force on all three %v later", applier, prop)
+	if prop > time.Second {
+		t.Fatalf("the tweak took %v to reach every replica, more than 1s", prop)
+	}
+	runs := func(id string) (total int64, per []int64) {
+		for _, c := range cs {
+			r := c.must(cmd{Op: "state", ID: id})
+			total += r.Runs
+			per = append(per, r.Runs)
+		}
+		return total, per
+	}
+	if n, per := runs("a"); n != 1 {
+		t.Fatalf("the strategy ran %d times for one trigger (per replica %v)", n, per)
+	}
+
+	// 3: pooled verification: calls under the tweak on every replica
+	// count; it is rolled back after about the single-process number.
+	var rolledNS int64
+	three := roundRobin(t, cs, "a", 300, func(i int, r reply) bool {
+		if r.RolledBack || r.After == 1 {
+			rolledNS = r.NS
+		}
+		return r.After == 1
+	})
+	seen = waitAll(t, cs, "a", 1)
+	t.Logf("harmful tweak rolled back after %d fleet-wide calls (one process: %d); in force everywhere %v later",
+		three, one, time.Duration(max(0, seen-rolledNS)))
+	if three > one+3 {
+		t.Fatalf("three replicas rolled back after %d calls, one process after %d: verification is not pooled", three, one)
+	}
+	if seen-rolledNS > int64(time.Second) {
+		t.Fatalf("the rollback took %v to reach every replica", time.Duration(seen-rolledNS))
+	}
+	var rollbacks int64
+	for _, c := range cs {
+		r := c.must(cmd{Op: "state", ID: "a"})
+		rollbacks += r.Metrics.Rollbacks
+		if !slices.Equal(r.Changes, []si.ChangeState{si.ChangeRolledBack}) {
+			t.Fatalf("%s's changes: %v, want one rolled back", c.name, r.Changes)
+		}
+	}
+	if rollbacks != 1 {
+		t.Fatalf("%d rollbacks over the replicas, want 1 decision", rollbacks)
+	}
+
+	// 4: the fault goes on; the strategy, on a replica that did not
+	// apply the tweak, proposes it again: refused.
+	other := cs[(applier+1)%3]
+	before := other.must(cmd{Op: "state", ID: "a"})
+	for range 20 {
+		if r := other.must(cmd{Op: "call", ID: "a", Sync: true}); r.After != 1 {
+			t.Fatalf("the rolled-back tweak was applied again by %s (version %d)", other.name, r.After)
+		}
+	}
+	after := other.must(cmd{Op: "state", ID: "a"})
+	if after.Runs == before.Runs || after.Metrics.RejectedTweaks == before.Metrics.RejectedTweaks {
+		t.Fatalf("%s: strategy runs %d→%d, refused tweaks %d→%d: the rolled-back tweak was not refused there",
+			other.name, before.Runs, after.Runs, before.Metrics.RejectedTweaks, after.Metrics.RejectedTweaks)
+	}
+	for _, c := range cs {
+		if r := c.must(cmd{Op: "state", ID: "a"}); !r.Memory {
+			t.Fatalf("%s's failure memory has no rolled-back fix for the fault", c.name)
+		}
+	}
+
+	// 2 again, racing: the three replicas fail at once on agent "r".
+	cs[1].must(cmd{Op: "threshold", ID: "r", Failures: 6})
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Go(func() {
+			for range 6 {
+				b, _ := json.Marshal(cmd{Op: "call", ID: "r", Sync: true})
+				c.in.Write(append(b, '\n'))
+				<-c.lines
+			}
+		})
+	}
+	wg.Wait()
+	waitAll(t, cs, "r", 2)
+	if n, per := runs("r"); n != 1 {
+		t.Fatalf("racing replicas ran the strategy %d times for one trigger (per replica %v)", n, per)
+	}
+
+	// 5: no round trip per call: 3 × 10,000 calls over 10 agents; the
+	// commands the replicas sent, their round trips, and the commands
+	// Redis ran (INFO commandstats, which counts those run by scripts).
+	const calls = 3 * 10_000
+	admin := client(t, s)
+	sent := func() (cmds, trips int64) {
+		for _, c := range cs {
+			r := c.must(cmd{Op: "state", ID: "p0"})
+			cmds, trips = cmds+r.Sent, trips+r.Trips
+		}
+		return cmds, trips
+	}
+	sent0, trips0 := sent()
+	server0 := commands(t, admin)
+	start := time.Now()
+	for _, c := range cs {
+		wg.Go(func() { c.must(cmd{Op: "burst", N: calls / 3, Agents: 10}) })
+	}
+	wg.Wait()
+	for _, c := range cs {
+		c.must(cmd{Op: "sync"})
+	}
+	took := time.Since(start)
+	server := commands(t, admin) - server0 - 1 // this INFO
+	sent1, trips1 := sent()
+	sentN, tripsN := sent1-sent0, trips1-trips0
+	t.Logf("%d calls over 10 agents on three replicas in %v: the replicas sent %d Redis commands in %d round trips; Redis ran %d commands, with those of the scripts",
+		calls, took, sentN, tripsN, server)
+	if tripsN > calls/500 || sentN > calls/100 || server > calls/10 {
+		t.Fatalf("%d calls took %d round trips, %d commands sent, %d run: counts are not batched", calls, tripsN, sentN, server)
+	}
+
+	// 8: a fresh replica, empty store, gets the agent's config,
+	// threshold, rejected tweak and memory on its first call.
+	fresh := startChild(t, s, "fresh", prefix, "FAULT_AT=0")
+	if r := fresh.must(cmd{Op: "call", ID: "a"}); r.Ran != 1 {
+		t.Fatalf("fresh replica ran version %d", r.Ran)
+	}
+	fresh.must(cmd{Op: "sync"})
+	fresh.must(cmd{Op: "sync"})
+	r := fresh.must(cmd{Op: "state", ID: "a"})
+	if r.Threshold.Failures != 5 || !slices.Equal(r.Changes, []si.ChangeState{si.ChangeRolledBack}) || !r.Memory ||
+		len(r.History) == 0 || r.History[len(r.History)-1] != 1 {
+		t.Fatalf("fresh replica: threshold %+v, changes %v, history %v, memory %v", r.Threshold, r.Changes, r.History, r.Memory)
+	}
+	for range 10 {
+		if r := fresh.must(cmd{Op: "call", ID: "a"}); r.After != 1 {
+			t.Fatalf("the fresh replica applied the rejected tweak (version %d)", r.After)
+		}
+	}
+	if r2 := fresh.must(cmd{Op: "state", ID: "a"}); r2.Metrics.RejectedTweaks == 0 {
+		t.Fatalf("the fresh replica refused no tweak: runs %d", r2.Runs)
+	}
+}
+
+// leaseKey is the Redis key of agentID's lease under prefix.
+func leaseKey(prefix, agentID string) string {
+	h := sha256.Sum256([]byte(agentID))
+	return prefix + "{" + hex.EncodeToString(h[:16]) + "}:l"
+}
+
+// TestFleetProcessKilled SIGKILLs replicas: one that applied a change
+// under verification (the others decide on the pooled calls), and one
+// that holds the lease in a strategy run (another runs the strategy once
+// the lease expires). Each time the others finish within the lease's
+// expiry plus 1 s.
+func TestFleetProcessKilled(t *testing.T) {
+	s := startRedis(t)
+	const prefix = "kill:"
+	// The lease lasts the strategy timeout (2 s) plus four fleet
+	// timeouts (4 × 300 ms).
+	const ttl = 2*time.Second + 4*300*time.Millisecond
+	cs := []*child{
+		startChild(t, s, "replica0", prefix, "FAULT_AT=10"),
+		startChild(t, s, "replica1", prefix, "FAULT_AT=10"),
+		startChild(t, s, "victim", prefix, "FAULT_AT=10"),
+	}
+	// Mid-verification: the victim applies the (harmful) tweak of "k1",
+	// and dies at once.
+	victim := cs[2]
+	victim.must(cmd{Op: "threshold", ID: "k1", Failures: 3})
+	for range 10 {
+		for _, c := range cs {
+			c.must(cmd{Op: "call", ID: "k1", Sync: true})
+		}
+	}
+	var r reply
+	for i := 0; !r.Improved; i++ {
+		if i > 20 {
+			t.Fatal("the victim applied no tweak")
+		}
+		r = victim.must(cmd{Op: "call", ID: "k1", Sync: true})
+	}
+	// The victim counted calls it has not sent (none here, as it synced);
+	// calls go on on the others.
+	waitAll(t, cs[:2], "k1", 2)
+	victim.cmd.Process.Kill()
+	killed := time.Now()
+	roundRobin(t, cs[:2], "k1", 300, func(_ int, r reply) bool { return r.After == 1 })
+	took := time.Since(killed)
+	t.Logf("change of a killed replica rolled back by the others %v after the kill", took)
+	if took > ttl+time.Second {
+		t.Fatalf("verification finished %v after the kill, more than the lease's %v + 1s", took, ttl)
+	}
+
+	// Holding the lease: a new victim's strategy hangs on "k2"; it is
+	// killed while it holds the lease.
+	victim = startChild(t, s, "victim2", prefix, "BLOCK_K2=1")
+	// Three failures trigger; the two others make one each, so that
+	// only the victim can cross the threshold.
+	victim.must(cmd{Op: "threshold", ID: "k2", Failures: 3})
+	for _, c := range cs[:2] {
+		c.must(cmd{Op: "call", ID: "k2"})
+	}
+	b, _ := json.Marshal(cmd{Op: "call", ID: "k2", N: 3})
+	victim.in.Write(append(b, '\n'))
+	select {
+	case <-victim.extra:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the victim's strategy did not start")
+	}
+	admin := client(t, s)
+	if n, _ := admin.Exists(context.Background(), leaseKey(prefix, "k2")).Result(); n != 1 {
+		t.Fatal("no lease in Redis while the victim runs the strategy")
+	}
+	victim.cmd.Process.Kill()
+	killed = time.Now()
+	gotRun := false
+	roundRobin(t, cs[:2], "k2", 100000, func(_ int, r reply) bool {
+		gotRun = r.After == 2
+		return gotRun || time.Since(killed) > ttl+2*time.Second
+	})
+	took = time.Since(killed)
+	if !gotRun {
+		t.Fatalf("no replica ran the strategy of the dead lease holder's agent %v after the kill", took)
+	}
+	t.Logf("lease of a killed replica taken over %v after the kill (lease %v)", took, ttl)
+	if took > ttl+time.Second {
+		t.Fatalf("another replica ran the strategy %v after the kill, more than the lease's %v + 1s", took, ttl)
+	}
+}
