@@ -65,16 +65,16 @@ func init() {
 			}, run: runProposals},
 		{name: "approve", args: "ID", summary: "approve a pending proposal: its config is applied and verified",
 			example: "selfimprove approve 019ca945-c170-7dad-8480-2aef2091eb8f --url http://127.0.0.1:8080/selfimprove",
-			nargs: [2]int{1, 1}, run: runApprove},
+			nargs:   [2]int{1, 1}, run: runApprove},
 		{name: "reject", args: "ID", summary: "reject a proposal, with a reason",
 			example: "selfimprove reject 019ca945-c170-7dad-8480-2aef2091eb8f --reason \"the quota is fine\"",
-			nargs: [2]int{1, 1},
+			nargs:   [2]int{1, 1},
 			flags: func(fs *flag.FlagSet, o *opts) {
 				fs.StringVar(&o.reason, "reason", "", "why (required)")
 			}, run: runReject},
 		{name: "rewind", args: "AGENT VERSION", summary: "install the config of an earlier version as the agent's next version",
 			example: "selfimprove rewind support-bot 3 --reason \"v4 slows the checkout\" --url http://127.0.0.1:8080/selfimprove",
-			nargs: [2]int{2, 2},
+			nargs:   [2]int{2, 2},
 			flags: func(fs *flag.FlagSet, o *opts) {
 				fs.StringVar(&o.reason, "reason", "", "why (required)")
 				fs.StringVar(&o.author, "author", "", "who, added to the reason")
