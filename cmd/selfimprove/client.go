@@ -89,28 +89,61 @@ func openDir(dir string, write bool) (*client, error) {
 	}
 	// Problems of the loop are errors of the command: shown, one line each.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var l *selfimprove.Loop
-	if write {
-		if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
-			return nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
-		}
-		l, err = selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
-		if errors.Is(err, selfimprove.ErrLocked) {
-			return nil, fmt.Errorf("state directory %s is in use by a running Loop: use --url to reach its admin API", dir)
-		}
-	} else {
-		var ro *selfimprove.ReadOnlyStore
-		ro, err = selfimprove.OpenReadOnlyStore(dir)
-		if err == nil {
-			l, err = selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
-		}
+	token := newToken()
+	opts := admin.Options{Token: token, Logger: logger}
+	c := &client{base: "http://selfimprove.local", token: token, dir: dir}
+	if !write {
+		c.hc = &http.Client{Transport: inProcess{&readOnlyHandler{dir: dir, opts: opts}}}
+		return c, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
+		return nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
+	}
+	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+	if errors.Is(err, selfimprove.ErrLocked) {
+		return nil, fmt.Errorf("state directory %s is in use by a running Loop: use --url to reach its admin API", dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	token := newToken()
-	h := admin.Handler(l, admin.Options{Token: token, Logger: logger})
-	return &client{base: "http://selfimprove.local", hc: &http.Client{Transport: inProcess{h}}, token: token, dir: dir, loop: l}, nil
+	c.loop = l
+	c.hc = &http.Client{Transport: inProcess{admin.Handler(l, opts)}}
+	return c, nil
+}
+
+// openReadOnly opens a Loop that reads dir without its lock.
+func openReadOnly(dir string, logger *slog.Logger) (*selfimprove.Loop, error) {
+	ro, err := selfimprove.OpenReadOnlyStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	return selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+}
+
+// readOnlyHandler serves each request with admin.Handler on a Loop opened
+// read-only for it, so that a long-running reader (mcp, serve
+// --read-only) answers from the directory as it is now: a Loop keeps the
+// failure memory and the agents with proposals it read.
+type readOnlyHandler struct {
+	dir  string
+	opts admin.Options
+}
+
+func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	logger := h.opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	l, err := openReadOnly(h.dir, logger)
+	if err != nil {
+		logger.Error("selfimprove: open the state directory", "error", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		json.NewEncoder(w).Encode(admin.ErrorBody{Error: "cannot read the state directory", Status: http.StatusInternalServerError})
+		return
+	}
+	defer l.Close()
+	admin.Handler(l, h.opts).ServeHTTP(w, r)
 }
 
 func newToken() string {

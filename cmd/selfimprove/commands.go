@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -535,8 +536,13 @@ func runExport(_ context.Context, e *env, _ []string) error {
 		return usageErr("export reads a state directory: use --dir (the admin API does not serve the whole memory)")
 	}
 	return withClient(e, false, func(c *client) error {
+		l, err := openReadOnly(c.dir, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		defer l.Close()
 		var buf bytes.Buffer
-		if err := c.loop.ExportMemory(&buf); err != nil {
+		if err := l.ExportMemory(&buf); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
 		var doc struct {

@@ -51,8 +51,12 @@ func follow(ctx context.Context, c *client, f selfimprove.EventFilter, e *env) e
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errClosed) {
+			fmt.Fprintln(e.stderr, "selfimprove events: the loop closed")
+			return nil
+		}
 		var ae *apiError
-		if errors.As(err, &ae) || errors.Is(err, errClosed) {
+		if errors.As(err, &ae) {
 			return err
 		}
 		// A dropped connection or a slow reader: reconnect after a pause.

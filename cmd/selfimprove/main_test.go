@@ -567,6 +567,29 @@ func TestServe(t *testing.T) {
 	}
 	fails(t, nil, 1, "in use by a running Loop", "serve", "--dir", dir, "--addr", "127.0.0.1:0")
 
+	t.Run("read-only beside it", func(t *testing.T) {
+		ro := exec.CommandContext(ctx, bin, "serve", "--read-only", "--dir", dir, "--addr", "127.0.0.1:0")
+		stderr, _ := ro.StderrPipe()
+		if err := ro.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stderr).ReadString('\n')
+		if err != nil || !strings.Contains(line, "read-only") {
+			t.Fatalf("serve --read-only: %q %v", line, err)
+		}
+		ru := strings.TrimSuffix(strings.Fields(line[strings.Index(line, "http://"):])[0], "/")
+		var ps admin.ProposalList
+		ok(t, nil, &ps, "proposals", "--url", ru, "--json", "--status", "rejected")
+		if len(ps.Proposals) != 1 {
+			t.Errorf("rejected proposals over serve --read-only: %+v", ps.Proposals)
+		}
+		fails(t, env, 1, "mutations are disabled", "reject", ps.Proposals[0].ID, "--reason", "R", "--url", ru)
+		ro.Process.Signal(os.Interrupt)
+		if err := ro.Wait(); err != nil {
+			t.Errorf("serve --read-only after an interrupt: %v", err)
+		}
+	})
+
 	cmd.Process.Signal(os.Interrupt)
 	rest, _ := io.ReadAll(br)
 	if err := cmd.Wait(); err != nil {

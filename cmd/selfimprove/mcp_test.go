@@ -150,6 +150,17 @@ func TestMCPCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkTools(t, cs, live)
+
+	// The answers follow the live loop's saves.
+	pending := live.Proposals(func(p si.Proposal) bool { return p.Status == si.ProposalPending })
+	if err := live.Reject(pending[0].ID, "no"); err != nil {
+		t.Fatal(err)
+	}
+	var ps admin.ProposalList
+	call(t, cs, "list_proposals", map[string]any{"status": []string{"rejected"}}, &ps)
+	if len(ps.Proposals) != 1 || ps.Proposals[0].ID != pending[0].ID {
+		t.Errorf("list_proposals after a rejection = %+v", ps.Proposals)
+	}
 	if err := cs.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}

@@ -32,17 +32,15 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var h http.Handler
 	var l *selfimprove.Loop
 	if e.o.readOnly {
-		ro, err := selfimprove.OpenReadOnlyStore(dir)
-		if err != nil {
+		if _, err := selfimprove.OpenReadOnlyStore(dir); err != nil {
 			return fmt.Errorf("state directory %s: %w", dir, err)
 		}
-		l, err = selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
-		if err != nil {
-			return err
-		}
-		token = "" // reads open, mutations refused
+		// Reads open, mutations refused; each request reads the directory.
+		token = ""
+		h = &readOnlyHandler{dir: dir, opts: admin.Options{Logger: logger}}
 	} else {
 		if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
 			return fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
@@ -54,14 +52,21 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		if err != nil {
 			return fmt.Errorf("open %s: %w", dir, err)
 		}
+		h = admin.Handler(l, admin.Options{Token: token, Logger: logger})
+	}
+	closeLoop := func() error {
+		if l == nil {
+			return nil
+		}
+		return l.Close()
 	}
 	ln, err := net.Listen("tcp", e.o.addr)
 	if err != nil {
-		l.Close()
+		closeLoop()
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := &http.Server{
-		Handler:           admin.Handler(l, admin.Options{Token: token, Logger: logger}),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -85,7 +90,7 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		}
 		cancel()
 	}
-	if cerr := l.Close(); cerr != nil && err == nil {
+	if cerr := closeLoop(); cerr != nil && err == nil {
 		err = cerr
 	}
 	if errors.Is(err, http.ErrServerClosed) {
