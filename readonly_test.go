@@ -48,7 +48,8 @@ func ExampleOpenReadOnlyStore() {
 
 func TestReadOnlyStore(t *testing.T) {
 	dir := t.TempDir()
-	live, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil))
+	// No periodic saves: the directory changes only when the test acts.
+	live, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithFlushInterval(0))
 	if err != nil {
 		t.Fatal(err)
 	}

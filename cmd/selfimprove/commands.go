@@ -161,7 +161,7 @@ func runStatus(ctx context.Context, e *env, _ []string) error {
 				unhealthy++
 			}
 		}
-		fmt.Fprintf(e.stdout, "%d agents, %d unhealthy\n\n", len(agents), unhealthy)
+		fmt.Fprintf(e.stdout, "%s, %d unhealthy\n\n", plural(len(agents), "agent"), unhealthy)
 		if len(agents) > 0 {
 			agentTable(e.stdout, agents)
 			fmt.Fprintln(e.stdout)
@@ -584,4 +584,11 @@ func runVersion(_ context.Context, e *env, _ []string) error {
 	}
 	fmt.Fprintf(e.stdout, "selfimprove %s (%s)\n", v.Version, v.Go)
 	return nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
