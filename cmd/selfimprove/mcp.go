@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -98,6 +99,28 @@ func newMCPServer(c *client, version string) *mcp.Server {
 			}
 			list.Proposals = nonNil(list.Proposals)
 			return nil, list, nil
+		})
+	s.AddPrompt(&mcp.Prompt{Name: "before_retrying",
+		Description: "Before acting on a failure: what the loop remembers of failures like it, and the fixes that worked.",
+		Arguments:   []*mcp.PromptArgument{{Name: "failure", Description: "the failure's message", Required: true}}},
+		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			text := req.Params.Arguments["failure"]
+			if text == "" {
+				return nil, errors.New("failure is required")
+			}
+			list, err := similar(ctx, c, text, 5)
+			if err != nil {
+				return nil, err
+			}
+			b, err := json.Marshal(list)
+			if err != nil {
+				return nil, err
+			}
+			msg := "This call failed: " + text + "\n\nFailures the loop remembers that look like it, most similar first, " +
+				"with the config changes tried against each (state \"confirmed\": it worked; \"rolled_back\": it made things worse):\n" +
+				string(b) + "\n\nBefore retrying, prefer a fix that was confirmed, and avoid one that was rolled back."
+			return &mcp.GetPromptResult{Description: "similar failures and their fixes",
+				Messages: []*mcp.PromptMessage{{Role: "user", Content: &mcp.TextContent{Text: msg}}}}, nil
 		})
 	return s
 }

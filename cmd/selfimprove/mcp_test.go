@@ -107,6 +107,14 @@ func checkTools(t *testing.T, cs *mcp.ClientSession, l *si.Loop) {
 	if msg := call(t, cs, "similar_failures", map[string]any{"text": "x", "k": 1000}, &sim); !strings.Contains(msg, "k must be") {
 		t.Errorf("similar_failures k=1000: %q", msg)
 	}
+
+	pr, err := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: "before_retrying", Arguments: map[string]string{"failure": "upstream 502: service unavailable"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pr.Messages) != 1 || !strings.Contains(pr.Messages[0].Content.(*mcp.TextContent).Text, want[0].Cluster) {
+		t.Errorf("before_retrying = %+v", pr.Messages)
+	}
 }
 
 // TestMCP: the SDK's client over an in-memory transport.
