@@ -630,7 +630,12 @@ func readLog[T any](r io.Reader, fn func(T) error) (int, error) {
 // file in the agents directory (files set aside as corrupt, temporary
 // files, and files that cannot be read or parsed are passed over).
 func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
-	ents, err := s.fs.ReadDir(s.agents)
+	return listAgentFiles(s.fs, s.agents, yield)
+}
+
+// listAgentFiles reads the agent ID of each state file in agents.
+func listAgentFiles(fsys fsx.FS, agents string, yield func(agentID string) bool) error {
+	ents, err := fsys.ReadDir(agents)
 	if err != nil {
 		return fmt.Errorf("selfimprove: list agents: %w", err)
 	}
@@ -639,7 +644,7 @@ func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
 		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
 			continue
 		}
-		data, err := fsx.ReadRegular(s.fs, filepath.Join(s.agents, name), maxStateFile)
+		data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
 		if err != nil {
 			continue // not a regular file, too large, unreadable: not an agent's
 		}

@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -113,17 +114,24 @@ func strategy(ctx context.Context, a selfimprove.Analysis) (*selfimprove.Tweak, 
 }
 
 func main() {
-	if err := run(os.Stdout); err != nil {
+	keep := flag.String("dir", "", "keep the state directory here (default: a temporary one, removed at the end)")
+	flag.Parse()
+	if err := run(os.Stdout, *keep); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(w io.Writer) error {
-	dir, err := os.MkdirTemp("", "selfimprove-quickstart")
-	if err != nil {
-		return err
+// run runs the quick start with its state in dir, or in a temporary
+// directory removed at the end when dir is empty.
+func run(w io.Writer, dir string) error {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "selfimprove-quickstart")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
 	}
-	defer os.RemoveAll(dir)
 
 	clock := &simClock{t: start}
 	loop, err := selfimprove.New(

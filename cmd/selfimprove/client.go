@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/admin"
+)
+
+// maxAnswer bounds an answer of the admin API read by the client.
+const maxAnswer = 64 << 20
+
+// client reaches a loop through the admin API: over HTTP (--url), or
+// in-process through admin.Handler on a Loop opened on a state directory
+// (--dir). Every subcommand goes through it, so --url and --dir answer
+// with the same JSON.
+type client struct {
+	base  string // URL of the admin handler's root, without a trailing slash
+	hc    *http.Client
+	token string
+	// dir is the state directory (--dir); its event log is read
+	// directly, since a Loop opened on it has no recent events.
+	dir  string
+	loop *selfimprove.Loop // with --dir
+}
+
+// apiError is an error answer of the admin API.
+type apiError struct {
+	status int
+	body   admin.ErrorBody
+}
+
+func (e *apiError) Error() string {
+	msg := e.body.Error
+	if msg == "" {
+		msg = http.StatusText(e.status)
+	}
+	switch e.status {
+	case http.StatusUnauthorized:
+		return msg + ": set SELFIMPROVE_TOKEN or --token-file to the admin token"
+	case http.StatusForbidden:
+		return msg + ": check the admin token (SELFIMPROVE_TOKEN or --token-file)"
+	}
+	return msg
+}
+
+// notFoundError is an unknown agent or proposal (exit code 3).
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
+
+// openURL returns a client of the admin handler at raw.
+func openURL(raw, token string) (*client, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErr("--url: %q is not an http(s) URL", raw)
+	}
+	return &client{base: strings.TrimSuffix(raw, "/"), hc: &http.Client{}, token: token}, nil
+}
+
+// openDir opens dir: read-only without its lock, or, for a mutation,
+// with a Loop that takes the lock.
+func openDir(dir string, write bool) (*client, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("state directory %s does not exist: pass --dir DIR or --url URL", dir)
+		}
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("state directory %s is not a directory", dir)
+	}
+	// Problems of the loop are errors of the command: shown, one line each.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	token := newToken()
+	opts := admin.Options{Token: token, Logger: logger}
+	c := &client{base: "http://selfimprove.local", token: token, dir: dir}
+	if !write {
+		c.hc = &http.Client{Transport: inProcess{&readOnlyHandler{dir: dir, opts: opts}}}
+		return c, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
+		return nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
+	}
+	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+	if errors.Is(err, selfimprove.ErrLocked) {
+		return nil, fmt.Errorf("state directory %s is in use by a running Loop: use --url to reach its admin API", dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	c.loop = l
+	c.hc = &http.Client{Transport: inProcess{admin.Handler(l, opts)}}
+	return c, nil
+}
+
+// openReadOnly opens a Loop that reads dir without its lock.
+func openReadOnly(dir string, logger *slog.Logger) (*selfimprove.Loop, error) {
+	ro, err := selfimprove.OpenReadOnlyStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	return selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+}
+
+// readOnlyHandler serves each request with admin.Handler on a Loop opened
+// read-only for it, so that a long-running reader (mcp, serve
+// --read-only) answers from the directory as it is now: a Loop keeps the
+// failure memory and the agents with proposals it read.
+type readOnlyHandler struct {
+	dir  string
+	opts admin.Options
+}
+
+func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	logger := h.opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	l, err := openReadOnly(h.dir, logger)
+	if err != nil {
+		logger.Error("selfimprove: open the state directory", "error", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		json.NewEncoder(w).Encode(admin.ErrorBody{Error: "cannot read the state directory", Status: http.StatusInternalServerError})
+		return
+	}
+	defer l.Close()
+	admin.Handler(l, h.opts).ServeHTTP(w, r)
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Close closes the Loop of --dir.
+func (c *client) Close() error {
+	if c.loop == nil {
+		return nil
+	}
+	return c.loop.Close()
+}
+
+// get GETs path?q and decodes the answer into v.
+func (c *client) get(ctx context.Context, path string, q url.Values, v any) error {
+	return c.do(ctx, http.MethodGet, path, q, nil, v)
+}
+
+// post POSTs body as JSON to path and decodes the answer into v.
+func (c *client) post(ctx context.Context, path string, body, v any) error {
+	return c.do(ctx, http.MethodPost, path, nil, body, v)
+}
+
+func (c *client) request(ctx context.Context, method, path string, q url.Values, body any) (*http.Request, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	return req, nil
+}
+
+func (c *client) do(ctx context.Context, method, path string, q url.Values, body, v any) error {
+	req, err := c.request(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("reach the admin API: %w", err)
+	}
+	defer resp.Body.Close()
+	return decodeAnswer(resp, v)
+}
+
+func decodeAnswer(resp *http.Response, v any) error {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return fmt.Errorf("read the answer: %w", err)
+	}
+	if len(data) > maxAnswer {
+		return fmt.Errorf("the answer is larger than %d MiB", maxAnswer>>20)
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &apiError{status: resp.StatusCode}
+		if json.Unmarshal(data, &e.body) != nil {
+			e.body.Error = fmt.Sprintf("%s (not an admin API answer: is the URL the admin handler's root?)", resp.Status)
+		}
+		return e
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("not an admin API answer (is the URL the admin handler's root?): %w", err)
+	}
+	return nil
+}
+
+// inProcess serves requests with a handler in this process.
+type inProcess struct{ h http.Handler }
+
+func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	t.h.ServeHTTP(rec, req)
+	return &http.Response{
+		Status: fmt.Sprintf("%d %s", rec.status, http.StatusText(rec.status)), StatusCode: rec.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: rec.header, Body: io.NopCloser(&rec.body), ContentLength: int64(rec.body.Len()), Request: req,
+	}, nil
+}
+
+type recorder struct {
+	header http.Header
+	status int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.body.Write(b)
+}
+
+// events returns the last limit events that f keeps, oldest first: from
+// the admin API, or with --dir from the event log.
+func (c *client) events(ctx context.Context, f selfimprove.EventFilter, limit int) ([]admin.EventView, error) {
+	if c.dir == "" {
+		q := filterQuery(f)
+		q.Set("limit", fmt.Sprint(limit))
+		var list admin.EventList
+		if err := c.get(ctx, "/api/events", q, &list); err != nil {
+			return nil, err
+		}
+		return list.Events, nil
+	}
+	var out []admin.EventView
+	_, err := c.readLog(0, func(e selfimprove.Event) {
+		if f.Keeps(&e) {
+			out = append(out, view(e))
+			if len(out) > 2*limit {
+				out = append(out[:0], out[len(out)-limit:]...)
+			}
+		}
+	})
+	if len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out, err
+}
+
+// readLog reads the event log of --dir from offset on, calls fn with each
+// whole event, and returns the offset after the last whole line. A log
+// shorter than offset (rotated) is read from its start.
+func (c *client) readLog(offset int64, fn func(selfimprove.Event)) (int64, error) {
+	f, err := os.Open(filepath.Join(c.dir, "events.jsonl"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return offset, fmt.Errorf("read the event log: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return offset, fmt.Errorf("read the event log: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return offset, fmt.Errorf("read the event log: %s is not a regular file", f.Name())
+	}
+	if fi.Size() < offset {
+		offset = 0
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return offset, fmt.Errorf("read the event log: %w", err)
+	}
+	// Only whole lines: a line being appended is read on the next pass.
+	br := bufio.NewReaderSize(io.LimitReader(f, fi.Size()-offset), 64<<10)
+	for {
+		line, err := readLine(br, 1<<20)
+		if len(line) > 0 && line[len(line)-1] == '\n' {
+			offset += int64(len(line))
+			if _, err := selfimprove.ReadEvents(bytes.NewReader(line), func(e selfimprove.Event) error { fn(e); return nil }); err != nil {
+				return offset, err
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return offset, nil
+		}
+		if errors.Is(err, errLongLine) {
+			offset += int64(len(line))
+			continue
+		}
+		if err != nil {
+			return offset, fmt.Errorf("read the event log: %w", err)
+		}
+	}
+}
+
+var errLongLine = errors.New("line too long")
+
+// readLine reads one line, with its newline; a line longer than limit is
+// skipped (its bytes are counted in the returned slice's length only as
+// far as they were read) and errLongLine returned.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > limit {
+			n := len(line) + len(chunk)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				chunk, err = br.ReadSlice('\n')
+				n += len(chunk)
+			}
+			if err != nil {
+				return nil, err // a torn long line at the end: stop before it
+			}
+			return make([]byte, n), errLongLine
+		}
+		line = append(line, chunk...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+func view(e selfimprove.Event) admin.EventView {
+	return admin.EventView{Event: e, AgentRef: admin.Ref(e.AgentID)}
+}
+
+func filterQuery(f selfimprove.EventFilter) url.Values {
+	q := url.Values{}
+	for _, a := range f.AgentIDs {
+		q.Add("agent", a)
+	}
+	for _, t := range f.Types {
+		q.Add("type", string(t))
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	return q
+}

@@ -1,0 +1,115 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/self-improving-loop/selfimprove/internal/fsx"
+)
+
+// ErrReadOnly is returned (wrapped) by every write to a ReadOnlyStore.
+var ErrReadOnly = errors.New("selfimprove: read-only store")
+
+// ReadOnlyStore reads a FileStore's directory without locking it and never
+// writes there: a tool can read the state of a directory that a live Loop
+// holds. Every file is read as a FileStore reads it (a regular file only,
+// never more than its bound), and a corrupt one is reported, wrapping
+// ErrCorruptState, but left in place. Each document is read whole, so it
+// is the old one or the new one, never a mix; different documents may be
+// read at different moments of the live Loop.
+//
+// A Loop opened on it (New(WithStore(s))) answers every getter (Overview,
+// Agents, Changes, Proposals, Similar, ExportMemory...) from the
+// directory; its mutations fail, wrapping ErrReadOnly, and its Close then
+// reports the state it could not save. It implements
+// Store, MetaStore and AgentLister.
+type ReadOnlyStore struct {
+	fs        fsx.FS
+	dir       string
+	maxMemory int64
+}
+
+// OpenReadOnlyStore opens dir read-only. It fails, wrapping
+// fs.ErrNotExist, when dir does not exist, and when it is not a
+// directory. It takes no lock and creates nothing. The failure memory is
+// read up to FileOptions' default bound (96 MiB).
+func OpenReadOnlyStore(dir string) (*ReadOnlyStore, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("selfimprove: open state directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("selfimprove: open state directory %s: not a directory", dir)
+	}
+	return &ReadOnlyStore{fs: fsx.OS{}, dir: dir, maxMemory: defaultMaxMemoryFile}, nil
+}
+
+// Dir returns the directory the store reads.
+func (s *ReadOnlyStore) Dir() string { return s.dir }
+
+// LoadAgent implements Store.
+func (s *ReadOnlyStore) LoadAgent(id string, decode func([]byte) error) error {
+	if err := s.read(filepath.Join(s.dir, "agents", fileName(id)), maxStateFile, decode); err != nil {
+		return fmt.Errorf("selfimprove: read state of agent %q: %w", id, err)
+	}
+	return nil
+}
+
+// LoadMeta implements MetaStore.
+func (s *ReadOnlyStore) LoadMeta(name string, decode func([]byte) error) error {
+	if err := checkMetaName(name); err != nil {
+		return err
+	}
+	limit := int64(maxMetaFile)
+	if name == memoryDoc {
+		limit = s.maxMemory
+	}
+	if err := s.read(filepath.Join(s.dir, name+".json"), limit, decode); err != nil {
+		return fmt.Errorf("selfimprove: read %s: %w", name, err)
+	}
+	return nil
+}
+
+func (s *ReadOnlyStore) read(path string, limit int64, decode func([]byte) error) error {
+	data, err := fsx.ReadRegular(s.fs, path, limit)
+	switch {
+	case errors.Is(err, fsx.ErrNotRegular), errors.Is(err, fsx.ErrTooLarge):
+		return fmt.Errorf("%w: %v", ErrCorruptState, err)
+	case err != nil:
+		return err
+	}
+	if err := decode(data); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorruptState, err)
+	}
+	return nil
+}
+
+// ListAgents implements AgentLister, as FileStore.ListAgents does.
+func (s *ReadOnlyStore) ListAgents(yield func(agentID string) bool) error {
+	return listAgentFiles(s.fs, filepath.Join(s.dir, "agents"), yield)
+}
+
+// SaveAgent implements Store: it fails, wrapping ErrReadOnly.
+func (s *ReadOnlyStore) SaveAgent(id string, _ []byte) error {
+	return fmt.Errorf("selfimprove: save agent %q: %w", id, ErrReadOnly)
+}
+
+// SaveMeta implements MetaStore: it fails, wrapping ErrReadOnly.
+func (s *ReadOnlyStore) SaveMeta(name string, _ []byte) error {
+	return fmt.Errorf("selfimprove: save %s: %w", name, ErrReadOnly)
+}
+
+// AppendEvents implements Store: it fails, wrapping ErrReadOnly.
+func (s *ReadOnlyStore) AppendEvents([]Event) error {
+	return fmt.Errorf("selfimprove: append events: %w", ErrReadOnly)
+}
+
+// AppendTraces implements Store: it fails, wrapping ErrReadOnly.
+func (s *ReadOnlyStore) AppendTraces([]Trace) error {
+	return fmt.Errorf("selfimprove: append traces: %w", ErrReadOnly)
+}
+
+// Close implements Store; it has nothing to release.
+func (s *ReadOnlyStore) Close() error { return nil }
