@@ -225,15 +225,24 @@ func (a *agent) settleLocked(now int64) {
 	}
 	a.s.Tracker.addSuccesses(until-1, calls, lat)
 	a.dirty = true
+	if a.fl != nil {
+		a.fl.tally.successes(a.s.Gen, int64(calls), lat)
+	}
+}
+
+// settleFleetLocked settles a (not once it is evicted) before the fleet's
+// code reads or changes its state. a.mu is held.
+func (a *agent) settleFleetLocked(l *Loop) {
+	if !a.evicted {
+		a.settleLocked(l.clock.Now().UnixNano())
+	}
 }
 
 // reopenLocked opens a's fast path again when no change is under
 // verification, up to the end of the tracker's current buckets. a.mu is
 // held and a is settled.
 func (a *agent) reopenLocked() {
-	// An agent in a fleet books every call under its lock, where its
-	// counts for the fleet are kept.
-	if a.s.Verifying != nil || a.evicted || a.fl != nil {
+	if a.s.Verifying != nil || a.evicted {
 		return
 	}
 	a.fast.open(a.s.Tracker.bucketEnd())

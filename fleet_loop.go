@@ -234,6 +234,7 @@ func (l *Loop) fleetRefresh(a *agent) bool {
 	fa := a.fl
 	fa.resync.Store(false)
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	lost := rev < fa.rev
 	if lost {
 		// The fleet lost the agent's state (a Redis restarted without
@@ -262,6 +263,7 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	}
 	fa := a.fl
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	if a.evicted || (rev <= fa.rev && !force) {
 		a.mu.Unlock()
 		return
@@ -308,6 +310,7 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 		return // the committer looks at notified when it is done
 	}
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	cur := fa.rev
 	a.mu.Unlock()
 	if rev > cur {
@@ -328,6 +331,7 @@ func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
 		return err
 	}
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	rev, base := fa.rev, fa.base
 	a.mu.Unlock()
 	if bytes.Equal(value, base) {
@@ -342,6 +346,7 @@ func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
 	case err == nil:
 		l.fleetUp()
 		a.mu.Lock()
+		a.settleFleetLocked(l)
 		if fa.rev == rev {
 			fa.rev, fa.base = nrev, value
 		}
@@ -404,6 +409,7 @@ func (l *Loop) fleetFlush() error {
 			return true
 		}
 		a.mu.Lock()
+		a.settleFleetLocked(l)
 		if !a.evicted && (poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load()) {
 			t := fa.tally
 			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
@@ -467,6 +473,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	}
 	now := l.clock.Now()
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	if a.evicted {
 		a.mu.Unlock()
 		return
@@ -556,6 +563,7 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 		return false
 	}
 	a.mu.Lock()
+	a.settleFleetLocked(l)
 	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
 	a.mu.Unlock()
 	if acted {

@@ -105,6 +105,22 @@ type fleetTally struct {
 	calls           int64
 }
 
+// successes books n successful calls of generation gen that took lat
+// nanoseconds in all: calls booked without the agent's lock, settled.
+func (t *fleetTally) successes(gen uint64, n, lat int64) {
+	if gen != t.gen {
+		if gen < t.gen {
+			return
+		}
+		*t = fleetTally{gen: gen, fails: t.fails[:0]}
+	}
+	t.change.Calls += n
+	t.change.LatencyNS += lat
+	t.change.SuccessLatencyNS += lat
+	t.change.Consecutive = 0
+	t.calls += n
+}
+
 // count books one finished call of generation gen.
 func (t *fleetTally) count(c *call) {
 	if c.gen != t.gen {
