@@ -24,7 +24,9 @@ const (
 
 // WithRecentEvents sets how many of the latest events the loop keeps in
 // memory for Events and Subscribe, in 1..1,048,576. Default 1,000. The
-// event log (events.jsonl, see ReadEvents) keeps them all.
+// event log (events.jsonl, see ReadEvents) keeps them all; New starts the
+// recent events with the newest of the store's (see EventHistory), so
+// they reach back past a restart.
 func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents = n } }
 
 // hub keeps the latest events in a ring and hands each new one to the

@@ -260,6 +260,17 @@ func New(opts ...Option) (*Loop, error) {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot read the failure memory; will retry", "error", err)
 	}
+	if h, ok := st.(EventHistory); ok && o.recentEvents > 0 {
+		// Loop.Events and a resumed stream reach back past a restart.
+		evs, err := h.RecentEvents(o.recentEvents)
+		if err != nil {
+			l.m.storeErrors.Add(1)
+			l.log.Error("selfimprove: cannot read the recent events", "error", err)
+		}
+		for i := range evs {
+			l.hub.publish(&evs[i])
+		}
+	}
 	if o.fleet != nil {
 		l.fleet = newFleetLink(&o)
 	}

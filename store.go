@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -599,6 +601,65 @@ const memoryFileBytesPerCluster = 8 << 10
 // maxLogLine bounds a line the log readers accept: longer lines are
 // skipped and counted.
 const maxLogLine = 1 << 20
+
+// EventHistory is implemented by a Store that can return its newest
+// events. New seeds the recent events (Loop.Events, Loop.Subscribe,
+// WithRecentEvents) with them, so that they reach back past a restart.
+// FileStore implements it.
+type EventHistory interface {
+	// RecentEvents returns up to n of the newest events, oldest first.
+	RecentEvents(n int) ([]Event, error)
+}
+
+// recentEventsTail is how much of the end of events.jsonl RecentEvents
+// reads at most.
+const recentEventsTail = 4 << 20
+
+// RecentEvents implements EventHistory: up to n of the newest events of
+// the current event log (events.jsonl, not its archives), oldest first,
+// read from its last 4 MiB at most.
+func (s *FileStore) RecentEvents(n int) ([]Event, error) {
+	f, err := s.fs.OpenRegular(filepath.Join(s.dir, "events.jsonl"), os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("selfimprove: recent events: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("selfimprove: recent events: %w", err)
+	}
+	off := max(fi.Size()-recentEventsTail, 0)
+	if sk, ok := f.(io.Seeker); ok {
+		_, err = sk.Seek(off, io.SeekStart)
+	} else {
+		_, err = io.CopyN(io.Discard, f, off)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("selfimprove: recent events: %w", err)
+	}
+	r := bufio.NewReader(io.LimitReader(f, recentEventsTail))
+	if off > 0 { // the first line is cut: skip it
+		if _, err := r.ReadString('\n'); err != nil {
+			return nil, nil
+		}
+	}
+	var evs []Event
+	_, err = ReadEvents(r, func(e Event) error {
+		if len(evs) == 2*n { // keep the newest n, amortised
+			evs = append(evs[:0], evs[n:]...)
+		}
+		evs = append(evs, e)
+		return nil
+	})
+	evs = evs[max(len(evs)-n, 0):]
+	if err != nil {
+		return evs, fmt.Errorf("selfimprove: recent events: %w", err)
+	}
+	return evs, nil
+}
 
 // ReadEvents calls fn with each event in r, an event log (events.jsonl, or
 // a decompressed archive). It returns how many lines it skipped: a torn
