@@ -16,8 +16,8 @@ import (
 // verification, a call past the bucket) takes the agent's lock, which
 // first closes the counters and settles what they hold into the tracker
 // (see agent.settleLocked), and then reopens them when no change is under
-// verification. An agent in a fleet (WithFleet) always takes the lock. A reader of the state (Stats, a save, an analysis)
-// settles first too, so it sees every booked call.
+// verification. A reader of the state (Stats, a save, an analysis, the
+// fleet's code) settles first too, so it sees every booked call.
 //
 // An agent starts with one counter. When two calls book at the same
 // moment (a compare-and-swap fails), the agent turns hot: its calls then
@@ -44,7 +44,7 @@ const (
 type fastShard struct {
 	n    fastWord
 	hist latencyHist
-	_    [64 - (8+8*(len(latencyBounds)+2))%64]byte
+	_    [64 - (8+8*(len(latencyBounds)+1))%64]byte
 }
 
 // fastWord is a counter's word.

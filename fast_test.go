@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
@@ -201,3 +202,11 @@ func TestFastPathBuckets(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestFastShardFillsCacheLines: a hot agent's counters sit on cache lines
+// of their own.
+func TestFastShardFillsCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(fastShard{}); n%64 != 0 {
+		t.Fatalf("a counter takes %d bytes, not a whole number of 64-byte lines", n)
+	}
+}
