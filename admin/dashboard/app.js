@@ -17,6 +17,7 @@ let current = null;        // ref of the agent page shown, or null
 let detail = null;         // its AgentDetail
 let selectedMarker = -1;
 let lastEventID = "";
+let loaded = false;        // the agents were read once: counts are shown
 const pendingRefresh = new Map(); // ref -> timer
 
 const $ = (id) => document.getElementById(id);
@@ -204,8 +205,10 @@ function renderTable() {
   if (page >= pages) page = pages - 1;
   const tb = $("agents").tBodies[0];
   tb.replaceChildren(...rows.slice(page * PAGE, page * PAGE + PAGE).map(agentRow));
-  $("count").textContent = rows.length + " of " + agents.size + " agents";
-  $("page-info").textContent = "page " + (page + 1) + " of " + pages;
+  // Until the API answered (it may wait for the token) there is no count
+  // to show: "0 of 0" would say the loop has no agents.
+  $("count").textContent = loaded ? rows.length + " of " + agents.size + " agents" : "";
+  $("page-info").textContent = loaded ? "page " + (page + 1) + " of " + pages : "";
   $("prev").disabled = page === 0;
   $("next").disabled = page >= pages - 1;
   for (const th of $("agents").tHead.rows[0].cells) {
@@ -220,6 +223,7 @@ async function loadAgents() {
     const q = "api/agents?limit=" + FETCH_PAGE + (after ? "&after=" + encodeURIComponent(after) : "");
     const res = await read(q);
     for (const a of res.agents) { agents.set(a.ref, a); seen.add(a.ref); }
+    loaded = true;
     renderTable();
     if (!res.next) break;
     after = res.next;
