@@ -123,7 +123,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
-	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.fast) {
+	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)

@@ -12,118 +12,126 @@ import (
 // A successful call books itself in one of its agent's fast counters,
 // with no lock, while the fast path is open: when no change is under
 // verification, and until the end of the current bucket of the agent's
-// window and day counter. Anything else (a failure, a probe, a call under
-// verification, a call past the bucket) takes the agent's lock, which
-// first closes the counters and settles what they hold into the tracker
-// (see agent.settleLocked), and then reopens them when no change is under
+// window and day counter (fastCounts.until; 0 when closed). Anything else
+// (a failure, a probe, a call under verification, a call past the bucket)
+// takes the agent's lock, which first closes the path and settles what
+// the counters hold into the tracker and the agent's metrics (see
+// agent.settleLocked), and then reopens it when no change is under
 // verification. A reader of the state (Stats, a save, an analysis, the
 // fleet's code) settles first too, so it sees every booked call.
 //
-// An agent starts with one counter. When two calls book at the same
-// moment (a compare-and-swap fails), the agent turns hot: its calls then
-// book in per-processor counters drawn from a sync.Pool, which keeps each
-// processor on its own cache line, so that one busy agent scales with
-// cores.
+// The counters are one word per bucket of the latency histogram, so that
+// a call books itself, its duration and its histogram bucket with one
+// compare-and-swap. A call that checked the path open just before it
+// closed may book after the settle: it stays in the counters until the
+// next one (it started under the config before any change the lock
+// holder makes, whose calls see the path closed).
+//
+// An agent starts with one set of counters. When two calls book at the
+// same moment (a compare-and-swap fails), the agent turns hot: its calls
+// then book in per-processor sets drawn from a sync.Pool, each on cache
+// lines of its own, so that one busy agent scales with cores.
 
-// A counter is one word, so that a call books with one compare-and-swap:
-// the top bit marks it open, the next fastCountBits count the calls booked
-// since the last settle, and the low fastLatBits sum their durations in
-// nanoseconds (2.4 hours). A call that would overflow either takes the
+// A counter word holds the calls booked since the last settle in its top
+// bits and the sum of their durations in nanoseconds in its low
+// fastLatBits (2.4 hours). A call that would overflow either takes the
 // locked path, which settles.
 const (
-	fastOpen      = 1 << 63
-	fastLatBits   = 43
-	fastCountBits = 20
-	fastLatMax    = 1<<fastLatBits - 1
-	fastCountMax  = 1<<fastCountBits - 1
-	fastOne       = 1 << fastLatBits // one call in the count
+	fastLatBits  = 43
+	fastLatMax   = 1<<fastLatBits - 1
+	fastCountMax = 1<<(64-fastLatBits) - 1
+	fastOne      = 1 << fastLatBits // one call in the count
 )
 
-// fastShard is one counter of a hot agent, with the histogram of the
-// calls it booked, on cache lines of its own.
+// fastHist is a set of counters: one word per latency bucket.
+type fastHist [len(latencyBounds) + 1]atomic.Uint64
+
+// fastShard is one set of counters of a hot agent, on cache lines of its
+// own.
 type fastShard struct {
-	n    fastWord
-	hist latencyHist
-	_    [64 - (8+8*(len(latencyBounds)+1))%64]byte
+	w fastHist
+	_ [64 - (8*(len(latencyBounds)+1))%64]byte
 }
 
-// fastWord is a counter's word.
-type fastWord struct{ atomic.Uint64 }
-
-// add books one call of dur nanoseconds unless the counter is closed or
-// would overflow.
-func (w *fastWord) add(dur int64) bool {
-	if uint64(dur) > fastLatMax {
-		return false
+// add books one call of dur nanoseconds in w's bucket b, unless it would
+// overflow; ok false with contended true when another call changed the
+// word meanwhile.
+func (w *fastHist) add(b int, dur int64) (ok, contended bool) {
+	c := &w[b]
+	n := c.Load()
+	if n>>fastLatBits == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
+		return false, false
 	}
-	for {
-		n := w.Load()
-		if n&fastOpen == 0 || (n>>fastLatBits)&fastCountMax == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
-			return false
-		}
-		if w.CompareAndSwap(n, n+fastOne+uint64(dur)) {
-			return true
+	if c.CompareAndSwap(n, n+fastOne+uint64(dur)) {
+		return true, false
+	}
+	return false, true
+}
+
+// take empties w, adding what it held to calls (per bucket) and lat.
+func (w *fastHist) take(calls *[len(latencyBounds) + 1]uint64, lat *int64) {
+	for i := range w {
+		if w[i].Load() != 0 {
+			n := w[i].Swap(0)
+			calls[i] += n >> fastLatBits
+			*lat += int64(n & fastLatMax)
 		}
 	}
 }
 
-// take closes the counter and returns what it held.
-func (w *fastWord) take() (calls uint64, lat int64) {
-	n := w.Swap(0)
-	return (n >> fastLatBits) & fastCountMax, int64(n & fastLatMax)
+// peek adds what w holds to calls (per bucket) and lat, leaving it as it
+// is.
+func (w *fastHist) peek(calls *[len(latencyBounds) + 1]uint64, lat *int64) {
+	for i := range w {
+		n := w[i].Load()
+		calls[i] += n >> fastLatBits
+		*lat += int64(n & fastLatMax)
+	}
 }
 
-// fastCounts is an agent's lock-free success path. Its own counter is not
-// padded: an agent booked into by several processors at once turns hot.
+// fastCounts is an agent's lock-free success path. The agent's own set of
+// counters lives with its metrics (telemetry.live).
 type fastCounts struct {
-	until atomic.Int64 // calls ending before this time (Unix ns) may book here
-	base  fastWord
+	until atomic.Int64 // calls ending before this time (Unix ns) may book; 0: closed
 	hot   atomic.Pointer[hotShards]
 }
 
 // hotShards are the per-processor counters of a hot agent.
 type hotShards struct {
 	pool sync.Pool
-	mu   sync.Mutex   // guards list and open
-	list []*fastShard // every counter the pool made, at most maxHotShards
-	open bool         // the state new counters start in
+	mu   sync.Mutex   // guards list
+	list []*fastShard // every set the pool made, at most maxHotShards
 	next int          // round-robin over list once it is full
 }
 
-// maxHotShards bounds the counters of one hot agent.
+// maxHotShards bounds the counter sets of one hot agent.
 var maxHotShards = max(4, 2*runtime.GOMAXPROCS(0))
 
 // book counts one successful call that ended at end (Unix ns) after dur,
-// in the counters and in a latency histogram (hist, or a hot agent's
-// counter's own), and reports whether it could; when it could not, the
-// caller takes the locked path.
-func (f *fastCounts) book(end, dur int64, hist *latencyHist) bool {
-	if end >= f.until.Load() {
+// in own (the agent's counters) or a hot agent's per-processor ones, and
+// reports whether it could; when it could not, the caller takes the
+// locked path.
+func (f *fastCounts) book(end, dur int64, own *fastHist) bool {
+	if end >= f.until.Load() || uint64(dur) > fastLatMax {
 		return false
 	}
+	b := latencyBucket(time.Duration(dur))
 	if h := f.hot.Load(); h != nil {
-		sh := h.get()
-		ok := sh.n.add(dur)
-		if ok {
-			sh.hist.observe(time.Duration(dur))
+		sh := h.pool.Get().(*fastShard)
+		ok, contended := sh.w.add(b, dur)
+		for contended { // another processor shares this set
+			ok, contended = sh.w.add(b, dur)
 		}
 		h.pool.Put(sh)
 		return ok
 	}
-	if uint64(dur) > fastLatMax {
-		return false
+	ok, contended := own.add(b, dur)
+	if contended {
+		// Another call booked at the same moment: spread from now on.
+		f.heat()
+		return f.book(end, dur, own)
 	}
-	n := f.base.Load()
-	if n&fastOpen == 0 || (n>>fastLatBits)&fastCountMax == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
-		return false
-	}
-	if f.base.CompareAndSwap(n, n+fastOne+uint64(dur)) {
-		hist.observe(time.Duration(dur))
-		return true
-	}
-	// Another call booked at the same moment: spread from now on.
-	f.heat()
-	return f.book(end, dur, hist)
+	return ok
 }
 
 // heat turns f hot, once.
@@ -131,19 +139,14 @@ func (f *fastCounts) heat() {
 	if f.hot.Load() != nil {
 		return
 	}
-	h := &hotShards{open: f.base.Load()&fastOpen != 0}
+	h := &hotShards{}
 	h.pool.New = func() any { return h.make() }
 	f.hot.CompareAndSwap(nil, h)
 }
 
-// get returns a counter for the calling processor.
-func (h *hotShards) get() *fastShard {
-	return h.pool.Get().(*fastShard)
-}
-
-// make returns a new counter for the pool, or an existing one once the
-// agent has maxHotShards (the pool drops idle counters at garbage
-// collections; their counts stay in list).
+// make returns a new set for the pool, or an existing one once the agent
+// has maxHotShards (the pool drops idle sets at garbage collections;
+// their counts stay in list).
 func (h *hotShards) make() *fastShard {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -153,70 +156,57 @@ func (h *hotShards) make() *fastShard {
 		return sh
 	}
 	sh := new(fastShard)
-	if h.open {
-		sh.n.Store(fastOpen)
-	}
 	h.list = append(h.list, sh)
 	return sh
 }
 
-// close closes every counter and returns what they held.
-func (f *fastCounts) close() (calls uint64, lat int64) {
-	f.until.Store(0)
-	calls, lat = f.base.take()
-	if h := f.hot.Load(); h != nil {
-		h.mu.Lock()
-		h.open = false
-		for _, sh := range h.list {
-			c, l := sh.n.take()
-			calls, lat = calls+c, lat+l
-		}
-		h.mu.Unlock()
-	}
-	return calls, lat
-}
-
-// peek returns what the counters hold, leaving them as they are.
-func (f *fastCounts) peek() (calls uint64, lat int64) {
-	add := func(n uint64) {
-		calls += (n >> fastLatBits) & fastCountMax
-		lat += int64(n & fastLatMax)
-	}
-	add(f.base.Load())
+// take empties own and the hot sets, adding what they held to calls and
+// lat.
+func (f *fastCounts) take(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64) {
+	own.take(calls, lat)
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
 		for _, sh := range h.list {
-			add(sh.n.Load())
+			sh.w.take(calls, lat)
 		}
 		h.mu.Unlock()
 	}
-	return calls, lat
 }
 
-// open lets calls ending before until book here.
-func (f *fastCounts) open(until int64) {
-	f.base.Store(fastOpen)
+// peekByBucket adds what own and the hot sets hold to calls (per bucket)
+// and lat.
+func (f *fastCounts) peekByBucket(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64) {
+	own.peek(calls, lat)
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
-		h.open = true
 		for _, sh := range h.list {
-			sh.n.Store(fastOpen)
+			sh.w.peek(calls, lat)
 		}
 		h.mu.Unlock()
 	}
-	f.until.Store(until)
 }
 
-// settleLocked closes a's fast path and books the calls it held into the
-// tracker, as successes that ended just before now (Unix ns) and before
-// the bucket they were booked in ended. a.mu is held.
+// settleLocked closes a's fast path and books the calls its counters
+// hold into the tracker, as successes that ended just before now (Unix
+// ns) and before the bucket they were booked in ended, and into the
+// agent's metrics. a.mu is held.
 func (a *agent) settleLocked(now int64) {
-	until := a.fast.until.Load()
-	a.tel.seq.Add(1)
-	calls, lat := a.fast.close()
-	a.tel.fastCalls.Add(int64(calls))
-	a.tel.fastSum.Add(lat)
-	a.tel.seq.Add(1)
+	until := a.fast.until.Swap(0)
+	var byBucket [len(latencyBounds) + 1]uint64
+	var lat int64
+	t := a.tel
+	t.seq.Add(1) // readers of the metrics retry while the counts move
+	a.fast.take(&t.live, &byBucket, &lat)
+	var calls uint64
+	for i, n := range byBucket {
+		if n > 0 {
+			t.buckets[i].Add(n)
+			calls += n
+		}
+	}
+	t.successes.Add(int64(calls))
+	t.sum.Add(lat)
+	t.seq.Add(1)
 	if calls == 0 {
 		return
 	}
@@ -245,5 +235,5 @@ func (a *agent) reopenLocked() {
 	if a.s.Verifying != nil || a.evicted {
 		return
 	}
-	a.fast.open(a.s.Tracker.bucketEnd())
+	a.fast.until.Store(a.s.Tracker.bucketEnd())
 }

@@ -28,13 +28,12 @@ type telemetry struct {
 	successes, failures, ignored atomic.Int64
 	buckets                      [len(latencyBounds) + 1]atomic.Uint64
 	sum                          atomic.Int64 // ns, of the counted calls
-	fast                         latencyHist  // successes booked without the lock
-	// fastCalls and fastSum count the successes booked without the lock
-	// that were settled; with the calls the fast counters hold, they are
-	// all such successes. seq is odd while a settle moves counts from
-	// those counters to these, so that a reader retries.
-	fastCalls, fastSum atomic.Int64
-	seq                atomic.Uint64
+	// live are the agent's counters of successes booked without the lock
+	// (see fast.go), not yet settled into the fields above. seq is odd
+	// while a settle moves counts from them to those, so that a reader
+	// retries.
+	live fastHist
+	seq  atomic.Uint64
 }
 
 // observeLatency counts one finished call of the agent: its outcome and,
@@ -60,26 +59,6 @@ func latencyBucket(d time.Duration) int {
 		i++
 	}
 	return i
-}
-
-// latencyHist is the latency histogram of successful calls booked
-// without the lock: the agent's own, and one in each counter of a hot
-// agent (see fast.go). It only grows. Their number and summed durations
-// come from the fast counters (see telemetry.fastCalls).
-type latencyHist struct {
-	buckets [len(latencyBounds) + 1]atomic.Uint64
-}
-
-// observe counts one successful call of d.
-func (h *latencyHist) observe(d time.Duration) { h.buckets[latencyBucket(d)].Add(1) }
-
-// addTo adds h's counts to m's histogram.
-func (h *latencyHist) addTo(m *AgentMetrics) {
-	for i := range h.buckets {
-		n := h.buckets[i].Load()
-		m.Latency.Counts[i] += n
-		m.Latency.Count += n
-	}
 }
 
 // Histogram is a latency histogram: Counts[i] counts the calls that took
@@ -139,8 +118,8 @@ func (l *Loop) AgentMetrics() iter.Seq[AgentMetrics] {
 func (a *agent) metrics(now int64) AgentMetrics {
 	t := a.tel
 	m := AgentMetrics{
-		AgentID:   a.id,
-		Successes: t.successes.Load(), Failures: t.failures.Load(), Ignored: t.ignored.Load(),
+		AgentID:  a.id,
+		Failures: t.failures.Load(), Ignored: t.ignored.Load(),
 		ConfigVersion: a.cfg.Load().Version,
 		Circuit:       CircuitClosed,
 	}
@@ -151,29 +130,27 @@ func (a *agent) metrics(now int64) AgentMetrics {
 	default:
 		m.Circuit = CircuitHalfOpen
 	}
-	h := Histogram{Bounds: LatencyBuckets(), Counts: make([]uint64, len(t.buckets))}
-	for i := range t.buckets {
-		h.Counts[i] = t.buckets[i].Load()
-		h.Count += h.Counts[i]
-	}
-	h.Sum = time.Duration(t.sum.Load())
-	m.Latency = h
-	t.fast.addTo(&m)
-	if hot := a.fast.hot.Load(); hot != nil {
-		hot.mu.Lock()
-		for _, sh := range hot.list {
-			sh.hist.addTo(&m)
-		}
-		hot.mu.Unlock()
-	}
 	for {
 		s := t.seq.Load()
 		if s&1 == 0 {
-			calls, sum := t.fastCalls.Load(), t.fastSum.Load()
-			pc, pl := a.fast.peek()
+			h := Histogram{Bounds: LatencyBuckets(), Counts: make([]uint64, len(t.buckets))}
+			for i := range t.buckets {
+				h.Counts[i] = t.buckets[i].Load()
+			}
+			h.Sum = time.Duration(t.sum.Load())
+			ok := t.successes.Load()
+			// The counts not yet settled.
+			var pc [len(latencyBounds) + 1]uint64
+			var pl int64
+			a.fast.peekByBucket(&t.live, &pc, &pl)
 			if t.seq.Load() == s {
-				m.Successes += calls + int64(pc)
-				m.Latency.Sum += time.Duration(sum + pl)
+				for i := range h.Counts {
+					h.Counts[i] += pc[i]
+					h.Count += h.Counts[i]
+					ok += int64(pc[i])
+				}
+				h.Sum += time.Duration(pl)
+				m.Successes, m.Latency = ok, h
 				return m
 			}
 		}
