@@ -140,12 +140,13 @@ type metrics struct {
 type Loop struct {
 	// Read by every call.
 	clock     Clock
-	realTime  bool         // clock is the default real clock
-	mono      monoClock    // the calls' readings with the default clock
-	noFast    bool         // every call takes the locked path (tests)
-	memo      failureMemo  // what recent error texts scrub, classify and sign to
-	coarse    *coarseClock // the clock, with WithCoarseClock
-	isClosed  atomic.Bool  // Close has begun
+	realTime  bool                              // clock is the default real clock
+	mono      monoClock                         // the calls' readings with the default clock
+	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent
+	noFast    bool                              // every call takes the locked path (tests)
+	memo      failureMemo                       // what recent error texts scrub, classify and sign to
+	coarse    *coarseClock                      // the clock, with WithCoarseClock
+	isClosed  atomic.Bool                       // Close has begun
 	traces    *traceWriter
 	breaker   CircuitBreaker // off when Failures is 0
 	agents    sync.Map       // agent ID → *agent

@@ -26,6 +26,9 @@ type agent struct {
 	s       agentState
 	dirty   bool // window counts changed since the last save
 	evicted bool // removed from the registry: use a fresh agent
+	// gone mirrors evicted for the front cache, which reads it without
+	// the lock.
+	gone atomic.Bool
 	// probing is set while a half-open circuit's probe runs.
 	probing atomic.Bool
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
@@ -80,16 +83,30 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 	}
 }
 
+// frontSlots is the size of the Loop's front cache of agents.
+const frontSlots = 256
+
 // agent returns the live agent for id, loading it from the store on first
 // use. On a read error it returns nil and the error; on a corrupt state
 // file it returns a fresh agent and the error. When the new agent takes
 // the live agents over the cap, the caller evicts idle ones first, so that
 // eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) {
+	// The front cache: the agents called last, by hash of their ID, so
+	// that a call of a busy agent costs a hash and a comparison.
+	slot := &l.front[maphash.String(l.seed, id)%frontSlots]
+	if a := slot.Load(); a != nil && a.id == id && !a.gone.Load() {
+		return a, nil
+	}
 	if v, ok := l.agents.Load(id); ok {
-		return v.(*agent), nil
+		a := v.(*agent)
+		slot.Store(a)
+		return a, nil
 	}
 	a, created, err := l.create(id)
+	if a != nil {
+		slot.Store(a)
+	}
 	if created {
 		for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne() {
 		}
@@ -361,11 +378,13 @@ func (l *Loop) evict(a *agent) bool {
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
 	a.evicted = true
+	a.gone.Store(true)
 	a.mu.Unlock()
 	if err := l.saveState(a.id, &snap); err != nil {
 		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.evicted = false
+		a.gone.Store(false)
 		a.reopenLocked()
 		a.mu.Unlock()
 		return false
