@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	goai "github.com/sashabaranov/go-openai"
 	si "github.com/self-improving-loop/selfimprove"
@@ -29,28 +28,10 @@ func ClientConfig(token string, base http.RoundTripper) goai.ClientConfig {
 	return c
 }
 
-// Error is a go-openai API error as the loop understands it. It wraps the
-// SDK's *openai.APIError or *openai.RequestError: errors.As still finds
-// it.
-type Error struct {
-	// Err is the SDK's error.
-	Err error
-	// Status is the response's HTTP status.
-	Status int
-	// Code and Type are the provider's error code and type
-	// ("model_not_found", "invalid_request_error"); default empty.
-	Code, Type string
-	// Class is the failure's class, read from Code, Type, the message
-	// and Status.
-	Class si.Class
-	// Wait is how long the provider's message asked to wait before
-	// retrying ("Please try again in 20s"); default 0: none. The
-	// response's headers reach the loop through ClientConfig's
-	// transport instead.
-	Wait time.Duration
-	// message is the provider's message.
-	message string
-}
+// Error is a go-openai API error as the loop understands it: a
+// selfimprove.APIError, whose Provider is "go-openai". It wraps the SDK's
+// error: errors.As still finds it.
+type Error = si.APIError
 
 // body is an error with a provider body, for selfimprove.Classify.
 type body struct {
@@ -75,60 +56,26 @@ func Wrap(err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &ae):
-		e = &Error{Err: err, Status: ae.HTTPStatusCode, Type: ae.Type, message: ae.Message}
+		e = &Error{Provider: "go-openai", Err: err, Status: ae.HTTPStatusCode, Type: ae.Type, Message: ae.Message}
 		if ae.Code != nil {
 			e.Code = fmt.Sprint(ae.Code)
 		}
-		raw, _ := json.Marshal(map[string]string{"code": e.Code, "type": e.Type, "message": e.message})
+		raw, _ := json.Marshal(map[string]string{"code": e.Code, "type": e.Type, "message": e.Message})
 		e.Class = si.Classify(body{err, string(raw)})
 	case errors.As(err, &re):
-		e = &Error{Err: err, Status: re.HTTPStatusCode, Class: si.Classify(err)}
+		e = &Error{Provider: "go-openai", Err: err, Status: re.HTTPStatusCode, Class: si.Classify(err)}
 		if len(re.Body) <= 64<<10 {
 			e.Class = si.Classify(body{err, string(re.Body)})
 			if p, ok := si.ProviderErrorOf(body{err, string(re.Body)}); ok {
-				e.Code, e.Type, e.message = p.Code, p.Type, p.Message
+				e.Code, e.Type, e.Message = p.Code, p.Type, p.Message
 			}
 		}
 	default:
 		return err
 	}
-	e.Wait = si.TextWait(e.message)
+	e.Wait = si.TextWait(e.Message)
 	return e
 }
-
-// Error returns the status, code, type, wait and the provider's message
-// (at most 300 bytes of it): "go-openai: 404 model_not_found
-// (invalid_request_error): The model … does not exist".
-func (e *Error) Error() string {
-	s := fmt.Sprintf("go-openai: %d", e.Status)
-	if e.Code != "" {
-		s += " " + e.Code
-	}
-	if e.Type != "" {
-		s += " (" + e.Type + ")"
-	}
-	if e.Wait > 0 {
-		s += fmt.Sprintf(", retry after %v", e.Wait)
-	}
-	msg := e.message
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return s + ": " + msg
-}
-
-// Unwrap returns the SDK's error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// FailureClass returns Class: selfimprove.Classify reads it.
-func (e *Error) FailureClass() si.Class { return e.Class }
-
-// RetryAfter returns Wait: the loop waits at least that long before the
-// next attempt.
-func (e *Error) RetryAfter() time.Duration { return e.Wait }
-
-// StatusCode returns Status.
-func (e *Error) StatusCode() int { return e.Status }
 
 // DefaultFallbacks are the routes Routes.Fallbacks defaults to, in order:
 // when a model is withdrawn, the built-in strategy moves the agent to the
@@ -148,32 +95,18 @@ type Routes struct {
 	Fallbacks []string
 }
 
-func (r Routes) fallbacks() []string {
-	if r.Fallbacks == nil {
-		return DefaultFallbacks
+// routes is r with its defaults.
+func (r Routes) routes() si.ModelRoutes {
+	fb := r.Fallbacks
+	if fb == nil {
+		fb = DefaultFallbacks
 	}
-	return r.Fallbacks
+	return si.ModelRoutes{Default: r.Default, Models: r.Models, Fallbacks: fb}
 }
 
 // Model returns the model for cfg.Route.
-func (r Routes) Model(cfg si.Config) string {
-	route := cfg.Route
-	if route == "" {
-		route = r.Default
-	}
-	if route == "" {
-		if fb := r.fallbacks(); len(fb) > 0 {
-			route = fb[0]
-		}
-	}
-	if m, ok := r.Models[route]; ok {
-		return m
-	}
-	return route
-}
+func (r Routes) Model(cfg si.Config) string { return r.routes().Model(cfg) }
 
 // Strategy returns the built-in strategy with the routes' fallbacks: a
 // withdrawn model moves the agent to the next route.
-func (r Routes) Strategy() *si.BuiltinStrategy {
-	return &si.BuiltinStrategy{Fallbacks: r.fallbacks()}
-}
+func (r Routes) Strategy() *si.BuiltinStrategy { return r.routes().Strategy() }

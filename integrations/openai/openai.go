@@ -7,7 +7,6 @@ package openai
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -29,25 +28,10 @@ func ClientOptions(base http.RoundTripper) []option.RequestOption {
 	}
 }
 
-// Error is an openai-go API error as the loop understands it. It wraps the
-// SDK's *openai.Error: errors.As still finds it.
-type Error struct {
-	// Err is the SDK's error.
-	Err error
-	// Status is the response's HTTP status.
-	Status int
-	// Code and Type are the provider's error code and type
-	// ("model_not_found", "invalid_request_error"); default empty.
-	Code, Type string
-	// Class is the failure's class, read from Code, Type, the message
-	// and Status.
-	Class si.Class
-	// Wait is how long the provider asked to wait before retrying (see
-	// selfimprove.HeaderWait and selfimprove.ErrorWait); default 0: none.
-	Wait time.Duration
-	// message is the provider's message.
-	message string
-}
+// Error is an openai-go API error as the loop understands it: a
+// selfimprove.APIError, whose Provider is "openai". It wraps the SDK's
+// error: errors.As still finds it.
+type Error = si.APIError
 
 // Wrap returns err as an *Error when it is (or wraps) an *openai.Error,
 // and err unchanged otherwise (nil for nil): a network error or a
@@ -57,7 +41,7 @@ func Wrap(err error) error {
 	if err == nil || !errors.As(err, &ae) {
 		return err
 	}
-	e := &Error{Err: err, Status: ae.StatusCode, Code: ae.Code, Type: ae.Type, Class: si.Classify(err), message: ae.Message}
+	e := &Error{Provider: "openai", Err: err, Status: ae.StatusCode, Code: ae.Code, Type: ae.Type, Class: si.Classify(err), Message: ae.Message}
 	if ae.Response != nil {
 		e.Wait, _ = si.HeaderWait(ae.Response.Header, ae.StatusCode, time.Now())
 	}
@@ -66,40 +50,6 @@ func Wrap(err error) error {
 	}
 	return e
 }
-
-// Error returns the status, code, type, wait and the provider's message
-// (at most 300 bytes of it): "openai: 429 rate_limit_exceeded
-// (requests), retry after 2s: Rate limit reached …".
-func (e *Error) Error() string {
-	s := fmt.Sprintf("openai: %d", e.Status)
-	if e.Code != "" {
-		s += " " + e.Code
-	}
-	if e.Type != "" {
-		s += " (" + e.Type + ")"
-	}
-	if e.Wait > 0 {
-		s += fmt.Sprintf(", retry after %v", e.Wait)
-	}
-	msg := e.message
-	if len(msg) > 300 {
-		msg = msg[:300] + "…"
-	}
-	return s + ": " + msg
-}
-
-// Unwrap returns the SDK's error.
-func (e *Error) Unwrap() error { return e.Err }
-
-// FailureClass returns Class: selfimprove.Classify reads it.
-func (e *Error) FailureClass() si.Class { return e.Class }
-
-// RetryAfter returns Wait: the loop waits at least that long before the
-// next attempt.
-func (e *Error) RetryAfter() time.Duration { return e.Wait }
-
-// StatusCode returns Status.
-func (e *Error) StatusCode() int { return e.Status }
 
 // DefaultFallbacks are the routes Routes.Fallbacks defaults to, in order:
 // when a model is withdrawn, the built-in strategy moves the agent to the
@@ -119,32 +69,18 @@ type Routes struct {
 	Fallbacks []string
 }
 
-func (r Routes) fallbacks() []string {
-	if r.Fallbacks == nil {
-		return DefaultFallbacks
+// routes is r with its defaults.
+func (r Routes) routes() si.ModelRoutes {
+	fb := r.Fallbacks
+	if fb == nil {
+		fb = DefaultFallbacks
 	}
-	return r.Fallbacks
+	return si.ModelRoutes{Default: r.Default, Models: r.Models, Fallbacks: fb}
 }
 
 // Model returns the model for cfg.Route.
-func (r Routes) Model(cfg si.Config) string {
-	route := cfg.Route
-	if route == "" {
-		route = r.Default
-	}
-	if route == "" {
-		if fb := r.fallbacks(); len(fb) > 0 {
-			route = fb[0]
-		}
-	}
-	if m, ok := r.Models[route]; ok {
-		return m
-	}
-	return route
-}
+func (r Routes) Model(cfg si.Config) string { return r.routes().Model(cfg) }
 
 // Strategy returns the built-in strategy with the routes' fallbacks: a
 // withdrawn model moves the agent to the next route.
-func (r Routes) Strategy() *si.BuiltinStrategy {
-	return &si.BuiltinStrategy{Fallbacks: r.fallbacks()}
-}
+func (r Routes) Strategy() *si.BuiltinStrategy { return r.routes().Strategy() }
