@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 )
@@ -267,22 +266,7 @@ func (s *agentState) abnormal(now int64) bool {
 	}
 	recent := s.Tracker.regime(0, maxBeforeCalls)
 	q := (float64(failures) + 0.5) / float64(calls+1)
-	return binomialTail(recent.Calls, recent.Failures, q) < noiseOdds
-}
-
-// binomialTail is P(X >= k) for X ~ Binomial(n, q).
-func binomialTail(n, k int, q float64) float64 {
-	if k <= 0 {
-		return 1
-	}
-	p, pm := 0.0, math.Pow(1-q, float64(n))
-	for i := 0; i <= n; i++ {
-		if i >= k {
-			p += pm
-		}
-		pm *= float64(n-i) / float64(i+1) * q / (1 - q)
-	}
-	return p
+	return binomTail(recent.Calls, recent.Failures, q) < noiseOdds
 }
 
 // threshold resolves the threshold at time now and keeps the window's

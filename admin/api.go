@@ -173,9 +173,12 @@ func (s *server) done(w http.ResponseWriter, id string, res Result) {
 	writeJSON(w, http.StatusOK, res)
 }
 
-// rewind serves POST /api/agents/{agent}/rewind.
-func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
-	var req RewindRequest
+// changeAgent serves a POST that changes one agent: it decodes the body into
+// a T, finds the agent (404 when the loop does not know it), and runs
+// apply; an error goes to fail, else the answer is the agent's state with
+// apply's Result.
+func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply func(o selfimprove.AgentOverview, req *T) (Result, error)) {
+	var req T
 	if err := decode(r.Body, &req, false); err != nil {
 		s.fail(w, err)
 		return
@@ -184,42 +187,42 @@ func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := checkRewind(&req); err != nil {
-		s.fail(w, err)
-		return
-	}
-	reason := req.Reason
-	if req.Author != "" {
-		reason += " (by " + req.Author + ")"
-	}
-	if req.Verify != nil && !*req.Verify {
-		var cfg *selfimprove.Config
-		for _, c := range s.l.History(o.AgentID) {
-			if c.Version == req.Version {
-				cfg = &c
-			}
-		}
-		switch {
-		case cfg == nil:
-			s.fail(w, selfimprove.ErrUnknownVersion)
-			return
-		case req.Version == o.Config.Version:
-			s.fail(w, &badRequest{status: http.StatusConflict, field: "version", msg: "version " + strconv.Itoa(req.Version) + " is the current config"})
-			return
-		}
-		if err := s.l.SetConfig(o.AgentID, *cfg); err != nil {
-			s.fail(w, err)
-			return
-		}
-		s.done(w, o.AgentID, Result{})
-		return
-	}
-	ch, err := s.l.Rewind(o.AgentID, req.Version, reason)
+	res, err := apply(o, &req)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.done(w, o.AgentID, Result{Change: &ch})
+	s.done(w, o.AgentID, res)
+}
+
+// rewind serves POST /api/agents/{agent}/rewind.
+func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
+	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *RewindRequest) (Result, error) {
+		if err := checkRewind(req); err != nil {
+			return Result{}, err
+		}
+		reason := req.Reason
+		if req.Author != "" {
+			reason += " (by " + req.Author + ")"
+		}
+		if req.Verify != nil && !*req.Verify {
+			var cfg *selfimprove.Config
+			for _, c := range s.l.History(o.AgentID) {
+				if c.Version == req.Version {
+					cfg = &c
+				}
+			}
+			switch {
+			case cfg == nil:
+				return Result{}, selfimprove.ErrUnknownVersion
+			case req.Version == o.Config.Version:
+				return Result{}, &badRequest{status: http.StatusConflict, field: "version", msg: "version " + strconv.Itoa(req.Version) + " is the current config"}
+			}
+			return Result{}, s.l.SetConfig(o.AgentID, *cfg)
+		}
+		ch, err := s.l.Rewind(o.AgentID, req.Version, reason)
+		return Result{Change: &ch}, err
+	})
 }
 
 // checkRewind checks a RewindRequest's values.
@@ -235,24 +238,13 @@ func checkRewind(req *RewindRequest) error {
 
 // setConfig serves POST /api/agents/{agent}/config.
 func (s *server) setConfig(w http.ResponseWriter, r *http.Request) {
-	var req ConfigRequest
-	if err := decode(r.Body, &req, false); err != nil {
-		s.fail(w, err)
-		return
-	}
-	o, ok := s.agentOf(w, r)
-	if !ok {
-		return
-	}
-	cfg, err := req.Config.config()
-	if err == nil {
-		err = s.l.SetConfig(o.AgentID, cfg)
-	}
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.done(w, o.AgentID, Result{})
+	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *ConfigRequest) (Result, error) {
+		cfg, err := req.Config.config()
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{}, s.l.SetConfig(o.AgentID, cfg)
+	})
 }
 
 // config checks b and returns its Config.
@@ -285,24 +277,13 @@ func (b *ConfigBody) config() (selfimprove.Config, error) {
 
 // setThreshold serves POST /api/agents/{agent}/threshold.
 func (s *server) setThreshold(w http.ResponseWriter, r *http.Request) {
-	var req ThresholdRequest
-	if err := decode(r.Body, &req, false); err != nil {
-		s.fail(w, err)
-		return
-	}
-	o, ok := s.agentOf(w, r)
-	if !ok {
-		return
-	}
-	t, err := req.threshold()
-	if err == nil {
-		err = s.l.SetThreshold(o.AgentID, t)
-	}
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.done(w, o.AgentID, Result{})
+	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *ThresholdRequest) (Result, error) {
+		t, err := req.threshold()
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{}, s.l.SetThreshold(o.AgentID, t)
+	})
 }
 
 // threshold checks req and returns its Threshold (zero for Clear).
@@ -333,24 +314,12 @@ func (req *ThresholdRequest) threshold() (selfimprove.Threshold, error) {
 
 // markCritical serves POST /api/agents/{agent}/critical.
 func (s *server) markCritical(w http.ResponseWriter, r *http.Request) {
-	var req CriticalRequest
-	if err := decode(r.Body, &req, false); err != nil {
-		s.fail(w, err)
-		return
-	}
-	o, ok := s.agentOf(w, r)
-	if !ok {
-		return
-	}
-	if req.Critical == nil {
-		s.fail(w, bad("critical", "critical is required: true or false"))
-		return
-	}
-	if err := s.l.MarkCritical(o.AgentID, *req.Critical); err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.done(w, o.AgentID, Result{})
+	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *CriticalRequest) (Result, error) {
+		if req.Critical == nil {
+			return Result{}, bad("critical", "critical is required: true or false")
+		}
+		return Result{}, s.l.MarkCritical(o.AgentID, *req.Critical)
+	})
 }
 
 // listProposals serves GET /api/proposals.
