@@ -49,8 +49,9 @@ func checkAgentID(id string) error {
 // returns. The common case (a call with no change under verification and
 // no threshold crossed) allocates nothing and does no I/O; with
 // TracesSync it waits for its trace to be fsynced, with other callers'.
-func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (Report, error) {
-	var rep Report
+func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (rep Report, _ error) {
+	// rep is the result itself: the success path writes it in place and
+	// returns without copying it.
 	if fn == nil {
 		rep.Err, rep.LoopErr = ErrNilFunc, ErrNilFunc
 		return rep, ErrNilFunc
@@ -62,7 +63,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
 	}
 	a, err := l.agent(agentID)
-	c := call{}
+	var c begun
 	var cfg *Config
 	if a != nil {
 		if a.openUntil.Load() != 0 { // set only with a breaker
@@ -96,22 +97,46 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			if pv := recover(); pv != nil {
 				// Recorded, then raised again here, on top of fn's
 				// frames: the trace still shows where it panicked.
-				l.finish(ctx, a, agentID, &c, &rep, start, pv)
+				endN, dur := l.since(start)
+				l.finish(ctx, a, agentID, c, &rep, endN, dur, pv)
 				panic(pv)
 			}
 		}
 	}()
 	rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts)
 	done = true
-	l.finish(ctx, a, agentID, &c, &rep, start, nil)
+	endN, dur := l.since(start)
+	// The Report is complete before the booking, whose atomic operation
+	// commits the writes: the caller then reads it without stalling.
+	rep.Duration, rep.Success = dur, rep.Err == nil
+	if rep.Success && a != nil && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.live) {
+		// Booked without the lock (see fast.go).
+		if !a.used.Load() {
+			a.used.Store(true)
+		}
+		if l.traces != nil {
+			l.trace(agentID, c.version, time.Unix(0, endN), &rep, "")
+		}
+		return rep, nil
+	}
+	l.finish(ctx, a, agentID, c, &rep, endN, dur, nil)
 	return rep, rep.Err
 }
 
-// finish completes the Report of a call that ran fn (pv is its panic
-// value, if it panicked) and records the call.
-func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, rep *Report, start reading, pv any) {
-	endN, dur := l.since(start)
-	c.end, c.dur, rep.Duration = time.Time{}, dur, dur
+// begun is what a call knows when fn starts: the config it runs under.
+type begun struct {
+	gen     uint64 // the config generation
+	version int    // the config version
+	arm     Arm
+	probe   bool // a half-open circuit's probe
+}
+
+// finish completes the Report of a call that ran fn for dur and ended at
+// endN (Unix nanoseconds), pv being its panic value if it panicked, and
+// records the call.
+func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
+	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur}
+	rep.Duration = dur
 	var text string
 	if pv != nil {
 		rep.Err = &panicError{pv}
@@ -123,16 +148,6 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, c *call, re
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
-	if rep.Success && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.live) {
-		// Booked without the lock (see fast.go).
-		if !a.used.Load() {
-			a.used.Store(true)
-		}
-		if l.traces != nil {
-			l.trace(agentID, c.version, time.Unix(0, endN), rep, "")
-		}
-		return
-	}
 	c.end = time.Unix(0, endN)
 	if c.failed && !c.ignored {
 		// Classified and signed before the agent's lock is taken.

@@ -83,6 +83,9 @@ type Report struct {
 	// agent's threshold and the strategy ran (or, with no strategy, would
 	// have run).
 	ImprovementTriggered bool
+	// BudgetExhausted reports that retries stopped because the call's
+	// Budget was spent.
+	BudgetExhausted bool
 	// Improvement is the change applied during this call, else nil. It is
 	// also nil when the caller's context ended while the strategy was
 	// still running; the change then lands later, with its event.
@@ -95,9 +98,6 @@ type Report struct {
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error
-	// BudgetExhausted reports that retries stopped because the call's
-	// Budget was spent.
-	BudgetExhausted bool
 }
 
 // Metrics counts what the loop's machinery did since New, including its
@@ -142,6 +142,7 @@ type Loop struct {
 	clock     Clock
 	realTime  bool                              // clock is the default real clock
 	mono      monoClock                         // the calls' readings with the default clock
+	frontAt   [frontSlots]atEntry               // see Loop.agent
 	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent
 	noFast    bool                              // every call takes the locked path (tests)
 	memo      failureMemo                       // what recent error texts scrub, classify and sign to

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // agent is one agent's live state: its agentState, and what the calls
@@ -83,8 +84,31 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 	}
 }
 
-// frontSlots is the size of the Loop's front cache of agents.
+// frontSlots is the size of each of the Loop's front caches of agents.
 const frontSlots = 256
+
+// atEntry is a slot of the front cache by address: the address of an ID's
+// bytes, and the agent. The two are stored one after the other, so a
+// reader may see one's key with another's agent, which the agent's own ID
+// then refuses.
+type atEntry struct {
+	key atomic.Uintptr
+	a   atomic.Pointer[agent]
+}
+
+// sameString reports whether a and b are the same bytes in memory. With
+// a an agent's ID, which keeps its bytes from being reused, that means
+// they are equal, without comparing them.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
+}
+
+// atSlot is id's slot in the front cache by address: a hash of the
+// address of its bytes (never dereferenced: the slot's agent is checked
+// against id).
+func atSlot(id string) int {
+	return int(uint64(uintptr(unsafe.Pointer(unsafe.StringData(id)))) * 0x9e3779b97f4a7c15 >> 56)
+}
 
 // agent returns the live agent for id, loading it from the store on first
 // use. On a read error it returns nil and the error; on a corrupt state
@@ -92,10 +116,27 @@ const frontSlots = 256
 // the live agents over the cap, the caller evicts idle ones first, so that
 // eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) {
-	// The front cache: the agents called last, by hash of their ID, so
-	// that a call of a busy agent costs a hash and a comparison.
+	// The front caches: the agents called last, first by the address of
+	// the ID's bytes (a caller usually passes the same string each time: a
+	// constant, a field), then by hash of the ID, so that a call of a busy
+	// agent costs a comparison, or a hash and a comparison. A hit is always
+	// checked against the ID itself.
+	at, key := &l.frontAt[atSlot(id)], uintptr(unsafe.Pointer(unsafe.StringData(id)))
+	var b *agent
+	if at.key.Load() == key { // else a miss, without touching the agent
+		if b = at.a.Load(); b != nil && sameString(b.id, id) && !b.gone.Load() {
+			return b, nil
+		}
+	}
 	slot := &l.front[maphash.String(l.seed, id)%frontSlots]
 	if a := slot.Load(); a != nil && a.id == id && !a.gone.Load() {
+		// An agent enters the cache by address from the one by hash, and
+		// only for the very string it was created with, so that the
+		// agents of many or freshly built IDs stay out of it.
+		if a != b && sameString(a.id, id) {
+			at.a.Store(a)
+			at.key.Store(key)
+		}
 		return a, nil
 	}
 	if v, ok := l.agents.Load(id); ok {
