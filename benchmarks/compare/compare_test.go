@@ -36,10 +36,11 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newLoop returns a loop set up as the root benchmarks' BenchmarkSuccess
 // sets it up: tracking only (no strategy), no notifier, a discarded log;
-// its state is kept in memory.
-func newLoop(tb testing.TB) *si.Loop {
+// its state is kept in memory. opts come after those.
+func newLoop(tb testing.TB, opts ...si.Option) *si.Loop {
 	tb.Helper()
-	l, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil))
+	opts = append([]si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil)}, opts...)
+	l, err := si.New(opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -107,6 +108,17 @@ func BenchmarkDirect(b *testing.B) {
 // success path, no change being verified.
 func BenchmarkLoop(b *testing.B) {
 	l := newLoop(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = callLoop(ctx, l, work)
+	}
+}
+
+// BenchmarkLoopCoarse is BenchmarkLoop with WithCoarseClock(time.Millisecond):
+// the clock's readings come from an atomic value.
+func BenchmarkLoopCoarse(b *testing.B) {
+	l := newLoop(b, si.WithCoarseClock(time.Millisecond))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
