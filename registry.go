@@ -103,12 +103,12 @@ func sameString(a, b string) bool {
 	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }
 
-// atSlot is id's slot in the front cache by address: a hash of the
-// address of its bytes (never dereferenced: the slot's agent is checked
-// against id).
-func atSlot(id string) int {
-	return int(uint64(uintptr(unsafe.Pointer(unsafe.StringData(id)))) * 0x9e3779b97f4a7c15 >> 56)
-}
+// addrOf is the address of s's bytes, never dereferenced.
+func addrOf(s string) uintptr { return uintptr(unsafe.Pointer(unsafe.StringData(s))) }
+
+// atSlot is the slot of an ID whose bytes are at addr in the front cache
+// by address: a hash of addr.
+func atSlot(addr uintptr) int { return int(uint64(addr) * 0x9e3779b97f4a7c15 >> 56) }
 
 // agent returns the live agent for id, loading it from the store on first
 // use. On a read error it returns nil and the error; on a corrupt state
@@ -121,11 +121,11 @@ func (l *Loop) agent(id string) (*agent, error) {
 	// constant, a field), then by hash of the ID, so that a call of a busy
 	// agent costs a comparison, or a hash and a comparison. A hit is always
 	// checked against the ID itself.
-	at, key := &l.frontAt[atSlot(id)], uintptr(unsafe.Pointer(unsafe.StringData(id)))
-	var b *agent
+	key := addrOf(id)
+	at := &l.frontAt[atSlot(key)]
 	if at.key.Load() == key { // else a miss, without touching the agent
-		if b = at.a.Load(); b != nil && sameString(b.id, id) && !b.gone.Load() {
-			return b, nil
+		if a := at.a.Load(); a != nil && sameString(a.id, id) && !a.gone.Load() {
+			return a, nil
 		}
 	}
 	slot := &l.front[maphash.String(l.seed, id)%frontSlots]
@@ -133,7 +133,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 		// An agent enters the cache by address from the one by hash, and
 		// only for the very string it was created with, so that the
 		// agents of many or freshly built IDs stay out of it.
-		if a != b && sameString(a.id, id) {
+		if sameString(a.id, id) {
 			at.a.Store(a)
 			at.key.Store(key)
 		}

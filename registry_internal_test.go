@@ -4,11 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"unsafe"
 )
-
-// addr is the address of s's bytes.
-func addr(s string) uintptr { return uintptr(unsafe.Pointer(unsafe.StringData(s))) }
 
 // TestFrontCaches: a call finds its agent through the cache by address
 // with the very string it was created with, and through the cache by hash
@@ -36,14 +32,14 @@ func TestFrontCaches(t *testing.T) {
 	}
 	first := call(id)
 	call(id) // the cache by hash hits, and hands the agent to the one by address
-	if e := &l.frontAt[atSlot(id)]; e.a.Load() != first || e.key.Load() != addr(id) {
+	if e := &l.frontAt[atSlot(addrOf(id))]; e.a.Load() != first || e.key.Load() != addrOf(id) {
 		t.Fatal("the agent did not enter the cache by address")
 	}
 	fresh := strings.Clone(id)
 	if got := call(fresh); got != first {
 		t.Fatal("an equal string built afresh found another agent")
 	}
-	if e := &l.frontAt[atSlot(fresh)]; e.a.Load() == first && e.key.Load() == addr(fresh) {
+	if e := &l.frontAt[atSlot(addrOf(fresh))]; e.a.Load() == first && e.key.Load() == addrOf(fresh) {
 		t.Fatal("a string the agent was not created with entered the cache by address")
 	}
 
@@ -56,7 +52,7 @@ func TestFrontCaches(t *testing.T) {
 	// Evicted: both caches still hold the agent, marked gone; the next call
 	// gets the live one.
 	call(id)
-	if l.frontAt[atSlot(id)].a.Load() != first {
+	if l.frontAt[atSlot(addrOf(id))].a.Load() != first {
 		t.Fatal("the agent did not enter the cache by address again")
 	}
 	for _, other := range []string{"a", "b", "c", "d"} {
