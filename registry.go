@@ -27,7 +27,7 @@ type agent struct {
 	s       agentState
 	dirty   bool // window counts changed since the last save
 	evicted bool // removed from the registry: use a fresh agent
-	// gone mirrors evicted for the front cache, which reads it without
+	// gone mirrors evicted for the front caches, which read it without
 	// the lock.
 	gone atomic.Bool
 	// probing is set while a half-open circuit's probe runs.

@@ -60,10 +60,10 @@ func strategy(_ context.Context, a si.Analysis) (*si.Tweak, error) {
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// openLoop opens a Loop on dir whose clock starts 30 minutes ago.
-func openLoop(t *testing.T, dir string) (*si.Loop, *fakeclock.Clock) {
+// openLoop opens a Loop on dir whose clock starts at start.
+func openLoop(t *testing.T, dir string, start time.Time) (*si.Loop, *fakeclock.Clock) {
 	t.Helper()
-	clk := fakeclock.New(time.Now().Add(-30 * time.Minute))
+	clk := fakeclock.New(start)
 	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil),
 		si.WithStrategy(si.StrategyFunc(strategy)), si.WithLogger(quiet()))
 	if err != nil {
@@ -72,11 +72,15 @@ func openLoop(t *testing.T, dir string) (*si.Loop, *fakeclock.Clock) {
 	return l, clk
 }
 
-// writeState fills dir with a real Loop: "alpha" had a change applied,
-// "beta" and "gamma" have pending proposals; then closes it.
-func writeState(t *testing.T, dir string) {
+// writeState fills dir with a real Loop whose clock starts 30 minutes ago:
+// "alpha" had a change applied, "beta" and "gamma" have pending proposals;
+// then closes it. It returns the time on that clock at the end, where a
+// live Loop opened after it starts its clock (started earlier, its clock
+// would put the fixture's last calls in its future, and whether it counts
+// them would depend on where the window's bucket boundaries fall).
+func writeState(t *testing.T, dir string) time.Time {
 	t.Helper()
-	l, clk := openLoop(t, dir)
+	l, clk := openLoop(t, dir, time.Now().Add(-30*time.Minute))
 	th := si.Threshold{Failures: 3, Window: time.Hour, Cooldown: time.Minute}
 	for _, id := range []string{"alpha", "beta", "gamma"} {
 		if err := l.SetThreshold(id, th); err != nil {
@@ -102,6 +106,7 @@ func writeState(t *testing.T, dir string) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return clk.Now()
 }
 
 // readOnly opens a read-only Loop on dir: the loop's own answers.
@@ -273,7 +278,7 @@ func checkReads(t *testing.T, base []string, env []string, l *si.Loop) {
 
 func TestDir(t *testing.T) {
 	dir := t.TempDir()
-	writeState(t, dir)
+	end := writeState(t, dir)
 	l := readOnly(t, dir)
 	t.Run("reads, flags after", func(t *testing.T) { checkReads(t, []string{"--dir", dir}, nil, l) })
 	t.Run("reads, flags before", func(t *testing.T) {
@@ -298,7 +303,7 @@ func TestDir(t *testing.T) {
 		}
 	})
 	t.Run("while a live Loop holds it", func(t *testing.T) {
-		live, clk := openLoop(t, dir)
+		live, clk := openLoop(t, dir, end)
 		defer live.Close()
 		checkReads(t, []string{"--dir", dir}, nil, l)
 		fails(t, nil, 1, "use --url", "approve", l.Proposals(nil)[0].ID, "--dir", dir)
@@ -421,8 +426,7 @@ func (f *follower) want(t *testing.T, agent string, typ si.EventType, at time.Ti
 
 func TestURL(t *testing.T) {
 	dir := t.TempDir()
-	writeState(t, dir)
-	live, clk := openLoop(t, dir)
+	live, clk := openLoop(t, dir, writeState(t, dir))
 	defer live.Close()
 	srv := httptest.NewServer(http.StripPrefix("/si", admin.Handler(live, admin.Options{Token: token, Logger: quiet()})))
 	defer srv.Close()

@@ -146,8 +146,7 @@ func TestMCP(t *testing.T) {
 // Loop that holds the directory.
 func TestMCPCommand(t *testing.T) {
 	dir := t.TempDir()
-	writeState(t, dir)
-	live, _ := openLoop(t, dir)
+	live, _ := openLoop(t, dir, writeState(t, dir))
 	defer live.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
