@@ -68,22 +68,14 @@ func (w *fastHist) add(b int, dur int64) (ok, contended bool) {
 	return false, true
 }
 
-// take empties w, adding what it held to calls (per bucket) and lat.
-func (w *fastHist) take(calls *[len(latencyBounds) + 1]uint64, lat *int64) {
-	for i := range w {
-		if w[i].Load() != 0 {
-			n := w[i].Swap(0)
-			calls[i] += n >> fastLatBits
-			*lat += int64(n & fastLatMax)
-		}
-	}
-}
-
-// peek adds what w holds to calls (per bucket) and lat, leaving it as it
-// is.
-func (w *fastHist) peek(calls *[len(latencyBounds) + 1]uint64, lat *int64) {
+// collect adds what w holds to calls (per bucket) and lat, and empties w
+// when drain is set.
+func (w *fastHist) collect(calls *[len(latencyBounds) + 1]uint64, lat *int64, drain bool) {
 	for i := range w {
 		n := w[i].Load()
+		if drain && n != 0 {
+			n = w[i].Swap(0)
+		}
 		calls[i] += n >> fastLatBits
 		*lat += int64(n & fastLatMax)
 	}
@@ -160,27 +152,14 @@ func (h *hotShards) make() *fastShard {
 	return sh
 }
 
-// take empties own and the hot sets, adding what they held to calls and
-// lat.
-func (f *fastCounts) take(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64) {
-	own.take(calls, lat)
+// collect adds what own and the hot sets hold to calls (per bucket) and
+// lat, and empties them when drain is set.
+func (f *fastCounts) collect(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64, drain bool) {
+	own.collect(calls, lat, drain)
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
 		for _, sh := range h.list {
-			sh.w.take(calls, lat)
-		}
-		h.mu.Unlock()
-	}
-}
-
-// peekByBucket adds what own and the hot sets hold to calls (per bucket)
-// and lat.
-func (f *fastCounts) peekByBucket(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64) {
-	own.peek(calls, lat)
-	if h := f.hot.Load(); h != nil {
-		h.mu.Lock()
-		for _, sh := range h.list {
-			sh.w.peek(calls, lat)
+			sh.w.collect(calls, lat, drain)
 		}
 		h.mu.Unlock()
 	}
@@ -196,7 +175,7 @@ func (a *agent) settleLocked(now int64) {
 	var lat int64
 	t := a.tel
 	t.seq.Add(1) // readers of the metrics retry while the counts move
-	a.fast.take(&t.live, &byBucket, &lat)
+	a.fast.collect(&t.live, &byBucket, &lat, true)
 	var calls uint64
 	for i, n := range byBucket {
 		if n > 0 {

@@ -142,7 +142,7 @@ func (a *agent) metrics(now int64) AgentMetrics {
 			// The counts not yet settled.
 			var pc [len(latencyBounds) + 1]uint64
 			var pl int64
-			a.fast.peekByBucket(&t.live, &pc, &pl)
+			a.fast.collect(&t.live, &pc, &pl, false)
 			if t.seq.Load() == s {
 				for i := range h.Counts {
 					h.Counts[i] += pc[i]
