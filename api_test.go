@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
@@ -52,7 +54,7 @@ func TestPanicReraisedOnItsOwnFrames(t *testing.T) {
 	if s := e.l.Stats("a"); s.Failures != 1 {
 		t.Fatalf("the panic was not recorded as a failure: %+v", s)
 	}
-	if cs := e.l.Clusters("a"); len(cs) != 1 || cs[0].Class != si.ClassPanic {
+	if cs := e.l.Clusters("a"); len(cs) != 1 || cs[0].Class != failure.ClassPanic {
 		t.Fatalf("clusters = %+v", cs)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
@@ -234,9 +236,9 @@ func TestBoundText(t *testing.T) {
 		{"no room at all", "abc", 0, ""},
 	}
 	for _, c := range cases {
-		got := boundText(c.s, c.n)
+		got := failure.Bound(c.s, c.n)
 		if got != c.want {
-			t.Errorf("%s: boundText(%q, %d) = %q, want %q", c.name, c.s, c.n, got, c.want)
+			t.Errorf("%s: failure.Bound(%q, %d) = %q, want %q", c.name, c.s, c.n, got, c.want)
 		}
 		if len(got) > max(c.n, 0) && len(c.s) > c.n || !utf8.ValidString(got) {
 			t.Errorf("%s: %q is over %d bytes or not valid UTF-8", c.name, got, c.n)
@@ -246,16 +248,16 @@ func TestBoundText(t *testing.T) {
 	// original's prefix, and marked when cut.
 	s := strings.Repeat("aé𝄞€", 40)
 	for n := range len(s) + 2 {
-		got := boundText(s, n)
+		got := failure.Bound(s, n)
 		switch {
 		case len(got) > n && n < len(s), !utf8.ValidString(got):
-			t.Fatalf("boundText(s, %d) = %q: over the cap or not valid UTF-8", n, got)
+			t.Fatalf("failure.Bound(s, %d) = %q: over the cap or not valid UTF-8", n, got)
 		case n >= len(s) && got != s:
-			t.Fatalf("boundText(s, %d) = %q, want s whole", n, got)
+			t.Fatalf("failure.Bound(s, %d) = %q, want s whole", n, got)
 		case n < len(s) && n >= 3 && (!strings.HasSuffix(got, "…") || !strings.HasPrefix(s, strings.TrimSuffix(got, "…"))):
-			t.Fatalf("boundText(s, %d) = %q, want a prefix of s and \"…\"", n, got)
+			t.Fatalf("failure.Bound(s, %d) = %q, want a prefix of s and \"…\"", n, got)
 		case n < len(s) && len(got) < n-3-3:
-			t.Fatalf("boundText(s, %d) = %q: cut more than a rune short", n, got)
+			t.Fatalf("failure.Bound(s, %d) = %q: cut more than a rune short", n, got)
 		}
 	}
 
@@ -276,8 +278,8 @@ func TestLearnedReasonNamesItsSource(t *testing.T) {
 	an := Analysis{
 		AgentID:  "b",
 		Config:   Config{MaxAttempts: 1},
-		Clusters: []Cluster{{ID: "00000000000000aa", Class: ClassOverloaded, Count: 5, LastSeen: now}},
-		Memories: []Memory{{Cluster: cluster, Class: ClassOverloaded, Similarity: 0.82, Confidence: 0.8, Fixes: []Fix{{
+		Clusters: []Cluster{{ID: "00000000000000aa", Class: failure.ClassOverloaded, Count: 5, LastSeen: now}},
+		Memories: []Memory{{Cluster: cluster, Class: failure.ClassOverloaded, Similarity: 0.82, Confidence: 0.8, Fixes: []Fix{{
 			AgentID: "a", ChangeID: change, From: Config{MaxAttempts: 1}, To: Config{MaxAttempts: 3},
 			Reason: quoted, State: FixConfirmed, Time: now,
 		}}}},
@@ -411,8 +413,8 @@ func TestStoredTextsAreCapped(t *testing.T) {
 		t.Errorf("%d examples, want %d", len(p.Examples), maxExample)
 	}
 	for i, e := range p.Examples {
-		if len(e) > maxErrText || !strings.HasSuffix(e, "…") || !utf8.ValidString(e) {
-			t.Errorf("example %d: %d bytes, want at most %d, cut with \"…\"", i, len(e), maxErrText)
+		if len(e) > failure.MaxText || !strings.HasSuffix(e, "…") || !utf8.ValidString(e) {
+			t.Errorf("example %d: %d bytes, want at most %d, cut with \"…\"", i, len(e), failure.MaxText)
 		}
 	}
 	if err := l.Reject(p.ID, "n"+huge); err != nil {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -164,7 +166,7 @@ func TestAttemptInfo(t *testing.T) {
 		t.Errorf("numbers %d %d %d", seen[0].Number, seen[1].Number, seen[2].Number)
 	}
 	a := seen[1]
-	if a.LastClass != si.ClassRateLimit || a.LastErr == nil || len(a.Memories) == 0 || a.Memories[0].Class != si.ClassRateLimit {
+	if a.LastClass != failure.ClassRateLimit || a.LastErr == nil || len(a.Memories) == 0 || a.Memories[0].Class != failure.ClassRateLimit {
 		t.Errorf("second attempt's info = %+v", a)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Budget bounds the retries of one call: the loop makes no more than
@@ -69,7 +71,7 @@ type Attempt struct {
 	Number int
 	// LastErr is the previous attempt's error, and LastClass its class.
 	LastErr   error
-	LastClass Class
+	LastClass failure.Class
 	// Memories are the remembered failures most similar to LastErr (see
 	// Loop.Similar), at most 3, with the fixes tried for them.
 	Memories []Memory

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
@@ -137,10 +139,8 @@ type begun struct {
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur}
 	rep.Duration = dur
-	var text string
 	if pv != nil {
-		rep.Err = &panicError{pv}
-		text = keepText(fmt.Sprintf("panic: %v", pv))
+		rep.Err = failure.Panic(pv)
 	}
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
@@ -149,28 +149,19 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
 	c.end = time.Unix(0, endN)
+	var text string
 	if c.failed && !c.ignored {
-		// Classified and signed before the agent's lock is taken.
-		if pv == nil {
-			e := l.memo.derive(errTextN(rep.Err, maxScrubText))
-			class, status := classifyErr(rep.Err, e.text)
-			if class == "" {
-				class = e.classOf(status)
-			}
-			text, c.text, c.class, c.cluster = e.text, e.text, class, e.cluster
-			l.record(ctx, a, c, []byte(e.sig), rep)
-		} else {
-			var buf [4 * maxSignature]byte
-			sig := appendSignature(buf[:0], text)
-			c.text, c.class, c.cluster = text, classify(rep.Err, text), clusterID(sig)
-			l.record(ctx, a, c, sig, rep)
-		}
+		// Described before the agent's lock is taken, by the one path
+		// that classifies every failure (see failure.Memo).
+		f := l.memo.Describe(rep.Err, 0)
+		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
+		l.record(ctx, a, c, []byte(f.Signature), rep)
 	} else {
 		l.record(ctx, a, c, nil, rep)
 	}
 	if l.traces != nil {
 		if c.ignored {
-			text = errText(rep.Err)
+			text = failure.Text(rep.Err)
 		}
 		l.trace(agentID, c.version, c.end, rep, text)
 	}
@@ -247,13 +238,14 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 // counting them in *n. It stops at the first success, at a failure the
 // retry policy does not retry, or when ctx ends. A panic in fn goes up to
 // the caller. A retry's context carries an Attempt (see AttemptInfo).
-// Once a Transport exists, the attempts of a config that allows retries
-// run under a context the transport reports failed responses to.
+// The attempts of a config that allows retries run under a context that
+// a Transport reports failed responses to (one small allocation a call;
+// a config of one attempt allocates nothing).
 func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int) (err error, exhausted bool) {
 	*n = 1
 	var h *hintCtx
 	actx := ctx
-	if cfg.attempts() > 1 && transportUsed.Load() {
+	if cfg.attempts() > 1 {
 		h = &hintCtx{Context: ctx}
 		actx = h
 	}
@@ -274,9 +266,9 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		base = h
 	}
 	for *n < cfg.attempts() {
-		text := errText(err)
-		class := classify(err, text)
 		status, hint, why := h.take()
+		f := l.memo.Describe(err, status)
+		class, text := f.Class, f.Text
 		if !l.retryRules.retries(class) {
 			return err, false
 		}
@@ -285,7 +277,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		}
 		wait, reason := l.wait(cfg, *n, err, hint, why)
 		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && reason != WaitBackoff && time.Until(dl) < wait {
+			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
 				return err, false // the server's wait would pass the caller's deadline
 			}
 			if l.sleep(ctx, wait) != nil {
@@ -308,17 +300,17 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 // (the transport's header, else err's; see RetryPolicy), the latter
 // capped by the policy's MaxWait.
 func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string) (time.Duration, string) {
-	d, reason := l.backoff(cfg.Backoff, attempt), WaitBackoff
+	d, reason := l.backoff(cfg.Backoff, attempt), failure.WaitBackoff
 	if d == 0 {
-		reason = WaitNone
+		reason = failure.WaitNone
 	}
 	if !l.retryRules.serverWait {
 		return d, reason
 	}
 	if hint > 0 {
-		why = waitHeaderPrefix + why
+		why = failure.WaitHeader + " " + why
 	} else {
-		hint, why = errorWait(err, errTextN(err, maxHintText))
+		hint, why = failure.ErrorWait(err)
 	}
 	if hint = min(roundUpWait(hint), l.retryRules.maxWait); hint > 0 && hint >= d {
 		return hint, why

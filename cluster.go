@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Trend says how a cluster's failures move within the analysis window.
@@ -29,8 +31,8 @@ type Cluster struct {
 	Signature string `json:"signature"`
 	// Class is the class of the cluster's latest failure, and RootCause
 	// its root cause.
-	Class     Class     `json:"class"`
-	RootCause RootCause `json:"root_cause"`
+	Class     failure.Class     `json:"class"`
+	RootCause failure.RootCause `json:"root_cause"`
 	// Count is the failures in the analysis window (to within an eighth
 	// of it); Total counts every failure since the cluster was first
 	// seen.
@@ -64,9 +66,9 @@ type clusterView struct {
 type SharedCause struct {
 	// ClusterID and Signature name the shared cluster; both are empty
 	// when only the class is shared.
-	ClusterID string `json:"cluster_id,omitempty"`
-	Signature string `json:"signature,omitempty"`
-	Class     Class  `json:"class"`
+	ClusterID string        `json:"cluster_id,omitempty"`
+	Signature string        `json:"signature,omitempty"`
+	Class     failure.Class `json:"class"`
 	// Agents are the agents hit, sorted.
 	Agents []string `json:"agents"`
 	// LastSeen is the latest failure among them.
@@ -87,7 +89,7 @@ const (
 type clusterRec struct {
 	ID       uint64               `json:"id,string"`
 	Sig      string               `json:"sig"`
-	Class    Class                `json:"class"`
+	Class    failure.Class        `json:"class"`
 	Total    int64                `json:"total"`
 	First    int64                `json:"first"`
 	Last     int64                `json:"last"`
@@ -98,7 +100,7 @@ type clusterRec struct {
 }
 
 // observe counts a failure at time end (Unix ns) with bucket width width.
-func (c *clusterRec) observe(end, width int64, class Class, text string) {
+func (c *clusterRec) observe(end, width int64, class failure.Class, text string) {
 	c.resize(width)
 	idx := max(end, 0) / c.Width
 	if idx > c.Head {
@@ -176,7 +178,7 @@ func (c *clusterRec) export(now int64) clusterView {
 	older, newer := c.halves(now)
 	window := c.Width * clusterSlots
 	out := clusterView{Cluster: Cluster{
-		ID:        formatClusterID(c.ID),
+		ID:        failure.FormatClusterID(c.ID),
 		Signature: c.Sig,
 		Class:     c.Class,
 		RootCause: c.Class.RootCause(),
@@ -198,7 +200,7 @@ func (c *clusterRec) export(now int64) clusterView {
 // observeCluster records a failure in a's cluster table and returns the
 // cluster. a.mu is held; sig is the failure's signature (a scratch
 // buffer), id its hash.
-func (s *agentState) observeCluster(id uint64, sig []byte, class Class, text string, end int64) *clusterRec {
+func (s *agentState) observeCluster(id uint64, sig []byte, class failure.Class, text string, end int64) *clusterRec {
 	width := s.Tracker.Win.Width * (windowSlots / clusterSlots)
 	for i := range s.Clusters {
 		if c := &s.Clusters[i]; c.ID == id {
@@ -282,12 +284,12 @@ func (s *agentState) clusterOf(lo uint32) *clusterRec {
 type shared struct {
 	mu        sync.Mutex
 	byCluster map[uint64]*sharedEntry
-	byClass   map[Class]*sharedEntry
+	byClass   map[failure.Class]*sharedEntry
 }
 
 type sharedEntry struct {
 	sig    string
-	class  Class
+	class  failure.Class
 	last   int64
 	agents [sharedAgents]agentSeen
 }
@@ -316,11 +318,11 @@ func (e *sharedEntry) see(agentID string, end, window int64) {
 
 // observe notes that agentID failed at end in cluster id (signature sig)
 // of class class; sig is converted only for a cluster new to the index.
-func (x *shared) observe(agentID string, id uint64, sig []byte, class Class, end, window int64) {
+func (x *shared) observe(agentID string, id uint64, sig []byte, class failure.Class, end, window int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.byCluster == nil {
-		x.byCluster, x.byClass = make(map[uint64]*sharedEntry), make(map[Class]*sharedEntry)
+		x.byCluster, x.byClass = make(map[uint64]*sharedEntry), make(map[failure.Class]*sharedEntry)
 	}
 	e := x.byCluster[id]
 	if e == nil {
@@ -339,7 +341,7 @@ func (x *shared) observe(agentID string, id uint64, sig []byte, class Class, end
 	}
 	e.class = class
 	e.see(agentID, end, window)
-	if class == ClassOther || class == ClassCanceled || class == "" {
+	if class == failure.ClassOther || class == failure.ClassCanceled || class == "" {
 		return
 	}
 	c := x.byClass[class]
@@ -375,7 +377,7 @@ func (x *shared) causes(now int64, agentID string, forAgent bool) []SharedCause 
 		slices.Sort(agents)
 		sc := SharedCause{Class: e.class, Agents: agents, LastSeen: time.Unix(0, e.last).UTC()}
 		if byCluster {
-			sc.ClusterID, sc.Signature = formatClusterID(id), e.sig
+			sc.ClusterID, sc.Signature = failure.FormatClusterID(id), e.sig
 		}
 		out = append(out, sc)
 	}

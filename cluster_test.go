@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
@@ -33,11 +35,11 @@ func TestClustersCountTrendRecurrence(t *testing.T) {
 	ignore := cmpopts.EquateEmpty()
 	tsig := "timeout after <n>s on req <n>"
 	want := []si.Cluster{
-		{ID: si.ClusterID(tsig), Signature: tsig, Class: si.ClassTimeout, RootCause: si.RootCauseToolFailure,
+		{ID: failure.ClusterID(tsig), Signature: tsig, Class: failure.ClassTimeout, RootCause: failure.RootCauseToolFailure,
 			Count: 2, Total: 2, FirstSeen: t0, LastSeen: t0, Trend: si.TrendNew,
 			Examples: []string{"timeout after 30s on req 123", "timeout after 45s on req 999"}},
-		{ID: si.ClusterID("http <n> too many requests"), Signature: "http <n> too many requests", Class: si.ClassRateLimit,
-			RootCause: si.RootCauseToolFailure, Count: 1, Total: 1, FirstSeen: t0, LastSeen: t0, Trend: si.TrendNew,
+		{ID: failure.ClusterID("http <n> too many requests"), Signature: "http <n> too many requests", Class: failure.ClassRateLimit,
+			RootCause: failure.RootCauseToolFailure, Count: 1, Total: 1, FirstSeen: t0, LastSeen: t0, Trend: si.TrendNew,
 			Examples: []string{"HTTP 429 Too Many Requests"}},
 	}
 	if d := cmp.Diff(want, e.l.Clusters("a"), ignore); d != "" {
@@ -105,7 +107,7 @@ func TestClusterOfPanic(t *testing.T) {
 		e.l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { panic("index out of range [3]") })
 	}()
 	cs := e.l.Clusters("a")
-	if len(cs) != 1 || cs[0].Class != si.ClassPanic || cs[0].Signature != "panic: index out of range [<n>]" {
+	if len(cs) != 1 || cs[0].Class != failure.ClassPanic || cs[0].Signature != "panic: index out of range [<n>]" {
 		t.Fatalf("clusters after a panic: %+v", cs)
 	}
 }
@@ -145,11 +147,11 @@ func TestSharedCauses(t *testing.T) {
 	e.call("c", errors.New("Service Unavailable"), 0)
 	e.call("d", errors.New("something odd"), 0)
 	e.call("e", errors.New("something odd"), time.Second)
-	sig := si.Signature("upstream 503 from api.example.com, req 1")
+	sig := failure.Signature("upstream 503 from api.example.com, req 1")
 	want := []si.SharedCause{
-		{ClusterID: si.ClusterID("something odd"), Signature: "something odd", Class: si.ClassOther, Agents: []string{"d", "e"}, LastSeen: t0.Add(time.Second)},
-		{ClusterID: si.ClusterID(sig), Signature: sig, Class: si.ClassOverloaded, Agents: []string{"a", "b"}, LastSeen: t0},
-		{Class: si.ClassOverloaded, Agents: []string{"a", "b", "c"}, LastSeen: t0},
+		{ClusterID: failure.ClusterID("something odd"), Signature: "something odd", Class: failure.ClassOther, Agents: []string{"d", "e"}, LastSeen: t0.Add(time.Second)},
+		{ClusterID: failure.ClusterID(sig), Signature: sig, Class: failure.ClassOverloaded, Agents: []string{"a", "b"}, LastSeen: t0},
+		{Class: failure.ClassOverloaded, Agents: []string{"a", "b", "c"}, LastSeen: t0},
 	}
 	if d := cmp.Diff(want, e.l.SharedCauses()); d != "" {
 		t.Fatalf("shared causes (-want +got):\n%s", d)
@@ -193,7 +195,7 @@ func TestAnalysisCarriesEvidence(t *testing.T) {
 		t.Fatalf("strategy ran %d times", s.count())
 	}
 	an := s.seen[0]
-	if len(an.Clusters) != 1 || an.Clusters[0].Class != si.ClassNetwork || an.Clusters[0].Count != 2 {
+	if len(an.Clusters) != 1 || an.Clusters[0].Class != failure.ClassNetwork || an.Clusters[0].Count != 2 {
 		t.Errorf("clusters: %+v", an.Clusters)
 	}
 	if an.Health <= 0.3 || an.Health >= 0.4 {
@@ -203,7 +205,7 @@ func TestAnalysisCarriesEvidence(t *testing.T) {
 		t.Errorf("shared: %+v", an.Shared)
 	}
 	for _, f := range an.Failures {
-		if f.Class != si.ClassNetwork || f.Cluster != an.Clusters[0].ID {
+		if f.Class != failure.ClassNetwork || f.Cluster != an.Clusters[0].ID {
 			t.Errorf("failure %+v", f)
 		}
 	}

@@ -166,37 +166,6 @@ func ExampleRollbackPolicy() {
 	// v1 success=true
 }
 
-// Classify names the kind of a failure from Go's own signals and the
-// error's text; each class maps to a root cause.
-func ExampleClassify() {
-	for _, err := range []error{
-		fmt.Errorf("calling model: %w", context.DeadlineExceeded),
-		errors.New("RateLimitError: 429 Too Many Requests"),
-		errors.New("request 14290 failed"),
-		errors.New("400: This model's maximum context length is 8192 tokens"),
-	} {
-		c := selfimprove.Classify(err)
-		fmt.Println(c, c.RootCause())
-	}
-	// Output:
-	// timeout tool_failure
-	// rate_limit tool_failure
-	// other reasoning_error
-	// context_length context_loss
-}
-
-// Signature normalises a message for clustering; Scrub removes secrets
-// before any text is kept.
-func ExampleSignature() {
-	fmt.Println(selfimprove.Signature("Timeout after 30s on req 123"))
-	fmt.Println(selfimprove.Signature(`model "gpt-4o" not found at https://api.example.com/v1`))
-	fmt.Println(selfimprove.Scrub("auth failed for Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig, password=hunter2"))
-	// Output:
-	// timeout after <n>s on req <n>
-	// model <str> not found at <url>
-	// auth failed for Bearer <redacted>, password=<redacted>
-}
-
 // The built-in strategy fixes what is safe to fix (here, rate limits:
 // more backoff and one more attempt) and files a proposal for what needs a
 // person (here, a bad API key), which Approve or Reject then decides.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Fleet is where the replicas of one service (several Loops, in one
@@ -121,10 +123,10 @@ type FleetFailure struct {
 	// Gen is the config generation it started under.
 	Gen uint64 `json:"gen"`
 	// EndNS is when it ended (Unix ns); DurationNS how long it took.
-	EndNS      int64 `json:"end_ns"`
-	DurationNS int64 `json:"duration_ns"`
-	Version    int   `json:"version"`
-	Class      Class `json:"class"`
+	EndNS      int64         `json:"end_ns"`
+	DurationNS int64         `json:"duration_ns"`
+	Version    int           `json:"version"`
+	Class      failure.Class `json:"class"`
 	// Text is its scrubbed error text, at most 200 bytes.
 	Text string `json:"text"`
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // The Loop's side of a Fleet (WithFleet): attaching an agent to the
@@ -517,9 +519,9 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	a.mu.Unlock()
 	for i := range fails {
 		f := &fails[i]
-		var buf [4 * maxSignature]byte
-		sig := appendSignature(buf[:0], f.Text)
-		cl := clusterID(sig)
+		var buf [4 * failure.MaxSignature]byte
+		sig := failure.AppendSignature(buf[:0], f.Text)
+		cl := failure.ClusterOf(sig)
 		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, window)
 		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
 	}

@@ -3,6 +3,8 @@ package selfimprove
 import (
 	"math"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // The fleet's side of the per-agent state machine: what of an agentState
@@ -88,9 +90,9 @@ func (s *agentState) replay(end int64, ok, okLatency int64, fails []FleetFailure
 	}
 	for i := range fails {
 		f := &fails[i]
-		var buf [4 * maxSignature]byte
-		sig := appendSignature(buf[:0], f.Text)
-		cl := clusterID(sig)
+		var buf [4 * failure.MaxSignature]byte
+		sig := failure.AppendSignature(buf[:0], f.Text)
+		cl := failure.ClusterOf(sig)
 		s.Tracker.record(f.Gen, f.EndNS, time.Duration(f.DurationNS), true, f.Version, f.Text, uint32(cl))
 		s.observeCluster(cl, sig, f.Class, f.Text, f.EndNS)
 	}

@@ -9,6 +9,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // The agent state file (agents/<name>.json) is a documented schema,
@@ -163,7 +165,7 @@ type ringPosDoc struct {
 type clusterDoc struct {
 	ID            string           `json:"id"`
 	Signature     string           `json:"signature"`
-	Class         Class            `json:"class"`
+	Class         failure.Class    `json:"class"`
 	Total         int64            `json:"total"`
 	FirstSeen     time.Time        `json:"first_seen"`
 	LastSeen      time.Time        `json:"last_seen"`
@@ -347,7 +349,7 @@ func (st *agentState) doc() (stateDoc, error) {
 		Proposals:  st.Proposals,
 	}
 	if st.CooldownCluster != 0 {
-		d.CooldownCluster = formatClusterID(st.CooldownCluster)
+		d.CooldownCluster = failure.FormatClusterID(st.CooldownCluster)
 	}
 	d.CooldownEarly = st.CooldownEarly
 	var err error
@@ -375,12 +377,12 @@ func (st *agentState) doc() (stateDoc, error) {
 // whole ID when it is kept, else the 8 hex digits known ("" for 0).
 func (st *agentState) clusterName(lo uint32) string {
 	if c := st.clusterOf(lo); c != nil {
-		return formatClusterID(c.ID)
+		return failure.FormatClusterID(c.ID)
 	}
 	if lo == 0 {
 		return ""
 	}
-	return formatClusterID(uint64(lo))[8:]
+	return failure.FormatClusterID(uint64(lo))[8:]
 }
 
 // nonNeg returns d, or 0 for a negative d when clamp is set.
@@ -531,9 +533,9 @@ func callsToDoc(t ringsView, clamp bool, cluster func(lo uint32) string) (callsD
 }
 
 // clusterToDoc returns a cluster record as a document.
-func clusterToDoc(f field, id uint64, sig string, class Class, total, first, last int64, examples [maxExample]string, width, head int64, slots []uint32) (clusterDoc, error) {
+func clusterToDoc(f field, id uint64, sig string, class failure.Class, total, first, last int64, examples [maxExample]string, width, head int64, slots []uint32) (clusterDoc, error) {
 	d := clusterDoc{
-		ID: formatClusterID(id), Signature: sig, Class: class, Total: total,
+		ID: failure.FormatClusterID(id), Signature: sig, Class: class, Total: total,
 		FirstExample: examples[0], LatestExample: examples[maxExample-1],
 		Window: clusterWindowDoc{BucketNS: width},
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Decoding: a document, checked, as the in-memory state.
@@ -160,7 +162,7 @@ func (c *checker) clusterLow(f field, s string) uint32 {
 	var err error
 	switch len(s) {
 	case 16:
-		v, err = parseClusterID(s)
+		v, err = failure.ParseClusterID(s)
 	case 8:
 		v, err = strconv.ParseUint(s, 16, 32)
 	default:
@@ -285,7 +287,7 @@ func (c *checker) calls(d *callsDoc) tracker {
 func (c *checker) cluster(i int, d *clusterDoc) clusterRec {
 	var r clusterRec
 	f := elem("clusters", i)
-	id, err := parseClusterID(d.ID)
+	id, err := failure.ParseClusterID(d.ID)
 	if err != nil {
 		c.fail("%s: %v", f.dot("id"), err)
 	}
@@ -347,7 +349,7 @@ func (d *stateDoc) state(id string) (agentState, error) {
 	st.CooldownUntil = c.optTime(path("cooldown_until"), d.CooldownUntil)
 	st.CooldownEarly = d.CooldownEarly
 	if d.CooldownCluster != "" {
-		id, err := parseClusterID(d.CooldownCluster)
+		id, err := failure.ParseClusterID(d.CooldownCluster)
 		if err != nil {
 			c.fail("%s: %v", path("cooldown_cluster"), err)
 		}

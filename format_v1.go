@@ -2,6 +2,8 @@ package selfimprove
 
 import (
 	"math"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Format 1: the in-memory layout of before, frozen here.
@@ -79,16 +81,16 @@ type failRecordV1 struct {
 }
 
 type clusterV1 struct {
-	ID       uint64    `json:"id,string"`
-	Sig      string    `json:"sig"`
-	Class    Class     `json:"class"`
-	Total    int64     `json:"total"`
-	First    int64     `json:"first"`
-	Last     int64     `json:"last"`
-	Examples [2]string `json:"examples"`
-	Width    int64     `json:"width_ns"`
-	Head     int64     `json:"head"`
-	Slots    [8]uint32 `json:"slots"`
+	ID       uint64        `json:"id,string"`
+	Sig      string        `json:"sig"`
+	Class    failure.Class `json:"class"`
+	Total    int64         `json:"total"`
+	First    int64         `json:"first"`
+	Last     int64         `json:"last"`
+	Examples [2]string     `json:"examples"`
+	Width    int64         `json:"width_ns"`
+	Head     int64         `json:"head"`
+	Slots    [8]uint32     `json:"slots"`
 }
 
 // doc converts a format 1 file to a format 2 document, to be checked as

@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -129,7 +130,7 @@ func FuzzStateFile(f *testing.F) {
 		tr.failuresOf(st.Gen, now-int64(time.Hour))
 		tr.consecutiveOf(st.Gen)
 		tr.regime(0, maxBeforeCalls)
-		tr.recentFailures(0, func(uint32) (Class, string) { return "", "" })
+		tr.recentFailures(0, func(uint32) (failure.Class, string) { return "", "" })
 		tr.Win.resize(slotWidth(time.Hour))
 		tr.Win.resize(slotWidth(72 * time.Hour))
 		st.clustersLocked(now)
@@ -164,40 +165,6 @@ func FuzzTraceJSON(f *testing.F) {
 	})
 }
 
-// FuzzClassifySignature: Classify never panics and always names a class;
-// Signature is idempotent, valid UTF-8, at most 120 runes, and has no
-// secret Scrub would remove; Scrub is idempotent.
-func FuzzClassifySignature(f *testing.F) {
-	for _, s := range []string{
-		"", "timeout after 30s on req 123", "HTTP/1.1 429 Too Many Requests", "RateLimitError",
-		"request 14290 failed", `model "gpt-4" not found`, "open /var/x.log: no such file",
-		"key sk-abcdefghijklmnop1234 rejected", "password=hunter2&x=1", "https://u:p@h/x",
-		"550e8400-e29b-41d4-a716-446655440000", "Ошибка 500", "\xff\xfe", "'a 'b'", "\"unterminated",
-		strings.Repeat("é", 130), "0xdeadbeef1", "1.2.3,4", "Bearer abc.def/ghi~jkl", `C:\x\y`,
-	} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if c := Classify(errors.New(s)); c == "" {
-			t.Fatalf("Classify(%q) is empty", s)
-		}
-		sig := Signature(s)
-		if !utf8.ValidString(sig) || utf8.RuneCountInString(sig) > maxSignature {
-			t.Fatalf("Signature(%q) = %q: invalid or too long", s, sig)
-		}
-		if again := Signature(sig); again != sig {
-			t.Fatalf("Signature not idempotent: %q → %q → %q", s, sig, again)
-		}
-		sc := Scrub(s)
-		if again := Scrub(sc); again != sc {
-			t.Fatalf("Scrub not idempotent: %q → %q → %q", s, sc, again)
-		}
-		if got := Scrub(sig); got != sig {
-			t.Fatalf("a signature holds what Scrub removes: %q → %q", sig, got)
-		}
-	})
-}
-
 // FuzzMemory remembers two texts, evicting under a bound of 2, and checks
 // that Similar ranks an exact match first, keeps similarities in [0, 1],
 // and that a saved memory loads back the same.
@@ -212,8 +179,8 @@ func FuzzMemory(f *testing.F) {
 	f.Fuzz(func(t *testing.T, a, b, c string) {
 		m := newMemory(MemoryOptions{MaxClusters: 2})
 		for i, s := range []string{a, b, c} {
-			sig := []byte(Signature(s))
-			m.observe("agent", clusterID(sig), sig, ClassOther, int64(i+1))
+			sig := []byte(failure.Signature(s))
+			m.observe("agent", failure.ClusterOf(sig), sig, failure.ClassOther, int64(i+1))
 		}
 		if len(m.byID) > 2 {
 			t.Fatalf("%d clusters kept under a bound of 2", len(m.byID))
@@ -225,7 +192,7 @@ func FuzzMemory(f *testing.F) {
 					t.Fatalf("similar(%q)[%d] = %+v", q, i, g)
 				}
 			}
-			if i, ok := m.byID[clusterID([]byte(Signature(q)))]; ok && len(got) > 0 && got[0].Similarity < 0.999 {
+			if i, ok := m.byID[failure.ClusterOf([]byte(failure.Signature(q)))]; ok && len(got) > 0 && got[0].Similarity < 0.999 {
 				t.Fatalf("similar(%q): remembered exactly as %q, but the best is %+v", q, m.entries[i].Signature, got[0])
 			}
 		}

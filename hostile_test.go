@@ -17,6 +17,7 @@ import (
 
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 	"github.com/self-improving-loop/selfimprove/internal/fsx"
+	"github.com/self-improving-loop/selfimprove/internal/hostileerr"
 )
 
 // Files that are not what the loop wrote (links, pipes, huge files) in
@@ -28,16 +29,7 @@ var errHostile = errors.New("upstream: 503 service unavailable")
 // returned within 5 seconds.
 func promptly(t *testing.T, what string, f func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s did not return within 5s", what)
-	}
+	hostileerr.Promptly(t, what, f)
 }
 
 // syncBuffer is a log destination safe for concurrent writes.

@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
@@ -45,54 +47,54 @@ func TestClassifyProviderBodies(t *testing.T) {
 	cases := []struct {
 		name string
 		err  error
-		want si.Class
+		want failure.Class
 	}{
-		{"openai rate_limit_exceeded", openaiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms."), si.ClassRateLimit},
-		{"openai insufficient_quota", openaiErr(429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details."), si.ClassQuota},
-		{"openai server_error 500", openaiErr(500, "server_error", "", "The server had an error while processing your request. Sorry about that!"), si.ClassOverloaded},
-		{"openai 503 overloaded", openaiErr(503, "server_error", "", "The server is overloaded or not ready yet."), si.ClassOverloaded},
-		{"openai model_not_found", openaiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4-0314` does not exist or you do not have access to it."), si.ClassModelUnavailable},
-		{"openai context_length_exceeded", openaiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens."), si.ClassContextLength},
-		{"openai invalid_api_key", openaiErr(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-abc. You can find your API key at https://platform.openai.com/account/api-keys."), si.ClassAuth},
-		{"openai content_filter", openaiErr(400, "invalid_request_error", "content_filter", "The response was filtered due to the prompt triggering content management policy."), si.ClassContentFilter},
-		{"openai plain 404", openaiErr(404, "invalid_request_error", "", "Unknown request URL: POST /v1/chat/completion."), si.ClassNotFound},
-		{"openai plain 400", openaiErr(400, "invalid_request_error", "", "'messages' is a required property"), si.ClassBadRequest},
-		{"anthropic overloaded 529", anthropicErr(529, "overloaded_error", "Overloaded"), si.ClassOverloaded},
-		{"anthropic rate_limit_error", anthropicErr(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), si.ClassRateLimit},
-		{"anthropic not_found model", anthropicErr(404, "not_found_error", "model: claude-2.0"), si.ClassModelUnavailable},
-		{"anthropic prompt too long", anthropicErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"), si.ClassContextLength},
-		{"anthropic authentication_error", anthropicErr(401, "authentication_error", "invalid x-api-key"), si.ClassAuth},
-		{"anthropic api_error", anthropicErr(500, "api_error", "Internal server error"), si.ClassOverloaded},
-		{"anthropic credit", anthropicErr(400, "invalid_request_error", "Your credit balance is too low to access the Anthropic API."), si.ClassQuota},
-		{"wrapped", fmt.Errorf("agent: %w", openaiErr(404, "invalid_request_error", "model_not_found", "gone")), si.ClassModelUnavailable},
-		{"not JSON", &sdkErr{"OpenAI API error: 404 Not Found", "<html>"}, si.ClassNotFound},
-		{"FailureClass wins", fmt.Errorf("%w", errors.Join(classed{si.ClassTimeout}, openaiErr(404, "", "model_not_found", ""))), si.ClassTimeout},
+		{"openai rate_limit_exceeded", openaiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms."), failure.ClassRateLimit},
+		{"openai insufficient_quota", openaiErr(429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details."), failure.ClassQuota},
+		{"openai server_error 500", openaiErr(500, "server_error", "", "The server had an error while processing your request. Sorry about that!"), failure.ClassOverloaded},
+		{"openai 503 overloaded", openaiErr(503, "server_error", "", "The server is overloaded or not ready yet."), failure.ClassOverloaded},
+		{"openai model_not_found", openaiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4-0314` does not exist or you do not have access to it."), failure.ClassModelUnavailable},
+		{"openai context_length_exceeded", openaiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens."), failure.ClassContextLength},
+		{"openai invalid_api_key", openaiErr(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-abc. You can find your API key at https://platform.openai.com/account/api-keys."), failure.ClassAuth},
+		{"openai content_filter", openaiErr(400, "invalid_request_error", "content_filter", "The response was filtered due to the prompt triggering content management policy."), failure.ClassContentFilter},
+		{"openai plain 404", openaiErr(404, "invalid_request_error", "", "Unknown request URL: POST /v1/chat/completion."), failure.ClassNotFound},
+		{"openai plain 400", openaiErr(400, "invalid_request_error", "", "'messages' is a required property"), failure.ClassBadRequest},
+		{"anthropic overloaded 529", anthropicErr(529, "overloaded_error", "Overloaded"), failure.ClassOverloaded},
+		{"anthropic rate_limit_error", anthropicErr(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit"), failure.ClassRateLimit},
+		{"anthropic not_found model", anthropicErr(404, "not_found_error", "model: claude-2.0"), failure.ClassModelUnavailable},
+		{"anthropic prompt too long", anthropicErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"), failure.ClassContextLength},
+		{"anthropic authentication_error", anthropicErr(401, "authentication_error", "invalid x-api-key"), failure.ClassAuth},
+		{"anthropic api_error", anthropicErr(500, "api_error", "Internal server error"), failure.ClassOverloaded},
+		{"anthropic credit", anthropicErr(400, "invalid_request_error", "Your credit balance is too low to access the Anthropic API."), failure.ClassQuota},
+		{"wrapped", fmt.Errorf("agent: %w", openaiErr(404, "invalid_request_error", "model_not_found", "gone")), failure.ClassModelUnavailable},
+		{"not JSON", &sdkErr{"OpenAI API error: 404 Not Found", "<html>"}, failure.ClassNotFound},
+		{"FailureClass wins", fmt.Errorf("%w", errors.Join(classed{failure.ClassTimeout}, openaiErr(404, "", "model_not_found", ""))), failure.ClassTimeout},
 	}
 	for _, c := range cases {
-		if got := si.Classify(c.err); got != c.want {
+		if got := failure.Classify(c.err); got != c.want {
 			t.Errorf("%s: Classify = %q, want %q", c.name, got, c.want)
 		}
 	}
 }
 
-type classed struct{ c si.Class }
+type classed struct{ c failure.Class }
 
-func (e classed) Error() string          { return "classed" }
-func (e classed) FailureClass() si.Class { return e.c }
+func (e classed) Error() string               { return "classed" }
+func (e classed) FailureClass() failure.Class { return e.c }
 
 func TestProviderErrorOf(t *testing.T) {
-	p, ok := si.ProviderErrorOf(fmt.Errorf("x: %w", anthropicErr(529, "overloaded_error", "Overloaded")))
-	if !ok || p != (si.ProviderError{Type: "overloaded_error", Message: "Overloaded"}) {
+	p, ok := failure.ProviderErrorOf(fmt.Errorf("x: %w", anthropicErr(529, "overloaded_error", "Overloaded")))
+	if !ok || p != (failure.ProviderError{Type: "overloaded_error", Message: "Overloaded"}) {
 		t.Errorf("anthropic: %+v %v", p, ok)
 	}
-	p, ok = si.ProviderErrorOf(openaiErr(404, "invalid_request_error", "model_not_found", "gone"))
-	if !ok || p != (si.ProviderError{Code: "model_not_found", Type: "invalid_request_error", Message: "gone"}) {
+	p, ok = failure.ProviderErrorOf(openaiErr(404, "invalid_request_error", "model_not_found", "gone"))
+	if !ok || p != (failure.ProviderError{Code: "model_not_found", Type: "invalid_request_error", Message: "gone"}) {
 		t.Errorf("openai: %+v %v", p, ok)
 	}
-	if _, ok := si.ProviderErrorOf(&sdkErr{"x", `{"error":` + strings.Repeat(" ", 70<<10) + `"big"}`}); ok {
+	if _, ok := failure.ProviderErrorOf(&sdkErr{"x", `{"error":` + strings.Repeat(" ", 70<<10) + `"big"}`}); ok {
 		t.Error("a body over 64 KiB was read")
 	}
-	if _, ok := si.ProviderErrorOf(errors.New("plain")); ok {
+	if _, ok := failure.ProviderErrorOf(errors.New("plain")); ok {
 		t.Error("plain error has a provider body")
 	}
 }
@@ -127,7 +129,7 @@ func TestHeaderWait(t *testing.T) {
 		{"none", h(), 429, 0, ""},
 	}
 	for _, c := range cases {
-		d, why := si.HeaderWait(c.h, c.status, now)
+		d, why := failure.HeaderWait(c.h, c.status, now)
 		if d != c.want || why != c.why {
 			t.Errorf("%s: HeaderWait = %v %q, want %v %q", c.name, d, why, c.want, c.why)
 		}
@@ -150,7 +152,7 @@ func TestTextWait(t *testing.T) {
 		{"nothing here", 0},
 	}
 	for _, c := range cases {
-		if got := si.TextWait(c.text); got != c.want {
+		if got := failure.TextWait(c.text); got != c.want {
 			t.Errorf("TextWait(%q) = %v, want %v", c.text, got, c.want)
 		}
 	}
@@ -184,8 +186,8 @@ func TestPermanentFailuresAreNotRetried(t *testing.T) {
 		{"network", io.ErrUnexpectedEOF, nil, 3},
 		{"empty", errors.New("empty response"), nil, 3},
 		{"other", errors.New("boom"), nil, 3},
-		{"auth, every class retried", openaiErr(401, "", "invalid_api_key", ""), []si.Option{si.WithRetryPolicy(si.RetryPolicy{Permanent: []si.Class{}})}, 3},
-		{"timeout made permanent", context.DeadlineExceeded, []si.Option{si.WithRetryPolicy(si.RetryPolicy{Permanent: []si.Class{si.ClassTimeout}})}, 1},
+		{"auth, every class retried", openaiErr(401, "", "invalid_api_key", ""), []si.Option{si.WithRetryPolicy(si.RetryPolicy{Permanent: []failure.Class{}})}, 3},
+		{"timeout made permanent", context.DeadlineExceeded, []si.Option{si.WithRetryPolicy(si.RetryPolicy{Permanent: []failure.Class{failure.ClassTimeout}})}, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -204,7 +206,7 @@ func TestPermanentFailuresAreNotRetried(t *testing.T) {
 }
 
 func TestRetryPolicyValidated(t *testing.T) {
-	for _, p := range []si.RetryPolicy{{MaxWait: -1}, {Permanent: []si.Class{""}}} {
+	for _, p := range []si.RetryPolicy{{MaxWait: -1}, {Permanent: []failure.Class{""}}} {
 		if _, err := si.New(si.WithMemoryStore(), si.WithRetryPolicy(p)); !errors.Is(err, si.ErrInvalidOption) || !strings.Contains(err.Error(), "WithRetryPolicy") {
 			t.Errorf("%+v: err = %v", p, err)
 		}
@@ -237,11 +239,11 @@ func TestServerWaitFromError(t *testing.T) {
 		wait   time.Duration
 		why    string
 	}{
-		{"RetryAfter method", fmt.Errorf("call: %w", retryAfterErr{5 * time.Second}), si.RetryPolicy{}, si.Config{MaxAttempts: 2}, 5 * time.Second, si.WaitErrorMethod},
-		{"provider message", openaiErr(429, "tokens", "rate_limit_exceeded", "Please try again in 1.5s."), si.RetryPolicy{}, si.Config{MaxAttempts: 2}, 1500 * time.Millisecond, si.WaitProviderMessage},
-		{"capped by MaxWait", retryAfterErr{time.Hour}, si.RetryPolicy{MaxWait: 2 * time.Second}, si.Config{MaxAttempts: 2}, 2 * time.Second, si.WaitErrorMethod},
-		{"ignored", retryAfterErr{time.Hour}, si.RetryPolicy{IgnoreServerWait: true}, si.Config{MaxAttempts: 2}, 0, si.WaitNone},
-		{"backoff longer", retryAfterErr{time.Millisecond}, si.RetryPolicy{}, si.Config{MaxAttempts: 2, Backoff: 2 * time.Minute}, -1, si.WaitBackoff},
+		{"RetryAfter method", fmt.Errorf("call: %w", retryAfterErr{5 * time.Second}), si.RetryPolicy{}, si.Config{MaxAttempts: 2}, 5 * time.Second, failure.WaitErrorMethod},
+		{"provider message", openaiErr(429, "tokens", "rate_limit_exceeded", "Please try again in 1.5s."), si.RetryPolicy{}, si.Config{MaxAttempts: 2}, 1500 * time.Millisecond, failure.WaitProviderMessage},
+		{"capped by MaxWait", retryAfterErr{time.Hour}, si.RetryPolicy{MaxWait: 2 * time.Second}, si.Config{MaxAttempts: 2}, 2 * time.Second, failure.WaitErrorMethod},
+		{"ignored", retryAfterErr{time.Hour}, si.RetryPolicy{IgnoreServerWait: true}, si.Config{MaxAttempts: 2}, 0, failure.WaitNone},
+		{"backoff longer", retryAfterErr{time.Millisecond}, si.RetryPolicy{}, si.Config{MaxAttempts: 2, Backoff: 2 * time.Minute}, -1, failure.WaitBackoff},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -373,11 +375,13 @@ func TestServerWaitPastDeadlineReturnsNow(t *testing.T) {
 }
 
 func TestStrategyBackoffFollowsServerWait(t *testing.T) {
-	fail := func(text string) si.Failure { return si.Failure{Err: text, Class: si.ClassRateLimit, Cluster: "c"} }
+	fail := func(text string) si.Failure {
+		return si.Failure{Err: text, Class: failure.ClassRateLimit, Cluster: "c"}
+	}
 	a := si.Analysis{
 		Config:   si.Config{Backoff: time.Second, MaxAttempts: 2},
-		Failures: []si.Failure{fail("429 rate limited (retry after 2s)"), fail("Rate limit reached. Please try again in 12.5s."), {Err: "try again in 1h", Class: si.ClassOverloaded}},
-		Clusters: []si.Cluster{{ID: "c", Class: si.ClassRateLimit, Count: 3}},
+		Failures: []si.Failure{fail("429 rate limited (retry after 2s)"), fail("Rate limit reached. Please try again in 12.5s."), {Err: "try again in 1h", Class: failure.ClassOverloaded}},
+		Clusters: []si.Cluster{{ID: "c", Class: failure.ClassRateLimit, Count: 3}},
 	}
 	tw, err := si.DefaultStrategy().Analyze(context.Background(), a)
 	if err != nil || tw == nil || tw.Review {

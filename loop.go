@@ -37,6 +37,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Errors of the loop's own machinery. They never replace the wrapped
@@ -145,7 +147,7 @@ type Loop struct {
 	frontAt   [frontSlots]atEntry               // see Loop.agent
 	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent
 	noFast    bool                              // every call takes the locked path (tests)
-	memo      failureMemo                       // what recent error texts scrub, classify and sign to
+	memo      *failure.Memo                     // what recent error texts scrub, classify and sign to
 	coarse    *coarseClock                      // the clock, with WithCoarseClock
 	isClosed  atomic.Bool                       // Close has begun
 	traces    *traceWriter
@@ -246,7 +248,7 @@ func New(opts ...Option) (*Loop, error) {
 		retryRules:      o.retry.rules(),
 		jitterSeed:      o.jitterSeed,
 		seed:            maphash.MakeSeed(),
-		memo:            failureMemo{seed: maphash.MakeSeed()},
+		memo:            failure.NewMemo(),
 		m:               m,
 		hub:             newHub(o.recentEvents),
 		maxAgents:       o.maxAgents,

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/hostileerr"
+
 	"github.com/google/go-cmp/cmp"
 	si "github.com/self-improving-loop/selfimprove"
 )
@@ -603,11 +606,11 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 // An error whose methods panic never fails the call: the loop records it.
 func TestErrorMethodsThatPanic(t *testing.T) {
 	e := newEnv(t)
-	rep := e.call("a", badUnwrap{}, 0)
+	rep := e.call("a", hostileerr.BadUnwrap{}, 0)
 	if rep.Success || e.l.Stats("a").Failures != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	if cs := e.l.Clusters("a"); len(cs) != 1 || cs[0].Class != si.ClassOther {
+	if cs := e.l.Clusters("a"); len(cs) != 1 || cs[0].Class != failure.ClassOther {
 		t.Fatalf("clusters %+v", cs)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // MemoryFleet is a Fleet in process memory, for Loops in one process (and
@@ -121,7 +123,7 @@ func (m *MemoryFleet) Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool
 		for _, f := range d.Failures[:min(len(d.Failures), MaxFleetFailures)] {
 			a.seq++
 			f.Seq, f.Replica = a.seq, d.Replica
-			f.Text = boundText(f.Text, maxErrText)
+			f.Text = failure.Bound(f.Text, failure.MaxText)
 			a.failures = appendBounded(a.failures, f, MaxFleetFailures)
 		}
 		p := FleetPool{Rev: a.rev, Gen: d.Gen, Total: a.total, Failures: slices.Clone(a.failures)}

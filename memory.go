@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Memory is a failure cluster the loop remembers across its agents, with
@@ -22,7 +24,7 @@ type Memory struct {
 	Cluster   string `json:"cluster"`
 	Signature string `json:"signature"`
 	// Class is the class of the cluster's latest failure.
-	Class Class `json:"class"`
+	Class failure.Class `json:"class"`
 	// Agents are the agents the cluster was seen on, at most 8, the
 	// latest last.
 	Agents []string `json:"agents"`
@@ -144,7 +146,7 @@ func newMemory(o MemoryOptions) *memory {
 // termsOf returns the sorted unique term IDs of sig, adding new terms when
 // add is set; unknown terms are counted in unknown.
 func (m *memory) termsOf(sig string, add bool) (ids []uint32, unknown int) {
-	sigWords(sig, func(w string) {
+	failure.SignatureWords(sig, func(w string) {
 		id, ok := m.terms[w]
 		if !ok {
 			if !add {
@@ -171,7 +173,7 @@ func (m *memory) termsOf(sig string, add bool) (ids []uint32, unknown int) {
 
 // observe records a failure of cluster id on agent at time t (Unix ns).
 // A failure of a known cluster allocates nothing.
-func (m *memory) observe(agent string, id uint64, sig []byte, class Class, t int64) {
+func (m *memory) observe(agent string, id uint64, sig []byte, class failure.Class, t int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dirty = true
@@ -191,7 +193,7 @@ func (m *memory) observe(agent string, id uint64, sig []byte, class Class, t int
 		}
 		return
 	}
-	e := &memEntry{Memory: Memory{Cluster: formatClusterID(id), Signature: string(sig), Class: class,
+	e := &memEntry{Memory: Memory{Cluster: failure.FormatClusterID(id), Signature: string(sig), Class: class,
 		Agents: []string{agent}, Count: 1, FirstSeen: time.Unix(0, t).UTC()}, id: id, last: t}
 	m.insert(e)
 }
@@ -302,11 +304,11 @@ func (m *memory) compact() {
 // the new state of the fix with the same change or proposal ID. Its Reason
 // is cut to maxReason bytes.
 func (m *memory) addFix(cluster string, f Fix) {
-	id, err := parseClusterID(cluster)
+	id, err := failure.ParseClusterID(cluster)
 	if err != nil {
 		return
 	}
-	f.Reason = boundText(f.Reason, maxReason)
+	f.Reason = failure.Bound(f.Reason, maxReason)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]
@@ -343,7 +345,7 @@ func (m *memory) similar(text string, k int, now int64) []Memory {
 	if k <= 0 {
 		return nil
 	}
-	sig := Signature(text)
+	sig := failure.Signature(text)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := float64(len(m.byID))
@@ -470,7 +472,7 @@ func (m *memory) load(data []byte) error {
 	// Oldest first, so that a smaller MaxClusters keeps the latest.
 	slices.Reverse(f.Memories)
 	for _, v := range f.Memories {
-		id, err := parseClusterID(v.Cluster)
+		id, err := failure.ParseClusterID(v.Cluster)
 		if err != nil || !utf8.ValidString(v.Signature) {
 			continue
 		}
@@ -546,8 +548,8 @@ func (l *Loop) loadMemory() error {
 	}
 	err := ms.LoadMeta(memoryDoc, l.mem.load)
 	switch {
-	case err == nil, isErr(err, fs.ErrNotExist):
-	case isErr(err, ErrCorruptState):
+	case err == nil, failure.Is(err, fs.ErrNotExist):
+	case failure.Is(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
 	default:

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -51,8 +53,8 @@ func TestSimilarRanksParaphrasesFirst(t *testing.T) {
 	}
 	for i, c := range memCorpus {
 		got := e.l.Similar(c.query, 3)
-		if len(got) == 0 || got[0].Signature != si.Signature(c.stored) {
-			t.Errorf("query %d %q: got %+v, want the cluster of %q first", i, c.query, got, si.Signature(c.stored))
+		if len(got) == 0 || got[0].Signature != failure.Signature(c.stored) {
+			t.Errorf("query %d %q: got %+v, want the cluster of %q first", i, c.query, got, failure.Signature(c.stored))
 			continue
 		}
 		if got[0].Similarity < 0.6 || got[0].Confidence > got[0].Similarity || got[0].Confidence < 0.999*got[0].Similarity {
@@ -104,7 +106,7 @@ func TestMemoryBounded(t *testing.T) {
 		t.Fatalf("%d clusters kept, want at most 128 and most of them", n)
 	}
 	// The latest are kept, the oldest evicted.
-	if got := doc.Memories[0].Signature; got != si.Signature("failure kindlmb") {
+	if got := doc.Memories[0].Signature; got != failure.Signature("failure kindlmb") {
 		t.Errorf("latest kept = %q", got)
 	}
 	for _, m := range doc.Memories {
@@ -139,7 +141,7 @@ func TestMemoryRecordsFixesAndSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.fail("a", msg)
-	if rep := e.fail("a", msg); rep.Improvement == nil || rep.Improvement.Cluster != si.ClusterID(si.Signature(msg)) {
+	if rep := e.fail("a", msg); rep.Improvement == nil || rep.Improvement.Cluster != failure.ClusterID(failure.Signature(msg)) {
 		t.Fatalf("improvement %+v", rep.Improvement)
 	}
 	for range 5 {
@@ -164,7 +166,7 @@ func TestMemoryRecordsFixesAndSurvivesRestart(t *testing.T) {
 				t.Errorf("%s: fix %d = %+v, want %s", when, i, f, want[i])
 			}
 		}
-		if got[0].Fixes[1].To.Route != "good" || got[0].Count != 9 || got[0].Class != si.ClassOverloaded {
+		if got[0].Fixes[1].To.Route != "good" || got[0].Count != 9 || got[0].Class != failure.ClassOverloaded {
 			t.Errorf("%s: %+v", when, got[0])
 		}
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
@@ -169,7 +171,7 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 	m := newMemory(MemoryOptions{})
 	sig := []byte("upstream down")
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
-	m.observe("a", clusterID(sig), sig, ClassOther, now)
+	m.observe("a", failure.ClusterOf(sig), sig, failure.ClassOther, now)
 	steps := []struct {
 		at      time.Duration
 		closing bool
@@ -185,7 +187,7 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 	}
 	for i, s := range steps {
 		if s.observe {
-			m.observe("a", clusterID(sig), sig, ClassOther, now+int64(s.at))
+			m.observe("a", failure.ClusterOf(sig), sig, failure.ClassOther, now+int64(s.at))
 		}
 		if _, saved, err := m.encode(now+int64(s.at), s.closing); err != nil || saved != s.want {
 			t.Errorf("step %d: saved %v (%v), want %v", i, saved, err, s.want)

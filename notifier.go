@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // EventType names what happened.
@@ -215,7 +217,7 @@ func findErr[T any](err error) (T, bool) {
 		r  T
 		ok bool
 	)
-	walkErr(err, func(e error) bool {
+	failure.Walk(err, func(e error) bool {
 		r, ok = e.(T)
 		return !ok
 	})
@@ -472,7 +474,7 @@ func (d *dispatcher) deliverTo(n Notifier, e Event) {
 		if attempt >= d.o.Attempts || !Retryable(err) || d.isClosing() {
 			d.m.notifyErrors.Add(1)
 			d.log.Warn("selfimprove: notifier failed", "event", string(e.Type), "agent", e.AgentID, "id", e.ID,
-				"attempts", attempt, "error", Scrub(err.Error()))
+				"attempts", attempt, "error", failure.Scrub(err.Error()))
 			return
 		}
 		w := min(wait, d.o.MaxBackoff)

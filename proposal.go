@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // ProposalStatus is where a Proposal stands.
@@ -48,8 +50,8 @@ type Proposal struct {
 	ID      string `json:"id"`
 	AgentID string `json:"agent_id"`
 	// Class and RootCause are those of the cluster behind it.
-	Class     Class     `json:"class"`
-	RootCause RootCause `json:"root_cause"`
+	Class     failure.Class     `json:"class"`
+	RootCause failure.RootCause `json:"root_cause"`
 	// ClusterID, Signature, Count and Examples are the evidence: the
 	// cluster, its failures in the window and example messages, as of
 	// Updated. Signature is at most 512 bytes; Examples are at most 2,
@@ -324,7 +326,7 @@ func (l *Loop) loadProposalAgents() {
 				}
 				return nil
 			})
-			if err != nil && !isErr(err, fs.ErrNotExist) {
+			if err != nil && !failure.Is(err, fs.ErrNotExist) {
 				l.m.storeErrors.Add(1)
 				l.log.Error("selfimprove: cannot read the list of agents with proposals", "error", err)
 			}

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // agent is one agent's live state: its agentState, and what the calls
@@ -166,7 +168,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 	}
 	a := &agent{id: id, tel: new(telemetry)}
 	st, found, err := l.loadState(id)
-	if a.s = st; err != nil && !isErr(err, ErrCorruptState) {
+	if a.s = st; err != nil && !failure.Is(err, ErrCorruptState) {
 		return nil, false, err
 	}
 	if found {
@@ -202,9 +204,9 @@ func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
 	case err == nil:
 		l.m.loads.Add(1)
 		return st, true, nil
-	case isErr(err, fs.ErrNotExist):
+	case failure.Is(err, fs.ErrNotExist):
 		return newState(id, l.defaultConfig.clone()), false, nil
-	case isErr(err, ErrCorruptState):
+	case failure.Is(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
 		return newState(id, l.defaultConfig.clone()), false, err

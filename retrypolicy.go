@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // RetryPolicy says which failed attempts the loop retries, and how long
@@ -28,7 +30,7 @@ type RetryPolicy struct {
 	// timeout, overloaded, network, empty_response, and tool_error,
 	// other, or a class of the caller's own) is retried. An empty,
 	// non-nil slice retries every class.
-	Permanent []Class
+	Permanent []failure.Class
 	// MaxWait caps the wait a failure asks for. Default 0: one minute.
 	// It must not be negative.
 	MaxWait time.Duration
@@ -40,14 +42,14 @@ type RetryPolicy struct {
 // DefaultPermanentClasses returns the classes the loop does not retry by
 // default: auth, bad_request, context_length, content_filter, not_found,
 // model_unavailable and quota.
-func DefaultPermanentClasses() []Class {
-	return []Class{ClassAuth, ClassBadRequest, ClassContextLength, ClassContentFilter,
-		ClassNotFound, ClassModelUnavailable, ClassQuota}
+func DefaultPermanentClasses() []failure.Class {
+	return []failure.Class{failure.ClassAuth, failure.ClassBadRequest, failure.ClassContextLength, failure.ClassContentFilter,
+		failure.ClassNotFound, failure.ClassModelUnavailable, failure.ClassQuota}
 }
 
 // retryRules is a RetryPolicy with its defaults, as the loop uses it.
 type retryRules struct {
-	permanent  []Class
+	permanent  []failure.Class
 	maxWait    time.Duration
 	serverWait bool
 }
@@ -78,4 +80,18 @@ func (p RetryPolicy) validate() error {
 }
 
 // retries reports whether a failure of class c may be retried.
-func (r *retryRules) retries(c Class) bool { return !slices.Contains(r.permanent, c) }
+func (r *retryRules) retries(c failure.Class) bool { return !slices.Contains(r.permanent, c) }
+
+const (
+	defaultMaxWait = time.Minute           // RetryPolicy.MaxWait's default
+	waitRoundUp    = 10 * time.Millisecond // a server's wait is rounded up to this
+)
+
+// roundUpWait rounds a server's wait up to waitRoundUp, so that a retry
+// does not arrive a hair early.
+func roundUpWait(d time.Duration) time.Duration {
+	if r := d % waitRoundUp; r != 0 {
+		d += waitRoundUp - r
+	}
+	return d
+}

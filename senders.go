@@ -17,6 +17,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Notifiers fans an event out to several notifiers. Its Notify calls each
@@ -374,7 +377,7 @@ func render(e Event) message {
 		}
 	}
 	if e.Err != "" {
-		add("Error", Scrub(e.Err))
+		add("Error", failure.Scrub(e.Err))
 	}
 	for i, d := range e.Digest {
 		if i == 20 {
@@ -444,5 +447,8 @@ func cut(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:cutAt(s, n)]
+	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

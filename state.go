@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // This file is the per-agent state machine: agentState and every
@@ -172,7 +174,7 @@ type call struct {
 	failed  bool
 	ignored bool // its caller's context ended first: counted only as ignored
 	text    string
-	class   Class
+	class   failure.Class
 	cluster uint64
 }
 
@@ -236,7 +238,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 			eff.th = th
 			eff.analysis = s.analysis(c.end, th, prof)
 			if early {
-				eff.analysis.only(formatClusterID(c.cluster))
+				eff.analysis.only(failure.FormatClusterID(c.cluster))
 			}
 		}
 	}
@@ -302,9 +304,9 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 	n := now.UnixNano()
 	st := s.Tracker.stats(n)
 	st.Profile, st.Window = prof, th.Window
-	fails := s.Tracker.recentFailures(n-int64(th.Window), func(lo uint32) (Class, string) {
+	fails := s.Tracker.recentFailures(n-int64(th.Window), func(lo uint32) (failure.Class, string) {
 		if c := s.clusterOf(lo); c != nil {
-			return c.Class, formatClusterID(c.ID)
+			return c.Class, failure.FormatClusterID(c.ID)
 		}
 		return "", ""
 	})
@@ -362,7 +364,7 @@ func (s *agentState) install(c Config, eff *effects) {
 // decide closes the change under verification with state and reason.
 func (s *agentState) decide(now time.Time, state ChangeState, reason string, eff *effects) *Change {
 	ch := s.verifying()
-	ch.State, ch.Verdict, ch.DecidedAt = state, boundText(reason, maxReason), now.UTC()
+	ch.State, ch.Verdict, ch.DecidedAt = state, failure.Bound(reason, maxReason), now.UTC()
 	s.endVerify()
 	eff.remember(&ch, FixOutcome(state), ch.DecidedAt)
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
@@ -378,7 +380,7 @@ func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *ef
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	rb := Tweak{Config: ch.To, Reason: boundText(ch.Reason, maxReason), Cluster: ch.Cluster}
+	rb := Tweak{Config: ch.To, Reason: failure.Bound(ch.Reason, maxReason), Cluster: ch.Cluster}
 	if r.policy.RefuseFor > 0 {
 		rb.Until = now.Add(r.policy.RefuseFor).UTC()
 	}
@@ -441,7 +443,7 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	if top := largest(an.Clusters); id == "" && top != nil {
 		id = top.ID
 	}
-	if v, perr := parseClusterID(id); perr == nil {
+	if v, perr := failure.ParseClusterID(id); perr == nil {
 		s.CooldownCluster = v
 	}
 	eff.save = true
@@ -505,7 +507,7 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		AgentID:   s.AgentID,
 		From:      s.Config,
 		To:        cfg,
-		Reason:    boundText(tw.Reason, maxReason),
+		Reason:    failure.Bound(tw.Reason, maxReason),
 		Before:    before,
 		Window:    &win,
 		Cluster:   tw.Cluster,
@@ -660,12 +662,12 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 		suggest = &c
 	}
 	p := Proposal{
-		AgentID: s.AgentID, Rule: boundText(tw.Rule, maxReason), Config: suggest, Rationale: boundText(tw.Reason, maxReason),
+		AgentID: s.AgentID, Rule: failure.Bound(tw.Rule, maxReason), Config: suggest, Rationale: failure.Bound(tw.Reason, maxReason),
 		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
 	}
 	if cl != nil {
-		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, boundText(cl.Signature, maxReason)
-		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, maxErrText)
+		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, failure.Bound(cl.Signature, maxReason)
+		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, failure.MaxText)
 	}
 	same := func(q *Proposal) bool {
 		return q.ClusterID == p.ClusterID && q.Rule == p.Rule &&
@@ -788,7 +790,7 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	case p.Status != ProposalPending && !(p.Status == ProposalApproved && p.Config == nil):
 		return eff, fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
 	}
-	p.Status, p.Note, p.Updated = ProposalRejected, boundText(reason, maxReason), now.UTC()
+	p.Status, p.Note, p.Updated = ProposalRejected, failure.Bound(reason, maxReason), now.UTC()
 	eff.save = true
 	eff.event(proposalEvent(r.newID(now), now, EventProposalRejected, p))
 	if p.Config != nil && p.ClusterID != "" {
@@ -831,4 +833,21 @@ func appendBounded[T any](s []T, v T, n int) []T {
 		s = append(s[:0:0], s[len(s)-n:]...)
 	}
 	return s
+}
+
+// maxReason caps, in bytes, each free text the loop stores from a
+// strategy, a policy or an operator: a Tweak's Reason as kept in a Change
+// (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
+// memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
+// text is cut by Bound.
+const maxReason = 512
+
+// boundTexts returns the first n texts of ss, each cut by failure.Bound
+// to each bytes: a new slice, nil when there are none.
+func boundTexts(ss []string, n, each int) []string {
+	var out []string
+	for _, s := range ss[:min(len(ss), max(n, 0))] {
+		out = append(out, failure.Bound(s, each))
+	}
+	return out
 }

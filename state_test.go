@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // The state machine's transitions, at fixed instants, with no Loop, clock
@@ -38,7 +40,7 @@ func book(s *agentState, r *ruleBook, at time.Time, failed bool) effects {
 	c := call{gen: s.Gen, version: s.Config.Version, end: at, dur: 10 * time.Millisecond, failed: failed}
 	var sig []byte
 	if failed {
-		c.text, c.class, c.cluster = "upstream 503", ClassOverloaded, clusterID([]byte("upstream <n>"))
+		c.text, c.class, c.cluster = "upstream 503", failure.ClassOverloaded, failure.ClusterOf([]byte("upstream <n>"))
 		sig = []byte("upstream <n>")
 	}
 	return recordOf(s, &c, sig, r)
@@ -75,13 +77,13 @@ func TestStateRecordTrigger(t *testing.T) {
 		{"at the threshold", nil, []bool{true, true, true}, true},
 		{"a success between does not reset the window", nil, []bool{true, false, true, true}, true},
 		{"in cooldown for the same cluster", func(s *agentState) {
-			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), clusterID([]byte("upstream <n>"))
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("upstream <n>"))
 		}, []bool{true, true, true}, false},
 		{"in cooldown for another cluster: a new kind of fault triggers", func(s *agentState) {
-			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), clusterID([]byte("other"))
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
 		}, []bool{true, true, true}, true},
 		{"in cooldown for another cluster, ended early once already", func(s *agentState) {
-			s.CooldownUntil, s.CooldownCluster, s.CooldownEarly = st0.Add(time.Hour).UnixNano(), clusterID([]byte("other")), true
+			s.CooldownUntil, s.CooldownCluster, s.CooldownEarly = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other")), true
 		}, []bool{true, true, true}, false},
 		{"while analysing", func(s *agentState) { s.analyzing = true }, []bool{true, true, true}, false},
 		{"successes only", nil, []bool{false, false, false}, false},
@@ -102,7 +104,7 @@ func TestStateRecordTrigger(t *testing.T) {
 			if tt.trigger {
 				an := eff.analysis
 				if !s.analyzing || an.AgentID != "agent" || an.Config.Version != 1 || an.Threshold.Failures != 3 ||
-					len(an.Failures) != 3 || len(an.Clusters) != 1 || an.Clusters[0].Class != ClassOverloaded {
+					len(an.Failures) != 3 || len(an.Clusters) != 1 || an.Clusters[0].Class != failure.ClassOverloaded {
 					t.Fatalf("analysis = %+v", an)
 				}
 			}
@@ -180,7 +182,7 @@ func TestStateApply(t *testing.T) {
 			ch := eff.applied
 			if ch == nil || ch.To.Version != 2 || ch.From.Version != 1 || s.Config.Version != 2 || s.MaxVersion != 2 ||
 				s.Gen != gen+1 || s.Verifying == nil || s.Verifying.ID != ch.ID || len(s.History) != 1 || !eff.publish ||
-				ch.Cluster != formatClusterID(clusterID([]byte("upstream <n>"))) || ch.Before.Calls != 3 {
+				ch.Cluster != failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>"))) || ch.Before.Calls != 3 {
 				t.Fatalf("applied change %+v, state v%d gen %d", ch, s.Config.Version, s.Gen)
 			}
 			if len(eff.events) != 1 || eff.events[0].Type != EventImprovementApplied || !eff.events[0].Time.Equal(now) {
@@ -448,14 +450,14 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 	if _, err := s.finishAnalysis(st0, eff.analysis, eff.th, nil, nil, r); err != nil {
 		t.Fatal(err)
 	}
-	if want := clusterID([]byte("upstream <n>")); s.CooldownCluster != want || s.CooldownEarly {
+	if want := failure.ClusterOf([]byte("upstream <n>")); s.CooldownCluster != want || s.CooldownEarly {
 		t.Fatalf("cooldown cluster %x early %v, want %x and false", s.CooldownCluster, s.CooldownEarly, want)
 	}
 	// A new kind of fault during the cooldown: three failures of another
 	// cluster trigger once.
 	other := func(at time.Time) effects {
 		c := call{gen: s.Gen, version: s.Config.Version, end: at, dur: time.Millisecond, failed: true,
-			text: "401 unauthorized", class: ClassAuth, cluster: clusterID([]byte("unauthorized"))}
+			text: "401 unauthorized", class: failure.ClassAuth, cluster: failure.ClusterOf([]byte("unauthorized"))}
 		return recordOf(s, &c, []byte("unauthorized"), r)
 	}
 	for i := range 3 {
@@ -465,7 +467,7 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 		t.Fatal("a new kind of fault during the cooldown did not trigger")
 	}
 	// The analysis is about the new kind only.
-	newID := formatClusterID(clusterID([]byte("unauthorized")))
+	newID := failure.FormatClusterID(failure.ClusterOf([]byte("unauthorized")))
 	if len(eff.analysis.Clusters) != 1 || eff.analysis.Clusters[0].ID != newID || len(eff.analysis.Failures) != 3 {
 		t.Fatalf("early analysis: clusters %+v, %d failures; want the new kind's cluster and its 3 failures",
 			eff.analysis.Clusters, len(eff.analysis.Failures))
@@ -492,7 +494,7 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 func TestStateRefusalsAreScopedAndExpire(t *testing.T) {
 	s := freshState()
 	bad := Config{Version: 2, Timeout: time.Second, Route: "mirror"}
-	cl := formatClusterID(clusterID([]byte("upstream <n>")))
+	cl := failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>")))
 	s.Rejected = []Tweak{{Config: bad, Reason: "mirror", Cluster: cl, Until: st0.Add(time.Hour)}}
 	tests := []struct {
 		name    string

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // BuiltinStrategy is the loop's own Strategy, with no model and no
@@ -93,22 +95,22 @@ func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) 
 }
 
 // rules are the plain-text suggestions filed with proposals, by class.
-var rules = map[Class]string{
-	ClassAuth:             "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
-	ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
-	ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
-	ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
-	ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
-	ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
-	ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
-	ClassCanceled:         "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
-	ClassTimeout:          "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
-	ClassRateLimit:        "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
-	ClassOverloaded:       "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
-	ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
-	ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
-	ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
-	ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
+var rules = map[failure.Class]string{
+	failure.ClassAuth:             "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
+	failure.ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
+	failure.ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
+	failure.ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
+	failure.ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
+	failure.ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
+	failure.ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
+	failure.ClassCanceled:         "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
+	failure.ClassTimeout:          "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
+	failure.ClassRateLimit:        "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
+	failure.ClassOverloaded:       "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
+	failure.ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
+	failure.ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
+	failure.ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
+	failure.ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
@@ -152,7 +154,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 	}
 
 	switch class {
-	case ClassTimeout:
+	case failure.ClassTimeout:
 		if cur.Timeout <= 0 {
 			return review("timeouts with no timeout set: the deadline comes from elsewhere", nil), nil
 		}
@@ -167,12 +169,12 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		}
 		return safe(fmt.Sprintf("timeouts: raise the timeout from %v to %v", cur.Timeout, next.Timeout)), nil
 
-	case ClassRateLimit:
+	case failure.ClassRateLimit:
 		b := cur.Backoff * 2
 		if cur.Backoff <= 0 {
 			b = time.Second
 		}
-		b = max(b, FailureWait(a.Failures))
+		b = max(b, rateLimitWait(a.Failures))
 		next.Backoff = min(b, maxBackoff)
 		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
 		if next.Backoff < cur.Backoff {
@@ -191,7 +193,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		}
 		return safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, cur.attempts(), next.attempts())), nil
 
-	case ClassOverloaded, ClassNetwork, ClassEmptyResponse:
+	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse:
 		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
 		switch {
 		case next.MaxAttempts <= cur.attempts():
@@ -203,7 +205,7 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 		}
 		return safe(fmt.Sprintf("%s: attempts %d → %d", class, cur.attempts(), next.attempts())), nil
 
-	case ClassModelUnavailable:
+	case failure.ClassModelUnavailable:
 		start := slices.Index(s.Fallbacks, cur.Route) + 1
 		for _, r := range s.Fallbacks[start:] {
 			next.Route = r
@@ -272,7 +274,7 @@ func (s *BuiltinStrategy) minConfidence() float64 {
 
 // learned returns the best fix confirmed for a similar cluster of the same
 // class, applied to cur, or nil.
-func (s *BuiltinStrategy) learned(a Analysis, class Class, cur Config, cluster string, rejected func(Config) bool) *Tweak {
+func (s *BuiltinStrategy) learned(a Analysis, class failure.Class, cur Config, cluster string, rejected func(Config) bool) *Tweak {
 	maxTimeout, maxBackoff, maxAtt := s.caps()
 	for _, m := range a.Memories {
 		if m.Confidence < s.minConfidence() || m.Class != class {
@@ -318,12 +320,12 @@ const maxRefID = 40
 // reason: a fix learned from a fix learned from another would otherwise
 // quote each reason within the next, and grow with every copy.
 func learnedReason(m Memory, f Fix) string {
-	ref := "change " + boundText(f.ChangeID, maxRefID)
+	ref := "change " + failure.Bound(f.ChangeID, maxRefID)
 	if f.ChangeID == "" {
-		ref = "proposal " + boundText(f.ProposalID, maxRefID)
+		ref = "proposal " + failure.Bound(f.ProposalID, maxRefID)
 	}
 	return fmt.Sprintf("learned: applies the fix confirmed for a similar failure (cluster %s, %s, similarity %.2f, confidence %.2f)",
-		boundText(m.Cluster, maxRefID), ref, m.Similarity, m.Confidence)
+		failure.Bound(m.Cluster, maxRefID), ref, m.Similarity, m.Confidence)
 }
 
 // failedBefore returns a memory and its fix, rolled back or rejected
@@ -355,14 +357,14 @@ func (s shareOf) frac() float64 {
 
 // dominant returns the class with the most failures in the clusters (on a
 // tie, the one seen last), its largest cluster, and its share.
-func dominant(cs []Cluster) (Class, *Cluster, shareOf) {
+func dominant(cs []Cluster) (failure.Class, *Cluster, shareOf) {
 	type acc struct {
 		n    int
 		last time.Time
 		top  *Cluster
 	}
-	by := map[Class]*acc{}
-	var order []Class
+	by := map[failure.Class]*acc{}
+	var order []failure.Class
 	total := 0
 	for i := range cs {
 		c := &cs[i]
@@ -381,7 +383,7 @@ func dominant(cs []Cluster) (Class, *Cluster, shareOf) {
 			x.top = c
 		}
 	}
-	var best Class
+	var best failure.Class
 	for _, k := range order {
 		x, b := by[k], by[best]
 		if b == nil || x.n > b.n || x.n == b.n && x.last.After(b.last) {
@@ -392,4 +394,19 @@ func dominant(cs []Cluster) (Class, *Cluster, shareOf) {
 		return "", nil, shareOf{}
 	}
 	return best, by[best].top, shareOf{by[best].n, total}
+}
+
+// rateLimitWait returns the longest wait the rate-limit failures among fs
+// asked for in their text (failure.TextWait: the provider's "Please try
+// again in 20s", or the "retry after 2s" of an adapter's error, which
+// carries the Retry-After and rate-limit reset headers), or 0. The
+// built-in strategy raises a rate-limited agent's Backoff to it.
+func rateLimitWait(fs []Failure) time.Duration {
+	var d time.Duration
+	for i := range fs {
+		if fs[i].Class == failure.ClassRateLimit {
+			d = max(d, failure.TextWait(fs[i].Err))
+		}
+	}
+	return d
 }

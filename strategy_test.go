@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	"github.com/google/go-cmp/cmp"
 
 	si "github.com/self-improving-loop/selfimprove"
@@ -17,7 +19,7 @@ import (
 func clusters(counts ...any) []si.Cluster {
 	var out []si.Cluster
 	for i := 0; i < len(counts); i += 2 {
-		c := counts[i].(si.Class)
+		c := counts[i].(failure.Class)
 		out = append(out, si.Cluster{ID: string(c), Class: c, Count: counts[i+1].(int), LastSeen: t0.Add(time.Duration(i) * time.Second)})
 	}
 	return out
@@ -41,56 +43,56 @@ func TestBuiltinStrategy(t *testing.T) {
 		want     want
 	}{
 		{"no failures", nil, si.Config{}, nil, nil, want{}},
-		{"timeout x1.5", nil, si.Config{Timeout: 10 * time.Second}, clusters(si.ClassTimeout, 3), nil,
+		{"timeout x1.5", nil, si.Config{Timeout: 10 * time.Second}, clusters(failure.ClassTimeout, 3), nil,
 			want{Config: cfg(si.Config{Timeout: 15 * time.Second})}},
-		{"timeout capped", nil, si.Config{Timeout: 100 * time.Second}, clusters(si.ClassTimeout, 3), nil,
+		{"timeout capped", nil, si.Config{Timeout: 100 * time.Second}, clusters(failure.ClassTimeout, 3), nil,
 			want{Config: cfg(si.Config{Timeout: 2 * time.Minute})}},
-		{"timeout at cap: review beyond it", nil, si.Config{Timeout: 2 * time.Minute}, clusters(si.ClassTimeout, 3), nil,
+		{"timeout at cap: review beyond it", nil, si.Config{Timeout: 2 * time.Minute}, clusters(failure.ClassTimeout, 3), nil,
 			want{Config: cfg(si.Config{Timeout: 3 * time.Minute}), Review: true, Rule: true}},
-		{"timeout with no timeout set", nil, si.Config{}, clusters(si.ClassTimeout, 3), nil,
+		{"timeout with no timeout set", nil, si.Config{}, clusters(failure.ClassTimeout, 3), nil,
 			want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"timeout rolled back before", nil, si.Config{Timeout: 10 * time.Second}, clusters(si.ClassTimeout, 3),
+		{"timeout rolled back before", nil, si.Config{Timeout: 10 * time.Second}, clusters(failure.ClassTimeout, 3),
 			rb(si.Config{Timeout: 15 * time.Second}), want{Config: cfg(si.Config{Timeout: 10 * time.Second}), Review: true, Rule: true}},
 		{"custom timeout cap", &si.BuiltinStrategy{MaxTimeout: 12 * time.Second}, si.Config{Timeout: 10 * time.Second},
-			clusters(si.ClassTimeout, 3), nil, want{Config: cfg(si.Config{Timeout: 12 * time.Second})}},
-		{"rate limit from nothing", nil, si.Config{}, clusters(si.ClassRateLimit, 2), nil,
+			clusters(failure.ClassTimeout, 3), nil, want{Config: cfg(si.Config{Timeout: 12 * time.Second})}},
+		{"rate limit from nothing", nil, si.Config{}, clusters(failure.ClassRateLimit, 2), nil,
 			want{Config: cfg(si.Config{Backoff: time.Second, MaxAttempts: 2})}},
-		{"rate limit doubles", nil, si.Config{Backoff: 2 * time.Second, MaxAttempts: 3}, clusters(si.ClassRateLimit, 2), nil,
+		{"rate limit doubles", nil, si.Config{Backoff: 2 * time.Second, MaxAttempts: 3}, clusters(failure.ClassRateLimit, 2), nil,
 			want{Config: cfg(si.Config{Backoff: 4 * time.Second, MaxAttempts: 4})}},
-		{"rate limit backoff capped, attempts at cap", nil, si.Config{Backoff: 20 * time.Second, MaxAttempts: 5}, clusters(si.ClassRateLimit, 2), nil,
+		{"rate limit backoff capped, attempts at cap", nil, si.Config{Backoff: 20 * time.Second, MaxAttempts: 5}, clusters(failure.ClassRateLimit, 2), nil,
 			want{Config: cfg(si.Config{Backoff: 30 * time.Second, MaxAttempts: 5})}},
-		{"rate limit at caps", nil, si.Config{Backoff: 30 * time.Second, MaxAttempts: 5}, clusters(si.ClassRateLimit, 2), nil,
+		{"rate limit at caps", nil, si.Config{Backoff: 30 * time.Second, MaxAttempts: 5}, clusters(failure.ClassRateLimit, 2), nil,
 			want{Config: cfg(si.Config{Backoff: time.Minute, MaxAttempts: 6}), Review: true, Rule: true}},
-		{"overloaded: one more attempt", nil, si.Config{}, clusters(si.ClassOverloaded, 2), nil,
+		{"overloaded: one more attempt", nil, si.Config{}, clusters(failure.ClassOverloaded, 2), nil,
 			want{Config: cfg(si.Config{MaxAttempts: 2})}},
-		{"network: one more attempt", nil, si.Config{MaxAttempts: 2}, clusters(si.ClassNetwork, 2), nil,
+		{"network: one more attempt", nil, si.Config{MaxAttempts: 2}, clusters(failure.ClassNetwork, 2), nil,
 			want{Config: cfg(si.Config{MaxAttempts: 3})}},
-		{"empty response: one more attempt", nil, si.Config{MaxAttempts: 4}, clusters(si.ClassEmptyResponse, 2), nil,
+		{"empty response: one more attempt", nil, si.Config{MaxAttempts: 4}, clusters(failure.ClassEmptyResponse, 2), nil,
 			want{Config: cfg(si.Config{MaxAttempts: 5})}},
-		{"attempts at cap", nil, si.Config{MaxAttempts: 5}, clusters(si.ClassNetwork, 2), nil,
+		{"attempts at cap", nil, si.Config{MaxAttempts: 5}, clusters(failure.ClassNetwork, 2), nil,
 			want{Config: cfg(si.Config{MaxAttempts: 6}), Review: true, Rule: true}},
-		{"custom attempts cap", &si.BuiltinStrategy{MaxAttempts: 2}, si.Config{MaxAttempts: 2}, clusters(si.ClassNetwork, 2), nil,
+		{"custom attempts cap", &si.BuiltinStrategy{MaxAttempts: 2}, si.Config{MaxAttempts: 2}, clusters(failure.ClassNetwork, 2), nil,
 			want{Config: cfg(si.Config{MaxAttempts: 3}), Review: true, Rule: true}},
-		{"one more attempt rolled back", nil, si.Config{}, clusters(si.ClassOverloaded, 2), rb(si.Config{MaxAttempts: 2}),
+		{"one more attempt rolled back", nil, si.Config{}, clusters(failure.ClassOverloaded, 2), rb(si.Config{MaxAttempts: 2}),
 			want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"model: first fallback", fb, si.Config{Route: "x"}, clusters(si.ClassModelUnavailable, 2), nil,
+		{"model: first fallback", fb, si.Config{Route: "x"}, clusters(failure.ClassModelUnavailable, 2), nil,
 			want{Config: cfg(si.Config{Route: "a"})}},
-		{"model: next fallback", fb, si.Config{Route: "a"}, clusters(si.ClassModelUnavailable, 2), nil,
+		{"model: next fallback", fb, si.Config{Route: "a"}, clusters(failure.ClassModelUnavailable, 2), nil,
 			want{Config: cfg(si.Config{Route: "b"})}},
-		{"model: skip a rolled-back route", fb, si.Config{Route: "a"}, clusters(si.ClassModelUnavailable, 2), rb(si.Config{Route: "b"}),
+		{"model: skip a rolled-back route", fb, si.Config{Route: "a"}, clusters(failure.ClassModelUnavailable, 2), rb(si.Config{Route: "b"}),
 			want{Config: cfg(si.Config{Route: "c"})}},
-		{"model: no fallback left", fb, si.Config{Route: "c"}, clusters(si.ClassModelUnavailable, 2), nil,
+		{"model: no fallback left", fb, si.Config{Route: "c"}, clusters(failure.ClassModelUnavailable, 2), nil,
 			want{Config: cfg(si.Config{Route: "c"}), Review: true, Rule: true}},
-		{"model: no fallbacks configured", nil, si.Config{Route: "x"}, clusters(si.ClassModelUnavailable, 2), nil,
+		{"model: no fallbacks configured", nil, si.Config{Route: "x"}, clusters(failure.ClassModelUnavailable, 2), nil,
 			want{Config: cfg(si.Config{Route: "x"}), Review: true, Rule: true}},
-		{"auth", nil, si.Config{}, clusters(si.ClassAuth, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"bad request", nil, si.Config{}, clusters(si.ClassBadRequest, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"context length", nil, si.Config{}, clusters(si.ClassContextLength, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"content filter", nil, si.Config{}, clusters(si.ClassContentFilter, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"other", nil, si.Config{}, clusters(si.ClassOther, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"dominant class wins", nil, si.Config{Timeout: time.Second}, clusters(si.ClassAuth, 1, si.ClassTimeout, 2, si.ClassAuth, 2), nil,
+		{"auth", nil, si.Config{}, clusters(failure.ClassAuth, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"bad request", nil, si.Config{}, clusters(failure.ClassBadRequest, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"context length", nil, si.Config{}, clusters(failure.ClassContextLength, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"content filter", nil, si.Config{}, clusters(failure.ClassContentFilter, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"other", nil, si.Config{}, clusters(failure.ClassOther, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
+		{"dominant class wins", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 1, failure.ClassTimeout, 2, failure.ClassAuth, 2), nil,
 			want{Config: cfg(si.Config{Timeout: time.Second}), Review: true, Rule: true}},
-		{"tie: the most recent class", nil, si.Config{Timeout: time.Second}, clusters(si.ClassAuth, 2, si.ClassTimeout, 2), nil,
+		{"tie: the most recent class", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 2, failure.ClassTimeout, 2), nil,
 			want{Config: cfg(si.Config{Timeout: 1500 * time.Millisecond})}},
 	}
 	for _, c := range cases {
@@ -178,7 +180,7 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 		}},
 	}
 	for _, tc := range cases {
-		t.Run(string(si.Classify(tc.err)), func(t *testing.T) {
+		t.Run(string(failure.Classify(tc.err)), func(t *testing.T) {
 			bubble(t, &si.BuiltinStrategy{Fallbacks: []string{"fallback"}}, func(t *testing.T, l *si.Loop, _ string) {
 				fail(t, l, "a", tc.err)
 				_, rep := fail(t, l, "a", tc.err) // the second failure triggers (low-frequency profile)
@@ -221,7 +223,7 @@ func TestBuiltinStrategyNeverRepeatsARollback(t *testing.T) {
 			t.Fatalf("the rolled-back tweak came back: %+v", ch)
 		}
 		ps := l.Proposals(nil)
-		if len(ps) != 1 || ps[0].Status != si.ProposalPending || ps[0].Config != nil || ps[0].Class != si.ClassTimeout {
+		if len(ps) != 1 || ps[0].Status != si.ProposalPending || ps[0].Config != nil || ps[0].Class != failure.ClassTimeout {
 			t.Fatalf("proposals %+v", ps)
 		}
 	}, si.WithDefaultConfig(si.Config{Timeout: time.Second}))
@@ -244,7 +246,7 @@ func TestProposalLifecycle(t *testing.T) {
 			t.Fatalf("%d proposals, want 1: %+v", len(ps), ps)
 		}
 		p := ps[0]
-		if p.Status != si.ProposalPending || p.Class != si.ClassAuth || p.RootCause != si.RootCauseToolFailure ||
+		if p.Status != si.ProposalPending || p.Class != failure.ClassAuth || p.RootCause != failure.RootCauseToolFailure ||
 			p.Config != nil || p.Rule == "" || p.Count != 3 || len(p.Examples) != 1 || p.ClusterID == "" {
 			t.Fatalf("proposal %+v", p)
 		}
@@ -326,7 +328,7 @@ func TestApproveRuleOnly(t *testing.T) {
 			fail(t, l, "a", errors.New("context_length_exceeded"))
 		}
 		ps := l.Proposals(nil)
-		if len(ps) != 1 || ps[0].Class != si.ClassContextLength {
+		if len(ps) != 1 || ps[0].Class != failure.ClassContextLength {
 			t.Fatalf("proposals %+v", ps)
 		}
 		if err := l.SetConfig("a", si.Config{Timeout: time.Second}); err != nil {

@@ -2,9 +2,9 @@ package selfimprove
 
 import (
 	"math"
-	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Stats summarises an agent's calls. Counts cover the agent's analysis
@@ -57,13 +57,13 @@ type Failure struct {
 	// Time is when the call ended, Duration how long it took.
 	Time     time.Time
 	Duration time.Duration
-	// Err is the error text, cut to maxErrText bytes.
+	// Err is the error text, cut to failure.MaxText bytes.
 	Err string
 	// Version is the config version the call ran under.
 	Version int
 	// Class and Cluster are the failure's class and cluster ID; empty when
 	// its cluster is no longer kept.
-	Class   Class
+	Class   failure.Class
 	Cluster string
 }
 
@@ -73,7 +73,6 @@ const (
 	daySlot     = 15 * time.Minute     // width of one day bucket
 	failRing    = MaxThresholdFailures // failures kept for the trigger
 	recentRing  = 16                   // failures kept with their text for Analysis
-	maxErrText  = 200                  // bytes of error text kept per failure
 	minSlot     = int64(time.Second)   // narrowest analysis bucket
 	maxSlot     = int64(maxWindow) / windowSlots
 )
@@ -405,7 +404,7 @@ func (t *tracker) regime(since int64, n int) Stats {
 // recentFailures returns the kept failures that ended after windowStart,
 // oldest first; cluster names each one's class and cluster from the low
 // bits of its cluster ID.
-func (t *tracker) recentFailures(windowStart int64, cluster func(lo uint32) (Class, string)) []Failure {
+func (t *tracker) recentFailures(windowStart int64, cluster func(lo uint32) (failure.Class, string)) []Failure {
 	var out []Failure
 	for i := range recentRing {
 		r := t.Recent[(int(t.RecPos)+i)%recentRing]
@@ -462,83 +461,6 @@ func (c counts) stats() Stats {
 	s.ConsecutiveFailures = c.Consec
 	s.SuccessLatency = time.Duration(c.OKLatency)
 	return s
-}
-
-// maxScrubText is how much of an error's text the loop reads and scrubs;
-// maxErrText bytes of the result are kept.
-const maxScrubText = 1024
-
-// errText returns the text of err to keep: its first maxScrubText bytes,
-// scrubbed of secrets, cut to maxErrText bytes at a rune boundary. A long
-// text is copied so that the kept part does not pin the rest in memory.
-func errText(err error) string { return keepText(errTextN(err, maxScrubText)) }
-
-// keepText returns the first maxScrubText bytes of s, scrubbed, cut to
-// maxErrText bytes and copied when cut.
-func keepText(s string) string {
-	if len(s) > maxScrubText {
-		s = s[:cutAt(s, maxScrubText)]
-	}
-	s = Scrub(s)
-	if len(s) <= maxErrText {
-		return s
-	}
-	return strings.Clone(s[:cutAt(s, maxErrText)])
-}
-
-// errTextN returns err's text cut to at most n bytes at a rune boundary.
-// A panic in err.Error is caught.
-func errTextN(err error, n int) (s string) {
-	defer func() {
-		if r := recover(); r != nil {
-			s = "selfimprove: Error method panicked"
-		}
-	}()
-	s = err.Error()
-	if len(s) > n {
-		s = s[:cutAt(s, n)]
-	}
-	return s
-}
-
-// maxReason caps, in bytes, each free text the loop stores from a
-// strategy, a policy or an operator: a Tweak's Reason as kept in a Change
-// (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
-// memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
-// text is cut by boundText.
-const maxReason = 512
-
-// boundText returns s if it is at most n bytes; otherwise its first bytes
-// cut at a rune boundary and followed by "…", n bytes at most in all (a
-// new string, so that the kept part does not pin the rest in memory). An n
-// too small for the ellipsis gets a plain cut.
-func boundText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const ellipsis = "…"
-	if n < len(ellipsis) {
-		return strings.Clone(s[:cutAt(s, max(n, 0))])
-	}
-	return s[:cutAt(s, n-len(ellipsis))] + ellipsis
-}
-
-// boundTexts returns the first n texts of ss, each cut by boundText to
-// each bytes: a new slice, nil when there are none.
-func boundTexts(ss []string, n, each int) []string {
-	var out []string
-	for _, s := range ss[:min(len(ss), max(n, 0))] {
-		out = append(out, boundText(s, each))
-	}
-	return out
-}
-
-// cutAt returns the largest rune boundary of s at or before n.
-func cutAt(s string, n int) int {
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return n
 }
 
 // HealthHalfLife is the half-life of the health score, as a fraction of

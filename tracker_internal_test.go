@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // TestWindowMatchesModel checks the bucket ring against a brute-force model
@@ -113,7 +115,7 @@ func TestFailuresOf(t *testing.T) {
 	if n := tr.failuresOf(1, 90); n != 10 {
 		t.Errorf("gen 1 after 90: %d, want 10", n)
 	}
-	if got := tr.recentFailures(0, func(uint32) (Class, string) { return "", "" }); len(got) != recentRing || got[0].Time.UnixNano() != 85 || got[15].Time.UnixNano() != 100 {
+	if got := tr.recentFailures(0, func(uint32) (failure.Class, string) { return "", "" }); len(got) != recentRing || got[0].Time.UnixNano() != 85 || got[15].Time.UnixNano() != 100 {
 		t.Errorf("recent = %v", got)
 	}
 }
@@ -129,14 +131,14 @@ func TestErrText(t *testing.T) {
 		want string
 	}{
 		{errors.New("short"), "short"},
-		{errors.New(long), strings.Repeat("é", maxErrText/2)},
-		{errors.New("a" + long), "a" + strings.Repeat("é", (maxErrText-1)/2)},
+		{errors.New(long), strings.Repeat("é", failure.MaxText/2)},
+		{errors.New("a" + long), "a" + strings.Repeat("é", (failure.MaxText-1)/2)},
 		{panicErr{}, "selfimprove: Error method panicked"},
 	}
 	for _, tt := range tests {
-		got := errText(tt.err)
-		if got != tt.want || len(got) > maxErrText || !utf8.ValidString(got) {
-			t.Errorf("errText(%.20q...) = %.20q... (%d bytes)", tt.want, got, len(got))
+		got := failure.Text(tt.err)
+		if got != tt.want || len(got) > failure.MaxText || !utf8.ValidString(got) {
+			t.Errorf("failure.Text(%.20q...) = %.20q... (%d bytes)", tt.want, got, len(got))
 		}
 	}
 }

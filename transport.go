@@ -4,8 +4,9 @@ import (
 	"context"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Transport returns an http.RoundTripper that sends each request through
@@ -25,14 +26,8 @@ func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	transportUsed.Store(true)
 	return &transport{base: base}
 }
-
-// transportUsed is set once a Transport exists: from then on, a call
-// whose config allows retries gives its attempts a context the
-// transport reports to.
-var transportUsed atomic.Bool
 
 type transport struct{ base http.RoundTripper }
 
@@ -41,7 +36,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if resp != nil && resp.StatusCode >= 400 {
 		if h, _ := req.Context().Value(hintKey{}).(*hintCtx); h != nil {
-			d, why := HeaderWait(resp.Header, resp.StatusCode, time.Now())
+			d, why := failure.HeaderWait(resp.Header, resp.StatusCode, time.Now())
 			h.set(resp.StatusCode, d, why)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -23,26 +25,26 @@ func BenchmarkClassifySignature(b *testing.B) {
 	b.Run("both", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = si.Classify(errTypical)
-			_ = si.Signature(msg)
+			_ = failure.Classify(errTypical)
+			_ = failure.Signature(msg)
 		}
 	})
 	b.Run("classify", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = si.Classify(errTypical)
+			_ = failure.Classify(errTypical)
 		}
 	})
 	b.Run("signature", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = si.Signature(msg)
+			_ = failure.Signature(msg)
 		}
 	})
 	b.Run("scrub", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			_ = si.Scrub(msg)
+			_ = failure.Scrub(msg)
 		}
 	})
 }

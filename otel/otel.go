@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	si "github.com/self-improving-loop/selfimprove"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -209,7 +211,7 @@ func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Cont
 			span.SetAttributes(attribute.Bool("selfimprove.decision", true))
 		}
 		if err != nil && out == "failure" {
-			span.SetStatus(codes.Error, si.Scrub(err.Error()))
+			span.SetStatus(codes.Error, failure.Scrub(err.Error()))
 		}
 	}
 	if w.duration != nil && out != "ignored" {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	ant "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 	si "github.com/self-improving-loop/selfimprove"
@@ -102,23 +104,23 @@ func reset(d time.Duration) string { return time.Now().Add(d).UTC().Format(time.
 var cases = []struct {
 	name  string
 	reply reply
-	want  si.Class
+	want  failure.Class
 	wait  time.Duration // at least; within 2s above
 }{
-	{"overloaded_error 529", apiErr(529, "overloaded_error", "Overloaded", nil), si.ClassOverloaded, 0},
+	{"overloaded_error 529", apiErr(529, "overloaded_error", "Overloaded", nil), failure.ClassOverloaded, 0},
 	{"rate_limit_error", apiErr(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit (https://docs.anthropic.com/en/api/rate-limits); see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
-		map[string]string{"retry-after": "2", "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(20 * time.Second)}), si.ClassRateLimit, 2 * time.Second},
+		map[string]string{"retry-after": "2", "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(20 * time.Second)}), failure.ClassRateLimit, 2 * time.Second},
 	{"rate_limit_error reset only", apiErr(429, "rate_limit_error", "Number of requests has exceeded your per-minute rate limit",
 		map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(30 * time.Second),
-			"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-reset": reset(50 * time.Second)}), si.ClassRateLimit, 28 * time.Second},
-	{"not_found_error model", apiErr(404, "not_found_error", "model: claude-2.0", nil), si.ClassModelUnavailable, 0},
-	{"not_found_error other", apiErr(404, "not_found_error", "Not found", nil), si.ClassNotFound, 0},
-	{"invalid_request_error prompt too long", apiErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum", nil), si.ClassContextLength, 0},
-	{"invalid_request_error", apiErr(400, "invalid_request_error", "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"user\" roles in a row", nil), si.ClassBadRequest, 0},
-	{"authentication_error", apiErr(401, "authentication_error", "invalid x-api-key", nil), si.ClassAuth, 0},
-	{"permission_error", apiErr(403, "permission_error", "Your API key does not have permission to use the specified resource.", nil), si.ClassAuth, 0},
-	{"api_error", apiErr(500, "api_error", "Internal server error", nil), si.ClassOverloaded, 0},
-	{"billing", apiErr(400, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", nil), si.ClassQuota, 0},
+			"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-reset": reset(50 * time.Second)}), failure.ClassRateLimit, 28 * time.Second},
+	{"not_found_error model", apiErr(404, "not_found_error", "model: claude-2.0", nil), failure.ClassModelUnavailable, 0},
+	{"not_found_error other", apiErr(404, "not_found_error", "Not found", nil), failure.ClassNotFound, 0},
+	{"invalid_request_error prompt too long", apiErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum", nil), failure.ClassContextLength, 0},
+	{"invalid_request_error", apiErr(400, "invalid_request_error", "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"user\" roles in a row", nil), failure.ClassBadRequest, 0},
+	{"authentication_error", apiErr(401, "authentication_error", "invalid x-api-key", nil), failure.ClassAuth, 0},
+	{"permission_error", apiErr(403, "permission_error", "Your API key does not have permission to use the specified resource.", nil), failure.ClassAuth, 0},
+	{"api_error", apiErr(500, "api_error", "Internal server error", nil), failure.ClassOverloaded, 0},
+	{"billing", apiErr(400, "invalid_request_error", "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.", nil), failure.ClassQuota, 0},
 }
 
 func TestClassification(t *testing.T) {
@@ -130,11 +132,11 @@ func TestClassification(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, not an *openai.Error", err)
 			}
-			if got := si.Classify(err); got != c.want {
+			if got := failure.Classify(err); got != c.want {
 				t.Errorf("raw SDK error: Classify = %q, want %q", got, c.want)
 			}
 			w := adapter.Wrap(err)
-			if got := si.Classify(w); got != c.want {
+			if got := failure.Classify(w); got != c.want {
 				t.Errorf("wrapped: Classify = %q, want %q", got, c.want)
 			}
 			var e *adapter.Error
@@ -151,7 +153,7 @@ func TestClassification(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		err := adapter.Wrap(chat(ctx, client(s.URL), "claude-sonnet-4-5"))
-		if got := si.Classify(err); got != si.ClassTimeout {
+		if got := failure.Classify(err); got != failure.ClassTimeout {
 			t.Errorf("Classify(%v) = %q, want timeout", err, got)
 		}
 	})
@@ -163,7 +165,7 @@ func TestClassification(t *testing.T) {
 		addr := l.Addr().String()
 		l.Close()
 		err = adapter.Wrap(chat(context.Background(), client("http://"+addr), "claude-sonnet-4-5"))
-		if got := si.Classify(err); got != si.ClassNetwork {
+		if got := failure.Classify(err); got != failure.ClassNetwork {
 			t.Errorf("Classify(%v) = %q, want network", err, got)
 		}
 	})
@@ -183,7 +185,7 @@ func newLoop(t *testing.T, opts ...si.Option) *si.Loop {
 func TestPermanentErrorsSentOnce(t *testing.T) {
 	for _, c := range cases {
 		switch c.want {
-		case si.ClassRateLimit, si.ClassOverloaded:
+		case failure.ClassRateLimit, failure.ClassOverloaded:
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
@@ -244,7 +246,7 @@ func TestWithdrawnModelRecoveredByFallback(t *testing.T) {
 		}
 		return ok
 	})
-	routes := adapter.Routes{Fallbacks: []string{"claude-2.0", "claude-sonnet-4-5"}}
+	routes := si.Routes{Fallbacks: []string{"claude-2.0", "claude-sonnet-4-5"}}
 	l := newLoop(t, si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: "claude-2.0"}))
 	cl := client(s.URL)
 	fn := func(ctx context.Context, cfg si.Config) error { return adapter.Wrap(chat(ctx, cl, routes.Model(cfg))) }

@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	goai "github.com/sashabaranov/go-openai"
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // ClientConfig returns go-openai's default config for token whose HTTP
@@ -29,11 +31,11 @@ func ClientConfig(token string, base http.RoundTripper) goai.ClientConfig {
 }
 
 // Error is a go-openai API error as the loop understands it: a
-// selfimprove.APIError, whose Provider is "go-openai". It wraps the SDK's
+// failure.APIError, whose Provider is "go-openai". It wraps the SDK's
 // error: errors.As still finds it.
-type Error = si.APIError
+type Error = failure.APIError
 
-// body is an error with a provider body, for selfimprove.Classify.
+// body is an error with a provider body, for failure.Classify.
 type body struct {
 	err error
 	raw string
@@ -45,7 +47,7 @@ func (b body) RawJSON() string { return b.raw }
 // Wrap returns err as an *Error when it is (or wraps) an
 // *openai.APIError or *openai.RequestError, and err unchanged otherwise
 // (nil for nil): a network error or a deadline is classified by
-// selfimprove.Classify as it is.
+// failure.Classify as it is.
 func Wrap(err error) error {
 	var (
 		ae *goai.APIError
@@ -61,52 +63,31 @@ func Wrap(err error) error {
 			e.Code = fmt.Sprint(ae.Code)
 		}
 		raw, _ := json.Marshal(map[string]string{"code": e.Code, "type": e.Type, "message": e.Message})
-		e.Class = si.Classify(body{err, string(raw)})
+		e.Class = failure.Classify(body{err, string(raw)})
 	case errors.As(err, &re):
-		e = &Error{Provider: "go-openai", Err: err, Status: re.HTTPStatusCode, Class: si.Classify(err)}
+		e = &Error{Provider: "go-openai", Err: err, Status: re.HTTPStatusCode, Class: failure.Classify(err)}
 		if len(re.Body) <= 64<<10 {
-			e.Class = si.Classify(body{err, string(re.Body)})
-			if p, ok := si.ProviderErrorOf(body{err, string(re.Body)}); ok {
+			e.Class = failure.Classify(body{err, string(re.Body)})
+			if p, ok := failure.ProviderErrorOf(body{err, string(re.Body)}); ok {
 				e.Code, e.Type, e.Message = p.Code, p.Type, p.Message
 			}
 		}
 	default:
 		return err
 	}
-	e.Wait = si.TextWait(e.Message)
+	e.Wait = failure.TextWait(e.Message)
 	return e
 }
 
-// DefaultFallbacks are the routes Routes.Fallbacks defaults to, in order:
+// DefaultFallbacks are the routes DefaultRoutes gives, in order:
 // when a model is withdrawn, the built-in strategy moves the agent to the
 // next one.
 var DefaultFallbacks = []string{"gpt-4.1", "gpt-4o", "gpt-4o-mini"}
 
-// Routes maps an agent's Config.Route to an OpenAI model name.
-type Routes struct {
-	// Default is the model for an empty Route. Default "": the first of
-	// the fallbacks.
-	Default string
-	// Models maps a route to a model; a route not in it is the model's
-	// own name. Default nil.
-	Models map[string]string
-	// Fallbacks are the routes to move to, in order, when the model is
-	// unavailable. Default nil: DefaultFallbacks.
-	Fallbacks []string
+// DefaultRoutes returns the routes of an agent that uses this SDK:
+// selfimprove.Routes whose Fallbacks are DefaultFallbacks. Give
+// Routes.Model the agent's config to get the model to call, and the
+// built-in strategy the fallbacks with Routes.Strategy.
+func DefaultRoutes() si.Routes {
+	return si.Routes{Fallbacks: slices.Clone(DefaultFallbacks)}
 }
-
-// routes is r with its defaults.
-func (r Routes) routes() si.ModelRoutes {
-	fb := r.Fallbacks
-	if fb == nil {
-		fb = DefaultFallbacks
-	}
-	return si.ModelRoutes{Default: r.Default, Models: r.Models, Fallbacks: fb}
-}
-
-// Model returns the model for cfg.Route.
-func (r Routes) Model(cfg si.Config) string { return r.routes().Model(cfg) }
-
-// Strategy returns the built-in strategy with the routes' fallbacks: a
-// withdrawn model moves the agent to the next route.
-func (r Routes) Strategy() *si.BuiltinStrategy { return r.routes().Strategy() }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	si "github.com/self-improving-loop/selfimprove"
@@ -97,21 +99,21 @@ func chat(ctx context.Context, c oai.Client, model string) error {
 var cases = []struct {
 	name  string
 	reply reply
-	want  si.Class
+	want  failure.Class
 	wait  time.Duration
 }{
 	{"rate_limit_exceeded", apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.",
-		map[string]string{"retry-after": "2", "x-ratelimit-reset-requests": "20s", "x-ratelimit-remaining-requests": "0"}), si.ClassRateLimit, 2 * time.Second},
+		map[string]string{"retry-after": "2", "x-ratelimit-reset-requests": "20s", "x-ratelimit-remaining-requests": "0"}), failure.ClassRateLimit, 2 * time.Second},
 	{"rate_limit_exceeded reset only", apiErr(429, "tokens", "rate_limit_exceeded", "Rate limit reached for gpt-4o on tokens per min (TPM).",
-		map[string]string{"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "10"}), si.ClassRateLimit, 6 * time.Minute},
-	{"rate_limit_exceeded retry-after-ms", apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after-ms": "1500"}), si.ClassRateLimit, 1500 * time.Millisecond},
-	{"insufficient_quota", apiErr(429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.", nil), si.ClassQuota, 0},
-	{"server_error 500", apiErr(500, "server_error", "", "The server had an error while processing your request. Sorry about that!", nil), si.ClassOverloaded, 0},
-	{"server_error 503", apiErr(503, "server_error", "", "The server is overloaded or not ready yet.", map[string]string{"retry-after": "1"}), si.ClassOverloaded, time.Second},
-	{"model_not_found", apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4-0314` does not exist or you do not have access to it.", nil), si.ClassModelUnavailable, 0},
-	{"context_length_exceeded", apiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130567 tokens. Please reduce the length of the messages.", nil), si.ClassContextLength, 0},
-	{"invalid_api_key", apiErr(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.", nil), si.ClassAuth, 0},
-	{"content_filter", apiErr(400, "invalid_request_error", "content_filter", "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", nil), si.ClassContentFilter, 0},
+		map[string]string{"x-ratelimit-reset-tokens": "6m0s", "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "10"}), failure.ClassRateLimit, 6 * time.Minute},
+	{"rate_limit_exceeded retry-after-ms", apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after-ms": "1500"}), failure.ClassRateLimit, 1500 * time.Millisecond},
+	{"insufficient_quota", apiErr(429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors.", nil), failure.ClassQuota, 0},
+	{"server_error 500", apiErr(500, "server_error", "", "The server had an error while processing your request. Sorry about that!", nil), failure.ClassOverloaded, 0},
+	{"server_error 503", apiErr(503, "server_error", "", "The server is overloaded or not ready yet.", map[string]string{"retry-after": "1"}), failure.ClassOverloaded, time.Second},
+	{"model_not_found", apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4-0314` does not exist or you do not have access to it.", nil), failure.ClassModelUnavailable, 0},
+	{"context_length_exceeded", apiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130567 tokens. Please reduce the length of the messages.", nil), failure.ClassContextLength, 0},
+	{"invalid_api_key", apiErr(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.", nil), failure.ClassAuth, 0},
+	{"content_filter", apiErr(400, "invalid_request_error", "content_filter", "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", nil), failure.ClassContentFilter, 0},
 }
 
 func TestClassification(t *testing.T) {
@@ -123,11 +125,11 @@ func TestClassification(t *testing.T) {
 			if !errors.As(err, &ae) {
 				t.Fatalf("err = %v, not an *openai.Error", err)
 			}
-			if got := si.Classify(err); got != c.want {
+			if got := failure.Classify(err); got != c.want {
 				t.Errorf("raw SDK error: Classify = %q, want %q", got, c.want)
 			}
 			w := adapter.Wrap(err)
-			if got := si.Classify(w); got != c.want {
+			if got := failure.Classify(w); got != c.want {
 				t.Errorf("wrapped: Classify = %q, want %q", got, c.want)
 			}
 			var e *adapter.Error
@@ -144,7 +146,7 @@ func TestClassification(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		err := adapter.Wrap(chat(ctx, client(s.URL), "gpt-4o"))
-		if got := si.Classify(err); got != si.ClassTimeout {
+		if got := failure.Classify(err); got != failure.ClassTimeout {
 			t.Errorf("Classify(%v) = %q, want timeout", err, got)
 		}
 	})
@@ -156,7 +158,7 @@ func TestClassification(t *testing.T) {
 		addr := l.Addr().String()
 		l.Close()
 		err = adapter.Wrap(chat(context.Background(), client("http://"+addr), "gpt-4o"))
-		if got := si.Classify(err); got != si.ClassNetwork {
+		if got := failure.Classify(err); got != failure.ClassNetwork {
 			t.Errorf("Classify(%v) = %q, want network", err, got)
 		}
 	})
@@ -176,7 +178,7 @@ func newLoop(t *testing.T, opts ...si.Option) *si.Loop {
 func TestPermanentErrorsSentOnce(t *testing.T) {
 	for _, c := range cases {
 		switch c.want {
-		case si.ClassRateLimit, si.ClassOverloaded:
+		case failure.ClassRateLimit, failure.ClassOverloaded:
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
@@ -237,7 +239,7 @@ func TestWithdrawnModelRecoveredByFallback(t *testing.T) {
 		}
 		return ok
 	})
-	routes := adapter.Routes{Fallbacks: []string{"gpt-4-0314", "gpt-4o"}}
+	routes := si.Routes{Fallbacks: []string{"gpt-4-0314", "gpt-4o"}}
 	l := newLoop(t, si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: "gpt-4-0314"}))
 	cl := client(s.URL)
 	fn := func(ctx context.Context, cfg si.Config) error { return adapter.Wrap(chat(ctx, cl, routes.Model(cfg))) }

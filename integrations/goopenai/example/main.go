@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
+
 	goai "github.com/sashabaranov/go-openai"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/goopenai"
@@ -70,7 +72,7 @@ func run(w io.Writer) error {
 	cc := adapter.ClientConfig("sk-demo", nil)
 	cc.BaseURL = srv.URL + "/v1"
 	client := goai.NewClientWithConfig(cc)
-	routes := adapter.Routes{Fallbacks: []string{oldModel, newModel}}
+	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
 	loop, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
 		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
 	if err != nil {
@@ -90,9 +92,9 @@ func run(w io.Writer) error {
 		rep, err := loop.ExecuteWithImprovement(ctx, "writer", chat)
 		switch {
 		case rep.Improvement != nil:
-			fmt.Fprintf(w, "  call %2d: %s; the loop moves the route to %q\n", i, si.Classify(err), rep.Improvement.To.Route)
+			fmt.Fprintf(w, "  call %2d: %s; the loop moves the route to %q\n", i, failure.Classify(err), rep.Improvement.To.Route)
 		case err != nil:
-			fmt.Fprintf(w, "  call %2d: %s after %d attempt(s): %v\n", i, si.Classify(err), rep.Attempts, err)
+			fmt.Fprintf(w, "  call %2d: %s after %d attempt(s): %v\n", i, failure.Classify(err), rep.Attempts, err)
 		}
 	}
 	fmt.Fprintf(w, "  route now %q\n", loop.Config("writer").Route)

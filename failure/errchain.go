@@ -1,8 +1,8 @@
-package selfimprove
+package failure
 
 import "reflect"
 
-// The bounds of walkErr. A chain of errors is the caller's: an Unwrap may
+// The bounds of Walk. A chain of errors is the caller's: an Unwrap may
 // return its own error or an earlier one (a cycle, which errors.Is and
 // errors.As walk forever), and a chain or tree may be of any size.
 const (
@@ -11,7 +11,7 @@ const (
 	errSeenRing  = 8  // the last comparable errors visited, for cycles
 )
 
-// errWalk is the state of one walkErr, kept on the stack.
+// errWalk is the state of one Walk, kept on the stack.
 type errWalk struct {
 	f      func(error) bool
 	visits int
@@ -19,13 +19,13 @@ type errWalk struct {
 	next   int // seen's next slot, mod errSeenRing
 }
 
-// walkErr calls f for err and each error it wraps (Unwrap() error and
+// Walk calls f for err and each error it wraps (Unwrap() error and
 // Unwrap() []error), depth first, until f returns false. It visits at most
 // maxErrVisits errors, none deeper than maxErrDepth, and does not visit an
 // error again when it equals one of the last errSeenRing visited (so that a
 // cycle of up to that many comparable errors is walked once). It
 // allocates nothing.
-func walkErr(err error, f func(error) bool) {
+func Walk(err error, f func(error) bool) {
 	w := errWalk{f: f}
 	w.walk(err, 0)
 }
@@ -88,12 +88,12 @@ func sameErr(a, b error) (same bool) {
 	return a == b
 }
 
-// isErr is errors.Is(err, target) for a target that is comparable, on a
-// chain walked by walkErr: bounded, where errors.Is walks a cycle forever.
+// Is is errors.Is(err, target) for a target that is comparable, on a
+// chain walked by Walk: bounded, where errors.Is walks a cycle forever.
 // Like errors.Is, it asks each error's Is method too.
-func isErr(err, target error) bool {
+func Is(err, target error) bool {
 	found := false
-	walkErr(err, func(e error) bool {
+	Walk(err, func(e error) bool {
 		if e == target {
 			found = true
 		} else if x, ok := e.(interface{ Is(error) bool }); ok {

@@ -1,8 +1,7 @@
-package selfimprove
+package failure
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -109,7 +108,7 @@ func Classify(err error) Class {
 	if err == nil {
 		return ClassOther
 	}
-	return classify(err, errTextN(err, maxClassifyText))
+	return classify(err, textN(err, maxClassifyText))
 }
 
 // maxClassifyText is how much of an error's text Classify reads.
@@ -141,7 +140,7 @@ func classifyErr(err error, text string) (class Class, status int) {
 			sc  int
 			raw string
 		)
-		walkErr(err, func(e error) bool {
+		Walk(err, func(e error) bool {
 			if x, is := e.(interface{ FailureClass() Class }); is {
 				if c, ok = safeClass(x); ok {
 					return false
@@ -203,7 +202,7 @@ func statusOf(e error) (code int) {
 // signalClass classifies err by the Go errors in its chain, or returns "".
 func signalClass(err error) Class {
 	var canceled, timeout, network bool
-	walkErr(err, func(e error) bool {
+	Walk(err, func(e error) bool {
 		switch e {
 		case context.Canceled:
 			canceled = true
@@ -643,11 +642,3 @@ func equalFoldASCII(w, r string) bool {
 	}
 	return true
 }
-
-// panicError is the error of an attempt that panicked.
-type panicError struct{ v any }
-
-func (e *panicError) Error() string { return "selfimprove: panic: " + fmt.Sprint(e.v) }
-
-// FailureClass makes Classify see a panic as ClassPanic.
-func (e *panicError) FailureClass() Class { return ClassPanic }

@@ -1,4 +1,4 @@
-package selfimprove
+package failure
 
 import (
 	"math"
@@ -8,18 +8,20 @@ import (
 	"time"
 )
 
-// Why the loop waited before an attempt (Attempt.WaitReason).
+// Why the loop waited before an attempt (selfimprove.Attempt's
+// WaitReason). HeaderWait, ErrorWait and TextWait find the server's
+// waits; the loop adds the config's backoff.
 const (
-	WaitBackoff         = "backoff"             // the config's Backoff
-	WaitHeader          = "header"              // a header of the failed response, seen by Transport
-	WaitErrorMethod     = "error RetryAfter"    // an error in the chain with RetryAfter() time.Duration
-	WaitProviderMessage = "provider message"    // the provider's message: "Please try again in 1.5s"
-	WaitNone            = ""                    // no wait
-	waitHeaderPrefix    = WaitHeader + " "      // followed by the header's name
-	maxHintText         = 2 * maxClassifyText   // bytes of text searched for a wait
-	maxHint             = 24 * time.Hour        // longer waits are not believed
-	defaultMaxWait      = time.Minute           // RetryPolicy.MaxWait's default
-	hintRoundUp         = 10 * time.Millisecond // a server's wait is rounded up to this
+	WaitBackoff         = "backoff"          // the config's Backoff
+	WaitHeader          = "header"           // a header of the failed response, seen by selfimprove.Transport; followed by " " and the header's name
+	WaitErrorMethod     = "error RetryAfter" // an error in the chain with RetryAfter() time.Duration
+	WaitProviderMessage = "provider message" // the provider's message: "Please try again in 1.5s"
+	WaitNone            = ""                 // no wait
+)
+
+const (
+	maxHintText = 2 * maxClassifyText // bytes of text searched for a wait
+	maxHint     = 24 * time.Hour      // longer waits are not believed
 )
 
 // HeaderWait returns the wait a failed HTTP response asks for, and the
@@ -153,7 +155,7 @@ func ErrorWait(err error) (d time.Duration, why string) {
 	if err == nil {
 		return 0, ""
 	}
-	return errorWait(err, errTextN(err, maxHintText))
+	return errorWait(err, textN(err, maxHintText))
 }
 
 // errorWait is ErrorWait with err's text already read. A panic in one of
@@ -165,7 +167,7 @@ func errorWait(err error, text string) (d time.Duration, why string) {
 		}
 	}()
 	raw := ""
-	walkErr(err, func(e error) bool {
+	Walk(err, func(e error) bool {
 		if x, ok := e.(interface{ RetryAfter() time.Duration }); ok {
 			if v := x.RetryAfter(); v > 0 && v <= maxHint {
 				d = v
@@ -189,28 +191,4 @@ func errorWait(err error, text string) (d time.Duration, why string) {
 		return d, WaitProviderMessage
 	}
 	return 0, ""
-}
-
-// roundUpWait rounds a server's wait up to hintRoundUp, so that a retry
-// does not arrive a hair early.
-func roundUpWait(d time.Duration) time.Duration {
-	if r := d % hintRoundUp; r != 0 {
-		d += hintRoundUp - r
-	}
-	return d
-}
-
-// FailureWait returns the longest wait the rate-limit failures among fs
-// asked for in their text (TextWait: the provider's "Please try again in
-// 20s", or the "retry after 2s" of an adapter's error, which carries the
-// Retry-After and rate-limit reset headers), or 0. The built-in strategy
-// raises a rate-limited agent's Backoff to it.
-func FailureWait(fs []Failure) time.Duration {
-	var d time.Duration
-	for i := range fs {
-		if fs[i].Class == ClassRateLimit {
-			d = max(d, TextWait(fs[i].Err))
-		}
-	}
-	return d
 }

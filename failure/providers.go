@@ -1,4 +1,4 @@
-package selfimprove
+package failure
 
 import (
 	"encoding/json"
@@ -52,7 +52,7 @@ func ProviderErrorOf(err error) (p ProviderError, ok bool) {
 		}
 	}()
 	var raw string
-	walkErr(err, func(e error) bool {
+	Walk(err, func(e error) bool {
 		raw = rawJSONOf(e)
 		return raw == ""
 	})

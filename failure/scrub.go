@@ -1,4 +1,4 @@
-package selfimprove
+package failure
 
 import (
 	"bytes"

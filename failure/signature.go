@@ -1,4 +1,4 @@
-package selfimprove
+package failure
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 )
 
-// maxSignature is the length of a signature, in runes.
-const maxSignature = 120
+// MaxSignature is the length of a signature, in runes.
+const MaxSignature = 120
 
 // Signature returns the normalised form of an error message that
 // clustering uses: secrets scrubbed (see Scrub), lower case, white space
@@ -22,11 +22,11 @@ const maxSignature = 120
 // "timeout after <n>s on req <n>". Signature is idempotent.
 func Signature(msg string) string {
 	var buf [256]byte
-	return string(appendSignature(buf[:0], Scrub(msg)))
+	return string(AppendSignature(buf[:0], Scrub(msg)))
 }
 
-// clusterID is the stable ID of a signature: the FNV-1a hash of its bytes.
-func clusterID(sig []byte) uint64 {
+// ClusterOf is the stable ID of a signature: the FNV-1a hash of its bytes.
+func ClusterOf(sig []byte) uint64 {
 	h := uint64(14695981039346656037)
 	for _, c := range sig {
 		h ^= uint64(c)
@@ -38,17 +38,17 @@ func clusterID(sig []byte) uint64 {
 // ClusterID returns the ID of the cluster of failures whose messages have
 // signature sig: 16 hex digits of a 64-bit FNV-1a hash, the same in every
 // process.
-func ClusterID(sig string) string { return formatClusterID(clusterID([]byte(sig))) }
+func ClusterID(sig string) string { return FormatClusterID(ClusterOf([]byte(sig))) }
 
-// parseClusterID parses a formatted cluster ID.
-func parseClusterID(s string) (uint64, error) {
+// ParseClusterID parses a formatted cluster ID.
+func ParseClusterID(s string) (uint64, error) {
 	if len(s) != 16 {
 		return 0, fmt.Errorf("selfimprove: cluster ID %q is not 16 hex digits", s)
 	}
 	return strconv.ParseUint(s, 16, 64)
 }
 
-func formatClusterID(id uint64) string {
+func FormatClusterID(id uint64) string {
 	const digits = "0123456789abcdef"
 	var b [16]byte
 	for i := 15; i >= 0; i-- {
@@ -58,9 +58,9 @@ func formatClusterID(id uint64) string {
 	return string(b[:])
 }
 
-// appendSignature appends the signature of text, which must already be
+// AppendSignature appends the signature of text, which must already be
 // scrubbed, to dst.
-func appendSignature(dst []byte, text string) []byte {
+func AppendSignature(dst []byte, text string) []byte {
 	start := len(dst)
 	dst = appendSig(dst, text)
 	for len(dst) > start && dst[len(dst)-1] == ' ' {
@@ -70,21 +70,21 @@ func appendSignature(dst []byte, text string) []byte {
 }
 
 func appendSig(dst []byte, text string) []byte {
-	// The signature is cut at maxSignature runes; white space collapses
+	// The signature is cut at MaxSignature runes; white space collapses
 	// into one pending space, written before the next rune.
 	start, runes, space := len(dst), 0, false
 	pending := func() bool {
 		if space {
 			space = false
 			if len(dst) > start {
-				if runes >= maxSignature {
+				if runes >= MaxSignature {
 					return false
 				}
 				dst = append(dst, ' ')
 				runes++
 			}
 		}
-		return runes < maxSignature
+		return runes < MaxSignature
 	}
 	putByte := func(c byte) bool {
 		if !pending() {
@@ -106,7 +106,7 @@ func appendSig(dst []byte, text string) []byte {
 		if !pending() {
 			return false
 		}
-		n := min(len(s), maxSignature-runes)
+		n := min(len(s), MaxSignature-runes)
 		dst = append(dst, s[:n]...)
 		runes += n
 		return n == len(s)
@@ -398,10 +398,10 @@ func tokenLen(s string) int {
 	return len(s)
 }
 
-// sigWords calls f for each word of a signature: runs of letters, digits,
+// SignatureWords calls f for each word of a signature: runs of letters, digits,
 // '_', '<' and '>' (so that placeholders such as <n> are words), lower
 // case, of 2 bytes or more.
-func sigWords(sig string, f func(string)) {
+func SignatureWords(sig string, f func(string)) {
 	start := -1
 	for i, r := range sig + " " {
 		word := r == '_' || r == '<' || r == '>' || unicode.IsLetter(r) || unicode.IsDigit(r)

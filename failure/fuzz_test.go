@@ -1,9 +1,12 @@
-package selfimprove
+package failure
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // FuzzRetryAfter: the wait parsers never panic, never return a negative
@@ -42,5 +45,39 @@ func FuzzProviderError(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string, status int) {
 		parseProviderJSON(raw)
 		providerClass(raw, raw, status)
+	})
+}
+
+// FuzzClassifySignature: Classify never panics and always names a class;
+// Signature is idempotent, valid UTF-8, at most 120 runes, and has no
+// secret Scrub would remove; Scrub is idempotent.
+func FuzzClassifySignature(f *testing.F) {
+	for _, s := range []string{
+		"", "timeout after 30s on req 123", "HTTP/1.1 429 Too Many Requests", "RateLimitError",
+		"request 14290 failed", `model "gpt-4" not found`, "open /var/x.log: no such file",
+		"key sk-abcdefghijklmnop1234 rejected", "password=hunter2&x=1", "https://u:p@h/x",
+		"550e8400-e29b-41d4-a716-446655440000", "Ошибка 500", "\xff\xfe", "'a 'b'", "\"unterminated",
+		strings.Repeat("é", 130), "0xdeadbeef1", "1.2.3,4", "Bearer abc.def/ghi~jkl", `C:\x\y`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if c := Classify(errors.New(s)); c == "" {
+			t.Fatalf("Classify(%q) is empty", s)
+		}
+		sig := Signature(s)
+		if !utf8.ValidString(sig) || utf8.RuneCountInString(sig) > MaxSignature {
+			t.Fatalf("Signature(%q) = %q: invalid or too long", s, sig)
+		}
+		if again := Signature(sig); again != sig {
+			t.Fatalf("Signature not idempotent: %q → %q → %q", s, sig, again)
+		}
+		sc := Scrub(s)
+		if again := Scrub(sc); again != sc {
+			t.Fatalf("Scrub not idempotent: %q → %q → %q", s, sc, again)
+		}
+		if got := Scrub(sig); got != sig {
+			t.Fatalf("a signature holds what Scrub removes: %q → %q", sig, got)
+		}
 	})
 }

@@ -1,9 +1,8 @@
-package selfimprove
+package failure
 
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"strings"
 	"testing"
 )
@@ -20,20 +19,16 @@ func (e statusErr) StatusCode() int { return e.code }
 // direct is what the failure path derived before the memo: the text,
 // class and cluster of err.
 func direct(err error) (string, Class, uint64) {
-	text := errText(err)
-	var buf [4 * maxSignature]byte
-	sig := appendSignature(buf[:0], text)
-	return text, classify(err, text), clusterID(sig)
+	text := Text(err)
+	var buf [4 * MaxSignature]byte
+	sig := AppendSignature(buf[:0], text)
+	return text, classify(err, text), ClusterOf(sig)
 }
 
 // memoized is the same through m.
-func memoized(m *failureMemo, err error) (string, Class, uint64) {
-	e := m.derive(errTextN(err, maxScrubText))
-	class, status := classifyErr(err, e.text)
-	if class == "" {
-		class = e.classOf(status)
-	}
-	return e.text, class, e.cluster
+func memoized(m *Memo, err error) (string, Class, uint64) {
+	f := m.Describe(err, 0)
+	return f.Text, f.Class, f.Cluster
 }
 
 // TestFailureMemoDerivesAlike: through the memo, every error gets the
@@ -55,7 +50,7 @@ func TestFailureMemoDerivesAlike(t *testing.T) {
 	for i := range 300 { // more texts than slots: collisions
 		errs = append(errs, fmt.Errorf("order %d failed: timeout after %dms", i, i*7))
 	}
-	m := &failureMemo{seed: maphash.MakeSeed()}
+	m := NewMemo()
 	for round := range 3 {
 		for _, err := range errs {
 			wt, wc, wcl := direct(err)
@@ -70,7 +65,7 @@ func TestFailureMemoDerivesAlike(t *testing.T) {
 // TestFailureMemoAllocatesNothingOnAHit: a repeated failure text costs no
 // allocation.
 func TestFailureMemoAllocatesNothingOnAHit(t *testing.T) {
-	m := &failureMemo{seed: maphash.MakeSeed()}
+	m := NewMemo()
 	var err error = statusErr{503, "upstream 503: the service is overloaded, request id 1234"}
 	memoized(m, err)
 	if n := testing.AllocsPerRun(100, func() { memoized(m, err) }); n != 0 {
@@ -84,7 +79,7 @@ func FuzzFailureMemo(f *testing.F) {
 	f.Add("upstream 503", 503)
 	f.Add("token=abc123secret rate limited", 429)
 	f.Add(strings.Repeat("x", 1100), 0)
-	m := &failureMemo{seed: maphash.MakeSeed()}
+	m := NewMemo()
 	f.Fuzz(func(t *testing.T, msg string, code int) {
 		var err error = errors.New(msg)
 		if code != 0 {

@@ -1,0 +1,275 @@
+package failure_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/hostileerr"
+)
+
+// statusErr reports an HTTP status the way API client libraries do.
+type statusErr struct {
+	code int
+	msg  string
+}
+
+func (e statusErr) Error() string   { return e.msg }
+func (e statusErr) StatusCode() int { return e.code }
+
+type awsErr struct{ code int }
+
+func (e awsErr) Error() string       { return "operation error" }
+func (e awsErr) HTTPStatusCode() int { return e.code }
+
+// labelled names its own class.
+type labelled struct{ c failure.Class }
+
+func (e labelled) Error() string                     { return "rate limit" } // the label wins over the text
+func (e labelled) FailureClass() failure.Class       { return e.c }
+func (e labelled) Unwrap() error                     { return context.DeadlineExceeded }
+func (e panicky) Error() string                      { panic("boom") }
+func (e panicky) FailureClass() failure.Class        { panic("boom") }
+func (e panicky) StatusCode() int                    { panic("boom") }
+func (e timeoutErr) Error() string                   { return "i/o operation failed" }
+func (e timeoutErr) Timeout() bool                   { return true }
+func (e timeoutErr) Temporary() bool                 { return false }
+func (e notTimeoutErr) Error() string                { return "connection refused by peer" }
+func (e notTimeoutErr) Timeout() bool                { return false }
+func (e notTimeoutErr) Temporary() bool              { return false }
+func (e customClassErr) Error() string               { return "whatever" }
+func (e customClassErr) FailureClass() failure.Class { return "billing" }
+
+type (
+	panicky        struct{}
+	timeoutErr     struct{}
+	notTimeoutErr  struct{}
+	customClassErr struct{}
+)
+
+func TestClassify(t *testing.T) {
+	e := errors.New
+	cases := []struct {
+		name string
+		err  error
+		want failure.Class
+	}{
+		// Go's own signals.
+		{"nil", nil, failure.ClassOther},
+		{"deadline", context.DeadlineExceeded, failure.ClassTimeout},
+		{"wrapped deadline", fmt.Errorf("calling model: %w", context.DeadlineExceeded), failure.ClassTimeout},
+		{"os deadline", fmt.Errorf("read: %w", os.ErrDeadlineExceeded), failure.ClassTimeout},
+		{"canceled", context.Canceled, failure.ClassCanceled},
+		{"joined canceled", errors.Join(e("step 2"), context.Canceled), failure.ClassCanceled},
+		{"net.Error timeout", &url.Error{Op: "Post", URL: "https://api.example.com", Err: timeoutErr{}}, failure.ClassTimeout},
+		{"net.Error no timeout falls to text", notTimeoutErr{}, failure.ClassNetwork},
+		{"ECONNREFUSED", &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}, failure.ClassNetwork},
+		{"ECONNRESET", fmt.Errorf("read: %w", syscall.ECONNRESET), failure.ClassNetwork},
+		{"EPIPE", fmt.Errorf("write: %w", syscall.EPIPE), failure.ClassNetwork},
+		{"ETIMEDOUT", fmt.Errorf("connect: %w", syscall.ETIMEDOUT), failure.ClassTimeout},
+		{"DNS", &net.DNSError{Err: "no such host", Name: "api.example.com"}, failure.ClassNetwork},
+		{"DNS timeout", &net.DNSError{Err: "i/o timeout", Name: "x", IsTimeout: true}, failure.ClassTimeout},
+		{"EOF", fmt.Errorf("decoding body: %w", io.EOF), failure.ClassNetwork},
+		{"unexpected EOF", io.ErrUnexpectedEOF, failure.ClassNetwork},
+		{"StatusCode 429", statusErr{429, "request failed"}, failure.ClassRateLimit},
+		{"StatusCode 401", statusErr{401, "request failed"}, failure.ClassAuth},
+		{"StatusCode 403", statusErr{403, "request failed"}, failure.ClassAuth},
+		{"StatusCode 400", statusErr{400, "request failed"}, failure.ClassBadRequest},
+		{"StatusCode 422", statusErr{422, "request failed"}, failure.ClassBadRequest},
+		{"StatusCode 404", statusErr{404, "request failed"}, failure.ClassNotFound},
+		{"StatusCode 408", statusErr{408, "request failed"}, failure.ClassTimeout},
+		{"StatusCode 503", statusErr{503, "request failed"}, failure.ClassOverloaded},
+		{"StatusCode 500 beats generic text", statusErr{500, "connection reset by upstream"}, failure.ClassOverloaded},
+		{"HTTPStatusCode 429 wrapped", fmt.Errorf("op: %w", awsErr{429}), failure.ClassRateLimit},
+		{"StatusCode 400 with context length text", statusErr{400, "This model's maximum context length is 8192 tokens"}, failure.ClassContextLength},
+		{"StatusCode 404 with model text", statusErr{404, "The model `gpt-9` does not exist"}, failure.ClassModelUnavailable},
+		{"FailureClass label", labelled{failure.ClassToolError}, failure.ClassToolError},
+		{"FailureClass beats wrapped deadline", fmt.Errorf("x: %w", labelled{failure.ClassAuth}), failure.ClassAuth},
+		{"custom class", customClassErr{}, failure.Class("billing")},
+		{"methods that panic", panicky{}, failure.ClassOther},
+		{"Unwrap and Is that panic", hostileerr.BadUnwrap{}, failure.ClassOther},
+		// Text rules.
+		{"429 in text", e("429 Too Many Requests"), failure.ClassRateLimit},
+		{"status 429", e("upstream returned status 429"), failure.ClassRateLimit},
+		{"HTTP/1.1 503", e("HTTP/1.1 503 Service Unavailable"), failure.ClassOverloaded},
+		{"number containing 429 is not a status", e("request 14290 failed"), failure.ClassOther},
+		{"429 inside an ID", e("job a429b failed"), failure.ClassOther},
+		{"number after a plain word", e("retried after 500 ms"), failure.ClassOther},
+		{"RateLimitError CamelCase", e("RateLimitError: slow"), failure.ClassRateLimit},
+		{"snake_case", e("rate_limit_exceeded"), failure.ClassRateLimit},
+		{"ratelimited one word", e("client ratelimited"), failure.ClassRateLimit},
+		{"quota", e("You exceeded your current quota, please check your plan"), failure.ClassQuota},
+		{"throttling", e("ThrottlingException: Rate exceeded"), failure.ClassRateLimit},
+		{"resource exhausted", e("rpc error: code = ResourceExhausted desc = limit"), failure.ClassRateLimit},
+		{"timed out", e("the request timed out"), failure.ClassTimeout},
+		{"deadline text", e("context deadline exceeded (Client.Timeout exceeded while awaiting headers)"), failure.ClassTimeout},
+		{"i/o timeout beats dial", e("dial tcp 10.0.0.1:443: i/o timeout"), failure.ClassTimeout},
+		{"gateway timeout is overloaded", e("504 Gateway Timeout"), failure.ClassOverloaded},
+		{"overloaded", e("Overloaded"), failure.ClassOverloaded},
+		{"anthropic overloaded_error", e(`{"type":"error","error":{"type":"overloaded_error"}}`), failure.ClassOverloaded},
+		{"model temporarily unavailable is overloaded", e("the model is temporarily unavailable"), failure.ClassOverloaded},
+		{"service unavailable", e("service unavailable"), failure.ClassOverloaded},
+		{"internal server error", e("InternalServerError: something broke"), failure.ClassOverloaded},
+		{"connection refused", e("dial tcp 127.0.0.1:8080: connect: connection refused"), failure.ClassNetwork},
+		{"no such host", e("lookup api.example.com: no such host"), failure.ClassNetwork},
+		{"tls", e("remote error: tls: handshake failure"), failure.ClassNetwork},
+		{"tls handshake", e("TLS handshake timeout"), failure.ClassTimeout},
+		{"unexpected EOF text", e("unexpected EOF"), failure.ClassNetwork},
+		{"401 text", e("Error code: 401 - invalid api key"), failure.ClassAuth},
+		{"invalid api key", e("Incorrect API key provided"), failure.ClassAuth},
+		{"permission denied", e("PermissionDenied: caller lacks access"), failure.ClassAuth},
+		{"forbidden", e("403 Forbidden"), failure.ClassAuth},
+		{"bad request", e("400 Bad Request"), failure.ClassBadRequest},
+		{"validation", e("ValidationError: field 'messages' is required"), failure.ClassBadRequest},
+		{"schema", e("output does not match the JSON schema"), failure.ClassBadRequest},
+		{"not found", e("file not found"), failure.ClassNotFound},
+		{"404 text", e("error 404"), failure.ClassNotFound},
+		{"model not found", e("model_not_found: The model 'gpt-5-turbo' does not exist"), failure.ClassModelUnavailable},
+		{"model deprecated", e("The model text-davinci-003 has been deprecated"), failure.ClassModelUnavailable},
+		{"model decommissioned", e("model llama2-70b has been decommissioned"), failure.ClassModelUnavailable},
+		{"unknown model", e("unknown model: claude-9"), failure.ClassModelUnavailable},
+		{"context length", e("context_length_exceeded"), failure.ClassContextLength},
+		{"too many tokens", e("Too many tokens in prompt"), failure.ClassContextLength},
+		{"prompt too long", e("prompt is too long: 210000 tokens > 200000 maximum"), failure.ClassContextLength},
+		{"context window", e("input exceeds the context window"), failure.ClassContextLength},
+		{"empty response", e("LLM returned an empty response"), failure.ClassEmptyResponse},
+		{"no choices", e("no choices in completion"), failure.ClassEmptyResponse},
+		{"content filter", e("finish_reason: content_filter"), failure.ClassContentFilter},
+		{"safety", e("Response blocked due to SAFETY"), failure.ClassContentFilter},
+		{"refusal", e("the model refused to answer"), failure.ClassContentFilter},
+		{"tool error", e("tool call failed: search_web"), failure.ClassToolError},
+		{"function call", e("function call get_weather raised"), failure.ClassToolError},
+		{"panic text without a panic", e("the panic button"), failure.ClassOther},
+		{"cancelled text", e("operation was cancelled"), failure.ClassCanceled},
+		{"unrelated", e("something odd happened"), failure.ClassOther},
+		{"non-ASCII", e("ошибка: превышен лимит"), failure.ClassOther},
+		{"non-ASCII with status", e("ошибка HTTP 429"), failure.ClassRateLimit},
+		{"empty text", e(""), failure.ClassOther},
+		{"secret scrubbed first still classified", e("invalid api_key=sk-abcdefghijklmnopqrstuvwx"), failure.ClassAuth},
+	}
+	if len(cases) < 60 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, c := range cases {
+		if got := failure.Classify(c.err); got != c.want {
+			t.Errorf("%s: Classify(%v) = %q, want %q", c.name, c.err, got, c.want)
+		}
+	}
+}
+
+func TestRootCause(t *testing.T) {
+	got := map[failure.Class]failure.RootCause{}
+	for _, c := range []failure.Class{failure.ClassRateLimit, failure.ClassTimeout, failure.ClassOverloaded, failure.ClassNetwork, failure.ClassAuth,
+		failure.ClassBadRequest, failure.ClassNotFound, failure.ClassModelUnavailable, failure.ClassContextLength, failure.ClassEmptyResponse,
+		failure.ClassContentFilter, failure.ClassToolError, failure.ClassPanic, failure.ClassCanceled, failure.ClassOther, "billing"} {
+		got[c] = c.RootCause()
+	}
+	want := map[failure.Class]failure.RootCause{
+		failure.ClassRateLimit: failure.RootCauseToolFailure, failure.ClassTimeout: failure.RootCauseToolFailure,
+		failure.ClassOverloaded: failure.RootCauseToolFailure, failure.ClassNetwork: failure.RootCauseToolFailure,
+		failure.ClassAuth: failure.RootCauseToolFailure, failure.ClassModelUnavailable: failure.RootCauseToolFailure,
+		failure.ClassToolError: failure.RootCauseToolFailure, failure.ClassCanceled: failure.RootCauseToolFailure,
+		failure.ClassBadRequest: failure.RootCauseInstructionAmbiguity, failure.ClassContentFilter: failure.RootCauseInstructionAmbiguity,
+		failure.ClassNotFound: failure.RootCauseKnowledgeGap, failure.ClassContextLength: failure.RootCauseContextLoss,
+		failure.ClassEmptyResponse: failure.RootCauseReasoningError, failure.ClassPanic: failure.RootCauseReasoningError,
+		failure.ClassOther: failure.RootCauseReasoningError, "billing": failure.RootCauseReasoningError,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Error(d)
+	}
+}
+
+func TestSignature(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"timeout after 30s on req 123", "timeout after <n>s on req <n>"},
+		{"timeout after 45s on req 999", "timeout after <n>s on req <n>"},
+		{"  Connection   RESET\tby peer\n", "connection reset by peer"},
+		{"request 550e8400-e29b-41d4-a716-446655440000 failed", "request <uuid> failed"},
+		{"trace 9f86d081884c7d65 dropped", "trace <hex> dropped"},
+		{"pointer 0xc000123abc", "pointer <hex>"},
+		{"deadbeef is a word", "deadbeef is a word"}, // no digit: a word, not an ID
+		{"took 1.25s, 3,000 tokens", "took <n>s, <n> tokens"},
+		{`model "gpt-4o" not found`, "model <str> not found"},
+		{"model 'claude-3' not found", "model <str> not found"},
+		{"can't parse `x`", "can't parse <str>"},
+		{"GET https://api.example.com/v1/chat?x=1 failed", "get <url> failed"},
+		{"open /var/log/app/2024-01-01.log: no such file", "open <path> no such file"},
+		{"open ./data/x.json failed", "open <path> failed"},
+		{`read C:\Users\bob\a.txt failed`, "read <path> failed"},
+		{"and/or stays", "and/or stays"},
+		{"dial tcp 10.0.0.1:443: refused", "dial tcp <n>:<n>: refused"},
+		{"Ошибка 500: Сервис недоступен", "ошибка <n>: сервис недоступен"},
+		{"错误代码 42 发生", "错误代码 <n> 发生"},
+		{"key sk-abcdefghijklmnop1234 rejected", "key sk-<redacted> rejected"},
+		{"unterminated \"quote here", "unterminated \"quote here"},
+		{"", ""},
+		{strings.Repeat("é", 200), strings.Repeat("é", 120)},
+		{strings.Repeat("ab ", 100), strings.TrimSpace(strings.Repeat("ab ", 40))},
+	}
+	if len(cases) < 20 {
+		t.Fatal("too few cases")
+	}
+	for _, c := range cases {
+		got := failure.Signature(c.in)
+		if got != c.want {
+			t.Errorf("Signature(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if again := failure.Signature(got); again != got {
+			t.Errorf("Signature not idempotent on %q: %q", got, again)
+		}
+	}
+	if a, b := failure.ClusterID(failure.Signature("timeout after 30s")), failure.ClusterID(failure.Signature("timeout after 45s")); a != b || len(a) != 16 {
+		t.Errorf("cluster IDs %q, %q", a, b)
+	}
+	// Stable across processes and releases: FNV-1a, a fixed value.
+	if got := failure.ClusterID("timeout after <n>s on req <n>"); got != "4cea57989c4c2924" {
+		t.Errorf("cluster ID of the reference signature = %s, want 4cea57989c4c2924", got)
+	}
+}
+
+func TestScrub(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"openai key", "Incorrect API key provided: sk-proj-AbCdEf0123456789xyzXYZ.", "Incorrect API key provided: sk-<redacted>."},
+		{"stripe key", "key sk_live_51HxYzAbCdEfGhIjKl rejected", "key sk_<redacted> rejected"},
+		{"slack token", "token xoxb-123456789012-abcdefghijklmn invalid", "token <redacted> invalid"},
+		{"github token", "ghp_abcdefghijklmnopqrstuvwxyz0123456789 expired", "ghp_<redacted> expired"},
+		{"aws key id", "AKIAIOSFODNN7EXAMPLE denied", "<redacted> denied"},
+		{"bearer", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig failed", "Authorization: Bearer <redacted> failed"},
+		{"basic", "sent Basic dXNlcjpwYXNzd29yZA== to proxy", "sent Basic <redacted> to proxy"},
+		{"bearer after other white space", "BeArer\f\u00a0AAAAAAAA", "BeArer\f\u00a0<redacted>"},
+		{"value on the next line", "password:\n hunter2", "password:\n <redacted>"},
+		{"password=", "login failed for password=hunter2&user=bob", "login failed for password=<redacted>&user=bob"},
+		{"api_key=", "GET /v1?api_key=abc123&q=1 failed", "GET /v1?api_key=<redacted>&q=1 failed"},
+		{"json api_key", `{"api_key": "abc 123", "model": "x"}`, `{"api_key": "<redacted>", "model": "x"}`},
+		{"client_secret:", "client_secret: s3cr3t", "client_secret: <redacted>"},
+		{"url userinfo", "dial https://bob:hunter2@db.example.com/x failed", "dial https://<redacted>@db.example.com/x failed"},
+		{"long hex", "signature 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 mismatch", "signature <redacted> mismatch"},
+		{"mixed token", "session abcDEF123ghiJKL456mnoPQR789stuVWX0 bad", "session <redacted> bad"},
+		{"telegram bot token", "bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawq/sendMessage", "bot123456789:<redacted>/sendMessage"},
+		{"max_tokens is a count", "max_tokens=4096 too large", "max_tokens=4096 too large"},
+		{"nothing", "connection refused", "connection refused"},
+		{"short hex kept", "trace 9f86d081 dropped", "trace 9f86d081 dropped"},
+	}
+	for _, c := range cases {
+		got := failure.Scrub(c.in)
+		if got != c.want {
+			t.Errorf("%s: Scrub(%q) = %q, want %q", c.name, c.in, got, c.want)
+		}
+		if again := failure.Scrub(got); again != got {
+			t.Errorf("%s: Scrub not idempotent: %q → %q", c.name, got, again)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { failure.Scrub("connection refused by upstream host after 3 retries") }); n != 0 {
+		t.Errorf("Scrub of a clean text allocates %v times", n)
+	}
+}
