@@ -79,6 +79,24 @@ type Event struct {
 	Summary *Summary `json:"summary,omitempty"`
 }
 
+// LogValue returns e for a log line, as a group: event (the type),
+// agent and id; from_version and to_version for a change; proposal,
+// class and status for a proposal; and error when Err is set. The
+// message is left out: it is the log line's message.
+func (e Event) LogValue() slog.Value {
+	attrs := []slog.Attr{slog.String("event", string(e.Type)), slog.String("agent", e.AgentID), slog.String("id", e.ID)}
+	if e.Change != nil {
+		attrs = append(attrs, slog.Int("from_version", e.Change.From.Version), slog.Int("to_version", e.Change.To.Version))
+	}
+	if p := e.Proposal; p != nil {
+		attrs = append(attrs, slog.String("proposal", p.ID), slog.String("class", string(p.Class)), slog.String("status", string(p.Status)))
+	}
+	if e.Err != "" {
+		attrs = append(attrs, slog.String("error", e.Err))
+	}
+	return slog.GroupValue(attrs...)
+}
+
 // Notifier receives the loop's events. The loop calls Notify from one
 // background goroutine, one event at a time, with a context that carries
 // the attempt's deadline (WithNotifyTimeout). An error or panic is
@@ -112,17 +130,7 @@ func (n LogNotifier) Notify(ctx context.Context, e Event) error {
 	if e.Type == EventRolledBack || e.Type == EventRollbackFailed {
 		level = slog.LevelWarn
 	}
-	attrs := []slog.Attr{slog.String("event", string(e.Type)), slog.String("agent", e.AgentID), slog.String("id", e.ID)}
-	if e.Change != nil {
-		attrs = append(attrs, slog.Int("from_version", e.Change.From.Version), slog.Int("to_version", e.Change.To.Version))
-	}
-	if p := e.Proposal; p != nil {
-		attrs = append(attrs, slog.String("proposal", p.ID), slog.String("class", string(p.Class)), slog.String("status", string(p.Status)))
-	}
-	if e.Err != "" {
-		attrs = append(attrs, slog.String("error", e.Err))
-	}
-	l.LogAttrs(ctx, level, "selfimprove: "+e.Message, attrs...)
+	l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
 	return nil
 }
 
