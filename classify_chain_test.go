@@ -147,20 +147,20 @@ func TestClassifyHostileChains(t *testing.T) {
 	}
 }
 
-func TestRetryableHostileChains(t *testing.T) {
+func TestRedeliverHostileChains(t *testing.T) {
 	for _, tt := range hostileErrors() {
 		t.Run(tt.name, func(t *testing.T) {
 			var (
 				retry bool
 				after time.Duration
 			)
-			promptly(t, "Retryable", func() { retry, after = Retryable(tt.err), retryAfter(tt.err) })
+			promptly(t, "redeliver", func() { retry, after = redeliver(tt.err), retryAfter(tt.err) })
 			wantAfter := time.Duration(0)
 			if _, ok := tt.err.(*ringErr); ok {
 				wantAfter = 7 * time.Second
 			}
 			if retry || after != wantAfter {
-				t.Errorf("Retryable = %v, retryAfter = %v; want false, %v", retry, after, wantAfter)
+				t.Errorf("redeliver = %v, retryAfter = %v; want false, %v", retry, after, wantAfter)
 			}
 		})
 	}
