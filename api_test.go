@@ -152,9 +152,8 @@ func TestOptionsValidated(t *testing.T) {
 		{"WithRollbackPolicy", si.WithRollbackPolicy(si.RollbackPolicy{FalseRollbacks: 1.5})},
 		{"WithRollbackPolicy", si.WithRollbackPolicy(si.RollbackPolicy{CanaryFraction: 0.9})},
 		{"WithDefaultConfig", si.WithDefaultConfig(si.Config{MaxAttempts: -1})},
-		{"WithNotifier", si.WithNotifier(si.SlackNotifier{WebhookURL: "http://hooks.example.com/T000/B000/secret"})},
-		{"WithNotifier", si.WithNotifier(si.Notifiers{si.WebhookNotifier{URL: "not a url"}})},
-		{"WithNotifier", si.WithNotifier(&si.TelegramNotifier{Token: "123:abc"})},
+		{"WithNotifier", si.WithNotifier(validated{errors.New("insecure URL")})},
+		{"WithNotifier", si.WithNotifier(validated{}, nil, &validated{errors.New("token required")})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,7 +173,7 @@ func TestOptionsValidated(t *testing.T) {
 	// Zero values take the defaults; documented special values stay.
 	l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithFlushInterval(0), si.WithLogRotation(-1, 0),
 		si.WithCircuitBreaker(si.CircuitBreaker{}), si.WithRollbackPolicy(si.RollbackPolicy{MaxSuccessDrop: -1}),
-		si.WithNotifier(si.SlackNotifier{WebhookURL: "http://127.0.0.1:9/hook"}))
+		si.WithNotifier(validated{}))
 	if err != nil {
 		t.Fatal(err)
 	}

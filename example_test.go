@@ -2,16 +2,9 @@ package selfimprove_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"time"
 
@@ -207,36 +200,6 @@ func ExampleBuiltinStrategy() {
 	// search: v2 backoff=1s attempts=2
 	// billing: pending proposal (auth, tool_failure): Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.
 	// rejected
-}
-
-// A receiver of WebhookNotifier's requests checks the signature: an
-// HMAC-SHA256 of the timestamp, a dot and the body, keyed with the shared
-// secret.
-func ExampleWebhookNotifier() {
-	const secret = "shared-secret"
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		ts := r.Header.Get("X-Selfimprove-Timestamp")
-		mac := hmac.New(sha256.New, []byte(secret))
-		mac.Write([]byte(ts + "."))
-		mac.Write(body)
-		want := "sha256=" + hex.EncodeToString(mac.Sum(nil))
-		if !hmac.Equal([]byte(r.Header.Get("X-Selfimprove-Signature")), []byte(want)) {
-			http.Error(w, "bad signature", http.StatusUnauthorized)
-			return
-		}
-		var e selfimprove.Event
-		json.Unmarshal(body, &e)
-		fmt.Println("verified:", e.Type, e.AgentID)
-	}))
-	defer receiver.Close()
-
-	n := selfimprove.WebhookNotifier{URL: receiver.URL, Secret: secret}
-	err := n.Notify(context.Background(), selfimprove.Event{Type: selfimprove.EventRolledBack, AgentID: "search"})
-	fmt.Println("error:", err)
-	// Output:
-	// verified: rolled_back search
-	// error: <nil>
 }
 
 // A timeout fix that turns timeouts into slower successes: the seed's

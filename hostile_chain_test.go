@@ -14,20 +14,20 @@ import (
 // Errors whose chains never end or are huge (internal/hostileerr): the
 // dispatcher's delivery rule and a call walk a bounded part of them.
 
-func TestRetryableHostileChains(t *testing.T) {
+func TestRedeliverHostileChains(t *testing.T) {
 	for _, tt := range hostileerr.Cases() {
 		t.Run(tt.Name, func(t *testing.T) {
 			var (
 				retry bool
 				after time.Duration
 			)
-			promptly(t, "Retryable", func() { retry, after = Retryable(tt.Err), retryAfter(tt.Err) })
+			promptly(t, "redeliver", func() { retry, after = redeliver(tt.Err), retryAfter(tt.Err) })
 			wantAfter := time.Duration(0)
 			if _, ok := tt.Err.(*hostileerr.RingErr); ok {
 				wantAfter = 7 * time.Second
 			}
 			if retry || after != wantAfter {
-				t.Errorf("Retryable = %v, retryAfter = %v; want false, %v", retry, after, wantAfter)
+				t.Errorf("redeliver = %v, retryAfter = %v; want false, %v", retry, after, wantAfter)
 			}
 		})
 	}

@@ -16,8 +16,9 @@
 // spots SharedCauses across agents. The built-in strategy
 // (DefaultStrategy) applies the safe tweak for the dominant class of
 // failure, and files a Proposal for a person to Approve or Reject when no
-// safe tweak is left. SlackNotifier, TelegramNotifier and WebhookNotifier
-// deliver events, with retries, digests of bursts and a daily summary.
+// safe tweak is left. A Notifier delivers events (package notify has
+// Slack, Telegram and webhook senders), with retries, digests of bursts
+// and a daily summary.
 //
 // The wrapped call comes first: the loop never changes its result, never
 // hides its error, and never lets the loop's own machinery (storage,
@@ -281,12 +282,12 @@ func New(opts ...Option) (*Loop, error) {
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)
 	}
-	n := o.notifier
+	ns := o.notifiers
 	if !o.notifierSet {
-		n = LogNotifier{Logger: o.logger}
+		ns = []Notifier{logNotifier{o.logger}}
 	}
-	if n != nil {
-		l.disp = newDispatcher(n, o.logger, o.notifyTimeout, o.notify, l.m)
+	if len(ns) > 0 {
+		l.disp = newDispatcher(ns, o.logger, o.notifyTimeout, o.notify, l.m)
 	}
 	go l.flushLoop(o.flushInterval)
 	if l.fleet != nil {

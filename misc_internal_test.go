@@ -32,7 +32,7 @@ func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
 		got.Add(int64(max(len(e.Digest), 1)))
 		return nil
 	})
-	d := newDispatcher(n, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 2}, m)
+	d := newDispatcher([]Notifier{n}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 2}, m)
 	d.send(Event{ID: "1"})
 	<-started // the worker holds event 1; the queue (2) is empty
 	for i := range 5 {
@@ -58,7 +58,7 @@ func TestDispatcherCloseGivesUpAtItsDeadline(t *testing.T) {
 	m := new(metrics)
 	block := make(chan struct{})
 	defer close(block)
-	d := newDispatcher(NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil }),
+	d := newDispatcher([]Notifier{NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil })},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 8}, m)
 	d.send(Event{ID: "stuck"})
 	d.send(Event{ID: "queued"})

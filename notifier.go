@@ -81,39 +81,11 @@ type Event struct {
 	Summary *Summary `json:"summary,omitempty"`
 }
 
-// Notifier receives the loop's events. The loop calls Notify from one
-// background goroutine, one event at a time, with a context that carries
-// the attempt's deadline (WithNotifyTimeout). An error or panic is
-// recovered, logged and counted in Metrics; it never reaches a wrapped
-// call. A failed delivery is tried again when Retryable(err) (see
-// NotifyOptions).
-type Notifier interface {
-	Notify(ctx context.Context, e Event) error
-}
-
-// NotifierFunc adapts a function to the Notifier interface.
-type NotifierFunc func(ctx context.Context, e Event) error
-
-// Notify calls f(ctx, e).
-func (f NotifierFunc) Notify(ctx context.Context, e Event) error { return f(ctx, e) }
-
-// LogNotifier logs each event through Logger (slog.Default() when nil):
-// rollbacks and rollback failures at level Warn, everything else at Info.
-// It is the loop's notifier unless WithNotifier is given.
-type LogNotifier struct {
-	Logger *slog.Logger
-}
-
-// Notify logs e.
-func (n LogNotifier) Notify(ctx context.Context, e Event) error {
-	l := n.Logger
-	if l == nil {
-		l = slog.Default()
-	}
-	level := slog.LevelInfo
-	if e.Type == EventRolledBack || e.Type == EventRollbackFailed {
-		level = slog.LevelWarn
-	}
+// LogValue returns e for a log line, as a group: event (the type),
+// agent and id; from_version and to_version for a change; proposal,
+// class and status for a proposal; and error when Err is set. The
+// message is left out: it is the log line's message.
+func (e Event) LogValue() slog.Value {
 	attrs := []slog.Attr{slog.String("event", string(e.Type)), slog.String("agent", e.AgentID), slog.String("id", e.ID)}
 	if e.Change != nil {
 		attrs = append(attrs, slog.Int("from_version", e.Change.From.Version), slog.Int("to_version", e.Change.To.Version))
@@ -124,7 +96,49 @@ func (n LogNotifier) Notify(ctx context.Context, e Event) error {
 	if e.Err != "" {
 		attrs = append(attrs, slog.String("error", e.Err))
 	}
-	l.LogAttrs(ctx, level, "selfimprove: "+e.Message, attrs...)
+	return slog.GroupValue(attrs...)
+}
+
+// Notifier receives the loop's events. The loop calls Notify from one
+// background goroutine, one event at a time, with a context that carries
+// the attempt's deadline (WithNotifyTimeout). An error or panic is
+// recovered, logged and counted in Metrics; it never reaches a wrapped
+// call. Package notify has senders for Slack, Telegram, webhooks and
+// slog.
+//
+// Redelivery: a failed delivery is tried again (NotifyOptions.Attempts,
+// with backoff) when its error, or an error it wraps, has a method
+// Redeliver() bool that returns true; the first such error in the chain
+// decides, and an error without one is not redelivered. A method
+// RetryAfter() time.Duration in the chain sets the wait before the next
+// attempt, up to NotifyOptions.MaxBackoff. notify.DeliveryError has both:
+// it asks for redelivery on 429, 5xx and transport errors.
+//
+// Validation: a Notifier may have a method Validate() error. New calls it
+// and fails with an error wrapping ErrInvalidOption when it returns one,
+// so that a bad address is reported at once rather than at the first
+// delivery. Its error must not quote secrets (URLs, tokens).
+type Notifier interface {
+	Notify(ctx context.Context, e Event) error
+}
+
+// NotifierFunc adapts a function to the Notifier interface.
+type NotifierFunc func(ctx context.Context, e Event) error
+
+// Notify calls f(ctx, e).
+func (f NotifierFunc) Notify(ctx context.Context, e Event) error { return f(ctx, e) }
+
+// logNotifier is the loop's notifier unless WithNotifier is given: it logs
+// each event through the loop's logger, rollbacks and rollback failures
+// at level Warn, everything else at Info (as notify.Log does).
+type logNotifier struct{ l *slog.Logger }
+
+func (n logNotifier) Notify(ctx context.Context, e Event) error {
+	level := slog.LevelInfo
+	if e.Type == EventRolledBack || e.Type == EventRollbackFailed {
+		level = slog.LevelWarn
+	}
+	n.l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
 	return nil
 }
 
@@ -153,8 +167,9 @@ func importance(t EventType) int {
 type NotifyOptions struct {
 	// Queue bounds the events waiting for delivery. Default 1,024.
 	Queue int
-	// Attempts is how many times one delivery is tried when it fails with
-	// a retryable error (see Retryable). Default 4.
+	// Attempts is how many times one delivery (to each notifier) is tried
+	// when it fails with an error that asks for redelivery (see
+	// Notifier). Default 4.
 	Attempts int
 	// Backoff is the wait before the second attempt, doubled after each
 	// attempt up to MaxBackoff. Defaults 1s and 30s. A Retry-After the
@@ -190,15 +205,14 @@ func (o NotifyOptions) withDefaults() NotifyOptions {
 	return o
 }
 
-// Retryable reports whether a failed delivery is worth another attempt:
-// err (or an error it wraps) has a method Retryable() bool that says so,
-// as DeliveryError does for 429, 5xx and transport errors. The first such
-// error in the chain decides. The chain is walked as Classify walks it,
-// to a bounded depth and length, so that one whose Unwrap never ends (a
-// cycle) is not walked forever, as errors.As would.
-func Retryable(err error) bool {
-	r, ok := findErr[interface{ Retryable() bool }](err)
-	return ok && r.Retryable()
+// redeliver is the dispatcher's rule for another attempt (see Notifier):
+// the first error in err's chain with a method Redeliver() bool says yes.
+// The chain is walked as Classify walks it, to a bounded depth and
+// length, so that one whose Unwrap never ends (a cycle) is not walked
+// forever, as errors.As would.
+func redeliver(err error) bool {
+	r, ok := findErr[interface{ Redeliver() bool }](err)
+	return ok && r.Redeliver()
 }
 
 // retryAfter returns the wait err asks for, through a method
@@ -224,12 +238,12 @@ func findErr[T any](err error) (T, bool) {
 	return r, ok
 }
 
-// dispatcher delivers events to a Notifier from one goroutine through a
+// dispatcher delivers events to its notifiers from one goroutine through a
 // bounded queue, in the order they came. Sending never blocks: when the
 // queue is full, the least important pending event (or the new one, if it
 // is the least important) is dropped, counted and logged.
 type dispatcher struct {
-	n       Notifier
+	ns      []Notifier // each gets every event, with its own retries
 	log     *slog.Logger
 	timeout time.Duration
 	o       NotifyOptions
@@ -281,8 +295,8 @@ func (f *fifo) pop() Event {
 	return e
 }
 
-func newDispatcher(n Notifier, log *slog.Logger, timeout time.Duration, o NotifyOptions, m *metrics) *dispatcher {
-	d := &dispatcher{n: n, log: log, timeout: timeout, o: o.withDefaults(), m: m,
+func newDispatcher(ns []Notifier, log *slog.Logger, timeout time.Duration, o NotifyOptions, m *metrics) *dispatcher {
+	d := &dispatcher{ns: ns, log: log, timeout: timeout, o: o.withDefaults(), m: m,
 		closing: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go d.run()
 	return d
@@ -451,16 +465,12 @@ func digest(evs []Event) Event {
 	}
 }
 
-// deliver hands e to the notifier, with retries; for Notifiers, to each
-// of them with its own retries.
+// deliver hands e to each notifier in turn, each with its own retries, so
+// that one that succeeded is not sent e again.
 func (d *dispatcher) deliver(e Event) {
-	if ns, ok := d.n.(Notifiers); ok {
-		for _, n := range ns {
-			d.deliverTo(n, e)
-		}
-		return
+	for _, n := range d.ns {
+		d.deliverTo(n, e)
 	}
-	d.deliverTo(d.n, e)
 }
 
 func (d *dispatcher) deliverTo(n Notifier, e Event) {
@@ -471,7 +481,7 @@ func (d *dispatcher) deliverTo(n Notifier, e Event) {
 			d.m.notified.Add(1)
 			return
 		}
-		if attempt >= d.o.Attempts || !Retryable(err) || d.isClosing() {
+		if attempt >= d.o.Attempts || !redeliver(err) || d.isClosing() {
 			d.m.notifyErrors.Add(1)
 			d.log.Warn("selfimprove: notifier failed", "event", string(e.Type), "agent", e.AgentID, "id", e.ID,
 				"attempts", attempt, "error", failure.Scrub(err.Error()))

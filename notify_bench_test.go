@@ -20,7 +20,7 @@ func BenchmarkEmit(b *testing.B) {
 		// room.
 		m := new(metrics)
 		block := make(chan struct{})
-		d := newDispatcher(NotifierFunc(func(context.Context, Event) error { <-block; return nil }), quiet, time.Hour,
+		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet, time.Hour,
 			NotifyOptions{Queue: 1024, BurstLimit: -1}, m)
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
@@ -43,7 +43,7 @@ func BenchmarkEmit(b *testing.B) {
 		// dropped, counted and (at most once a second) logged.
 		m := new(metrics)
 		block := make(chan struct{})
-		d := newDispatcher(NotifierFunc(func(context.Context, Event) error { <-block; return nil }), quiet, time.Hour,
+		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet, time.Hour,
 			NotifyOptions{Queue: 1024, BurstLimit: -1}, m)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

@@ -3,17 +3,10 @@ package selfimprove_test
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -22,213 +15,6 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 )
-
-// sampleEvent is a rollback with everything a message shows.
-func sampleEvent() si.Event {
-	ch := &si.Change{
-		ID: "c1", AgentID: "search <bot> & co",
-		From:   si.Config{Version: 1, Timeout: time.Second, Route: "primary"},
-		To:     si.Config{Version: 2, Timeout: 1500 * time.Millisecond, Route: "primary"},
-		Reason: "timeouts: raise the timeout from 1s to 1.5s",
-		Before: si.Stats{Calls: 20, Failures: 8, SuccessRate: 0.6, AvgLatency: 900 * time.Millisecond},
-		After:  si.Stats{Calls: 10, Failures: 5, SuccessRate: 0.5, AvgLatency: 1200 * time.Millisecond},
-		State:  si.ChangeRolledBack, Verdict: "5 consecutive failures under the new config (limit 5)",
-	}
-	return si.Event{ID: "e1", Time: t0, Type: si.EventRolledBack, AgentID: ch.AgentID, Change: ch,
-		Message: "agent \"search <bot> & co\": rolled back config v2 to v1"}
-}
-
-// recordedRequest is what a test server saw.
-type recordedRequest struct {
-	Method, Path, ContentType string
-	Header                    http.Header
-	Body                      []byte
-	At                        time.Time
-}
-
-// fakeService records requests and answers with the statuses in order
-// (200 once they run out).
-type fakeService struct {
-	mu       sync.Mutex
-	reqs     []recordedRequest
-	statuses []int
-	headers  []map[string]string
-	bodies   []string
-}
-
-func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	f.mu.Lock()
-	i := len(f.reqs)
-	f.reqs = append(f.reqs, recordedRequest{r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Clone(), body, time.Now()})
-	status, hdr, rbody := 200, map[string]string(nil), `{"ok":true}`
-	if i < len(f.statuses) {
-		status = f.statuses[i]
-		if i < len(f.headers) {
-			hdr = f.headers[i]
-		}
-		if i < len(f.bodies) {
-			rbody = f.bodies[i]
-		}
-	}
-	f.mu.Unlock()
-	for k, v := range hdr {
-		w.Header().Set(k, v)
-	}
-	w.WriteHeader(status)
-	io.WriteString(w, rbody)
-}
-
-func (f *fakeService) requests() []recordedRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]recordedRequest(nil), f.reqs...)
-}
-
-// inProcess is an http.Client that serves requests with h in-process, as
-// if from http://127.0.0.1: no sockets, so that it runs inside a synctest
-// bubble.
-func inProcess(h http.Handler) *http.Client {
-	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, r)
-		return rec.Result(), nil
-	})}
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
-func TestSlackRequest(t *testing.T) {
-	f := &fakeService{}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	n := si.SlackNotifier{WebhookURL: srv.URL + "/services/T000/B000/XXXX"}
-	if err := n.Notify(context.Background(), sampleEvent()); err != nil {
-		t.Fatal(err)
-	}
-	reqs := f.requests()
-	if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].Path != "/services/T000/B000/XXXX" || reqs[0].ContentType != "application/json" {
-		t.Fatalf("requests %+v", reqs)
-	}
-	var msg struct {
-		Text   string `json:"text"`
-		Blocks []struct {
-			Type string `json:"type"`
-			Text *struct {
-				Type, Text string
-			} `json:"text"`
-			Fields []struct{ Type, Text string } `json:"fields"`
-		} `json:"blocks"`
-	}
-	if err := json.Unmarshal(reqs[0].Body, &msg); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(msg.Text, "Rolled back: ") || !strings.Contains(msg.Text, "search &lt;bot&gt; &amp; co") {
-		t.Errorf("text %q", msg.Text)
-	}
-	if len(msg.Blocks) < 3 || msg.Blocks[0].Type != "header" || msg.Blocks[0].Text.Text != "Rolled back" {
-		t.Fatalf("blocks %+v", msg.Blocks)
-	}
-	var fields []string
-	for _, b := range msg.Blocks[2:] {
-		for _, f := range b.Fields {
-			if f.Type != "mrkdwn" {
-				t.Errorf("field type %q", f.Type)
-			}
-			fields = append(fields, f.Text)
-		}
-	}
-	all := strings.Join(fields, "\n")
-	for _, want := range []string{
-		"*Agent*\nsearch &lt;bot&gt; &amp; co",
-		"*Change*\nv1 → v2",
-		"*From*\nv1, timeout 1s, 1 attempt(s), route primary",
-		"*To*\nv2, timeout 1.5s, 1 attempt(s), route primary",
-		"*Reason*\ntimeouts: raise the timeout from 1s to 1.5s",
-		"*Before*\n60.0% success over 20 calls, average latency 900ms",
-		"*After*\n50.0% success over 10 calls, average latency 1.2s",
-	} {
-		if !strings.Contains(all, want) {
-			t.Errorf("fields lack %q:\n%s", want, all)
-		}
-	}
-}
-
-func TestTelegramRequest(t *testing.T) {
-	f := &fakeService{}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	const token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawq"
-	n := si.TelegramNotifier{Token: token, ChatID: "-1001234", BaseURL: srv.URL + "/"}
-	if err := n.Notify(context.Background(), sampleEvent()); err != nil {
-		t.Fatal(err)
-	}
-	reqs := f.requests()
-	if len(reqs) != 1 || reqs[0].Method != "POST" || reqs[0].Path != "/bot"+token+"/sendMessage" || reqs[0].ContentType != "application/json" {
-		t.Fatalf("requests %+v", reqs)
-	}
-	var msg map[string]any
-	if err := json.Unmarshal(reqs[0].Body, &msg); err != nil {
-		t.Fatal(err)
-	}
-	if msg["chat_id"] != "-1001234" || msg["parse_mode"] != "HTML" {
-		t.Errorf("message %v", msg)
-	}
-	text, _ := msg["text"].(string)
-	for _, want := range []string{"<b>Rolled back</b>", "<b>Agent:</b> search &lt;bot&gt; &amp; co", "<b>Change:</b> v1 → v2", "<b>Before:</b> 60.0% success"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("text lacks %q:\n%s", want, text)
-		}
-	}
-	if strings.Contains(text, "<bot>") {
-		t.Errorf("unescaped text:\n%s", text)
-	}
-}
-
-// The webhook's signature, checked by an independent implementation: the
-// receiver's side as the doc comment describes it.
-func TestWebhookSignature(t *testing.T) {
-	f := &fakeService{}
-	srv := httptest.NewServer(f)
-	defer srv.Close()
-	n := si.WebhookNotifier{URL: srv.URL + "/hook/s3cret-path", Secret: "k3y"}
-	ev := sampleEvent()
-	if err := n.Notify(context.Background(), ev); err != nil {
-		t.Fatal(err)
-	}
-	r := f.requests()[0]
-	ts, sig := r.Header.Get("X-Selfimprove-Timestamp"), r.Header.Get("X-Selfimprove-Signature")
-	mac := hmac.New(sha256.New, []byte("k3y"))
-	fmt.Fprintf(mac, "%s.%s", ts, r.Body)
-	if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); !hmac.Equal([]byte(sig), []byte(want)) {
-		t.Fatalf("signature %q, want %q", sig, want)
-	}
-	var got si.Event
-	if err := json.Unmarshal(r.Body, &got); err != nil || got.ID != ev.ID || got.Change.To.Version != 2 {
-		t.Fatalf("body %s: %v", r.Body, err)
-	}
-	// Without a secret there is no signature.
-	if err := (si.WebhookNotifier{URL: srv.URL}).Notify(context.Background(), ev); err != nil {
-		t.Fatal(err)
-	}
-	if h := f.requests()[1].Header.Get("X-Selfimprove-Signature"); h != "" {
-		t.Errorf("unsigned request has a signature %q", h)
-	}
-}
-
-func TestSendersRefusePlainHTTP(t *testing.T) {
-	for _, n := range []si.Notifier{
-		si.SlackNotifier{WebhookURL: "http://hooks.slack.example/services/x"},
-		si.TelegramNotifier{Token: "t", ChatID: "1", BaseURL: "http://api.telegram.example"},
-		si.WebhookNotifier{URL: "http://10.0.0.1/hook"},
-	} {
-		if err := n.Notify(context.Background(), sampleEvent()); !errors.Is(err, si.ErrInsecureURL) {
-			t.Errorf("%T: %v", n, err)
-		}
-	}
-}
 
 // logBuffer is a logger whose output the test reads.
 type logBuffer struct {
@@ -263,172 +49,6 @@ func deliveryLoop(t *testing.T, n si.Notifier, o si.NotifyOptions, logs io.Write
 			t.Fatal(err)
 		}
 	}
-}
-
-// Retries, with the exact waits between attempts (fake time): a 429's
-// Retry-After, Telegram's retry_after, exponential backoff on 5xx, and no
-// retry on another 4xx.
-func TestRetries(t *testing.T) {
-	cases := []struct {
-		name              string
-		svc               *fakeService
-		notifier          func(c *http.Client) si.Notifier
-		waits             []time.Duration // between the requests
-		notified, errored int64
-	}{
-		{"429 with Retry-After", &fakeService{statuses: []int{429}, headers: []map[string]string{{"Retry-After": "7"}}},
-			func(c *http.Client) si.Notifier { return si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: c} },
-			[]time.Duration{7 * time.Second}, 1, 0},
-		{"Telegram retry_after in the body", &fakeService{statuses: []int{429}, bodies: []string{`{"ok":false,"error_code":429,"parameters":{"retry_after":3}}`}},
-			func(c *http.Client) si.Notifier {
-				return si.TelegramNotifier{Token: "1:x", ChatID: "1", BaseURL: "http://127.0.0.1", Client: c}
-			},
-			[]time.Duration{3 * time.Second}, 1, 0},
-		{"500 and 503, then success", &fakeService{statuses: []int{500, 503}},
-			func(c *http.Client) si.Notifier { return si.WebhookNotifier{URL: "http://127.0.0.1/h", Client: c} },
-			[]time.Duration{time.Second, 2 * time.Second}, 1, 0},
-		{"400 is not retried", &fakeService{statuses: []int{400}},
-			func(c *http.Client) si.Notifier { return si.SlackNotifier{WebhookURL: "http://127.0.0.1/x", Client: c} },
-			nil, 0, 1},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				l, emit := deliveryLoop(t, c.notifier(inProcess(c.svc)), si.NotifyOptions{}, nil)
-				emit("r1")
-				time.Sleep(time.Minute)
-				l.Close()
-				reqs := c.svc.requests()
-				var waits []time.Duration
-				for i := 1; i < len(reqs); i++ {
-					waits = append(waits, reqs[i].At.Sub(reqs[i-1].At))
-				}
-				if fmt.Sprint(waits) != fmt.Sprint(c.waits) {
-					t.Errorf("waits between %d requests %v, want %v", len(reqs), waits, c.waits)
-				}
-				if m := l.Metrics(); m.Notified != c.notified || m.NotifyErrors != c.errored {
-					t.Errorf("notified %d, errors %d; want %d, %d", m.Notified, m.NotifyErrors, c.notified, c.errored)
-				}
-			})
-		})
-	}
-}
-
-// Each notifier of a fan-out is retried on its own: the one that
-// succeeded is not sent the event again.
-func TestNotifiersRetryEachOnItsOwn(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		ok, flaky := &fakeService{}, &fakeService{statuses: []int{502}}
-		l, emit := deliveryLoop(t, si.Notifiers{
-			si.WebhookNotifier{URL: "http://127.0.0.1/ok", Client: inProcess(ok)},
-			si.WebhookNotifier{URL: "http://127.0.0.1/flaky", Client: inProcess(flaky)},
-		}, si.NotifyOptions{}, nil)
-		emit("r1")
-		time.Sleep(time.Minute)
-		l.Close()
-		if a, b := len(ok.requests()), len(flaky.requests()); a != 1 || b != 2 {
-			t.Fatalf("requests: %d to the healthy one (want 1), %d to the flaky one (want 2)", a, b)
-		}
-	})
-}
-
-// A receiver that refuses connections: the delivery is retried, then
-// counted and logged, and neither the error nor the log holds the token.
-func TestConnectionRefusedAndRedaction(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	const token = "987654321:AAF-secret-token-value-xyz"
-	n := si.TelegramNotifier{Token: token, ChatID: "1", BaseURL: "http://" + addr}
-	err = n.Notify(context.Background(), sampleEvent())
-	var de *si.DeliveryError
-	if !errors.As(err, &de) || de.Status != 0 || !si.Retryable(err) {
-		t.Fatalf("error %v", err)
-	}
-	if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), "sendMessage") {
-		t.Fatalf("the error leaks the URL: %v", err)
-	}
-	// Through the loop: retried, then counted and logged, redacted.
-	logs := &logBuffer{}
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
-		si.WithNotifyOptions(si.NotifyOptions{Attempts: 3, Backoff: time.Millisecond}),
-		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	if m := l.Metrics(); m.NotifyErrors != 1 || m.Notified != 0 {
-		t.Errorf("metrics %+v", m)
-	}
-	out := logs.String()
-	if !strings.Contains(out, "notifier failed") || !strings.Contains(out, "attempts=") {
-		t.Errorf("no failure logged:\n%s", out)
-	}
-	if strings.Contains(out, token) || strings.Contains(out, "AAF-secret") {
-		t.Errorf("the log leaks the token:\n%s", out)
-	}
-	// A 500's error holds no secret either.
-	srv := httptest.NewServer(&fakeService{statuses: []int{500}})
-	defer srv.Close()
-	err = si.WebhookNotifier{URL: srv.URL + "/hooks/very-secret-path"}.Notify(context.Background(), sampleEvent())
-	if err == nil || strings.Contains(err.Error(), "very-secret-path") || !si.Retryable(err) {
-		t.Errorf("error %v", err)
-	}
-}
-
-// A receiver that hangs holds only the delivery goroutine: calls that make
-// decisions go on returning, and the notifier's queue absorbs or drops.
-func TestHungReceiverNeverSlowsCalls(t *testing.T) {
-	release, arrived := make(chan struct{}), make(chan struct{}, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case arrived <- struct{}{}:
-		default:
-		}
-		<-release
-	}))
-	defer srv.Close()
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(si.WebhookNotifier{URL: srv.URL}),
-		si.WithNotifyTimeout(time.Hour), si.WithNotifyOptions(si.NotifyOptions{Queue: 4}))
-	if err := l.SetConfig("a", si.Config{Route: "first"}); err != nil {
-		t.Fatal(err)
-	}
-	<-arrived // the receiver holds the first event's request and never answers
-	done := make(chan int)
-	go func() { done <- e2eCalls(t, l, 50) }()
-	select {
-	case n := <-done:
-		if n != 50 {
-			t.Fatalf("%d of 50 calls returned", n)
-		}
-	case <-time.After(time.Minute): // a guard against a deadlock, not a timing
-		t.Fatal("calls blocked behind a hung receiver")
-	}
-	// Of the 50 new events, 4 wait in the queue and 46 were dropped and
-	// counted.
-	if m := l.Metrics(); m.NotifyDropped != 46 {
-		t.Errorf("dropped %d, want 46", m.NotifyDropped)
-	}
-	close(release)
-	l.Close()
-}
-
-// e2eCalls makes n calls that each decide something (an operator action
-// and a call), and returns how many returned.
-func e2eCalls(t *testing.T, l *si.Loop, n int) int {
-	done := 0
-	for i := range n {
-		if err := l.SetConfig("a", si.Config{Route: fmt.Sprint(i)}); err != nil {
-			t.Error(err) // not Fatal: this may run on another goroutine
-			return done
-		}
-		l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil })
-		done++
-	}
-	return done
 }
 
 func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
@@ -581,4 +201,181 @@ func countType(evs []si.Event, t si.EventType) int {
 		}
 	}
 	return n
+}
+
+// validated is a Notifier with a Validate method that returns err.
+type validated struct{ err error }
+
+func (validated) Notify(context.Context, si.Event) error { return nil }
+func (v validated) Validate() error                      { return v.err }
+
+// New calls each notifier's Validate and wraps its error; nil notifiers
+// are skipped, and with none notifications are off.
+func TestWithNotifierValidates(t *testing.T) {
+	bad := errors.New("bad address")
+	for _, opt := range []si.Option{si.WithNotifier(validated{bad}), si.WithNotifier(validated{}, nil, &validated{bad})} {
+		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), opt)
+		if err == nil {
+			l.Close()
+			t.Fatal("New accepted a notifier whose Validate fails")
+		}
+		if !errors.Is(err, si.ErrInvalidOption) || !errors.Is(err, bad) || !strings.Contains(err.Error(), "WithNotifier") {
+			t.Errorf("error %v", err)
+		}
+	}
+	for _, opt := range []si.Option{si.WithNotifier(), si.WithNotifier(nil, nil)} {
+		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithStrategy(nil), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if m := l.Metrics(); m.Notified != 0 || m.NotifyErrors != 0 || m.NotifyDropped != 0 {
+			t.Errorf("notifications off, yet %+v", m)
+		}
+	}
+}
+
+// Without WithNotifier, events are logged through the loop's logger with
+// their attributes (Event.LogValue), a rollback at level Warn.
+func TestDefaultNotifierLogs(t *testing.T) {
+	synctest.Test(t, testDefaultNotifierLogs)
+}
+
+func testDefaultNotifierLogs(t *testing.T) {
+	logs := &logBuffer{}
+	l, err := si.New(si.WithMemoryStore(), si.WithStrategy(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait() // delivered alone, not in Close's digest
+	si.TestingEmit(l, si.Event{ID: "r1", Type: si.EventRolledBack, AgentID: "b", Message: "rolled back", Err: "boom",
+		Change: &si.Change{From: si.Config{Version: 1}, To: si.Config{Version: 2}}})
+	synctest.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()
+	for _, want := range []string{
+		`level=INFO msg="selfimprove: agent \"a\": config set to v2 by operator" event=config_set agent=a id=`, "from_version=1 to_version=2\n",
+		`level=WARN msg="selfimprove: rolled back" event=rolled_back agent=b id=r1 from_version=1 to_version=2 error=boom`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if m := l.Metrics(); m.Notified != 2 {
+		t.Errorf("notified %d, want 2", m.Notified)
+	}
+}
+
+// redeliverErr is a delivery error that asks, or not, for redelivery,
+// with a wait.
+type redeliverErr struct {
+	again bool
+	wait  time.Duration
+}
+
+func (e redeliverErr) Error() string             { return fmt.Sprintf("redeliver %v after %v", e.again, e.wait) }
+func (e redeliverErr) Redeliver() bool           { return e.again }
+func (e redeliverErr) RetryAfter() time.Duration { return e.wait }
+
+// retryableErr has the method the loop no longer reads: Retryable is the
+// call's retry policy's word, not delivery's.
+type retryableErr struct{}
+
+func (retryableErr) Error() string   { return "retryable" }
+func (retryableErr) Retryable() bool { return true }
+
+// failing is a notifier that fails with errs in turn, then succeeds, and
+// records when it was called.
+type failing struct {
+	mu   sync.Mutex
+	errs []error
+	at   []time.Time
+}
+
+func (f *failing) Notify(context.Context, si.Event) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.at = append(f.at, time.Now())
+	if i := len(f.at) - 1; i < len(f.errs) {
+		return f.errs[i]
+	}
+	return nil
+}
+
+func (f *failing) waits() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var w []time.Duration
+	for i := 1; i < len(f.at); i++ {
+		w = append(w, f.at[i].Sub(f.at[i-1]))
+	}
+	return w
+}
+
+// Redelivery, with the exact waits between attempts (fake time): the
+// error's RetryAfter, exponential backoff, none for an error that does not
+// ask (Redeliver false, no such method, or only Retryable), and the
+// first error in a chain decides.
+func TestRedelivery(t *testing.T) {
+	cases := []struct {
+		name              string
+		errs              []error
+		waits             []time.Duration
+		notified, errored int64
+	}{
+		{"RetryAfter", []error{redeliverErr{true, 7 * time.Second}}, []time.Duration{7 * time.Second}, 1, 0},
+		{"backoff", []error{redeliverErr{again: true}, fmt.Errorf("wrapped: %w", redeliverErr{again: true})},
+			[]time.Duration{time.Second, 2 * time.Second}, 1, 0},
+		{"attempts run out", []error{redeliverErr{again: true}, redeliverErr{again: true}, redeliverErr{again: true}, redeliverErr{again: true}},
+			[]time.Duration{time.Second, 2 * time.Second, 4 * time.Second}, 0, 1},
+		{"Redeliver false", []error{redeliverErr{}}, nil, 0, 1},
+		{"first in the chain decides", []error{fmt.Errorf("%w: %w", redeliverErr{}, redeliverErr{again: true})}, nil, 0, 1},
+		{"no method", []error{errors.New("refused")}, nil, 0, 1},
+		{"Retryable is not Redeliver", []error{retryableErr{}}, nil, 0, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &failing{errs: c.errs}
+				l, emit := deliveryLoop(t, f, si.NotifyOptions{}, nil)
+				emit("r1")
+				time.Sleep(time.Minute)
+				l.Close()
+				if w := f.waits(); fmt.Sprint(w) != fmt.Sprint(c.waits) {
+					t.Errorf("waits %v, want %v", w, c.waits)
+				}
+				if m := l.Metrics(); m.Notified != c.notified || m.NotifyErrors != c.errored {
+					t.Errorf("notified %d, errors %d; want %d, %d", m.Notified, m.NotifyErrors, c.notified, c.errored)
+				}
+			})
+		})
+	}
+}
+
+// Each notifier given to WithNotifier is retried on its own: the one that
+// succeeded is not sent the event again.
+func TestNotifiersRetryEachOnItsOwn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ok, flaky := &failing{}, &failing{errs: []error{redeliverErr{again: true}}}
+		l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(ok, flaky))
+		if err := l.SetConfig("a", si.Config{Route: "r1"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		l.Close()
+		if a, b := len(ok.at), len(flaky.at); a != 1 || b != 2 {
+			t.Fatalf("calls: %d to the healthy one (want 1), %d to the flaky one (want 2)", a, b)
+		}
+		if m := l.Metrics(); m.Notified != 2 || m.NotifyErrors != 0 {
+			t.Errorf("notified %d, errors %d; want 2, 0", m.Notified, m.NotifyErrors)
+		}
+	})
 }

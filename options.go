@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 )
 
@@ -34,7 +35,7 @@ type options struct {
 	coarse          time.Duration
 	strategy        Strategy
 	strategySet     bool
-	notifier        Notifier
+	notifiers       []Notifier
 	notifierSet     bool
 	logger          *slog.Logger
 	policy          RollbackPolicy
@@ -130,7 +131,7 @@ func (o *options) validate() error {
 	if err := o.defaultConfig.validate(); err != nil {
 		return fmt.Errorf("%w: WithDefaultConfig: %w", ErrInvalidOption, err)
 	}
-	if err := checkNotifier(o.notifier); err != nil {
+	if err := validateNotifiers(o.notifiers); err != nil {
 		return fmt.Errorf("%w: WithNotifier: %w", ErrInvalidOption, err)
 	}
 	if o.clock == nil {
@@ -226,13 +227,30 @@ func WithStrategy(s Strategy) Option {
 	return func(o *options) { o.strategy, o.strategySet = s, true }
 }
 
-// WithNotifier sets where events go. Default: LogNotifier with the
-// loop's logger; nil turns notifications off (events are still stored).
-// New checks the URLs of the built-in notifiers (SlackNotifier,
-// TelegramNotifier, WebhookNotifier, and those in Notifiers): https, or
-// http to a loopback address.
-func WithNotifier(n Notifier) Option {
-	return func(o *options) { o.notifier, o.notifierSet = n, true }
+// WithNotifier sets where events go: each of ns gets every event, in
+// turn, with its own retries, so that one that succeeded is not sent an
+// event again when another fails. Nil notifiers are skipped; with none
+// (WithNotifier() or WithNotifier(nil)) notifications are off, and events
+// are still stored. Given more than once, the last one counts. Default:
+// events are logged through the loop's logger (WithLogger), rollbacks at
+// level Warn. New calls each notifier's Validate method, if it has one
+// (see Notifier); the senders of package notify check their URLs there.
+func WithNotifier(ns ...Notifier) Option {
+	ns = slices.DeleteFunc(slices.Clone(ns), func(n Notifier) bool { return n == nil })
+	return func(o *options) { o.notifiers, o.notifierSet = ns, true }
+}
+
+// validateNotifiers calls the Validate method of each notifier that has
+// one (see Notifier) and returns the first error.
+func validateNotifiers(ns []Notifier) error {
+	for _, n := range ns {
+		if v, ok := n.(interface{ Validate() error }); ok {
+			if err := v.Validate(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // WithLogger sets the logger for the loop's own failures and, by default,

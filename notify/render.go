@@ -1,0 +1,128 @@
+package notify
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// message is an event laid out for people: a title, a one-paragraph
+// summary, and labelled fields.
+type message struct {
+	title, summary string
+	fields         [][2]string
+}
+
+// render lays out e for Slack and Telegram.
+func render(e selfimprove.Event) message {
+	m := message{title: titleOf(e), summary: e.Message}
+	add := func(k, v string) { m.fields = append(m.fields, [2]string{k, v}) }
+	if e.AgentID != "" {
+		add("Agent", e.AgentID)
+	}
+	if c := e.Change; c != nil {
+		add("Change", fmt.Sprintf("v%d → v%d", c.From.Version, c.To.Version))
+		add("From", describeConfig(c.From))
+		add("To", describeConfig(c.To))
+		if c.Reason != "" {
+			add("Reason", c.Reason)
+		}
+		add("Before", describeStats(c.Before))
+		if c.After.Calls > 0 {
+			add("After", describeStats(c.After))
+		}
+		if c.Verdict != "" {
+			add("Verdict", c.Verdict)
+		}
+	}
+	if p := e.Proposal; p != nil {
+		add("Proposal", fmt.Sprintf("%s (%s, %s, %d failures, confidence %.0f%%)", p.ID, p.Class, p.RootCause, p.Count, 100*p.Confidence))
+		if p.Rule != "" {
+			add("Suggestion", p.Rule)
+		}
+		if p.Config != nil {
+			add("Suggested config", describeConfig(*p.Config))
+		}
+		if len(p.Examples) > 0 {
+			add("Example", p.Examples[len(p.Examples)-1])
+		}
+	}
+	if e.Err != "" {
+		add("Error", failure.Scrub(e.Err))
+	}
+	for i, d := range e.Digest {
+		if i == 20 {
+			add("…", fmt.Sprintf("and %d more", len(e.Digest)-i))
+			break
+		}
+		add(d.Time.UTC().Format("15:04:05"), d.Message)
+	}
+	if s := e.Summary; s != nil {
+		for _, a := range s.Agents {
+			add(a.AgentID, fmt.Sprintf("%d calls, %.1f%% success, health %.2f; changes: %d applied, %d confirmed, %d rolled back",
+				a.Calls, 100*a.SuccessRate, a.Health, a.Applied, a.Confirmed, a.RolledBack))
+		}
+	}
+	return m
+}
+
+func titleOf(e selfimprove.Event) string {
+	switch e.Type {
+	case selfimprove.EventImprovementApplied:
+		return "Improvement applied"
+	case selfimprove.EventChangeConfirmed:
+		return "Change confirmed"
+	case selfimprove.EventRolledBack:
+		return "Rolled back"
+	case selfimprove.EventRollbackFailed:
+		return "Rollback not recorded"
+	case selfimprove.EventProposalFiled:
+		return "Proposal for review"
+	case selfimprove.EventProposalApproved:
+		return "Proposal approved"
+	case selfimprove.EventProposalRejected:
+		return "Proposal rejected"
+	case selfimprove.EventCircuitOpened:
+		return "Circuit opened"
+	case selfimprove.EventCircuitClosed:
+		return "Circuit closed"
+	case selfimprove.EventDigest:
+		return fmt.Sprintf("%d events", len(e.Digest))
+	case selfimprove.EventDailySummary:
+		return "Daily summary"
+	}
+	return strings.ReplaceAll(string(e.Type), "_", " ")
+}
+
+func describeConfig(c selfimprove.Config) string {
+	parts := []string{fmt.Sprintf("v%d", c.Version)}
+	if c.Timeout > 0 {
+		parts = append(parts, "timeout "+c.Timeout.String())
+	}
+	parts = append(parts, fmt.Sprintf("%d attempt(s)", max(c.MaxAttempts, 1)))
+	if c.Backoff > 0 {
+		parts = append(parts, "backoff "+c.Backoff.String())
+	}
+	if c.Route != "" {
+		parts = append(parts, "route "+c.Route)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func describeStats(s selfimprove.Stats) string {
+	return fmt.Sprintf("%.1f%% success over %d calls, average latency %v", 100*s.SuccessRate, s.Calls, s.AvgLatency)
+}
+
+// cut shortens s to at most n bytes, at a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
