@@ -70,177 +70,194 @@ func AppendSignature(dst []byte, text string) []byte {
 }
 
 func appendSig(dst []byte, text string) []byte {
-	// The signature is cut at MaxSignature runes; white space collapses
-	// into one pending space, written before the next rune.
-	start, runes, space := len(dst), 0, false
-	pending := func() bool {
-		if space {
-			space = false
-			if len(dst) > start {
-				if runes >= MaxSignature {
-					return false
-				}
-				dst = append(dst, ' ')
-				runes++
-			}
-		}
-		return runes < MaxSignature
-	}
-	putByte := func(c byte) bool {
-		if !pending() {
-			return false
-		}
-		dst = append(dst, c)
-		runes++
-		return true
-	}
-	putRune := func(r rune) bool {
-		if !pending() {
-			return false
-		}
-		dst = utf8.AppendRune(dst, r)
-		runes++
-		return true
-	}
-	putStr := func(s string) bool { // an ASCII placeholder
-		if !pending() {
-			return false
-		}
-		n := min(len(s), MaxSignature-runes)
-		dst = append(dst, s[:n]...)
-		runes += n
-		return n == len(s)
-	}
+	w := sigWriter{dst: dst, start: len(dst)}
 	hasURL := strings.Contains(text, "://")
 	for i := 0; i < len(text); {
-		// Fast path: an ASCII letter, digit-free, inside a word, or plain
-		// punctuation.
-		if c := text[i]; c < utf8.RuneSelf && i > 0 && text[i-1] < utf8.RuneSelf {
-			switch k := sigByte[c]; {
-			case k == sigSpace:
-				space = true
-				i++
-				continue
-			case k == sigLetter && wordByte[text[i-1]]:
-				if 'A' <= c && c <= 'Z' {
-					c += 'a' - 'A'
-				}
-				if !putByte(c) {
-					return dst
-				}
-				i++
-				continue
-			case k == sigPunct:
-				if !putByte(c) {
-					return dst
-				}
-				i++
-				continue
+		if n, ok := w.fast(text, i); n > 0 {
+			if !ok {
+				return w.dst
 			}
+			i += n
+			continue
 		}
 		r, size := utf8.DecodeRuneInString(text[i:])
-		atStart := i == 0 || !isWordByte(text, i)
-		switch {
-		case unicode.IsSpace(r):
-			space = true
+		if unicode.IsSpace(r) {
+			w.space = true
 			i += size
 			continue
-		case atStart && hasURL && isLetter(r):
-			if n := urlLen(text[i:]); n > 0 {
-				if !putStr("<url>") {
-					return dst
-				}
-				i += n
-				continue
-			}
-		case atStart && (r == '/' || r == '.' || r == '~' || r == '\\'):
-			if n := pathLen(text[i:]); n > 0 {
-				if !putStr("<path>") {
-					return dst
-				}
-				i += n
-				continue
-			}
-		case r == '"' || r == '`' || (r == '\'' && atStart):
-			if j := strings.IndexByte(text[i+1:], byte(r)); j >= 0 {
-				if !putStr("<str>") {
-					return dst
-				}
-				i += j + 2
-				continue
-			}
 		}
-		if atStart && isDriveLetter(text[i:]) {
-			if n := pathLen(text[i:]); n > 0 {
-				if !putStr("<path>") {
-					return dst
-				}
-				i += n
-				continue
+		if ph, n := placeholder(text, i, r, hasURL); n > 0 {
+			if !w.putStr(ph) {
+				return w.dst
 			}
+			i += n
+			continue
 		}
-		if atStart && r < utf8.RuneSelf && isHex(byte(r)) {
-			// A hex word: 8 or more hex digits with a decimal digit among
-			// them, or 0x and hex digits; or a UUID.
-			h, digit := i, false
-			for h < len(text) && isHex(text[h]) {
-				digit = digit || text[h] <= '9'
-				h++
-			}
-			hexStart := i
-			if h == i+1 && text[i] == '0' && h < len(text) && text[h]|0x20 == 'x' {
-				hexStart = h + 1
-				for h = hexStart; h < len(text) && isHex(text[h]); h++ {
-				}
-			}
-			switch {
-			case h-i == 8 && isUUID(text[i:]):
-				if !putStr("<uuid>") {
-					return dst
-				}
-				i += 36
-				continue
-			case endsWord(text, h) && (hexStart == i && h-i >= 8 && digit || hexStart > i && h > hexStart):
-				if !putStr("<hex>") {
-					return dst
-				}
-				i = h
-				continue
-			}
+		if isLetter(r) {
+			r = unicode.ToLower(r)
 		}
-		switch {
-		case isDigit(r):
-			// A number, with its decimal points.
-			j := i
-			for j < len(text) {
-				r, n := utf8.DecodeRuneInString(text[j:])
-				if isDigit(r) {
-					j += n
-					continue
-				}
-				if (r == '.' || r == ',') && j+1 < len(text) && isDigitByteAt(text, j+1) {
-					j++
-					continue
-				}
-				break
+		if !w.putRune(r) {
+			return w.dst
+		}
+		i += size
+	}
+	return w.dst
+}
+
+// sigWriter appends a signature: it is cut at MaxSignature runes, and
+// white space collapses into one pending space, written before the next
+// rune.
+type sigWriter struct {
+	dst          []byte
+	start, runes int
+	space        bool
+}
+
+// pending writes the pending space, if any, and reports whether there is
+// room for more.
+func (w *sigWriter) pending() bool {
+	if w.space {
+		w.space = false
+		if len(w.dst) > w.start {
+			if w.runes >= MaxSignature {
+				return false
 			}
-			if !putStr("<n>") {
-				return dst
-			}
-			i = j
-		case isLetter(r):
-			if !putRune(unicode.ToLower(r)) {
-				return dst
-			}
-			i += size
-		default:
-			if !putRune(r) {
-				return dst
-			}
-			i += size
+			w.dst = append(w.dst, ' ')
+			w.runes++
 		}
 	}
-	return dst
+	return w.runes < MaxSignature
+}
+
+func (w *sigWriter) putByte(c byte) bool {
+	if !w.pending() {
+		return false
+	}
+	w.dst = append(w.dst, c)
+	w.runes++
+	return true
+}
+
+func (w *sigWriter) putRune(r rune) bool {
+	if !w.pending() {
+		return false
+	}
+	w.dst = utf8.AppendRune(w.dst, r)
+	w.runes++
+	return true
+}
+
+// putStr writes an ASCII placeholder.
+func (w *sigWriter) putStr(s string) bool {
+	if !w.pending() {
+		return false
+	}
+	n := min(len(s), MaxSignature-w.runes)
+	w.dst = append(w.dst, s[:n]...)
+	w.runes += n
+	return n == len(s)
+}
+
+// fast handles the common byte at text[i]: an ASCII letter inside a
+// word, white space, or plain punctuation, after an ASCII byte. It
+// returns the bytes consumed (0: not such a byte) and whether there was
+// room.
+func (w *sigWriter) fast(text string, i int) (n int, ok bool) {
+	c := text[i]
+	if c >= utf8.RuneSelf || i == 0 || text[i-1] >= utf8.RuneSelf {
+		return 0, true
+	}
+	switch k := sigByte[c]; {
+	case k == sigSpace:
+		w.space = true
+		return 1, true
+	case k == sigLetter && wordByte[text[i-1]]:
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		return 1, w.putByte(c)
+	case k == sigPunct:
+		return 1, w.putByte(c)
+	}
+	return 0, true
+}
+
+// placeholder returns the placeholder that replaces what starts at
+// text[i] (whose first rune is r), and the bytes it replaces: a URL, a
+// path, a quoted string, a UUID, a hex word or a number; 0 for none.
+func placeholder(text string, i int, r rune, hasURL bool) (string, int) {
+	atStart := i == 0 || !isWordByte(text, i)
+	switch {
+	case atStart && hasURL && isLetter(r):
+		if n := urlLen(text[i:]); n > 0 {
+			return "<url>", n
+		}
+	case atStart && (r == '/' || r == '.' || r == '~' || r == '\\'):
+		if n := pathLen(text[i:]); n > 0 {
+			return "<path>", n
+		}
+	case r == '"' || r == '`' || (r == '\'' && atStart):
+		if j := strings.IndexByte(text[i+1:], byte(r)); j >= 0 {
+			return "<str>", j + 2
+		}
+	}
+	if atStart && isDriveLetter(text[i:]) {
+		if n := pathLen(text[i:]); n > 0 {
+			return "<path>", n
+		}
+	}
+	if atStart && r < utf8.RuneSelf && isHex(byte(r)) {
+		if ph, n := hexWord(text, i); n > 0 {
+			return ph, n
+		}
+	}
+	if isDigit(r) {
+		return "<n>", numberLen(text, i)
+	}
+	return "", 0
+}
+
+// hexWord returns the placeholder of a hex word at text[i]: 8 or more
+// hex digits with a decimal digit among them, or 0x and hex digits
+// (<hex>); or a UUID (<uuid>); and its length, 0 for none.
+func hexWord(text string, i int) (string, int) {
+	h, digit := i, false
+	for h < len(text) && isHex(text[h]) {
+		digit = digit || text[h] <= '9'
+		h++
+	}
+	hexStart := i
+	if h == i+1 && text[i] == '0' && h < len(text) && text[h]|0x20 == 'x' {
+		hexStart = h + 1
+		for h = hexStart; h < len(text) && isHex(text[h]); h++ {
+		}
+	}
+	switch {
+	case h-i == 8 && isUUID(text[i:]):
+		return "<uuid>", 36
+	case endsWord(text, h) && (hexStart == i && h-i >= 8 && digit || hexStart > i && h > hexStart):
+		return "<hex>", h - i
+	}
+	return "", 0
+}
+
+// numberLen returns the length of the number at text[i], with its
+// decimal points.
+func numberLen(text string, i int) int {
+	j := i
+	for j < len(text) {
+		r, n := utf8.DecodeRuneInString(text[j:])
+		if isDigit(r) {
+			j += n
+			continue
+		}
+		if (r == '.' || r == ',') && j+1 < len(text) && isDigitByteAt(text, j+1) {
+			j++
+			continue
+		}
+		break
+	}
+	return j - i
 }
 
 // ASCII byte kinds for appendSig's fast path: sigPunct bytes start
