@@ -121,101 +121,144 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 	if cl == nil || s.outage(a, cl) {
 		return nil, nil
 	}
-	maxTimeout, maxBackoff, maxAtt := s.caps()
-	cur := a.Config
-	next := cur.clone()
-	rejected := func(c Config) bool {
-		return slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
-			return (t.Cluster == "" || t.Cluster == cl.ID) && (t.Config.Equal(c) || repeats(cur, c, t.Config))
-		})
-	}
-	evidence := fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)
-	if t := s.learned(a, class, cur, cl.ID, rejected); t != nil {
+	p := &plan{s: s, a: &a, class: class, cl: cl, share: share, cur: a.Config, next: a.Config.clone(),
+		evidence: fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)}
+	p.maxTimeout, p.maxBackoff, p.maxAtt = s.caps()
+	if t := s.learned(a, class, p.cur, cl.ID, p.rejected); t != nil {
 		return t, nil
 	}
-	safe := func(reason string) *Tweak {
-		if m, f := s.failedBefore(a.Memories, cur, next, a.Time); f != nil {
-			return &Tweak{Config: cur, Review: true, Confidence: share.frac(), Cluster: cl.ID, Rule: rules[class],
-				Reason: fmt.Sprintf("%s was rolled back for a similar failure on agent %q (similarity %.2f): %s", reason, f.AgentID, m.Similarity, evidence)}
-		}
-		return &Tweak{Config: next, Reason: reason + " (" + evidence + ")", Confidence: share.frac(), Cluster: cl.ID}
-	}
-	review := func(why string, suggest *Config) *Tweak {
-		t := &Tweak{Config: cur, Review: true, Confidence: share.frac(), Cluster: cl.ID,
-			Reason: why + " (" + evidence + ")"}
-		if suggest != nil && !rejected(*suggest) {
-			t.Config = *suggest
-		}
-		t.Rule = rules[class]
-		if t.Rule == "" {
-			t.Rule = otherRule
-		}
-		return t
-	}
-
 	switch class {
 	case failure.ClassTimeout:
-		if cur.Timeout <= 0 {
-			return review("timeouts with no timeout set: the deadline comes from elsewhere", nil), nil
-		}
-		next.Timeout = min(cur.Timeout*3/2, maxTimeout)
-		beyond := cur.clone()
-		beyond.Timeout = cur.Timeout * 3 / 2
-		switch {
-		case next.Timeout <= cur.Timeout:
-			return review(fmt.Sprintf("timeout %v is at its cap %v", cur.Timeout, maxTimeout), &beyond), nil
-		case rejected(next):
-			return review(fmt.Sprintf("raising the timeout to %v was rolled back before", next.Timeout), nil), nil
-		}
-		return safe(fmt.Sprintf("timeouts: raise the timeout from %v to %v", cur.Timeout, next.Timeout)), nil
-
+		return p.timeout(), nil
 	case failure.ClassRateLimit:
-		b := cur.Backoff * 2
-		if cur.Backoff <= 0 {
-			b = time.Second
-		}
-		b = max(b, rateLimitWait(a.Failures))
-		next.Backoff = min(b, maxBackoff)
-		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
-		if next.Backoff < cur.Backoff {
-			next.Backoff = cur.Backoff
-		}
-		if next.MaxAttempts < cur.attempts() {
-			next.MaxAttempts = cur.MaxAttempts
-		}
-		switch {
-		case next.Equal(cur):
-			beyond := cur.clone()
-			beyond.Backoff, beyond.MaxAttempts = b, cur.attempts()+1
-			return review(fmt.Sprintf("backoff %v and %d attempts are at their caps", cur.Backoff, cur.attempts()), &beyond), nil
-		case rejected(next):
-			return review("raising the backoff and retries was rolled back before", nil), nil
-		}
-		return safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, cur.attempts(), next.attempts())), nil
-
+		return p.rateLimit(), nil
 	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse:
-		next.MaxAttempts = min(cur.attempts()+1, maxAtt)
-		switch {
-		case next.MaxAttempts <= cur.attempts():
-			beyond := cur.clone()
-			beyond.MaxAttempts = cur.attempts() + 1
-			return review(fmt.Sprintf("%d attempts is at its cap", cur.attempts()), &beyond), nil
-		case rejected(next):
-			return review("one more attempt was rolled back before", nil), nil
-		}
-		return safe(fmt.Sprintf("%s: attempts %d → %d", class, cur.attempts(), next.attempts())), nil
-
+		return p.oneMoreAttempt(), nil
 	case failure.ClassModelUnavailable:
-		start := slices.Index(s.Fallbacks, cur.Route) + 1
-		for _, r := range s.Fallbacks[start:] {
-			next.Route = r
-			if r != cur.Route && !rejected(next) {
-				return safe(fmt.Sprintf("model unavailable: route %q → %q", cur.Route, r)), nil
-			}
-		}
-		return review(fmt.Sprintf("model unavailable on route %q and no fallback route left", cur.Route), nil), nil
+		return p.fallback(), nil
 	}
-	return review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
+	return p.review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
+}
+
+// plan is the built-in strategy's work on one analysis: the dominant
+// class and cluster, the config in force and the one it builds.
+type plan struct {
+	s                      *BuiltinStrategy
+	a                      *Analysis
+	class                  failure.Class
+	cl                     *Cluster
+	share                  shareOf
+	cur, next              Config
+	evidence               string
+	maxTimeout, maxBackoff time.Duration
+	maxAtt                 int
+}
+
+// rejected reports whether c repeats a tweak rolled back or rejected for
+// the cluster.
+func (p *plan) rejected(c Config) bool {
+	return slices.ContainsFunc(p.a.Rejected, func(t Tweak) bool {
+		return (t.Cluster == "" || t.Cluster == p.cl.ID) && (t.Config.Equal(c) || repeats(p.cur, c, t.Config))
+	})
+}
+
+// safe is the tweak to p.next, unless a similar agent rolled it back,
+// which makes it a proposal.
+func (p *plan) safe(reason string) *Tweak {
+	if m, f := p.s.failedBefore(p.a.Memories, p.cur, p.next, p.a.Time); f != nil {
+		return &Tweak{Config: p.cur, Review: true, Confidence: p.share.frac(), Cluster: p.cl.ID, Rule: rules[p.class],
+			Reason: fmt.Sprintf("%s was rolled back for a similar failure on agent %q (similarity %.2f): %s", reason, f.AgentID, m.Similarity, p.evidence)}
+	}
+	return &Tweak{Config: p.next, Reason: reason + " (" + p.evidence + ")", Confidence: p.share.frac(), Cluster: p.cl.ID}
+}
+
+// review is a proposal for a person, suggesting suggest when it was not
+// rolled back before.
+func (p *plan) review(why string, suggest *Config) *Tweak {
+	t := &Tweak{Config: p.cur, Review: true, Confidence: p.share.frac(), Cluster: p.cl.ID,
+		Reason: why + " (" + p.evidence + ")"}
+	if suggest != nil && !p.rejected(*suggest) {
+		t.Config = *suggest
+	}
+	t.Rule = rules[p.class]
+	if t.Rule == "" {
+		t.Rule = otherRule
+	}
+	return t
+}
+
+// timeout raises the timeout by half, up to its cap.
+func (p *plan) timeout() *Tweak {
+	cur := p.cur
+	if cur.Timeout <= 0 {
+		return p.review("timeouts with no timeout set: the deadline comes from elsewhere", nil)
+	}
+	p.next.Timeout = min(cur.Timeout*3/2, p.maxTimeout)
+	beyond := cur.clone()
+	beyond.Timeout = cur.Timeout * 3 / 2
+	switch {
+	case p.next.Timeout <= cur.Timeout:
+		return p.review(fmt.Sprintf("timeout %v is at its cap %v", cur.Timeout, p.maxTimeout), &beyond)
+	case p.rejected(p.next):
+		return p.review(fmt.Sprintf("raising the timeout to %v was rolled back before", p.next.Timeout), nil)
+	}
+	return p.safe(fmt.Sprintf("timeouts: raise the timeout from %v to %v", cur.Timeout, p.next.Timeout))
+}
+
+// rateLimit doubles the backoff (at least to the wait the failures asked
+// for) and allows one more attempt, up to their caps.
+func (p *plan) rateLimit() *Tweak {
+	cur, next := p.cur, &p.next
+	b := cur.Backoff * 2
+	if cur.Backoff <= 0 {
+		b = time.Second
+	}
+	b = max(b, rateLimitWait(p.a.Failures))
+	next.Backoff = min(b, p.maxBackoff)
+	next.MaxAttempts = min(cur.attempts()+1, p.maxAtt)
+	if next.Backoff < cur.Backoff {
+		next.Backoff = cur.Backoff
+	}
+	if next.MaxAttempts < cur.attempts() {
+		next.MaxAttempts = cur.MaxAttempts
+	}
+	switch {
+	case next.Equal(cur):
+		beyond := cur.clone()
+		beyond.Backoff, beyond.MaxAttempts = b, cur.attempts()+1
+		return p.review(fmt.Sprintf("backoff %v and %d attempts are at their caps", cur.Backoff, cur.attempts()), &beyond)
+	case p.rejected(*next):
+		return p.review("raising the backoff and retries was rolled back before", nil)
+	}
+	return p.safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, cur.attempts(), next.attempts()))
+}
+
+// oneMoreAttempt allows one more attempt, up to the cap.
+func (p *plan) oneMoreAttempt() *Tweak {
+	cur := p.cur
+	p.next.MaxAttempts = min(cur.attempts()+1, p.maxAtt)
+	switch {
+	case p.next.MaxAttempts <= cur.attempts():
+		beyond := cur.clone()
+		beyond.MaxAttempts = cur.attempts() + 1
+		return p.review(fmt.Sprintf("%d attempts is at its cap", cur.attempts()), &beyond)
+	case p.rejected(p.next):
+		return p.review("one more attempt was rolled back before", nil)
+	}
+	return p.safe(fmt.Sprintf("%s: attempts %d → %d", p.class, cur.attempts(), p.next.attempts()))
+}
+
+// fallback moves the route to the next fallback not rolled back before.
+func (p *plan) fallback() *Tweak {
+	cur := p.cur
+	start := slices.Index(p.s.Fallbacks, cur.Route) + 1
+	for _, r := range p.s.Fallbacks[start:] {
+		p.next.Route = r
+		if r != cur.Route && !p.rejected(p.next) {
+			return p.safe(fmt.Sprintf("model unavailable: route %q → %q", cur.Route, r))
+		}
+	}
+	return p.review(fmt.Sprintf("model unavailable on route %q and no fallback route left", cur.Route), nil)
 }
 
 // outage reports whether the agent's dominant cluster cl is an upstream
