@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
@@ -266,8 +267,8 @@ func ExampleLoop_Similar() {
 
 // Two replicas share one fleet: a config set through one is in force on
 // the other at once, under the same version.
-func ExampleNewMemoryFleet() {
-	fleet := selfimprove.NewMemoryFleet()
+func ExampleWithFleet() {
+	fleet := fleettest.New(nil)
 	a, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
 	defer a.Close()
 	b, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))

@@ -26,7 +26,7 @@ import (
 //
 // Every method must be safe for concurrent use, must honour ctx (the
 // Loop gives each call a deadline, WithFleetTimeout), and must treat the
-// agent ID as data: any bytes, up to MaxAgentIDLen. NewMemoryFleet is an
+// agent ID as data: any bytes, up to MaxAgentIDLen. fleettest.New is an
 // implementation for Loops in one process; the redisfleet module is one
 // for replicas sharing a Redis server. The loop's side is described in
 // docs/fleet.md.

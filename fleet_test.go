@@ -10,17 +10,18 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
-// fleetEnv is n Loops (replicas) sharing one MemoryFleet and a fake
+// fleetEnv is n Loops (replicas) sharing one fleettest.Fleet and a fake
 // clock, each on its own memory store. Counts go to the fleet only on
 // sync, so that every step is deterministic.
 type fleetEnv struct {
 	t     *testing.T
 	clk   *fakeclock.Clock
 	fleet si.Fleet
-	mem   *si.MemoryFleet
+	mem   *fleettest.Fleet
 	reps  []*si.Loop
 	recs  []*recorder
 	strat si.Strategy
@@ -30,7 +31,7 @@ type fleetEnv struct {
 func newFleetEnv(t *testing.T, n int, strat si.Strategy, opts ...si.Option) *fleetEnv {
 	t.Helper()
 	clk := fakeclock.New(t0)
-	mem := si.NewMemoryFleetClock(clk)
+	mem := fleettest.New(clk)
 	e := &fleetEnv{t: t, clk: clk, fleet: mem, mem: mem, strat: strat, opts: opts}
 	for range n {
 		e.add()
@@ -366,9 +367,9 @@ func TestFleetProposalAppliedOnce(t *testing.T) {
 	}
 }
 
-// faultyFleet is a MemoryFleet that cannot be reached while down is set.
+// faultyFleet is a fleettest.Fleet that cannot be reached while down is set.
 type faultyFleet struct {
-	*si.MemoryFleet
+	*fleettest.Fleet
 	down atomic.Bool
 }
 
@@ -385,37 +386,37 @@ func (f *faultyFleet) Load(ctx context.Context, id string) (uint64, []byte, erro
 	if err := f.check(); err != nil {
 		return 0, nil, err
 	}
-	return f.MemoryFleet.Load(ctx, id)
+	return f.Fleet.Load(ctx, id)
 }
 
 func (f *faultyFleet) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	return f.MemoryFleet.Commit(ctx, id, rev, v)
+	return f.Fleet.Commit(ctx, id, rev, v)
 }
 
 func (f *faultyFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.MemoryFleet.Add(ctx, d)
+	return f.Fleet.Add(ctx, d)
 }
 
 func (f *faultyFleet) Lease(ctx context.Context, id, owner string, ttl time.Duration) (bool, error) {
 	if err := f.check(); err != nil {
 		return false, err
 	}
-	return f.MemoryFleet.Lease(ctx, id, owner, ttl)
+	return f.Fleet.Lease(ctx, id, owner, ttl)
 }
 
 func TestFleetUnreachable(t *testing.T) {
 	strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
 	clk := fakeclock.New(t0)
-	mem := si.NewMemoryFleetClock(clk)
+	mem := fleettest.New(clk)
 	e := &fleetEnv{t: t, clk: clk, mem: mem, strat: strat}
 	// Replicas 0 and 1 reach the fleet through a link that can fail.
-	link := &faultyFleet{MemoryFleet: mem}
+	link := &faultyFleet{Fleet: mem}
 	e.fleet = link
 	e.add()
 	e.add()

@@ -1,4 +1,8 @@
-package selfimprove
+// Package fleettest holds an in-process Fleet, for several Loops in one
+// process and for tests, as net/http/httptest holds a server: Loops that
+// share a fleettest.Fleet learn together exactly as replicas sharing
+// Redis do (see the redisfleet module), with no network.
+package fleettest
 
 import (
 	"context"
@@ -8,54 +12,52 @@ import (
 	"sync"
 	"time"
 
+	si "github.com/self-improving-loop/selfimprove"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// MemoryFleet is a Fleet in process memory, for Loops in one process (and
-// for tests). It is synchronous: a commit reaches every subscriber before
-// Commit returns, so what one Loop decides is in force on the others on
-// their next call. Its lease expiry reads the clock given to
-// NewMemoryFleetClock (default: the system clock). It keeps the latest
-// MemoryFleetEvents events.
-type MemoryFleet struct {
-	clock Clock
+// Fleet is a selfimprove.Fleet in process memory. It is synchronous: a
+// commit reaches every subscriber before Commit returns, so what one Loop
+// decides is in force on the others on their next call. Its lease expiry
+// reads the clock given to New (default: the system clock). It keeps the
+// latest MaxEvents events.
+type Fleet struct {
+	clock si.Clock
 
 	mu     sync.Mutex
 	agents map[string]*memFleetAgent
-	events []Event
+	events []si.Event
 	subs   map[int]func(string, uint64)
 	nextID int
 }
 
-// MemoryFleetEvents is how many events a MemoryFleet keeps.
-const MemoryFleetEvents = 10_000
+// MaxEvents is how many events a Fleet keeps.
+const MaxEvents = 10_000
 
 type memFleetAgent struct {
 	rev        uint64
 	value      []byte
 	gen        uint64 // the generation counted below
-	change     FleetCounts
-	control    FleetCounts
-	total      FleetCounts
-	failures   []FleetFailure // the latest, at most MaxFleetFailures
+	change     si.FleetCounts
+	control    si.FleetCounts
+	total      si.FleetCounts
+	failures   []si.FleetFailure // the latest, at most si.MaxFleetFailures
 	seq        uint64
 	lease      string
 	leaseUntil time.Time
 }
 
-// NewMemoryFleet returns an empty MemoryFleet on the system clock.
-func NewMemoryFleet() *MemoryFleet { return NewMemoryFleetClock(nil) }
-
-// NewMemoryFleetClock returns an empty MemoryFleet whose leases expire by
-// c (nil: the system clock).
-func NewMemoryFleetClock(c Clock) *MemoryFleet {
+// New returns an empty Fleet whose leases expire by c (nil: the system
+// clock).
+func New(c si.Clock) *Fleet {
 	if c == nil {
-		c = realClock{}
+		c = systemClock{}
 	}
-	return &MemoryFleet{clock: c, agents: map[string]*memFleetAgent{}, subs: map[int]func(string, uint64){}}
+	return &Fleet{clock: c, agents: map[string]*memFleetAgent{}, subs: map[int]func(string, uint64){}}
 }
 
-func (m *MemoryFleet) agent(id string) *memFleetAgent {
+func (m *Fleet) agent(id string) *memFleetAgent {
 	a := m.agents[id]
 	if a == nil {
 		a = &memFleetAgent{}
@@ -65,7 +67,7 @@ func (m *MemoryFleet) agent(id string) *memFleetAgent {
 }
 
 // Load returns agentID's shared state and revision.
-func (m *MemoryFleet) Load(ctx context.Context, agentID string) (uint64, []byte, error) {
+func (m *Fleet) Load(ctx context.Context, agentID string) (uint64, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
@@ -80,7 +82,7 @@ func (m *MemoryFleet) Load(ctx context.Context, agentID string) (uint64, []byte,
 
 // Commit stores value if agentID's revision is still rev, then tells the
 // subscribers.
-func (m *MemoryFleet) Commit(ctx context.Context, agentID string, rev uint64, value []byte) (uint64, error) {
+func (m *Fleet) Commit(ctx context.Context, agentID string, rev uint64, value []byte) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -89,7 +91,7 @@ func (m *MemoryFleet) Commit(ctx context.Context, agentID string, rev uint64, va
 	if a.rev != rev {
 		cur := a.rev
 		m.mu.Unlock()
-		return 0, fmt.Errorf("%w: agent %q is at revision %d, not %d", ErrFleetConflict, agentID, cur, rev)
+		return 0, fmt.Errorf("%w: agent %q is at revision %d, not %d", si.ErrFleetConflict, agentID, cur, rev)
 	}
 	a.rev++
 	a.value = slices.Clone(value)
@@ -106,27 +108,30 @@ func (m *MemoryFleet) Commit(ctx context.Context, agentID string, rev uint64, va
 }
 
 // Add adds the deltas and returns the pooled counts.
-func (m *MemoryFleet) Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool, error) {
+func (m *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]FleetPool, len(deltas))
+	out := make([]si.FleetPool, len(deltas))
 	for i, d := range deltas {
 		a := m.agent(d.AgentID)
 		if d.Gen > a.gen {
-			a.gen, a.change, a.control = d.Gen, FleetCounts{}, FleetCounts{}
+			a.gen, a.change, a.control = d.Gen, si.FleetCounts{}, si.FleetCounts{}
 		}
 		a.total.Add(d.Change)
 		a.total.Add(d.Control)
-		for _, f := range d.Failures[:min(len(d.Failures), MaxFleetFailures)] {
+		for _, f := range d.Failures[:min(len(d.Failures), si.MaxFleetFailures)] {
 			a.seq++
 			f.Seq, f.Replica = a.seq, d.Replica
 			f.Text = failure.Bound(f.Text, failure.MaxText)
-			a.failures = appendBounded(a.failures, f, MaxFleetFailures)
+			if len(a.failures) == si.MaxFleetFailures {
+				a.failures = slices.Delete(a.failures, 0, 1)
+			}
+			a.failures = append(a.failures, f)
 		}
-		p := FleetPool{Rev: a.rev, Gen: d.Gen, Total: a.total, Failures: slices.Clone(a.failures)}
+		p := si.FleetPool{Rev: a.rev, Gen: d.Gen, Total: a.total, Failures: slices.Clone(a.failures)}
 		if d.Gen == a.gen {
 			a.change.Add(d.Change)
 			a.control.Add(d.Control)
@@ -138,7 +143,7 @@ func (m *MemoryFleet) Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool
 }
 
 // Lease gives agentID's lease to owner for ttl.
-func (m *MemoryFleet) Lease(ctx context.Context, agentID, owner string, ttl time.Duration) (bool, error) {
+func (m *Fleet) Lease(ctx context.Context, agentID, owner string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -154,7 +159,7 @@ func (m *MemoryFleet) Lease(ctx context.Context, agentID, owner string, ttl time
 }
 
 // Release ends owner's lease of agentID.
-func (m *MemoryFleet) Release(ctx context.Context, agentID, owner string) error {
+func (m *Fleet) Release(ctx context.Context, agentID, owner string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -167,7 +172,7 @@ func (m *MemoryFleet) Release(ctx context.Context, agentID, owner string) error 
 }
 
 // Subscribe calls f after each commit, on the committing goroutine.
-func (m *MemoryFleet) Subscribe(f func(agentID string, rev uint64)) (stop func()) {
+func (m *Fleet) Subscribe(f func(agentID string, rev uint64)) (stop func()) {
 	m.mu.Lock()
 	id := m.nextID
 	m.nextID++
@@ -181,22 +186,22 @@ func (m *MemoryFleet) Subscribe(f func(agentID string, rev uint64)) (stop func()
 }
 
 // AppendEvents adds events to the log, which keeps the latest
-// MemoryFleetEvents.
-func (m *MemoryFleet) AppendEvents(ctx context.Context, events []Event) error {
+// MaxEvents.
+func (m *Fleet) AppendEvents(ctx context.Context, events []si.Event) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.events = append(m.events, events...)
-	if n := len(m.events); n > MemoryFleetEvents {
-		m.events = slices.Clone(m.events[n-MemoryFleetEvents:])
+	if n := len(m.events); n > MaxEvents {
+		m.events = slices.Clone(m.events[n-MaxEvents:])
 	}
 	return nil
 }
 
 // Events returns up to limit of the latest events, oldest first.
-func (m *MemoryFleet) Events(ctx context.Context, limit int) ([]Event, error) {
+func (m *Fleet) Events(ctx context.Context, limit int) ([]si.Event, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -206,4 +211,9 @@ func (m *MemoryFleet) Events(ctx context.Context, limit int) ([]Event, error) {
 	return slices.Clone(m.events[len(m.events)-n:]), nil
 }
 
-var _ Fleet = (*MemoryFleet)(nil)
+var _ si.Fleet = (*Fleet)(nil)
+
+// systemClock is the system clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

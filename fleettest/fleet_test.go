@@ -1,0 +1,16 @@
+package fleettest_test
+
+import (
+	"testing"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
+	suite "github.com/self-improving-loop/selfimprove/internal/fleettest"
+)
+
+func TestFleetSuite(t *testing.T) {
+	suite.Run(t, func(*testing.T) (si.Fleet, si.Fleet) {
+		m := fleettest.New(nil)
+		return m, m
+	})
+}
