@@ -1,5 +1,5 @@
 module github.com/self-improving-loop/selfimprove
 
-go 1.25
+go 1.26.0
 
 require github.com/google/go-cmp v0.7.0

@@ -46,6 +46,17 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	if maxAgents <= 0 {
 		maxAgents = 1000
 	}
+	agents, aggregated := agentSeries(l, maxAgents)
+	e := encoder{w: w}
+	e.agentMetrics(agents, aggregated)
+	e.loopMetrics(l.Metrics())
+}
+
+// agentSeries returns a series for each of the first maxAgents of l's
+// agents in memory, in ID order, then, if any are left, one that sums them
+// under agent="_other" (an agent whose label is "_other", or repeats an
+// earlier agent's, is summed too). It also returns how many were summed.
+func agentSeries(l *selfimprove.Loop, maxAgents int) ([]series, int64) {
 	var all []selfimprove.AgentMetrics
 	for m := range l.AgentMetrics() {
 		all = append(all, m)
@@ -71,8 +82,12 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	if other.n > 0 {
 		agents = append(agents, other)
 	}
+	return agents, other.n
+}
 
-	e := encoder{w: w}
+// agentMetrics writes the per-agent families, and the count of agents
+// summed under agent="_other".
+func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 	e.family("selfimprove_calls_total", "counter", "Calls by agent and outcome since the agent was loaded in this process (ignored: cancelled by the caller).")
 	for i := range agents {
 		a := &agents[i]
@@ -80,6 +95,23 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.m.Failures)
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.m.Ignored)
 	}
+	e.latency(agents)
+	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
+	for i := range agents {
+		if a := &agents[i]; a.label != otherAgents {
+			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.ConfigVersion))
+		}
+	}
+	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
+	for i := range agents {
+		e.sample("selfimprove_circuit_open", true, agents[i].label, "", "", agents[i].open)
+	}
+	e.family("selfimprove_agents_aggregated", "gauge", "Agents in memory whose series are summed under agent=\"_other\".")
+	e.sample("selfimprove_agents_aggregated", false, "", "", "", aggregated)
+}
+
+// latency writes the call duration histogram of each agent.
+func (e *encoder) latency(agents []series) {
 	e.family("selfimprove_call_duration_seconds", "histogram", "Duration of the counted calls (every attempt and the waits between), by agent.")
 	bounds := selfimprove.LatencyBuckets()
 	les := make([]string, len(bounds))
@@ -100,20 +132,10 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 		e.float("selfimprove_call_duration_seconds_sum", a.label, a.m.Latency.Sum.Seconds())
 		e.sample("selfimprove_call_duration_seconds_count", true, a.label, "", "", int64(a.m.Latency.Count))
 	}
-	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
-	for i := range agents {
-		if a := &agents[i]; a.label != otherAgents {
-			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.ConfigVersion))
-		}
-	}
-	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
-	for i := range agents {
-		e.sample("selfimprove_circuit_open", true, agents[i].label, "", "", agents[i].open)
-	}
-	e.family("selfimprove_agents_aggregated", "gauge", "Agents in memory whose series are summed under agent=\"_other\".")
-	e.sample("selfimprove_agents_aggregated", false, "", "", "", other.n)
+}
 
-	m := l.Metrics()
+// loopMetrics writes the loop-wide families.
+func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 	e.family("selfimprove_changes_total", "counter", "Config changes applied, confirmed and rolled back since the loop started.")
 	e.sample("selfimprove_changes_total", false, "", "result", "applied", m.Improvements)
 	e.sample("selfimprove_changes_total", false, "", "result", "confirmed", m.Confirmations)

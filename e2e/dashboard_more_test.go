@@ -71,6 +71,16 @@ var teams = []string{"pay", "search", "review", "mail", "chat"}
 // sorting by success rate and filtering by a prefix give the loop's rows.
 func TestDashboard5000Agents(t *testing.T) {
 	ctx := newBrowser(t)
+	d := bigFleetLoop(t)
+	srv := serve(t, d.l, admin.Options{Token: dashToken, OpenReads: true})
+	checkBigFleetLoads(t, ctx, srv, d.l)
+	desc := checkBigFleetSorted(t, ctx, d.l)
+	checkBigFleetFiltered(t, ctx, d.l, desc)
+}
+
+// bigFleetLoop returns a plain loop with bigFleet agents that made calls.
+func bigFleetLoop(t *testing.T) *dashLoop {
+	t.Helper()
 	d := plainLoop(t)
 	l := d.l
 	// Agent i makes 2 to 10 calls, every other one with a failure: one
@@ -88,9 +98,14 @@ func TestDashboard5000Agents(t *testing.T) {
 		}
 	}
 	d.clk.Advance(time.Second)
-	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
-	do := doer(t, ctx)
+	return d
+}
 
+// checkBigFleetLoads opens the page on the big fleet: the first page and
+// the full count show within a bound, and one page of rows is in the DOM.
+func checkBigFleetLoads(t *testing.T, ctx context.Context, srv *httptest.Server, l *si.Loop) {
+	t.Helper()
+	do := doer(t, ctx)
 	start := time.Now()
 	do("navigate", chromedp.Navigate(srv.URL+"/si/"))
 	do("first page", until(`document.querySelectorAll("#agents tbody tr").length === 50`, chromedp.WithPollingInterval(10*time.Millisecond)))
@@ -115,39 +130,55 @@ func TestDashboard5000Agents(t *testing.T) {
 	}
 	checkRows(t, l, rowsOf(t, ctx))
 	shot(t, ctx, "1-5000-agents")
+}
 
-	type agent struct {
-		id      string
-		success float64
+// fleetAgent is an agent of the big fleet and its success rate.
+type fleetAgent struct {
+	id      string
+	success float64
+}
+
+// rowRefs returns the agent IDs of rows.
+func rowRefs(rows []row) []string {
+	var s []string
+	for _, r := range rows {
+		s = append(s, r.Ref)
 	}
-	var fleet []agent
+	return s
+}
+
+// pageIDs returns the IDs of the first 50 agents of as, a page of the
+// table.
+func pageIDs(as []fleetAgent) []string {
+	var s []string
+	for _, a := range as[:min(50, len(as))] {
+		s = append(s, a.id)
+	}
+	return s
+}
+
+// checkBigFleetSorted sorts the table by success rate, ascending then
+// descending, and checks the first page against the loop's agents each
+// time. It returns the agents sorted by success rate, descending.
+func checkBigFleetSorted(t *testing.T, ctx context.Context, l *si.Loop) []fleetAgent {
+	t.Helper()
+	do := doer(t, ctx)
+	var fleet []fleetAgent
 	for id := range l.Agents() {
-		fleet = append(fleet, agent{id, l.Stats(id).SuccessRate})
+		fleet = append(fleet, fleetAgent{id, l.Stats(id).SuccessRate})
 	}
 	if len(fleet) != bigFleet {
 		t.Fatalf("the loop has %d agents, want %d", len(fleet), bigFleet)
 	}
-	bySuccess := func(x, y agent) int { return cmp.Or(cmp.Compare(x.success, y.success), strings.Compare(x.id, y.id)) }
+	bySuccess := func(x, y fleetAgent) int {
+		return cmp.Or(cmp.Compare(x.success, y.success), strings.Compare(x.id, y.id))
+	}
 	slices.SortFunc(fleet, bySuccess)
-	ids := func(rows []row) []string {
-		var s []string
-		for _, r := range rows {
-			s = append(s, r.Ref)
-		}
-		return s
-	}
-	want := func(as []agent) []string {
-		var s []string
-		for _, a := range as[:min(50, len(as))] {
-			s = append(s, a.id)
-		}
-		return s
-	}
 
 	// Sorted by success rate, ascending then descending.
 	do("sort by success", chromedp.Click(`#agents th[data-key="success"]`), until(`document.querySelector('#agents th[data-key="success"]').getAttribute("aria-sort") === "ascending"`))
 	rows := rowsOf(t, ctx)
-	if got, w := ids(rows), want(fleet); !slices.Equal(got, w) {
+	if got, w := rowRefs(rows), pageIDs(fleet); !slices.Equal(got, w) {
 		t.Errorf("sorted by success, ascending:\n page %v\n loop %v", got, w)
 	}
 	checkRows(t, l, rows)
@@ -156,16 +187,25 @@ func TestDashboard5000Agents(t *testing.T) {
 	}
 	do("sort by success, descending", chromedp.Click(`#agents th[data-key="success"]`), until(`document.querySelector('#agents th[data-key="success"]').getAttribute("aria-sort") === "descending"`))
 	desc := slices.Clone(fleet)
-	slices.SortFunc(desc, func(x, y agent) int { return cmp.Or(cmp.Compare(y.success, x.success), strings.Compare(x.id, y.id)) })
+	slices.SortFunc(desc, func(x, y fleetAgent) int {
+		return cmp.Or(cmp.Compare(y.success, x.success), strings.Compare(x.id, y.id))
+	})
 	rows = rowsOf(t, ctx)
-	if got, w := ids(rows), want(desc); !slices.Equal(got, w) {
+	if got, w := rowRefs(rows), pageIDs(desc); !slices.Equal(got, w) {
 		t.Errorf("sorted by success, descending:\n page %v\n loop %v", got, w)
 	}
 	checkRows(t, l, rows)
+	return desc
+}
 
+// checkBigFleetFiltered filters the table, sorted by success rate
+// descending (desc), by a prefix, and checks the first and the last page.
+func checkBigFleetFiltered(t *testing.T, ctx context.Context, l *si.Loop, desc []fleetAgent) {
+	t.Helper()
+	do := doer(t, ctx)
 	// Filtered by a prefix, still sorted by success rate descending; then
 	// the last page.
-	var pay []agent
+	var pay []fleetAgent
 	for _, a := range desc {
 		if strings.HasPrefix(a.id, "pay-") {
 			pay = append(pay, a)
@@ -173,8 +213,8 @@ func TestDashboard5000Agents(t *testing.T) {
 	}
 	do("filter", chromedp.SendKeys(`#filter`, "pay-"),
 		until(fmt.Sprintf(`document.querySelector("#count").textContent === "%d of %d agents"`, len(pay), bigFleet)))
-	rows = rowsOf(t, ctx)
-	if got, w := ids(rows), want(pay); !slices.Equal(got, w) {
+	rows := rowsOf(t, ctx)
+	if got, w := rowRefs(rows), pageIDs(pay); !slices.Equal(got, w) {
 		t.Errorf("filtered by pay-:\n page %v\n loop %v", got, w)
 	}
 	checkRows(t, l, rows)
@@ -187,7 +227,7 @@ func TestDashboard5000Agents(t *testing.T) {
 	}
 	do("last page", until(fmt.Sprintf(`document.querySelector("#page-info").textContent === "page %d of %d"`, pages, pages)))
 	rows = rowsOf(t, ctx)
-	if got, w := ids(rows), want(pay[(pages-1)*50:]); !slices.Equal(got, w) {
+	if got, w := rowRefs(rows), pageIDs(pay[(pages-1)*50:]); !slices.Equal(got, w) {
 		t.Errorf("filtered by pay-, last page:\n page %v\n loop %v", got, w)
 	}
 	if n := eval[int](t, ctx, `document.querySelectorAll("#agents tr").length`); n > 51 {
@@ -289,6 +329,38 @@ func boxes(t *testing.T, ctx context.Context, sel string) []rect {
 	return eval[[]rect](t, ctx, fmt.Sprintf(`[...document.querySelectorAll(%q)].map(e => { const r = e.getBoundingClientRect(); return {X: r.x, Y: r.y, W: r.width, H: r.height}; })`, sel))
 }
 
+// steady records the boxes of the elements sels match and returns a check
+// that they did not move; a selector ending in " (top)" compares the
+// position and width only, for a row whose own text may grow.
+func steady(t *testing.T, ctx context.Context, what string, sels ...string) func() {
+	t.Helper()
+	get := func(s string) []rect {
+		sel, top := strings.CutSuffix(s, " (top)")
+		rs := boxes(t, ctx, sel)
+		if top {
+			for i := range rs {
+				rs[i].H = 0
+			}
+		}
+		return rs
+	}
+	before := map[string][]rect{}
+	for _, s := range sels {
+		before[s] = get(s)
+		if len(before[s]) == 0 {
+			t.Fatalf("%s: no %s", what, s)
+		}
+	}
+	return func() {
+		t.Helper()
+		for _, s := range sels {
+			if after := get(s); !slices.Equal(before[s], after) {
+				t.Errorf("%s: %s moved:\n before %v\n after  %v", what, s, before[s], after)
+			}
+		}
+	}
+}
+
 // TestDashboardNoLayoutJumps checks that live events do not move the
 // table's header and first row, nor the timeline and history on the agent
 // page.
@@ -298,44 +370,12 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 	l := d.l
 	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
 	do := doer(t, ctx)
-	// steady records the boxes of sels and returns a check that they did
-	// not move; a selector ending in " (top)" compares the position and
-	// width only, for a row whose own text may grow.
-	steady := func(what string, sels ...string) func() {
-		t.Helper()
-		get := func(s string) []rect {
-			sel, top := strings.CutSuffix(s, " (top)")
-			rs := boxes(t, ctx, sel)
-			if top {
-				for i := range rs {
-					rs[i].H = 0
-				}
-			}
-			return rs
-		}
-		before := map[string][]rect{}
-		for _, s := range sels {
-			before[s] = get(s)
-			if len(before[s]) == 0 {
-				t.Fatalf("%s: no %s", what, s)
-			}
-		}
-		return func() {
-			t.Helper()
-			for _, s := range sels {
-				if after := get(s); !slices.Equal(before[s], after) {
-					t.Errorf("%s: %s moved:\n before %v\n after  %v", what, s, before[s], after)
-				}
-			}
-		}
-	}
-
 	// The agent page while its change is rolled back.
 	do("agent page",
 		chromedp.Navigate(srv.URL+"/si/#/agent/checkout"),
 		chromedp.WaitVisible(`#conn.live`),
 		until(`document.querySelectorAll("#timeline rect.marker").length === 3`))
-	check := steady("rollback on the agent page", "#agent-facts", "#timeline", "#marker-detail", "#clusters thead th", "#history thead th", "#history tbody tr:first-child (top)")
+	check := steady(t, ctx, "rollback on the agent page", "#agent-facts", "#timeline", "#marker-detail", "#clusters thead th", "#history thead th", "#history tbody tr:first-child (top)")
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
 	do("rollback shown", until(`document.querySelector("#timeline rect.marker.rollback") !== null &&
 		document.querySelector('#agent-facts [data-fact="change"] dd').textContent === "rolled back"`))
@@ -355,7 +395,7 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 	if len(pending) != 1 || pending[0].AgentID != "review" {
 		t.Fatalf("pending proposals: %+v", pending)
 	}
-	check = steady("events on the table", "#list-view h1", "#agents thead tr", "#agents thead th", "#agents tbody tr:first-child", "#agents tbody tr:first-child td")
+	check = steady(t, ctx, "events on the table", "#list-view h1", "#agents thead tr", "#agents thead th", "#agents tbody tr:first-child", "#agents tbody tr:first-child td")
 	d.calls(t, "checkout", 7, nil)
 	d.calls(t, "steady", 3, errUpstream)
 	if err := l.Approve(pending[0].ID); err != nil { // review: a new config, under verification

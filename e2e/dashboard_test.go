@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -244,18 +243,19 @@ func checkRows(t *testing.T, l *si.Loop, rows []row) {
 func TestDashboard(t *testing.T) {
 	ctx := newBrowser(t)
 	d := newDashLoop(t)
-	l := d.l
-	srv := httptest.NewServer(http.StripPrefix("/si", admin.Handler(l, admin.Options{Token: dashToken, OpenReads: true})))
-	t.Cleanup(srv.Close)
-	t.Cleanup(srv.CloseClientConnections) // the stream, before Close waits for it
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	srv := serve(t, d.l, admin.Options{Token: dashToken, OpenReads: true})
+	checkDashboardTable(t, ctx, srv, d.l)
+	checkDashboardAgent(t, ctx, d.l)
+	checkDashboardRollback(t, ctx, d)
+	checkDashboardApprove(t, ctx, d.l)
+	checkDashboardReconnect(t, ctx, srv, d)
+}
 
-	// The table: 63 agents, pages of 50, numbers equal to the loop's.
+// checkDashboardTable checks the table of TestDashboard's 63 agents: pages
+// of 50, a filter and a sort, numbers equal to the loop's.
+func checkDashboardTable(t *testing.T, ctx context.Context, srv *httptest.Server, l *si.Loop) {
+	t.Helper()
+	do := doer(t, ctx)
 	do("open the page",
 		chromedp.Navigate(srv.URL+"/si/"),
 		chromedp.WaitVisible(`#agents tbody tr`),
@@ -280,9 +280,14 @@ func TestDashboard(t *testing.T) {
 	}
 	checkRows(t, l, rows)
 	shot(t, ctx, "1-agents")
+}
 
-	// The agent page: markers for the first change, its confirmation and
-	// the second change; a marker shows the diff and the evidence.
+// checkDashboardAgent opens checkout's page from the table: markers for the
+// first change, its confirmation and the second change; a marker shows the
+// diff and the evidence.
+func checkDashboardAgent(t *testing.T, ctx context.Context, l *si.Loop) {
+	t.Helper()
+	do := doer(t, ctx)
 	do("agent page",
 		chromedp.Click(`#agents a[href="#/agent/checkout"]`),
 		chromedp.WaitVisible(`#agent-view`),
@@ -303,8 +308,14 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	shot(t, ctx, "2-agent")
+}
 
-	// A rollback while the page is open appears within 2 s.
+// checkDashboardRollback rolls back checkout's change while its page is
+// open: the rollback appears within 2 s, there and then in the table.
+func checkDashboardRollback(t *testing.T, ctx context.Context, d *dashLoop) {
+	t.Helper()
+	do := doer(t, ctx)
+	l := d.l
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
 	rolled := time.Now()
 	within := func(what, js string) {
@@ -321,8 +332,13 @@ func TestDashboard(t *testing.T) {
 	do("back to the table", chromedp.Click(`a[href="#"]`), chromedp.WaitVisible(`#list-view`))
 	within("rollback in the table", `document.querySelector('#agents tr[data-ref="checkout"] td:nth-child(7)').dataset.v === "rolled_back"`)
 	checkRows(t, l, rowsOf(t, ctx))
+}
 
-	// Approve with a wrong token: an error, and nothing changes.
+// checkDashboardApprove approves review's proposal from the table. With a
+// wrong token: an error, and nothing changes.
+func checkDashboardApprove(t *testing.T, ctx context.Context, l *si.Loop) {
+	t.Helper()
+	do := doer(t, ctx)
 	pending := l.Proposals(func(p si.Proposal) bool { return p.Status == si.ProposalPending })
 	if len(pending) != 1 || pending[0].AgentID != "review" {
 		t.Fatalf("pending proposals: %+v", pending)
@@ -362,8 +378,14 @@ func TestDashboard(t *testing.T) {
 		document.querySelector("#pending").textContent === "None."`, after.Version)))
 	checkRows(t, l, rowsOf(t, ctx))
 	shot(t, ctx, "5-approved")
+}
 
-	// A lost connection: the page says so, and comes back live.
+// checkDashboardReconnect cuts the table's connection: the page says so,
+// and comes back live.
+func checkDashboardReconnect(t *testing.T, ctx context.Context, srv *httptest.Server, d *dashLoop) {
+	t.Helper()
+	do := doer(t, ctx)
+	l := d.l
 	srv.CloseClientConnections()
 	do("reconnecting notice", until(`document.querySelector("#conn").classList.contains("reconnecting")`, chromedp.WithPollingInterval(20*time.Millisecond)))
 	if seen := text(t, ctx, "#conn"); seen != "reconnecting…" {

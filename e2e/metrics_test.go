@@ -24,13 +24,36 @@ import (
 // TestMetricsParse reads /metrics with the Prometheus text parser and
 // checks the values against the loop's own numbers.
 func TestMetricsParse(t *testing.T) {
+	l := metricsLoop(t)
+	defer l.Close()
+	srv := httptest.NewServer(admin.Handler(l, admin.Options{MaxAgentSeries: 4}))
+	defer srv.Close()
+	fams := scrapeMetrics(t, srv.URL+"/metrics")
+
+	byAgent := map[string]si.AgentMetrics{}
+	for m := range l.AgentMetrics() {
+		byAgent[m.AgentID] = m
+	}
+	// The first four IDs by byte order have their own series.
+	own := map[string]string{ // label → ID
+		"bad\\xFFutf8": "bad\xffutf8", "nul\x00": "nul\x00", "plain": "plain", "q\"uote\\back\nline": "q\"uote\\back\nline",
+	}
+	checkCallSeries(t, fams["selfimprove_calls_total"], byAgent, own)
+	checkHistograms(t, fams["selfimprove_call_duration_seconds"], byAgent, own)
+	checkLoopSeries(t, fams, l)
+	t.Logf("%d families", len(fams))
+}
+
+// metricsLoop returns a Loop that has run calls of five agents, with IDs
+// that need escaping or are not valid UTF-8, on a simulated clock.
+func metricsLoop(t *testing.T) *si.Loop {
+	t.Helper()
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
 	ids := []string{"plain", "q\"uote\\back\nline", "nul\x00", "bad\xffutf8", "é"}
 	for n, id := range ids {
 		for i := range 10 + n {
@@ -44,9 +67,14 @@ func TestMetricsParse(t *testing.T) {
 		}
 	}
 	l.SetConfig("plain", si.Config{MaxAttempts: 2})
-	srv := httptest.NewServer(admin.Handler(l, admin.Options{MaxAgentSeries: 4}))
-	defer srv.Close()
-	res, err := http.Get(srv.URL + "/metrics")
+	return l
+}
+
+// scrapeMetrics gets url, checks its content type, and parses it with the
+// Prometheus text parser.
+func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	res, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,30 +87,29 @@ func TestMetricsParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fams
+}
 
-	byAgent := map[string]si.AgentMetrics{}
-	for m := range l.AgentMetrics() {
-		byAgent[m.AgentID] = m
-	}
-	label := func(m *dto.Metric, name string) string {
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == name {
-				return lp.GetValue()
-			}
+// labelValue returns the value of m's label name, or "".
+func labelValue(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
 		}
-		return ""
 	}
-	// The first four IDs by byte order have their own series.
-	own := map[string]string{ // label → ID
-		"bad\\xFFutf8": "bad\xffutf8", "nul\x00": "nul\x00", "plain": "plain", "q\"uote\\back\nline": "q\"uote\\back\nline",
-	}
-	calls := fams["selfimprove_calls_total"]
+	return ""
+}
+
+// checkCallSeries checks the calls counter: a success and a failure series
+// for each agent label in own (label → ID), and for "_other", the agent "é".
+func checkCallSeries(t *testing.T, calls *dto.MetricFamily, byAgent map[string]si.AgentMetrics, own map[string]string) {
+	t.Helper()
 	if calls == nil || calls.GetType() != dto.MetricType_COUNTER {
 		t.Fatalf("calls: %v", calls)
 	}
 	seen := 0
 	for _, m := range calls.GetMetric() {
-		a, outcome := label(m, "agent"), label(m, "outcome")
+		a, outcome := labelValue(m, "agent"), labelValue(m, "outcome")
 		want := byAgent["é"]
 		if a != "_other" {
 			id, ok := own[a]
@@ -107,12 +134,17 @@ func TestMetricsParse(t *testing.T) {
 	if seen != 5 {
 		t.Errorf("%d agents with success series, want 5", seen)
 	}
-	hist := fams["selfimprove_call_duration_seconds"]
+}
+
+// checkHistograms checks the latency histogram of each agent label in own
+// (label → ID): count, sum, and each bucket's bound and cumulative count.
+func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si.AgentMetrics, own map[string]string) {
+	t.Helper()
 	if hist == nil || hist.GetType() != dto.MetricType_HISTOGRAM {
 		t.Fatalf("histogram: %v", hist)
 	}
 	for _, m := range hist.GetMetric() {
-		a := label(m, "agent")
+		a := labelValue(m, "agent")
 		if a == "_other" {
 			continue
 		}
@@ -134,10 +166,16 @@ func TestMetricsParse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// checkLoopSeries checks the config versions, the loop-wide series against
+// l's Metrics, and that every family is selfimprove_ with a help text.
+func checkLoopSeries(t *testing.T, fams map[string]*dto.MetricFamily, l *si.Loop) {
+	t.Helper()
 	gauge := func(name string) map[string]float64 {
 		out := map[string]float64{}
 		for _, m := range fams[name].GetMetric() {
-			out[label(m, "agent")] = m.GetGauge().GetValue()
+			out[labelValue(m, "agent")] = m.GetGauge().GetValue()
 		}
 		return out
 	}
@@ -167,5 +205,4 @@ func TestMetricsParse(t *testing.T) {
 			t.Errorf("family %s: help %q", name, f.GetHelp())
 		}
 	}
-	t.Logf("%d families", len(fams))
 }

@@ -49,98 +49,144 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 		opts.MaxAgentSeries = 1000
 	}
 	m := mp.Meter(ScopeName)
-	calls, err := m.Int64ObservableCounter("selfimprove.calls", metric.WithDescription("Calls by agent and outcome since the agent was loaded in this process."), metric.WithUnit("{call}"))
+	in, err := newInstruments(m)
 	if err != nil {
 		return nil, err
 	}
-	version, err := m.Int64ObservableGauge("selfimprove.config.version", metric.WithDescription("Version of the config in force, by agent."))
+	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		in.observeAgents(o, l, opts.MaxAgentSeries)
+		in.observeLoop(o, l.Metrics())
+		return nil
+	}, in.observables()...)
+}
+
+// loopCounter is a loop-wide instrument without attributes: a counter, or
+// a gauge, and how to read it from the loop's Metrics.
+type loopCounter struct {
+	name, help string
+	gauge      bool
+	get        func(si.Metrics) int64
+}
+
+// loopCounters are the instruments of RegisterMetrics without attributes.
+var loopCounters = []loopCounter{
+	{"selfimprove.notify.delivered", "Events delivered to the notifier.", false, func(m si.Metrics) int64 { return m.Notified }},
+	{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors + m.NotifyPanics }},
+	{"selfimprove.notify.dropped", "Events dropped because the notifier queue was full or closed.", false, func(m si.Metrics) int64 { return m.NotifyDropped }},
+	{"selfimprove.store.errors", "Failed reads and writes of the store.", false, func(m si.Metrics) int64 { return m.StoreErrors }},
+	{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
+	{"selfimprove.agent.evictions", "Idle agents evicted from memory.", false, func(m si.Metrics) int64 { return m.Evictions }},
+	{"selfimprove.agents.loaded", "Agents in memory.", true, func(m si.Metrics) int64 { return m.Agents }},
+}
+
+// instruments are the observable instruments of RegisterMetrics.
+type instruments struct {
+	calls   metric.Int64ObservableCounter
+	version metric.Int64ObservableGauge
+	circuit metric.Int64ObservableGauge
+	changes metric.Int64ObservableCounter
+	loop    []metric.Int64Observable // one for each of loopCounters
+}
+
+// newInstruments creates the instruments on m.
+func newInstruments(m metric.Meter) (*instruments, error) {
+	var in instruments
+	var err error
+	in.calls, err = m.Int64ObservableCounter("selfimprove.calls", metric.WithDescription("Calls by agent and outcome since the agent was loaded in this process."), metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, err
 	}
-	circuit, err := m.Int64ObservableGauge("selfimprove.circuit.open", metric.WithDescription("1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are)."))
+	in.version, err = m.Int64ObservableGauge("selfimprove.config.version", metric.WithDescription("Version of the config in force, by agent."))
 	if err != nil {
 		return nil, err
 	}
-	changes, err := m.Int64ObservableCounter("selfimprove.changes", metric.WithDescription("Config changes applied, confirmed and rolled back."))
+	in.circuit, err = m.Int64ObservableGauge("selfimprove.circuit.open", metric.WithDescription("1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are)."))
 	if err != nil {
 		return nil, err
 	}
-	loopCounters := []struct {
-		name, help string
-		gauge      bool
-		get        func(si.Metrics) int64
-	}{
-		{"selfimprove.notify.delivered", "Events delivered to the notifier.", false, func(m si.Metrics) int64 { return m.Notified }},
-		{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors + m.NotifyPanics }},
-		{"selfimprove.notify.dropped", "Events dropped because the notifier queue was full or closed.", false, func(m si.Metrics) int64 { return m.NotifyDropped }},
-		{"selfimprove.store.errors", "Failed reads and writes of the store.", false, func(m si.Metrics) int64 { return m.StoreErrors }},
-		{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
-		{"selfimprove.agent.evictions", "Idle agents evicted from memory.", false, func(m si.Metrics) int64 { return m.Evictions }},
-		{"selfimprove.agents.loaded", "Agents in memory.", true, func(m si.Metrics) int64 { return m.Agents }},
+	in.changes, err = m.Int64ObservableCounter("selfimprove.changes", metric.WithDescription("Config changes applied, confirmed and rolled back."))
+	if err != nil {
+		return nil, err
 	}
-	obs := []metric.Observable{calls, version, circuit, changes}
-	loopInst := make([]metric.Int64Observable, len(loopCounters))
+	in.loop = make([]metric.Int64Observable, len(loopCounters))
 	for i, c := range loopCounters {
-		var inst metric.Int64Observable
 		if c.gauge {
-			inst, err = m.Int64ObservableGauge(c.name, metric.WithDescription(c.help))
+			in.loop[i], err = m.Int64ObservableGauge(c.name, metric.WithDescription(c.help))
 		} else {
-			inst, err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.help))
+			in.loop[i], err = m.Int64ObservableCounter(c.name, metric.WithDescription(c.help))
 		}
 		if err != nil {
 			return nil, err
 		}
-		loopInst[i] = inst
+	}
+	return &in, nil
+}
+
+// observables returns every instrument, for RegisterCallback.
+func (in *instruments) observables() []metric.Observable {
+	obs := []metric.Observable{in.calls, in.version, in.circuit, in.changes}
+	for _, inst := range in.loop {
 		obs = append(obs, inst)
 	}
-	outcome := func(o string) attribute.KeyValue { return attribute.String("outcome", o) }
-	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		var all []si.AgentMetrics
-		for a := range l.AgentMetrics() {
-			all = append(all, a)
+	return obs
+}
+
+// observeAgents observes the calls, config version and circuit of each of
+// the first maxAgents of l's agents by ID, and the calls and open circuits
+// of the others summed under agent="_other" (an agent whose ID is "_other"
+// is summed too).
+func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
+	var all []si.AgentMetrics
+	for a := range l.AgentMetrics() {
+		all = append(all, a)
+	}
+	slices.SortFunc(all, func(a, b si.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
+	var other si.AgentMetrics
+	var otherOpen, otherN int64
+	for i, a := range all {
+		open := int64(0)
+		if a.Circuit != si.CircuitClosed {
+			open = 1
 		}
-		slices.SortFunc(all, func(a, b si.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
-		var other si.AgentMetrics
-		var otherOpen, otherN int64
-		for i, a := range all {
-			open := int64(0)
-			if a.Circuit != si.CircuitClosed {
-				open = 1
-			}
-			if i >= opts.MaxAgentSeries || a.AgentID == otherAgents {
-				other.Successes += a.Successes
-				other.Failures += a.Failures
-				other.Ignored += a.Ignored
-				otherOpen += open
-				otherN++
-				continue
-			}
-			agent := attribute.String("agent", strings.ToValidUTF8(a.AgentID, "\uFFFD"))
-			o.ObserveInt64(calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
-			o.ObserveInt64(calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
-			o.ObserveInt64(calls, a.Ignored, metric.WithAttributes(agent, outcome("ignored")))
-			o.ObserveInt64(version, int64(a.ConfigVersion), metric.WithAttributes(agent))
-			o.ObserveInt64(circuit, open, metric.WithAttributes(agent))
+		if i >= maxAgents || a.AgentID == otherAgents {
+			other.Successes += a.Successes
+			other.Failures += a.Failures
+			other.Ignored += a.Ignored
+			otherOpen += open
+			otherN++
+			continue
 		}
-		if otherN > 0 {
-			agent := attribute.String("agent", otherAgents)
-			o.ObserveInt64(calls, other.Successes, metric.WithAttributes(agent, outcome("success")))
-			o.ObserveInt64(calls, other.Failures, metric.WithAttributes(agent, outcome("failure")))
-			o.ObserveInt64(calls, other.Ignored, metric.WithAttributes(agent, outcome("ignored")))
-			o.ObserveInt64(circuit, otherOpen, metric.WithAttributes(agent))
-		}
-		lm := l.Metrics()
-		result := func(r string) metric.ObserveOption {
-			return metric.WithAttributes(attribute.String("result", r))
-		}
-		o.ObserveInt64(changes, lm.Improvements, result("applied"))
-		o.ObserveInt64(changes, lm.Confirmations, result("confirmed"))
-		o.ObserveInt64(changes, lm.Rollbacks, result("rolled_back"))
-		for i, c := range loopCounters {
-			o.ObserveInt64(loopInst[i], c.get(lm))
-		}
-		return nil
-	}, obs...)
+		agent := attribute.String("agent", strings.ToValidUTF8(a.AgentID, "\uFFFD"))
+		in.observeCalls(o, agent, &a)
+		o.ObserveInt64(in.version, int64(a.ConfigVersion), metric.WithAttributes(agent))
+		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
+	}
+	if otherN > 0 {
+		agent := attribute.String("agent", otherAgents)
+		in.observeCalls(o, agent, &other)
+		o.ObserveInt64(in.circuit, otherOpen, metric.WithAttributes(agent))
+	}
+}
+
+// observeCalls observes a's calls by outcome with the agent attribute.
+func (in *instruments) observeCalls(o metric.Observer, agent attribute.KeyValue, a *si.AgentMetrics) {
+	outcome := func(v string) attribute.KeyValue { return attribute.String("outcome", v) }
+	o.ObserveInt64(in.calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
+	o.ObserveInt64(in.calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
+	o.ObserveInt64(in.calls, a.Ignored, metric.WithAttributes(agent, outcome("ignored")))
+}
+
+// observeLoop observes the loop-wide instruments from lm.
+func (in *instruments) observeLoop(o metric.Observer, lm si.Metrics) {
+	result := func(r string) metric.ObserveOption {
+		return metric.WithAttributes(attribute.String("result", r))
+	}
+	o.ObserveInt64(in.changes, lm.Improvements, result("applied"))
+	o.ObserveInt64(in.changes, lm.Confirmations, result("confirmed"))
+	o.ObserveInt64(in.changes, lm.Rollbacks, result("rolled_back"))
+	for i, c := range loopCounters {
+		o.ObserveInt64(in.loop[i], c.get(lm))
+	}
 }
 
 // Loop runs calls of a selfimprove Loop, each in a span and timed in a

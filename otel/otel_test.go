@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func newLoop(t *testing.T) (*si.Loop, *fakeclock.Clock) {
@@ -61,12 +62,39 @@ func TestSpansAndMetrics(t *testing.T) {
 	w.Execute(ctx, "b", func(context.Context, si.Config) error { return nil })
 	parent.End()
 
-	spans := rec.Ended()
+	checkCallSpans(t, rec.Ended(), parent.SpanContext().SpanID())
+
+	got := collectMetrics(t, reader)
+	checkSum(t, got, "selfimprove.calls", map[string]int64{"a/success": 3, "a/failure": 1, "_other/success": 1}, "outcome")
+	checkSum(t, got, "selfimprove.changes", map[string]int64{"/applied": 0}, "result")
+	if g, ok := got["selfimprove.agents.loaded"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != l.Metrics().Agents {
+		t.Errorf("agents loaded: %v", got["selfimprove.agents.loaded"])
+	}
+	if g, ok := got["selfimprove.config.version"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 1 {
+		t.Errorf("config version: %v", got["selfimprove.config.version"])
+	}
+	h, ok := got["selfimprove.call.duration"].(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("duration: %T", got["selfimprove.call.duration"])
+	}
+	var n uint64
+	for _, dp := range h.DataPoints {
+		n += dp.Count
+	}
+	if n != 5 {
+		t.Errorf("duration count %d", n)
+	}
+}
+
+// checkCallSpans checks the spans of TestSpansAndMetrics's five calls (three
+// successes of a, a failure of a, a success of b) and of their parent.
+func checkCallSpans(t *testing.T, spans []sdktrace.ReadOnlySpan, parent trace.SpanID) {
+	t.Helper()
 	if len(spans) != 6 {
 		t.Fatalf("%d spans", len(spans))
 	}
 	for i, s := range spans[:5] {
-		if s.Name() != "selfimprove.call" || s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		if s.Name() != "selfimprove.call" || s.Parent().SpanID() != parent {
 			t.Errorf("span %d: %s under %v", i, s.Name(), s.Parent().SpanID())
 		}
 		attrs := map[attribute.Key]attribute.Value{}
@@ -88,7 +116,11 @@ func TestSpansAndMetrics(t *testing.T) {
 			t.Errorf("failed span status %+v", s.Status())
 		}
 	}
+}
 
+// collectMetrics collects reader's metrics by name.
+func collectMetrics(t *testing.T, reader sdkmetric.Reader) map[string]metricdata.Aggregation {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -99,41 +131,26 @@ func TestSpansAndMetrics(t *testing.T) {
 			got[m.Name] = m.Data
 		}
 	}
-	sum := func(name string, want map[string]int64, key attribute.Key) {
-		t.Helper()
-		s, ok := got[name].(metricdata.Sum[int64])
-		if !ok {
-			t.Fatalf("%s: %T", name, got[name])
-		}
-		seen := map[string]int64{}
-		for _, dp := range s.DataPoints {
-			a, _ := dp.Attributes.Value("agent")
-			k, _ := dp.Attributes.Value(key)
-			seen[a.AsString()+"/"+k.AsString()] = dp.Value
-		}
-		for k, v := range want {
-			if seen[k] != v {
-				t.Errorf("%s %s = %d, want %d (%v)", name, k, seen[k], v, seen)
-			}
-		}
-	}
-	sum("selfimprove.calls", map[string]int64{"a/success": 3, "a/failure": 1, "_other/success": 1}, "outcome")
-	sum("selfimprove.changes", map[string]int64{"/applied": 0}, "result")
-	if g, ok := got["selfimprove.agents.loaded"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != l.Metrics().Agents {
-		t.Errorf("agents loaded: %v", got["selfimprove.agents.loaded"])
-	}
-	if g, ok := got["selfimprove.config.version"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 1 {
-		t.Errorf("config version: %v", got["selfimprove.config.version"])
-	}
-	h, ok := got["selfimprove.call.duration"].(metricdata.Histogram[float64])
+	return got
+}
+
+// checkSum checks the data points of the int64 sum name: want maps
+// "agent/value of key" to the expected value.
+func checkSum(t *testing.T, got map[string]metricdata.Aggregation, name string, want map[string]int64, key attribute.Key) {
+	t.Helper()
+	s, ok := got[name].(metricdata.Sum[int64])
 	if !ok {
-		t.Fatalf("duration: %T", got["selfimprove.call.duration"])
+		t.Fatalf("%s: %T", name, got[name])
 	}
-	var n uint64
-	for _, dp := range h.DataPoints {
-		n += dp.Count
+	seen := map[string]int64{}
+	for _, dp := range s.DataPoints {
+		a, _ := dp.Attributes.Value("agent")
+		k, _ := dp.Attributes.Value(key)
+		seen[a.AsString()+"/"+k.AsString()] = dp.Value
 	}
-	if n != 5 {
-		t.Errorf("duration count %d", n)
+	for k, v := range want {
+		if seen[k] != v {
+			t.Errorf("%s %s = %d, want %d (%v)", name, k, seen[k], v, seen)
+		}
 	}
 }

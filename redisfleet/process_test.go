@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,291 +14,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	si "github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/redisfleet"
 )
 
-// The tests in this file run replicas as separate OS processes: the test
-// binary re-executed with -test.run=^TestFleetChild$ and childEnv set. A
-// child runs one Loop on the shared Redis and answers commands, one JSON
-// line on its stdin each, with one JSON line on its stdout (prefixed with
-// childMark, so that the testing package's own lines are told apart).
-
-const (
-	childEnv  = "REDISFLEET_TEST_CHILD"
-	childMark = "@@"
-)
-
-// cmd is a command to a child.
-type cmd struct {
-	Op   string `json:"op"`
-	ID   string `json:"id,omitempty"`
-	N    int    `json:"n,omitempty"`
-	Sync bool   `json:"sync,omitempty"`
-	// Route for "set"; V and Ms for "wait"; Agents for "burst";
-	// Failures and Cooldown for "threshold".
-	Route    string        `json:"route,omitempty"`
-	V        int           `json:"v,omitempty"`
-	Ms       int           `json:"ms,omitempty"`
-	Agents   int           `json:"agents,omitempty"`
-	Failures int           `json:"failures,omitempty"`
-	Cooldown time.Duration `json:"cooldown,omitempty"`
-}
-
-// reply is a child's answer.
-type reply struct {
-	Err string `json:"err,omitempty"`
-	// call: the version the call ran under, the version after it (and
-	// the sync), whether it applied or rolled back a change.
-	Ran        int  `json:"ran,omitempty"`
-	After      int  `json:"after,omitempty"`
-	Improved   bool `json:"improved,omitempty"`
-	RolledBack bool `json:"rolled_back,omitempty"`
-	// NS is the child's wall clock (Unix ns) when the command was done.
-	NS int64 `json:"ns,omitempty"`
-	// state
-	Runs      int64             `json:"runs,omitempty"`
-	Metrics   si.Metrics        `json:"metrics"`
-	Threshold si.Threshold      `json:"threshold"`
-	History   []int             `json:"history,omitempty"`
-	Changes   []si.ChangeState  `json:"changes,omitempty"`
-	Memory    bool              `json:"memory,omitempty"`
-	RunsByID  map[string]int64  `json:"runs_by_id,omitempty"`
-	Extra     map[string]string `json:"extra,omitempty"`
-	// Sent and Trips are the commands this process sent to Redis, and
-	// the round trips they took (a pipeline is one).
-	Sent  int64 `json:"sent,omitempty"`
-	Trips int64 `json:"trips,omitempty"`
-}
-
-// countHook counts the commands a client sends, and its round trips.
-type countHook struct{ cmds, trips atomic.Int64 }
-
-func (h *countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, c redis.Cmder) error {
-		h.cmds.Add(1)
-		h.trips.Add(1)
-		return next(ctx, c)
-	}
-}
-
-func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cs []redis.Cmder) error {
-		h.cmds.Add(int64(len(cs)))
-		h.trips.Add(1)
-		return next(ctx, cs)
-	}
-}
-
-// upstream is a child's scripted upstream: agents "a" and "k1" fail
-// from the child's faultAt-th call of them on; "r" fails unless routed to
-// "alt"; the route "backup" and the agents starting with "k2" always
-// fail.
-type upstream struct {
-	faultAt int
-	mu      sync.Mutex
-	n       map[string]int
-}
-
-var errUpstream = errors.New("upstream: 503 service unavailable")
-
-func (u *upstream) call(id string, cfg si.Config) error {
-	u.mu.Lock()
-	n := u.n[id]
-	u.n[id]++
-	u.mu.Unlock()
-	switch {
-	case cfg.Route == "backup", strings.HasPrefix(id, "k2"):
-		return errUpstream
-	case (id == "a" || id == "k1") && n >= u.faultAt:
-		return errUpstream
-	case id == "r" && cfg.Route != "alt":
-		return errUpstream
-	}
-	return nil
-}
-
-// scriptStrategy proposes "alt" for agent "r" and "backup" for the
-// others, and counts its runs per agent. With block set it waits for its
-// context on agents starting with "k2".
-type scriptStrategy struct {
-	mu    sync.Mutex
-	runs  map[string]int64
-	block bool
-}
-
-func (s *scriptStrategy) Analyze(ctx context.Context, a si.Analysis) (*si.Tweak, error) {
-	s.mu.Lock()
-	s.runs[a.AgentID]++
-	s.mu.Unlock()
-	if s.block && strings.HasPrefix(a.AgentID, "k2") {
-		fmt.Fprintln(os.Stdout, childMark+`{"extra":{"blocked":"`+a.AgentID+`"}}`)
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	route := "backup"
-	if a.AgentID == "r" {
-		route = "alt"
-	}
-	return &si.Tweak{Config: si.Config{Route: route}, Reason: "route around the fault"}, nil
-}
-
-// childOptions are the options every replica runs with, and the single
-// process of the baseline.
-func childOptions(strat si.Strategy) []si.Option {
-	return []si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat),
-		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), si.WithStrategyTimeout(2 * time.Second)}
-}
-
-// TestFleetChild is a replica when childEnv is set (see startChild); it
-// does nothing otherwise.
-func TestFleetChild(t *testing.T) {
-	if os.Getenv(childEnv) == "" {
-		return
-	}
-	faultAt, _ := strconv.Atoi(os.Getenv("FAULT_AT"))
-	up := &upstream{faultAt: faultAt, n: map[string]int{}}
-	strat := &scriptStrategy{runs: map[string]int64{}, block: os.Getenv("BLOCK_K2") != ""}
-	c := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")})
-	defer c.Close()
-	hook := &countHook{}
-	c.AddHook(hook)
-	f, err := redisfleet.New(c, redisfleet.Options{Prefix: os.Getenv("PREFIX")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	l, err := si.New(append(childOptions(strat), si.WithFleet(f), si.WithFleetTimeout(300*time.Millisecond),
-		si.WithFleetFlush(200*time.Millisecond, 1024))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewWriter(os.Stdout)
-	var outMu sync.Mutex
-	send := func(r reply) {
-		b, _ := json.Marshal(r)
-		outMu.Lock()
-		out.WriteString(childMark)
-		out.Write(b)
-		out.WriteByte('\n')
-		out.Flush()
-		outMu.Unlock()
-	}
-	ctx := context.Background()
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		var c cmd
-		if err := json.Unmarshal(in.Bytes(), &c); err != nil {
-			send(reply{Err: err.Error()})
-			continue
-		}
-		var r reply
-		switch c.Op {
-		case "call":
-			for range max(c.N, 1) {
-				rep, _ := l.ExecuteWithImprovement(ctx, c.ID, func(_ context.Context, cfg si.Config) error { return up.call(c.ID, cfg) })
-				r.Ran = rep.ConfigVersion
-				r.Improved = r.Improved || rep.Improvement != nil
-				r.RolledBack = r.RolledBack || rep.Rollback != nil
-				if c.Sync {
-					if err := l.SyncFleet(ctx); err != nil {
-						r.Err = err.Error()
-					}
-				}
-			}
-			r.After = l.Config(c.ID).Version
-		case "burst":
-			// N successful calls spread over Agents agents, as fast as
-			// they go; the background flush sends the counts.
-			for i := range c.N {
-				id := "p" + strconv.Itoa(i%c.Agents)
-				l.ExecuteWithImprovement(ctx, id, func(context.Context, si.Config) error { return nil })
-			}
-		case "sync":
-			if err := l.SyncFleet(ctx); err != nil {
-				r.Err = err.Error()
-			}
-		case "set":
-			if err := l.SetConfig(c.ID, si.Config{Route: c.Route}); err != nil {
-				r.Err = err.Error()
-			}
-			r.After = l.Config(c.ID).Version
-		case "threshold":
-			if err := l.SetThreshold(c.ID, si.Threshold{Failures: c.Failures, Window: time.Minute, Cooldown: c.Cooldown}); err != nil {
-				r.Err = err.Error()
-			}
-		case "wait":
-			deadline := time.Now().Add(time.Duration(c.Ms) * time.Millisecond)
-			for l.Config(c.ID).Version != c.V {
-				if time.Now().After(deadline) {
-					r.Err = fmt.Sprintf("version %d, not %d, after %d ms", l.Config(c.ID).Version, c.V, c.Ms)
-					break
-				}
-				time.Sleep(200 * time.Microsecond)
-			}
-		case "state":
-			strat.mu.Lock()
-			r.RunsByID = maps(strat.runs)
-			r.Runs = strat.runs[c.ID]
-			strat.mu.Unlock()
-			r.Metrics = l.Metrics()
-			r.Threshold, _ = l.Threshold(c.ID)
-			for _, h := range l.History(c.ID) {
-				r.History = append(r.History, h.Version)
-			}
-			for _, ch := range l.Changes(c.ID) {
-				r.Changes = append(r.Changes, ch.State)
-			}
-			r.Memory = rolledBackInMemory(l, errUpstream.Error())
-			r.After = l.Config(c.ID).Version
-			r.Sent, r.Trips = hook.cmds.Load(), hook.trips.Load()
-		case "exit":
-			r.Err = errString(l.Close())
-			r.NS = time.Now().UnixNano()
-			send(r)
-			return
-		default:
-			r.Err = "unknown op " + c.Op
-		}
-		r.NS = time.Now().UnixNano()
-		send(r)
-	}
-	l.Close()
-}
-
-func maps(m map[string]int64) map[string]int64 {
-	out := make(map[string]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-func rolledBackInMemory(l *si.Loop, text string) bool {
-	for _, m := range l.Similar(text, 3) {
-		for _, f := range m.Fixes {
-			if f.State == si.FixRolledBack {
-				return true
-			}
-		}
-	}
-	return false
-}
+// The tests in this file run replicas as separate OS processes, each
+// driven over its stdin and stdout; child_test.go is the replica's side,
+// and describes the protocol.
 
 // child is a replica running in its own process.
 type child struct {
@@ -511,8 +236,19 @@ func TestFleetProcesses(t *testing.T) {
 	}
 	cs[0].must(cmd{Op: "threshold", ID: "a", Failures: 5})
 
-	// 1, 2: the pooled fault triggers one strategy run; its tweak is in
-	// force on every replica within 1 s.
+	applier := checkTweakSpreads(t, cs)
+	checkPooledRollback(t, cs, one)
+	checkRefusedAgain(t, cs[(applier+1)%3], cs)
+	checkRacingTrigger(t, cs)
+	checkBatched(t, s, cs)
+	checkFreshReplica(t, s, prefix)
+}
+
+// checkTweakSpreads checks steps 1 and 2 of TestFleetProcesses: the pooled
+// fault of "a" triggers one strategy run; its tweak is in force on every
+// replica within 1 s. It returns the index of the replica that applied it.
+func checkTweakSpreads(t *testing.T, cs []*child) int {
+	t.Helper()
 	applier := -1
 	var appliedNS int64
 	roundRobin(t, cs, "a", 200, func(i int, r reply) bool {
@@ -530,20 +266,29 @@ func TestFleetProcesses(t *testing.T) {
 	if prop > time.Second {
 		t.Fatalf("the tweak took %v to reach every replica, more than 1s", prop)
 	}
-	runs := func(id string) (total int64, per []int64) {
-		for _, c := range cs {
-			r := c.must(cmd{Op: "state", ID: id})
-			total += r.Runs
-			per = append(per, r.Runs)
-		}
-		return total, per
-	}
-	if n, per := runs("a"); n != 1 {
+	if n, per := strategyRuns(t, cs, "a"); n != 1 {
 		t.Fatalf("the strategy ran %d times for one trigger (per replica %v)", n, per)
 	}
+	return applier
+}
 
-	// 3: pooled verification: calls under the tweak on every replica
-	// count; it is rolled back after about the single-process number.
+// strategyRuns returns the strategy runs for id over the replicas cs, in
+// all and per replica.
+func strategyRuns(t *testing.T, cs []*child, id string) (total int64, per []int64) {
+	t.Helper()
+	for _, c := range cs {
+		r := c.must(cmd{Op: "state", ID: id})
+		total += r.Runs
+		per = append(per, r.Runs)
+	}
+	return total, per
+}
+
+// checkPooledRollback checks step 3 of TestFleetProcesses, pooled
+// verification: calls under the tweak on every replica count; it is
+// rolled back after about the single-process number, one.
+func checkPooledRollback(t *testing.T, cs []*child, one int) {
+	t.Helper()
 	var rolledNS int64
 	three := roundRobin(t, cs, "a", 300, func(i int, r reply) bool {
 		if r.RolledBack || r.After == 1 {
@@ -551,7 +296,7 @@ func TestFleetProcesses(t *testing.T) {
 		}
 		return r.After == 1
 	})
-	seen = waitAll(t, cs, "a", 1)
+	seen := waitAll(t, cs, "a", 1)
 	t.Logf("harmful tweak rolled back after %d fleet-wide calls (one process: %d); in force everywhere %v later",
 		three, one, time.Duration(max(0, seen-rolledNS)))
 	if three > one+3 {
@@ -571,10 +316,13 @@ func TestFleetProcesses(t *testing.T) {
 	if rollbacks != 1 {
 		t.Fatalf("%d rollbacks over the replicas, want 1 decision", rollbacks)
 	}
+}
 
-	// 4: the fault goes on; the strategy, on a replica that did not
-	// apply the tweak, proposes it again: refused.
-	other := cs[(applier+1)%3]
+// checkRefusedAgain checks step 4 of TestFleetProcesses: the fault goes on;
+// the strategy, on other, a replica that did not apply the tweak, proposes
+// it again: refused. Every replica remembers the rolled-back fix.
+func checkRefusedAgain(t *testing.T, other *child, cs []*child) {
+	t.Helper()
 	before := other.must(cmd{Op: "state", ID: "a"})
 	for range 20 {
 		if r := other.must(cmd{Op: "call", ID: "a", Sync: true}); r.After != 1 {
@@ -591,8 +339,12 @@ func TestFleetProcesses(t *testing.T) {
 			t.Fatalf("%s's failure memory has no rolled-back fix for the fault", c.name)
 		}
 	}
+}
 
-	// 2 again, racing: the three replicas fail at once on agent "r".
+// checkRacingTrigger checks step 2 of TestFleetProcesses again, racing:
+// the three replicas fail at once on agent "r"; the strategy runs once.
+func checkRacingTrigger(t *testing.T, cs []*child) {
+	t.Helper()
 	cs[1].must(cmd{Op: "threshold", ID: "r", Failures: 6})
 	var wg sync.WaitGroup
 	for _, c := range cs {
@@ -606,13 +358,17 @@ func TestFleetProcesses(t *testing.T) {
 	}
 	wg.Wait()
 	waitAll(t, cs, "r", 2)
-	if n, per := runs("r"); n != 1 {
+	if n, per := strategyRuns(t, cs, "r"); n != 1 {
 		t.Fatalf("racing replicas ran the strategy %d times for one trigger (per replica %v)", n, per)
 	}
+}
 
-	// 5: no round trip per call: 3 × 10,000 calls over 10 agents; the
-	// commands the replicas sent, their round trips, and the commands
-	// Redis ran (INFO commandstats, which counts those run by scripts).
+// checkBatched checks step 5 of TestFleetProcesses, no round trip per
+// call: 3 × 10,000 calls over 10 agents; the commands the replicas sent,
+// their round trips, and the commands Redis ran (INFO commandstats, which
+// counts those run by scripts).
+func checkBatched(t *testing.T, s *server, cs []*child) {
+	t.Helper()
 	const calls = 3 * 10_000
 	admin := client(t, s)
 	sent := func() (cmds, trips int64) {
@@ -625,6 +381,7 @@ func TestFleetProcesses(t *testing.T) {
 	sent0, trips0 := sent()
 	server0 := commands(t, admin)
 	start := time.Now()
+	var wg sync.WaitGroup
 	for _, c := range cs {
 		wg.Go(func() { c.must(cmd{Op: "burst", N: calls / 3, Agents: 10}) })
 	}
@@ -641,9 +398,13 @@ func TestFleetProcesses(t *testing.T) {
 	if tripsN > calls/500 || sentN > calls/100 || server > calls/10 {
 		t.Fatalf("%d calls took %d round trips, %d commands sent, %d run: counts are not batched", calls, tripsN, sentN, server)
 	}
+}
 
-	// 8: a fresh replica, empty store, gets the agent's config,
-	// threshold, rejected tweak and memory on its first call.
+// checkFreshReplica checks step 8 of TestFleetProcesses: a fresh replica,
+// empty store, gets the agent's config, threshold, rejected tweak and
+// memory on its first call.
+func checkFreshReplica(t *testing.T, s *server, prefix string) {
+	t.Helper()
 	fresh := startChild(t, s, "fresh", prefix, "FAULT_AT=0")
 	if r := fresh.must(cmd{Op: "call", ID: "a"}); r.Ran != 1 {
 		t.Fatalf("fresh replica ran version %d", r.Ran)

@@ -237,141 +237,171 @@ func BenchmarkGobreakerFailure(b *testing.B) {
 // the wrapper, on the success and on the failure path, from one goroutine
 // and from several.
 func TestSameWork(t *testing.T) {
-	const n = 1000
+	t.Run("direct", testSameWorkDirect)
+	t.Run("loop", testSameWorkLoop)
+	t.Run("gobreaker", testSameWorkGobreaker)
+	t.Run("parallel", testSameWorkParallel)
+	t.Run("loop failure", testSameWorkLoopFailure)
+	t.Run("gobreaker failure", testSameWorkGobreakerFailure)
+}
+
+// sameWorkCalls is how many calls each of TestSameWork's checks makes.
+const sameWorkCalls = 1000
+
+// testSameWorkDirect checks the direct call: work succeeds, fail returns the typical
+// error, of about 200 bytes.
+func testSameWorkDirect(t *testing.T) {
 	ctx := context.Background()
+	var cfg si.Config
+	if err := work(ctx, cfg); err != nil {
+		t.Errorf("work returned %v, want nil", err)
+	}
+	if err := fail(ctx, cfg); !errors.Is(err, errTypical) {
+		t.Errorf("fail returned %v, want errTypical", err)
+	}
+	if got := len(errTypical.Error()); got < 190 || got > 210 {
+		t.Errorf("the typical error has %d bytes, want about 200", got)
+	}
+}
 
-	t.Run("direct", func(t *testing.T) {
-		var cfg si.Config
-		if err := work(ctx, cfg); err != nil {
-			t.Errorf("work returned %v, want nil", err)
+// testSameWorkLoop checks that each call of the loop, by ExecuteWithImprovement
+// and by callLoop, succeeds in one attempt and is counted.
+func testSameWorkLoop(t *testing.T) {
+	const n = sameWorkCalls
+	ctx := context.Background()
+	l := newLoop(t)
+	before := l.Stats(agent).Calls
+	for range n {
+		rep, err := l.ExecuteWithImprovement(ctx, agent, work)
+		if err != nil || !rep.Success || rep.Attempts != 1 {
+			t.Fatalf("call: success %v, %d attempts, err %v; want a success in 1 attempt", rep.Success, rep.Attempts, err)
 		}
-		if err := fail(ctx, cfg); !errors.Is(err, errTypical) {
-			t.Errorf("fail returned %v, want errTypical", err)
+	}
+	for range n {
+		if err := callLoop(ctx, l, work); err != nil {
+			t.Fatal(err)
 		}
-		if got := len(errTypical.Error()); got < 190 || got > 210 {
-			t.Errorf("the typical error has %d bytes, want about 200", got)
-		}
-	})
+	}
+	st := l.Stats(agent)
+	if st.Calls-before != 2*n || st.Failures != 0 {
+		t.Errorf("after %d successes: %d calls, %d failures recorded", 2*n, st.Calls-before, st.Failures)
+	}
+}
 
-	t.Run("loop", func(t *testing.T) {
-		l := newLoop(t)
-		before := l.Stats(agent).Calls
-		for range n {
-			rep, err := l.ExecuteWithImprovement(ctx, agent, work)
-			if err != nil || !rep.Success || rep.Attempts != 1 {
-				t.Fatalf("call: success %v, %d attempts, err %v; want a success in 1 attempt", rep.Success, rep.Attempts, err)
-			}
+// testSameWorkGobreaker checks that each call through gobreaker succeeds and is
+// counted.
+func testSameWorkGobreaker(t *testing.T) {
+	const n = sameWorkCalls
+	ctx := context.Background()
+	cb := newBreaker()
+	req := request(ctx, work)
+	for range n {
+		if err := callBreaker(cb, req); err != nil {
+			t.Fatal(err)
 		}
-		for range n {
-			if err := callLoop(ctx, l, work); err != nil {
-				t.Fatal(err)
-			}
-		}
-		st := l.Stats(agent)
-		if st.Calls-before != 2*n || st.Failures != 0 {
-			t.Errorf("after %d successes: %d calls, %d failures recorded", 2*n, st.Calls-before, st.Failures)
-		}
-	})
+	}
+	c := cb.Counts()
+	if c.Requests != n || c.TotalSuccesses != n || c.TotalFailures != 0 {
+		t.Errorf("after %d successes: %+v", n, c)
+	}
+}
 
-	t.Run("gobreaker", func(t *testing.T) {
-		cb := newBreaker()
-		req := request(ctx, work)
-		for range n {
-			if err := callBreaker(cb, req); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c := cb.Counts()
-		if c.Requests != n || c.TotalSuccesses != n || c.TotalFailures != 0 {
-			t.Errorf("after %d successes: %+v", n, c)
-		}
-	})
-
-	t.Run("parallel", func(t *testing.T) {
-		const goroutines = 4
-		l := newLoop(t)
-		cb := newBreaker()
-		req := request(ctx, work)
-		errs := make(chan error, 2*goroutines)
-		for range goroutines {
-			go func() {
-				var err error
-				for range n {
-					if err = callLoop(ctx, l, work); err != nil {
-						break
-					}
+// testSameWorkParallel checks that calls of the loop and through gobreaker from
+// several goroutines all succeed and are all counted.
+func testSameWorkParallel(t *testing.T) {
+	const n = sameWorkCalls
+	ctx := context.Background()
+	const goroutines = 4
+	l := newLoop(t)
+	cb := newBreaker()
+	req := request(ctx, work)
+	errs := make(chan error, 2*goroutines)
+	for range goroutines {
+		go func() {
+			var err error
+			for range n {
+				if err = callLoop(ctx, l, work); err != nil {
+					break
 				}
-				errs <- err
-			}()
-			go func() {
-				var err error
-				for range n {
-					if err = callBreaker(cb, req); err != nil {
-						break
-					}
+			}
+			errs <- err
+		}()
+		go func() {
+			var err error
+			for range n {
+				if err = callBreaker(cb, req); err != nil {
+					break
 				}
-				errs <- err
-			}()
-		}
-		timeout := time.After(time.Minute)
-		for range 2 * goroutines {
-			select {
-			case err := <-errs:
-				if err != nil {
-					t.Error(err)
-				}
-			case <-timeout:
-				t.Fatal("the parallel calls did not return within a minute")
 			}
+			errs <- err
+		}()
+	}
+	timeout := time.After(time.Minute)
+	for range 2 * goroutines {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-timeout:
+			t.Fatal("the parallel calls did not return within a minute")
 		}
-		if got := l.Stats(agent).Calls; got != goroutines*n {
-			t.Errorf("loop: %d calls recorded, want %d", got, goroutines*n)
-		}
-		if got := cb.Counts().Requests; got != goroutines*n {
-			t.Errorf("gobreaker: %d requests counted, want %d", got, goroutines*n)
-		}
-	})
+	}
+	if got := l.Stats(agent).Calls; got != goroutines*n {
+		t.Errorf("loop: %d calls recorded, want %d", got, goroutines*n)
+	}
+	if got := cb.Counts().Requests; got != goroutines*n {
+		t.Errorf("gobreaker: %d requests counted, want %d", got, goroutines*n)
+	}
+}
 
-	t.Run("loop failure", func(t *testing.T) {
-		l := newCoolingLoop(t)
-		before := l.Stats(agent)
-		if want := si.DefaultMinBeforeCalls; before.Calls != want || before.Failures != want {
-			t.Fatalf("setup: %d calls, %d failures; want %d failures", before.Calls, before.Failures, want)
+// testSameWorkLoopFailure checks that each failing call of the loop, on an agent
+// in its cooldown, fails in one attempt, triggers nothing, and is counted.
+func testSameWorkLoopFailure(t *testing.T) {
+	const n = sameWorkCalls
+	ctx := context.Background()
+	l := newCoolingLoop(t)
+	before := l.Stats(agent)
+	if want := si.DefaultMinBeforeCalls; before.Calls != want || before.Failures != want {
+		t.Fatalf("setup: %d calls, %d failures; want %d failures", before.Calls, before.Failures, want)
+	}
+	for range n {
+		rep, err := l.ExecuteWithImprovement(ctx, agent, fail)
+		if !errors.Is(err, errTypical) || rep.Attempts != 1 {
+			t.Fatalf("call: %d attempts, err %v; want errTypical in 1 attempt", rep.Attempts, err)
 		}
-		for range n {
-			rep, err := l.ExecuteWithImprovement(ctx, agent, fail)
-			if !errors.Is(err, errTypical) || rep.Attempts != 1 {
-				t.Fatalf("call: %d attempts, err %v; want errTypical in 1 attempt", rep.Attempts, err)
-			}
-			if rep.ImprovementTriggered {
-				t.Fatal("a failure during the cooldown triggered an improvement")
-			}
+		if rep.ImprovementTriggered {
+			t.Fatal("a failure during the cooldown triggered an improvement")
 		}
-		for range n {
-			if err := callLoop(ctx, l, fail); !errors.Is(err, errTypical) {
-				t.Fatalf("call: err %v, want errTypical", err)
-			}
+	}
+	for range n {
+		if err := callLoop(ctx, l, fail); !errors.Is(err, errTypical) {
+			t.Fatalf("call: err %v, want errTypical", err)
 		}
-		st := l.Stats(agent)
-		if st.Calls-before.Calls != 2*n || st.Failures-before.Failures != 2*n {
-			t.Errorf("after %d failures: %d calls, %d failures recorded", 2*n, st.Calls-before.Calls, st.Failures-before.Failures)
-		}
-	})
+	}
+	st := l.Stats(agent)
+	if st.Calls-before.Calls != 2*n || st.Failures-before.Failures != 2*n {
+		t.Errorf("after %d failures: %d calls, %d failures recorded", 2*n, st.Calls-before.Calls, st.Failures-before.Failures)
+	}
+}
 
-	t.Run("gobreaker failure", func(t *testing.T) {
-		cb := newCountingBreaker()
-		req := request(ctx, fail)
-		for range n {
-			if err := callBreaker(cb, req); !errors.Is(err, errTypical) {
-				t.Fatalf("call: err %v, want errTypical (the breaker must not trip)", err)
-			}
+// testSameWorkGobreakerFailure checks that each failing call through the counting
+// breaker is counted and that the breaker never trips.
+func testSameWorkGobreakerFailure(t *testing.T) {
+	const n = sameWorkCalls
+	ctx := context.Background()
+	cb := newCountingBreaker()
+	req := request(ctx, fail)
+	for range n {
+		if err := callBreaker(cb, req); !errors.Is(err, errTypical) {
+			t.Fatalf("call: err %v, want errTypical (the breaker must not trip)", err)
 		}
-		c := cb.Counts()
-		if c.Requests != n || c.TotalFailures != n || c.ConsecutiveFailures != n {
-			t.Errorf("after %d failures: %+v", n, c)
-		}
-		if s := cb.State(); s != gobreaker.StateClosed {
-			t.Errorf("state %v after %d failures, want closed", s, n)
-		}
-	})
+	}
+	c := cb.Counts()
+	if c.Requests != n || c.TotalFailures != n || c.ConsecutiveFailures != n {
+		t.Errorf("after %d failures: %+v", n, c)
+	}
+	if s := cb.State(); s != gobreaker.StateClosed {
+		t.Errorf("state %v after %d failures, want closed", s, n)
+	}
 }

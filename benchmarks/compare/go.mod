@@ -1,6 +1,6 @@
 module github.com/self-improving-loop/selfimprove/benchmarks/compare
 
-go 1.25
+go 1.26.0
 
 require (
 	github.com/self-improving-loop/selfimprove v0.0.0

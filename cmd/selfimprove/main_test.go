@@ -1,20 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -191,91 +188,6 @@ func ids(agents []admin.AgentSummary) []string {
 	return out
 }
 
-// checkReads runs every read command with base (the flags that reach the
-// loop) and checks the answers against l, the loop's own.
-func checkReads(t *testing.T, base []string, env []string, l *si.Loop) {
-	t.Helper()
-	arg := func(a ...string) []string { return append(slices.Clone(a), base...) }
-
-	want := slices.Sorted(l.Agents())
-	var st StatusView
-	ok(t, env, &st, arg("status", "--json")...)
-	if got := ids(st.Agents); !slices.Equal(got, want) {
-		t.Errorf("status agents = %q, want %q", got, want)
-	}
-	if len(st.Events) == 0 {
-		t.Error("status: no recent events")
-	}
-	text := ok(t, env, nil, arg("status")...)
-	for _, s := range []string{"3 agents", "AGENT", "alpha", "Recent events:"} {
-		if !strings.Contains(text, s) {
-			t.Errorf("status: no %q in\n%s", s, text)
-		}
-	}
-
-	var list admin.AgentList
-	ok(t, env, &list, arg("agents", "--json")...)
-	if got := ids(list.Agents); !slices.Equal(got, want) {
-		t.Errorf("agents = %q, want %q", got, want)
-	}
-	ok(t, env, &list, arg("agents", "--prefix", "al", "--json")...)
-	if got := ids(list.Agents); !slices.Equal(got, []string{"alpha"}) {
-		t.Errorf("agents --prefix al = %q", got)
-	}
-
-	var d admin.AgentDetail
-	ok(t, env, &d, arg("agent", "alpha", "--json")...)
-	if d.ID != "alpha" || d.Config.Version != l.Config("alpha").Version || !d.Critical || len(d.Changes) != len(l.Changes("alpha")) || len(d.Clusters) == 0 {
-		t.Errorf("agent alpha = v%d critical=%v changes %d clusters %d; loop v%d changes %d",
-			d.Config.Version, d.Critical, len(d.Changes), len(d.Clusters), l.Config("alpha").Version, len(l.Changes("alpha")))
-	}
-	text = ok(t, env, nil, arg("agent", "alpha")...)
-	for _, s := range []string{"Agent:", "Versions:", "v2 (current)", "strategy", "Failure clusters:", "upstream <n>"} {
-		if !strings.Contains(text, s) {
-			t.Errorf("agent alpha: no %q in\n%s", s, text)
-		}
-	}
-
-	var props admin.ProposalList
-	ok(t, env, &props, arg("proposals", "--json")...)
-	var wantIDs, gotIDs []string
-	for _, p := range l.Proposals(nil) {
-		wantIDs = append(wantIDs, p.ID)
-	}
-	for _, p := range props.Proposals {
-		gotIDs = append(gotIDs, p.ID)
-	}
-	if !slices.Equal(gotIDs, wantIDs) {
-		t.Errorf("proposals = %q, want %q", gotIDs, wantIDs)
-	}
-	ok(t, env, &props, arg("proposals", "--agent", "beta", "--status", "pending", "--json")...)
-	if len(props.Proposals) != 1 || props.Proposals[0].AgentID != "beta" {
-		t.Errorf("proposals of beta = %+v", props.Proposals)
-	}
-	if text := ok(t, env, nil, arg("proposals")...); !strings.Contains(text, "pending") {
-		t.Errorf("proposals:\n%s", text)
-	}
-
-	var sim admin.SimilarList
-	ok(t, env, &sim, arg("similar", "upstream 503 unavailable", "-k", "2", "--json")...)
-	wantSim := l.Similar("upstream 503 unavailable", 2)
-	if len(sim.Memories) != len(wantSim) || len(wantSim) == 0 || sim.Memories[0].Cluster != wantSim[0].Cluster || len(sim.Memories[0].Fixes) != len(wantSim[0].Fixes) {
-		t.Errorf("similar = %+v, want %+v", sim.Memories, wantSim)
-	}
-	if text := ok(t, env, nil, arg("similar", "upstream 503")...); !strings.Contains(text, "SIMILARITY") {
-		t.Errorf("similar:\n%s", text)
-	}
-
-	var evs admin.EventList
-	ok(t, env, &evs, arg("events", "--json", "--agent", "alpha", "--type", "critical_set", "--since", "2h")...)
-	if n := len(evs.Events); n == 0 || evs.Events[n-1].AgentID != "alpha" || evs.Events[n-1].Type != si.EventCriticalSet {
-		t.Errorf("events of alpha, critical_set = %+v", evs.Events)
-	}
-	if text := ok(t, env, nil, arg("events", "--limit", "5")...); strings.Count(text, "\n") != 6 {
-		t.Errorf("events --limit 5: want a header and 5 rows:\n%s", text)
-	}
-}
-
 func TestDir(t *testing.T) {
 	dir := t.TempDir()
 	end := writeState(t, dir)
@@ -353,75 +265,6 @@ func TestDir(t *testing.T) {
 			t.Errorf("reject = %+v", r.Proposal)
 		}
 	})
-}
-
-// follower is a running events -f.
-type follower struct {
-	lines chan string
-}
-
-// startFollow starts the command and waits until it says it follows.
-func startFollow(t *testing.T, args ...string) *follower {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "SELFIMPROVE_TOKEN="+token)
-	stdout, _ := cmd.StdoutPipe()
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); cmd.Wait() })
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			select {
-			case ready <- sc.Text():
-			default:
-			}
-		}
-	}()
-	f := &follower{lines: make(chan string, 100)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			f.lines <- sc.Text()
-		}
-		close(f.lines)
-	}()
-	select {
-	case line := <-ready:
-		if !strings.Contains(line, "following") {
-			t.Fatalf("events -f: %q", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("events -f did not start following within 10 s")
-	}
-	return f
-}
-
-// want waits at most 1 s for the event of agent of type typ.
-func (f *follower) want(t *testing.T, agent string, typ si.EventType, at time.Time) {
-	t.Helper()
-	deadline := time.After(time.Second)
-	for {
-		select {
-		case line, open := <-f.lines:
-			if !open {
-				t.Fatal("events -f ended")
-			}
-			var ev admin.EventView
-			if err := json.Unmarshal([]byte(line), &ev); err != nil {
-				t.Fatalf("events -f: %v in %q", err, line)
-			}
-			if ev.AgentID == agent && ev.Type == typ && !ev.Time.Before(at) {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("events -f: no %s event of %s within 1 s", typ, agent)
-		}
-	}
 }
 
 func TestURL(t *testing.T) {
@@ -529,78 +372,5 @@ func TestHelp(t *testing.T) {
 	ok(t, nil, &v, "version", "--json")
 	if v.Version == "" || !strings.HasPrefix(v.Go, "go") {
 		t.Errorf("version = %+v", v)
-	}
-}
-
-func TestServe(t *testing.T) {
-	dir := t.TempDir()
-	writeState(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "SELFIMPROVE_TOKEN="+token)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(stderr)
-	line, err := br.ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := strings.Index(line, "http://")
-	if i < 0 {
-		t.Fatalf("serve: %q", line)
-	}
-	u := strings.TrimSuffix(strings.Fields(line[i:])[0], "/")
-	env := []string{"SELFIMPROVE_TOKEN=" + token}
-
-	// The directory is locked: mutations with --dir are refused.
-	fails(t, nil, 1, "use --url", "approve", "x", "--dir", dir)
-	var list admin.AgentList
-	ok(t, env, &list, "agents", "--url", u, "--json")
-	if len(list.Agents) != 3 {
-		t.Errorf("agents over serve: %q", ids(list.Agents))
-	}
-	var ps admin.ProposalList
-	ok(t, env, &ps, "proposals", "--url", u, "--json", "--status", "pending")
-	var r admin.Result
-	ok(t, env, &r, "reject", ps.Proposals[0].ID, "--reason", "R", "--url", u, "--json")
-	if r.Proposal == nil || r.Proposal.Status != si.ProposalRejected {
-		t.Errorf("reject over serve = %+v", r)
-	}
-	fails(t, nil, 1, "in use by a running Loop", "serve", "--dir", dir, "--addr", "127.0.0.1:0")
-
-	t.Run("read-only beside it", func(t *testing.T) {
-		ro := exec.CommandContext(ctx, bin, "serve", "--read-only", "--dir", dir, "--addr", "127.0.0.1:0")
-		stderr, _ := ro.StderrPipe()
-		if err := ro.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(stderr).ReadString('\n')
-		if err != nil || !strings.Contains(line, "read-only") {
-			t.Fatalf("serve --read-only: %q %v", line, err)
-		}
-		ru := strings.TrimSuffix(strings.Fields(line[strings.Index(line, "http://"):])[0], "/")
-		var ps admin.ProposalList
-		ok(t, nil, &ps, "proposals", "--url", ru, "--json", "--status", "rejected")
-		if len(ps.Proposals) != 1 {
-			t.Errorf("rejected proposals over serve --read-only: %+v", ps.Proposals)
-		}
-		fails(t, env, 1, "mutations are disabled", "reject", ps.Proposals[0].ID, "--reason", "R", "--url", ru)
-		ro.Process.Signal(os.Interrupt)
-		if err := ro.Wait(); err != nil {
-			t.Errorf("serve --read-only after an interrupt: %v", err)
-		}
-	})
-
-	cmd.Process.Signal(os.Interrupt)
-	rest, _ := io.ReadAll(br)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("serve after an interrupt: %v %s", err, rest)
-	}
-	// Its work is on disk.
-	if p := readOnly(t, dir).Proposals(func(p si.Proposal) bool { return p.ID == ps.Proposals[0].ID }); len(p) != 1 || p[0].Status != si.ProposalRejected {
-		t.Errorf("after serve: %+v", p)
 	}
 }

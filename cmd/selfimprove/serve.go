@@ -32,27 +32,9 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var h http.Handler
-	var l *selfimprove.Loop
-	if e.o.readOnly {
-		if _, err := selfimprove.OpenReadOnlyStore(dir); err != nil {
-			return fmt.Errorf("state directory %s: %w", dir, err)
-		}
-		// Reads open, mutations refused; each request reads the directory.
-		token = ""
-		h = &readOnlyHandler{dir: dir, opts: admin.Options{Logger: logger}}
-	} else {
-		if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
-			return fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
-		}
-		l, err = selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
-		if errors.Is(err, selfimprove.ErrLocked) {
-			return fmt.Errorf("state directory %s is in use by a running Loop: serve its admin API from that process, or pass --read-only", dir)
-		}
-		if err != nil {
-			return fmt.Errorf("open %s: %w", dir, err)
-		}
-		h = admin.Handler(l, admin.Options{Token: token, Logger: logger})
+	h, l, err := serveHandler(dir, e.o.readOnly, token, logger)
+	if err != nil {
+		return err
 	}
 	closeLoop := func() error {
 		if l == nil {
@@ -70,26 +52,8 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	mode := "mutations need the token"
-	switch {
-	case e.o.readOnly:
-		mode = "read-only"
-	case token == "":
-		mode = "no token: reads open, mutations refused (set SELFIMPROVE_TOKEN or --token-file)"
-	}
-	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s)\n", dir, ln.Addr(), mode)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		// Requests under way get 2 s; event streams are then cut.
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if err = srv.Shutdown(sctx); errors.Is(err, context.DeadlineExceeded) {
-			err = srv.Close()
-		}
-		cancel()
-	}
+	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s)\n", dir, ln.Addr(), serveMode(e.o.readOnly, token))
+	err = serveUntil(ctx, srv, ln)
 	if cerr := closeLoop(); cerr != nil && err == nil {
 		err = cerr
 	}
@@ -97,4 +61,59 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		err = nil
 	}
 	return err
+}
+
+// serveHandler returns what serve serves over dir. Read-only, it is a
+// handler that reads the directory for each request, with reads open and
+// mutations refused, and the Loop is nil. Otherwise it is admin.Handler
+// over a Loop that holds the directory's lock, with mutations behind token;
+// the caller closes the Loop.
+func serveHandler(dir string, readOnly bool, token string, logger *slog.Logger) (http.Handler, *selfimprove.Loop, error) {
+	if readOnly {
+		if _, err := selfimprove.OpenReadOnlyStore(dir); err != nil {
+			return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		return &readOnlyHandler{dir: dir, opts: admin.Options{Logger: logger}}, nil, nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
+		return nil, nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
+	}
+	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+	if errors.Is(err, selfimprove.ErrLocked) {
+		return nil, nil, fmt.Errorf("state directory %s is in use by a running Loop: serve its admin API from that process, or pass --read-only", dir)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return admin.Handler(l, admin.Options{Token: token, Logger: logger}), l, nil
+}
+
+// serveMode describes, for the line serve prints, who may do what.
+func serveMode(readOnly bool, token string) string {
+	switch {
+	case readOnly:
+		return "read-only"
+	case token == "":
+		return "no token: reads open, mutations refused (set SELFIMPROVE_TOKEN or --token-file)"
+	}
+	return "mutations need the token"
+}
+
+// serveUntil serves srv on ln until srv fails or ctx is done; then requests
+// under way get 2 s, and event streams are cut.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = srv.Close()
+		}
+		return err
+	}
 }

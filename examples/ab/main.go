@@ -170,6 +170,20 @@ func simulate(sc scenario, improve bool) (result, error) {
 	defer os.RemoveAll(dir)
 	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start0)
+	l, err := newLoop(sc, improve, dir, clk)
+	if err != nil {
+		return result{}, err
+	}
+	defer l.Close()
+	w := &world{clk: clk, rng: rand.New(rand.NewPCG(2026, 3)), attempt: sc.attempt}
+	r := w.run(l, sc, start0)
+	countChanges(&r, l, sc.agents)
+	return r, nil
+}
+
+// newLoop opens the loop of a run of sc in dir on clk: with sc's strategy
+// if improve, else with none.
+func newLoop(sc scenario, improve bool, dir string, clk *fakeclock.Clock) (*si.Loop, error) {
 	var strat si.Strategy
 	if improve {
 		strat = sc.strategy()
@@ -177,17 +191,22 @@ func simulate(sc scenario, improve bool) (result, error) {
 	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithJitterSeed(2026),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config))
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
-	defer l.Close()
 	for _, agent := range sc.agents {
 		// A run lasts 50 minutes: a threshold to match, where the
 		// built-in profiles think in hours.
 		if err := l.SetThreshold(agent, si.Threshold{Failures: 3, Window: 10 * time.Minute, Cooldown: 2 * time.Minute}); err != nil {
-			return result{}, err
+			l.Close()
+			return nil, err
 		}
 	}
-	w := &world{clk: clk, rng: rand.New(rand.NewPCG(2026, 3)), attempt: sc.attempt}
+	return l, nil
+}
+
+// run makes the calls of sc's agents through l, a round every interval
+// from start0, and returns the calls' figures.
+func (w *world) run(l *si.Loop, sc scenario, start0 time.Time) result {
 	r := result{Recovered: make([]int, len(sc.agents))}
 	streak := make([]int, len(sc.agents))
 	for i := range r.Recovered {
@@ -200,7 +219,7 @@ func simulate(sc scenario, improve bool) (result, error) {
 			w.fault = c >= start
 			rep, _ := l.ExecuteWithImprovement(ctx, agent, func(ctx context.Context, cfg si.Config) error {
 				d, err := w.attempt(w, agent, cfg)
-				clk.Advance(d)
+				w.clk.Advance(d)
 				return err
 			})
 			r.Calls++
@@ -218,9 +237,15 @@ func simulate(sc scenario, improve bool) (result, error) {
 		// The next round starts on the round's own tick: the loop's
 		// backoff jitter (random) moves calls within a round, never the
 		// rounds themselves.
-		clk.Advance(start0.Add(time.Duration(c+1) * every).Sub(clk.Now()))
+		w.clk.Advance(start0.Add(time.Duration(c+1) * every).Sub(w.clk.Now()))
 	}
-	for _, agent := range sc.agents {
+	return r
+}
+
+// countChanges adds the changes l made to agents to r: applied, rolled
+// back, harmful, and reapplied after a rollback.
+func countChanges(r *result, l *si.Loop, agents []string) {
+	for _, agent := range agents {
 		var rolledBack []si.Change
 		for _, ch := range l.Changes(agent) {
 			r.Applied++
@@ -243,7 +268,6 @@ func simulate(sc scenario, improve bool) (result, error) {
 			}
 		}
 	}
-	return r, nil
 }
 
 func harmfulCell(r result) string {

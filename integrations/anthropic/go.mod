@@ -1,6 +1,6 @@
 module github.com/self-improving-loop/selfimprove/integrations/anthropic
 
-go 1.25
+go 1.26.0
 
 require (
 	github.com/anthropics/anthropic-sdk-go v1.84.0

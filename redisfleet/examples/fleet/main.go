@@ -38,6 +38,9 @@ func main() {
 
 var errDown = errors.New("upstream: 503 service unavailable")
 
+// agentID is the agent the replicas share.
+const agentID = "summarizer"
+
 func run(addr string) error {
 	if addr == "" {
 		a, stop, err := startRedis()
@@ -47,115 +50,168 @@ func run(addr string) error {
 		defer stop()
 		addr = a
 	}
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Printf("%6.0f ms  %s\n", float64(time.Since(start).Microseconds())/1000, fmt.Sprintf(format, args...))
-	}
-	const id = "summarizer"
+	d := &demo{ctx: context.Background(), start: time.Now()}
+	defer d.close()
 	prefix := "fleet-example:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-
-	// The upstream: the route "primary" fails once the fault starts;
-	// "backup" works.
-	var fault atomic.Bool
-	upstream := func(_ context.Context, cfg si.Config) error {
-		if fault.Load() && cfg.Route != "backup" {
-			return errDown
-		}
-		return nil
+	if err := d.open(addr, prefix); err != nil {
+		return err
 	}
-	var runs atomic.Int64 // strategy runs, over the three replicas
+	d.say("3 replicas on Redis %s, agent %q", addr, agentID)
+	if err := d.reps[0].SetThreshold(agentID, si.Threshold{Failures: 5, Window: time.Minute, Cooldown: time.Minute}); err != nil {
+		return err
+	}
+	for range 60 {
+		d.call()
+	}
+	d.say("%d calls served by the 3 replicas on route %q (version %d)", d.calls, d.reps[0].Config(agentID).Route, d.reps[0].Config(agentID).Version)
+
+	d.fault.Store(true)
+	d.say("fault: route \"primary\" starts failing")
+	applied, err := d.untilApplied()
+	if err != nil {
+		return err
+	}
+	d.waitForReplicas(applied)
+	before := d.calls
+	if err := d.untilDecided(); err != nil {
+		return err
+	}
+	return d.report(before)
+}
+
+// demo is three replicas of one service, each with its own Loop and Redis
+// client, sharing one Redis.
+type demo struct {
+	ctx     context.Context
+	start   time.Time
+	reps    []*si.Loop
+	fleets  []*redisfleet.Fleet
+	closers []func() error // in the order opened
+	fault   atomic.Bool    // the route "primary" fails
+	runs    atomic.Int64   // strategy runs, over the three replicas
+	calls   int
+}
+
+// open opens the three replicas on the Redis at addr, with their keys
+// under prefix.
+func (d *demo) open(addr, prefix string) error {
 	strategy := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
-		runs.Add(1)
+		d.runs.Add(1)
 		return &si.Tweak{Config: si.Config{Route: "backup", Timeout: a.Config.Timeout}, Reason: "primary route failing"}, nil
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	var (
-		reps   []*si.Loop
-		fleets []*redisfleet.Fleet
-	)
 	for range 3 {
 		c := redis.NewClient(&redis.Options{Addr: addr})
-		defer c.Close()
+		d.closers = append(d.closers, c.Close)
 		f, err := redisfleet.New(c, redisfleet.Options{Prefix: prefix})
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		fleets = append(fleets, f)
+		d.closers = append(d.closers, f.Close)
+		d.fleets = append(d.fleets, f)
 		l, err := si.New(si.WithMemoryStore(), si.WithFleet(f), si.WithStrategy(strategy), si.WithNotifier(nil), si.WithLogger(quiet),
 			si.WithDefaultConfig(si.Config{Route: "primary"}))
 		if err != nil {
 			return err
 		}
-		defer l.Close()
-		reps = append(reps, l)
+		d.closers = append(d.closers, l.Close)
+		d.reps = append(d.reps, l)
 	}
-	ctx := context.Background()
-	say("3 replicas on Redis %s, agent %q", addr, id)
-	if err := reps[0].SetThreshold(id, si.Threshold{Failures: 5, Window: time.Minute, Cooldown: time.Minute}); err != nil {
-		return err
-	}
-	calls := 0
-	// call makes one call on the next replica and syncs it with the
-	// fleet, as a busy service would every 200 ms.
-	call := func() (int, si.Report) {
-		r := calls % 3
-		calls++
-		rep, _ := reps[r].ExecuteWithImprovement(ctx, id, upstream)
-		if err := reps[r].SyncFleet(ctx); err != nil {
-			say("replica %d: %v", r, err)
-		}
-		return r, rep
-	}
-	for range 60 {
-		call()
-	}
-	say("%d calls served by the 3 replicas on route %q (version %d)", calls, reps[0].Config(id).Route, reps[0].Config(id).Version)
+	return nil
+}
 
-	fault.Store(true)
-	say("fault: route \"primary\" starts failing")
-	var applied time.Time
-	for applied.IsZero() {
-		if calls > 1000 {
-			return errors.New("no change applied")
+// close closes what open opened, last first.
+func (d *demo) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
+// say prints a line with the time since the start.
+func (d *demo) say(format string, args ...any) {
+	fmt.Printf("%6.0f ms  %s\n", float64(time.Since(d.start).Microseconds())/1000, fmt.Sprintf(format, args...))
+}
+
+// upstream is the service's upstream: the route "primary" fails once the
+// fault starts; "backup" works.
+func (d *demo) upstream(_ context.Context, cfg si.Config) error {
+	if d.fault.Load() && cfg.Route != "backup" {
+		return errDown
+	}
+	return nil
+}
+
+// call makes one call on the next replica and syncs it with the fleet, as
+// a busy service would every 200 ms.
+func (d *demo) call() (int, si.Report) {
+	r := d.calls % 3
+	d.calls++
+	rep, _ := d.reps[r].ExecuteWithImprovement(d.ctx, agentID, d.upstream)
+	if err := d.reps[r].SyncFleet(d.ctx); err != nil {
+		d.say("replica %d: %v", r, err)
+	}
+	return r, rep
+}
+
+// untilApplied calls until a replica's strategy applies a change, and
+// returns when.
+func (d *demo) untilApplied() (time.Time, error) {
+	for {
+		if d.calls > 1000 {
+			return time.Time{}, errors.New("no change applied")
 		}
-		r, rep := call()
+		r, rep := d.call()
 		if rep.Improvement != nil {
-			applied = time.Now()
-			say("replica %d: pooled failures crossed the threshold; its strategy applied version %d (route %q)",
+			applied := time.Now()
+			d.say("replica %d: pooled failures crossed the threshold; its strategy applied version %d (route %q)",
 				r, rep.Improvement.To.Version, rep.Improvement.To.Route)
+			return applied, nil
 		}
 	}
-	v := reps[0].Config(id).Version
-	for i, l := range reps {
-		for l.Config(id).Version != v {
+}
+
+// waitForReplicas waits until every replica runs the version of the first,
+// the change applied at applied.
+func (d *demo) waitForReplicas(applied time.Time) {
+	v := d.reps[0].Config(agentID).Version
+	for i, l := range d.reps {
+		for l.Config(agentID).Version != v {
 			time.Sleep(100 * time.Microsecond)
 		}
-		say("replica %d runs version %d (%v after it was applied)", i, v, time.Since(applied).Round(10*time.Microsecond))
+		d.say("replica %d runs version %d (%v after it was applied)", i, v, time.Since(applied).Round(10*time.Microsecond))
 	}
-	before := calls
+}
+
+// untilDecided calls until the change is confirmed or rolled back.
+func (d *demo) untilDecided() error {
+	before := d.calls
 	for {
-		if calls > before+5000 {
+		if d.calls > before+5000 {
 			return errors.New("the change was not decided after 5,000 calls")
 		}
-		call()
-		chs := reps[0].Changes(id)
+		d.call()
+		chs := d.reps[0].Changes(agentID)
 		if len(chs) > 0 && chs[len(chs)-1].State != si.ChangeVerifying {
-			break
+			return nil
 		}
 	}
-	for i, l := range reps {
-		chs := l.Changes(id)
+}
+
+// report prints each replica's view of the change, the fleet's decisions
+// and strategy runs since the call numbered before, and its event log.
+func (d *demo) report(before int) error {
+	for i, l := range d.reps {
+		chs := l.Changes(agentID)
 		last := chs[len(chs)-1]
-		say("replica %d: change to version %d %s, running version %d", i, last.To.Version, last.State, l.Config(id).Version)
+		d.say("replica %d: change to version %d %s, running version %d", i, last.To.Version, last.State, l.Config(agentID).Version)
 	}
 	var decisions int64
-	for _, l := range reps {
+	for _, l := range d.reps {
 		m := l.Metrics()
 		decisions += m.Confirmations + m.Rollbacks
 	}
-	say("%d decision for the fleet, on %d pooled calls (about %d a replica); %d strategy run in all", decisions, calls-before, (calls-before)/3, runs.Load())
-	evs, err := fleets[0].Events(ctx, 10)
+	d.say("%d decision for the fleet, on %d pooled calls (about %d a replica); %d strategy run in all", decisions, d.calls-before, (d.calls-before)/3, d.runs.Load())
+	evs, err := d.fleets[0].Events(d.ctx, 10)
 	if err != nil {
 		return err
 	}
@@ -163,7 +219,7 @@ func run(addr string) error {
 	for _, e := range evs {
 		types = append(types, e.Type)
 	}
-	say("the fleet's event log (a Redis stream): %v", types)
+	d.say("the fleet's event log (a Redis stream): %v", types)
 	return nil
 }
 
