@@ -5,11 +5,10 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/fleettest"
-	suite "github.com/self-improving-loop/selfimprove/internal/fleettest"
 )
 
 func TestFleetSuite(t *testing.T) {
-	suite.Run(t, func(*testing.T) (si.Fleet, si.Fleet) {
+	fleettest.Run(t, func(*testing.T) (si.Fleet, si.Fleet) {
 		m := fleettest.New(nil)
 		return m, m
 	})

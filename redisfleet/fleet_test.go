@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	si "github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/internal/fleettest"
+	"github.com/self-improving-loop/selfimprove/fleettest"
 	"github.com/self-improving-loop/selfimprove/redisfleet"
 )
 

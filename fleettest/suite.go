@@ -1,5 +1,3 @@
-// Package fleettest is the behavioural test suite every Fleet passes:
-// MemoryFleet in the root module, redisfleet in its own.
 package fleettest
 
 import (
@@ -15,9 +13,11 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 )
 
-// Run runs the suite; newFleet returns an empty fleet, and a second handle
-// on the same fleet (another replica's), each time it is called. Each
-// subtest gets a fleet of its own.
+// Run runs the behavioural suite every selfimprove.Fleet passes, as
+// testing/slogtest does for slog handlers: this package's Fleet, the
+// redisfleet module's, and yours. newFleet returns an empty fleet, and a
+// second handle on the same fleet (another replica's), each time it is
+// called. Each subtest gets a fleet of its own.
 func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run := func(name string, test func(t *testing.T, f, g si.Fleet)) {
 		t.Run(name, func(t *testing.T) {
