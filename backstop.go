@@ -2,7 +2,8 @@ package selfimprove
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
 
 // The backstop: whatever the method, a change that has run BackstopCalls
@@ -20,9 +21,6 @@ import (
 // a change that costs 30 points is rolled back by it in more than 99.9 %
 // of cases; see docs/decisions.md for each method's use of it.
 
-// DefaultBackstopCalls is RollbackPolicy.BackstopCalls's default.
-const DefaultBackstopCalls = 60
-
 const (
 	// backstopOdds is how unlikely at the reference the change's failure
 	// count must be for the backstop to roll it back;
@@ -34,6 +32,10 @@ const (
 	// normal: how unlikely "before"'s failure count must be at the
 	// analysis window's rate for the two to disagree.
 	poolOdds = 0.00135
+	// shiftOdds is how unlikely, at the reference, the previous config's
+	// failures must be for MethodCanary's backstop to leave the verdict
+	// to the comparison of the arms.
+	shiftOdds = 0.01
 )
 
 // backstopRuns reports whether the backstop is on and due after calls
@@ -58,7 +60,7 @@ func (p RollbackPolicy) backstop(a Stats, e Evidence, shared int) (Verdict, bool
 	if p.Method == MethodCanary {
 		odds = canaryBackstopOdds
 	}
-	tail := predictiveTail(a.Calls, a.Failures, (1-p0)*m, p0*m)
+	tail := verdict.PredictiveTail(a.Calls, a.Failures, (1-p0)*m, p0*m)
 	if tail > odds {
 		return Verdict{}, false
 	}
@@ -70,38 +72,6 @@ func (p RollbackPolicy) backstop(a Stats, e Evidence, shared int) (Verdict, bool
 		p.BackstopCalls, a.Failures, a.Calls, what, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }
 
-// predictiveTail is P(F ≥ f) for the failures F of n calls whose failure
-// rate is Beta(fa, sb) distributed (fa and sb positive): the upper tail
-// of the beta-binomial distribution. It sums the probabilities of f..n,
-// the first from log-gamma functions and each next one by the ratio of
-// consecutive terms. It allocates nothing.
-func predictiveTail(n, f int, fa, sb float64) float64 {
-	switch {
-	case f <= 0:
-		return 1
-	case f > n:
-		return 0
-	}
-	fn, ff := float64(n), float64(f)
-	lp := lgamma(fn+1) - lgamma(ff+1) - lgamma(fn-ff+1) +
-		lgamma(ff+fa) + lgamma(fn-ff+sb) - lgamma(fn+fa+sb) -
-		(lgamma(fa) + lgamma(sb) - lgamma(fa+sb))
-	pm, sum := math.Exp(lp), 0.0
-	for k := f; k <= n; k++ {
-		sum += pm
-		if k < n {
-			fk := float64(k)
-			pm *= (fn - fk) / (fk + 1) * (fk + fa) / (fn - fk - 1 + sb)
-		}
-	}
-	return min(sum, 1)
-}
-
-func lgamma(x float64) float64 {
-	v, _ := math.Lgamma(x)
-	return v
-}
-
 // backstopRef is the backstop's reference: the sequential tests' (see
 // reference), except that "before" and the analysis window are pooled
 // whenever they agree by the exact test of agrees. Sixteen calls at a
@@ -111,34 +81,45 @@ func lgamma(x float64) float64 {
 func (p RollbackPolicy) backstopRef(e Evidence) (float64, refNote) {
 	b, w := e.Before, e.Window
 	if w.Calls > 0 && b.Calls >= p.MinBeforeCalls && agrees(b, w) {
-		n := refNote{how: refPooled, before: b, window: w, weight: float64(w.Calls + 1)}
-		return clampRate((float64(w.Calls-w.Failures) + 0.5) / n.weight), n
+		p0, m := verdict.Estimate(w.Calls-w.Failures, w.Calls, 0, 0)
+		return p0, refNote{how: refPooled, before: b, window: w, weight: m}
 	}
 	return p.reference(e)
 }
 
 // agrees reports whether before's failures are within reach of the
-// window's failure rate q (half a failure and half a success added): at
-// that rate, as many failures or more, and as few or fewer, each have a
-// chance above poolOdds, the one-sided tail of three standard errors of
-// a normal, computed exactly on the binomial distribution.
+// window's failure rate (Smoothed and clamped): at that rate, as many
+// failures or more, and as few or fewer, each have a chance above
+// poolOdds, the one-sided tail of three standard errors of a normal,
+// computed exactly on the binomial distribution.
 func agrees(before, window Stats) bool {
-	q := clampRate((float64(window.Failures) + 0.5) / float64(window.Calls+1))
-	n, f := before.Calls, before.Failures
-	return binomTail(n, f, q) > poolOdds && binomTail(n, n-f, 1-q) > poolOdds
+	q := verdict.ClampRate(verdict.Smoothed(window.Failures, window.Calls))
+	return verdict.Consistent(before.Calls, before.Failures, q, poolOdds)
 }
 
-// binomTail is P(X ≥ k) for X ~ Binomial(n, q), 0 < q < 1.
-func binomTail(n, k int, q float64) float64 {
-	if k <= 0 {
-		return 1
+// canaryBackstop is MethodCanary's backstop: the change's calls against
+// the reference before the change, unless the previous config's calls say
+// that conditions changed. A run of the change's failures during which
+// every call of the previous config failed too is not counted; and when
+// the previous config's calls fail more than the reference explains (as
+// many failures or more in at most shiftOdds of cases) while the change
+// does not fail significantly more than they do (canaryZ), the
+// comparison of the arms decides alone.
+func (p RollbackPolicy) canaryBackstop(e Evidence) (Verdict, bool) {
+	p0, ref := p.backstopRef(e)
+	a, c, sc := e.After, e.Control, e.StreakControl
+	shared := 0
+	if sc.Calls > 0 && sc.Failures == sc.Calls && a.ConsecutiveFailures > 0 {
+		shared = min(a.ConsecutiveFailures, a.Failures)
+		a.Calls, a.Failures = a.Calls-shared, a.Failures-shared
 	}
-	p, pm := 0.0, math.Pow(1-q, float64(n))
-	for i := 0; i <= n; i++ {
-		if i >= k {
-			p += pm
-		}
-		pm *= float64(n-i) / float64(i+1) * q / (1 - q)
+	if c.Calls > 0 && verdict.PredictiveTail(c.Calls, c.Failures, (1-p0)*ref.weight, p0*ref.weight) <= shiftOdds &&
+		verdict.ZScore(c.Calls, c.Failures, a.Calls, a.Failures) < canaryZ {
+		return Verdict{}, false
 	}
-	return min(p, 1)
+	v, ok := p.backstop(a, e, shared)
+	if ok {
+		v.Reason += fmt.Sprintf("; the previous config succeeded %d of %d calls in the same period", c.Calls-c.Failures, c.Calls)
+	}
+	return v, ok
 }

@@ -1,39 +1,6 @@
 package selfimprove
 
-import (
-	"math"
-	"math/big"
-	"testing"
-)
-
-// predictiveTail against the beta-binomial computed exactly in rationals
-// for integer shape parameters: P(F = k) = C(n, k) B(k+a, n-k+b) / B(a, b).
-func TestPredictiveTailExact(t *testing.T) {
-	beta := func(a, b int64) *big.Rat { // B(a, b) = (a-1)!(b-1)!/(a+b-1)!
-		f := func(n int64) *big.Int { return new(big.Int).MulRange(1, max(n, 1)) }
-		num := new(big.Int).Mul(f(a-1), f(b-1))
-		return new(big.Rat).SetFrac(num, f(a+b-1))
-	}
-	for _, c := range []struct{ n, f, a, b int }{
-		{60, 13, 20, 180}, {60, 0, 3, 7}, {60, 61, 3, 7}, {54, 21, 21, 181}, {6, 4, 20, 180}, {16, 5, 1, 1}, {100, 50, 40, 40},
-	} {
-		want := new(big.Rat)
-		for k := max(c.f, 0); k <= c.n; k++ {
-			term := new(big.Rat).SetInt(new(big.Int).Binomial(int64(c.n), int64(k)))
-			term.Mul(term, beta(int64(k+c.a), int64(c.n-k+c.b)))
-			term.Quo(term, beta(int64(c.a), int64(c.b)))
-			want.Add(want, term)
-		}
-		w, _ := want.Float64()
-		if c.f <= 0 {
-			w = 1
-		}
-		got := predictiveTail(c.n, c.f, float64(c.a), float64(c.b))
-		if math.Abs(got-w) > 1e-9*max(w, 1e-12) && math.Abs(got-w) > 1e-15 {
-			t.Errorf("predictiveTail(%d, %d, %d, %d) = %g, want %g", c.n, c.f, c.a, c.b, got, w)
-		}
-	}
-}
+import "testing"
 
 // The backstop decides on the BackstopCalls-th call only, for every
 // method, and not under SeedCompatible.

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,10 @@ import (
 // lock, O(1)); everything that talks to the fleet runs in the flusher's
 // goroutine, or when a decision is saved, each bounded by the fleet
 // timeout. No agent lock is held while the fleet is called.
+//
+// This file has the link, the counts and the flusher that sends them;
+// fleet_commit.go has the shared state: attaching an agent, adopting the
+// fleet's state, committing decisions and the lease on a strategy run.
 
 // EventFleetUnreachable and EventFleetRecovered say that the fleet could
 // not be reached, and that it can be again. They concern the Loop, not
@@ -172,217 +175,6 @@ func (l *Loop) fleetUp() {
 	}
 }
 
-// fleetAttach links a new agent to the fleet and takes the fleet's state
-// of it, if any; the agent is not published yet. When the fleet cannot
-// be reached the agent runs on what the store had, and is compared with
-// the fleet's state once it is back.
-func (l *Loop) fleetAttach(a *agent) {
-	fa := &fleetAgent{}
-	a.fl = fa
-	fa.tally.gen = a.s.Gen
-	fa.base, _ = encodeShared(&a.s)
-	ctx, cancel := l.fleet.ctx()
-	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	cancel()
-	if err != nil {
-		l.fleetDown(err)
-		fa.resync.Store(true)
-		return
-	}
-	l.fleetUp()
-	if rev == 0 {
-		return
-	}
-	sh, err := decodeState(val, a.id)
-	if err != nil {
-		l.m.fleetErrors.Add(1)
-		l.log.Error("selfimprove: the fleet's state of the agent is corrupt; the next decision replaces it", "agent", a.id, "error", err)
-		fa.rev, fa.base = rev, nil
-		return
-	}
-	a.s.adopt(&sh)
-	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	fa.rev, fa.tally.gen = rev, a.s.Gen
-	fa.base, _ = encodeShared(&a.s)
-	l.remember(fixesOf(sh.Changes, nil))
-	l.props.note(a.id, a.s.Proposals)
-}
-
-// fixesOf returns the outcomes of the decided changes in chs whose IDs
-// known does not hold, for the failure memory.
-func fixesOf(chs []Change, known map[string]bool) []fixNote {
-	var out []fixNote
-	for i := range chs {
-		if ch := &chs[i]; !known[ch.ID] {
-			if f, ok := fixNoteOf(ch, FixOutcome(ch.State), ch.DecidedAt); ok {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
-
-// fleetRefresh loads a's state from the fleet and takes it if it is newer
-// than a's. It reports whether it could ask.
-func (l *Loop) fleetRefresh(a *agent) bool {
-	ctx, cancel := l.fleet.ctx()
-	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	cancel()
-	if err != nil {
-		l.fleetDown(err)
-		return false
-	}
-	l.fleetUp()
-	fa := a.fl
-	fa.resync.Store(false)
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	lost := rev < fa.rev
-	if lost {
-		// The fleet lost the agent's state (a Redis restarted without
-		// persistence): this replica's copy goes back at the next save.
-		fa.rev, fa.base = rev, nil
-		a.dirty = true
-	}
-	a.mu.Unlock()
-	if lost {
-		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
-	}
-	if rev > 0 {
-		l.fleetAdopt(a, rev, val, false)
-	}
-	return true
-}
-
-// fleetAdopt makes the shared state val, at revision rev, a's: when it is
-// newer than a's, or always with force. a keeps its call statistics.
-func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
-	sh, err := decodeState(val, a.id)
-	if err != nil {
-		l.m.fleetErrors.Add(1)
-		l.log.Error("selfimprove: the fleet's state of the agent is corrupt", "agent", a.id, "error", err)
-		return
-	}
-	fa := a.fl
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	if a.evicted || (rev <= fa.rev && !force) {
-		a.mu.Unlock()
-		return
-	}
-	known := make(map[string]bool, len(a.s.Changes))
-	for _, ch := range a.s.Changes {
-		known[ch.ID] = true
-	}
-	a.s.adopt(&sh)
-	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	fa.rev = rev
-	fa.base, _ = encodeShared(&a.s)
-	if fa.tally.gen != a.s.Gen {
-		fa.tally = fleetTally{gen: a.s.Gen}
-	}
-	a.dirty = true
-	a.publishLocked(l.canaryCut > 0)
-	a.openUntil.Store(a.s.CircuitOpenUntil)
-	fixes := fixesOf(a.s.Changes, known)
-	props := a.s.snapshot().Proposals
-	a.mu.Unlock()
-	l.remember(fixes)
-	l.props.note(a.id, props)
-}
-
-// fleetNotified takes a commit another replica announced.
-func (l *Loop) fleetNotified(id string, rev uint64) {
-	v, ok := l.agents.Load(id)
-	if !ok || l.isClosed.Load() {
-		return
-	}
-	a := v.(*agent)
-	fa := a.fl
-	if fa == nil {
-		return
-	}
-	for {
-		n := fa.notified.Load()
-		if n >= rev || fa.notified.CompareAndSwap(n, rev) {
-			break
-		}
-	}
-	if fa.committing.Load() {
-		return // the committer looks at notified when it is done
-	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	cur := fa.rev
-	a.mu.Unlock()
-	if rev > cur {
-		l.fleetRefresh(a)
-	}
-}
-
-// fleetCommit commits a's shared state, as in snap, if it changed, with
-// the events evs of the decisions that changed it. When another replica
-// committed first, a takes its state and the error wraps
-// ErrFleetConflict; when the fleet cannot be reached, a goes back to the
-// fleet's last state it knew and the error wraps ErrFleetUnavailable. In
-// both cases the decisions did not happen.
-func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
-	fa := a.fl
-	value, err := encodeShared(snap)
-	if err != nil {
-		return err
-	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	rev, base := fa.rev, fa.base
-	a.mu.Unlock()
-	if bytes.Equal(value, base) {
-		return nil
-	}
-	fa.committing.Store(true)
-	ctx, cancel := l.fleet.ctx()
-	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
-	cancel()
-	fa.committing.Store(false)
-	switch {
-	case err == nil:
-		l.fleetUp()
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		if fa.rev == rev {
-			fa.rev, fa.base = nrev, value
-		}
-		a.mu.Unlock()
-		if len(evs) > 0 {
-			events := make([]Event, len(evs))
-			for i, q := range evs {
-				events[i] = *q.ev
-			}
-			ctx, cancel := l.fleet.ctx()
-			if err := l.fleet.f.AppendEvents(ctx, events); err != nil {
-				l.m.fleetErrors.Add(1)
-				l.log.Error("selfimprove: cannot add events to the fleet's log", "agent", a.id, "count", len(events), "error", err)
-			}
-			cancel()
-		}
-		if fa.notified.Load() > nrev {
-			l.fleetRefresh(a)
-		}
-		return nil
-	case errors.Is(err, ErrFleetConflict):
-		l.fleetUp()
-		l.m.fleetConflicts.Add(1)
-		l.fleetRefresh(a)
-		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
-	default:
-		l.fleetDown(err)
-		if base != nil {
-			l.fleetAdopt(a, rev, base, true)
-		}
-		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
-	}
-}
-
 // fleetItem is one agent's delta in a flush.
 type fleetItem struct {
 	a *agent
@@ -529,58 +321,6 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	if eff.decided != nil {
 		var rep Report
 		l.carry(context.Background(), a, &eff, &rep)
-	}
-}
-
-// fleetLease takes the agent's lease for the strategy run an, and checks
-// that no other replica acted on the trigger meanwhile. It reports
-// whether this replica runs the strategy.
-func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
-	fl, fa := l.fleet, a.fl
-	now := l.clock.Now().UnixNano()
-	a.mu.Lock()
-	busy := now < fa.leaseBusy
-	cooldown := a.s.CooldownUntil
-	a.mu.Unlock()
-	if busy {
-		return false
-	}
-	ttl := l.strategyTimeout + 4*fl.timeout
-	ctx, cancel := fl.ctx()
-	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
-	cancel()
-	if err != nil {
-		l.fleetDown(err)
-		return false
-	}
-	l.fleetUp()
-	if !ok {
-		a.mu.Lock()
-		fa.leaseBusy = now + int64(ttl)
-		a.mu.Unlock()
-		return false
-	}
-	if !l.fleetRefresh(a) {
-		l.fleetRelease(a)
-		return false
-	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
-	a.mu.Unlock()
-	if acted {
-		l.fleetRelease(a)
-		return false
-	}
-	return true
-}
-
-// fleetRelease gives the agent's lease back.
-func (l *Loop) fleetRelease(a *agent) {
-	ctx, cancel := l.fleet.ctx()
-	defer cancel()
-	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
-		l.fleetDown(err)
 	}
 }
 

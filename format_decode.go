@@ -174,20 +174,35 @@ func (c *checker) clusterLow(f field, s string) uint32 {
 	return uint32(v)
 }
 
-// calls checks the call statistics and rebuilds the tracker.
+// calls checks the call statistics and rebuilds the tracker. It stops at
+// the first error in a list, leaving the rest of the tracker empty.
 func (c *checker) calls(d *callsDoc) tracker {
 	var t tracker
 	t.Total = c.num(path("calls.total"), d.Total, 0, maxCount)
 	t.Ignored = c.num(path("calls.ignored"), d.Ignored, 0, maxCount)
 	t.Consec = int(c.num(path("calls.consecutive_failures"), d.ConsecutiveFailures, 0, maxCount))
+	if !c.callWindow(&t.Win, &d.Window) || !c.last24h(&t.Day, &d.Last24h) {
+		return t
+	}
+	pos := d.RingPos
+	t.FailPos = uint8(c.num(path("calls.ring_pos.failures"), pos.Failures, 0, failRing))
+	t.RecPos = uint8(c.num(path("calls.ring_pos.failure_details"), pos.FailureDetails, 0, recentRing))
+	t.CallPos = uint8(c.num(path("calls.ring_pos.latest"), pos.Latest, 0, maxBeforeCalls))
+	if c.failures(&t, d.Failures) {
+		c.latest(&t, d.Latest)
+	}
+	return t
+}
 
-	w := &t.Win
-	w.Width = d.Window.BucketNS
-	w.Head = c.head(path("calls.window"), w.Width, minSlot, maxSlot, d.Window.Newest)
+// callWindow checks the analysis window's buckets and rebuilds w; false when
+// it stopped at an error.
+func (c *checker) callWindow(w *window, d *windowDoc) bool {
+	w.Width = d.BucketNS
+	w.Head = c.head(path("calls.window"), w.Width, minSlot, maxSlot, d.Newest)
 	prev, total := int64(-1), int64(0)
-	for k, b := range d.Window.Buckets {
+	for k, b := range d.Buckets {
 		if c.err != nil {
-			return t
+			return false
 		}
 		f := elem("calls.window.buckets", k)
 		prev = c.bucketIndex(f, b.Start, w.Width, w.Head, windowSlots, prev)
@@ -197,30 +212,35 @@ func (c *checker) calls(d *callsDoc) tracker {
 		total += lat
 		w.Slots[prev%windowSlots] = slot{Calls: uint32(calls), Failures: uint32(failures), Latency: lat}
 	}
+	return true
+}
 
-	t.Day.Head = c.head(path("calls.last_24h"), d.Last24h.BucketNS, int64(daySlot), int64(daySlot), d.Last24h.Newest)
-	prev = -1
-	for k, b := range d.Last24h.Buckets {
+// last24h checks the 24-hour counter's buckets and rebuilds dc; false when it
+// stopped at an error.
+func (c *checker) last24h(dc *dayCounter, d *dayDoc) bool {
+	dc.Head = c.head(path("calls.last_24h"), d.BucketNS, int64(daySlot), int64(daySlot), d.Newest)
+	prev := int64(-1)
+	for k, b := range d.Buckets {
 		if c.err != nil {
-			return t
+			return false
 		}
 		f := elem("calls.last_24h.buckets", k)
-		prev = c.bucketIndex(f, b.Start, int64(daySlot), t.Day.Head, daySlots, prev)
-		t.Day.Slots[prev%daySlots] = uint16(c.num(f.dot("calls"), b.Calls, 0, math.MaxUint16+1))
+		prev = c.bucketIndex(f, b.Start, int64(daySlot), dc.Head, daySlots, prev)
+		dc.Slots[prev%daySlots] = uint16(c.num(f.dot("calls"), b.Calls, 0, math.MaxUint16+1))
 	}
+	return true
+}
 
-	pos := d.RingPos
-	t.FailPos = uint8(c.num(path("calls.ring_pos.failures"), pos.Failures, 0, failRing))
-	t.RecPos = uint8(c.num(path("calls.ring_pos.failure_details"), pos.FailureDetails, 0, recentRing))
-	t.CallPos = uint8(c.num(path("calls.ring_pos.latest"), pos.Latest, 0, maxBeforeCalls))
-
-	n := len(d.Failures)
+// failures checks the failure times and details into t's rings (t's ring
+// positions already set); false when it stopped at an error.
+func (c *checker) failures(t *tracker, fails []failureDoc) bool {
+	n := len(fails)
 	if n > failRing {
 		c.fail("calls.failures: %d failures, at most %d", n, failRing)
 	}
 	firstDetailed := n
-	for k := range d.Failures {
-		if d.Failures[k].detailed() {
+	for k := range fails {
+		if fails[k].detailed() {
 			firstDetailed = k
 			break
 		}
@@ -229,11 +249,11 @@ func (c *checker) calls(d *callsDoc) tracker {
 		c.fail("calls.failures: %d failures with details, at most %d", n-firstDetailed, recentRing)
 	}
 	maxFailVersion := min(c.maxVer, math.MaxInt32)
-	for k := range d.Failures {
+	for k := range fails {
 		if c.err != nil {
-			return t
+			return false
 		}
-		fd, f := &d.Failures[k], elem("calls.failures", k)
+		fd, f := &fails[k], elem("calls.failures", k)
 		end := c.time(f.dot("end"), fd.End)
 		if end == 0 {
 			c.fail("%s: a failure ends after 1970-01-01T00:00:00Z", f.dot("end"))
@@ -246,7 +266,7 @@ func (c *checker) calls(d *callsDoc) tracker {
 		}
 		if !fd.detailed() {
 			c.fail("%s: no details after a failure with details", f)
-			return t
+			return false
 		}
 		r := failRecord{End: end, Cl: c.clusterLow(f.dot("cluster"), fd.Cluster)}
 		if fd.DurationNS != nil {
@@ -262,13 +282,18 @@ func (c *checker) calls(d *callsDoc) tracker {
 		}
 		t.Recent[ringSlot(int(t.RecPos), n-firstDetailed, k-firstDetailed, recentRing)] = r
 	}
+	return true
+}
 
-	n = len(d.Latest)
+// latest checks the latest calls into t's ring (its position already
+// set).
+func (c *checker) latest(t *tracker, latest []latestDoc) {
+	n := len(latest)
 	if n > maxBeforeCalls {
 		c.fail("calls.latest: %d calls, at most %d", n, maxBeforeCalls)
-		return t
+		return
 	}
-	for k, l := range d.Latest {
+	for k, l := range latest {
 		f := elem("calls.latest", k)
 		i := ringSlot(int(t.CallPos), n, k, maxBeforeCalls)
 		t.CallEnd[i] = c.time(f.dot("end"), l.End)
@@ -280,7 +305,6 @@ func (c *checker) calls(d *callsDoc) tracker {
 			t.CallFail |= 1 << i
 		}
 	}
-	return t
 }
 
 // cluster checks failure cluster i and rebuilds its record.
@@ -346,6 +370,37 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		Proposals:  d.Proposals,
 	}
 	st.ownChanges(id)
+	c.cooldowns(d, &st)
+	c.configs(&st)
+	if len(d.Clusters) > maxClusters {
+		c.fail("clusters: %d clusters, at most %d", len(d.Clusters), maxClusters)
+	}
+	c.proposals(st.Proposals)
+	if c.err != nil {
+		return agentState{}, c.err
+	}
+	st.Tracker = c.calls(&d.Calls)
+	if len(d.Clusters) > 0 {
+		st.Clusters = make([]clusterRec, 0, len(d.Clusters))
+	}
+	for i := range d.Clusters {
+		if c.err != nil {
+			break
+		}
+		st.Clusters = append(st.Clusters, c.cluster(i, &d.Clusters[i]))
+	}
+	if c.err != nil {
+		return agentState{}, c.err
+	}
+	if err := st.check(id); err != nil {
+		return agentState{}, err
+	}
+	return st, nil
+}
+
+// cooldowns checks the cooldown and the circuit breaker's deadline of d
+// into st.
+func (c *checker) cooldowns(d *stateDoc, st *agentState) {
 	st.CooldownUntil = c.optTime(path("cooldown_until"), d.CooldownUntil)
 	st.CooldownEarly = d.CooldownEarly
 	if d.CooldownCluster != "" {
@@ -356,7 +411,12 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		st.CooldownCluster = id
 	}
 	st.CircuitOpenUntil = c.optTime(path("circuit_open_until"), d.CircuitOpenUntil)
+}
 
+// configs checks st's configs: the current one, the history, the change
+// under verification and the decided ones, the manual threshold and the
+// rejected tweaks.
+func (c *checker) configs(st *agentState) {
 	c.config(path("config"), &st.Config, 1)
 	if len(st.History) > maxHistory {
 		c.fail("history: %d configs, at most %d", len(st.History), maxHistory)
@@ -387,14 +447,16 @@ func (d *stateDoc) state(id string) (agentState, error) {
 	for i := range st.Rejected {
 		c.config(elem("rejected", i).dot("config"), &st.Rejected[i].Config, 1)
 	}
-	if len(d.Clusters) > maxClusters {
-		c.fail("clusters: %d clusters, at most %d", len(d.Clusters), maxClusters)
+}
+
+// proposals checks the proposals' counts, suggested versions, confidence
+// and times.
+func (c *checker) proposals(ps []Proposal) {
+	if len(ps) > maxProposals {
+		c.fail("proposals: %d proposals, at most %d", len(ps), maxProposals)
 	}
-	if len(st.Proposals) > maxProposals {
-		c.fail("proposals: %d proposals, at most %d", len(st.Proposals), maxProposals)
-	}
-	for i := range st.Proposals {
-		p, f := &st.Proposals[i], elem("proposals", i)
+	for i := range ps {
+		p, f := &ps[i], elem("proposals", i)
 		c.num(f.dot("count"), int64(p.Count), 0, maxCount)
 		if p.Config != nil {
 			// Only a suggestion: it is checked when it is approved.
@@ -406,26 +468,6 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		c.optTime(f.dot("created"), p.Created)
 		c.optTime(f.dot("updated"), p.Updated)
 	}
-	if c.err != nil {
-		return agentState{}, c.err
-	}
-	st.Tracker = c.calls(&d.Calls)
-	if len(d.Clusters) > 0 {
-		st.Clusters = make([]clusterRec, 0, len(d.Clusters))
-	}
-	for i := range d.Clusters {
-		if c.err != nil {
-			break
-		}
-		st.Clusters = append(st.Clusters, c.cluster(i, &d.Clusters[i]))
-	}
-	if c.err != nil {
-		return agentState{}, c.err
-	}
-	if err := st.check(id); err != nil {
-		return agentState{}, err
-	}
-	return st, nil
 }
 
 // ownChanges sets the agent ID of st's changes and proposals to id, the

@@ -215,23 +215,9 @@ func New(opts ...Option) (*Loop, error) {
 		o.clock = coarse
 	}
 	m := new(metrics)
-	st := o.store
-	if st == nil {
-		if o.dir == "" {
-			d, err := DefaultDir()
-			if err != nil {
-				return nil, err
-			}
-			o.dir = d
-		}
-		o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
-		o.fileOpts.OnError = func(error) { m.storeErrors.Add(1) }
-		o.fileOpts.MaxMemorySize = max(o.fileOpts.MaxMemorySize, int64(o.memory.MaxClusters)*memoryFileBytesPerCluster)
-		fs, err := OpenFileStore(o.dir, o.fileOpts)
-		if err != nil {
-			return nil, err
-		}
-		st = fs
+	st, err := openStore(&o, m)
+	if err != nil {
+		return nil, err
 	}
 	l := &Loop{
 		clock:           o.clock,
@@ -259,15 +245,46 @@ func New(opts ...Option) (*Loop, error) {
 	if pol := l.rules.policy; pol.Method == MethodCanary {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))
 	}
+	l.restore(o.recentEvents)
+	l.start(&o)
+	return l, nil
+}
+
+// openStore returns the store of WithStore, or opens the FileStore of
+// WithDir (DefaultDir without it), its errors counted in m.
+func openStore(o *options, m *metrics) (Store, error) {
+	if o.store != nil {
+		return o.store, nil
+	}
+	if o.dir == "" {
+		d, err := DefaultDir()
+		if err != nil {
+			return nil, err
+		}
+		o.dir = d
+	}
+	o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
+	o.fileOpts.OnError = func(error) { m.storeErrors.Add(1) }
+	o.fileOpts.MaxMemorySize = max(o.fileOpts.MaxMemorySize, int64(o.memory.MaxClusters)*memoryFileBytesPerCluster)
+	fs, err := OpenFileStore(o.dir, o.fileOpts)
+	if err != nil {
+		return nil, err
+	}
+	return fs, nil
+}
+
+// restore reads back what the store kept of the loop: the failure memory
+// and up to recent of the newest events. Neither failure is fatal.
+func (l *Loop) restore(recent int) {
 	if err := l.loadMemory(); err != nil {
 		// Not fatal: the memory is not saved until it has been read, so
 		// the saved one is never overwritten; flushes retry the read.
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot read the failure memory; will retry", "error", err)
 	}
-	if h, ok := st.(EventHistory); ok && o.recentEvents > 0 {
+	if h, ok := l.store.(EventHistory); ok && recent > 0 {
 		// Loop.Events and a resumed stream reach back past a restart.
-		evs, err := h.RecentEvents(o.recentEvents)
+		evs, err := h.RecentEvents(recent)
 		if err != nil {
 			l.m.storeErrors.Add(1)
 			l.log.Error("selfimprove: cannot read the recent events", "error", err)
@@ -276,11 +293,17 @@ func New(opts ...Option) (*Loop, error) {
 			l.hub.publish(&evs[i])
 		}
 	}
+}
+
+// start links the loop to its fleet, trace writer and notifier, and
+// starts its background goroutines: the flusher, the fleet's, and the
+// daily summary's.
+func (l *Loop) start(o *options) {
 	if o.fleet != nil {
-		l.fleet = newFleetLink(&o)
+		l.fleet = newFleetLink(o)
 	}
 	if o.traceMode != TracesOff {
-		l.traces = newTraceWriter(st, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)
+		l.traces = newTraceWriter(l.store, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)
 	}
 	ns := o.notifiers
 	if !o.notifierSet {
@@ -297,7 +320,6 @@ func New(opts ...Option) (*Loop, error) {
 		l.summaryDone = make(chan struct{})
 		go l.summaryLoop(o.summaryAt)
 	}
-	return l, nil
 }
 
 // Close stops the loop and is a barrier: after it returns, this Loop

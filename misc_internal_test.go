@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"math/big"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -141,30 +140,6 @@ func TestStrings(t *testing.T) {
 			t.Errorf("String() = %q, want %q", got, want)
 		}
 	}
-}
-
-// bigCompare is compare computed in math/big only.
-func bigCompare(k, a, d, b, c int64, f float64, y, z int64) int {
-	l := mul(big.NewInt(k), sub(mul(big.NewInt(a), big.NewInt(d)), mul(big.NewInt(b), big.NewInt(c))))
-	r := new(big.Rat).SetFloat64(f)
-	r.Mul(r, new(big.Rat).SetInt(mul(big.NewInt(y), big.NewInt(z))))
-	return new(big.Rat).SetInt(l).Cmp(r)
-}
-
-// FuzzCompare checks that the float64 shortcut of the policies' exact
-// comparison never disagrees with exact arithmetic.
-func FuzzCompare(f *testing.F) {
-	f.Add(int64(100), int64(9), int64(10), int64(8), int64(10), 10.0, int64(10), int64(10))
-	f.Add(int64(100), int64(120000001), int64(100), int64(1000000000), int64(10), 20.0, int64(1000000000), int64(10))
-	f.Add(int64(1), int64(1<<62), int64(3), int64(1<<61), int64(6), 0.1, int64(1<<40), int64(1<<20))
-	f.Fuzz(func(t *testing.T, k, a, d, b, c int64, fl float64, y, z int64) {
-		if math.IsNaN(fl) || math.IsInf(fl, 0) {
-			return
-		}
-		if got, want := compare(k, a, d, b, c, fl, y, z), bigCompare(k, a, d, b, c, fl, y, z); got != want {
-			t.Fatalf("compare(%d, %d, %d, %d, %d, %v, %d, %d) = %d, exact %d", k, a, d, b, c, fl, y, z, got, want)
-		}
-	})
 }
 
 func TestMemorySavedAtMostOnceAMinute(t *testing.T) {

@@ -3,8 +3,9 @@ package selfimprove
 import (
 	"fmt"
 	"math"
-	"math/big"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
 
 // RollbackPolicy decides whether a config change is kept. While a change is
@@ -223,7 +224,9 @@ func (m Method) String() string {
 	return fmt.Sprintf("Method(%d)", int(m))
 }
 
-// The default policy values. DefaultFalseRollbacks and
+// The default policy values, the defaults of the RollbackPolicy fields
+// they are named after (DefaultVerifyCalls is MinCalls's,
+// DefaultSequentialMaxCalls is MaxCalls's). DefaultFalseRollbacks and
 // DefaultMissedRollbacks are MethodSequential's; QuickFalseRollbacks and
 // QuickMissedRollbacks are MethodQuick's.
 const (
@@ -241,32 +244,19 @@ const (
 	DefaultSequentialMaxCalls     = 100
 	DefaultCanaryFraction         = 0.1
 	DefaultRefuseFor              = 24 * time.Hour
+	DefaultBackstopCalls          = 60
 )
 
 const (
 	// maxBeforeCalls is how many recent calls each agent keeps for the
 	// recent regime: the largest BeforeCalls.
 	maxBeforeCalls = 16
-	// windowWeight is the weight, in calls, of the analysis window's
-	// success rate in the sequential tests' reference rate when "before"
-	// disagrees with it: a light prior, as the fault changed the regime.
-	windowWeight = 4
-	// canaryZ is how many standard errors wide MethodCanary wants the gap
-	// between the arms' success rates before it rolls back.
-	canaryZ = 3
-	// poolZ is how many standard errors apart "before" and the analysis
-	// window's success rates may be for the sequential tests to pool them.
-	poolZ = 3
 	// runOdds is how unlikely, under the reference failure rate, a run of
 	// consecutive failures must be to roll a change back.
 	runOdds = 0.001
 	// gainZ is how many standard errors the success rate must rise for a
 	// latency rise up to MaxLatencyRiseOnGain to be kept.
 	gainZ = 1.96
-	// shiftOdds is how unlikely, at the reference, the previous config's
-	// failures must be for MethodCanary's backstop to leave the verdict
-	// to the comparison of the arms.
-	shiftOdds = 0.01
 	// maxCanaryFraction caps CanaryFraction.
 	maxCanaryFraction = 0.5
 )
@@ -444,81 +434,11 @@ func (p RollbackPolicy) Decide(e Evidence) Verdict {
 	return v
 }
 
-// withPrior returns Before's counts completed, when it has fewer than
-// MinBeforeCalls calls, with as many calls at the analysis window's
-// success rate (rounded to whole failures), and a note that says so;
-// Before itself otherwise. Latency is compared with Before's alone.
-func (p RollbackPolicy) withPrior(e Evidence) (Stats, string) {
-	b, w := e.Before, e.Window
-	k := p.MinBeforeCalls - b.Calls
-	if k <= 0 || w.Calls <= 0 {
-		return b, ""
-	}
-	f := int(math.Round(float64(k) * float64(w.Failures) / float64(w.Calls)))
-	return newStats(b.Calls+k, b.Failures+f, 0), fmt.Sprintf(" (before: %d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%)",
-		b.Calls, p.MinBeforeCalls, k, 100*rate(w))
-}
-
 // Judge decides about a change by the fixed rule, whatever p's Method,
 // from the stats before it and the stats of the calls under it. It is a
 // pure function.
 func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 	return p.withDefaults().fixed(before, after)
-}
-
-// fixed is MethodFixed's rule.
-func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
-
-// twoStage is MethodFixed's rule with the backstop on: the fixed rule
-// rolls back on the MinCalls-th call (before completed by withPrior, note
-// saying so), and the backstop decides on the BackstopCalls-th.
-func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict {
-	a := e.After
-	q0 := (float64(before.Failures) + 0.5) / float64(before.Calls+1)
-	if v, ok := consecutive(a, p.MaxConsecutiveFailures, q0); ok {
-		return v
-	}
-	if a.Calls == p.MinCalls && before.Calls > 0 && dropExceeds(before, a, p.MaxSuccessDrop) {
-		return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%) over %d calls, more than %g%s",
-			100*(rate(before)-rate(a)), 100*rate(before), 100*rate(a), a.Calls, p.MaxSuccessDrop, note)}
-	}
-	if a.Calls < p.BackstopCalls {
-		return Verdict{Decision: DecisionWait}
-	}
-	if v, ok := p.backstop(a, e, 0); ok {
-		return v
-	}
-	p0, ref := p.backstopRef(e)
-	return p.latency(e.Before, a, e.Before, fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
-}
-
-// fixedRule is MethodFixed's rule, with the success rate compared with
-// before's and the latency with lat's.
-func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
-	q0 := 0.0
-	if !p.SeedCompatible && before.Calls > 0 {
-		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
-	}
-	if v, ok := consecutive(after, p.MaxConsecutiveFailures, q0); ok {
-		return v
-	}
-	if after.Calls < p.MinCalls {
-		return Verdict{Decision: DecisionWait}
-	}
-	if before.Calls <= 0 {
-		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with", after.Calls)}
-	}
-	if on(p.MaxSuccessDrop) {
-		if dropExceeds(before, after, p.MaxSuccessDrop) {
-			return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
-				100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
-		}
-		if !p.SeedCompatible && after.Calls < p.MaxCalls && dropIs(before, after, p.MaxSuccessDrop) {
-			// Exactly at the threshold: the next call decides.
-			return Verdict{Decision: DecisionWait}
-		}
-	}
-	return p.latency(lat, after, lat, "")
 }
 
 // latency ends verification by the latency rule, and confirms otherwise;
@@ -534,7 +454,7 @@ func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdi
 		b, a := avg(before), avg(after)
 		if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
 			return Verdict{DecisionRollback, fmt.Sprintf("average latency rose %.1f%% (%v → %v), more than %g%%",
-				pctRise(b, a), b, a, p.MaxLatencyRise)}
+				verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
 		}
 		return p.confirm(before, after, b, a, note)
 	}
@@ -544,7 +464,7 @@ func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdi
 	}
 	b, a := avg(bo), avg(ao)
 	if bo.Calls > 0 && ao.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(bo, ao, p.MaxLatencyRise, p.MinLatencyRise) {
-		z := gainScore(gainRef, after)
+		z := verdict.GainScore(gainRef.Calls, gainRef.Failures, after.Calls, after.Failures)
 		gained := rate(after) > rate(gainRef) && z >= gainZ
 		if !gained && rate(after) > rate(gainRef) && after.Calls < p.MaxCalls && !p.SeedCompatible {
 			// Success rose, not yet significantly: more calls decide.
@@ -552,14 +472,14 @@ func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdi
 		}
 		if !gained {
 			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%%",
-				what, pctRise(b, a), b, a, p.MaxLatencyRise)}
+				what, verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
 		}
 		if on(p.MaxLatencyRiseOnGain) && latencyExceeds(bo, ao, p.MaxLatencyRiseOnGain, p.MinLatencyRise) {
 			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%% even for a change that raised the success rate %.1f points",
-				what, pctRise(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(gainRef)))}
+				what, verdict.RisePct(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(gainRef)))}
 		}
 		note += fmt.Sprintf("; %s rose %.1f%%, kept because success rose %.1f points (%.1f standard errors)",
-			what, pctRise(b, a), 100*(rate(after)-rate(gainRef)), z)
+			what, verdict.RisePct(b, a), 100*(rate(after)-rate(gainRef)), z)
 	}
 	return p.confirm(before, after, b, a, note)
 }
@@ -588,202 +508,6 @@ func okStats(s Stats) Stats {
 	return s
 }
 
-// sequential is the rule of MethodQuick and MethodSequential.
-func (p RollbackPolicy) sequential(e Evidence) Verdict {
-	a := e.After
-	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
-		return p.fixed(e.Before, a)
-	}
-	p0, ref := p.reference(e)
-	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
-		return v
-	}
-	if p.backstopRuns(a.Calls) {
-		if v, ok := p.backstop(a, e, 0); ok {
-			return v
-		}
-	}
-	p1 := p0 - 2*p.MaxSuccessDrop/100
-	if p1 <= 0 {
-		p1 = p0 / 2
-	}
-	s, f := float64(a.Calls-a.Failures), float64(a.Failures)
-	llr := s*math.Log(p1/p0) + f*math.Log((1-p1)/(1-p0))
-	if upper := math.Log((1 - p.MissedRollbacks) / p.FalseRollbacks); llr >= upper {
-		return Verdict{DecisionRollback, fmt.Sprintf("%s test: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s); the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
-			p.Method, a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*p1, math.Exp(llr), math.Exp(upper))}
-	}
-	lower := math.Log(p.MissedRollbacks / (1 - p.FalseRollbacks))
-	switch {
-	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
-	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
-	}
-	return Verdict{Decision: DecisionWait}
-}
-
-// reference is the sequential tests' success rate under H0, and how it
-// was formed. When Before has fewer than MinBeforeCalls calls, the
-// analysis window's rate stands in for the missing ones (a prior worth
-// that many calls). Otherwise, when Before agrees with Window (their rates
-// within poolZ standard errors of Before's count), it is Window's rate;
-// when it does not (the fault changed the regime), Before's rate shrunk
-// toward Window's with the weight of windowWeight calls. Each count gets
-// half a success and half a failure; the rate is kept in [0.01, 0.99].
-func (p RollbackPolicy) reference(e Evidence) (float64, refNote) {
-	b, w := e.Before, e.Window
-	bs := float64(b.Calls-b.Failures) + 0.5
-	n := refNote{before: b, window: w}
-	if w.Calls <= 0 {
-		n.weight = float64(b.Calls + 1)
-		return clampRate(bs / n.weight), n
-	}
-	rw := rate(w)
-	switch {
-	case b.Calls < p.MinBeforeCalls:
-		n.how, n.prior = refPrior, p.MinBeforeCalls-b.Calls
-		k := float64(n.prior)
-		n.weight = float64(b.Calls+1) + k
-		return clampRate((bs + k*rw) / n.weight), n
-	case math.Abs(rate(b)-rw) <= poolZ*math.Sqrt(max(rw*(1-rw), 0.01)/float64(b.Calls)):
-		n.how, n.weight = refPooled, float64(w.Calls+1)
-		return clampRate((float64(w.Calls-w.Failures) + 0.5) / n.weight), n
-	}
-	n.how, n.weight = refShrunk, float64(b.Calls+1)+windowWeight
-	return clampRate((bs + windowWeight*rw) / n.weight), n
-}
-
-// refNote says how reference formed p0, for verdicts: it is formatted only
-// when a verdict is given.
-type refNote struct {
-	how            int     // refBefore, refPrior, refPooled or refShrunk
-	prior          int     // the calls the window stood in for
-	weight         float64 // the calls p0 is estimated from, halves included
-	before, window Stats
-}
-
-// How reference formed p0.
-const (
-	refBefore = iota // "before" alone: no window
-	refPrior         // "before" completed with the window's rate
-	refPooled        // the window's rate, which agrees with "before"
-	refShrunk        // "before"'s rate shrunk toward the window's
-)
-
-// gainRef is the stats a rise of the success rate is judged against: the
-// analysis window when p0 is its rate (more calls, the same regime),
-// "before" otherwise.
-func (n refNote) gainRef() Stats {
-	if n.how == refPooled {
-		return n.window
-	}
-	return n.before
-}
-
-func (n refNote) String() string {
-	b, w := n.before, n.window
-	switch n.how {
-	case refPrior:
-		return fmt.Sprintf("%d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%",
-			b.Calls, b.Calls+n.prior, n.prior, 100*rate(w))
-	case refPooled:
-		return fmt.Sprintf("the analysis window's %d calls, which agree with the last %d", w.Calls, b.Calls)
-	case refShrunk:
-		return fmt.Sprintf("the last %d calls at %.1f%%, unlike the analysis window's %.1f%%", b.Calls, 100*rate(b), 100*rate(w))
-	}
-	return fmt.Sprintf("%d calls before", b.Calls)
-}
-
-func clampRate(r float64) float64 { return min(max(r, 0.01), 0.99) }
-
-// canary is MethodCanary's rule: Control is the reference.
-func (p RollbackPolicy) canary(e Evidence) Verdict {
-	a, c, sc := e.After, e.Control, e.StreakControl
-	// Consecutive failures are the change's fault only if the previous
-	// config succeeded meanwhile, often enough that a run this long would
-	// be unlikely under it: its failure rate over the run, taken as
-	// (F+½)/(C+1), makes the run less likely than streakOdds (at most 10×
-	// MaxConsecutiveFailures). A fault that hits both arms is not blamed
-	// on the change.
-	if sc.Calls > sc.Failures {
-		q := (float64(sc.Failures) + 0.5) / float64(sc.Calls+1)
-		limit := p.MaxConsecutiveFailures
-		if limit > 0 {
-			limit = max(limit, min(int(math.Ceil(math.Log(streakOdds)/math.Log(q))), 10*limit))
-		}
-		if v, ok := consecutive(a, limit, 0); ok {
-			v.Reason += fmt.Sprintf(", while the previous config succeeded %d of %d calls", sc.Calls-sc.Failures, sc.Calls)
-			return v
-		}
-	}
-	if a.Calls >= p.MinCalls && c.Calls >= p.MinCalls && on(p.MaxSuccessDrop) && dropExceeds(c, a, p.MaxSuccessDrop) {
-		if z := zScore(c, a); z >= canaryZ {
-			return Verdict{DecisionRollback, fmt.Sprintf("success rate %.1f%% over %d calls under the new config, %.1f%% over %d calls under the previous one in the same period: %.1f points lower (more than %g), %.1f standard errors",
-				100*rate(a), a.Calls, 100*rate(c), c.Calls, 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
-		}
-	}
-	if p.backstopRuns(a.Calls+c.Calls) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
-		if v, ok := p.canaryBackstop(e); ok {
-			return v
-		}
-	}
-	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
-		return Verdict{Decision: DecisionWait}
-	}
-	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
-}
-
-// canaryBackstop is MethodCanary's backstop: the change's calls against
-// the reference before the change, unless the previous config's calls say
-// that conditions changed. A run of the change's failures during which
-// every call of the previous config failed too is not counted; and when
-// the previous config's calls fail more than the reference explains (as
-// many failures or more in at most shiftOdds of cases) while the change
-// does not fail significantly more than they do (canaryZ), the
-// comparison of the arms decides alone.
-func (p RollbackPolicy) canaryBackstop(e Evidence) (Verdict, bool) {
-	p0, ref := p.backstopRef(e)
-	a, c, sc := e.After, e.Control, e.StreakControl
-	shared := 0
-	if sc.Calls > 0 && sc.Failures == sc.Calls && a.ConsecutiveFailures > 0 {
-		shared = min(a.ConsecutiveFailures, a.Failures)
-		a.Calls, a.Failures = a.Calls-shared, a.Failures-shared
-	}
-	if c.Calls > 0 && predictiveTail(c.Calls, c.Failures, (1-p0)*ref.weight, p0*ref.weight) <= shiftOdds && zScore(c, a) < canaryZ {
-		return Verdict{}, false
-	}
-	v, ok := p.backstop(a, e, shared)
-	if ok {
-		v.Reason += fmt.Sprintf("; the previous config succeeded %d of %d calls in the same period", c.Calls-c.Failures, c.Calls)
-	}
-	return v, ok
-}
-
-// streakOdds is how unlikely, under the previous config's failure rate
-// over a run of the change's consecutive failures, that run must be for
-// MethodCanary to blame it on the change.
-const streakOdds = 0.001
-
-// zScore is how many standard errors before's success rate lies above
-// after's, each rate with half a success and half a failure added.
-func zScore(before, after Stats) float64 {
-	pb := (float64(before.Calls-before.Failures) + 0.5) / float64(before.Calls+1)
-	pa := (float64(after.Calls-after.Failures) + 0.5) / float64(after.Calls+1)
-	se := math.Sqrt(pb*(1-pb)/float64(before.Calls+1) + pa*(1-pa)/float64(after.Calls+1))
-	return (pb - pa) / se
-}
-
-// gainScore is how many standard errors after's success rate lies above
-// before's, the error being that of after's count at before's rate (each
-// rate with half a success and half a failure added): is the change's
-// rate out of reach of the rate before it?
-func gainScore(before, after Stats) float64 {
-	pb := (float64(before.Calls-before.Failures) + 0.5) / float64(before.Calls+1)
-	pa := (float64(after.Calls-after.Failures) + 0.5) / float64(after.Calls+1)
-	return (pa - pb) / math.Sqrt(pb*(1-pb)/float64(after.Calls+1))
-}
-
 // consecutive rolls back after limit consecutive failures (never when
 // limit is not positive), or more when the reference failure rate q0
 // makes limit of them in a row likely: as many as make such a run less
@@ -796,7 +520,7 @@ func consecutive(after Stats, limit int, q0 float64) (Verdict, bool) {
 	}
 	need := limit
 	if q0 > 0 && q0 < 0.5 {
-		need = min(max(limit, int(math.Ceil(math.Log(runOdds)/math.Log(q0)))), 4*limit)
+		need = min(max(limit, verdict.RunLength(q0, runOdds)), 4*limit)
 	}
 	if after.ConsecutiveFailures >= need {
 		return Verdict{DecisionRollback, fmt.Sprintf("%d consecutive failures under the new config (limit %d)",
@@ -809,53 +533,22 @@ func consecutive(after Stats, limit int, q0 float64) (Verdict, bool) {
 func on(f float64) bool { return f > 0 && !math.IsInf(f, 1) }
 
 // dropExceeds reports whether the success rate fell from before to after
-// by more than pts percentage points, exactly:
-// 100*(bs*an - as*bn) > pts*bn*an.
-func dropExceeds(before, after Stats, pts float64) bool {
-	bs, as := int64(before.Calls-before.Failures), int64(after.Calls-after.Failures)
-	bn, an := int64(before.Calls), int64(after.Calls)
-	return compare(100, bs, an, as, bn, pts, bn, an) > 0
-}
+// by more than pts percentage points, exactly.
+func dropExceeds(before, after Stats, pts float64) bool { return dropCmp(before, after, pts) > 0 }
 
 // dropIs reports whether the success rate fell from before to after by
-// exactly pts percentage points: 100*(bs*an - as*bn) = pts*bn*an.
-func dropIs(before, after Stats, pts float64) bool {
-	bs, as := int64(before.Calls-before.Failures), int64(after.Calls-after.Failures)
-	bn, an := int64(before.Calls), int64(after.Calls)
-	return compare(100, bs, an, as, bn, pts, bn, an) == 0
+// exactly pts percentage points.
+func dropIs(before, after Stats, pts float64) bool { return dropCmp(before, after, pts) == 0 }
+
+func dropCmp(before, after Stats, pts float64) int {
+	return verdict.CompareDrop(before.Calls-before.Failures, before.Calls, after.Calls-after.Failures, after.Calls, pts)
 }
 
 // latencyExceeds reports whether the average latency rose from before to
-// after by more than pct percent and by at least floor, exactly:
-// 100*(al*bn - bl*an) > pct*bl*an and al*bn - bl*an >= floor*bn*an.
+// after by more than pct percent and by at least floor, exactly.
 func latencyExceeds(before, after Stats, pct float64, floor time.Duration) bool {
-	bl, al := int64(before.TotalLatency), int64(after.TotalLatency)
-	bn, an := int64(before.Calls), int64(after.Calls)
-	return compare(100, al, bn, bl, an, pct, bl, an) > 0 &&
-		compare(1, al, bn, bl, an, float64(floor), bn, an) >= 0
+	return verdict.LatencyExceeds(before.TotalLatency, before.Calls, after.TotalLatency, after.Calls, pct, floor)
 }
-
-// compare returns the sign of k*(a*d - b*c) - f*y*z, computed exactly for
-// finite f. It decides in float64 when the two sides are far apart
-// relative to the rounding of their terms, and in math/big otherwise.
-func compare(k, a, d, b, c int64, f float64, y, z int64) int {
-	ad, bc := float64(a)*float64(d), float64(b)*float64(c)
-	lhs, rhs := float64(k)*(ad-bc), f*float64(y)*float64(z)
-	scale := math.Abs(float64(k))*(math.Abs(ad)+math.Abs(bc)) + math.Abs(rhs)
-	if diff := lhs - rhs; math.Abs(diff) > 1e-9*scale {
-		if diff > 0 {
-			return 1
-		}
-		return -1
-	}
-	l := mul(big.NewInt(k), sub(mul(big.NewInt(a), big.NewInt(d)), mul(big.NewInt(b), big.NewInt(c))))
-	r := new(big.Rat).SetFloat64(f)
-	r.Mul(r, new(big.Rat).SetInt(mul(big.NewInt(y), big.NewInt(z))))
-	return new(big.Rat).SetInt(l).Cmp(r)
-}
-
-func mul(a, b *big.Int) *big.Int { return new(big.Int).Mul(a, b) }
-func sub(a, b *big.Int) *big.Int { return new(big.Int).Sub(a, b) }
 
 // avg is s's average latency, rounded to the microsecond for messages.
 func avg(s Stats) time.Duration {
@@ -870,11 +563,4 @@ func rate(s Stats) float64 {
 		return 1
 	}
 	return float64(s.Calls-s.Failures) / float64(s.Calls)
-}
-
-func pctRise(before, after time.Duration) float64 {
-	if before == 0 {
-		return 100
-	}
-	return 100 * float64(after-before) / float64(before)
 }

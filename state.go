@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
 
 // This file is the per-agent state machine: agentState and every
@@ -268,7 +269,7 @@ func (s *agentState) abnormal(now int64) bool {
 	}
 	recent := s.Tracker.regime(0, maxBeforeCalls)
 	q := (float64(failures) + 0.5) / float64(calls+1)
-	return binomTail(recent.Calls, recent.Failures, q) < noiseOdds
+	return verdict.BinomTail(recent.Calls, recent.Failures, q) < noiseOdds
 }
 
 // threshold resolves the threshold at time now and keeps the window's

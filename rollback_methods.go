@@ -1,0 +1,241 @@
+package selfimprove
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
+)
+
+// The methods' rules, which Decide (rollback.go) picks by Method:
+// MethodQuick and MethodSequential's sequential test against the
+// reference before the change, MethodCanary's comparison of the arms, and
+// MethodFixed's fixed thresholds. They share the consecutive-failure and
+// latency rules of rollback.go and the backstop of backstop.go.
+
+const (
+	// windowWeight is the weight, in calls, of the analysis window's
+	// success rate in the sequential tests' reference rate when "before"
+	// disagrees with it: a light prior, as the fault changed the regime.
+	windowWeight = 4
+	// canaryZ is how many standard errors wide MethodCanary wants the gap
+	// between the arms' success rates before it rolls back.
+	canaryZ = 3
+	// poolZ is how many standard errors apart "before" and the analysis
+	// window's success rates may be for the sequential tests to pool them.
+	poolZ = 3
+	// streakOdds is how unlikely, under the previous config's failure rate
+	// over a run of the change's consecutive failures, that run must be for
+	// MethodCanary to blame it on the change.
+	streakOdds = 0.001
+)
+
+// withPrior returns Before's counts completed, when it has fewer than
+// MinBeforeCalls calls, with as many calls at the analysis window's
+// success rate (rounded to whole failures), and a note that says so;
+// Before itself otherwise. Latency is compared with Before's alone.
+func (p RollbackPolicy) withPrior(e Evidence) (Stats, string) {
+	b, w := e.Before, e.Window
+	k := p.MinBeforeCalls - b.Calls
+	if k <= 0 || w.Calls <= 0 {
+		return b, ""
+	}
+	f := int(math.Round(float64(k) * float64(w.Failures) / float64(w.Calls)))
+	return newStats(b.Calls+k, b.Failures+f, 0), fmt.Sprintf(" (before: %d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%)",
+		b.Calls, p.MinBeforeCalls, k, 100*rate(w))
+}
+
+// fixed is MethodFixed's rule.
+func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
+
+// twoStage is MethodFixed's rule with the backstop on: the fixed rule
+// rolls back on the MinCalls-th call (before completed by withPrior, note
+// saying so), and the backstop decides on the BackstopCalls-th.
+func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict {
+	a := e.After
+	q0 := (float64(before.Failures) + 0.5) / float64(before.Calls+1)
+	if v, ok := consecutive(a, p.MaxConsecutiveFailures, q0); ok {
+		return v
+	}
+	if a.Calls == p.MinCalls && before.Calls > 0 && dropExceeds(before, a, p.MaxSuccessDrop) {
+		return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%) over %d calls, more than %g%s",
+			100*(rate(before)-rate(a)), 100*rate(before), 100*rate(a), a.Calls, p.MaxSuccessDrop, note)}
+	}
+	if a.Calls < p.BackstopCalls {
+		return Verdict{Decision: DecisionWait}
+	}
+	if v, ok := p.backstop(a, e, 0); ok {
+		return v
+	}
+	p0, ref := p.backstopRef(e)
+	return p.latency(e.Before, a, e.Before, fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
+}
+
+// fixedRule is MethodFixed's rule, with the success rate compared with
+// before's and the latency with lat's.
+func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
+	q0 := 0.0
+	if !p.SeedCompatible && before.Calls > 0 {
+		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
+	}
+	if v, ok := consecutive(after, p.MaxConsecutiveFailures, q0); ok {
+		return v
+	}
+	if after.Calls < p.MinCalls {
+		return Verdict{Decision: DecisionWait}
+	}
+	if before.Calls <= 0 {
+		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with", after.Calls)}
+	}
+	if on(p.MaxSuccessDrop) {
+		if dropExceeds(before, after, p.MaxSuccessDrop) {
+			return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
+				100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
+		}
+		if !p.SeedCompatible && after.Calls < p.MaxCalls && dropIs(before, after, p.MaxSuccessDrop) {
+			// Exactly at the threshold: the next call decides.
+			return Verdict{Decision: DecisionWait}
+		}
+	}
+	return p.latency(lat, after, lat, "")
+}
+
+// sequential is the rule of MethodQuick and MethodSequential.
+func (p RollbackPolicy) sequential(e Evidence) Verdict {
+	a := e.After
+	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
+		return p.fixed(e.Before, a)
+	}
+	p0, ref := p.reference(e)
+	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
+		return v
+	}
+	if p.backstopRuns(a.Calls) {
+		if v, ok := p.backstop(a, e, 0); ok {
+			return v
+		}
+	}
+	p1 := verdict.Alternative(p0, 2*p.MaxSuccessDrop/100)
+	llr := verdict.LogLR(a.Calls-a.Failures, a.Failures, p0, p1)
+	lower, upper := verdict.Limits(p.FalseRollbacks, p.MissedRollbacks)
+	if llr >= upper {
+		return Verdict{DecisionRollback, fmt.Sprintf("%s test: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s); the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
+			p.Method, a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*p1, math.Exp(llr), math.Exp(upper))}
+	}
+	switch {
+	case llr <= lower && a.Calls >= p.MinCalls:
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
+	case a.Calls >= p.MaxCalls:
+		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
+	}
+	return Verdict{Decision: DecisionWait}
+}
+
+// reference is the sequential tests' success rate under H0, and how it
+// was formed. When Before has fewer than MinBeforeCalls calls, the
+// analysis window's rate stands in for the missing ones (a prior worth
+// that many calls). Otherwise, when Before agrees with Window (their rates
+// within poolZ standard errors of Before's count), it is Window's rate;
+// when it does not (the fault changed the regime), Before's rate shrunk
+// toward Window's with the weight of windowWeight calls. Each count gets
+// half a success and half a failure; the rate is kept in [0.01, 0.99].
+func (p RollbackPolicy) reference(e Evidence) (float64, refNote) {
+	b, w := e.Before, e.Window
+	n := refNote{before: b, window: w}
+	var p0 float64
+	if w.Calls <= 0 {
+		p0, n.weight = verdict.Estimate(b.Calls-b.Failures, b.Calls, 0, 0)
+		return p0, n
+	}
+	rw := rate(w)
+	switch {
+	case b.Calls < p.MinBeforeCalls:
+		n.how, n.prior = refPrior, p.MinBeforeCalls-b.Calls
+		p0, n.weight = verdict.Estimate(b.Calls-b.Failures, b.Calls, float64(n.prior), rw)
+	case verdict.WithinZ(rate(b), rw, b.Calls, poolZ):
+		n.how = refPooled
+		p0, n.weight = verdict.Estimate(w.Calls-w.Failures, w.Calls, 0, 0)
+	default:
+		n.how = refShrunk
+		p0, n.weight = verdict.Estimate(b.Calls-b.Failures, b.Calls, windowWeight, rw)
+	}
+	return p0, n
+}
+
+// refNote says how reference formed p0, for verdicts: it is formatted only
+// when a verdict is given.
+type refNote struct {
+	how            int     // refBefore, refPrior, refPooled or refShrunk
+	prior          int     // the calls the window stood in for
+	weight         float64 // the calls p0 is estimated from, halves included
+	before, window Stats
+}
+
+// How reference formed p0.
+const (
+	refBefore = iota // "before" alone: no window
+	refPrior         // "before" completed with the window's rate
+	refPooled        // the window's rate, which agrees with "before"
+	refShrunk        // "before"'s rate shrunk toward the window's
+)
+
+// gainRef is the stats a rise of the success rate is judged against: the
+// analysis window when p0 is its rate (more calls, the same regime),
+// "before" otherwise.
+func (n refNote) gainRef() Stats {
+	if n.how == refPooled {
+		return n.window
+	}
+	return n.before
+}
+
+func (n refNote) String() string {
+	b, w := n.before, n.window
+	switch n.how {
+	case refPrior:
+		return fmt.Sprintf("%d calls since the fault began, fewer than %d, completed with %d at the analysis window's %.1f%%",
+			b.Calls, b.Calls+n.prior, n.prior, 100*rate(w))
+	case refPooled:
+		return fmt.Sprintf("the analysis window's %d calls, which agree with the last %d", w.Calls, b.Calls)
+	case refShrunk:
+		return fmt.Sprintf("the last %d calls at %.1f%%, unlike the analysis window's %.1f%%", b.Calls, 100*rate(b), 100*rate(w))
+	}
+	return fmt.Sprintf("%d calls before", b.Calls)
+}
+
+// canary is MethodCanary's rule: Control is the reference.
+func (p RollbackPolicy) canary(e Evidence) Verdict {
+	a, c, sc := e.After, e.Control, e.StreakControl
+	// Consecutive failures are the change's fault only if the previous
+	// config succeeded meanwhile, often enough that a run this long would
+	// be unlikely under it: its failure rate over the run, taken as
+	// (F+½)/(C+1), makes the run less likely than streakOdds (at most 10×
+	// MaxConsecutiveFailures). A fault that hits both arms is not blamed
+	// on the change.
+	if sc.Calls > sc.Failures {
+		q := verdict.Smoothed(sc.Failures, sc.Calls)
+		limit := p.MaxConsecutiveFailures
+		if limit > 0 {
+			limit = max(limit, min(verdict.RunLength(q, streakOdds), 10*limit))
+		}
+		if v, ok := consecutive(a, limit, 0); ok {
+			v.Reason += fmt.Sprintf(", while the previous config succeeded %d of %d calls", sc.Calls-sc.Failures, sc.Calls)
+			return v
+		}
+	}
+	if a.Calls >= p.MinCalls && c.Calls >= p.MinCalls && on(p.MaxSuccessDrop) && dropExceeds(c, a, p.MaxSuccessDrop) {
+		if z := verdict.ZScore(c.Calls, c.Failures, a.Calls, a.Failures); z >= canaryZ {
+			return Verdict{DecisionRollback, fmt.Sprintf("success rate %.1f%% over %d calls under the new config, %.1f%% over %d calls under the previous one in the same period: %.1f points lower (more than %g), %.1f standard errors",
+				100*rate(a), a.Calls, 100*rate(c), c.Calls, 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
+		}
+	}
+	if p.backstopRuns(a.Calls+c.Calls) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
+		if v, ok := p.canaryBackstop(e); ok {
+			return v
+		}
+	}
+	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
+		return Verdict{Decision: DecisionWait}
+	}
+	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+}
