@@ -34,7 +34,6 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.noFast = noFast
 	if err := l.SetThreshold("a", Threshold{Failures: 3, Window: 10 * time.Minute, Cooldown: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +49,9 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 			case fault && c.Route == "primary":
 				p = 0.4
 			}
+			if noFast {
+				closeFastPath(l, "a")
+			}
 			if rng.Float64() < p {
 				clk.Advance(20 * time.Millisecond)
 				return nil
@@ -57,6 +59,9 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 			clk.Advance(5 * time.Millisecond)
 			return errors.New("upstream 503")
 		})
+		if noFast && fastHolds(l, "a") {
+			t.Fatalf("call %d booked without the lock", i)
+		}
 		out = append(out, fmt.Sprintf("v%d ok=%v applied=%v rolled=%v confirmed=%v", rep.ConfigVersion, rep.Success,
 			rep.Improvement != nil, rep.Rollback != nil, rep.Confirmed != nil))
 		gap := time.Duration(rng.IntN(3000)) * time.Millisecond
@@ -70,6 +75,30 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		changes = append(changes, fmt.Sprintf("v%d->v%d %s %s", c.From.Version, c.To.Version, c.State, c.Verdict))
 	}
 	return out, l.Stats("a"), changes
+}
+
+// closeFastPath closes agent id's lock-free success path, as a settle
+// does, so that the call running now books under the lock; the lock
+// holder opens it again. With it, a script takes the locked path on every
+// call without a switch in the Loop.
+func closeFastPath(l *Loop, id string) {
+	if v, ok := l.agents.Load(id); ok {
+		v.(*agent).fast.until.Store(0)
+	}
+}
+
+// fastHolds reports whether agent id's lock-free counters hold calls not
+// yet settled.
+func fastHolds(l *Loop, id string) bool {
+	v, ok := l.agents.Load(id)
+	if !ok {
+		return false
+	}
+	a := v.(*agent)
+	var calls [len(latencyBounds) + 1]uint64
+	var lat int64
+	a.fast.collect(&a.tel.live, &calls, &lat, false)
+	return lat != 0 || calls != [len(calls)]uint64{}
 }
 
 // TestFastPathDecidesAlike: the calls booked without the lock lead to the

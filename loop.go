@@ -147,7 +147,6 @@ type Loop struct {
 	mono      monoClock                         // the calls' readings with the default clock
 	frontAt   [frontSlots]atEntry               // see Loop.agent
 	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent
-	noFast    bool                              // every call takes the locked path (tests)
 	memo      *failure.Memo                     // what recent error texts scrub, classify and sign to
 	coarse    *coarseClock                      // the clock, with WithCoarseClock
 	isClosed  atomic.Bool                       // Close has begun
