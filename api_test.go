@@ -109,8 +109,8 @@ func TestGettersCreateNothing(t *testing.T) {
 	}
 }
 
-func TestAgentsMemoryStore(t *testing.T) {
-	st := si.NewMemoryStore()
+func TestAgentsRAMStore(t *testing.T) {
+	st := si.NewRAMStore()
 	l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithMaxAgents(2))
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), tt.opt)
+			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), tt.opt)
 			if err == nil {
 				l.Close()
 				t.Fatal("New accepted it")
@@ -171,7 +171,7 @@ func TestOptionsValidated(t *testing.T) {
 		})
 	}
 	// Zero values take the defaults; documented special values stay.
-	l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithFlushInterval(0), si.WithLogRotation(-1, 0),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithFlushInterval(0), si.WithLogRotation(-1, 0),
 		si.WithCircuitBreaker(si.CircuitBreaker{}), si.WithRollbackPolicy(si.RollbackPolicy{MaxSuccessDrop: -1}),
 		si.WithNotifier(validated{}))
 	if err != nil {

@@ -28,7 +28,7 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		c.Route = []string{"harmful", "backup", "mirror"}[tries%3]
 		return &Tweak{Config: c, Reason: "try " + c.Route}, nil
 	})
-	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()),
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()),
 		WithStrategy(strat), WithDefaultConfig(Config{Route: "primary"}))
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +127,7 @@ func TestFastPathDecidesAlike(t *testing.T) {
 // TestFastPathCountsEveryCall: many goroutines calling one agent at once
 // (it turns hot) lose no call, and the counts survive a save and a load.
 func TestFastPathCountsEveryCall(t *testing.T) {
-	store := NewMemoryStore()
+	store := NewRAMStore()
 	l, err := New(WithStore(store), WithNotifier(nil), WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestFastPathCountsEveryCall(t *testing.T) {
 // after the successes before it.
 func TestFastPathBuckets(t *testing.T) {
 	clk := fakeclock.New(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
-	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()), WithStrategy(nil))
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()), WithStrategy(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

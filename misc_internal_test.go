@@ -84,8 +84,8 @@ func TestDefaultDir(t *testing.T) {
 	}
 }
 
-func TestMemoryStore(t *testing.T) {
-	m := &MemoryStore{MaxLog: 3}
+func TestRAMStore(t *testing.T) {
+	m := &RAMStore{MaxLog: 3}
 	for i := range 5 {
 		m.AppendEvents([]Event{{ID: string(rune('a' + i))}})
 	}
@@ -114,7 +114,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := (Config{MaxAttempts: 100, Timeout: time.Second}).validate(); err != nil {
 		t.Error(err)
 	}
-	if _, err := New(WithMemoryStore(), WithDefaultConfig(Config{Timeout: -1})); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(WithStore(NewRAMStore()), WithDefaultConfig(Config{Timeout: -1})); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("New with an invalid default config = %v", err)
 	}
 }
@@ -199,7 +199,7 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 // each within [d/2, d]; another seed draws others.
 func TestJitterSeed(t *testing.T) {
 	draws := func(seed uint64) []time.Duration {
-		l, err := New(WithMemoryStore(), WithNotifier(nil), WithJitterSeed(seed))
+		l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithJitterSeed(seed))
 		if err != nil {
 			t.Fatal(err)
 		}

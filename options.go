@@ -159,13 +159,10 @@ func (o *options) validate() error {
 func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 
 // WithStore sets where the loop keeps its state and logs, instead of a
-// FileStore on WithDir. The Loop closes the store on Close. Default: a
-// FileStore on DefaultDir().
+// FileStore on WithDir: WithStore(NewRAMStore()) keeps them in RAM, and
+// nothing survives the process. The Loop closes the store on Close.
+// Default: a FileStore on DefaultDir().
 func WithStore(s Store) Option { return func(o *options) { o.store = s } }
-
-// WithMemoryStore keeps everything in memory (a new MemoryStore): nothing
-// survives the process.
-func WithMemoryStore() Option { return WithStore(NewMemoryStore()) }
 
 // WithLogRotation sets when the default FileStore rotates events.jsonl and
 // traces.jsonl: at maxSize bytes (default 0: 64 MiB; negative: never) and how

@@ -109,7 +109,7 @@ const maxProposals = 16
 // Proposals returns the proposals that keep reports true for (all of
 // them when keep is nil), oldest first. It covers every agent with
 // proposals: those in memory, and, with a Store that implements
-// MetaStore (FileStore and MemoryStore do), those not loaded yet.
+// MetaStore (FileStore and RAMStore do), those not loaded yet.
 func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 	l.loadProposalAgents()
 	var out []Proposal

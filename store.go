@@ -37,7 +37,7 @@ var ErrCorruptState = errors.New("selfimprove: corrupt agent state")
 // calls about different agents, and appends, may come concurrently. The
 // state format belongs to the loop; a Store keeps bytes.
 //
-// FileStore is the default; MemoryStore keeps everything in memory. A
+// FileStore is the default; RAMStore keeps everything in memory. A
 // Store shared by several machines (Redis, a database) implements the same
 // five methods.
 type Store interface {
@@ -59,7 +59,7 @@ type Store interface {
 // MetaStore is implemented by a Store that also keeps small loop-wide
 // documents. The loop keeps there the list of agents that have proposals,
 // so that Proposals and Approve find them after a restart before the
-// agents are loaded. FileStore (as <dir>/<name>.json) and MemoryStore
+// agents are loaded. FileStore (as <dir>/<name>.json) and RAMStore
 // implement it.
 type MetaStore interface {
 	// LoadMeta reads the document name and passes it to decode; it

@@ -82,7 +82,7 @@ func run(addr string) error {
 		}
 		defer f.Close()
 		fleets = append(fleets, f)
-		l, err := si.New(si.WithMemoryStore(), si.WithFleet(f), si.WithStrategy(strategy), si.WithNotifier(nil), si.WithLogger(quiet),
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithFleet(f), si.WithStrategy(strategy), si.WithNotifier(nil), si.WithLogger(quiet),
 			si.WithDefaultConfig(si.Config{Route: "primary"}))
 		if err != nil {
 			return err
