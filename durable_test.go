@@ -148,7 +148,9 @@ func TestFullTraceQueueWaitsThenDropsVisibly(t *testing.T) {
 }
 
 func TestLogRotationThroughTheLoop(t *testing.T) {
-	e := newEnv(t, si.WithTraces(si.TracesSync), si.WithLogRotation(4096, 2))
+	dir := t.TempDir()
+	e := newEnv(t, si.WithTraces(si.TracesSync), withFileStore(t, dir, si.FileOptions{MaxLogSize: 4096, KeepArchives: 2}))
+	e.dir = dir
 	for range 300 {
 		e.call("a", nil, 0)
 	}

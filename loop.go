@@ -286,7 +286,7 @@ func New(opts ...Option) (*Loop, error) {
 		ns = []Notifier{logNotifier{o.logger}}
 	}
 	if len(ns) > 0 {
-		l.disp = newDispatcher(ns, o.logger, o.notifyTimeout, o.notify, l.m)
+		l.disp = newDispatcher(ns, o.logger, o.notify, l.m)
 	}
 	go l.flushLoop(o.flushInterval)
 	if l.fleet != nil {

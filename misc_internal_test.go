@@ -32,7 +32,7 @@ func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
 		got.Add(int64(max(len(e.Digest), 1)))
 		return nil
 	})
-	d := newDispatcher([]Notifier{n}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 2}, m)
+	d := newDispatcher([]Notifier{n}, slog.New(slog.NewTextHandler(io.Discard, nil)), NotifyOptions{Queue: 2, Timeout: time.Minute}, m)
 	d.send(Event{ID: "1"})
 	<-started // the worker holds event 1; the queue (2) is empty
 	for i := range 5 {
@@ -59,7 +59,7 @@ func TestDispatcherCloseGivesUpAtItsDeadline(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	d := newDispatcher([]Notifier{NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil })},
-		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 8}, m)
+		slog.New(slog.NewTextHandler(io.Discard, nil)), NotifyOptions{Queue: 8, Timeout: time.Minute}, m)
 	d.send(Event{ID: "stuck"})
 	d.send(Event{ID: "queued"})
 	ctx, cancel := context.WithCancel(context.Background())

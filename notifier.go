@@ -101,7 +101,7 @@ func (e Event) LogValue() slog.Value {
 
 // Notifier receives the loop's events. The loop calls Notify from one
 // background goroutine, one event at a time, with a context that carries
-// the attempt's deadline (WithNotifyTimeout). An error or panic is
+// the attempt's deadline (NotifyOptions.Timeout). An error or panic is
 // recovered, logged and counted in Metrics; it never reaches a wrapped
 // call. Package notify has senders for Slack, Telegram, webhooks and
 // slog.
@@ -181,6 +181,9 @@ type NotifyOptions struct {
 	// negative BurstLimit turns digests off.
 	BurstLimit  int
 	BurstWindow time.Duration
+	// Timeout bounds each delivery attempt to a notifier, and how long
+	// Close waits for the queue to drain. Default 5s.
+	Timeout time.Duration
 }
 
 func (o NotifyOptions) withDefaults() NotifyOptions {
@@ -201,6 +204,9 @@ func (o NotifyOptions) withDefaults() NotifyOptions {
 	}
 	if o.BurstWindow <= 0 {
 		o.BurstWindow = time.Minute
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
 	}
 	return o
 }
@@ -295,8 +301,9 @@ func (f *fifo) pop() Event {
 	return e
 }
 
-func newDispatcher(ns []Notifier, log *slog.Logger, timeout time.Duration, o NotifyOptions, m *metrics) *dispatcher {
-	d := &dispatcher{ns: ns, log: log, timeout: timeout, o: o.withDefaults(), m: m,
+func newDispatcher(ns []Notifier, log *slog.Logger, o NotifyOptions, m *metrics) *dispatcher {
+	o = o.withDefaults()
+	d := &dispatcher{ns: ns, log: log, timeout: o.Timeout, o: o, m: m,
 		closing: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go d.run()
 	return d

@@ -95,6 +95,9 @@ func fileName(id string) string {
 }
 
 // FileOptions configures a FileStore. The zero value takes the defaults.
+// The Loop's own FileStore (WithDir) takes them with the Loop's clock and
+// logger, and counts failures in Metrics.StoreErrors; a FileStore tuned
+// otherwise is given as WithStore(OpenFileStore(dir, FileOptions{...})).
 type FileOptions struct {
 	// MaxLogSize is the size at which events.jsonl and traces.jsonl are
 	// rotated into gzip archives. Default 64 MiB; negative: never.

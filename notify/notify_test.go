@@ -396,7 +396,7 @@ func TestHungReceiverNeverSlowsCalls(t *testing.T) {
 	}))
 	defer srv.Close()
 	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(notify.Webhook{URL: srv.URL}),
-		si.WithNotifyTimeout(time.Hour), si.WithNotifyOptions(si.NotifyOptions{Queue: 4}))
+		si.WithNotifyOptions(si.NotifyOptions{Queue: 4, Timeout: time.Hour}))
 	if err := l.SetConfig("a", si.Config{Route: "first"}); err != nil {
 		t.Fatal(err)
 	}
