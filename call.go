@@ -10,15 +10,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
-// fn; nothing is run or recorded.
-var ErrNilFunc = errors.New("selfimprove: nil function")
-
-// ErrInvalidAgentID is returned (wrapped) for an agent ID longer than
-// MaxAgentIDLen: by the Loop's methods, and in Report.LoopErr by a call,
-// which still runs fn, untracked, under the default config.
-var ErrInvalidAgentID = errors.New("selfimprove: invalid agent ID")
-
 // MaxAgentIDLen is the longest agent ID the loop accepts, in bytes. An ID
 // is otherwise any string: the loop never uses it as a path or a key
 // without mapping it to a safe name first.

@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -141,10 +140,6 @@ func (n logNotifier) Notify(ctx context.Context, e Event) error {
 	n.l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
 	return nil
 }
-
-// ErrNotifyQueueFull is logged (wrapped) when an event is dropped because
-// the notifier queue is full; Metrics.NotifyDropped counts such drops.
-var ErrNotifyQueueFull = errors.New("selfimprove: notifier queue full")
 
 // importance ranks event types for dropping when the queue is full: the
 // least important pending event goes first.

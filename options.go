@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,10 +9,6 @@ import (
 	"slices"
 	"time"
 )
-
-// ErrInvalidOption is returned (wrapped, with the option's name) by New
-// for an option outside its documented range.
-var ErrInvalidOption = errors.New("selfimprove: invalid option")
 
 // Option configures a Loop. New checks every option and fails, naming the
 // option, when one is outside its documented range.

@@ -576,10 +576,6 @@ func (s *agentState) setConfig(now time.Time, cfg Config, r *ruleBook) (eff effe
 	return eff
 }
 
-// ErrUnknownVersion is returned by Rewind for a version the agent's
-// history no longer holds (or never had).
-var ErrUnknownVersion = errors.New("selfimprove: no such config version")
-
 // configOf returns the config the agent ran as version v: the current
 // one, a backup, or one of a kept change.
 func (s *agentState) configOf(v int) (Config, bool) {

@@ -24,14 +24,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/jsonl"
 )
 
-// ErrCorruptState is reported (wrapped, in Report.LoopErr and the log) when
-// an agent's state file cannot be parsed, belongs to another agent ID, is
-// too large or is not a regular file (a link, a pipe). The file is renamed
-// aside with a ".corrupt-<time>" suffix and the agent starts afresh;
-// nothing is overwritten. A FileStore's loop-wide documents (the failure
-// memory, the list of agents with proposals) are set aside alike.
-var ErrCorruptState = errors.New("selfimprove: corrupt agent state")
-
 // Store keeps what the loop learns: each agent's state, and the logs of
 // events and traces. The loop serialises the calls that concern one agent;
 // calls about different agents, and appends, may come concurrently. The
@@ -68,10 +60,6 @@ type MetaStore interface {
 	// SaveMeta replaces the document name, atomically and durably.
 	SaveMeta(name string, doc []byte) error
 }
-
-// ErrLocked is returned (wrapped) by New when another Loop, in this process
-// or another, has the state directory open.
-var ErrLocked = errors.New("selfimprove: state directory is in use by another Loop")
 
 // fileName maps an agent ID to a file name inside the agents directory:
 // a readable prefix of at most 40 bytes from [a-z0-9_-], then "_" and 32 hex
