@@ -39,7 +39,9 @@ func TestFileStoreRefusesWritesAfterClose(t *testing.T) {
 
 func TestAgentFilesBounded(t *testing.T) {
 	const limit = 32
-	e := newEnv(t, si.WithMaxAgents(4), si.WithMaxAgentFiles(limit))
+	dir := t.TempDir()
+	e := newEnv(t, si.WithMaxAgents(4), withFileStore(t, dir, si.FileOptions{MaxAgentFiles: limit}))
+	e.dir = dir
 	files := func() int {
 		ents, err := os.ReadDir(filepath.Join(e.dir, "agents"))
 		if err != nil {

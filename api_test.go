@@ -109,8 +109,8 @@ func TestGettersCreateNothing(t *testing.T) {
 	}
 }
 
-func TestAgentsMemoryStore(t *testing.T) {
-	st := si.NewMemoryStore()
+func TestAgentsRAMStore(t *testing.T) {
+	st := si.NewRAMStore()
 	l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithMaxAgents(2))
 	if err != nil {
 		t.Fatal(err)
@@ -133,13 +133,11 @@ func TestOptionsValidated(t *testing.T) {
 	}{
 		{"WithStrategyTimeout", si.WithStrategyTimeout(-1)},
 		{"WithStrategyTimeout", si.WithStrategyTimeout(0)},
-		{"WithNotifyTimeout", si.WithNotifyTimeout(-time.Second)},
 		{"WithFlushInterval", si.WithFlushInterval(-1)},
 		{"WithMaxAgents", si.WithMaxAgents(0)},
 		{"WithTraceQueue", si.WithTraceQueue(0, time.Second)},
 		{"WithTraceQueue", si.WithTraceQueue(10, -time.Second)},
 		{"WithTraces", si.WithTraces(si.TraceMode(99))},
-		{"WithLogRotation", si.WithLogRotation(0, -1)},
 		{"WithMemory", si.WithMemory(si.MemoryOptions{MaxClusters: -1})},
 		{"WithMemory", si.WithMemory(si.MemoryOptions{HalfLife: -time.Hour})},
 		{"WithCircuitBreaker", si.WithCircuitBreaker(si.CircuitBreaker{Failures: -1})},
@@ -147,6 +145,7 @@ func TestOptionsValidated(t *testing.T) {
 		{"WithCircuitBreaker", si.WithCircuitBreaker(si.CircuitBreaker{CoolOff: -time.Second})},
 		{"WithDailySummary", si.WithDailySummary(25 * time.Hour)},
 		{"WithNotifyOptions", si.WithNotifyOptions(si.NotifyOptions{Queue: -1})},
+		{"WithNotifyOptions", si.WithNotifyOptions(si.NotifyOptions{Timeout: -time.Second})},
 		{"WithRollbackPolicy", si.WithRollbackPolicy(si.RollbackPolicy{Method: si.Method(9)})},
 		{"WithRollbackPolicy", si.WithRollbackPolicy(si.RollbackPolicy{BeforeCalls: 17})},
 		{"WithRollbackPolicy", si.WithRollbackPolicy(si.RollbackPolicy{FalseRollbacks: 1.5})},
@@ -157,7 +156,7 @@ func TestOptionsValidated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), tt.opt)
+			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), tt.opt)
 			if err == nil {
 				l.Close()
 				t.Fatal("New accepted it")
@@ -171,7 +170,7 @@ func TestOptionsValidated(t *testing.T) {
 		})
 	}
 	// Zero values take the defaults; documented special values stay.
-	l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithFlushInterval(0), si.WithLogRotation(-1, 0),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithFlushInterval(0),
 		si.WithCircuitBreaker(si.CircuitBreaker{}), si.WithRollbackPolicy(si.RollbackPolicy{MaxSuccessDrop: -1}),
 		si.WithNotifier(validated{}))
 	if err != nil {

@@ -80,7 +80,7 @@ func runFleet(t *testing.T, agents, calls, every, stopOver int) []fleetSample {
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	// The store keeps few events: their log is the store's to bound, and
 	// every event of a change carries its reason, which the states measure.
-	store := &MemoryStore{MaxLog: 64}
+	store := &RAMStore{MaxLog: 64}
 	l, err := New(WithStore(store), WithClock(clk), WithNotifier(nil),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		WithStrategy(&BuiltinStrategy{Fallbacks: []string{"fallback"}}))
@@ -349,7 +349,7 @@ func TestStoredTextsAreCapped(t *testing.T) {
 			return &Tweak{Config: next, Review: true, Reason: "r" + huge, Rule: "u" + huge, Cluster: a.Clusters[0].ID}, nil
 		}
 	})
-	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil),
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithStrategy(strat),
 		WithRollbackPolicy(RollbackPolicy{MinBeforeCalls: -1})) // the first failure triggers
 	if err != nil {

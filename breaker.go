@@ -1,13 +1,8 @@
 package selfimprove
 
 import (
-	"errors"
 	"time"
 )
-
-// ErrCircuitOpen is returned, without running fn, by a call of an agent
-// whose circuit is open (see CircuitBreaker).
-var ErrCircuitOpen = errors.New("selfimprove: circuit open")
 
 // CircuitBreaker makes an agent's calls fail fast once the loop has run
 // out of ideas, as a task is abandoned when its breaker trips. It is off

@@ -10,15 +10,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
-// fn; nothing is run or recorded.
-var ErrNilFunc = errors.New("selfimprove: nil function")
-
-// ErrInvalidAgentID is returned (wrapped) for an agent ID longer than
-// MaxAgentIDLen: by the Loop's methods, and in Report.LoopErr by a call,
-// which still runs fn, untracked, under the default config.
-var ErrInvalidAgentID = errors.New("selfimprove: invalid agent ID")
-
 // MaxAgentIDLen is the longest agent ID the loop accepts, in bytes. An ID
 // is otherwise any string: the loop never uses it as a path or a key
 // without mapping it to a safe name first.
@@ -111,7 +102,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
-	if rep.Success && a != nil && !c.probe && !l.noFast && a.fast.book(endN, int64(dur), &a.tel.live) {
+	if rep.Success && a != nil && !c.probe && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)

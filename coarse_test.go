@@ -33,7 +33,7 @@ func scenario(t *testing.T, opt si.Option) ([]outcome, si.Stats, []time.Duration
 			c.Route = []string{"mirror", "backup"}[min(tries-1, 1)]
 			return &si.Tweak{Config: c, Reason: "try " + c.Route}, nil
 		})
-		opts := []si.Option{si.WithMemoryStore(), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(strat),
+		opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(strat),
 			si.WithDefaultConfig(si.Config{Route: "primary"})}
 		if opt != nil {
 			opts = append(opts, opt)

@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -93,10 +92,6 @@ func (c Config) validate() error {
 // maxAttemptsLimit bounds MaxAttempts so that a runaway strategy cannot make
 // one call retry forever.
 const maxAttemptsLimit = 100
-
-// ErrInvalidConfig is returned (wrapped) for a Config the loop cannot
-// enforce: negative durations, or MaxAttempts outside 0..100.
-var ErrInvalidConfig = errors.New("selfimprove: invalid config")
 
 // configJSON is Config's JSON form. Durations are written as Go duration
 // strings ("1.5s") so that state files are readable; on input a number of

@@ -102,18 +102,18 @@ func TestTracesSyncAreOnDiskWhenTheCallReturns(t *testing.T) {
 
 // gatedStore holds trace appends until its gate opens.
 type gatedStore struct {
-	*si.MemoryStore
+	*si.RAMStore
 	gate chan struct{}
 }
 
 func (g *gatedStore) AppendTraces(ts []si.Trace) error {
 	<-g.gate
-	return g.MemoryStore.AppendTraces(ts)
+	return g.RAMStore.AppendTraces(ts)
 }
 
 func TestFullTraceQueueWaitsThenDropsVisibly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := &gatedStore{MemoryStore: si.NewMemoryStore(), gate: make(chan struct{})}
+		st := &gatedStore{RAMStore: si.NewRAMStore(), gate: make(chan struct{})}
 		l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0),
 			si.WithTraces(si.TracesBatched), si.WithTraceQueue(3, 50*time.Millisecond))
 		if err != nil {
@@ -148,7 +148,9 @@ func TestFullTraceQueueWaitsThenDropsVisibly(t *testing.T) {
 }
 
 func TestLogRotationThroughTheLoop(t *testing.T) {
-	e := newEnv(t, si.WithTraces(si.TracesSync), si.WithLogRotation(4096, 2))
+	dir := t.TempDir()
+	e := newEnv(t, si.WithTraces(si.TracesSync), withFileStore(t, dir, si.FileOptions{MaxLogSize: 4096, KeepArchives: 2}))
+	e.dir = dir
 	for range 300 {
 		e.call("a", nil, 0)
 	}
@@ -169,7 +171,7 @@ func TestLogRotationThroughTheLoop(t *testing.T) {
 }
 
 func TestEvictionLosesNothing(t *testing.T) {
-	st := si.NewMemoryStore()
+	st := si.NewRAMStore()
 	e := newEnv(t, si.WithStore(st), si.WithMaxAgents(20))
 	const agents, calls = 200, 15
 	for i := range agents {
@@ -209,7 +211,7 @@ func TestEvictionLosesNothing(t *testing.T) {
 
 func TestMillionsOfAgentIDsStayBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithNotifier(nil), si.WithMaxAgents(1000))
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithMaxAgents(1000))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,17 +1,10 @@
 package selfimprove
 
 import (
-	"errors"
 	"slices"
 	"sync"
 	"time"
 )
-
-// ErrSubscriberBehind ends a Subscription whose reader fell behind: its
-// buffer was full when an event came. The events after that one were not
-// delivered to it; a new Subscribe with the last event's ID resumes from
-// the recent events.
-var ErrSubscriberBehind = errors.New("selfimprove: event subscriber fell behind")
 
 // Bounds on the recent events kept in memory (WithRecentEvents) and on a
 // subscription's buffer.

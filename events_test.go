@@ -13,7 +13,7 @@ import (
 
 func TestEventsRingAndSubscribe(t *testing.T) {
 	clk := fakeclock.New(t0)
-	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithRecentEvents(4))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithRecentEvents(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestEventsRingAndSubscribe(t *testing.T) {
 
 func TestRecentEventsOption(t *testing.T) {
 	for _, n := range []int{0, -1, 1<<20 + 1} {
-		if _, err := si.New(si.WithMemoryStore(), si.WithRecentEvents(n)); !errors.Is(err, si.ErrInvalidOption) {
+		if _, err := si.New(si.WithStore(si.NewRAMStore()), si.WithRecentEvents(n)); !errors.Is(err, si.ErrInvalidOption) {
 			t.Errorf("WithRecentEvents(%d): %v", n, err)
 		}
 	}
@@ -95,7 +95,7 @@ func TestRecentEventsOption(t *testing.T) {
 
 func TestAgentMetrics(t *testing.T) {
 	clk := fakeclock.New(t0)
-	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

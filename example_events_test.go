@@ -10,7 +10,7 @@ import (
 // Subscribe delivers the events as the loop records them; Events reads
 // the recent ones.
 func ExampleLoop_Subscribe() {
-	loop, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithNotifier(nil))
+	loop, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil))
 	defer loop.Close()
 	sub := loop.Subscribe("", 16)
 	defer sub.Close()
@@ -25,7 +25,7 @@ func ExampleLoop_Subscribe() {
 
 // AgentMetrics reads each agent's counters, for a metrics exporter.
 func ExampleLoop_AgentMetrics() {
-	loop, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithNotifier(nil))
+	loop, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil))
 	defer loop.Close()
 	for range 3 {
 		loop.ExecuteWithImprovement(context.Background(), "search", func(context.Context, selfimprove.Config) error { return nil })

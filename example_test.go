@@ -269,9 +269,9 @@ func ExampleLoop_Similar() {
 // the other at once, under the same version.
 func ExampleWithFleet() {
 	fleet := fleettest.New(nil)
-	a, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
+	a, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
 	defer a.Close()
-	b, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
+	b, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithFleet(fleet), selfimprove.WithNotifier(nil))
 	defer b.Close()
 
 	ok := func(context.Context, selfimprove.Config) error { return nil }
@@ -294,7 +294,7 @@ func ExampleWithFleet() {
 // simulated clock, the same calls take the same time on every run.
 func ExampleWithJitterSeed() {
 	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	l, err := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithNotifier(nil), selfimprove.WithClock(clk),
+	l, err := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil), selfimprove.WithClock(clk),
 		selfimprove.WithJitterSeed(42),
 		selfimprove.WithDefaultConfig(selfimprove.Config{MaxAttempts: 3, Backoff: 100 * time.Millisecond}))
 	if err != nil {

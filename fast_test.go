@@ -28,13 +28,12 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		c.Route = []string{"harmful", "backup", "mirror"}[tries%3]
 		return &Tweak{Config: c, Reason: "try " + c.Route}, nil
 	})
-	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()),
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()),
 		WithStrategy(strat), WithDefaultConfig(Config{Route: "primary"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.noFast = noFast
 	if err := l.SetThreshold("a", Threshold{Failures: 3, Window: 10 * time.Minute, Cooldown: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +49,9 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 			case fault && c.Route == "primary":
 				p = 0.4
 			}
+			if noFast {
+				closeFastPath(l, "a")
+			}
 			if rng.Float64() < p {
 				clk.Advance(20 * time.Millisecond)
 				return nil
@@ -57,6 +59,9 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 			clk.Advance(5 * time.Millisecond)
 			return errors.New("upstream 503")
 		})
+		if noFast && fastHolds(l, "a") {
+			t.Fatalf("call %d booked without the lock", i)
+		}
 		out = append(out, fmt.Sprintf("v%d ok=%v applied=%v rolled=%v confirmed=%v", rep.ConfigVersion, rep.Success,
 			rep.Improvement != nil, rep.Rollback != nil, rep.Confirmed != nil))
 		gap := time.Duration(rng.IntN(3000)) * time.Millisecond
@@ -70,6 +75,30 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		changes = append(changes, fmt.Sprintf("v%d->v%d %s %s", c.From.Version, c.To.Version, c.State, c.Verdict))
 	}
 	return out, l.Stats("a"), changes
+}
+
+// closeFastPath closes agent id's lock-free success path, as a settle
+// does, so that the call running now books under the lock; the lock
+// holder opens it again. With it, a script takes the locked path on every
+// call without a switch in the Loop.
+func closeFastPath(l *Loop, id string) {
+	if v, ok := l.agents.Load(id); ok {
+		v.(*agent).fast.until.Store(0)
+	}
+}
+
+// fastHolds reports whether agent id's lock-free counters hold calls not
+// yet settled.
+func fastHolds(l *Loop, id string) bool {
+	v, ok := l.agents.Load(id)
+	if !ok {
+		return false
+	}
+	a := v.(*agent)
+	var calls [len(latencyBounds) + 1]uint64
+	var lat int64
+	a.fast.collect(&a.tel.live, &calls, &lat, false)
+	return lat != 0 || calls != [len(calls)]uint64{}
 }
 
 // TestFastPathDecidesAlike: the calls booked without the lock lead to the
@@ -98,7 +127,7 @@ func TestFastPathDecidesAlike(t *testing.T) {
 // TestFastPathCountsEveryCall: many goroutines calling one agent at once
 // (it turns hot) lose no call, and the counts survive a save and a load.
 func TestFastPathCountsEveryCall(t *testing.T) {
-	store := NewMemoryStore()
+	store := NewRAMStore()
 	l, err := New(WithStore(store), WithNotifier(nil), WithLogger(discardLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +174,7 @@ func TestFastPathCountsEveryCall(t *testing.T) {
 // after the successes before it.
 func TestFastPathBuckets(t *testing.T) {
 	clk := fakeclock.New(time.Date(2026, 5, 4, 10, 0, 0, 0, time.UTC))
-	l, err := New(WithMemoryStore(), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()), WithStrategy(nil))
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()), WithStrategy(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

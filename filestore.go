@@ -117,10 +117,6 @@ type FileStore struct {
 	traceEnc traceEncoder
 }
 
-// ErrLocked is returned (wrapped) by New when another Loop, in this process
-// or another, has the state directory open.
-var ErrLocked = errors.New("selfimprove: state directory is in use by another Loop")
-
 // OpenFileStore opens (creating it if needed) and locks dir. It fails with
 // an error wrapping ErrLocked when another FileStore has it open.
 func OpenFileStore(dir string, o FileOptions) (*FileStore, error) {

@@ -43,7 +43,7 @@ func newFleetEnv(t *testing.T, n int, strat si.Strategy, opts ...si.Option) *fle
 func (e *fleetEnv) add() *si.Loop {
 	e.t.Helper()
 	rec := &recorder{}
-	base := []si.Option{si.WithMemoryStore(), si.WithClock(e.clk), si.WithNotifier(rec), si.WithLogger(quiet),
+	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(e.clk), si.WithNotifier(rec), si.WithLogger(quiet),
 		si.WithStrategy(e.strat), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}),
 		si.WithFleet(e.fleet), si.WithFleetFlush(0, 1<<30)}
 	l, err := si.New(append(base, e.opts...)...)

@@ -95,6 +95,18 @@ func newEnv(t *testing.T, opts ...si.Option) *env {
 	return e
 }
 
+// withFileStore gives the loop a FileStore on dir opened with o, with the
+// test's clock and logger.
+func withFileStore(t *testing.T, dir string, o si.FileOptions) si.Option {
+	t.Helper()
+	o.Clock, o.Logger = fakeclock.New(t0), quiet
+	fs, err := si.OpenFileStore(dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return si.WithStore(fs)
+}
+
 // open (re)opens the loop on e's directory.
 func (e *env) open(opts ...si.Option) {
 	e.t.Helper()

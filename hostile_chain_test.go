@@ -37,7 +37,7 @@ func TestRedeliverHostileChains(t *testing.T) {
 func TestCallWithHostileChains(t *testing.T) {
 	// The ring errors ask for a 7s wait (RetryAfter), which the retry
 	// honours: on a simulated clock that waits without sleeping.
-	l, err := New(WithMemoryStore(), WithNotifier(nil), WithStrategy(nil), WithClock(fakeclock.New(time.Unix(0, 0))),
+	l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithStrategy(nil), WithClock(fakeclock.New(time.Unix(0, 0))),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

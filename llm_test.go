@@ -191,7 +191,7 @@ func TestPermanentFailuresAreNotRetried(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l, err := si.New(append([]si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithDefaultConfig(cfg)}, c.opts...)...)
+			l, err := si.New(append([]si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithDefaultConfig(cfg)}, c.opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,7 +207,7 @@ func TestPermanentFailuresAreNotRetried(t *testing.T) {
 
 func TestRetryPolicyValidated(t *testing.T) {
 	for _, p := range []si.RetryPolicy{{MaxWait: -1}, {Permanent: []failure.Class{""}}} {
-		if _, err := si.New(si.WithMemoryStore(), si.WithRetryPolicy(p)); !errors.Is(err, si.ErrInvalidOption) || !strings.Contains(err.Error(), "WithRetryPolicy") {
+		if _, err := si.New(si.WithStore(si.NewRAMStore()), si.WithRetryPolicy(p)); !errors.Is(err, si.ErrInvalidOption) || !strings.Contains(err.Error(), "WithRetryPolicy") {
 			t.Errorf("%+v: err = %v", p, err)
 		}
 	}
@@ -248,7 +248,7 @@ func TestServerWaitFromError(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := fakeclock.New(t0)
-			l, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithClock(clk),
+			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithClock(clk),
 				si.WithDefaultConfig(c.cfg), si.WithRetryPolicy(c.policy))
 			if err != nil {
 				t.Fatal(err)

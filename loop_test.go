@@ -515,7 +515,7 @@ func TestBlockedNotifierNeverBlocksTheCall(t *testing.T) {
 		return ctx.Err()
 	})
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
-	e := newEnv(t, si.WithStrategy(strat), si.WithNotifier(n), si.WithNotifyTimeout(time.Hour))
+	e := newEnv(t, si.WithStrategy(strat), si.WithNotifier(n), si.WithNotifyOptions(si.NotifyOptions{Timeout: time.Hour}))
 	applyTweak(t, e, "a") // returns although the notifier is stuck
 	e.calls("a", 10, nil, 0)
 	close(block)

@@ -31,7 +31,7 @@ func TestNotifierQueueOverflowIsCountedNeverBlocking(t *testing.T) {
 		got.Add(int64(max(len(e.Digest), 1)))
 		return nil
 	})
-	d := newDispatcher([]Notifier{n}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 2}, m)
+	d := newDispatcher([]Notifier{n}, slog.New(slog.NewTextHandler(io.Discard, nil)), NotifyOptions{Queue: 2, Timeout: time.Minute}, m)
 	d.send(Event{ID: "1"})
 	<-started // the worker holds event 1; the queue (2) is empty
 	for i := range 5 {
@@ -58,7 +58,7 @@ func TestDispatcherCloseGivesUpAtItsDeadline(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	d := newDispatcher([]Notifier{NotifierFunc(func(ctx context.Context, e Event) error { <-block; return nil })},
-		slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, NotifyOptions{Queue: 8}, m)
+		slog.New(slog.NewTextHandler(io.Discard, nil)), NotifyOptions{Queue: 8, Timeout: time.Minute}, m)
 	d.send(Event{ID: "stuck"})
 	d.send(Event{ID: "queued"})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -83,8 +83,8 @@ func TestDefaultDir(t *testing.T) {
 	}
 }
 
-func TestMemoryStore(t *testing.T) {
-	m := &MemoryStore{MaxLog: 3}
+func TestRAMStore(t *testing.T) {
+	m := &RAMStore{MaxLog: 3}
 	for i := range 5 {
 		m.AppendEvents([]Event{{ID: string(rune('a' + i))}})
 	}
@@ -113,7 +113,7 @@ func TestConfigValidate(t *testing.T) {
 	if err := (Config{MaxAttempts: 100, Timeout: time.Second}).validate(); err != nil {
 		t.Error(err)
 	}
-	if _, err := New(WithMemoryStore(), WithDefaultConfig(Config{Timeout: -1})); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := New(WithStore(NewRAMStore()), WithDefaultConfig(Config{Timeout: -1})); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("New with an invalid default config = %v", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 // each within [d/2, d]; another seed draws others.
 func TestJitterSeed(t *testing.T) {
 	draws := func(seed uint64) []time.Duration {
-		l, err := New(WithMemoryStore(), WithNotifier(nil), WithJitterSeed(seed))
+		l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithJitterSeed(seed))
 		if err != nil {
 			t.Fatal(err)
 		}

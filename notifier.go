@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -101,7 +100,7 @@ func (e Event) LogValue() slog.Value {
 
 // Notifier receives the loop's events. The loop calls Notify from one
 // background goroutine, one event at a time, with a context that carries
-// the attempt's deadline (WithNotifyTimeout). An error or panic is
+// the attempt's deadline (NotifyOptions.Timeout). An error or panic is
 // recovered, logged and counted in Metrics; it never reaches a wrapped
 // call. Package notify has senders for Slack, Telegram, webhooks and
 // slog.
@@ -142,10 +141,6 @@ func (n logNotifier) Notify(ctx context.Context, e Event) error {
 	return nil
 }
 
-// ErrNotifyQueueFull is logged (wrapped) when an event is dropped because
-// the notifier queue is full; Metrics.NotifyDropped counts such drops.
-var ErrNotifyQueueFull = errors.New("selfimprove: notifier queue full")
-
 // importance ranks event types for dropping when the queue is full: the
 // least important pending event goes first.
 func importance(t EventType) int {
@@ -181,6 +176,9 @@ type NotifyOptions struct {
 	// negative BurstLimit turns digests off.
 	BurstLimit  int
 	BurstWindow time.Duration
+	// Timeout bounds each delivery attempt to a notifier, and how long
+	// Close waits for the queue to drain. Default 5s.
+	Timeout time.Duration
 }
 
 func (o NotifyOptions) withDefaults() NotifyOptions {
@@ -201,6 +199,9 @@ func (o NotifyOptions) withDefaults() NotifyOptions {
 	}
 	if o.BurstWindow <= 0 {
 		o.BurstWindow = time.Minute
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
 	}
 	return o
 }
@@ -295,8 +296,9 @@ func (f *fifo) pop() Event {
 	return e
 }
 
-func newDispatcher(ns []Notifier, log *slog.Logger, timeout time.Duration, o NotifyOptions, m *metrics) *dispatcher {
-	d := &dispatcher{ns: ns, log: log, timeout: timeout, o: o.withDefaults(), m: m,
+func newDispatcher(ns []Notifier, log *slog.Logger, o NotifyOptions, m *metrics) *dispatcher {
+	o = o.withDefaults()
+	d := &dispatcher{ns: ns, log: log, timeout: o.Timeout, o: o, m: m,
 		closing: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go d.run()
 	return d

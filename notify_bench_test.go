@@ -20,8 +20,8 @@ func BenchmarkEmit(b *testing.B) {
 		// room.
 		m := new(metrics)
 		block := make(chan struct{})
-		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet, time.Hour,
-			NotifyOptions{Queue: 1024, BurstLimit: -1}, m)
+		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet,
+			NotifyOptions{Queue: 1024, BurstLimit: -1, Timeout: time.Hour}, m)
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
 			if i%1000 == 999 {
@@ -43,8 +43,8 @@ func BenchmarkEmit(b *testing.B) {
 		// dropped, counted and (at most once a second) logged.
 		m := new(metrics)
 		block := make(chan struct{})
-		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet, time.Hour,
-			NotifyOptions{Queue: 1024, BurstLimit: -1}, m)
+		d := newDispatcher([]Notifier{NotifierFunc(func(context.Context, Event) error { <-block; return nil })}, quiet,
+			NotifyOptions{Queue: 1024, BurstLimit: -1, Timeout: time.Hour}, m)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

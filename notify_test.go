@@ -214,7 +214,7 @@ func (v validated) Validate() error                      { return v.err }
 func TestWithNotifierValidates(t *testing.T) {
 	bad := errors.New("bad address")
 	for _, opt := range []si.Option{si.WithNotifier(validated{bad}), si.WithNotifier(validated{}, nil, &validated{bad})} {
-		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), opt)
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), opt)
 		if err == nil {
 			l.Close()
 			t.Fatal("New accepted a notifier whose Validate fails")
@@ -224,7 +224,7 @@ func TestWithNotifierValidates(t *testing.T) {
 		}
 	}
 	for _, opt := range []si.Option{si.WithNotifier(), si.WithNotifier(nil, nil)} {
-		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithStrategy(nil), opt)
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithStrategy(nil), opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestDefaultNotifierLogs(t *testing.T) {
 
 func testDefaultNotifierLogs(t *testing.T) {
 	logs := &logBuffer{}
-	l, err := si.New(si.WithMemoryStore(), si.WithStrategy(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithStrategy(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}

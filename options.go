@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,10 +10,6 @@ import (
 	"time"
 )
 
-// ErrInvalidOption is returned (wrapped, with the option's name) by New
-// for an option outside its documented range.
-var ErrInvalidOption = errors.New("selfimprove: invalid option")
-
 // Option configures a Loop. New checks every option and fails, naming the
 // option, when one is outside its documented range.
 type Option func(*options)
@@ -22,7 +17,7 @@ type Option func(*options)
 type options struct {
 	dir             string
 	store           Store
-	fileOpts        FileOptions
+	fileOpts        FileOptions // the default FileStore's, filled in by New
 	traceMode       TraceMode
 	traceQueue      int
 	traceWait       time.Duration
@@ -41,7 +36,6 @@ type options struct {
 	policy          RollbackPolicy
 	defaultConfig   Config
 	strategyTimeout time.Duration
-	notifyTimeout   time.Duration
 	flushInterval   time.Duration
 	notify          NotifyOptions
 	summaryAt       time.Duration
@@ -60,7 +54,6 @@ func defaults() options {
 	return options{
 		clock:           realClock{},
 		strategyTimeout: 10 * time.Second,
-		notifyTimeout:   5 * time.Second,
 		flushInterval:   10 * time.Second,
 		traceQueue:      65536,
 		traceWait:       time.Second,
@@ -79,8 +72,6 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidOption, name, fmt.Sprintf(format, args...))
 	}
 	switch {
-	case o.fileOpts.KeepArchives < 0:
-		return bad("WithLogRotation", "keep %d is negative", o.fileOpts.KeepArchives)
 	case o.traceMode < TracesOff || o.traceMode > TracesSync:
 		return bad("WithTraces", "unknown mode %d", int(o.traceMode))
 	case o.traceQueue < 1 || o.traceQueue > 1<<24:
@@ -107,12 +98,10 @@ func (o *options) validate() error {
 		return bad("WithCoarseClock", "cannot be combined with WithClock")
 	case o.strategyTimeout <= 0:
 		return bad("WithStrategyTimeout", "%v is not positive", o.strategyTimeout)
-	case o.notifyTimeout <= 0:
-		return bad("WithNotifyTimeout", "%v is not positive", o.notifyTimeout)
 	case o.flushInterval < 0:
 		return bad("WithFlushInterval", "%v is negative", o.flushInterval)
-	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0:
-		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff or BurstWindow")
+	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0 || o.notify.Timeout < 0:
+		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff, BurstWindow or Timeout")
 	case o.fleetTimeout <= 0:
 		return bad("WithFleetTimeout", "%v is not positive", o.fleetTimeout)
 	case o.fleetInterval < 0:
@@ -154,32 +143,17 @@ func (o *options) validate() error {
 	return nil
 }
 
-// WithDir sets the state directory of the default FileStore. Default
-// DefaultDir(). With WithStore it has no effect.
+// WithDir sets the state directory of the default FileStore, which takes
+// the defaults of FileOptions. Default DefaultDir(). With WithStore it has
+// no effect: a FileStore tuned otherwise (log rotation, the bound on agent
+// files) is given as WithStore(OpenFileStore(dir, FileOptions{...})).
 func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 
 // WithStore sets where the loop keeps its state and logs, instead of a
-// FileStore on WithDir. The Loop closes the store on Close. Default: a
-// FileStore on DefaultDir().
+// FileStore on WithDir: WithStore(NewRAMStore()) keeps them in RAM, and
+// nothing survives the process. The Loop closes the store on Close.
+// Default: a FileStore on DefaultDir().
 func WithStore(s Store) Option { return func(o *options) { o.store = s } }
-
-// WithMemoryStore keeps everything in memory (a new MemoryStore): nothing
-// survives the process.
-func WithMemoryStore() Option { return WithStore(NewMemoryStore()) }
-
-// WithLogRotation sets when the default FileStore rotates events.jsonl and
-// traces.jsonl: at maxSize bytes (default 0: 64 MiB; negative: never) and how
-// many gzip archives of each it keeps (default 0: 5).
-func WithLogRotation(maxSize int64, keep int) Option {
-	return func(o *options) { o.fileOpts.MaxLogSize, o.fileOpts.KeepArchives = maxSize, keep }
-}
-
-// WithMaxAgentFiles bounds the agent state files the default FileStore
-// keeps (FileOptions.MaxAgentFiles): when a new agent's file takes the
-// count over n, the files saved longest ago are deleted, a sixteenth of n
-// at a time. Default 0: 100,000; negative: no bound. With WithStore it has
-// no effect.
-func WithMaxAgentFiles(n int) Option { return func(o *options) { o.fileOpts.MaxAgentFiles = n } }
 
 // WithTraces turns on the trace log: one record per call (agent, config
 // version, outcome, duration, attempts, error text, time). See TraceMode
@@ -272,11 +246,6 @@ func WithDefaultConfig(c Config) Option { return func(o *options) { o.defaultCon
 // positive.
 func WithStrategyTimeout(d time.Duration) Option { return func(o *options) { o.strategyTimeout = d } }
 
-// WithNotifyTimeout bounds each delivery attempt to the notifier, and how
-// long Close waits for the queue to drain. Default 5s; it must be
-// positive.
-func WithNotifyTimeout(d time.Duration) Option { return func(o *options) { o.notifyTimeout = d } }
-
 // WithFlushInterval sets how often the rolling-window counts of agents that
 // ran are saved; decisions are always saved at once. Default 10s. A crash
 // loses at most this much of the window counts, never a config change. 0
@@ -304,7 +273,7 @@ func WithDailySummary(at time.Duration) Option {
 }
 
 // WithNotifyOptions tunes the delivery of events: queue size, retries,
-// digests. Default: the zero NotifyOptions, whose fields take their
+// digests, the deadline of each attempt. Default: the zero NotifyOptions, whose fields take their
 // documented defaults; negative sizes and durations are refused.
 func WithNotifyOptions(n NotifyOptions) Option { return func(o *options) { o.notify = n } }
 

@@ -90,18 +90,6 @@ func (p Proposal) clone() Proposal {
 	return p
 }
 
-// Errors of the proposal methods.
-var (
-	// ErrProposalNotFound: no proposal has the ID.
-	ErrProposalNotFound = errors.New("selfimprove: no such proposal")
-	// ErrProposalState: the proposal is not in a state that allows the
-	// action (for example, approving one that was rejected).
-	ErrProposalState = errors.New("selfimprove: proposal cannot take this action in its state")
-	// ErrVerifying: the agent has a change under verification; approve
-	// again once it is decided.
-	ErrVerifying = errors.New("selfimprove: a change is under verification")
-)
-
 // maxProposals bounds the proposals kept per agent: the oldest closed ones
 // go first, then the oldest pending ones.
 const maxProposals = 16
@@ -109,7 +97,7 @@ const maxProposals = 16
 // Proposals returns the proposals that keep reports true for (all of
 // them when keep is nil), oldest first. It covers every agent with
 // proposals: those in memory, and, with a Store that implements
-// MetaStore (FileStore and MemoryStore do), those not loaded yet.
+// MetaStore (FileStore and RAMStore do), those not loaded yet.
 func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 	l.loadProposalAgents()
 	var out []Proposal

@@ -9,9 +9,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
 
-// ErrReadOnly is returned (wrapped) by every write to a ReadOnlyStore.
-var ErrReadOnly = errors.New("selfimprove: read-only store")
-
 // ReadOnlyStore reads a FileStore's directory without locking it and never
 // writes there: a tool can read the state of a directory that a live Loop
 // holds. Every file is read as a FileStore reads it (a regular file only,

@@ -290,7 +290,7 @@ func (l *Loop) eachAgent(f func(a *agent)) {
 }
 
 // AgentLister is implemented by a Store that can list the agents it keeps
-// state for. FileStore and MemoryStore implement it.
+// state for. FileStore and RAMStore implement it.
 type AgentLister interface {
 	// ListAgents calls yield with each agent ID, in no particular order,
 	// until yield returns false.

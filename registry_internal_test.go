@@ -11,7 +11,7 @@ import (
 // with an equal string built afresh; neither cache hands out an evicted
 // agent, nor another agent whose ID shares the address's slot.
 func TestFrontCaches(t *testing.T) {
-	l, err := New(WithMemoryStore(), WithNotifier(nil), WithLogger(discardLogger()), WithMaxAgents(2))
+	l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithLogger(discardLogger()), WithMaxAgents(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -29,10 +28,6 @@ func (s *agentState) setConfig(now time.Time, cfg Config, r *ruleBook) (eff effe
 	eff.event(newEvent(r.newID(now), now, EventConfigSet, ch))
 	return eff
 }
-
-// ErrUnknownVersion is returned by Rewind for a version the agent's
-// history no longer holds (or never had).
-var ErrUnknownVersion = errors.New("selfimprove: no such config version")
 
 // configOf returns the config the agent ran as version v: the current
 // one, a backup, or one of a kept change.

@@ -3,27 +3,18 @@ package selfimprove
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
 	"github.com/self-improving-loop/selfimprove/internal/jsonl"
 )
 
-// ErrCorruptState is reported (wrapped, in Report.LoopErr and the log) when
-// an agent's state file cannot be parsed, belongs to another agent ID, is
-// too large or is not a regular file (a link, a pipe). The file is renamed
-// aside with a ".corrupt-<time>" suffix and the agent starts afresh;
-// nothing is overwritten. A FileStore's loop-wide documents (the failure
-// memory, the list of agents with proposals) are set aside alike.
-var ErrCorruptState = errors.New("selfimprove: corrupt agent state")
-
 // Store keeps what the loop learns: each agent's state, and the logs of
 // events and traces. The loop serialises the calls that concern one agent;
 // calls about different agents, and appends, may come concurrently. The
 // state format belongs to the loop; a Store keeps bytes.
 //
-// FileStore is the default; MemoryStore keeps everything in memory. A
+// FileStore is the default; RAMStore keeps everything in memory. A
 // Store shared by several machines (Redis, a database) implements the same
 // five methods.
 type Store interface {
@@ -45,7 +36,7 @@ type Store interface {
 // MetaStore is implemented by a Store that also keeps small loop-wide
 // documents. The loop keeps there the list of agents that have proposals,
 // so that Proposals and Approve find them after a restart before the
-// agents are loaded. FileStore (as <dir>/<name>.json) and MemoryStore
+// agents are loaded. FileStore (as <dir>/<name>.json) and RAMStore
 // implement it.
 type MetaStore interface {
 	// LoadMeta reads the document name and passes it to decode; it

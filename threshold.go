@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -24,10 +23,6 @@ const MaxThresholdFailures = 64
 // maxWindow is the longest analysis window and cooldown a Threshold may
 // have: 366 days.
 const maxWindow = 366 * 24 * time.Hour
-
-// ErrInvalidThreshold is returned (wrapped) by SetThreshold for a Threshold
-// outside the accepted ranges.
-var ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
 
 func (t Threshold) validate() error {
 	switch {

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -65,12 +64,6 @@ func (m TraceMode) String() string {
 	}
 	return fmt.Sprintf("TraceMode(%d)", int(m))
 }
-
-// ErrTraceDropped is returned (wrapped, in Report.LoopErr) when a call's
-// trace could not be handed to the writer within the wait bound
-// (WithTraceQueue), or could not be written. Metrics.TracesDropped counts
-// such traces; they are also logged.
-var ErrTraceDropped = errors.New("selfimprove: trace dropped")
 
 const (
 	traceFlushEvery = 100 * time.Millisecond

@@ -14,7 +14,7 @@ import (
 // Mount the handler under a prefix; without a token, reads are open and
 // mutations are refused.
 func ExampleHandler() {
-	loop, _ := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithNotifier(nil))
+	loop, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil))
 	defer loop.Close()
 	loop.MarkCritical("checkout", true)
 

@@ -43,7 +43,7 @@ func strategy(_ context.Context, a si.Analysis) (*si.Tweak, error) {
 func newLoop(t testing.TB, opts ...si.Option) (*si.Loop, *fakeclock.Clock) {
 	t.Helper()
 	clk := fakeclock.New(t0)
-	opts = append([]si.Option{si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil),
+	opts = append([]si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil),
 		si.WithStrategy(si.StrategyFunc(strategy)), si.WithFlushInterval(0),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	l, err := si.New(opts...)

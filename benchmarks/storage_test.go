@@ -9,10 +9,10 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 )
 
-// discardTraces is a MemoryStore that drops traces: with it, a benchmark
+// discardTraces is a RAMStore that drops traces: with it, a benchmark
 // measures what a call pays to hand its trace over, and nothing of the
 // writer's work.
-type discardTraces struct{ *si.MemoryStore }
+type discardTraces struct{ *si.RAMStore }
 
 func (discardTraces) AppendTraces([]si.Trace) error { return nil }
 
@@ -30,7 +30,7 @@ func BenchmarkTracesBatched(b *testing.B) {
 		name string
 		opt  si.Option
 	}{
-		{"handoff", si.WithStore(discardTraces{si.NewMemoryStore()})},
+		{"handoff", si.WithStore(discardTraces{si.NewRAMStore()})},
 		{"file", nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {

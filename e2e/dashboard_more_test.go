@@ -53,7 +53,7 @@ func eval[T any](t *testing.T, ctx context.Context, js string) T {
 func plainLoop(t *testing.T) *dashLoop {
 	t.Helper()
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func newDashLoop(t *testing.T) *dashLoop {
 		c.MaxAttempts = 2
 		return &si.Tweak{Config: c, Reason: "raise the timeout", Review: a.AgentID == "review", Rule: "raise the upstream quota", Confidence: 0.8}, nil
 	})
-	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(strategy),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(strategy),
 		si.WithFlushInterval(0), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ func Example() {
 	}))
 	defer slack.Close()
 
-	loop, err := selfimprove.New(selfimprove.WithMemoryStore(), selfimprove.WithStrategy(nil),
+	loop, err := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithStrategy(nil),
 		selfimprove.WithNotifier(notify.Slack{WebhookURL: slack.URL + "/services/T000/B000/XXXX"}))
 	if err != nil {
 		log.Fatal(err)

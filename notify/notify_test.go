@@ -396,7 +396,7 @@ func TestHungReceiverNeverSlowsCalls(t *testing.T) {
 	}))
 	defer srv.Close()
 	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(notify.Webhook{URL: srv.URL}),
-		si.WithNotifyTimeout(time.Hour), si.WithNotifyOptions(si.NotifyOptions{Queue: 4}))
+		si.WithNotifyOptions(si.NotifyOptions{Queue: 4, Timeout: time.Hour}))
 	if err := l.SetConfig("a", si.Config{Route: "first"}); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestNewValidatesSenders(t *testing.T) {
 		{[]si.Notifier{notify.Telegram{Token: "123:abc", ChatID: "1", BaseURL: "http://api.telegram.example/secret"}}, true},
 	}
 	for _, tt := range tests {
-		l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet), si.WithNotifier(tt.n...))
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithNotifier(tt.n...))
 		if err == nil {
 			l.Close()
 			t.Fatalf("New accepted %+v", tt.n)
@@ -464,7 +464,7 @@ func TestNewValidatesSenders(t *testing.T) {
 			t.Fatalf("the error shows a secret: %v", err)
 		}
 	}
-	l, err := si.New(si.WithMemoryStore(), si.WithLogger(quiet),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet),
 		si.WithNotifier(notify.Slack{WebhookURL: "http://127.0.0.1:9/hook"}, &notify.Webhook{URL: "https://hooks.example.com/x"},
 			notify.Telegram{Token: "1:x", ChatID: "1", BaseURL: "http://localhost:8081"}, notify.Log{}))
 	if err != nil {

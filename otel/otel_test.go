@@ -23,7 +23,7 @@ import (
 
 func newLoop(t *testing.T) (*si.Loop, *fakeclock.Clock) {
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	l, err := si.New(si.WithMemoryStore(), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func BenchmarkSuccessPath(b *testing.B) {
 	fn := func(context.Context, si.Config) error { return nil }
 	for _, withFleet := range []bool{false, true} {
 		name := "no-fleet"
-		opts := []si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet)}
+		opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet)}
 		if withFleet {
 			name = "redis-fleet"
 			opts = append(opts, si.WithFleet(newFleet(b, client(b, s), "bench:")))
@@ -52,7 +52,7 @@ func BenchmarkCommandsAt10kCalls(b *testing.B) {
 	c := client(b, s)
 	hook := &countHook{}
 	c.AddHook(hook)
-	l, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithFleet(newFleet(b, c, "rate:")))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithFleet(newFleet(b, c, "rate:")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func BenchmarkPropagation(b *testing.B) {
 	s := startRedis(b)
 	ls := make([]*si.Loop, 2)
 	for i := range ls {
-		l, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithFleet(newFleet(b, client(b, s), "prop:")))
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithFleet(newFleet(b, client(b, s), "prop:")))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -152,7 +152,7 @@ func (s *scriptStrategy) Analyze(ctx context.Context, a si.Analysis) (*si.Tweak,
 // childOptions are the options every replica runs with, and the single
 // process of the baseline.
 func childOptions(strat si.Strategy) []si.Option {
-	return []si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat),
+	return []si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat),
 		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), si.WithStrategyTimeout(2 * time.Second)}
 }
 

@@ -127,7 +127,7 @@ func TestKeysStayUnderThePrefix(t *testing.T) {
 		}
 	}
 	// A Loop refuses an agent ID longer than MaxAgentIDLen before any key.
-	l, err := si.New(si.WithMemoryStore(), si.WithFleet(f), si.WithNotifier(nil))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithFleet(f), si.WithNotifier(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

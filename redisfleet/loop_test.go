@@ -23,7 +23,7 @@ func replicas(t *testing.T, s *server, n int) []*si.Loop {
 	var out []*si.Loop
 	for range n {
 		f := newFleet(t, client(t, s), "loop:")
-		l, err := si.New(si.WithMemoryStore(), si.WithFleet(f), si.WithNotifier(nil), si.WithLogger(quiet),
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithFleet(f), si.WithNotifier(nil), si.WithLogger(quiet),
 			si.WithFleetFlush(50*time.Millisecond, 1024), si.WithFleetTimeout(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)

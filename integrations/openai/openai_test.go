@@ -166,7 +166,7 @@ func TestClassification(t *testing.T) {
 
 func newLoop(t *testing.T, opts ...si.Option) *si.Loop {
 	t.Helper()
-	base := []si.Option{si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler))}
+	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler))}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func run(w io.Writer) error {
 	cc.BaseURL = srv.URL + "/v1"
 	client := goai.NewClientWithConfig(cc)
 	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
-	loop, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
+	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
 		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
 	if err != nil {
 		return err

@@ -72,7 +72,7 @@ func run(w io.Writer) error {
 	// transport.
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithAPIKey("sk-demo"), option.WithBaseURL(srv.URL+"/v1/"))...)
 	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
-	loop, err := si.New(si.WithMemoryStore(), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
+	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
 		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
 	if err != nil {
 		return err

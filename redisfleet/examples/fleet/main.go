@@ -109,7 +109,7 @@ func (d *demo) open(addr, prefix string) error {
 		}
 		d.closers = append(d.closers, f.Close)
 		d.fleets = append(d.fleets, f)
-		l, err := si.New(si.WithMemoryStore(), si.WithFleet(f), si.WithStrategy(strategy), si.WithNotifier(nil), si.WithLogger(quiet),
+		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithFleet(f), si.WithStrategy(strategy), si.WithNotifier(nil), si.WithLogger(quiet),
 			si.WithDefaultConfig(si.Config{Route: "primary"}))
 		if err != nil {
 			return err

@@ -8,11 +8,11 @@ import (
 	"sync"
 )
 
-// MemoryStore keeps the loop's state in memory: for tests, and for users
-// who want no disk. It keeps the last MaxLog events and the last MaxLog
+// RAMStore keeps the loop's state and logs in RAM, nothing on disk: for
+// tests, and for users who want no disk (WithStore(NewRAMStore())). It keeps the last MaxLog events and the last MaxLog
 // traces (default 10,000 each), and sets aside (keeps, unserved) a state
 // the loop cannot decode. The zero value is ready to use.
-type MemoryStore struct {
+type RAMStore struct {
 	// MaxLog bounds the events and the traces kept. Default 10,000.
 	MaxLog int
 
@@ -24,11 +24,11 @@ type MemoryStore struct {
 	traces  []Trace
 }
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore { return &MemoryStore{} }
+// NewRAMStore returns an empty RAMStore.
+func NewRAMStore() *RAMStore { return &RAMStore{} }
 
 // LoadAgent implements Store.
-func (m *MemoryStore) LoadAgent(id string, decode func([]byte) error) error {
+func (m *RAMStore) LoadAgent(id string, decode func([]byte) error) error {
 	m.mu.Lock()
 	data, ok := m.states[id]
 	m.mu.Unlock()
@@ -49,7 +49,7 @@ func (m *MemoryStore) LoadAgent(id string, decode func([]byte) error) error {
 }
 
 // SaveAgent implements Store.
-func (m *MemoryStore) SaveAgent(id string, state []byte) error {
+func (m *RAMStore) SaveAgent(id string, state []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.states == nil {
@@ -60,7 +60,7 @@ func (m *MemoryStore) SaveAgent(id string, state []byte) error {
 }
 
 // LoadMeta implements MetaStore.
-func (m *MemoryStore) LoadMeta(name string, decode func([]byte) error) error {
+func (m *RAMStore) LoadMeta(name string, decode func([]byte) error) error {
 	if err := checkMetaName(name); err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (m *MemoryStore) LoadMeta(name string, decode func([]byte) error) error {
 }
 
 // SaveMeta implements MetaStore.
-func (m *MemoryStore) SaveMeta(name string, doc []byte) error {
+func (m *RAMStore) SaveMeta(name string, doc []byte) error {
 	if err := checkMetaName(name); err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func (m *MemoryStore) SaveMeta(name string, doc []byte) error {
 }
 
 // AppendEvents implements Store.
-func (m *MemoryStore) AppendEvents(events []Event) error {
+func (m *RAMStore) AppendEvents(events []Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.events = appendLog(m.events, events, m.max())
@@ -99,14 +99,14 @@ func (m *MemoryStore) AppendEvents(events []Event) error {
 }
 
 // AppendTraces implements Store.
-func (m *MemoryStore) AppendTraces(traces []Trace) error {
+func (m *RAMStore) AppendTraces(traces []Trace) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.traces = appendLog(m.traces, traces, m.max())
 	return nil
 }
 
-func (m *MemoryStore) max() int {
+func (m *RAMStore) max() int {
 	if m.MaxLog > 0 {
 		return m.MaxLog
 	}
@@ -122,24 +122,24 @@ func appendLog[T any](log, add []T, n int) []T {
 }
 
 // Events returns the events kept, oldest first.
-func (m *MemoryStore) Events() []Event {
+func (m *RAMStore) Events() []Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.events)
 }
 
 // Traces returns the traces kept, oldest first.
-func (m *MemoryStore) Traces() []Trace {
+func (m *RAMStore) Traces() []Trace {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.traces)
 }
 
-// Close implements Store; a MemoryStore keeps its content.
-func (m *MemoryStore) Close() error { return nil }
+// Close implements Store; a RAMStore keeps its content.
+func (m *RAMStore) Close() error { return nil }
 
 // ListAgents implements AgentLister.
-func (m *MemoryStore) ListAgents(yield func(agentID string) bool) error {
+func (m *RAMStore) ListAgents(yield func(agentID string) bool) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.states))
 	for id := range m.states {
