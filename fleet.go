@@ -109,10 +109,6 @@ func (c FleetCounts) sub(o FleetCounts) FleetCounts {
 		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS}
 }
 
-// MaxFleetFailures is how many failures a FleetDelta carries in detail,
-// and how many of a generation's latest failures a FleetPool returns.
-const MaxFleetFailures = 32
-
 // FleetFailure is one failed call, as replicas tell each other of it.
 type FleetFailure struct {
 	// Seq numbers the agent's failures in the fleet (set by the fleet;

@@ -23,14 +23,6 @@ import (
 // fleet_commit.go has the shared state: attaching an agent, adopting the
 // fleet's state, committing decisions and the lease on a strategy run.
 
-// EventFleetUnreachable and EventFleetRecovered say that the fleet could
-// not be reached, and that it can be again. They concern the Loop, not
-// one agent.
-const (
-	EventFleetUnreachable EventType = "fleet_unreachable"
-	EventFleetRecovered   EventType = "fleet_recovered"
-)
-
 // fleetLink is a Loop's connection to its fleet.
 type fleetLink struct {
 	f        Fleet

@@ -383,7 +383,7 @@ func TestStrategyBackoffFollowsServerWait(t *testing.T) {
 		Failures: []si.Failure{fail("429 rate limited (retry after 2s)"), fail("Rate limit reached. Please try again in 12.5s."), {Err: "try again in 1h", Class: failure.ClassOverloaded}},
 		Clusters: []si.Cluster{{ID: "c", Class: failure.ClassRateLimit, Count: 3}},
 	}
-	tw, err := si.DefaultStrategy().Analyze(context.Background(), a)
+	tw, err := (&si.BuiltinStrategy{}).Analyze(context.Background(), a)
 	if err != nil || tw == nil || tw.Review {
 		t.Fatalf("tweak %+v, err %v", tw, err)
 	}
@@ -391,7 +391,7 @@ func TestStrategyBackoffFollowsServerWait(t *testing.T) {
 		t.Errorf("backoff %v, attempts %d; want 12.5s (the longest wait asked), 3", tw.Config.Backoff, tw.Config.MaxAttempts)
 	}
 	a.Failures = a.Failures[:0]
-	if tw, _ = si.DefaultStrategy().Analyze(context.Background(), a); tw.Config.Backoff != 2*time.Second {
+	if tw, _ = (&si.BuiltinStrategy{}).Analyze(context.Background(), a); tw.Config.Backoff != 2*time.Second {
 		t.Errorf("with no wait asked: backoff %v, want 2s", tw.Config.Backoff)
 	}
 }

@@ -52,6 +52,11 @@ const (
 	// EventDailySummary: the daily summary (see WithDailySummary), in
 	// Event.Summary. Summaries are not stored.
 	EventDailySummary EventType = "daily_summary"
+	// EventFleetUnreachable and EventFleetRecovered: the fleet could not
+	// be reached, and it can be again. They concern the Loop, not one
+	// agent.
+	EventFleetUnreachable EventType = "fleet_unreachable"
+	EventFleetRecovered   EventType = "fleet_recovered"
 )
 
 // Event records one decision of the loop or one operator action. Events are

@@ -157,7 +157,7 @@ func TestDailySummary(t *testing.T) {
 		events := func() []si.Event { evs, _ := rec.all(); return evs }
 		// The bubble starts at midnight UTC, 2000-01-01.
 		l := newBubbleLoop(t, si.WithNotifier(rec), si.WithDailySummary(9*time.Hour),
-			si.WithNotifyOptions(si.NotifyOptions{BurstLimit: -1}), si.WithStrategy(si.DefaultStrategy()))
+			si.WithNotifyOptions(si.NotifyOptions{BurstLimit: -1}), si.WithStrategy(&si.BuiltinStrategy{}))
 		defer l.Close()
 		ctx := context.Background()
 		for i := range 14 {

@@ -127,7 +127,7 @@ func (o *options) validate() error {
 		o.clock = realClock{}
 	}
 	if !o.strategySet {
-		o.strategy = DefaultStrategy()
+		o.strategy = &BuiltinStrategy{}
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
@@ -195,7 +195,7 @@ func WithCoarseClock(resolution time.Duration) Option {
 }
 
 // WithStrategy sets the strategy that proposes tweaks. Default
-// DefaultStrategy(). With nil the loop only tracks: it reports
+// &BuiltinStrategy{} (its default caps, no fallback routes). With nil the loop only tracks: it reports
 // ImprovementTriggered and applies nothing.
 func WithStrategy(s Strategy) Option {
 	return func(o *options) { o.strategy, o.strategySet = s, true }

@@ -24,7 +24,7 @@ import (
 // short when the caller's context ends, as Config says).
 type RetryPolicy struct {
 	// Permanent are the classes whose failure ends a call at once: a
-	// retry cannot succeed. Default (nil): DefaultPermanentClasses, that
+	// retry cannot succeed. Default (nil): failure.PermanentClasses, that
 	// is auth, bad_request, context_length, content_filter, not_found,
 	// model_unavailable and quota; every other class (rate_limit,
 	// timeout, overloaded, network, empty_response, and tool_error,
@@ -39,14 +39,6 @@ type RetryPolicy struct {
 	IgnoreServerWait bool
 }
 
-// DefaultPermanentClasses returns the classes the loop does not retry by
-// default: auth, bad_request, context_length, content_filter, not_found,
-// model_unavailable and quota.
-func DefaultPermanentClasses() []failure.Class {
-	return []failure.Class{failure.ClassAuth, failure.ClassBadRequest, failure.ClassContextLength, failure.ClassContentFilter,
-		failure.ClassNotFound, failure.ClassModelUnavailable, failure.ClassQuota}
-}
-
 // retryRules is a RetryPolicy with its defaults, as the loop uses it.
 type retryRules struct {
 	permanent  []failure.Class
@@ -58,7 +50,7 @@ type retryRules struct {
 func (p RetryPolicy) rules() retryRules {
 	r := retryRules{permanent: p.Permanent, maxWait: p.MaxWait, serverWait: !p.IgnoreServerWait}
 	if r.permanent == nil {
-		r.permanent = DefaultPermanentClasses()
+		r.permanent = failure.PermanentClasses()
 	} else {
 		r.permanent = slices.Clone(r.permanent)
 	}

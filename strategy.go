@@ -76,10 +76,6 @@ type BuiltinStrategy struct {
 	ForgetAfter time.Duration
 }
 
-// DefaultStrategy returns the built-in strategy with its default caps and
-// no fallback routes. New uses it unless WithStrategy says otherwise.
-func DefaultStrategy() Strategy { return &BuiltinStrategy{} }
-
 func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) {
 	timeout, backoff, attempts = s.MaxTimeout, s.MaxBackoff, s.MaxAttempts
 	if timeout <= 0 {

@@ -200,7 +200,7 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 // A tweak that regresses is rolled back and never proposed again: the
 // strategy files a proposal instead.
 func TestBuiltinStrategyNeverRepeatsARollback(t *testing.T) {
-	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, _ string) {
+	bubble(t, &si.BuiltinStrategy{}, func(t *testing.T, l *si.Loop, _ string) {
 		for range 2 {
 			fail(t, l, "a", context.DeadlineExceeded)
 		}
@@ -230,7 +230,7 @@ func TestBuiltinStrategyNeverRepeatsARollback(t *testing.T) {
 }
 
 func TestProposalLifecycle(t *testing.T) {
-	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, dir string) {
+	bubble(t, &si.BuiltinStrategy{}, func(t *testing.T, l *si.Loop, dir string) {
 		authErr := errors.New("401 Unauthorized: invalid api key")
 		for range 2 {
 			fail(t, l, "auth", authErr)
@@ -323,7 +323,7 @@ func TestProposalLifecycle(t *testing.T) {
 // Approving a rule-only proposal marks it approved and changes no config;
 // if the cluster keeps failing, a new proposal is filed.
 func TestApproveRuleOnly(t *testing.T) {
-	bubble(t, si.DefaultStrategy(), func(t *testing.T, l *si.Loop, _ string) {
+	bubble(t, &si.BuiltinStrategy{}, func(t *testing.T, l *si.Loop, _ string) {
 		for range 2 {
 			fail(t, l, "a", errors.New("context_length_exceeded"))
 		}

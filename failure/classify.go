@@ -278,3 +278,12 @@ func statusClass(code int) Class {
 	}
 	return ""
 }
+
+// PermanentClasses returns the classes whose failure a retry cannot fix,
+// which the loop does not retry by default (selfimprove.RetryPolicy):
+// auth, bad_request, context_length, content_filter, not_found,
+// model_unavailable and quota.
+func PermanentClasses() []Class {
+	return []Class{ClassAuth, ClassBadRequest, ClassContextLength, ClassContentFilter,
+		ClassNotFound, ClassModelUnavailable, ClassQuota}
+}
