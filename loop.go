@@ -477,19 +477,3 @@ func newID(t time.Time) string {
 	hex.Encode(s[24:], b[10:])
 	return string(s[:])
 }
-
-// Bounds on what the loop accepts and keeps.
-const (
-	// MaxAgentIDLen is the longest agent ID the loop accepts, in bytes. An
-	// ID is otherwise any string: the loop never uses it as a path or a
-	// key without mapping it to a safe name first.
-	MaxAgentIDLen = 1024
-	// MaxThresholdFailures is the largest Threshold.Failures the loop
-	// accepts: it keeps the times of this many recent failures per agent,
-	// which makes the trigger exact and O(1).
-	MaxThresholdFailures = 64
-	// MaxFleetFailures is how many failures a FleetDelta carries in
-	// detail, and how many of a generation's latest failures a FleetPool
-	// returns.
-	MaxFleetFailures = 32
-)
