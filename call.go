@@ -10,11 +10,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// MaxAgentIDLen is the longest agent ID the loop accepts, in bytes. An ID
-// is otherwise any string: the loop never uses it as a path or a key
-// without mapping it to a safe name first.
-const MaxAgentIDLen = 1024
-
 // checkAgentID refuses an ID longer than MaxAgentIDLen.
 func checkAgentID(id string) error {
 	if len(id) > MaxAgentIDLen {

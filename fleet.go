@@ -109,10 +109,6 @@ func (c FleetCounts) sub(o FleetCounts) FleetCounts {
 		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS}
 }
 
-// MaxFleetFailures is how many failures a FleetDelta carries in detail,
-// and how many of a generation's latest failures a FleetPool returns.
-const MaxFleetFailures = 32
-
 // FleetFailure is one failed call, as replicas tell each other of it.
 type FleetFailure struct {
 	// Seq numbers the agent's failures in the fleet (set by the fleet;
@@ -161,13 +157,6 @@ type FleetPool struct {
 	// MaxFleetFailures, oldest first.
 	Failures []FleetFailure
 }
-
-// Fleet timing defaults (WithFleetTimeout, WithFleetFlush).
-const (
-	DefaultFleetTimeout  = 500 * time.Millisecond
-	DefaultFleetInterval = 200 * time.Millisecond
-	DefaultFleetCalls    = 1024
-)
 
 // WithFleet shares each agent's state with the other replicas attached to
 // f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state

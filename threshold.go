@@ -15,11 +15,6 @@ type Threshold struct {
 	Cooldown time.Duration
 }
 
-// MaxThresholdFailures is the largest Threshold.Failures the loop accepts:
-// it keeps the times of this many recent failures per agent, which makes
-// the trigger exact and O(1).
-const MaxThresholdFailures = 64
-
 // maxWindow is the longest analysis window and cooldown a Threshold may
 // have: 366 days.
 const maxWindow = 366 * 24 * time.Hour
