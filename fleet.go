@@ -158,13 +158,6 @@ type FleetPool struct {
 	Failures []FleetFailure
 }
 
-// Fleet timing defaults (WithFleetTimeout, WithFleetFlush).
-const (
-	DefaultFleetTimeout  = 500 * time.Millisecond
-	DefaultFleetInterval = 200 * time.Millisecond
-	DefaultFleetCalls    = 1024
-)
-
 // WithFleet shares each agent's state with the other replicas attached to
 // f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state
 // to itself.

@@ -85,15 +85,14 @@ type MemoryOptions struct {
 	HalfLife time.Duration
 }
 
-// The memory's defaults and bounds.
+// The memory's bounds (its defaults are DefaultMemoryClusters and
+// DefaultMemoryHalfLife).
 const (
-	DefaultMemoryClusters = 10000
-	DefaultMemoryHalfLife = 7 * 24 * time.Hour
-	maxMemoryAgents       = 8
-	maxMemoryFixes        = 8
-	memoryDoc             = "memory"
-	memorySaveEvery       = time.Minute // the memory is saved at most this often, and at Close
-	memoryFormat          = 1
+	maxMemoryAgents = 8
+	maxMemoryFixes  = 8
+	memoryDoc       = "memory"
+	memorySaveEvery = time.Minute // the memory is saved at most this often, and at Close
+	memoryFormat    = 1
 )
 
 // memEntry is a remembered cluster with its terms.

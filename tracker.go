@@ -463,11 +463,6 @@ func (c counts) stats() Stats {
 	return s
 }
 
-// HealthHalfLife is the half-life of the health score, as a fraction of
-// the agent's analysis window: a call a quarter of the window old weighs
-// half as much as one made now.
-const HealthHalfLife = 0.25
-
 // health is the recency-weighted success rate of the window at time now:
 // each of the window's 64 buckets weighs 2^(-age/halfLife), its age taken
 // from its midpoint, with halfLife = HealthHalfLife × window. 1 when the

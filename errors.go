@@ -1,0 +1,87 @@
+package selfimprove
+
+import "errors"
+
+// The package's errors. The loop wraps them with context, so test for them
+// with errors.Is. The errors of the loop's own machinery never replace the
+// wrapped call's error: they come back in Report.LoopErr, or from the
+// Loop's methods. The fleet's are ErrFleetConflict and ErrFleetUnavailable.
+var (
+	// Wrong inputs: an option, a call, an operator's action.
+
+	// ErrInvalidOption is returned (wrapped, with the option's name) by New
+	// for an option outside its documented range.
+	ErrInvalidOption = errors.New("selfimprove: invalid option")
+	// ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
+	// fn; nothing is run or recorded.
+	ErrNilFunc = errors.New("selfimprove: nil function")
+	// ErrInvalidAgentID is returned (wrapped) for an agent ID longer than
+	// MaxAgentIDLen: by the Loop's methods, and in Report.LoopErr by a call,
+	// which still runs fn, untracked, under the default config.
+	ErrInvalidAgentID = errors.New("selfimprove: invalid agent ID")
+	// ErrInvalidConfig is returned (wrapped) for a Config the loop cannot
+	// enforce: negative durations, or MaxAttempts outside 0..100.
+	ErrInvalidConfig = errors.New("selfimprove: invalid config")
+	// ErrInvalidThreshold is returned (wrapped) by SetThreshold for a Threshold
+	// outside the accepted ranges.
+	ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
+	// ErrUnknownVersion is returned by Rewind for a version the agent's
+	// history no longer holds (or never had).
+	ErrUnknownVersion = errors.New("selfimprove: no such config version")
+	// ErrProposalNotFound: no proposal has the ID.
+	ErrProposalNotFound = errors.New("selfimprove: no such proposal")
+	// ErrProposalState: the proposal is not in a state that allows the
+	// action (for example, approving one that was rejected).
+	ErrProposalState = errors.New("selfimprove: proposal cannot take this action in its state")
+	// ErrVerifying: the agent has a change under verification; approve
+	// again once it is decided.
+	ErrVerifying = errors.New("selfimprove: a change is under verification")
+
+	// The loop's state, and its own machinery: the strategy, traces,
+	// notifications, subscriptions.
+
+	// ErrClosed: the Loop was closed. Calls still run fn, untracked.
+	ErrClosed = errors.New("selfimprove: loop closed")
+	// ErrCircuitOpen is returned, without running fn, by a call of an agent
+	// whose circuit is open (see CircuitBreaker).
+	ErrCircuitOpen = errors.New("selfimprove: circuit open")
+	// ErrStrategyTimeout: the strategy did not answer within its timeout;
+	// a late answer is discarded.
+	ErrStrategyTimeout = errors.New("selfimprove: strategy timed out")
+	// ErrStrategyPanic: the strategy panicked; the panic was recovered.
+	ErrStrategyPanic = errors.New("selfimprove: strategy panicked")
+	// ErrTweakRejected: the strategy proposed a tweak the loop will not
+	// apply (one rolled back before, the current config, or invalid).
+	ErrTweakRejected = errors.New("selfimprove: tweak not applied")
+	// ErrStale: the agent's config changed while the strategy ran, so its
+	// tweak was not applied.
+	ErrStale = errors.New("selfimprove: config changed during analysis")
+	// ErrTraceDropped is returned (wrapped, in Report.LoopErr) when a call's
+	// trace could not be handed to the writer within the wait bound
+	// (WithTraceQueue), or could not be written. Metrics.TracesDropped counts
+	// such traces; they are also logged.
+	ErrTraceDropped = errors.New("selfimprove: trace dropped")
+	// ErrNotifyQueueFull is logged (wrapped) when an event is dropped because
+	// the notifier queue is full; Metrics.NotifyDropped counts such drops.
+	ErrNotifyQueueFull = errors.New("selfimprove: notifier queue full")
+	// ErrSubscriberBehind ends a Subscription whose reader fell behind: its
+	// buffer was full when an event came. The events after that one were not
+	// delivered to it; a new Subscribe with the last event's ID resumes from
+	// the recent events.
+	ErrSubscriberBehind = errors.New("selfimprove: event subscriber fell behind")
+
+	// Stores.
+
+	// ErrLocked is returned (wrapped) by New when another Loop, in this process
+	// or another, has the state directory open.
+	ErrLocked = errors.New("selfimprove: state directory is in use by another Loop")
+	// ErrReadOnly is returned (wrapped) by every write to a ReadOnlyStore.
+	ErrReadOnly = errors.New("selfimprove: read-only store")
+	// ErrCorruptState is reported (wrapped, in Report.LoopErr and the log) when
+	// an agent's state file cannot be parsed, belongs to another agent ID, is
+	// too large or is not a regular file (a link, a pipe). The file is renamed
+	// aside with a ".corrupt-<time>" suffix and the agent starts afresh;
+	// nothing is overwritten. A FileStore's loop-wide documents (the failure
+	// memory, the list of agents with proposals) are set aside alike.
+	ErrCorruptState = errors.New("selfimprove: corrupt agent state")
+)
