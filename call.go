@@ -317,17 +317,14 @@ func runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) 
 	return fn(ctx, *cfg)
 }
 
-// Sleeper is an optional method of a Clock: Sleep waits d, or until ctx
-// ends and then returns ctx's error. The loop waits between attempts with
-// it; a simulated clock can advance itself instead of waiting. Without
-// it the loop waits on a runtime timer.
-type Sleeper interface {
+// sleeper is the optional method of a Clock that waits (see Clock).
+type sleeper interface {
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
 // sleep waits d on the clock, or until ctx ends.
 func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
-	if s, ok := l.clock.(Sleeper); ok {
+	if s, ok := l.clock.(sleeper); ok {
 		return s.Sleep(ctx, d)
 	}
 	t := time.NewTimer(d)

@@ -12,6 +12,12 @@ import (
 // immune to wall-clock steps). Windows, cooldowns and stored times use the
 // wall-clock part. Deadlines and backoff waits are timers of the Go
 // runtime; under testing/synctest they run on the bubble's fake time.
+//
+// A Clock may also have a method Sleep(ctx context.Context, d
+// time.Duration) error that waits d, or until ctx ends and then returns
+// ctx's error. The loop waits between attempts with it, so a simulated
+// clock can advance itself instead of waiting. Without it the loop waits
+// on a runtime timer.
 type Clock interface {
 	Now() time.Time
 }

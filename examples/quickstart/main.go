@@ -43,11 +43,13 @@ type simClock struct {
 }
 
 // The loop reads time through selfimprove.Clock. A clock that also has
-// Sleep (selfimprove.Sleeper) is used for the waits between retries, so
-// that a simulated clock advances instead of sleeping.
+// Sleep (see Clock) is used for the waits between retries, so that a
+// simulated clock advances instead of sleeping.
 var (
-	_ selfimprove.Clock   = (*simClock)(nil)
-	_ selfimprove.Sleeper = (*simClock)(nil)
+	_ selfimprove.Clock = (*simClock)(nil)
+	_ interface {
+		Sleep(context.Context, time.Duration) error
+	} = (*simClock)(nil)
 )
 
 // Now returns the simulated time.
