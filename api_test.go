@@ -239,23 +239,7 @@ func TestCloseIsABarrier(t *testing.T) {
 	}
 	a := open()
 	ctx := context.Background()
-	fail := func(context.Context, si.Config) error { return errBoom }
-	ids := make([]string, agents)
-	for i := range ids {
-		ids[i] = "agent-" + string(rune('a'+i))
-		if err := a.SetThreshold(ids[i], si.Threshold{Failures: 1, Window: time.Hour}); err != nil {
-			t.Fatal(err)
-		}
-		// One failure applies v3 (the threshold set v1 → still v1; the
-		// tweak is v2), then 4 more failures under it: the 5th will
-		// roll it back.
-		for range 5 {
-			a.ExecuteWithImprovement(ctx, ids[i], fail)
-		}
-		if c := a.Config(ids[i]); c.Route != "tweaked" {
-			t.Fatalf("%s: no change under verification: %+v", ids[i], c)
-		}
-	}
+	ids := verifyingAgents(t, a, agents)
 	// The deciding calls are in flight when Close begins.
 	release := make(chan struct{})
 	var started, done sync.WaitGroup
@@ -303,4 +287,29 @@ func TestCloseIsABarrier(t *testing.T) {
 			t.Errorf("%s: the second Loop's config was overwritten: %+v", id, cfg)
 		}
 	}
+}
+
+// verifyingAgents returns n agents of l, each with a change under
+// verification that its next failure will roll back.
+func verifyingAgents(t *testing.T, l *si.Loop, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	fail := func(context.Context, si.Config) error { return errBoom }
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "agent-" + string(rune('a'+i))
+		if err := l.SetThreshold(ids[i], si.Threshold{Failures: 1, Window: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		// One failure applies v3 (the threshold set v1 → still v1; the
+		// tweak is v2), then 4 more failures under it: the 5th will
+		// roll it back.
+		for range 5 {
+			l.ExecuteWithImprovement(ctx, ids[i], fail)
+		}
+		if c := l.Config(ids[i]); c.Route != "tweaked" {
+			t.Fatalf("%s: no change under verification: %+v", ids[i], c)
+		}
+	}
+	return ids
 }

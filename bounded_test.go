@@ -113,55 +113,7 @@ func runFleet(t *testing.T, agents, calls, every, stopOver int) []fleetSample {
 		if c%every != 0 && c != calls {
 			continue
 		}
-		s := fleetSample{calls: c}
-		note := func(n int, where string) {
-			if n > s.longest {
-				s.longest, s.where = n, where
-			}
-			if w := strings.ToLower(where); n > s.grown && !strings.HasSuffix(w, ".verdict") && !strings.HasSuffix(w, ".note") {
-				s.grown = n
-			}
-		}
-		for _, id := range ids {
-			// An agent that has not yet changed is saved only by the
-			// periodic flush.
-			var doc []byte
-			err := store.LoadAgent(id, func(b []byte) error { doc = bytes.Clone(b); return nil })
-			switch {
-			case err == nil:
-				n, where := longestString(t, doc)
-				note(n, id+" state"+where)
-			case !errors.Is(err, fs.ErrNotExist):
-				t.Fatalf("state of %s: %v", id, err)
-			}
-			for _, ch := range l.Changes(id) {
-				note(len(ch.Reason), id+" Changes.Reason")
-				note(len(ch.Verdict), id+" Changes.Verdict")
-			}
-		}
-		for _, p := range l.Proposals(nil) {
-			doc, err := json.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, where := longestString(t, doc)
-			note(n, "Proposals"+where)
-		}
-		var mem bytes.Buffer
-		if err := l.ExportMemory(&mem); err != nil {
-			t.Fatal(err)
-		}
-		n, where := longestString(t, mem.Bytes())
-		note(n, "ExportMemory"+where)
-		for _, m := range l.Similar(unavailable.Error(), 5) {
-			for _, f := range m.Fixes {
-				note(len(f.Reason), "Similar.Fixes.Reason")
-			}
-		}
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		s.heap = ms.HeapAlloc
+		s := sampleFleet(t, l, store, ids, unavailable.Error(), c)
 		m := l.Metrics()
 		t.Logf("%d calls per agent: longest string %d bytes (%s); live heap %.2f MiB; %d strategy runs, %d changes, %d confirmed, %d rolled back",
 			c, s.longest, s.where, float64(s.heap)/(1<<20), m.StrategyRuns, m.Improvements, m.Confirmations, m.Rollbacks)
@@ -171,6 +123,64 @@ func runFleet(t *testing.T, agents, calls, every, stopOver int) []fleetSample {
 		}
 	}
 	return out
+}
+
+// sampleFleet measures, after c calls per agent of ids on l, the longest
+// string in every agent's saved state in store, in Changes and Proposals,
+// and in the failure memory (ExportMemory, Similar for text), and the live
+// heap.
+func sampleFleet(t *testing.T, l *Loop, store *RAMStore, ids []string, text string, c int) fleetSample {
+	t.Helper()
+	s := fleetSample{calls: c}
+	note := func(n int, where string) {
+		if n > s.longest {
+			s.longest, s.where = n, where
+		}
+		if w := strings.ToLower(where); n > s.grown && !strings.HasSuffix(w, ".verdict") && !strings.HasSuffix(w, ".note") {
+			s.grown = n
+		}
+	}
+	for _, id := range ids {
+		// An agent that has not yet changed is saved only by the
+		// periodic flush.
+		var doc []byte
+		err := store.LoadAgent(id, func(b []byte) error { doc = bytes.Clone(b); return nil })
+		switch {
+		case err == nil:
+			n, where := longestString(t, doc)
+			note(n, id+" state"+where)
+		case !errors.Is(err, fs.ErrNotExist):
+			t.Fatalf("state of %s: %v", id, err)
+		}
+		for _, ch := range l.Changes(id) {
+			note(len(ch.Reason), id+" Changes.Reason")
+			note(len(ch.Verdict), id+" Changes.Verdict")
+		}
+	}
+	for _, p := range l.Proposals(nil) {
+		doc, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, where := longestString(t, doc)
+		note(n, "Proposals"+where)
+	}
+	var mem bytes.Buffer
+	if err := l.ExportMemory(&mem); err != nil {
+		t.Fatal(err)
+	}
+	n, where := longestString(t, mem.Bytes())
+	note(n, "ExportMemory"+where)
+	for _, m := range l.Similar(text, 5) {
+		for _, f := range m.Fixes {
+			note(len(f.Reason), "Similar.Fixes.Reason")
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.heap = ms.HeapAlloc
+	return s
 }
 
 // TestLearnedReasonsStayBounded runs a fleet of healthy agents whose rare
@@ -330,25 +340,9 @@ func TestStoredTextsAreCapped(t *testing.T) {
 	clk := fakeclock.New(now)
 	var (
 		mu       sync.Mutex
-		step     int
 		rejected []Tweak
 	)
-	strat := StrategyFunc(func(_ context.Context, a Analysis) (*Tweak, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		step++
-		rejected = slices.Clone(a.Rejected)
-		next := a.Config
-		next.Timeout = time.Duration(step) * time.Second
-		switch step {
-		case 1: // applied, then rolled back
-			return &Tweak{Config: next, Reason: "a" + huge}, nil
-		default: // for review: rejected, then approved
-			a.Clusters[0].Signature = huge
-			a.Clusters[0].Examples = []string{huge, huge, huge, huge}
-			return &Tweak{Config: next, Review: true, Reason: "r" + huge, Rule: "u" + huge, Cluster: a.Clusters[0].ID}, nil
-		}
-	})
+	strat := hugeTextStrategy(huge, &mu, &rejected)
 	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithStrategy(strat),
 		WithRollbackPolicy(RollbackPolicy{MinBeforeCalls: -1})) // the first failure triggers
@@ -401,6 +395,46 @@ func TestStoredTextsAreCapped(t *testing.T) {
 	}
 	capped(t, "Analysis.Rejected[0].Reason", rejected[0].Reason, "a"+huge)
 	mu.Unlock()
+	checkCappedProposal(t, l, huge)
+
+	// Another reviewed tweak, approved: its change quotes the rationale.
+	call(true)
+	approveCappedProposal(t, l, huge)
+
+	// The failure memory: the rolled-back change, the rejected proposal
+	// and the approved one, each with its reason cut.
+	checkCappedMemory(t, l, unavailable.Error(), huge)
+}
+
+// hugeTextStrategy is a strategy (user code) that returns texts of huge,
+// and stuffs the analysis's examples with it: its first tweak is applied,
+// the others are for review. Under mu, it sets *rejected to the
+// analysis's rejected tweaks.
+func hugeTextStrategy(huge string, mu *sync.Mutex, rejected *[]Tweak) StrategyFunc {
+	var step int
+	return StrategyFunc(func(_ context.Context, a Analysis) (*Tweak, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		step++
+		*rejected = slices.Clone(a.Rejected)
+		next := a.Config
+		next.Timeout = time.Duration(step) * time.Second
+		switch step {
+		case 1: // applied, then rolled back
+			return &Tweak{Config: next, Reason: "a" + huge}, nil
+		default: // for review: rejected, then approved
+			a.Clusters[0].Signature = huge
+			a.Clusters[0].Examples = []string{huge, huge, huge, huge}
+			return &Tweak{Config: next, Review: true, Reason: "r" + huge, Rule: "u" + huge, Cluster: a.Clusters[0].ID}, nil
+		}
+	})
+}
+
+// checkCappedProposal checks the texts of l's only proposal, filed from
+// hugeTextStrategy's texts, then rejects it with a huge note and checks
+// the note.
+func checkCappedProposal(t *testing.T, l *Loop, huge string) {
+	t.Helper()
 	ps := l.Proposals(nil)
 	if len(ps) != 1 {
 		t.Fatalf("%d proposals, want 1", len(ps))
@@ -425,25 +459,33 @@ func TestStoredTextsAreCapped(t *testing.T) {
 		t.Fatalf("%d proposals, want 1", len(ps))
 	}
 	capped(t, "Proposal.Note", ps[0].Note, "n"+huge)
+}
 
-	// Another reviewed tweak, approved: its change quotes the rationale.
-	call(true)
-	ps = l.Proposals(func(p Proposal) bool { return p.Status == ProposalPending })
+// approveCappedProposal approves l's pending proposal, filed from
+// hugeTextStrategy's texts, and checks that its change quotes the
+// rationale, cut.
+func approveCappedProposal(t *testing.T, l *Loop, huge string) {
+	t.Helper()
+	ps := l.Proposals(func(p Proposal) bool { return p.Status == ProposalPending })
 	if len(ps) != 1 {
 		t.Fatalf("%d pending proposals, want 1", len(ps))
 	}
 	if err := l.Approve(ps[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	chs = l.Changes("a")
+	chs := l.Changes("a")
 	if len(chs) != 2 || !strings.HasPrefix(chs[1].Reason, "approved proposal: r€") {
 		t.Fatalf("changes = %+v, want the approved one last", chs)
 	}
 	capped(t, "approved Change.Reason", chs[1].Reason, "approved proposal: r"+huge)
+}
 
-	// The failure memory: the rolled-back change, the rejected proposal
-	// and the approved one, each with its reason cut.
-	ms := l.Similar(unavailable.Error(), 1)
+// checkCappedMemory checks the fixes in l's failure memory for failures
+// like text, recorded from hugeTextStrategy's texts, and that the memory
+// cuts a huge reason whoever records it.
+func checkCappedMemory(t *testing.T, l *Loop, text, huge string) {
+	t.Helper()
+	ms := l.Similar(text, 1)
 	if len(ms) != 1 || len(ms[0].Fixes) != 3 {
 		t.Fatalf("Similar = %+v, want one cluster with 3 fixes", ms)
 	}
@@ -461,7 +503,7 @@ func TestStoredTextsAreCapped(t *testing.T) {
 
 	// Defence in depth: the memory cuts a fix's reason whoever records it.
 	l.mem.addFix(ms[0].Cluster, Fix{AgentID: "a", ChangeID: "x", Reason: huge, State: FixConfirmed})
-	ms = l.Similar(unavailable.Error(), 1)
+	ms = l.Similar(text, 1)
 	if len(ms) != 1 || len(ms[0].Fixes) != 4 {
 		t.Fatalf("Similar = %+v, want one cluster with 4 fixes", ms)
 	}

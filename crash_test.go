@@ -131,6 +131,21 @@ func crashTest(t *testing.T, mode string, calls int, span time.Duration) {
 
 	// Every trace of a call that returned is on disk (sync), or all but
 	// those of the last flush interval (batched).
+	checkCrashTraces(t, dir, mode, returned, killedAt)
+
+	// Every event of a SetConfig that returned is logged.
+	checkCrashEvents(t, dir, lastEvent)
+
+	// State files parse; the dead process's lock is gone; the state carries on.
+	checkCrashState(t, dir, lastEvent)
+}
+
+// checkCrashTraces checks that the trace of every call in returned (call
+// ID → when it returned) is in dir: all of them (mode sync), or all but
+// those that returned in the last flush interval before killedAt
+// (batched).
+func checkCrashTraces(t *testing.T, dir, mode string, returned map[int]int64, killedAt int64) {
+	t.Helper()
 	var traces []si.Trace
 	var skipped int
 	if _, err := os.Stat(filepath.Join(dir, "traces.jsonl")); err == nil {
@@ -163,8 +178,12 @@ func crashTest(t *testing.T, mode string, calls int, span time.Duration) {
 		}
 	}
 	t.Logf("%s: %d calls returned, %d traces on disk, %d missing, %d skipped", mode, len(returned), len(traces), missing, skipped)
+}
 
-	// Every event of a SetConfig that returned is logged.
+// checkCrashEvents checks that the event of every SetConfig up to
+// lastEvent is logged in dir.
+func checkCrashEvents(t *testing.T, dir string, lastEvent int) {
+	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "events.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -184,8 +203,12 @@ func crashTest(t *testing.T, mode string, calls int, span time.Duration) {
 			t.Errorf("event of SetConfig %d returned but is not logged", i)
 		}
 	}
+}
 
-	// State files parse; the dead process's lock is gone; the state carries on.
+// checkCrashState checks that the state files in dir parse, and that a
+// Loop reopens dir, carrying on from SetConfig lastEvent or later.
+func checkCrashState(t *testing.T, dir string, lastEvent int) {
+	t.Helper()
 	ents, _ := os.ReadDir(filepath.Join(dir, "agents"))
 	for _, e := range ents {
 		if strings.Contains(e.Name(), ".tmp") {

@@ -25,23 +25,29 @@ func clusters(counts ...any) []si.Cluster {
 	return out
 }
 
+// builtinWant is what a case of TestBuiltinStrategy wants.
+type builtinWant struct {
+	Config *si.Config // nil: no tweak
+	Review bool
+	Rule   bool // a rule is filed
+}
+
+// builtinCase is a case of TestBuiltinStrategy.
+type builtinCase struct {
+	name     string
+	s        *si.BuiltinStrategy
+	cur      si.Config
+	cl       []si.Cluster
+	rejected []si.Tweak
+	want     builtinWant
+}
+
 func TestBuiltinStrategy(t *testing.T) {
-	type want struct {
-		Config *si.Config // nil: no tweak
-		Review bool
-		Rule   bool // a rule is filed
-	}
+	type want = builtinWant
 	cfg := func(c si.Config) *si.Config { return &c }
 	rb := func(c si.Config) []si.Tweak { return []si.Tweak{{Config: c}} }
 	fb := &si.BuiltinStrategy{Fallbacks: []string{"a", "b", "c"}}
-	cases := []struct {
-		name     string
-		s        *si.BuiltinStrategy
-		cur      si.Config
-		cl       []si.Cluster
-		rejected []si.Tweak
-		want     want
-	}{
+	cases := []builtinCase{
 		{"no failures", nil, si.Config{}, nil, nil, want{}},
 		{"timeout x1.5", nil, si.Config{Timeout: 10 * time.Second}, clusters(failure.ClassTimeout, 3), nil,
 			want{Config: cfg(si.Config{Timeout: 15 * time.Second})}},
@@ -96,24 +102,30 @@ func TestBuiltinStrategy(t *testing.T) {
 			want{Config: cfg(si.Config{Timeout: 1500 * time.Millisecond})}},
 	}
 	for _, c := range cases {
-		s := c.s
-		if s == nil {
-			s = &si.BuiltinStrategy{}
+		checkBuiltinCase(t, c)
+	}
+}
+
+// checkBuiltinCase runs case c of TestBuiltinStrategy.
+func checkBuiltinCase(t *testing.T, c builtinCase) {
+	t.Helper()
+	s := c.s
+	if s == nil {
+		s = &si.BuiltinStrategy{}
+	}
+	tw, err := s.Analyze(context.Background(), si.Analysis{Config: c.cur, Clusters: c.cl, Rejected: c.rejected})
+	if err != nil {
+		t.Fatalf("%s: %v", c.name, err)
+	}
+	var got builtinWant
+	if tw != nil {
+		got = builtinWant{Config: &tw.Config, Review: tw.Review, Rule: tw.Rule != ""}
+		if tw.Reason == "" || tw.Confidence <= 0 || tw.Confidence > 1 {
+			t.Errorf("%s: reason %q, confidence %v", c.name, tw.Reason, tw.Confidence)
 		}
-		tw, err := s.Analyze(context.Background(), si.Analysis{Config: c.cur, Clusters: c.cl, Rejected: c.rejected})
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		var got want
-		if tw != nil {
-			got = want{Config: &tw.Config, Review: tw.Review, Rule: tw.Rule != ""}
-			if tw.Reason == "" || tw.Confidence <= 0 || tw.Confidence > 1 {
-				t.Errorf("%s: reason %q, confidence %v", c.name, tw.Reason, tw.Confidence)
-			}
-		}
-		if d := cmp.Diff(c.want, got); d != "" {
-			t.Errorf("%s (-want +got):\n%s", c.name, d)
-		}
+	}
+	if d := cmp.Diff(c.want, got); d != "" {
+		t.Errorf("%s (-want +got):\n%s", c.name, d)
 	}
 }
 
@@ -256,37 +268,9 @@ func TestProposalLifecycle(t *testing.T) {
 
 		// A capped safe move: a proposal with a config, approved and
 		// applied through the guard.
-		if err := l.SetConfig("busy", si.Config{MaxAttempts: 5}); err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			fail(t, l, "busy", errors.New("overloaded"))
-		}
-		ps = l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })
-		if len(ps) != 1 || ps[0].Config == nil || ps[0].Config.MaxAttempts != 6 {
-			t.Fatalf("proposal %+v", ps)
-		}
-		if err := l.Approve(ps[0].ID); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Approve(ps[0].ID); !errors.Is(err, si.ErrProposalState) {
-			t.Fatalf("approve twice: %v", err)
-		}
-		c, rep := fail(t, l, "busy", nil)
-		if c.MaxAttempts != 6 || c.Version != 3 || !rep.Success {
-			t.Fatalf("approved config not in force: %+v", c)
-		}
-		for range 9 {
-			fail(t, l, "busy", nil)
-		}
-		got := l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })[0]
-		ch := l.Changes("busy")
-		if got.Status != si.ProposalConfirmed || len(ch) != 1 || ch[0].ProposalID != got.ID || got.ChangeID != ch[0].ID {
-			t.Fatalf("after verification: proposal %+v, changes %+v", got, ch)
-		}
+		id := approveSafeMove(t, l)
 
 		// Reject closes; the same suggestion is not filed again.
-		id := ps[0].ID
 		if err := l.Reject(id, "no"); !errors.Is(err, si.ErrProposalState) {
 			t.Fatalf("reject a confirmed proposal: %v", err)
 		}
@@ -318,6 +302,42 @@ func TestProposalLifecycle(t *testing.T) {
 			t.Fatalf("proposals after restart (-before +after):\n%s", d)
 		}
 	})
+}
+
+// approveSafeMove drives agent busy of l to a proposal of a capped safe
+// move, approves it, checks that it is applied through the guard and
+// confirmed, and returns its ID.
+func approveSafeMove(t *testing.T, l *si.Loop) string {
+	t.Helper()
+	if err := l.SetConfig("busy", si.Config{MaxAttempts: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		fail(t, l, "busy", errors.New("overloaded"))
+	}
+	ps := l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })
+	if len(ps) != 1 || ps[0].Config == nil || ps[0].Config.MaxAttempts != 6 {
+		t.Fatalf("proposal %+v", ps)
+	}
+	if err := l.Approve(ps[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Approve(ps[0].ID); !errors.Is(err, si.ErrProposalState) {
+		t.Fatalf("approve twice: %v", err)
+	}
+	c, rep := fail(t, l, "busy", nil)
+	if c.MaxAttempts != 6 || c.Version != 3 || !rep.Success {
+		t.Fatalf("approved config not in force: %+v", c)
+	}
+	for range 9 {
+		fail(t, l, "busy", nil)
+	}
+	got := l.Proposals(func(p si.Proposal) bool { return p.AgentID == "busy" })[0]
+	ch := l.Changes("busy")
+	if got.Status != si.ProposalConfirmed || len(ch) != 1 || ch[0].ProposalID != got.ID || got.ChangeID != ch[0].ID {
+		t.Fatalf("after verification: proposal %+v, changes %+v", got, ch)
+	}
+	return ps[0].ID
 }
 
 // Approving a rule-only proposal marks it approved and changes no config;
