@@ -33,7 +33,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 // series is one agent's series: its label value and counters.
 type series struct {
 	label string
-	m     selfimprove.AgentMetrics
+	m     *selfimprove.AgentView
 	open  int64 // agents with an open or half-open circuit
 	n     int64 // agents summed (for _other)
 }
@@ -46,14 +46,18 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	if maxAgents <= 0 {
 		maxAgents = 1000
 	}
-	var all []selfimprove.AgentMetrics
-	for m := range l.AgentMetrics() {
-		all = append(all, m)
+	views := make([]selfimprove.AgentView, 0, l.Metrics().Agents+16)
+	for v := range l.Views() {
+		views = append(views, v)
 	}
-	slices.SortFunc(all, func(a, b selfimprove.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
+	all := make([]*selfimprove.AgentView, len(views)) // sorted without moving the views
+	for i := range views {
+		all[i] = &views[i]
+	}
+	slices.SortFunc(all, func(a, b *selfimprove.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
 	agents := make([]series, 0, min(len(all), maxAgents)+1)
 	var other series
-	other.label = otherAgents
+	other.label, other.m = otherAgents, new(selfimprove.AgentView)
 	seen := make(map[string]struct{}, min(len(all), maxAgents))
 	for _, m := range all {
 		label := labelValue(m.AgentID)
@@ -66,7 +70,7 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 			agents = append(agents, a)
 			continue
 		}
-		other.add(&m)
+		other.add(m)
 	}
 	if other.n > 0 {
 		agents = append(agents, other)
@@ -103,7 +107,7 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {
 		if a := &agents[i]; a.label != otherAgents {
-			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.ConfigVersion))
+			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.Config.Version))
 		}
 	}
 	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
@@ -141,7 +145,7 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 }
 
 // add sums m into the aggregate s.
-func (s *series) add(m *selfimprove.AgentMetrics) {
+func (s *series) add(m *selfimprove.AgentView) {
 	s.n++
 	if m.Circuit != selfimprove.CircuitClosed {
 		s.open++

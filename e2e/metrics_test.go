@@ -60,8 +60,8 @@ func TestMetricsParse(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	byAgent := map[string]si.AgentMetrics{}
-	for m := range l.AgentMetrics() {
+	byAgent := map[string]si.AgentView{}
+	for m := range l.Views() {
 		byAgent[m.AgentID] = m
 	}
 	label := func(m *dto.Metric, name string) string {

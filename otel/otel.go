@@ -95,12 +95,16 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 	}
 	outcome := func(o string) attribute.KeyValue { return attribute.String("outcome", o) }
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		var all []si.AgentMetrics
-		for a := range l.AgentMetrics() {
-			all = append(all, a)
+		views := make([]si.AgentView, 0, l.Metrics().Agents+16)
+		for v := range l.Views() {
+			views = append(views, v)
 		}
-		slices.SortFunc(all, func(a, b si.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
-		var other si.AgentMetrics
+		all := make([]*si.AgentView, len(views)) // sorted without moving the views
+		for i := range views {
+			all[i] = &views[i]
+		}
+		slices.SortFunc(all, func(a, b *si.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+		var other si.AgentView
 		var otherOpen, otherN int64
 		for i, a := range all {
 			open := int64(0)
@@ -119,7 +123,7 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 			o.ObserveInt64(calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
 			o.ObserveInt64(calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
 			o.ObserveInt64(calls, a.Ignored, metric.WithAttributes(agent, outcome("ignored")))
-			o.ObserveInt64(version, int64(a.ConfigVersion), metric.WithAttributes(agent))
+			o.ObserveInt64(version, int64(a.Config.Version), metric.WithAttributes(agent))
 			o.ObserveInt64(circuit, open, metric.WithAttributes(agent))
 		}
 		if otherN > 0 {
