@@ -46,15 +46,7 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	if maxAgents <= 0 {
 		maxAgents = 1000
 	}
-	views := make([]selfimprove.AgentView, 0, l.Metrics().Agents+16)
-	for v := range l.Views() {
-		views = append(views, v)
-	}
-	all := make([]*selfimprove.AgentView, len(views)) // sorted without moving the views
-	for i := range views {
-		all[i] = &views[i]
-	}
-	slices.SortFunc(all, func(a, b *selfimprove.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+	all := sortedViews(l)
 	agents := make([]series, 0, min(len(all), maxAgents)+1)
 	var other series
 	other.label, other.m = otherAgents, new(selfimprove.AgentView)
@@ -262,4 +254,20 @@ func escapeLabel(w *bufio.Writer, s string) {
 			w.WriteByte(c)
 		}
 	}
+}
+
+// sortedViews returns the views of l's agents in memory (Loop.Views), by
+// ID. They are sorted through pointers: an AgentView is too large to move
+// cheaply ten thousand times.
+func sortedViews(l *selfimprove.Loop) []*selfimprove.AgentView {
+	views := make([]selfimprove.AgentView, 0, l.Metrics().Agents+16)
+	for v := range l.Views() {
+		views = append(views, v)
+	}
+	all := make([]*selfimprove.AgentView, len(views))
+	for i := range views {
+		all[i] = &views[i]
+	}
+	slices.SortFunc(all, func(a, b *selfimprove.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+	return all
 }

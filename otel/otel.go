@@ -95,15 +95,7 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 	}
 	outcome := func(o string) attribute.KeyValue { return attribute.String("outcome", o) }
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		views := make([]si.AgentView, 0, l.Metrics().Agents+16)
-		for v := range l.Views() {
-			views = append(views, v)
-		}
-		all := make([]*si.AgentView, len(views)) // sorted without moving the views
-		for i := range views {
-			all[i] = &views[i]
-		}
-		slices.SortFunc(all, func(a, b *si.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+		all := sortedViews(l)
 		var other si.AgentView
 		var otherOpen, otherN int64
 		for i, a := range all {
@@ -222,4 +214,20 @@ func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Cont
 		w.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String("agent", agent), attribute.String("outcome", out)))
 	}
 	return rep, err
+}
+
+// sortedViews returns the views of l's agents in memory (Loop.Views), by
+// ID. They are sorted through pointers: an AgentView is too large to move
+// cheaply ten thousand times.
+func sortedViews(l *si.Loop) []*si.AgentView {
+	views := make([]si.AgentView, 0, l.Metrics().Agents+16)
+	for v := range l.Views() {
+		views = append(views, v)
+	}
+	all := make([]*si.AgentView, len(views))
+	for i := range views {
+		all[i] = &views[i]
+	}
+	slices.SortFunc(all, func(a, b *si.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+	return all
 }
