@@ -339,7 +339,7 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
 
 // backoff returns the wait after the given attempt: uniform in [d/2, d]
 // with d = base×2^(attempt-1), capped at maxBackoff. The draw is random,
-// or the next of a fixed sequence under WithJitterSeed.
+// or the next of a fixed sequence under RetryPolicy.JitterSeed.
 func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
 	if base <= 0 {
 		return 0

@@ -5,7 +5,7 @@ import "errors"
 // The package's errors. The loop wraps them with context, so test for them
 // with errors.Is. The errors of the loop's own machinery never replace the
 // wrapped call's error: they come back in Report.LoopErr, or from the
-// Loop's methods. The fleet's are ErrFleetConflict and ErrFleetUnavailable.
+// Loop's methods.
 var (
 	// Wrong inputs: an option, a call, an operator's action.
 
@@ -84,4 +84,14 @@ var (
 	// nothing is overwritten. A FileStore's loop-wide documents (the failure
 	// memory, the list of agents with proposals) are set aside alike.
 	ErrCorruptState = errors.New("selfimprove: corrupt agent state")
+
+	// A Fleet's. The loop never returns them from a wrapped call: a call
+	// keeps running under the last config it knows.
+
+	// ErrFleetConflict: another replica committed first; the loop takes
+	// its state.
+	ErrFleetConflict = errors.New("selfimprove: fleet: revision moved on")
+	// ErrFleetUnavailable: the fleet could not be reached; nothing new
+	// is applied until it can be.
+	ErrFleetUnavailable = errors.New("selfimprove: fleet unavailable")
 )

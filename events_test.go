@@ -2,6 +2,7 @@ package selfimprove_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -93,7 +94,7 @@ func TestRecentEventsOption(t *testing.T) {
 	}
 }
 
-func TestAgentMetrics(t *testing.T) {
+func TestViews(t *testing.T) {
 	clk := fakeclock.New(t0)
 	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil))
 	if err != nil {
@@ -109,8 +110,8 @@ func TestAgentMetrics(t *testing.T) {
 			return nil
 		})
 	}
-	var got []si.AgentMetrics
-	for m := range l.AgentMetrics() {
+	var got []si.AgentView
+	for m := range l.Views() {
 		got = append(got, m)
 	}
 	b := si.LatencyBuckets()
@@ -121,8 +122,43 @@ func TestAgentMetrics(t *testing.T) {
 	h := m.Latency
 	want := make([]uint64, len(b)+1)
 	want[0], want[1], want[8], want[13] = 1, 1, 1, 1
-	if m.AgentID != "m" || m.Successes != 3 || m.Failures != 1 || m.ConfigVersion != 1 || m.Circuit != si.CircuitClosed ||
+	if m.AgentID != "m" || m.Successes != 3 || m.Failures != 1 || m.Config.Version != 1 || m.Circuit != si.CircuitClosed ||
 		h.Count != 4 || h.Sum != 2*time.Minute+2*time.Second+8*time.Millisecond || fmt.Sprint(h.Counts) != fmt.Sprint(want) {
 		t.Errorf("%+v", m)
+	}
+	// View reads the same counters, with the state under the lock.
+	v, ok := l.View("m")
+	if !ok || !v.Loaded || v.Successes != 3 || v.Failures != 1 || fmt.Sprint(v.Latency.Counts) != fmt.Sprint(want) ||
+		v.Stats.Calls != 4 || v.Stats.Failures != 1 || v.Circuit != si.CircuitClosed {
+		t.Errorf("View = %+v, %v", v, ok)
+	}
+}
+
+// TestSummaryWire: a daily summary event keeps its JSON: each agent is a
+// line of its day's figures, read back into the views and written again
+// byte for byte.
+func TestSummaryWire(t *testing.T) {
+	const wire = `{"id":"x","time":"2000-01-01T09:00:00Z","type":"daily_summary","agent_id":"","message":"daily summary of 2 agents",` +
+		`"summary":{"time":"2000-01-01T09:00:00Z","agents":[` +
+		`{"agent_id":"chat","calls":1,"success_rate":1,"health":1,"applied":0,"confirmed":0,"rolled_back":0},` +
+		`{"agent_id":"search","calls":14,"success_rate":0.8571428571428571,"health":0.9,"applied":1,"confirmed":1,"rolled_back":0}]}}`
+	var e si.Event
+	if err := json.Unmarshal([]byte(wire), &e); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.Summary; s == nil || len(s.Agents) != 2 || s.Agents[1].AgentID != "search" || s.Agents[1].Stats.CallsPerDay != 14 ||
+		s.Agents[1].Stats.SuccessRate != 12.0/14 || s.Agents[1].Health != 0.9 || s.Agents[1].Applied != 1 || s.Agents[1].Confirmed != 1 {
+		t.Fatalf("read %+v", e.Summary)
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != wire {
+		t.Fatalf("written\n%s\nwant\n%s", b, wire)
+	}
+	// An empty summary keeps its null list.
+	if b, _ := json.Marshal(si.Summary{}); string(b) != `{"time":"0001-01-01T00:00:00Z","agents":null}` {
+		t.Errorf("empty summary: %s", b)
 	}
 }

@@ -23,19 +23,20 @@ func ExampleLoop_Subscribe() {
 	// 1
 }
 
-// AgentMetrics reads each agent's counters, for a metrics exporter.
-func ExampleLoop_AgentMetrics() {
+// Views reads each agent's counters without its lock, for a metrics
+// exporter; View reads all that the loop knows of one agent.
+func ExampleLoop_Views() {
 	loop, _ := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil))
 	defer loop.Close()
 	for range 3 {
 		loop.ExecuteWithImprovement(context.Background(), "search", func(context.Context, selfimprove.Config) error { return nil })
 	}
-	for m := range loop.AgentMetrics() {
-		fmt.Println(m.AgentID, m.Successes, m.Failures, m.Latency.Count, m.ConfigVersion, m.Circuit)
+	for v := range loop.Views() {
+		fmt.Println(v.AgentID, v.Successes, v.Failures, v.Latency.Count, v.Config.Version, v.Circuit)
 	}
-	o, known := loop.Overview("search")
-	fmt.Println(known, o.Stats.Calls, o.Config.Version)
+	v, known := loop.View("search")
+	fmt.Println(known, v.Stats.Calls, v.Config.Version, v.Successes, v.Health)
 	// Output:
 	// search 3 0 3 1 closed
-	// true 3 1
+	// true 3 1 3 1
 }

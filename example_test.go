@@ -290,12 +290,13 @@ func ExampleWithFleet() {
 	// 3
 }
 
-// WithJitterSeed makes the retry backoff's jitter a fixed sequence: on a
-// simulated clock, the same calls take the same time on every run.
-func ExampleWithJitterSeed() {
+// RetryPolicy.JitterSeed makes the retry backoff's jitter a fixed
+// sequence: on a simulated clock, the same calls take the same time on
+// every run.
+func ExampleRetryPolicy_jitterSeed() {
 	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	l, err := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil), selfimprove.WithClock(clk),
-		selfimprove.WithJitterSeed(42),
+		selfimprove.WithRetryPolicy(selfimprove.RetryPolicy{JitterSeed: 42}),
 		selfimprove.WithDefaultConfig(selfimprove.Config{MaxAttempts: 3, Backoff: 100 * time.Millisecond}))
 	if err != nil {
 		panic(err)

@@ -147,7 +147,7 @@ func TestFastPathCountsEveryCall(t *testing.T) {
 		_ = l.Stats("hot")
 	}
 	wg.Wait()
-	for m := range l.AgentMetrics() {
+	for m := range l.Views() {
 		if m.Successes != workers*each || m.Latency.Count != workers*each || m.Failures != 0 {
 			t.Fatalf("metrics: %d successes, %d in the histogram, %d failures; want %d successes",
 				m.Successes, m.Latency.Count, m.Failures, workers*each)

@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -65,17 +64,6 @@ type Fleet interface {
 	// Events returns up to limit of the latest events, oldest first.
 	Events(ctx context.Context, limit int) ([]Event, error)
 }
-
-// Errors of a Fleet. The loop never returns them from a wrapped call: a
-// call keeps running under the last config it knows.
-var (
-	// ErrFleetConflict: another replica committed first; the loop takes
-	// its state.
-	ErrFleetConflict = errors.New("selfimprove: fleet: revision moved on")
-	// ErrFleetUnavailable: the fleet could not be reached; nothing new
-	// is applied until it can be.
-	ErrFleetUnavailable = errors.New("selfimprove: fleet unavailable")
-)
 
 // FleetCounts are calls counted for one arm of one config generation.
 type FleetCounts struct {

@@ -148,7 +148,7 @@ type Loop struct {
 	defaultConfig   Config
 	strategyTimeout time.Duration
 	retryRules      retryRules    // WithRetryPolicy, with its defaults
-	jitterSeed      uint64        // WithJitterSeed; 0: random jitter
+	jitterSeed      uint64        // RetryPolicy.JitterSeed; 0: random jitter
 	jitterN         atomic.Uint64 // draws of the seeded jitter
 
 	shared   shared        // failures by cluster and class across agents
@@ -213,7 +213,7 @@ func New(opts ...Option) (*Loop, error) {
 		defaultConfig:   o.defaultConfig,
 		strategyTimeout: o.strategyTimeout,
 		retryRules:      o.retry.rules(),
-		jitterSeed:      o.jitterSeed,
+		jitterSeed:      o.retry.JitterSeed,
 		seed:            maphash.MakeSeed(),
 		memo:            failure.NewMemo(),
 		m:               m,

@@ -170,11 +170,11 @@ func TestMemorySavedAtMostOnceAMinute(t *testing.T) {
 	}
 }
 
-// TestJitterSeed: under WithJitterSeed, two Loops draw the same backoffs,
+// TestJitterSeed: under RetryPolicy.JitterSeed, two Loops draw the same backoffs,
 // each within [d/2, d]; another seed draws others.
 func TestJitterSeed(t *testing.T) {
 	draws := func(seed uint64) []time.Duration {
-		l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithJitterSeed(seed))
+		l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithRetryPolicy(RetryPolicy{JitterSeed: seed}))
 		if err != nil {
 			t.Fatal(err)
 		}

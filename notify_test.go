@@ -173,7 +173,7 @@ func TestDailySummary(t *testing.T) {
 			t.Fatalf("summary %+v", s)
 		}
 		a := s.Agents[1]
-		if a.Calls != 14 || a.SuccessRate != 12.0/14 || a.Applied != 1 || a.Confirmed != 1 || a.RolledBack != 0 || a.Health <= 0.8 {
+		if a.Stats.CallsPerDay != 14 || a.Stats.SuccessRate != 12.0/14 || a.Applied != 1 || a.Confirmed != 1 || a.RolledBack != 0 || a.Health <= 0.8 {
 			t.Errorf("search: %+v", a)
 		}
 		time.Sleep(9*time.Hour + time.Second)

@@ -41,7 +41,6 @@ type options struct {
 	summaryAt       time.Duration
 	summaryOn       bool
 	retry           RetryPolicy
-	jitterSeed      uint64
 	recentEvents    int
 	fleet           Fleet
 	fleetTimeout    time.Duration
@@ -307,9 +306,3 @@ func DefaultDir() (string, error) {
 // honoured up to one minute); a negative MaxWait, or an empty class in
 // Permanent, is refused.
 func WithRetryPolicy(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
-
-// WithJitterSeed makes the jitter of retry backoffs a fixed sequence
-// drawn from seed, so that a simulation on a fake clock runs the same
-// way every time (with one caller at a time). Default 0: the jitter is
-// random, which is what a fleet of callers needs to spread its retries.
-func WithJitterSeed(seed uint64) Option { return func(o *options) { o.jitterSeed = seed } }

@@ -40,7 +40,7 @@ func ExampleOpenReadOnlyStore() {
 		log.Fatal(err)
 	}
 	defer view.Close()
-	o, known := view.Overview("support-bot")
+	o, known := view.View("support-bot")
 	fmt.Printf("known=%v critical=%v calls=%d\n", known, o.Critical, o.Stats.Calls)
 	// Output:
 	// known=true critical=true calls=1
@@ -84,12 +84,12 @@ func TestReadOnlyStore(t *testing.T) {
 		if !slices.Equal(ids, []string{"a", "b/../c"}) {
 			t.Errorf("Agents = %q", ids)
 		}
-		o, ok := view.Overview("a")
+		o, ok := view.View("a")
 		if !ok || !o.Critical || o.Stats.Calls != 12 {
-			t.Errorf("Overview(a) = %+v, %v", o, ok)
+			t.Errorf("View(a) = %+v, %v", o, ok)
 		}
-		if _, ok := view.Overview("nobody"); ok {
-			t.Error("Overview(nobody) known")
+		if _, ok := view.View("nobody"); ok {
+			t.Error("View(nobody) known")
 		}
 		if d := cmp.Diff(live.History("a"), view.History("a")); d != "" {
 			t.Errorf("History (-live +view):\n%s", d)

@@ -40,7 +40,7 @@ type agent struct {
 	pending   []queued    // events not yet logged, in decision order
 	fl        *fleetAgent // the agent's link to the fleet; nil without WithFleet
 
-	tel *telemetry // calls by outcome and latency, for AgentMetrics
+	tel *telemetry // calls by outcome and latency, for AgentView
 }
 
 // queued is an event waiting for the log; notified is set when the

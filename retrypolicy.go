@@ -37,6 +37,12 @@ type RetryPolicy struct {
 	// IgnoreServerWait makes the loop wait the Backoff only, whatever
 	// the failure asks for. Default false.
 	IgnoreServerWait bool
+	// JitterSeed makes the jitter of the backoffs a fixed sequence drawn
+	// from it, so that a simulation on a fake clock runs the same way
+	// every time (with one caller at a time). Default 0: the jitter is
+	// random, which is what a fleet of callers needs to spread its
+	// retries.
+	JitterSeed uint64
 }
 
 // retryRules is a RetryPolicy with its defaults, as the loop uses it.

@@ -2,69 +2,89 @@ package selfimprove
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strconv"
 	"time"
 )
 
-// Summary is the daily summary: how each agent did.
+// Summary is the daily summary: how each agent did. In JSON (in
+// Event.Summary, for webhooks and the event stream) each agent is a line
+// of its day: agent_id, calls (Stats.CallsPerDay), success_rate
+// (Stats.SuccessRate), health, applied, confirmed and rolled_back.
 type Summary struct {
 	// Time is when it was made, in UTC.
-	Time   time.Time      `json:"time"`
-	Agents []AgentSummary `json:"agents"`
+	Time time.Time
+	// Agents are the views of the agents in memory (see WithMaxAgents)
+	// that made calls or had changes in the last 24 hours, sorted by
+	// agent ID.
+	Agents []AgentView
 }
 
-// AgentSummary is one agent's line of the Summary.
-type AgentSummary struct {
-	AgentID string `json:"agent_id"`
-	// Calls counts the calls in the last 24 hours (to within 15 minutes).
-	Calls int `json:"calls"`
-	// SuccessRate is over the agent's analysis window (3 h, 24 h or
-	// 72 h, by its profile); Health is Loop.Health.
+// summaryJSON is a Summary on the wire.
+type summaryJSON struct {
+	Time   time.Time     `json:"time"`
+	Agents []summaryLine `json:"agents"`
+}
+
+// summaryLine is one agent's line of a summary on the wire.
+type summaryLine struct {
+	AgentID     string  `json:"agent_id"`
+	Calls       int     `json:"calls"`
 	SuccessRate float64 `json:"success_rate"`
 	Health      float64 `json:"health"`
-	// Applied, Confirmed and RolledBack count the changes applied,
-	// confirmed and rolled back in the last 24 hours.
-	Applied    int `json:"applied"`
-	Confirmed  int `json:"confirmed"`
-	RolledBack int `json:"rolled_back"`
+	Applied     int     `json:"applied"`
+	Confirmed   int     `json:"confirmed"`
+	RolledBack  int     `json:"rolled_back"`
 }
 
-// DailySummary returns the summary of the agents in memory (see
+// MarshalJSON writes s with a line of figures for each agent.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	w := summaryJSON{Time: s.Time}
+	if s.Agents != nil {
+		w.Agents = make([]summaryLine, len(s.Agents))
+	}
+	for i := range s.Agents {
+		v := &s.Agents[i]
+		w.Agents[i] = summaryLine{AgentID: v.AgentID, Calls: v.Stats.CallsPerDay, SuccessRate: v.Stats.SuccessRate,
+			Health: v.Health, Applied: v.Applied, Confirmed: v.Confirmed, RolledBack: v.RolledBack}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: each agent's view holds
+// the figures of its line, and no more.
+func (s *Summary) UnmarshalJSON(b []byte) error {
+	var w summaryJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*s = Summary{Time: w.Time}
+	if w.Agents != nil {
+		s.Agents = make([]AgentView, len(w.Agents))
+	}
+	for i, a := range w.Agents {
+		s.Agents[i] = AgentView{AgentID: a.AgentID, Stats: Stats{CallsPerDay: a.Calls, SuccessRate: a.SuccessRate},
+			Health: a.Health, Applied: a.Applied, Confirmed: a.Confirmed, RolledBack: a.RolledBack}
+	}
+	return nil
+}
+
+// DailySummary returns the views of the agents in memory (see
 // WithMaxAgents) that made calls or had changes in the last 24 hours,
 // sorted by agent ID.
 func (l *Loop) DailySummary() Summary {
 	now := l.clock.Now()
-	n, since := now.UnixNano(), now.Add(-24*time.Hour)
 	out := Summary{Time: now.UTC()}
 	l.eachAgent(func(a *agent) {
-		st := a.s.stats(n)
-		as := AgentSummary{AgentID: a.id, Calls: st.CallsPerDay, SuccessRate: st.SuccessRate, Health: a.s.Tracker.health(n)}
-		changes := a.s.Changes
-		if v := a.s.Verifying; v != nil {
-			changes = append(slices.Clip(changes), *v)
-		}
-		for _, c := range changes {
-			if c.Reason == "set by operator" {
-				continue
-			}
-			if c.AppliedAt.After(since) {
-				as.Applied++
-			}
-			if c.DecidedAt.After(since) {
-				switch c.State {
-				case ChangeConfirmed:
-					as.Confirmed++
-				case ChangeRolledBack:
-					as.RolledBack++
-				}
-			}
-		}
-		if as.Calls > 0 || as.Applied+as.Confirmed+as.RolledBack > 0 {
-			out.Agents = append(out.Agents, as)
+		v := AgentView{AgentID: a.id, Loaded: true}
+		v.fillLocked(&a.s, now)
+		if v.Stats.CallsPerDay > 0 || v.Applied+v.Confirmed+v.RolledBack > 0 {
+			a.counters(&v)
+			out.Agents = append(out.Agents, v)
 		}
 	})
-	slices.SortFunc(out.Agents, func(x, y AgentSummary) int { return cmp.Compare(x.AgentID, y.AgentID) })
+	slices.SortFunc(out.Agents, func(x, y AgentView) int { return cmp.Compare(x.AgentID, y.AgentID) })
 	return out
 }
 

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"iter"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -16,8 +15,8 @@ var latencyBounds = [...]time.Duration{
 }
 
 // LatencyBuckets returns the upper bounds of the buckets of
-// AgentMetrics.Latency, shortest first: 5 ms to 1 minute (13 bounds).
-// AgentMetrics.Latency.Counts has one more entry, for the calls longer
+// AgentView.Latency, shortest first: 5 ms to 1 minute (13 bounds).
+// AgentView.Latency.Counts has one more entry, for the calls longer
 // than the last bound.
 func LatencyBuckets() []time.Duration { return append([]time.Duration(nil), latencyBounds[:]...) }
 
@@ -82,54 +81,10 @@ const (
 	CircuitHalfOpen Circuit = "half_open" // the next call is a probe
 )
 
-// AgentMetrics are the counters of one agent in memory, since it was
-// loaded in this process (they start again from zero when an idle agent
-// is evicted and loaded again).
-type AgentMetrics struct {
-	AgentID string
-	// Successes, Failures and Ignored count the calls by outcome (Ignored:
-	// cancelled by their caller's context, see Report.Ignored).
-	Successes, Failures, Ignored int64
-	// Latency is the histogram of the durations of the successful and
-	// failed calls (each whole call: every attempt and the waits).
-	Latency Histogram
-	// ConfigVersion is the version of the config in force.
-	ConfigVersion int
-	// Circuit is the state of the agent's circuit breaker (always
-	// CircuitClosed without WithCircuitBreaker).
-	Circuit Circuit
-}
-
-// AgentMetrics returns the counters of each agent in memory, in no
-// particular order. It takes no agent's lock, reads no store, and costs
-// about a microsecond an agent; each AgentMetrics it yields is a fresh
-// copy. Agents only in the store have no counters in this process and
-// are not listed.
-func (l *Loop) AgentMetrics() iter.Seq[AgentMetrics] {
-	return func(yield func(AgentMetrics) bool) {
-		now := l.clock.Now().UnixNano()
-		l.agents.Range(func(_, v any) bool {
-			return yield(v.(*agent).metrics(now))
-		})
-	}
-}
-
-// metrics reads a's counters at time now (Unix ns).
-func (a *agent) metrics(now int64) AgentMetrics {
+// counters reads a's counters into v, without the lock.
+func (a *agent) counters(v *AgentView) {
 	t := a.tel
-	m := AgentMetrics{
-		AgentID:  a.id,
-		Failures: t.failures.Load(), Ignored: t.ignored.Load(),
-		ConfigVersion: a.cfg.Load().Version,
-		Circuit:       CircuitClosed,
-	}
-	switch until := a.openUntil.Load(); {
-	case until == 0:
-	case now < until:
-		m.Circuit = CircuitOpen
-	default:
-		m.Circuit = CircuitHalfOpen
-	}
+	v.Failures, v.Ignored = t.failures.Load(), t.ignored.Load()
 	for {
 		s := t.seq.Load()
 		if s&1 == 0 {
@@ -150,8 +105,8 @@ func (a *agent) metrics(now int64) AgentMetrics {
 					ok += int64(pc[i])
 				}
 				h.Sum += time.Duration(pl)
-				m.Successes, m.Latency = ok, h
-				return m
+				v.Successes, v.Latency = ok, h
+				return
 			}
 		}
 		runtime.Gosched() // a settle is moving the counts

@@ -46,13 +46,13 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 
 // agentOf returns the agent named by the request's {agent} segment, or
 // answers 404 (or 400 for an ID over the limit).
-func (s *server) agentOf(w http.ResponseWriter, r *http.Request) (selfimprove.AgentOverview, bool) {
+func (s *server) agentOf(w http.ResponseWriter, r *http.Request) (selfimprove.AgentView, bool) {
 	id := r.PathValue("agent")
 	if len(id) > selfimprove.MaxAgentIDLen {
 		writeError(w, http.StatusBadRequest, "agent", "the agent ID is over "+strconv.Itoa(selfimprove.MaxAgentIDLen)+" bytes")
-		return selfimprove.AgentOverview{}, false
+		return selfimprove.AgentView{}, false
 	}
-	o, ok := s.l.Overview(id)
+	o, ok := s.l.View(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, "agent", "no such agent")
 	}
@@ -111,13 +111,12 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(ids)
 	out := AgentList{Agents: []AgentSummary{}}
-	var exact []string // the IDs of out.Agents
 	for i, id := range ids {
 		if len(out.Agents) == n {
 			out.Next = Ref(ids[i-1])
 			break
 		}
-		o, ok := s.l.Overview(id)
+		o, ok := s.l.View(id)
 		if !ok {
 			continue // gone meanwhile
 		}
@@ -126,13 +125,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		out.Agents = append(out.Agents, v)
-		exact = append(exact, id)
 	}
-	byID := make(map[string]*AgentSummary, len(out.Agents))
-	for i, id := range exact {
-		byID[id] = &out.Agents[i]
-	}
-	s.p95(byID)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -153,7 +146,6 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Clusters:  nonNil(s.l.Clusters(id)),
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
 	}
-	s.p95(map[string]*AgentSummary{id: &d.AgentSummary})
 	writeJSON(w, http.StatusOK, d)
 }
 
@@ -166,7 +158,7 @@ func nonNil[T any](s []T) []T {
 
 // done answers a mutation with the agent as it stands now.
 func (s *server) done(w http.ResponseWriter, id string, res Result) {
-	if o, ok := s.l.Overview(id); ok {
+	if o, ok := s.l.View(id); ok {
 		v := s.summary(&o)
 		res.Agent = &v
 	}
@@ -177,7 +169,7 @@ func (s *server) done(w http.ResponseWriter, id string, res Result) {
 // a T, finds the agent (404 when the loop does not know it), and runs
 // apply; an error goes to fail, else the answer is the agent's state with
 // apply's Result.
-func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply func(o selfimprove.AgentOverview, req *T) (Result, error)) {
+func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply func(o selfimprove.AgentView, req *T) (Result, error)) {
 	var req T
 	if err := decode(r.Body, &req, false); err != nil {
 		s.fail(w, err)
@@ -197,7 +189,7 @@ func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply
 
 // rewind serves POST /api/agents/{agent}/rewind.
 func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
-	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *RewindRequest) (Result, error) {
+	changeAgent(s, w, r, func(o selfimprove.AgentView, req *RewindRequest) (Result, error) {
 		if err := checkRewind(req); err != nil {
 			return Result{}, err
 		}
@@ -238,7 +230,7 @@ func checkRewind(req *RewindRequest) error {
 
 // setConfig serves POST /api/agents/{agent}/config.
 func (s *server) setConfig(w http.ResponseWriter, r *http.Request) {
-	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *ConfigRequest) (Result, error) {
+	changeAgent(s, w, r, func(o selfimprove.AgentView, req *ConfigRequest) (Result, error) {
 		cfg, err := req.Config.config()
 		if err != nil {
 			return Result{}, err
@@ -277,7 +269,7 @@ func (b *ConfigBody) config() (selfimprove.Config, error) {
 
 // setThreshold serves POST /api/agents/{agent}/threshold.
 func (s *server) setThreshold(w http.ResponseWriter, r *http.Request) {
-	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *ThresholdRequest) (Result, error) {
+	changeAgent(s, w, r, func(o selfimprove.AgentView, req *ThresholdRequest) (Result, error) {
 		t, err := req.threshold()
 		if err != nil {
 			return Result{}, err
@@ -314,7 +306,7 @@ func (req *ThresholdRequest) threshold() (selfimprove.Threshold, error) {
 
 // markCritical serves POST /api/agents/{agent}/critical.
 func (s *server) markCritical(w http.ResponseWriter, r *http.Request) {
-	changeAgent(s, w, r, func(o selfimprove.AgentOverview, req *CriticalRequest) (Result, error) {
+	changeAgent(s, w, r, func(o selfimprove.AgentView, req *CriticalRequest) (Result, error) {
 		if req.Critical == nil {
 			return Result{}, bad("critical", "critical is required: true or false")
 		}

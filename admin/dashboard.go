@@ -41,23 +41,10 @@ func Dashboard() http.Handler {
 	})
 }
 
-// p95 returns, for each agent of ids that is in memory, the upper bound of
-// the latency bucket that holds the 95th percentile of its calls since the
-// process started (0 when it has none).
-func (s *server) p95(ids map[string]*AgentSummary) {
-	bounds := selfimprove.LatencyBuckets()
-	for m := range s.l.AgentMetrics() {
-		v := ids[m.AgentID]
-		if v == nil || m.Latency.Count == 0 {
-			continue
-		}
-		v.P95Latency = quantile(bounds, m.Latency, 0.95)
-	}
-}
-
 // quantile returns the upper bound of the bucket of h holding quantile q;
 // the largest bound for calls over every bound.
-func quantile(bounds []time.Duration, h selfimprove.Histogram, q float64) time.Duration {
+func quantile(h selfimprove.Histogram, q float64) time.Duration {
+	bounds := h.Bounds
 	rank := uint64(q*float64(h.Count) + 0.999999)
 	var seen uint64
 	for i, c := range h.Counts {

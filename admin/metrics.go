@@ -33,7 +33,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 // series is one agent's series: its label value and counters.
 type series struct {
 	label string
-	m     selfimprove.AgentMetrics
+	m     *selfimprove.AgentView
 	open  int64 // agents with an open or half-open circuit
 	n     int64 // agents summed (for _other)
 }
@@ -57,14 +57,10 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 // under agent="_other" (an agent whose label is "_other", or repeats an
 // earlier agent's, is summed too). It also returns how many were summed.
 func agentSeries(l *selfimprove.Loop, maxAgents int) ([]series, int64) {
-	var all []selfimprove.AgentMetrics
-	for m := range l.AgentMetrics() {
-		all = append(all, m)
-	}
-	slices.SortFunc(all, func(a, b selfimprove.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
+	all := sortedViews(l)
 	agents := make([]series, 0, min(len(all), maxAgents)+1)
 	var other series
-	other.label = otherAgents
+	other.label, other.m = otherAgents, new(selfimprove.AgentView)
 	seen := make(map[string]struct{}, min(len(all), maxAgents))
 	for _, m := range all {
 		label := labelValue(m.AgentID)
@@ -77,7 +73,7 @@ func agentSeries(l *selfimprove.Loop, maxAgents int) ([]series, int64) {
 			agents = append(agents, a)
 			continue
 		}
-		other.add(&m)
+		other.add(m)
 	}
 	if other.n > 0 {
 		agents = append(agents, other)
@@ -99,7 +95,7 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {
 		if a := &agents[i]; a.label != otherAgents {
-			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.ConfigVersion))
+			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.Config.Version))
 		}
 	}
 	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
@@ -163,7 +159,7 @@ func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 }
 
 // add sums m into the aggregate s.
-func (s *series) add(m *selfimprove.AgentMetrics) {
+func (s *series) add(m *selfimprove.AgentView) {
 	s.n++
 	if m.Circuit != selfimprove.CircuitClosed {
 		s.open++
@@ -280,4 +276,20 @@ func escapeLabel(w *bufio.Writer, s string) {
 			w.WriteByte(c)
 		}
 	}
+}
+
+// sortedViews returns the views of l's agents in memory (Loop.Views), by
+// ID. They are sorted through pointers: an AgentView is too large to move
+// cheaply ten thousand times.
+func sortedViews(l *selfimprove.Loop) []*selfimprove.AgentView {
+	views := make([]selfimprove.AgentView, 0, l.Metrics().Agents+16)
+	for v := range l.Views() {
+		views = append(views, v)
+	}
+	all := make([]*selfimprove.AgentView, len(views))
+	for i := range views {
+		all[i] = &views[i]
+	}
+	slices.SortFunc(all, func(a, b *selfimprove.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+	return all
 }

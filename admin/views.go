@@ -134,8 +134,8 @@ type Result struct {
 // path segment. Every byte string round-trips.
 func Ref(agentID string) string { return url.PathEscape(agentID) }
 
-// summary builds an agent's summary from its overview.
-func (s *server) summary(o *selfimprove.AgentOverview) AgentSummary {
+// summary builds an agent's summary from its view.
+func (s *server) summary(o *selfimprove.AgentView) AgentSummary {
 	v := AgentSummary{
 		ID: strings.ToValidUTF8(o.AgentID, "\uFFFD"), Ref: Ref(o.AgentID),
 		ConfigVersion: o.Config.Version, Stats: o.Stats, Health: o.Health,
@@ -146,6 +146,9 @@ func (s *server) summary(o *selfimprove.AgentOverview) AgentSummary {
 	v.Healthy = o.Health >= s.o.UnhealthyBelow && o.Circuit == selfimprove.CircuitClosed
 	if o.Change != nil {
 		v.ChangeState = o.Change.State
+	}
+	if o.Latency.Count > 0 {
+		v.P95Latency = quantile(o.Latency, 0.95)
 	}
 	return v
 }

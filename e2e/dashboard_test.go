@@ -226,7 +226,7 @@ func checkRows(t *testing.T, l *si.Loop, rows []row) {
 	for _, r := range rows {
 		st := l.Stats(r.Ref)
 		cfg := l.Config(r.Ref)
-		o, _ := l.Overview(r.Ref)
+		o, _ := l.View(r.Ref)
 		want := row{Ref: r.Ref, Success: strconv.FormatFloat(st.SuccessRate, 'g', -1, 64), Calls: strconv.Itoa(st.Calls),
 			Version: strconv.Itoa(cfg.Version), Pending: strconv.Itoa(o.Proposals)}
 		if o.Change != nil {

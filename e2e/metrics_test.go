@@ -30,8 +30,8 @@ func TestMetricsParse(t *testing.T) {
 	defer srv.Close()
 	fams := scrapeMetrics(t, srv.URL+"/metrics")
 
-	byAgent := map[string]si.AgentMetrics{}
-	for m := range l.AgentMetrics() {
+	byAgent := map[string]si.AgentView{}
+	for m := range l.Views() {
 		byAgent[m.AgentID] = m
 	}
 	// The first four IDs by byte order have their own series.
@@ -102,7 +102,7 @@ func labelValue(m *dto.Metric, name string) string {
 
 // checkCallSeries checks the calls counter: a success and a failure series
 // for each agent label in own (label → ID), and for "_other", the agent "é".
-func checkCallSeries(t *testing.T, calls *dto.MetricFamily, byAgent map[string]si.AgentMetrics, own map[string]string) {
+func checkCallSeries(t *testing.T, calls *dto.MetricFamily, byAgent map[string]si.AgentView, own map[string]string) {
 	t.Helper()
 	if calls == nil || calls.GetType() != dto.MetricType_COUNTER {
 		t.Fatalf("calls: %v", calls)
@@ -138,7 +138,7 @@ func checkCallSeries(t *testing.T, calls *dto.MetricFamily, byAgent map[string]s
 
 // checkHistograms checks the latency histogram of each agent label in own
 // (label → ID): count, sum, and each bucket's bound and cumulative count.
-func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si.AgentMetrics, own map[string]string) {
+func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si.AgentView, own map[string]string) {
 	t.Helper()
 	if hist == nil || hist.GetType() != dto.MetricType_HISTOGRAM {
 		t.Fatalf("histogram: %v", hist)

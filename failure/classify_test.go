@@ -57,9 +57,15 @@ type (
 	customClassErr struct{}
 )
 
-func TestClassify(t *testing.T) {
+// classifyCases are the errors TestClassify classifies, each with the
+// class it must get.
+func classifyCases() []struct {
+	name string
+	err  error
+	want failure.Class
+} {
 	e := errors.New
-	cases := []struct {
+	return []struct {
 		name string
 		err  error
 		want failure.Class
@@ -157,6 +163,10 @@ func TestClassify(t *testing.T) {
 		{"empty text", e(""), failure.ClassOther},
 		{"secret scrubbed first still classified", e("invalid api_key=sk-abcdefghijklmnopqrstuvwx"), failure.ClassAuth},
 	}
+}
+
+func TestClassify(t *testing.T) {
+	cases := classifyCases()
 	if len(cases) < 60 {
 		t.Fatalf("only %d cases", len(cases))
 	}

@@ -63,7 +63,7 @@ func render(e selfimprove.Event) message {
 	if s := e.Summary; s != nil {
 		for _, a := range s.Agents {
 			add(a.AgentID, fmt.Sprintf("%d calls, %.1f%% success, health %.2f; changes: %d applied, %d confirmed, %d rolled back",
-				a.Calls, 100*a.SuccessRate, a.Health, a.Applied, a.Confirmed, a.RolledBack))
+				a.Stats.CallsPerDay, 100*a.Stats.SuccessRate, a.Health, a.Applied, a.Confirmed, a.RolledBack))
 		}
 	}
 	return m

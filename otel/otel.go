@@ -136,12 +136,8 @@ func (in *instruments) observables() []metric.Observable {
 // of the others summed under agent="_other" (an agent whose ID is "_other"
 // is summed too).
 func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
-	var all []si.AgentMetrics
-	for a := range l.AgentMetrics() {
-		all = append(all, a)
-	}
-	slices.SortFunc(all, func(a, b si.AgentMetrics) int { return strings.Compare(a.AgentID, b.AgentID) })
-	var other si.AgentMetrics
+	all := sortedViews(l)
+	var other si.AgentView
 	var otherOpen, otherN int64
 	for i, a := range all {
 		open := int64(0)
@@ -157,8 +153,8 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 			continue
 		}
 		agent := attribute.String("agent", strings.ToValidUTF8(a.AgentID, "\uFFFD"))
-		in.observeCalls(o, agent, &a)
-		o.ObserveInt64(in.version, int64(a.ConfigVersion), metric.WithAttributes(agent))
+		in.observeCalls(o, agent, a)
+		o.ObserveInt64(in.version, int64(a.Config.Version), metric.WithAttributes(agent))
 		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
 	}
 	if otherN > 0 {
@@ -169,7 +165,7 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 }
 
 // observeCalls observes a's calls by outcome with the agent attribute.
-func (in *instruments) observeCalls(o metric.Observer, agent attribute.KeyValue, a *si.AgentMetrics) {
+func (in *instruments) observeCalls(o metric.Observer, agent attribute.KeyValue, a *si.AgentView) {
 	outcome := func(v string) attribute.KeyValue { return attribute.String("outcome", v) }
 	o.ObserveInt64(in.calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
 	o.ObserveInt64(in.calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
@@ -264,4 +260,20 @@ func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Cont
 		w.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String("agent", agent), attribute.String("outcome", out)))
 	}
 	return rep, err
+}
+
+// sortedViews returns the views of l's agents in memory (Loop.Views), by
+// ID. They are sorted through pointers: an AgentView is too large to move
+// cheaply ten thousand times.
+func sortedViews(l *si.Loop) []*si.AgentView {
+	views := make([]si.AgentView, 0, l.Metrics().Agents+16)
+	for v := range l.Views() {
+		views = append(views, v)
+	}
+	all := make([]*si.AgentView, len(views))
+	for i := range views {
+		all[i] = &views[i]
+	}
+	slices.SortFunc(all, func(a, b *si.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
+	return all
 }

@@ -82,7 +82,7 @@ func checkTools(t *testing.T, cs *mcp.ClientSession, l *si.Loop) {
 
 	var st AgentStatus
 	call(t, cs, "agent_status", map[string]any{"agent": "alpha"}, &st)
-	o, _ := l.Overview("alpha")
+	o, _ := l.View("alpha")
 	if st.ID != "alpha" || st.Config.Version != o.Config.Version || st.Stats.Calls != o.Stats.Calls || st.Critical != o.Critical || len(st.Clusters) != len(l.Clusters("alpha")) {
 		t.Errorf("agent_status = %+v, want %+v", st.AgentSummary, o)
 	}

@@ -224,7 +224,7 @@ func (o outcome) perThousand() float64 { return 1000 * float64(o.Changes) / floa
 func play(f family, p *si.RollbackPolicy) (outcome, error) {
 	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start0)
-	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithJitterSeed(2026),
+	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026}),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config)}
 	if p != nil {
 		strat := builtin
