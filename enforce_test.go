@@ -8,26 +8,12 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
-
-// newBubbleLoop opens a loop that uses the real clock, which is fake inside
-// a synctest bubble.
-func newBubbleLoop(t *testing.T, opts ...si.Option) *si.Loop {
-	t.Helper()
-	// No minimum of calls before a change unless the test sets a policy
-	// (see newEnv).
-	base := []si.Option{si.WithDir(t.TempDir()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0),
-		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1})}
-	l, err := si.New(append(base, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
 
 func TestTimeoutEnforcedPerAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Timeout: 2 * time.Second, MaxAttempts: 3}))
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Timeout: 2 * time.Second, MaxAttempts: 3}))
 		defer l.Close()
 		rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
 			<-ctx.Done() // a hung upstream
@@ -47,7 +33,7 @@ func TestTimeoutEnforcedPerAttempt(t *testing.T) {
 
 func TestBackoffIsExponentialWithJitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Backoff: 100 * time.Millisecond, MaxAttempts: 4}))
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Backoff: 100 * time.Millisecond, MaxAttempts: 4}))
 		defer l.Close()
 		var at []time.Time
 		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
@@ -68,7 +54,7 @@ func TestBackoffIsExponentialWithJitter(t *testing.T) {
 
 func TestBackoffStopsWhenCallerLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{Backoff: time.Minute, MaxAttempts: 5}))
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Backoff: time.Minute, MaxAttempts: 5}))
 		defer l.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -105,7 +91,7 @@ func TestStrategyTimeoutBoundsTheCall(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				release := make(chan struct{})
-				l := newBubbleLoop(t, si.WithStrategy(tt.strat(release)), si.WithStrategyTimeout(3*time.Second),
+				l := looptest.NewLoop(t, si.WithStrategy(tt.strat(release)), si.WithStrategyTimeout(3*time.Second),
 					si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 				fail := func(context.Context, si.Config) error { return errBoom }
 				l.ExecuteWithImprovement(context.Background(), "a", fail)
@@ -138,7 +124,7 @@ func TestCallerLeavesWhileStrategyRuns(t *testing.T) {
 			time.Sleep(2 * time.Second) // a slow, LLM-backed strategy
 			return &si.Tweak{Config: si.Config{Route: "b"}, Reason: "slow but sure"}, nil
 		})
-		l := newBubbleLoop(t, si.WithStrategy(strat), si.WithNotifier(rec), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
+		l := looptest.NewLoop(t, si.WithStrategy(strat), si.WithNotifier(rec), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
 		fail := func(context.Context, si.Config) error { return errBoom }
 		l.ExecuteWithImprovement(context.Background(), "a", fail)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -16,6 +16,7 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
 
 // sdkErr is shaped like the errors of the Stainless-generated SDKs
@@ -316,7 +317,7 @@ func get(client *http.Client) func(ctx context.Context, _ si.Config) error {
 
 func TestTransportHonoursRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3, Backoff: 10 * time.Millisecond}))
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3, Backoff: 10 * time.Millisecond}))
 		defer l.Close()
 		rt := &fakeRT{resps: []func() *http.Response{resp(429, "retry-after", "2"), resp(503, "retry-after-ms", "300"), resp(200)}}
 		client := &http.Client{Transport: si.Transport(rt)}
@@ -348,7 +349,7 @@ func TestTransportHonoursRetryAfter(t *testing.T) {
 
 func TestServerWaitPastDeadlineReturnsNow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newBubbleLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 		defer l.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 		defer cancel()

@@ -1,11 +1,9 @@
 package selfimprove_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,48 +12,14 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
-
-// logBuffer is a logger whose output the test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// deliveryLoop opens, in a synctest bubble, a loop whose notifier is n
-// and returns it with a function that emits an event through it (an
-// operator action: SetConfig).
-func deliveryLoop(t *testing.T, n si.Notifier, o si.NotifyOptions, logs io.Writer) (*si.Loop, func(route string)) {
-	t.Helper()
-	if logs == nil {
-		logs = io.Discard
-	}
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n), si.WithNotifyOptions(o),
-		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	return l, func(route string) {
-		if err := l.SetConfig("a", si.Config{Route: route}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 	block, started := make(chan struct{}), make(chan struct{}, 1)
 	var got []si.EventType
 	var mu sync.Mutex
-	logs := &logBuffer{}
+	logs := &looptest.Buffer{}
 	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
 		select {
 		case started <- struct{}{}:
@@ -73,7 +37,7 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 		}
 		return nil
 	})
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
 		si.WithNotifyOptions(si.NotifyOptions{Queue: 3, BurstLimit: -1}),
 		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	// The first event occupies the notifier; then the queue of 3 fills.
@@ -107,7 +71,7 @@ func TestBurstCollapsesIntoADigest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		start := time.Now()
-		l, emit := deliveryLoop(t, rec, si.NotifyOptions{BurstLimit: 2, BurstWindow: time.Minute}, nil)
+		l, emit := looptest.DeliveryLoop(t, rec, si.NotifyOptions{BurstLimit: 2, BurstWindow: time.Minute}, nil)
 		for i := range 6 {
 			emit(fmt.Sprint(i))
 			synctest.Wait()
@@ -137,7 +101,7 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 			got = append(got, e)
 			return nil
 		})
-		l, emit := deliveryLoop(t, n, si.NotifyOptions{}, nil)
+		l, emit := looptest.DeliveryLoop(t, n, si.NotifyOptions{}, nil)
 		for i := range 4 {
 			emit(fmt.Sprint(i))
 		}
@@ -156,7 +120,7 @@ func TestDailySummary(t *testing.T) {
 		rec := &recorder{}
 		events := func() []si.Event { evs, _ := rec.all(); return evs }
 		// The bubble starts at midnight UTC, 2000-01-01.
-		l := newBubbleLoop(t, si.WithNotifier(rec), si.WithDailySummary(9*time.Hour),
+		l := looptest.NewLoop(t, si.WithNotifier(rec), si.WithDailySummary(9*time.Hour),
 			si.WithNotifyOptions(si.NotifyOptions{BurstLimit: -1}), si.WithStrategy(&si.BuiltinStrategy{}))
 		defer l.Close()
 		ctx := context.Background()
@@ -245,7 +209,7 @@ func TestDefaultNotifierLogs(t *testing.T) {
 }
 
 func testDefaultNotifierLogs(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &looptest.Buffer{}
 	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithStrategy(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +309,7 @@ func TestRedelivery(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				f := &failing{errs: c.errs}
-				l, emit := deliveryLoop(t, f, si.NotifyOptions{}, nil)
+				l, emit := looptest.DeliveryLoop(t, f, si.NotifyOptions{}, nil)
 				emit("r1")
 				time.Sleep(time.Minute)
 				l.Close()
@@ -365,7 +329,7 @@ func TestRedelivery(t *testing.T) {
 func TestNotifiersRetryEachOnItsOwn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok, flaky := &failing{}, &failing{errs: []error{redeliverErr{again: true}}}
-		l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(ok, flaky))
+		l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(ok, flaky))
 		if err := l.SetConfig("a", si.Config{Route: "r1"}); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -134,7 +135,7 @@ func checkBuiltinCase(t *testing.T, c builtinCase) {
 func bubble(t *testing.T, s si.Strategy, f func(t *testing.T, l *si.Loop, dir string), opts ...si.Option) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		l := newBubbleLoop(t, append([]si.Option{si.WithDir(dir), si.WithStrategy(s)}, opts...)...)
+		l := looptest.NewLoop(t, append([]si.Option{si.WithDir(dir), si.WithStrategy(s)}, opts...)...)
 		defer func() { l.Close() }()
 		f(t, l, dir)
 	})

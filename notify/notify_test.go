@@ -1,7 +1,6 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -22,6 +21,7 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 	"github.com/self-improving-loop/selfimprove/notify"
 )
 
@@ -232,41 +232,6 @@ func TestSendersRefusePlainHTTP(t *testing.T) {
 	}
 }
 
-// logBuffer is a logger whose output the test reads.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// deliveryLoop opens, in a synctest bubble, a loop whose notifier is n
-// and returns it with a function that emits an event through it (an
-// operator action: SetConfig).
-func deliveryLoop(t *testing.T, n si.Notifier, o si.NotifyOptions, logs io.Writer) (*si.Loop, func(route string)) {
-	t.Helper()
-	if logs == nil {
-		logs = io.Discard
-	}
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n), si.WithNotifyOptions(o),
-		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
-	return l, func(route string) {
-		if err := l.SetConfig("a", si.Config{Route: route}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // Retries, with the exact waits between attempts (fake time): a 429's
 // Retry-After, Telegram's retry_after, exponential backoff on 5xx, and no
 // retry on another 4xx.
@@ -296,7 +261,7 @@ func TestRetries(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				l, emit := deliveryLoop(t, c.notifier(inProcess(c.svc)), si.NotifyOptions{}, nil)
+				l, emit := looptest.DeliveryLoop(t, c.notifier(inProcess(c.svc)), si.NotifyOptions{}, nil)
 				emit("r1")
 				time.Sleep(time.Minute)
 				l.Close()
@@ -321,7 +286,7 @@ func TestRetries(t *testing.T) {
 func TestSendersRetryEachOnTheirOwn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ok, flaky := &fakeService{}, &fakeService{statuses: []int{502}}
-		l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(
+		l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(
 			notify.Webhook{URL: "http://127.0.0.1/ok", Client: inProcess(ok)},
 			notify.Webhook{URL: "http://127.0.0.1/flaky", Client: inProcess(flaky)},
 		))
@@ -356,8 +321,8 @@ func TestConnectionRefusedAndRedaction(t *testing.T) {
 		t.Fatalf("the error leaks the URL: %v", err)
 	}
 	// Through the loop: retried, then counted and logged, redacted.
-	logs := &logBuffer{}
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+	logs := &looptest.Buffer{}
+	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
 		si.WithNotifyOptions(si.NotifyOptions{Attempts: 3, Backoff: time.Millisecond}),
 		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
@@ -395,7 +360,7 @@ func TestHungReceiverNeverSlowsCalls(t *testing.T) {
 		<-release
 	}))
 	defer srv.Close()
-	l := newBubbleLoop(t, si.WithStrategy(nil), si.WithNotifier(notify.Webhook{URL: srv.URL}),
+	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(notify.Webhook{URL: srv.URL}),
 		si.WithNotifyOptions(si.NotifyOptions{Queue: 4, Timeout: time.Hour}))
 	if err := l.SetConfig("a", si.Config{Route: "first"}); err != nil {
 		t.Fatal(err)
@@ -476,7 +441,7 @@ func TestNewValidatesSenders(t *testing.T) {
 // Log logs as the loop's default notifier does: the message, then the
 // event's attributes; a rollback at level Warn.
 func TestLog(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &looptest.Buffer{}
 	n := notify.Log{Logger: slog.New(slog.NewTextHandler(logs, nil))}
 	if err := n.Notify(context.Background(), sampleEvent()); err != nil {
 		t.Fatal(err)
