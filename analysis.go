@@ -64,6 +64,12 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		defer l.fleetRelease(a)
 	}
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
+	an.Routes = l.Routes(a.id)
+	for _, d := range l.dead.list(an.Time.UnixNano()) {
+		if !an.dead(d.Route) {
+			an.DeadRoutes = append(an.DeadRoutes, d)
+		}
+	}
 	if top := largest(an.Clusters); top != nil {
 		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
 	}

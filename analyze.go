@@ -55,6 +55,10 @@ type Analysis struct {
 	// for the same cluster (either without one: for any), until its Until
 	// or ClearRejected.
 	Rejected []Tweak
+	// Routes is the agent's route ladder (see Routes), and DeadRoutes
+	// the routes dead at Time, for the agent or the whole Loop, by route.
+	Routes     Routes
+	DeadRoutes []DeadRoute
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest cluster in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and

@@ -39,16 +39,13 @@ func TestAPIError(t *testing.T) {
 }
 
 func TestModelRoutes(t *testing.T) {
-	r := si.Routes{Models: map[string]string{"cheap": "gpt-4o-mini"}, Fallbacks: []string{"gpt-4.1", "gpt-4o"}}
+	r := si.Routes{Primary: "gpt-4.1", Models: map[string]string{"cheap": "gpt-4o-mini"}, Fallbacks: []string{"gpt-4o"}}
 	for route, want := range map[string]string{"": "gpt-4.1", "cheap": "gpt-4o-mini", "o3": "o3"} {
 		if got := r.Model(si.Config{Route: route}); got != want {
 			t.Errorf("Model(%q) = %q, want %q", route, got, want)
 		}
 	}
-	if got := (si.Routes{Default: "d"}).Model(si.Config{}); got != "d" {
-		t.Errorf("Model with a Default = %q", got)
-	}
-	if s := r.Strategy(); len(s.Fallbacks) != 2 || s.Fallbacks[1] != "gpt-4o" {
-		t.Errorf("Strategy fallbacks %v", s.Fallbacks)
+	if got := (si.Routes{}).Model(si.Config{}); got != "" {
+		t.Errorf("Model of the zero Routes = %q, want the function's own default", got)
 	}
 }

@@ -53,13 +53,14 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	a, err := l.agent(agentID)
 	var c begun
 	var cfg *Config
+	var home string // the route a probe of the primary runs on
 	if a != nil {
-		if a.openUntil.Load() != 0 { // set only with a breaker
+		if a.openUntil.Load() != 0 { // set with a breaker or a hold
 			var ok bool
 			if c.probe, ok = l.admit(a); !ok {
-				rep.Err = ErrCircuitOpen
+				rep.Err = l.failFast(a)
 				rep.ConfigVersion = a.cfg.Load().Version
-				return rep, ErrCircuitOpen
+				return rep, rep.Err
 			}
 		}
 		inst := a.cfg.Load()
@@ -69,6 +70,12 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 				cfg = inst.prev
 			}
 		}
+		if inst.probeAt != 0 && !c.probe {
+			if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.probing.CompareAndSwap(false, true); c.homeProbe {
+				home = *inst.home
+			}
+		}
+		c.route = cfg.Route
 	} else {
 		// The agent's state cannot be read: run fn untracked under the
 		// default config rather than fail the call.
@@ -91,13 +98,17 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			}
 		}
 	}()
-	rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts)
+	if c.homeProbe {
+		rep.Err, rep.BudgetExhausted = l.runProbe(ctx, cfg, home, fn, &rep.Attempts, &c)
+	} else {
+		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts)
+	}
 	done = true
 	endN, dur := l.since(start)
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
-	if rep.Success && a != nil && !c.probe && a.fast.book(endN, int64(dur), &a.tel.live) {
+	if rep.Success && a != nil && !c.probe && !c.homeProbe && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
@@ -117,13 +128,20 @@ type begun struct {
 	version int    // the config version
 	arm     Arm
 	probe   bool // a half-open circuit's probe
+	route   string
+	// homeProbe: the first attempt probes the primary (see ProbePolicy);
+	// probeClass and probeText describe its failure.
+	homeProbe  bool
+	probeClass failure.Class
+	probeText  string
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
-	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur}
+	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, route: b.route,
+		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText}
 	rep.Duration = dur
 	if pv != nil {
 		rep.Err = failure.Panic(pv)
@@ -144,6 +162,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		l.record(ctx, a, c, []byte(f.Signature), rep)
 	} else {
 		l.record(ctx, a, c, nil, rep)
+	}
+	if b.homeProbe {
+		a.probing.Store(false) // booked: another call may probe when due
 	}
 	if l.traces != nil {
 		if c.ignored {
@@ -443,7 +464,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	if c.probe {
 		a.probing.Store(false) // the probe is over; another call may probe
 	}
-	if eff.publish || eff.circuit || len(eff.events) > 0 {
+	if eff.publish || eff.circuit || eff.probe || len(eff.events) > 0 {
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots
@@ -452,6 +473,9 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	if c.failed && !c.ignored {
 		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
+	}
+	if eff.dead != nil || eff.hold != nil {
+		l.routeEffects(a, &eff, c.end)
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
 		l.carry(ctx, a, &eff, rep)

@@ -122,7 +122,7 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	}
 	a.dirty = true
 	a.publishLocked(l.canaryCut > 0)
-	a.openUntil.Store(a.s.CircuitOpenUntil)
+	a.mirrorLocked()
 	fixes := fixesOf(a.s.Changes, known)
 	props := a.s.snapshot().Proposals
 	a.mu.Unlock()

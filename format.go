@@ -74,6 +74,9 @@ type stateDoc struct {
 	CooldownCluster  string    `json:"cooldown_cluster,omitempty"`
 	CooldownEarly    bool      `json:"cooldown_early,omitempty"`
 	CircuitOpenUntil time.Time `json:"circuit_open_until,omitzero"`
+	// Route is the agent's way back to its primary route, the routes it
+	// found dead, and its hold (see ProbePolicy); absent when empty.
+	Route *routeDoc `json:"route,omitempty"`
 
 	Threshold *thresholdJSON `json:"threshold,omitempty"`
 	Critical  bool           `json:"critical,omitempty"`
@@ -357,6 +360,9 @@ func (st *agentState) doc() (stateDoc, error) {
 		return d, err
 	}
 	if d.CircuitOpenUntil, err = optTimeToDoc(path("circuit_open_until"), min(st.CircuitOpenUntil, maxNanos-1)); err != nil {
+		return d, err
+	}
+	if d.Route, err = st.Route.doc(); err != nil {
 		return d, err
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {

@@ -411,6 +411,9 @@ func (c *checker) cooldowns(d *stateDoc, st *agentState) {
 		st.CooldownCluster = id
 	}
 	st.CircuitOpenUntil = c.optTime(path("circuit_open_until"), d.CircuitOpenUntil)
+	if d.Route != nil {
+		st.Route = c.route(d.Route)
+	}
 }
 
 // configs checks st's configs: the current one, the history, the change

@@ -152,6 +152,9 @@ type Loop struct {
 	jitterN         atomic.Uint64 // draws of the seeded jitter
 
 	shared   shared        // failures by cluster and class across agents
+	routes   routeBook     // the agents' route ladders
+	dead     deadBook      // routes found dead
+	causes   causeBook     // account-wide causes in force
 	props    proposalIndex // where proposals are
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
@@ -189,6 +192,7 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
+	probes, _ := o.probes.withDefaults()
 	var coarse *coarseClock
 	if o.coarse > 0 {
 		coarse = newCoarseClock(o.coarse)
@@ -205,7 +209,7 @@ func New(opts ...Option) (*Loop, error) {
 		mono:            newMonoClock(time.Now()),
 		coarse:          coarse,
 		strategy:        o.strategy,
-		rules:           ruleBook{policy: o.policy.withDefaults(), breaker: o.breaker, newID: newID},
+		rules:           ruleBook{policy: o.policy.withDefaults(), probes: probes, breaker: o.breaker, newID: newID},
 		mem:             newMemory(o.memory),
 		breaker:         o.breaker,
 		log:             o.logger,
@@ -222,6 +226,8 @@ func New(opts ...Option) (*Loop, error) {
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
 	}
+	l.rules.dead, l.rules.routes = &l.dead, &l.routes
+	l.routes.def = o.routes
 	if pol := l.rules.policy; pol.Method == MethodCanary {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))
 	}

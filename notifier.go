@@ -46,6 +46,14 @@ const (
 	EventCircuitOpened EventType = "circuit_opened"
 	// EventCircuitClosed: an agent's circuit closed after a good probe.
 	EventCircuitClosed EventType = "circuit_closed"
+	// EventRouteDead: a call found its route dead (no such model); no
+	// change installs it until ProbePolicy.DeadFor has passed.
+	EventRouteDead EventType = "route_dead"
+	// EventAccountCause: agents are held for an account-wide cause
+	// (quota, billing, auth; see ProbePolicy), raised once per cause;
+	// EventAccountRecovered: the last agent held for it got through.
+	EventAccountCause     EventType = "account_cause"
+	EventAccountRecovered EventType = "account_recovered"
 	// EventDigest: several events collapsed into one notification (see
 	// NotifyOptions); they are in Event.Digest. Digests are not stored.
 	EventDigest EventType = "digest"
@@ -152,7 +160,9 @@ func importance(t EventType) int {
 	switch t {
 	case EventRollbackFailed, EventRolledBack:
 		return 4
-	case EventImprovementApplied, EventProposalFiled, EventDigest, EventCircuitOpened:
+	case EventAccountCause:
+		return 4
+	case EventImprovementApplied, EventProposalFiled, EventDigest, EventCircuitOpened, EventRouteDead:
 		return 3
 	case EventDailySummary:
 		return 1

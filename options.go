@@ -34,6 +34,8 @@ type options struct {
 	notifierSet     bool
 	logger          *slog.Logger
 	policy          RollbackPolicy
+	probes          ProbePolicy
+	routes          *Routes
 	defaultConfig   Config
 	strategyTimeout time.Duration
 	flushInterval   time.Duration
@@ -115,6 +117,14 @@ func (o *options) validate() error {
 	}
 	if err := o.policy.validate(); err != nil {
 		return bad("WithRollbackPolicy", "%v", err)
+	}
+	if _, err := o.probes.withDefaults(); err != nil {
+		return fmt.Errorf("%w: WithProbes", err)
+	}
+	if o.routes != nil {
+		if err := o.routes.validate(); err != nil {
+			return fmt.Errorf("%w: WithRoutes", err)
+		}
 	}
 	if err := o.defaultConfig.validate(); err != nil {
 		return fmt.Errorf("%w: WithDefaultConfig: %w", ErrInvalidOption, err)

@@ -32,7 +32,8 @@ type agent struct {
 	// gone mirrors evicted for the front caches, which read it without
 	// the lock.
 	gone atomic.Bool
-	// probing is set while a half-open circuit's probe runs.
+	// probing is set while a half-open circuit's probe, or a probe of
+	// the primary route, runs.
 	probing atomic.Bool
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock.
@@ -58,12 +59,22 @@ type installed struct {
 	gen  uint64
 	prev *Config
 	seq  atomic.Uint64
+	home *string // the route to probe, while the agent is away from it
+	// probeAt is when the next probe of home may run (Unix ns; 0: none).
+	probeAt int64
 }
 
 // publishLocked publishes a's current config and generation to calls,
 // with the previous config while a change is verified by MethodCanary.
 func (a *agent) publishLocked(canary bool) {
 	in := &installed{Config: a.s.Config.clone(), gen: a.s.Gen}
+	if r := a.s.Route; r != nil && r.Away {
+		h := r.Home
+		in.home = &h
+		if !r.Returning && a.s.Verifying == nil {
+			in.probeAt = r.ProbeAt
+		}
+	}
 	if v := a.s.Verifying; v != nil && canary {
 		prev := v.From.clone()
 		in.prev = &prev
@@ -78,12 +89,20 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 	if eff.publish {
 		a.publishLocked(canary)
 	}
+	if eff.probe && !eff.publish {
+		a.publishLocked(canary) // the probe schedule moved
+	}
 	if eff.circuit {
-		a.openUntil.Store(a.s.CircuitOpenUntil)
+		a.mirrorLocked()
 	}
 	for _, ev := range eff.events {
 		a.pending = append(a.pending, queued{ev: ev})
 	}
+}
+
+// mirrorLocked mirrors the circuit's deadline for calls. a.mu is held.
+func (a *agent) mirrorLocked() {
+	a.openUntil.Store(a.s.CircuitOpenUntil)
 }
 
 // frontSlots is the size of each of the Loop's front caches of agents.
@@ -181,7 +200,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 		l.fleetAttach(a)
 	}
 	a.used.Store(true)
-	a.openUntil.Store(a.s.CircuitOpenUntil)
+	a.mirrorLocked()
 	a.publishLocked(l.canaryCut > 0)
 	l.agents.Store(id, a)
 	l.ring.add(a)

@@ -1,39 +1,173 @@
 package selfimprove
 
-// Routes maps an agent's Config.Route to a model name, for the
-// integrations modules: the route is a model, or a name Models maps to
-// one, and Fallbacks are the routes the built-in strategy moves a
-// withdrawn model's agents to, in order.
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Routes is an agent's route ladder: the route it starts on, the
+// fallbacks the loop may move it to, in order, and, for the integrations
+// modules, the model each route names.
+//
+// A route is a string the wrapped function reads from Config.Route: a
+// model, or a name Models maps to one. The empty Route is the primary.
+// Give the loop the ladder with WithRoutes (every agent) or
+// Loop.SetRoutes (one agent); the built-in strategy then moves an agent
+// down the ladder when its route keeps failing for a cause another route
+// can fix, probes the primary while it is away, and returns to it once it
+// answers again (see ProbePolicy). A route that answered "no such model"
+// is dead for ProbePolicy.DeadFor: no strategy move, rollback or return
+// installs it.
+//
+// The zero Routes is an empty ladder: the loop never changes a route.
 type Routes struct {
-	// Default is the model for an empty Route. Default "": the first of
-	// the fallbacks.
-	Default string
+	// Primary is the route an agent starts on and returns to; the empty
+	// Config.Route means it. Default "": the wrapped function's own
+	// default model.
+	Primary string
+	// Fallbacks are the routes to move to, in order. The primary, if
+	// listed, is skipped. Default nil: none.
+	Fallbacks []string
 	// Models maps a route to a model; a route not in it is the model's own
 	// name. Default nil.
 	Models map[string]string
-	// Fallbacks are the routes to move to, in order, when the model is
-	// unavailable. Default nil: none (each integration's Routes supplies
-	// its own list).
-	Fallbacks []string
 }
 
-// Model returns the model for cfg.Route.
+// Model returns the model for cfg.Route: the primary's for an empty
+// Route, mapped through Models.
 func (r Routes) Model(cfg Config) string {
-	route := cfg.Route
-	if route == "" {
-		route = r.Default
-	}
-	if route == "" && len(r.Fallbacks) > 0 {
-		route = r.Fallbacks[0]
-	}
+	route := r.name(cfg.Route)
 	if m, ok := r.Models[route]; ok {
 		return m
 	}
 	return route
 }
 
-// Strategy returns the built-in strategy with the routes' fallbacks: a
-// withdrawn model moves the agent to the next route.
-func (r Routes) Strategy() *BuiltinStrategy {
-	return &BuiltinStrategy{Fallbacks: r.Fallbacks}
+// name is route's name on the ladder: the primary for "".
+func (r *Routes) name(route string) string {
+	if route == "" {
+		return r.Primary
+	}
+	return route
+}
+
+// ladder returns the primary and the fallbacks, each once, in order.
+func (r *Routes) ladder() []string {
+	out := make([]string, 0, 1+len(r.Fallbacks))
+	out = append(out, r.Primary)
+	for _, f := range r.Fallbacks {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// empty reports whether the ladder has nowhere to move to.
+func (r *Routes) empty() bool {
+	return r == nil || len(r.ladder()) < 2
+}
+
+// maxRoutes bounds a ladder: a primary and 15 fallbacks.
+const maxRoutes = 16
+
+// maxRouteLen bounds a route's name, in bytes.
+const maxRouteLen = 256
+
+// validate reports whether r can be used as a ladder.
+func (r Routes) validate() error {
+	if n := 1 + len(r.Fallbacks); n > maxRoutes {
+		return fmt.Errorf("%w: routes: %d routes, at most %d", ErrInvalidOption, n, maxRoutes)
+	}
+	for i, f := range append([]string{r.Primary}, r.Fallbacks...) {
+		if len(f) > maxRouteLen {
+			return fmt.Errorf("%w: routes: route %d is %d bytes, at most %d", ErrInvalidOption, i, len(f), maxRouteLen)
+		}
+	}
+	return nil
+}
+
+// clone returns r with its own slices and map.
+func (r Routes) clone() Routes {
+	r.Fallbacks = slices.Clone(r.Fallbacks)
+	r.Models = maps.Clone(r.Models)
+	return r
+}
+
+// WithRoutes sets every agent's route ladder (see Routes), unless
+// Loop.SetRoutes gives an agent its own. Default: the zero Routes, no
+// ladder. New fails with ErrInvalidOption for more than 16 routes or a
+// route longer than 256 bytes.
+func WithRoutes(r Routes) Option {
+	return func(o *options) { rc := r.clone(); o.routes = &rc }
+}
+
+// routeBook holds the Loop's ladders: the default and each agent's own,
+// read without a lock (an immutable map, replaced whole).
+type routeBook struct {
+	def *Routes // nil: no ladder
+	mu  sync.Mutex
+	per atomic.Pointer[map[string]*Routes]
+}
+
+// of returns the agent's ladder, or nil.
+func (b *routeBook) of(agentID string) *Routes {
+	if b == nil {
+		return nil
+	}
+	if m := b.per.Load(); m != nil {
+		if r, ok := (*m)[agentID]; ok {
+			return r
+		}
+	}
+	return b.def
+}
+
+// set gives agentID its own ladder r, or removes it (nil).
+func (b *routeBook) set(agentID string, r *Routes) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := map[string]*Routes{}
+	if old := b.per.Load(); old != nil {
+		maps.Copy(m, *old)
+	}
+	if r == nil {
+		delete(m, agentID)
+	} else {
+		m[agentID] = r
+	}
+	b.per.Store(&m)
+}
+
+// SetRoutes gives agentID a route ladder of its own, in place of the one
+// WithRoutes sets; the zero Routes removes the agent's own ladder. It
+// takes effect at the agent's next call or analysis. The ladder lives in
+// the Loop, not in its store: set it again after a restart, as options
+// are. It fails with ErrInvalidAgentID or ErrInvalidOption.
+func (l *Loop) SetRoutes(agentID string, r Routes) error {
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	if err := r.validate(); err != nil {
+		return err
+	}
+	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil {
+		l.routes.set(agentID, nil)
+	} else {
+		rc := r.clone()
+		l.routes.set(agentID, &rc)
+	}
+	return nil
+}
+
+// Routes returns agentID's route ladder: its own (see SetRoutes), or the
+// Loop's (see WithRoutes). A copy.
+func (l *Loop) Routes(agentID string) Routes {
+	if r := l.routes.of(agentID); r != nil {
+		return r.clone()
+	}
+	return Routes{}
 }

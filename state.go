@@ -51,6 +51,9 @@ type agentState struct {
 	CooldownCluster uint64 `json:"cooldown_cluster,omitempty,string"`
 	CooldownEarly   bool   `json:"cooldown_early,omitempty"`
 	Critical        bool   `json:"critical,omitempty"`
+	// analyzing is set while a strategy runs for the agent, early when
+	// that run ended a cooldown early; they are not saved.
+	analyzing, early bool
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -70,9 +73,9 @@ type agentState struct {
 	// first.
 	Proposals []Proposal `json:"proposals,omitempty"`
 
-	// analyzing is set while a strategy runs for the agent, early when
-	// that run ended a cooldown early; they are not saved.
-	analyzing, early bool
+	// Route is the agent's way back to its primary, its dead routes and
+	// its hold (state_routes.go); nil until it has any.
+	Route *routeState `json:"-"`
 }
 
 // outageCooldown divides the cooldown after a strategy run that proposed
@@ -112,6 +115,9 @@ func newState(id string, cfg Config) agentState {
 // ruleBook is what transitions need to know of the Loop: its policies.
 type ruleBook struct {
 	policy  RollbackPolicy         // with its defaults
+	probes  ProbePolicy            // with its defaults
+	dead    *deadBook              // the Loop's dead routes; nil: none
+	routes  *routeBook             // the agents' ladders; nil: none
 	breaker CircuitBreaker         // off when Failures is 0
 	newID   func(time.Time) string // unique IDs of changes, events, proposals
 }
@@ -137,6 +143,11 @@ type effects struct {
 	circuit  bool // the circuit opened or closed
 	save     bool // the state must be saved before the caller returns
 	rejected bool // a tweak was refused
+	probe    bool // the probe schedule of the primary changed
+	// dead are routes to mark dead loop-wide; hold a hold that began or
+	// ended.
+	dead []deadNote
+	hold *holdNote
 }
 
 // fixNote is a fix outcome for the failure memory's cluster.
@@ -170,7 +181,14 @@ type call struct {
 	version int    // the config version it ran
 	arm     Arm
 	probe   bool // it was a half-open circuit's probe
-	end     time.Time
+	route   string // the route it ran (Config.Route)
+	// homeProbe: its first attempt probed the primary; probeClass is
+	// that attempt's failure class ("" when it succeeded) and probeText
+	// its text.
+	homeProbe  bool
+	probeClass failure.Class
+	probeText  string
+	end        time.Time
 	dur     time.Duration
 	failed  bool
 	ignored bool // its caller's context ended first: counted only as ignored
@@ -198,8 +216,13 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	if c.failed {
 		s.observeCluster(c.cluster, sig, c.class, c.text, endN)
 	}
-	if (c.failed || c.probe) && r.breaker.Failures > 0 {
+	if c.probe && s.Route != nil && s.Route.Hold != "" {
+		s.holdProbed(c, r, eff)
+	} else if (c.failed || c.probe) && r.breaker.Failures > 0 {
 		s.moveCircuit(c.probe, c.failed, c.end, r, eff)
+	}
+	if c.failed || c.homeProbe || s.Route != nil && s.Route.Run != 0 {
+		s.routeCall(c, r, eff)
 	}
 	if s.Verifying != nil {
 		if c.gen == s.Gen {
@@ -267,6 +290,11 @@ func (s *agentState) abnormal(now int64) bool {
 			return true
 		}
 	}
+	if 2*failures >= calls {
+		// A baseline where half the calls fail is no health to keep
+		// quiet about, least of all one where every call fails.
+		return true
+	}
 	recent := s.Tracker.regime(0, maxBeforeCalls)
 	q := (float64(failures) + 0.5) / float64(calls+1)
 	return verdict.BinomTail(recent.Calls, recent.Failures, q) < noiseOdds
@@ -311,7 +339,7 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		}
 		return "", ""
 	})
-	return &Analysis{
+	an := &Analysis{
 		AgentID:   s.AgentID,
 		Config:    s.Config.clone(),
 		Stats:     st,
@@ -322,6 +350,12 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		Rejected:  s.refused(now, ""),
 		Time:      now.UTC(),
 	}
+	for _, d := range s.deadList() {
+		if d.Until > n {
+			an.DeadRoutes = append(an.DeadRoutes, DeadRoute{Route: d.Route, Until: time.Unix(0, d.Until).UTC(), Reason: d.Why})
+		}
+	}
+	return an
 }
 
 // only keeps the failures and clusters of cluster id.
@@ -374,18 +408,39 @@ func (s *agentState) decide(now time.Time, state ChangeState, reason string, eff
 }
 
 // rollback restores the config before the change under verification and
-// refuses the change from then on.
+// refuses the change from then on; when that config's route is dead, it
+// rolls forward instead (see rollForward). The next candidate for the
+// fault may follow after retryPause, not the whole cooldown.
 func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *effects) {
+	if s.rollForward(now, reason, r, eff) {
+		return
+	}
+	s.rollbackTo(now, reason, r, eff)
+}
+
+// retryPause is the longest wait after a rollback before the strategy
+// may run again for the agent.
+const retryPause = 10 * time.Minute
+
+// rollbackTo restores the config before the change under verification.
+// A rolled-back return to the primary is not refused: the probes' growing
+// interval spaces the next attempt.
+func (s *agentState) rollbackTo(now time.Time, reason string, r *ruleBook, eff *effects) {
+	returning := s.returning()
 	ch := s.decide(now, ChangeRolledBack, reason, eff)
 	s.install(ch.From.clone(), eff)
 	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
 		s.History = s.History[:n-1]
 	}
-	rb := Tweak{Config: ch.To, Reason: failure.Bound(ch.Reason, maxReason), Cluster: ch.Cluster}
-	if r.policy.RefuseFor > 0 {
-		rb.Until = now.Add(r.policy.RefuseFor).UTC()
+	s.moved(ch, ChangeRolledBack, now, r, eff)
+	if !returning {
+		rb := Tweak{Config: ch.To, Reason: failure.Bound(ch.Reason, maxReason), Cluster: ch.Cluster}
+		if r.policy.RefuseFor > 0 {
+			rb.Until = now.Add(r.policy.RefuseFor).UTC()
+		}
+		s.Rejected = appendBounded(s.Rejected, rb, maxRejected)
+		s.CooldownUntil = min(s.CooldownUntil, now.Add(retryPause).UnixNano())
 	}
-	s.Rejected = appendBounded(s.Rejected, rb, maxRejected)
 	eff.decided, eff.decision, eff.save = ch, EventRolledBack, true
 	eff.event(newEvent(r.newID(now), now, EventRolledBack, ch))
 }
@@ -394,6 +449,7 @@ func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *ef
 // calls stop running the previous config.
 func (s *agentState) confirm(now time.Time, reason string, r *ruleBook, eff *effects) {
 	ch := s.decide(now, ChangeConfirmed, reason, eff)
+	s.moved(ch, ChangeConfirmed, now, r, eff)
 	eff.decided, eff.decision, eff.save, eff.publish = ch, EventChangeConfirmed, true, true
 	eff.event(newEvent(r.newID(now), now, EventChangeConfirmed, ch))
 }
@@ -452,6 +508,9 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	case err != nil || tw == nil:
 		return eff, err
 	case tw.Review:
+		if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
+			return eff, nil // the account-wide cause's own proposal stands for it
+		}
 		if p, isNew := s.file(an, tw, now, r); isNew {
 			eff.proposals = append(eff.proposals, p.clone())
 			eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
@@ -484,6 +543,9 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		return reject("%v", cfg.validate())
 	case cfg.Equal(s.Config):
 		return reject("it is the current config")
+	}
+	if why, dead := s.deadAt(cfg.Route, now.UnixNano(), r); dead && s.routeName(cfg.Route, r) != s.routeName(s.Config.Route, r) {
+		return reject("route %q is dead: %s", s.routeName(cfg.Route, r), why)
 	}
 	cluster := tw.Cluster
 	if top := largest(an.Clusters); cluster == "" && top != nil {
@@ -565,6 +627,11 @@ func (s *agentState) snapshot() agentState {
 	snap.Rejected = slices.Clone(snap.Rejected)
 	snap.Clusters = slices.Clone(snap.Clusters)
 	snap.Proposals = slices.Clone(snap.Proposals)
+	if snap.Route != nil {
+		r := *snap.Route
+		r.Dead = slices.Clone(r.Dead)
+		snap.Route = &r
+	}
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v

@@ -15,6 +15,7 @@ func (s *agentState) setConfig(now time.Time, cfg Config, r *ruleBook) (eff effe
 	if s.Verifying != nil {
 		s.decide(now, ChangeSuperseded, "superseded by SetConfig", &eff)
 	}
+	s.stayHome(&eff)
 	cfg = cfg.clone()
 	s.MaxVersion++
 	cfg.Version = s.MaxVersion
@@ -65,6 +66,7 @@ func (s *agentState) rewind(now time.Time, version int, reason string, r *ruleBo
 	if s.Verifying != nil {
 		s.decide(now, ChangeSuperseded, "superseded by a rewind", &eff)
 	}
+	s.stayHome(&eff)
 	n := now.UnixNano()
 	st := s.stats(n)
 	an := &Analysis{Config: s.Config, Stats: st}

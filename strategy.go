@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -55,10 +56,6 @@ type BuiltinStrategy struct {
 	MaxBackoff time.Duration
 	// MaxAttempts caps the attempts per call it sets. Default 5.
 	MaxAttempts int
-	// Fallbacks are the routes to try, in order, when the current one's
-	// model is unavailable. Default none: such failures are proposed for
-	// review.
-	Fallbacks []string
 	// MinConfidence is the Confidence a memory needs to be followed or
 	// avoided. Default 0.5.
 	MinConfidence float64
@@ -113,27 +110,81 @@ const otherRule = "Investigate the failures shown in the examples; no safe autom
 
 // Analyze implements Strategy.
 func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error) {
-	class, cl, share := dominant(a.Clusters)
-	if cl == nil || s.outage(a, cl) {
+	ranked := rank(a.Clusters)
+	if len(ranked) == 0 {
 		return nil, nil
 	}
-	p := &plan{s: s, a: &a, class: class, cl: cl, share: share, cur: a.Config, next: a.Config.clone(),
-		evidence: fmt.Sprintf("%d of the window's %d failures are %s", share.n, share.total, class)}
+	var first *Tweak
+	for i, k := range ranked {
+		p := s.plan(&a, k)
+		if i == 0 {
+			if t := p.move(); t != nil {
+				return t, nil
+			}
+			if s.outage(a, p.cl) {
+				return nil, nil
+			}
+			if t := s.learned(a, k.class, p.cur, p.cl.ID, p.rejected); t != nil {
+				return t, nil
+			}
+		} else if k.n < minSecondary || 5*k.n < k.total {
+			break
+		}
+		t := p.propose()
+		if !t.Review {
+			return t, nil
+		}
+		if i == 0 {
+			first = t
+		}
+	}
+	if tried := triedText(&a, first.Cluster); tried != "" {
+		first.Reason = failure.Bound(first.Reason+"; tried: "+tried, maxReason)
+	}
+	return first, nil
+}
+
+// minSecondary is how many failures a class other than the dominant one
+// needs, with a fifth of the window's at least, for the strategy to try
+// its fix when the dominant class has no safe move left.
+const minSecondary = 2
+
+// plan starts the strategy's work on class k of the analysis a.
+func (s *BuiltinStrategy) plan(a *Analysis, k ranked) *plan {
+	p := &plan{s: s, a: a, class: k.class, cl: k.top, share: shareOf{k.n, k.total}, cur: a.Config, next: a.Config.clone(),
+		evidence: fmt.Sprintf("%d of the window's %d failures are %s", k.n, k.total, k.class)}
 	p.maxTimeout, p.maxBackoff, p.maxAtt = s.caps()
-	if t := s.learned(a, class, p.cur, cl.ID, p.rejected); t != nil {
-		return t, nil
-	}
-	switch class {
+	return p
+}
+
+// propose is the class's own move: a safe tweak, or a proposal.
+func (p *plan) propose() *Tweak {
+	switch p.class {
 	case failure.ClassTimeout:
-		return p.timeout(), nil
+		return p.timeout()
 	case failure.ClassRateLimit:
-		return p.rateLimit(), nil
+		return p.rateLimit()
 	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse:
-		return p.oneMoreAttempt(), nil
+		return p.oneMoreAttempt()
 	case failure.ClassModelUnavailable:
-		return p.fallback(), nil
+		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
 	}
-	return p.review(fmt.Sprintf("%s failures need a person: no safe automatic fix", class), nil), nil
+	return p.review(fmt.Sprintf("%s failures need a person: no safe automatic fix", p.class), nil)
+}
+
+// triedText names the tweaks rolled back for the cluster and still
+// refused, newest last, with how each ended.
+func triedText(a *Analysis, cluster string) string {
+	var out []string
+	for _, t := range a.Rejected {
+		if t.Cluster == "" || t.Cluster == cluster {
+			out = append(out, failure.Bound(t.Reason, 120)+" (rolled back)")
+		}
+	}
+	if len(out) > 4 {
+		out = out[len(out)-4:]
+	}
+	return strings.Join(out, "; ")
 }
 
 // plan is the built-in strategy's work on one analysis: the dominant
@@ -244,17 +295,51 @@ func (p *plan) oneMoreAttempt() *Tweak {
 	return p.safe(fmt.Sprintf("%s: attempts %d → %d", p.class, cur.attempts(), p.next.attempts()))
 }
 
-// fallback moves the route to the next fallback not rolled back before.
-func (p *plan) fallback() *Tweak {
-	cur := p.cur
-	start := slices.Index(p.s.Fallbacks, cur.Route) + 1
-	for _, r := range p.s.Fallbacks[start:] {
-		p.next.Route = r
-		if r != cur.Route && !p.rejected(p.next) {
-			return p.safe(fmt.Sprintf("model unavailable: route %q → %q", cur.Route, r))
-		}
+// moveRun is how many calls in a row, at the least (the threshold's
+// count when higher), must fail, each after its retries, for a transient
+// cause to move the route: a route that fails now and then is kept, one
+// that stopped answering is left.
+const moveRun = 5
+
+// move moves the route to the next live route of the ladder (see Routes)
+// when the current one keeps failing for a cause another route can fix:
+// no such model, or overload, 5xx, timeouts and network failures that
+// failed moveRun calls in a row (or the threshold's count). It returns
+// nil when no move applies.
+func (p *plan) move() *Tweak {
+	a := p.a
+	if a.Routes.empty() {
+		return nil
 	}
-	return p.review(fmt.Sprintf("model unavailable on route %q and no fallback route left", cur.Route), nil)
+	switch p.class {
+	case failure.ClassModelUnavailable:
+	case failure.ClassNotFound:
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
+		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
+			return nil
+		}
+	default:
+		return nil
+	}
+	ladder := a.Routes.ladder()
+	cur := a.Routes.name(p.cur.Route)
+	for _, r := range ladder[slices.Index(ladder, cur)+1:] {
+		if a.dead(r) {
+			continue
+		}
+		p.next = p.cur.clone()
+		p.next.Route = r
+		if p.rejected(p.next) {
+			continue
+		}
+		return p.safe(fmt.Sprintf("%s on route %q: route → %q", p.class, cur, r))
+	}
+	return nil
+}
+
+// dead reports whether route is among the analysis's dead routes.
+func (a *Analysis) dead(route string) bool {
+	return slices.ContainsFunc(a.DeadRoutes, func(d DeadRoute) bool { return d.Route == route })
 }
 
 // outage reports whether the agent's dominant cluster cl is an upstream
@@ -334,7 +419,8 @@ func (s *BuiltinStrategy) learned(a Analysis, class failure.Class, cur Config, c
 			if f.To.Backoff != f.From.Backoff && f.To.Backoff > cur.Backoff {
 				next.Backoff, changed = min(f.To.Backoff, maxBackoff), true
 			}
-			if f.To.Route != f.From.Route && f.To.Route != cur.Route && slices.Contains(s.Fallbacks, f.To.Route) {
+			if f.To.Route != f.From.Route && f.To.Route != cur.Route && !transient(class) &&
+				slices.Contains(a.Routes.ladder(), a.Routes.name(f.To.Route)) && !a.dead(a.Routes.name(f.To.Route)) {
 				next.Route, changed = f.To.Route, true
 			}
 			if !changed || next.Equal(cur) || rejected(next) {
@@ -394,45 +480,57 @@ func (s shareOf) frac() float64 {
 	return float64(s.n) / float64(s.total)
 }
 
-// dominant returns the class with the most failures in the clusters (on a
-// tie, the one seen last), its largest cluster, and its share.
-func dominant(cs []Cluster) (failure.Class, *Cluster, shareOf) {
-	type acc struct {
-		n    int
-		last time.Time
-		top  *Cluster
-	}
-	by := map[failure.Class]*acc{}
-	var order []failure.Class
+// ranked is one class of an analysis's failures: its failures, the
+// window's, and its largest cluster.
+type ranked struct {
+	class    failure.Class
+	n, total int
+	last     time.Time
+	top      *Cluster
+}
+
+// rank returns the classes of the clusters, most failures first (on a
+// tie, the one seen last first).
+func rank(cs []Cluster) []ranked {
+	var out []ranked
 	total := 0
 	for i := range cs {
 		c := &cs[i]
 		total += c.Count
-		x := by[c.Class]
-		if x == nil {
-			x = &acc{}
-			by[c.Class] = x
-			order = append(order, c.Class)
+		j := slices.IndexFunc(out, func(k ranked) bool { return k.class == c.Class })
+		if j < 0 {
+			out = append(out, ranked{class: c.Class})
+			j = len(out) - 1
 		}
-		x.n += c.Count
-		if c.LastSeen.After(x.last) {
-			x.last = c.LastSeen
+		k := &out[j]
+		k.n += c.Count
+		if c.LastSeen.After(k.last) {
+			k.last = c.LastSeen
 		}
-		if x.top == nil || c.Count > x.top.Count {
-			x.top = c
-		}
-	}
-	var best failure.Class
-	for _, k := range order {
-		x, b := by[k], by[best]
-		if b == nil || x.n > b.n || x.n == b.n && x.last.After(b.last) {
-			best = k
+		if k.top == nil || c.Count > k.top.Count {
+			k.top = c
 		}
 	}
-	if best == "" && by[best] == nil {
+	for i := range out {
+		out[i].total = total
+	}
+	slices.SortStableFunc(out, func(a, b ranked) int {
+		if a.n != b.n {
+			return b.n - a.n
+		}
+		return b.last.Compare(a.last)
+	})
+	return out
+}
+
+// dominant returns the class with the most failures in the clusters (on a
+// tie, the one seen last), its largest cluster, and its share.
+func dominant(cs []Cluster) (failure.Class, *Cluster, shareOf) {
+	r := rank(cs)
+	if len(r) == 0 {
 		return "", nil, shareOf{}
 	}
-	return best, by[best].top, shareOf{by[best].n, total}
+	return r[0].class, r[0].top, shareOf{r[0].n, r[0].total}
 }
 
 // rateLimitWait returns the longest wait the rate-limit failures among fs

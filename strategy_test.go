@@ -47,7 +47,7 @@ func TestBuiltinStrategy(t *testing.T) {
 	type want = builtinWant
 	cfg := func(c si.Config) *si.Config { return &c }
 	rb := func(c si.Config) []si.Tweak { return []si.Tweak{{Config: c}} }
-	fb := &si.BuiltinStrategy{Fallbacks: []string{"a", "b", "c"}}
+	fb := withLadder
 	cases := []builtinCase{
 		{"no failures", nil, si.Config{}, nil, nil, want{}},
 		{"timeout x1.5", nil, si.Config{Timeout: 10 * time.Second}, clusters(failure.ClassTimeout, 3), nil,
@@ -97,7 +97,11 @@ func TestBuiltinStrategy(t *testing.T) {
 		{"context length", nil, si.Config{}, clusters(failure.ClassContextLength, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
 		{"content filter", nil, si.Config{}, clusters(failure.ClassContentFilter, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
 		{"other", nil, si.Config{}, clusters(failure.ClassOther, 2), nil, want{Config: cfg(si.Config{}), Review: true, Rule: true}},
-		{"dominant class wins", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 1, failure.ClassTimeout, 2, failure.ClassAuth, 2), nil,
+		{"dominant class has no safe move: the next class's", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 1, failure.ClassTimeout, 2, failure.ClassAuth, 2), nil,
+			want{Config: cfg(si.Config{Timeout: 1500 * time.Millisecond})}},
+		{"dominant class wins when no other class has a safe move", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 1, failure.ClassBadRequest, 2, failure.ClassAuth, 2), nil,
+			want{Config: cfg(si.Config{Timeout: time.Second}), Review: true, Rule: true}},
+		{"a single failure of another class is not tried", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 3, failure.ClassTimeout, 1), nil,
 			want{Config: cfg(si.Config{Timeout: time.Second}), Review: true, Rule: true}},
 		{"tie: the most recent class", nil, si.Config{Timeout: time.Second}, clusters(failure.ClassAuth, 2, failure.ClassTimeout, 2), nil,
 			want{Config: cfg(si.Config{Timeout: 1500 * time.Millisecond})}},
@@ -107,14 +111,22 @@ func TestBuiltinStrategy(t *testing.T) {
 	}
 }
 
+// withLadder marks the cases of TestBuiltinStrategy whose agent has the
+// route ladder a, b, c.
+var withLadder = &si.BuiltinStrategy{}
+
 // checkBuiltinCase runs case c of TestBuiltinStrategy.
 func checkBuiltinCase(t *testing.T, c builtinCase) {
 	t.Helper()
 	s := c.s
+	an := si.Analysis{Config: c.cur, Clusters: c.cl, Rejected: c.rejected}
+	if s == withLadder {
+		an.Routes = si.Routes{Primary: "a", Fallbacks: []string{"b", "c"}}
+	}
 	if s == nil {
 		s = &si.BuiltinStrategy{}
 	}
-	tw, err := s.Analyze(context.Background(), si.Analysis{Config: c.cur, Clusters: c.cl, Rejected: c.rejected})
+	tw, err := s.Analyze(context.Background(), an)
 	if err != nil {
 		t.Fatalf("%s: %v", c.name, err)
 	}
@@ -194,7 +206,7 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(string(failure.Classify(tc.err)), func(t *testing.T) {
-			bubble(t, &si.BuiltinStrategy{Fallbacks: []string{"fallback"}}, func(t *testing.T, l *si.Loop, _ string) {
+			bubble(t, &si.BuiltinStrategy{}, func(t *testing.T, l *si.Loop, _ string) {
 				fail(t, l, "a", tc.err)
 				_, rep := fail(t, l, "a", tc.err) // the second failure triggers (low-frequency profile)
 				if rep.Improvement == nil {
@@ -205,7 +217,7 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 					t.Fatalf("ran under v%d", c.Version)
 				}
 				tc.check(t, c, rep)
-			}, si.WithDefaultConfig(tc.start))
+			}, si.WithDefaultConfig(tc.start), si.WithRoutes(si.Routes{Primary: "gpt-x", Fallbacks: []string{"fallback"}}))
 		})
 	}
 }
@@ -302,7 +314,7 @@ func TestProposalLifecycle(t *testing.T) {
 		if d := cmp.Diff(before, l2.Proposals(nil)); d != "" {
 			t.Fatalf("proposals after restart (-before +after):\n%s", d)
 		}
-	})
+	}, si.WithProbes(si.ProbePolicy{NoHold: []failure.Class{failure.ClassAuth}})) // the strategy's proposals, not a hold
 }
 
 // approveSafeMove drives agent busy of l to a proposal of a capped safe

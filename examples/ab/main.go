@@ -67,7 +67,10 @@ type scenario struct {
 	attempt func(w *world, agent string, cfg si.Config) (time.Duration, error)
 }
 
-func builtin() si.Strategy { return &si.BuiltinStrategy{Fallbacks: []string{"backup"}} }
+func builtin() si.Strategy { return &si.BuiltinStrategy{} }
+
+// routes is every agent's route ladder: the primary, then the backup.
+var routes = si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}
 
 // harmful proposes a harmful tweak (the "cheap" route) on every other
 // run, and the built-in strategy's tweak otherwise.
@@ -189,7 +192,7 @@ func newLoop(sc scenario, improve bool, dir string, clk *fakeclock.Clock) (*si.L
 		strat = sc.strategy()
 	}
 	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026}),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config))
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config), si.WithRoutes(routes))
 	if err != nil {
 		return nil, err
 	}

@@ -225,7 +225,7 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start0)
 	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026}),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config)}
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config), si.WithRoutes(routes)}
 	if p != nil {
 		strat := builtin
 		if f.strategy != nil {

@@ -153,7 +153,8 @@ func run(w io.Writer, dir string) error {
 	t := &timeline{w: w}
 	fmt.Fprintln(w, "A simulated order-lookup agent, one call every 10 minutes.")
 	fmt.Fprintln(w, "Config v1: timeout 50ms, route primary. At this rate the agent is medium-frequency:")
-	fmt.Fprintln(w, "3 failures in 24h call for a tweak, then the loop waits 6h before it tries another.")
+	fmt.Fprintln(w, "3 failures in 24h call for a tweak, then the loop waits 6h before it tries another,\n"+
+		"or 10 minutes after a rollback, to try the next candidate.")
 	fmt.Fprintln(w)
 	for i := range 75 {
 		if i == 12 {

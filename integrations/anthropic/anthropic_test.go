@@ -246,8 +246,8 @@ func TestWithdrawnModelRecoveredByFallback(t *testing.T) {
 		}
 		return ok
 	})
-	routes := si.Routes{Fallbacks: []string{"claude-2.0", "claude-sonnet-4-5"}}
-	l := newLoop(t, si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: "claude-2.0"}))
+	routes := si.Routes{Primary: "claude-2.0", Fallbacks: []string{"claude-sonnet-4-5"}}
+	l := newLoop(t, si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	cl := client(s.URL)
 	fn := func(ctx context.Context, cfg si.Config) error { return adapter.Wrap(chat(ctx, cl, routes.Model(cfg))) }
 	okCalls := 0

@@ -79,15 +79,17 @@ func Wrap(err error) error {
 	return e
 }
 
-// DefaultFallbacks are the routes DefaultRoutes gives, in order:
-// when a model is withdrawn, the built-in strategy moves the agent to the
-// next one.
-var DefaultFallbacks = []string{"gpt-4.1", "gpt-4o", "gpt-4o-mini"}
+// DefaultPrimary and DefaultFallbacks are the route ladder DefaultRoutes
+// gives: the primary model, then the models to fall back to, in order.
+const DefaultPrimary = "gpt-4.1"
 
-// DefaultRoutes returns the routes of an agent that uses this SDK:
-// selfimprove.Routes whose Fallbacks are DefaultFallbacks. Give
-// Routes.Model the agent's config to get the model to call, and the
-// built-in strategy the fallbacks with Routes.Strategy.
+// DefaultFallbacks: see DefaultPrimary.
+var DefaultFallbacks = []string{"gpt-4o", "gpt-4o-mini"}
+
+// DefaultRoutes returns the route ladder of an agent that uses this SDK:
+// selfimprove.Routes with DefaultPrimary and DefaultFallbacks. Give it to
+// the loop with selfimprove.WithRoutes (or Loop.SetRoutes), and
+// Routes.Model the agent's config to get the model to call.
 func DefaultRoutes() si.Routes {
-	return si.Routes{Fallbacks: slices.Clone(DefaultFallbacks)}
+	return si.Routes{Primary: DefaultPrimary, Fallbacks: slices.Clone(DefaultFallbacks)}
 }

@@ -239,8 +239,8 @@ func TestWithdrawnModelRecoveredByFallback(t *testing.T) {
 		}
 		return ok
 	})
-	routes := si.Routes{Fallbacks: []string{"gpt-4-0314", "gpt-4o"}}
-	l := newLoop(t, si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: "gpt-4-0314"}))
+	routes := si.Routes{Primary: "gpt-4-0314", Fallbacks: []string{"gpt-4o"}}
+	l := newLoop(t, si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	cl := client(s.URL)
 	fn := func(ctx context.Context, cfg si.Config) error { return adapter.Wrap(chat(ctx, cl, routes.Model(cfg))) }
 	okCalls := 0

@@ -71,9 +71,9 @@ func run(w io.Writer) error {
 	// The client: the SDK's retries off, requests through the loop's
 	// transport.
 	client := ant.NewClient(append(adapter.ClientOptions(nil), option.WithAPIKey("sk-ant-demo"), option.WithBaseURL(srv.URL+"/"))...)
-	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
+	routes := si.Routes{Primary: oldModel, Fallbacks: []string{newModel}}
 	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
-		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
+		si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	if err != nil {
 		return err
 	}

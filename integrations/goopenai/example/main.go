@@ -72,9 +72,9 @@ func run(w io.Writer) error {
 	cc := adapter.ClientConfig("sk-demo", nil)
 	cc.BaseURL = srv.URL + "/v1"
 	client := goai.NewClientWithConfig(cc)
-	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
+	routes := si.Routes{Primary: oldModel, Fallbacks: []string{newModel}}
 	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
-		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
+		si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	if err != nil {
 		return err
 	}

@@ -71,9 +71,9 @@ func run(w io.Writer) error {
 	// The client: the SDK's retries off, requests through the loop's
 	// transport.
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithAPIKey("sk-demo"), option.WithBaseURL(srv.URL+"/v1/"))...)
-	routes := si.Routes{Fallbacks: []string{oldModel, newModel}}
+	routes := si.Routes{Primary: oldModel, Fallbacks: []string{newModel}}
 	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
-		si.WithStrategy(routes.Strategy()), si.WithDefaultConfig(si.Config{MaxAttempts: 3, Route: oldModel}))
+		si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	if err != nil {
 		return err
 	}

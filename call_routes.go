@@ -1,0 +1,110 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// failFast is the error of a call whose agent's circuit is open: a
+// *HoldError while the agent is held for an account-wide cause, else
+// ErrCircuitOpen.
+func (l *Loop) failFast(a *agent) error {
+	a.mu.Lock()
+	var class failure.Class
+	if a.s.Route != nil {
+		class = a.s.Route.Hold
+	}
+	until := a.s.CircuitOpenUntil
+	a.mu.Unlock()
+	if class == "" {
+		return ErrCircuitOpen
+	}
+	return &HoldError{AgentID: a.id, Class: class, Until: time.Unix(0, until).UTC()}
+}
+
+// runProbe makes a call whose first attempt probes the route home (see
+// ProbePolicy), under cfg's deadline. When that attempt fails, the call
+// goes on under cfg, with all of cfg's attempts: the probe costs the
+// caller time, not a failure. The probe's failure is described in c.
+func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(context.Context, Config) error, n *int, c *begun) (error, bool) {
+	p := *cfg
+	p.Route = home
+	err := runOnce(ctx, &p, fn)
+	if err == nil || ctx.Err() != nil {
+		*n = 1
+		c.route = home
+		return err, false
+	}
+	f := l.memo.Describe(err, 0)
+	c.probeClass, c.probeText = f.Class, f.Text
+	if c.probeClass == "" {
+		c.probeClass = failure.ClassOther
+	}
+	err, exhausted := l.run(ctx, cfg, fn, n)
+	*n++
+	return err, exhausted
+}
+
+// routeEffects carries out what a call's transition found of routes and
+// causes: it marks dead routes loop-wide, and raises an account-wide
+// cause once, with one proposal, or ends it.
+func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
+	for _, d := range eff.dead {
+		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
+	}
+	h := eff.hold
+	if h == nil {
+		return
+	}
+	id := failure.FormatClusterID(h.cluster)
+	if h.ended {
+		for _, c := range l.causes.leave(a.id) {
+			l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountRecovered,
+				Message: fmt.Sprintf("account-wide %s cause %s is over: agent %q got through", h.class, c, a.id)})
+		}
+		return
+	}
+	if !l.causes.join(id, h.class, a.id) {
+		return
+	}
+	l.accountCause(a, h, id, now)
+}
+
+// accountCause raises a new account-wide cause: one event, and one
+// proposal on the agent that found it.
+func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time) {
+	reason := fmt.Sprintf("account-wide %s: agent %q and any other agent with this failure are held, one probe each per interval (%v, doubling to %v): %s",
+		h.class, a.id, l.rules.probes.Every, l.rules.probes.MaxEvery, h.text)
+	agentID := a.id
+	a, err := l.lockAgent(a, agentID, now.UnixNano())
+	if a == nil {
+		l.log.Warn("selfimprove: account-wide cause not filed", "agent", agentID, "error", err)
+		return
+	}
+	var eff effects
+	th, prof := a.s.threshold(now.UnixNano())
+	an := a.s.analysis(now, th, prof)
+	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: id, Confidence: 1, Reason: failure.Bound(reason, maxReason), Rule: rules[h.class]}
+	p, isNew := a.s.file(an, tw, now, &l.rules)
+	ev := &Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: failure.Bound(reason, maxReason)}
+	eff.event(ev)
+	if isNew {
+		eff.proposals = append(eff.proposals, p.clone())
+		eff.event(proposalEvent(newID(now), now, EventProposalFiled, p))
+	}
+	a.commitLocked(&eff, l.canaryCut > 0)
+	a.mu.Unlock()
+	var errs []error
+	if isNew {
+		errs = append(errs, l.addProposalAgent(a.id))
+		l.props.note(a.id, eff.proposals)
+	}
+	errs = append(errs, l.persist(a))
+	if err := errors.Join(errs...); err != nil {
+		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", err)
+	}
+}

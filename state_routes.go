@@ -1,0 +1,394 @@
+package selfimprove
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// The routes' transitions of an agent's state: dead routes, the way back
+// to the primary after a temporary move, and holds for account-wide
+// causes (see ProbePolicy). Pure like the rest of state.go.
+
+// routeState is an agent's routes, probes and hold.
+type routeState struct {
+	// Home is the Config.Route to return to while Away: the agent was
+	// moved off it for a transient cause.
+	Home string
+	Away bool
+	// ProbeAt is when the next probe of Home may run (Unix ns); Every
+	// is the interval that led to it.
+	ProbeAt, Every int64
+	// Returning: the change under verification returns to Home.
+	Returning bool
+	// Dead are the routes this agent found dead, at most maxAgentDead.
+	Dead []routeDead
+	// Hold is the class the agent is held for ("" when it is not);
+	// HoldCluster its cluster and HoldEvery the interval that led to
+	// CircuitOpenUntil. Run counts failures of a held class in a row.
+	Hold        failure.Class
+	HoldCluster uint64
+	HoldEvery   int64
+	Run         int
+}
+
+// routeDead is a route one agent found dead.
+type routeDead struct {
+	Route string
+	Until int64
+	Why   string
+}
+
+// maxAgentDead bounds an agent's own dead routes.
+const maxAgentDead = 8
+
+// deadNote is a route to mark dead loop-wide.
+type deadNote struct {
+	route string
+	until int64
+	why   string
+}
+
+// holdNote is a hold that began or ended, for the Loop's causes.
+type holdNote struct {
+	cluster uint64
+	class   failure.Class
+	text    string
+	ended   bool
+}
+
+// ladder is the agent's route ladder, or nil.
+func (s *agentState) ladder(r *ruleBook) *Routes { return r.routes.of(s.AgentID) }
+
+// route returns the agent's route state, made when it has none.
+func (s *agentState) route() *routeState {
+	if s.Route == nil {
+		s.Route = &routeState{}
+	}
+	return s.Route
+}
+
+// returning reports whether the change under verification returns to the
+// primary.
+func (s *agentState) returning() bool { return s.Route != nil && s.Route.Returning }
+
+// deadList is the routes the agent found dead.
+func (s *agentState) deadList() []routeDead {
+	if s.Route == nil {
+		return nil
+	}
+	return s.Route.Dead
+}
+
+// away reports whether the agent is away from its primary.
+func (s *agentState) away() bool { return s.Route != nil && s.Route.Away }
+
+// routeName is route's name on the agent's ladder: the primary for "".
+func (s *agentState) routeName(route string, r *ruleBook) string {
+	if l := s.ladder(r); l != nil {
+		return l.name(route)
+	}
+	return route
+}
+
+// deadAt returns why route is dead at now (Unix ns), for this agent or
+// loop-wide, and whether it is.
+func (s *agentState) deadAt(route string, now int64, r *ruleBook) (string, bool) {
+	name := s.routeName(route, r)
+	for _, d := range s.deadList() {
+		if d.Route == name && d.Until > now {
+			return d.Why, true
+		}
+	}
+	if r.dead != nil {
+		if d, ok := r.dead.dead(name, now); ok {
+			return d.Why, true
+		}
+	}
+	return "", false
+}
+
+// deadClass reports whether a failure of class on route means the route
+// is dead: no such model, or (on an agent with a ladder) no such thing.
+func (s *agentState) deadClass(class failure.Class, r *ruleBook) bool {
+	return class == failure.ClassModelUnavailable || class == failure.ClassNotFound && !s.ladder(r).empty()
+}
+
+// transient reports whether class may pass on its own, so that a move
+// off a route for it is temporary.
+func transient(class failure.Class) bool {
+	switch class {
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassRateLimit:
+		return true
+	}
+	return false
+}
+
+// routeCall books what a finished call says of its routes: a dead route,
+// a probe of the primary, the run of failures that holds the agent.
+func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
+	if c.homeProbe {
+		s.homeProbed(c, r, eff)
+	}
+	if !c.failed {
+		if s.Route != nil {
+			s.Route.Run = 0
+		}
+		return
+	}
+	if s.deadClass(c.class, r) {
+		s.markDead(c.route, c.class, c.text, c.end, r, eff)
+	}
+	switch {
+	case !r.probes.holds(c.class):
+		if s.Route != nil {
+			s.Route.Run = 0
+		}
+	case s.route().Hold == "":
+		if s.Route.Run++; s.Route.Run >= holdRun {
+			s.hold(c, r, eff)
+		}
+	}
+}
+
+// markDead marks route dead for DeadFor after a failure of class with
+// text at now.
+func (s *agentState) markDead(route string, class failure.Class, text string, now time.Time, r *ruleBook, eff *effects) {
+	name := s.routeName(route, r)
+	n := now.UnixNano()
+	until := n + int64(r.probes.DeadFor)
+	why := failure.Bound(fmt.Sprintf("%s: %s", class, text), maxReason)
+	_, was := s.deadAt(route, n, r)
+	rs := s.route()
+	i := slices.IndexFunc(rs.Dead, func(d routeDead) bool { return d.Route == name })
+	if i >= 0 {
+		rs.Dead[i] = routeDead{name, until, why}
+	} else {
+		rs.Dead = slices.DeleteFunc(rs.Dead, func(d routeDead) bool { return d.Until <= n })
+		rs.Dead = appendBounded(rs.Dead, routeDead{name, until, why}, maxAgentDead)
+	}
+	eff.dead = append(eff.dead, deadNote{name, until, why})
+	eff.save = true
+	if rs.Away && s.routeName(rs.Home, r) == name {
+		rs.Away, rs.ProbeAt = false, 0 // never go back to a dead route
+		eff.probe = true
+	}
+	if !was {
+		eff.event(&Event{ID: r.newID(now), Time: now.UTC(), Type: EventRouteDead, AgentID: s.AgentID,
+			Message: fmt.Sprintf("agent %q: route %q is dead until %s: %s", s.AgentID, name,
+				time.Unix(0, until).UTC().Format(time.RFC3339), why)})
+	}
+}
+
+// hold holds the agent after the failure c of a held class: its calls
+// fail at once, but for one probe per interval.
+func (s *agentState) hold(c *call, r *ruleBook, eff *effects) {
+	every := r.probes.Every
+	rs := s.route()
+	rs.Hold, rs.HoldCluster, rs.HoldEvery = c.class, c.cluster, int64(every)
+	s.CircuitOpenUntil = c.end.Add(every).UnixNano()
+	eff.circuit, eff.save = true, true
+	eff.hold = &holdNote{cluster: c.cluster, class: c.class, text: c.text}
+	eff.event(&Event{ID: r.newID(c.end), Time: c.end.UTC(), Type: EventCircuitOpened, AgentID: s.AgentID,
+		Message: fmt.Sprintf("agent %q: held for %s: %d failures in a row; one probe every %v: %s", s.AgentID, c.class, rs.Run, every, c.text)})
+}
+
+// holdProbed takes the outcome of a held agent's probe: a failure of the
+// held class holds it for a longer interval; anything else releases it.
+func (s *agentState) holdProbed(c *call, r *ruleBook, eff *effects) {
+	eff.circuit, eff.save = true, true
+	rs := s.Route
+	if c.failed && c.class == rs.Hold {
+		every := r.probes.next(time.Duration(rs.HoldEvery))
+		rs.HoldEvery = int64(every)
+		s.CircuitOpenUntil = c.end.Add(every).UnixNano()
+		return
+	}
+	class := rs.Hold
+	eff.hold = &holdNote{cluster: rs.HoldCluster, class: class, ended: true}
+	rs.Hold, rs.HoldCluster, rs.HoldEvery, rs.Run = "", 0, 0, 0
+	s.CircuitOpenUntil = 0
+	eff.event(&Event{ID: r.newID(c.end), Time: c.end.UTC(), Type: EventCircuitClosed, AgentID: s.AgentID,
+		Message: fmt.Sprintf("agent %q: released: the probe got past the %s failure", s.AgentID, class)})
+}
+
+// homeProbed takes the outcome of a probe of Home: a good one starts the
+// return, a failed one doubles the interval.
+func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
+	if !s.away() {
+		return
+	}
+	eff.probe, eff.save = true, true
+	n := c.end.UnixNano()
+	if c.probeClass != "" {
+		if s.deadClass(c.probeClass, r) {
+			s.markDead(s.Route.Home, c.probeClass, c.probeText, c.end, r, eff)
+			return
+		}
+		s.probeLater(n, r)
+		return
+	}
+	if _, dead := s.deadAt(s.Route.Home, n, r); dead || s.Verifying != nil {
+		s.probeLater(n, r)
+		return
+	}
+	s.returnHome(c.end, r, eff)
+}
+
+// probeLater schedules the next probe of Home after a longer interval.
+func (s *agentState) probeLater(now int64, r *ruleBook) {
+	s.Route.Every = int64(r.probes.next(time.Duration(s.Route.Every)))
+	s.Route.ProbeAt = now + s.Route.Every
+}
+
+// returnHome installs the current config with Route Home as a change
+// under verification.
+func (s *agentState) returnHome(now time.Time, r *ruleBook, eff *effects) {
+	cfg := s.Config.clone()
+	cfg.Route = s.Route.Home
+	s.MaxVersion++
+	cfg.Version = s.MaxVersion
+	n := now.UnixNano()
+	win := s.Tracker.stats(n)
+	before := s.Tracker.regime(s.Tracker.faultStart(n-int64(s.Tracker.Win.Width*windowSlots)), r.policy.BeforeCalls)
+	if r.policy.SeedCompatible {
+		before = win
+	}
+	ch := &Change{
+		ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg,
+		Reason: fmt.Sprintf("return to route %q: a probe of it succeeded", s.routeName(s.Route.Home, r)),
+		Before: before, Window: &win, AppliedAt: now.UTC(), State: ChangeVerifying,
+	}
+	s.History = appendBounded(s.History, s.Config, maxHistory)
+	v := *ch
+	s.endVerify()
+	s.Verifying = &v
+	s.Route.Returning = true
+	s.install(cfg, eff)
+	eff.applied, eff.save = ch, true
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+}
+
+// moved notes a decided change ch for the route: a confirmed move off a
+// live route for a transient cause is temporary; a return ends the stay
+// away, or, rolled back, probes again later.
+func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *ruleBook, eff *effects) {
+	n := now.UnixNano()
+	if s.returning() {
+		s.Route.Returning = false
+		eff.probe = true
+		if state == ChangeConfirmed {
+			s.Route.Away, s.Route.ProbeAt, s.Route.Every = false, 0, 0
+		} else {
+			s.probeLater(n, r)
+		}
+		return
+	}
+	if state != ChangeConfirmed || s.routeName(ch.From.Route, r) == s.routeName(ch.To.Route, r) {
+		return
+	}
+	if s.away() {
+		return // moved on down the ladder: still away from the same home
+	}
+	cl := s.clusterByID(ch.Cluster)
+	if _, dead := s.deadAt(ch.From.Route, n, r); dead || cl == nil || !transient(cl.Class) {
+		return
+	}
+	rs := s.route()
+	rs.Home, rs.Away = ch.From.Route, true
+	rs.Every = int64(r.probes.Every)
+	rs.ProbeAt = n + rs.Every
+	eff.probe = true
+}
+
+// clusterByID returns the agent's cluster with the ID (16 hex digits), or
+// nil.
+func (s *agentState) clusterByID(id string) *clusterRec {
+	v, err := failure.ParseClusterID(id)
+	if err != nil {
+		return nil
+	}
+	for i := range s.Clusters {
+		if s.Clusters[i].ID == v {
+			return &s.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// nextLive returns the first live route of the ladder below the current
+// one (from the top when the current one is not on it) that is not
+// avoid, or "" and false.
+func (s *agentState) nextLive(now int64, r *ruleBook, avoid ...string) (string, bool) {
+	l := s.ladder(r)
+	if l.empty() {
+		return "", false
+	}
+	ladder := l.ladder()
+	for _, route := range ladder[slices.Index(ladder, s.routeName(s.Config.Route, r))+1:] {
+		if slices.ContainsFunc(avoid, func(a string) bool { return s.routeName(a, r) == route }) {
+			continue
+		}
+		if _, dead := s.deadAt(route, now, r); !dead {
+			return route, true
+		}
+	}
+	return "", false
+}
+
+// rollForward decides the change under verification when rolling it back
+// would install a dead route: it installs the previous config on the next
+// live route instead, verified as a new change, or, with none left, keeps
+// the change and files a proposal. It reports whether it did either.
+func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff *effects) bool {
+	v := s.Verifying
+	n := now.UnixNano()
+	why, dead := s.deadAt(v.From.Route, n, r)
+	if !dead || s.returning() {
+		return false
+	}
+	from, to := v.From.clone(), v.To.Route
+	if route, ok := s.nextLive(n, r, to, from.Route); ok {
+		s.rollbackTo(now, reason, r, eff)
+		cfg := from
+		cfg.Route = route
+		s.MaxVersion++
+		cfg.Version = s.MaxVersion
+		ch := &Change{ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg, Cluster: v.Cluster,
+			Reason:    failure.Bound(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route), maxReason),
+			Before:    s.Tracker.regime(s.Tracker.faultStart(n-int64(s.Tracker.Win.Width*windowSlots)), r.policy.BeforeCalls),
+			AppliedAt: now.UTC(), State: ChangeVerifying}
+		s.History = appendBounded(s.History, s.Config, maxHistory)
+		c := *ch
+		s.endVerify()
+		s.Verifying = &c
+		s.install(cfg, eff)
+		eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+		return true
+	}
+	kept := fmt.Sprintf("kept: rolling back would return to route %q, which is dead (%s), and no live route is left; %s", s.routeName(from.Route, r), why, reason)
+	ch := s.decide(now, ChangeConfirmed, kept, eff)
+	eff.decided, eff.decision, eff.save = ch, EventChangeConfirmed, true
+	eff.event(newEvent(r.newID(now), now, EventChangeConfirmed, ch))
+	th, prof := s.threshold(n)
+	an := s.analysis(now, th, prof)
+	tw := &Tweak{Config: s.Config, Review: true, Cluster: ch.Cluster, Confidence: 1,
+		Reason: failure.Bound(fmt.Sprintf("route %q fails (%s) and the route before it, %q, is dead (%s): no live route left", s.routeName(to, r), reason, s.routeName(from.Route, r), why), maxReason),
+		Rule:   rules[failure.ClassModelUnavailable]}
+	if p, isNew := s.file(an, tw, now, r); isNew {
+		eff.proposals = append(eff.proposals, p.clone())
+		eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
+	}
+	return true
+}
+
+// stayHome ends a stay away from the primary: an operator chose the
+// config.
+func (s *agentState) stayHome(eff *effects) {
+	if s.away() || s.returning() {
+		s.Route.Away, s.Route.Returning, s.Route.ProbeAt, s.Route.Every = false, false, 0, 0
+		eff.probe = true
+	}
+}
