@@ -51,7 +51,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
 	}
 	a, err := l.agent(agentID)
-	var c begun
+	c := begun{id: agentID}
 	var cfg *Config
 	var home string // the route a probe of the primary runs on
 	if a != nil {
@@ -101,7 +101,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if c.homeProbe {
 		rep.Err, rep.BudgetExhausted = l.runProbe(ctx, cfg, home, fn, &rep.Attempts, &c)
 	} else {
-		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts)
+		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c)
 	}
 	done = true
 	endN, dur := l.since(start)
@@ -134,6 +134,13 @@ type begun struct {
 	homeProbe  bool
 	probeClass failure.Class
 	probeText  string
+	// id is the agent's ID; fellBack, that the call's last attempt ran
+	// on the next route of its ladder (fellRoute) after a failure of
+	// fellClass on its own.
+	id        string
+	fellBack  bool
+	fellClass failure.Class
+	fellRoute string
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -141,7 +148,8 @@ type begun struct {
 // records the call.
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, route: b.route,
-		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText}
+		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
+		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute}
 	rep.Duration = dur
 	if pv != nil {
 		rep.Err = failure.Panic(pv)
@@ -185,7 +193,7 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 	}
 	rep.ConfigVersion = cfg.Version
 	start := l.now()
-	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts)
+	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil)
 	_, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	return rep, rep.Err
@@ -248,7 +256,7 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 // The attempts of a config that allows retries run under a context that
 // a Transport reports failed responses to (one small allocation a call;
 // a config of one attempt allocates nothing).
-func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int) (err error, exhausted bool) {
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun) (err error, exhausted bool) {
 	*n = 1
 	var h *hintCtx
 	actx := ctx
@@ -260,13 +268,13 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
 		return err, false
 	}
-	return l.retry(ctx, h, cfg, fn, err, n)
+	return l.retry(ctx, h, cfg, fn, err, n, b)
 }
 
 // retry makes the attempts after a failed first one; see run. Each
 // attempt's context is ctx (or h, which wraps it) with an Attempt about
 // the one before.
-func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int) (_ error, exhausted bool) {
+func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
 	budget, _ := ctx.Value(budgetKey{}).(*Budget)
 	base := ctx
 	if h != nil {
@@ -276,7 +284,12 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		status, hint, why := h.take()
 		f := l.memo.Describe(err, status)
 		class, text := f.Class, f.Text
-		if !l.retryRules.retries(class) {
+		acfg := cfg
+		if alt, ok := l.fallBack(b, cfg, class, *n+1 == cfg.attempts()); ok {
+			c := *cfg
+			c.Route, acfg = alt, &c
+			b.fellBack, b.fellClass, b.fellRoute = true, class, alt
+		} else if !l.retryRules.retries(class) {
 			return err, false
 		}
 		if budget != nil && !budget.allows(*n+1) {
@@ -295,7 +308,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
-		if err = runOnce(actx, cfg, fn); err == nil || ctx.Err() != nil {
+		if err = runOnce(actx, acfg, fn); err == nil || ctx.Err() != nil || acfg != cfg {
 			return err, false
 		}
 	}

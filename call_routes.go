@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -44,7 +45,7 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 	if c.probeClass == "" {
 		c.probeClass = failure.ClassOther
 	}
-	err, exhausted := l.run(ctx, cfg, fn, n)
+	err, exhausted := l.run(ctx, cfg, fn, n, c)
 	*n++
 	return err, exhausted
 }
@@ -107,4 +108,34 @@ func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time) {
 	if err := errors.Join(errs...); err != nil {
 		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", err)
 	}
+}
+
+// fallBack returns the route the next attempt of a call runs on, when it
+// is not the call's own: the next live route of the agent's ladder, for
+// the call's last attempt after a failure another route may fix, or for
+// any attempt after "no such model". It returns false for the call's own
+// route, and for a probe of the primary, whose fallback is the agent's
+// config.
+func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (string, bool) {
+	if b == nil || b.homeProbe {
+		return "", false
+	}
+	switch {
+	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound:
+	case last && (transient(class) || class == failure.ClassRateLimit):
+	default:
+		return "", false
+	}
+	lad := l.routes.of(b.id)
+	if lad.empty() {
+		return "", false
+	}
+	ladder := lad.ladder()
+	now := l.clock.Now().UnixNano()
+	for _, r := range ladder[slices.Index(ladder, lad.name(cfg.Route))+1:] {
+		if _, dead := l.dead.dead(r, now); !dead {
+			return r, true
+		}
+	}
+	return "", false
 }

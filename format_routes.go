@@ -20,6 +20,7 @@ type routeDoc struct {
 	HoldCluster string       `json:"hold_cluster,omitempty"`
 	HoldEvery   jsonDuration `json:"hold_every,omitempty"`
 	Run         int          `json:"run,omitempty"`
+	Strikes     int          `json:"strikes,omitempty"`
 }
 
 // deadDoc is a dead route as stored.
@@ -31,11 +32,11 @@ type deadDoc struct {
 
 // doc returns r as stored, nil when it is empty.
 func (r *routeState) doc() (*routeDoc, error) {
-	if r == nil || !r.Away && !r.Returning && len(r.Dead) == 0 && r.Hold == "" && r.Run == 0 {
+	if r == nil || !r.Away && !r.Returning && len(r.Dead) == 0 && r.Hold == "" && r.Run == 0 && r.Strikes == 0 {
 		return nil, nil
 	}
 	d := &routeDoc{Home: r.Home, Away: r.Away, Every: jsonDuration(r.Every), Returning: r.Returning,
-		Hold: string(r.Hold), HoldEvery: jsonDuration(r.HoldEvery), Run: r.Run}
+		Hold: string(r.Hold), HoldEvery: jsonDuration(r.HoldEvery), Run: r.Run, Strikes: r.Strikes}
 	var err error
 	if d.ProbeAt, err = optTimeToDoc(path("route.probe_at"), min(r.ProbeAt, maxNanos-1)); err != nil {
 		return nil, err
@@ -56,7 +57,8 @@ func (r *routeState) doc() (*routeDoc, error) {
 // route checks a stored routeDoc: bounded lists and strings, times and
 // durations in range, a known hold class.
 func (c *checker) route(d *routeDoc) *routeState {
-	r := &routeState{Home: d.Home, Away: d.Away, Returning: d.Returning, Run: int(c.num(path("route.run"), int64(d.Run), 0, maxCount))}
+	r := &routeState{Home: d.Home, Away: d.Away, Returning: d.Returning, Run: int(c.num(path("route.run"), int64(d.Run), 0, maxCount)),
+		Strikes: int(c.num(path("route.strikes"), int64(d.Strikes), 0, maxCount))}
 	if len(d.Home) > maxRouteLen {
 		c.fail("route.home: %d bytes, at most %d", len(d.Home), maxRouteLen)
 	}

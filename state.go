@@ -180,7 +180,7 @@ type call struct {
 	gen     uint64 // the config generation it started under
 	version int    // the config version it ran
 	arm     Arm
-	probe   bool // it was a half-open circuit's probe
+	probe   bool   // it was a half-open circuit's probe
 	route   string // the route it ran (Config.Route)
 	// homeProbe: its first attempt probed the primary; probeClass is
 	// that attempt's failure class ("" when it succeeded) and probeText
@@ -188,13 +188,18 @@ type call struct {
 	homeProbe  bool
 	probeClass failure.Class
 	probeText  string
-	end        time.Time
-	dur     time.Duration
-	failed  bool
-	ignored bool // its caller's context ended first: counted only as ignored
-	text    string
-	class   failure.Class
-	cluster uint64
+	// fellBack: its last attempt ran on fellRoute after a failure of
+	// fellClass on its own route.
+	fellBack  bool
+	fellClass failure.Class
+	fellRoute string
+	end       time.Time
+	dur       time.Duration
+	failed    bool
+	ignored   bool // its caller's context ended first: counted only as ignored
+	text      string
+	class     failure.Class
+	cluster   uint64
 }
 
 // record books c and acts on it: it may confirm or roll back the change
@@ -221,7 +226,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	} else if (c.failed || c.probe) && r.breaker.Failures > 0 {
 		s.moveCircuit(c.probe, c.failed, c.end, r, eff)
 	}
-	if c.failed || c.homeProbe || s.Route != nil && s.Route.Run != 0 {
+	if c.failed || c.homeProbe || c.fellBack || s.Route != nil && (s.Route.Run != 0 || s.Route.Strikes != 0) {
 		s.routeCall(c, r, eff)
 	}
 	if s.Verifying != nil {

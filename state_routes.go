@@ -32,6 +32,9 @@ type routeState struct {
 	HoldCluster uint64
 	HoldEvery   int64
 	Run         int
+	// Strikes counts the calls in a row that succeeded only on the next
+	// route of the ladder (see Loop.fallBack).
+	Strikes int
 }
 
 // routeDead is a route one agent found dead.
@@ -136,6 +139,7 @@ func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 		if s.Route != nil {
 			s.Route.Run = 0
 		}
+		s.strike(c, r, eff)
 		return
 	}
 	if s.deadClass(c.class, r) {
@@ -246,34 +250,14 @@ func (s *agentState) probeLater(now int64, r *ruleBook) {
 // returnHome installs the current config with Route Home as a change
 // under verification.
 func (s *agentState) returnHome(now time.Time, r *ruleBook, eff *effects) {
-	cfg := s.Config.clone()
-	cfg.Route = s.Route.Home
-	s.MaxVersion++
-	cfg.Version = s.MaxVersion
-	n := now.UnixNano()
-	win := s.Tracker.stats(n)
-	before := s.Tracker.regime(s.Tracker.faultStart(n-int64(s.Tracker.Win.Width*windowSlots)), r.policy.BeforeCalls)
-	if r.policy.SeedCompatible {
-		before = win
-	}
-	ch := &Change{
-		ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg,
-		Reason: fmt.Sprintf("return to route %q: a probe of it succeeded", s.routeName(s.Route.Home, r)),
-		Before: before, Window: &win, AppliedAt: now.UTC(), State: ChangeVerifying,
-	}
-	s.History = appendBounded(s.History, s.Config, maxHistory)
-	v := *ch
-	s.endVerify()
-	s.Verifying = &v
 	s.Route.Returning = true
-	s.install(cfg, eff)
-	eff.applied, eff.save = ch, true
-	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	s.installChange(now, s.Route.Home, fmt.Sprintf("return to route %q: a probe of it succeeded", s.routeName(s.Route.Home, r)), r, eff)
 }
 
 // moved notes a decided change ch for the route: a confirmed move off a
-// live route for a transient cause is temporary; a return ends the stay
-// away, or, rolled back, probes again later.
+// live route is temporary, unless the cluster it addressed is of a class
+// that does not pass on its own; a return ends the stay away, or, rolled
+// back, probes again later.
 func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *ruleBook, eff *effects) {
 	n := now.UnixNano()
 	if s.returning() {
@@ -292,8 +276,10 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	if s.away() {
 		return // moved on down the ladder: still away from the same home
 	}
-	cl := s.clusterByID(ch.Cluster)
-	if _, dead := s.deadAt(ch.From.Route, n, r); dead || cl == nil || !transient(cl.Class) {
+	if _, dead := s.deadAt(ch.From.Route, n, r); dead {
+		return
+	}
+	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) {
 		return
 	}
 	rs := s.route()
@@ -391,4 +377,53 @@ func (s *agentState) stayHome(eff *effects) {
 		s.Route.Away, s.Route.Returning, s.Route.ProbeAt, s.Route.Every = false, false, 0, 0
 		eff.probe = true
 	}
+}
+
+// strike books a successful call: one that needed the next route of the
+// ladder is a strike against its own route, and moveRun strikes in a row
+// move the agent to that route, as a change verified like any other
+// (the move is temporary: see moved). A call that succeeded on its own
+// route clears the strikes.
+func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
+	if !c.fellBack || !transient(c.fellClass) {
+		if s.Route != nil {
+			s.Route.Strikes = 0
+		}
+		return
+	}
+	rs := s.route()
+	if rs.Strikes++; rs.Strikes < moveRun || s.Verifying != nil || s.analyzing || c.gen != s.Gen {
+		return
+	}
+	if _, dead := s.deadAt(c.fellRoute, c.end.UnixNano(), r); dead {
+		return
+	}
+	rs.Strikes = 0
+	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(s.Config.Route, r), moveRun, c.fellRoute)
+	s.installChange(c.end, c.fellRoute, failure.Bound(reason, maxReason), r, eff)
+}
+
+// installChange installs the current config with route as a change under
+// verification, made by the loop itself for reason.
+func (s *agentState) installChange(now time.Time, route, reason string, r *ruleBook, eff *effects) *Change {
+	cfg := s.Config.clone()
+	cfg.Route = route
+	s.MaxVersion++
+	cfg.Version = s.MaxVersion
+	n := now.UnixNano()
+	win := s.Tracker.stats(n)
+	before := s.Tracker.regime(s.Tracker.faultStart(n-int64(s.Tracker.Win.Width*windowSlots)), r.policy.BeforeCalls)
+	if r.policy.SeedCompatible {
+		before = win
+	}
+	ch := &Change{ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg, Reason: reason,
+		Before: before, Window: &win, AppliedAt: now.UTC(), State: ChangeVerifying}
+	s.History = appendBounded(s.History, s.Config, maxHistory)
+	v := *ch
+	s.endVerify()
+	s.Verifying = &v
+	s.install(cfg, eff)
+	eff.applied, eff.save = ch, true
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	return ch
 }
