@@ -108,7 +108,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
-	if rep.Success && a != nil && !c.probe && !c.homeProbe && a.fast.book(endN, int64(dur), &a.tel.live) {
+	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
