@@ -63,19 +63,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 				return rep, rep.Err
 			}
 		}
-		inst := a.cfg.Load()
-		cfg, c.gen = &inst.Config, inst.gen
-		if inst.prev != nil {
-			if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
-				cfg = inst.prev
-			}
-		}
-		if inst.probeAt != 0 && !c.probe {
-			if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.probing.CompareAndSwap(false, true); c.homeProbe {
-				home = *inst.home
-			}
-		}
-		c.route = cfg.Route
+		cfg, home = l.configFor(a, &c, &rep)
 	} else {
 		// The agent's state cannot be read: run fn untracked under the
 		// default config rather than fail the call.
@@ -120,6 +108,25 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	}
 	l.finish(ctx, a, agentID, c, &rep, endN, dur, nil)
 	return rep, rep.Err
+}
+
+// configFor returns the config a call of a runs under, and the route of
+// the primary when the call is a probe of it (see ProbePolicy).
+func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home string) {
+	inst := a.cfg.Load()
+	cfg, c.gen = &inst.Config, inst.gen
+	if inst.prev != nil {
+		if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
+			cfg = inst.prev
+		}
+	}
+	if inst.probeAt != 0 && !c.probe {
+		if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.probing.CompareAndSwap(false, true); c.homeProbe {
+			home = *inst.home
+		}
+	}
+	c.route = cfg.Route
+	return cfg, home
 }
 
 // begun is what a call knows when fn starts: the config it runs under.

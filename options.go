@@ -118,13 +118,8 @@ func (o *options) validate() error {
 	if err := o.policy.validate(); err != nil {
 		return bad("WithRollbackPolicy", "%v", err)
 	}
-	if _, err := o.probes.withDefaults(); err != nil {
-		return fmt.Errorf("%w: WithProbes", err)
-	}
-	if o.routes != nil {
-		if err := o.routes.validate(); err != nil {
-			return fmt.Errorf("%w: WithRoutes", err)
-		}
+	if err := o.validateRoutes(); err != nil {
+		return err
 	}
 	if err := o.defaultConfig.validate(); err != nil {
 		return fmt.Errorf("%w: WithDefaultConfig: %w", ErrInvalidOption, err)
@@ -316,3 +311,16 @@ func DefaultDir() (string, error) {
 // honoured up to one minute); a negative MaxWait, or an empty class in
 // Permanent, is refused.
 func WithRetryPolicy(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
+
+// validateRoutes checks WithProbes and WithRoutes.
+func (o *options) validateRoutes() error {
+	if _, err := o.probes.withDefaults(); err != nil {
+		return fmt.Errorf("%w: WithProbes", err)
+	}
+	if o.routes != nil {
+		if err := o.routes.validate(); err != nil {
+			return fmt.Errorf("%w: WithRoutes", err)
+		}
+	}
+	return nil
+}

@@ -58,6 +58,8 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
 	case eff.save:
 		if err := l.persist(a); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
+		} else if eff.applied != nil {
+			rep.Improvement = eff.applied // the loop's own route change
 		}
 	}
 }

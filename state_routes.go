@@ -381,25 +381,29 @@ func (s *agentState) stayHome(eff *effects) {
 
 // strike books a successful call: one that needed the next route of the
 // ladder is a strike against its own route, and moveRun strikes in a row
-// move the agent to that route, as a change verified like any other
+// (one, when the route is dead) move the agent to that route, as a change verified like any other
 // (the move is temporary: see moved). A call that succeeded on its own
 // route clears the strikes.
 func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
-	if !c.fellBack || !transient(c.fellClass) {
+	if !c.fellBack {
 		if s.Route != nil {
 			s.Route.Strikes = 0
 		}
 		return
 	}
 	rs := s.route()
-	if rs.Strikes++; rs.Strikes < moveRun || s.Verifying != nil || s.analyzing || c.gen != s.Gen {
+	need := moveRun
+	if s.deadClass(c.fellClass, r) {
+		need = 1 // the route is dead: no reason to wait
+	}
+	if rs.Strikes++; rs.Strikes < need || s.Verifying != nil || s.analyzing || c.gen != s.Gen {
 		return
 	}
 	if _, dead := s.deadAt(c.fellRoute, c.end.UnixNano(), r); dead {
 		return
 	}
 	rs.Strikes = 0
-	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(s.Config.Route, r), moveRun, c.fellRoute)
+	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(s.Config.Route, r), need, c.fellRoute)
 	s.installChange(c.end, c.fellRoute, failure.Bound(reason, maxReason), r, eff)
 }
 

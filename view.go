@@ -1,8 +1,12 @@
 package selfimprove
 
 import (
+	"fmt"
 	"iter"
+	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // AgentView is what the loop knows of one agent, read at once: the one
@@ -49,6 +53,24 @@ type AgentView struct {
 	// Latency is the histogram of the durations of those successful and
 	// failed calls (each whole call: every attempt and the waits).
 	Latency Histogram
+	// Next is what the loop will do next for the agent, and when.
+	Next NextStep
+	// Home is the route the agent returns to once a probe of it succeeds,
+	// while it is away from it (see ProbePolicy); "" otherwise. Held is
+	// the class the agent is held for ("" when it is not).
+	Home string
+	Held failure.Class
+	// DeadRoutes are the routes dead for the agent now: its own finds and
+	// the Loop's.
+	DeadRoutes []DeadRoute
+}
+
+// NextStep is what the loop will do next for an agent: Action in plain
+// text, such as "cooling down; next: route gpt-4o-mini", and At, when it
+// may happen (zero: at the next call that calls for it).
+type NextStep struct {
+	Action string    `json:"action"`
+	At     time.Time `json:"at,omitzero"`
 }
 
 // View returns what the loop knows of agentID, read at once, and whether
@@ -57,7 +79,10 @@ type AgentView struct {
 func (l *Loop) View(agentID string) (AgentView, bool) {
 	now := l.clock.Now()
 	v := AgentView{AgentID: agentID}
-	known := l.view(agentID, func(s *agentState) { v.fillLocked(s, now) })
+	known := l.view(agentID, func(s *agentState) {
+		v.fillLocked(s, now)
+		v.routesLocked(s, now, &l.rules)
+	})
 	if a, ok := l.agents.Load(agentID); ok && known {
 		v.Loaded = true
 		a.(*agent).counters(&v)
@@ -139,4 +164,53 @@ func circuitAt(until, now int64) Circuit {
 		return CircuitOpen
 	}
 	return CircuitHalfOpen
+}
+
+// routesLocked fills v's route fields and its next step from s at now.
+func (v *AgentView) routesLocked(s *agentState, now time.Time, r *ruleBook) {
+	n := now.UnixNano()
+	if rs := s.Route; rs != nil {
+		if rs.Away {
+			v.Home = s.routeName(rs.Home, r)
+		}
+		v.Held = rs.Hold
+	}
+	for _, d := range s.deadList() {
+		if d.Until > n {
+			v.DeadRoutes = append(v.DeadRoutes, DeadRoute{Route: d.Route, Until: time.Unix(0, d.Until).UTC(), Reason: d.Why})
+		}
+	}
+	for _, d := range r.dead.list(n) {
+		if !slices.ContainsFunc(v.DeadRoutes, func(x DeadRoute) bool { return x.Route == d.Route }) {
+			v.DeadRoutes = append(v.DeadRoutes, d)
+		}
+	}
+	v.Next = s.next(n, r)
+}
+
+// next is the agent's next step at now.
+func (s *agentState) next(now int64, r *ruleBook) NextStep {
+	at := func(t int64) time.Time { return time.Unix(0, t).UTC() }
+	switch rs := s.Route; {
+	case rs != nil && rs.Hold != "":
+		return NextStep{Action: fmt.Sprintf("held for %s: one probe per interval", rs.Hold), At: at(s.CircuitOpenUntil)}
+	case s.Verifying != nil:
+		return NextStep{Action: fmt.Sprintf("verifying v%d: %s", s.Verifying.To.Version, s.Verifying.Reason)}
+	case rs != nil && rs.Away:
+		return NextStep{Action: fmt.Sprintf("probe route %q to return to it", s.routeName(rs.Home, r)), At: at(max(rs.ProbeAt, now))}
+	}
+	what := "the strategy, when failures cross the threshold"
+	if route, ok := s.nextLive(now, r); ok {
+		what = fmt.Sprintf("route %q if the current one keeps failing, else the strategy", route)
+	}
+	if s.CooldownUntil > now {
+		return NextStep{Action: "cooling down; next: " + what, At: at(s.CooldownUntil)}
+	}
+	return NextStep{Action: "watching; next: " + what}
+}
+
+// DeadRoutes returns the routes the Loop found dead and that are still
+// dead (see ProbePolicy), by route.
+func (l *Loop) DeadRoutes() []DeadRoute {
+	return l.dead.list(l.clock.Now().UnixNano())
 }

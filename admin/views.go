@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // AgentSummary is one agent in GET /api/agents.
@@ -77,6 +78,14 @@ type AgentDetail struct {
 	Clusters []selfimprove.Cluster `json:"clusters"`
 	// Proposals are the agent's proposals, oldest first.
 	Proposals []selfimprove.Proposal `json:"proposals"`
+	// Next is what the loop will do next for the agent, and when.
+	Next selfimprove.NextStep `json:"next"`
+	// Home is the route the agent returns to while it is away from it;
+	// Held, the class it is held for (see selfimprove.ProbePolicy).
+	Home string        `json:"home,omitempty"`
+	Held failure.Class `json:"held,omitempty"`
+	// DeadRoutes are the routes dead for the agent now.
+	DeadRoutes []selfimprove.DeadRoute `json:"dead_routes"`
 }
 
 // Version is one config version of an agent.

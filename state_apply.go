@@ -1,0 +1,151 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// The analysis's transitions of an agent's state: take the strategy's
+// answer, apply a tweak, take it back; pure like the rest of state.go.
+
+// finishAnalysis takes the strategy's answer tw (or its error) to the
+// analysis an, made at now: it starts the cooldown, and files tw as a
+// proposal or applies it. The state is saved in any case, so that a
+// restart does not run the strategy again at once.
+func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
+	s.analyzing = false
+	s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
+	if _, cl, _ := dominant(an.Clusters); tw == nil && err == nil && sharedOutage(an, cl, defaultOutageAgents) {
+		// Nothing to do during an upstream outage: look again soon after.
+		s.CooldownUntil = now.UnixNano() + int64(th.Cooldown/outageCooldown)
+	}
+	s.CooldownEarly, s.early = s.early, false
+	s.CooldownCluster = 0
+	id := ""
+	if tw != nil {
+		id = tw.Cluster
+	}
+	if top := largest(an.Clusters); id == "" && top != nil {
+		id = top.ID
+	}
+	if v, perr := failure.ParseClusterID(id); perr == nil {
+		s.CooldownCluster = v
+	}
+	eff.save = true
+	switch {
+	case err != nil || tw == nil:
+		return eff, err
+	case tw.Review:
+		if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
+			return eff, nil // the account-wide cause's own proposal stands for it
+		}
+		if p, isNew := s.file(an, tw, now, r); isNew {
+			eff.proposals = append(eff.proposals, p.clone())
+			eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
+		}
+		return eff, nil
+	}
+	ch, err := s.apply(now, an, tw, r)
+	if err != nil {
+		eff.rejected = errors.Is(err, ErrTweakRejected)
+		return eff, err
+	}
+	eff.applied, eff.publish = ch, true
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	return eff, nil
+}
+
+// apply installs tw as the next config version and starts verifying it.
+// It refuses a stale tweak (the config changed since the analysis an), an
+// invalid one, the current config, and one that repeats a tweak rolled
+// back before.
+func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) (*Change, error) {
+	cfg := tw.Config.clone()
+	reject := func(format string, args ...any) (*Change, error) {
+		return nil, fmt.Errorf("%w: "+format, append([]any{ErrTweakRejected}, args...)...)
+	}
+	switch {
+	case s.Config.Version != an.Config.Version || s.Verifying != nil:
+		return nil, ErrStale
+	case cfg.validate() != nil:
+		return reject("%v", cfg.validate())
+	case cfg.Equal(s.Config):
+		return reject("it is the current config")
+	}
+	if why, dead := s.deadAt(cfg.Route, now.UnixNano(), r); dead && s.routeName(cfg.Route, r) != s.routeName(s.Config.Route, r) {
+		return reject("route %q is dead: %s", s.routeName(cfg.Route, r), why)
+	}
+	cluster := tw.Cluster
+	if top := largest(an.Clusters); cluster == "" && top != nil {
+		cluster = top.ID
+	}
+	for _, rb := range s.refused(now, cluster) {
+		if cfg.Equal(rb.Config) || repeats(s.Config, cfg, rb.Config) {
+			return reject("it repeats a tweak rolled back before (version %d: %s)", rb.Config.Version, rb.Reason)
+		}
+	}
+	s.MaxVersion++
+	cfg.Version = s.MaxVersion
+	n := now.UnixNano()
+	win := s.Tracker.stats(n)
+	win.Profile, win.Window = an.Stats.Profile, an.Stats.Window
+	before := win
+	if !r.policy.SeedCompatible {
+		before = s.Tracker.regime(s.Tracker.faultStart(n-int64(win.Window)), r.policy.BeforeCalls)
+	}
+	ch := &Change{
+		ID:        r.newID(now),
+		AgentID:   s.AgentID,
+		From:      s.Config,
+		To:        cfg,
+		Reason:    failure.Bound(tw.Reason, maxReason),
+		Before:    before,
+		Window:    &win,
+		Cluster:   tw.Cluster,
+		AppliedAt: now.UTC(),
+		State:     ChangeVerifying,
+	}
+	if ch.Cluster == "" {
+		if top := largest(an.Clusters); top != nil {
+			ch.Cluster = top.ID
+		}
+	}
+	s.History = appendBounded(s.History, s.Config, maxHistory)
+	v := *ch
+	s.endVerify()
+	s.Verifying = &v
+	var eff effects
+	s.install(cfg, &eff)
+	return ch, nil
+}
+
+// refused returns the rolled-back tweaks still refused at now for a tweak
+// addressing cluster: those whose Until has not passed (zero: forever),
+// for the same cluster, or either without one. An empty cluster means
+// every cluster. A new slice, nil when there are none.
+func (s *agentState) refused(now time.Time, cluster string) []Tweak {
+	var out []Tweak
+	for _, rb := range s.Rejected {
+		if (rb.Until.IsZero() || now.Before(rb.Until)) && (cluster == "" || rb.Cluster == "" || rb.Cluster == cluster) {
+			out = append(out, rb)
+		}
+	}
+	return out
+}
+
+// unapply takes back ch, just applied, when it could not be saved: a
+// change that cannot be recorded is not made. It reports whether it did.
+func (s *agentState) unapply(ch *Change) bool {
+	v := s.Verifying
+	if v == nil || v.ID != ch.ID {
+		return false
+	}
+	s.endVerify()
+	var eff effects
+	s.install(ch.From.clone(), &eff)
+	s.History = s.History[:len(s.History)-1]
+	return true
+}
