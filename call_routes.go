@@ -11,7 +11,7 @@ import (
 )
 
 // failFast is the error of a call whose agent's circuit is open: a
-// *HoldError while the agent is held for an account-wide cause, else
+// *holdError while the agent is held for an account-wide cause, else
 // ErrCircuitOpen.
 func (l *Loop) failFast(a *agent) error {
 	a.mu.Lock()
@@ -24,7 +24,7 @@ func (l *Loop) failFast(a *agent) error {
 	if class == "" {
 		return ErrCircuitOpen
 	}
-	return &HoldError{AgentID: a.id, Class: class, Until: time.Unix(0, until).UTC()}
+	return &holdError{AgentID: a.id, Class: class, Until: time.Unix(0, until).UTC()}
 }
 
 // runProbe makes a call whose first attempt probes the route home (see

@@ -26,8 +26,9 @@ import (
 //
 // Holding: quota, billing, auth and permission failures
 // (failure.ClassQuota, failure.ClassAuth) do not pass by retrying. After
-// two in a row, the agent is held: its calls fail at once with a
-// *HoldError and are not counted, except one probe per interval (Every,
+// two in a row, the agent is held: its calls fail at once with an error
+// for which errors.Is(err, ErrCircuitOpen) is true and failure.Classify
+// gives the class, and are not counted, except one probe per interval (Every,
 // doubling to MaxEvery), whose success releases the agent. The first
 // agent held for a cause (its failure cluster) raises one
 // EventAccountCause and one proposal for the cause; other agents held for
@@ -96,11 +97,11 @@ func (p *ProbePolicy) next(every time.Duration) time.Duration {
 // holdRun is how many failures of a held class in a row hold an agent.
 const holdRun = 2
 
-// HoldError is the error of a call the loop did not run because its
+// holdError is the error of a call the loop did not run because its
 // agent is held for an account-wide cause (see ProbePolicy): quota,
 // billing, auth. errors.Is(err, ErrCircuitOpen) is true for it, and
 // failure.Classify gives its Class.
-type HoldError struct {
+type holdError struct {
 	AgentID string
 	// Class is the cause's class: failure.ClassQuota or
 	// failure.ClassAuth.
@@ -109,16 +110,16 @@ type HoldError struct {
 	Until time.Time
 }
 
-func (e *HoldError) Error() string {
+func (e *holdError) Error() string {
 	return fmt.Sprintf("selfimprove: agent %q held for %s until %s: the account cannot serve it (one probe per interval)",
 		e.AgentID, e.Class, e.Until.UTC().Format(time.RFC3339))
 }
 
 // Is reports whether target is ErrCircuitOpen.
-func (e *HoldError) Is(target error) bool { return target == ErrCircuitOpen }
+func (e *holdError) Is(target error) bool { return target == ErrCircuitOpen }
 
 // FailureClass returns the cause's class, for failure.Classify.
-func (e *HoldError) FailureClass() failure.Class { return e.Class }
+func (e *holdError) FailureClass() failure.Class { return e.Class }
 
 // DeadRoute is a route marked dead (see ProbePolicy).
 type DeadRoute struct {

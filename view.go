@@ -53,8 +53,12 @@ type AgentView struct {
 	// Latency is the histogram of the durations of those successful and
 	// failed calls (each whole call: every attempt and the waits).
 	Latency Histogram
-	// Next is what the loop will do next for the agent, and when.
-	Next NextStep
+	// Next is what the loop will do next for the agent, in plain text,
+	// such as "cooling down; next: route "gpt-4o-mini" if the current one
+	// keeps failing", and NextAt when it may happen (zero: at the next
+	// call that calls for it).
+	Next   string
+	NextAt time.Time
 	// Home is the route the agent returns to once a probe of it succeeds,
 	// while it is away from it (see ProbePolicy); "" otherwise. Held is
 	// the class the agent is held for ("" when it is not).
@@ -63,14 +67,6 @@ type AgentView struct {
 	// DeadRoutes are the routes dead for the agent now: its own finds and
 	// the Loop's.
 	DeadRoutes []DeadRoute
-}
-
-// NextStep is what the loop will do next for an agent: Action in plain
-// text, such as "cooling down; next: route gpt-4o-mini", and At, when it
-// may happen (zero: at the next call that calls for it).
-type NextStep struct {
-	Action string    `json:"action"`
-	At     time.Time `json:"at,omitzero"`
 }
 
 // View returns what the loop knows of agentID, read at once, and whether
@@ -185,28 +181,28 @@ func (v *AgentView) routesLocked(s *agentState, now time.Time, r *ruleBook) {
 			v.DeadRoutes = append(v.DeadRoutes, d)
 		}
 	}
-	v.Next = s.next(n, r)
+	v.Next, v.NextAt = s.next(n, r)
 }
 
 // next is the agent's next step at now.
-func (s *agentState) next(now int64, r *ruleBook) NextStep {
+func (s *agentState) next(now int64, r *ruleBook) (string, time.Time) {
 	at := func(t int64) time.Time { return time.Unix(0, t).UTC() }
 	switch rs := s.Route; {
 	case rs != nil && rs.Hold != "":
-		return NextStep{Action: fmt.Sprintf("held for %s: one probe per interval", rs.Hold), At: at(s.CircuitOpenUntil)}
+		return fmt.Sprintf("held for %s: one probe per interval", rs.Hold), at(s.CircuitOpenUntil)
 	case s.Verifying != nil:
-		return NextStep{Action: fmt.Sprintf("verifying v%d: %s", s.Verifying.To.Version, s.Verifying.Reason)}
+		return fmt.Sprintf("verifying v%d: %s", s.Verifying.To.Version, s.Verifying.Reason), time.Time{}
 	case rs != nil && rs.Away:
-		return NextStep{Action: fmt.Sprintf("probe route %q to return to it", s.routeName(rs.Home, r)), At: at(max(rs.ProbeAt, now))}
+		return fmt.Sprintf("probe route %q to return to it", s.routeName(rs.Home, r)), at(max(rs.ProbeAt, now))
 	}
 	what := "the strategy, when failures cross the threshold"
 	if route, ok := s.nextLive(now, r); ok {
 		what = fmt.Sprintf("route %q if the current one keeps failing, else the strategy", route)
 	}
 	if s.CooldownUntil > now {
-		return NextStep{Action: "cooling down; next: " + what, At: at(s.CooldownUntil)}
+		return "cooling down; next: " + what, at(s.CooldownUntil)
 	}
-	return NextStep{Action: "watching; next: " + what}
+	return "watching; next: " + what, time.Time{}
 }
 
 // DeadRoutes returns the routes the Loop found dead and that are still

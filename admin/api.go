@@ -145,7 +145,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Changes:   nonNil(changes),
 		Clusters:  nonNil(s.l.Clusters(id)),
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
-		Next:      o.Next, Home: o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
+		Next:      o.Next, NextAt: o.NextAt, Home: o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
 	}
 	writeJSON(w, http.StatusOK, d)
 }

@@ -78,8 +78,10 @@ type AgentDetail struct {
 	Clusters []selfimprove.Cluster `json:"clusters"`
 	// Proposals are the agent's proposals, oldest first.
 	Proposals []selfimprove.Proposal `json:"proposals"`
-	// Next is what the loop will do next for the agent, and when.
-	Next selfimprove.NextStep `json:"next"`
+	// Next is what the loop will do next for the agent, and NextAt when
+	// (absent: at the next call that calls for it).
+	Next   string    `json:"next"`
+	NextAt time.Time `json:"next_at,omitzero"`
 	// Home is the route the agent returns to while it is away from it;
 	// Held, the class it is held for (see selfimprove.ProbePolicy).
 	Home string        `json:"home,omitempty"`

@@ -405,9 +405,9 @@ function showMarker(m) {
 
 // nextText is what the loop will do next for the agent, and when:
 // "cooling down; next: route "gpt-4o-mini"… (at 14:20)".
-function nextText(n) {
-  if (!n || !n.action) return "–";
-  return n.at ? n.action + " (at " + when(n.at) + ")" : n.action;
+function nextText(d) {
+  if (!d.next) return "–";
+  return d.next_at ? d.next + " (at " + when(d.next_at) + ")" : d.next;
 }
 
 function showDetail(d) {
@@ -417,7 +417,7 @@ function showDetail(d) {
     ["Health", pct(d.health)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
     ["Failures", String(d.stats.failures)], ["p95", dur(d.p95_latency_ns)], ["Config", "v" + d.config_version],
     ["Change", stateText[d.change_state] || "–"], ["Circuit", d.circuit], ["Profile", d.profile || "–"],
-    ["Next", nextText(d.next)],
+    ["Next", nextText(d)],
   ];
   $("agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v }))));
   drawTimeline(d);

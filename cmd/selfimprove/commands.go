@@ -287,7 +287,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(tw, "Agent:\t%s\n", cell(d.ID))
 		fmt.Fprintf(tw, "Config:\tv%d %s\n", d.Config.Version, configText(d.Config))
 		fmt.Fprintf(tw, "Health:\t%.2f (healthy: %v), circuit %s\n", d.Health, d.Healthy, d.Circuit)
-		fmt.Fprintf(tw, "Next:\t%s\n", nextText(d.Next))
+		fmt.Fprintf(tw, "Next:\t%s\n", nextText(d.Next, d.NextAt))
 		for _, r := range d.DeadRoutes {
 			fmt.Fprintf(tw, "Dead route:\t%s until %s: %s\n", cell(r.Route), r.Until.Format("2006-01-02 15:04"), cell(r.Reason))
 		}
@@ -595,16 +595,4 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// nextText is an agent's next step as the CLI shows it: "cooling down
-// until 14:20; next: route "gpt-4o-mini"…".
-func nextText(n selfimprove.NextStep) string {
-	if n.Action == "" {
-		return "-"
-	}
-	if n.At.IsZero() {
-		return cell(n.Action)
-	}
-	return fmt.Sprintf("%s (at %s)", cell(n.Action), n.At.Format("2006-01-02 15:04"))
 }
