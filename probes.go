@@ -265,13 +265,3 @@ func (b *causeBook) leave(agentID string) (ended []string) {
 	}
 	return ended
 }
-
-// agents returns how many agents the cause holds.
-func (b *causeBook) agents(cluster string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c := b.m[cluster]; c != nil {
-		return len(c.agents)
-	}
-	return 0
-}
