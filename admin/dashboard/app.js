@@ -419,7 +419,7 @@ function showDetail(d) {
     ["Change", stateText[d.change_state] || "–"], ["Circuit", d.circuit], ["Profile", d.profile || "–"],
     ["Next", nextText(d)],
   ];
-  $("agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v }))));
+  $("agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v, title: v }))));
   drawTimeline(d);
   $("agent-proposals").replaceChildren(...(d.proposals.length ? d.proposals.slice().reverse().map((p) => proposalCard(p, false)) : [el("p", { class: "muted", text: "None." })]));
   $("clusters").tBodies[0].replaceChildren(...d.clusters.map((c) => el("tr", {},
