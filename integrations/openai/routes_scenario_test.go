@@ -31,14 +31,13 @@ func chance(key string) float64 {
 // scenario runs a script through the loop and through the baseline, each
 // on its own clock and provider.
 type scenario struct {
-	name    string
-	routes  si.Routes
-	cfg     si.Config
-	agents  []string
-	gap, d  time.Duration
-	script  func(start time.Time) script
-	opts    []si.Option
-	measure func(start time.Time) func(outcome) bool
+	name   string
+	routes si.Routes
+	cfg    si.Config
+	agents []string
+	gap, d time.Duration
+	script func(start time.Time) script
+	opts   []si.Option
 }
 
 type run struct {
