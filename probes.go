@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,18 +195,8 @@ func (b *deadBook) list(now int64) []DeadRoute {
 			out = append(out, DeadRoute{Route: k, Until: time.Unix(0, v.Until).UTC(), Reason: v.Why})
 		}
 	}
-	slices.SortFunc(out, func(a, b DeadRoute) int { return cmpString(a.Route, b.Route) })
+	slices.SortFunc(out, func(a, b DeadRoute) int { return strings.Compare(a.Route, b.Route) })
 	return out
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // causeBook is the account-wide causes in force: the agents held for

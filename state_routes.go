@@ -337,21 +337,12 @@ func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff 
 	}
 	from, to := v.From.clone(), v.To.Route
 	if route, ok := s.nextLive(n, r, to, from.Route); ok {
-		s.rollbackTo(now, reason, r, eff)
-		cfg := from
-		cfg.Route = route
-		s.MaxVersion++
-		cfg.Version = s.MaxVersion
-		ch := &Change{ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg, Cluster: v.Cluster,
-			Reason:    failure.Bound(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route), maxReason),
-			Before:    s.Tracker.regime(s.Tracker.faultStart(n-int64(s.Tracker.Win.Width*windowSlots)), r.policy.BeforeCalls),
-			AppliedAt: now.UTC(), State: ChangeVerifying}
-		s.History = appendBounded(s.History, s.Config, maxHistory)
-		c := *ch
-		s.endVerify()
-		s.Verifying = &c
-		s.install(cfg, eff)
-		eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+		cluster := v.Cluster
+		s.rollbackTo(now, reason, r, eff) // installs from
+		why := failure.Bound(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route), maxReason)
+		ch := s.installChange(now, route, why, r, eff)
+		ch.Cluster, s.Verifying.Cluster = cluster, cluster
+		eff.applied = nil // the rollback is the decision to report
 		return true
 	}
 	kept := fmt.Sprintf("kept: rolling back would return to route %q, which is dead (%s), and no live route is left; %s", s.routeName(from.Route, r), why, reason)

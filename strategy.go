@@ -22,13 +22,22 @@ import (
 //     MaxAttempts;
 //   - overloaded, network, empty_response: MaxAttempts + 1, up to
 //     MaxAttempts;
-//   - model_unavailable: the next Route in Fallbacks.
+//   - model_unavailable: a proposal, when no live route is left (see
+//     below).
+//
+// With a route ladder (Analysis.Routes), it first moves the route down
+// the ladder to the next live route (not in Analysis.DeadRoutes) when the
+// dominant class is model_unavailable or not_found, or when overloaded,
+// timeout, network or empty_response failed 5 calls in a row (or the
+// threshold's count, if higher); an upstream outage does not stop such a
+// move.
 //
 // It consults the failure memory first (Analysis.Memories). A fix that was
 // confirmed for a similar cluster of the dominant class (Confidence at
 // least MinConfidence), on this agent or another, is preferred: its raised Timeout, MaxAttempts or
 // Backoff are applied where they raise the agent's own (within the caps),
-// and its Route where Fallbacks lists it; the tweak's Reason names that
+// and its Route, for a class that does not pass on its own, where the
+// ladder lists it and it is not dead; the tweak's Reason names that
 // fix by its cluster and change IDs. A move that repeats one rolled
 // back or rejected for a similar cluster is avoided: it is filed for
 // review instead.
@@ -39,14 +48,16 @@ import (
 // upstream outage: when the dominant cluster is a shared cause of at
 // least OutageAgents agents and the agent's latest failures came in a
 // row, retries and timeouts cannot help, and a change made then would be
-// judged (and rolled back) against the outage. When the safe move for the class is used up (at its
-// cap, rolled back before, no fallback left, or a timeout with no Timeout
-// set), and for every other class (auth, quota, bad_request, not_found,
-// context_length, content_filter, tool_error, panic, canceled, other), it
-// files a Proposal for human review instead (a Tweak with Review set):
-// with a suggested config beyond the cap where there is one, and always
-// with a plain-text rule. Confidence is the dominant class's share of the
-// window's failures.
+// judged (and rolled back) against the outage. When the safe move for the
+// class is used up (at its cap, rolled back before, no live route left,
+// or a timeout with no Timeout set), and for every other class (auth,
+// quota, bad_request, not_found, context_length, content_filter,
+// tool_error, panic, canceled, other), it tries the safe move of the next
+// class (with at least 2 failures and a fifth of the window's); with none,
+// it files a Proposal for human review instead (a Tweak with Review set),
+// naming the tweaks rolled back for the cluster: with a suggested config
+// beyond the cap where there is one, and always with a plain-text rule.
+// Confidence is the class's share of the window's failures.
 //
 // The zero value is ready to use; DefaultStrategy returns one.
 type BuiltinStrategy struct {

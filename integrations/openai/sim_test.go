@@ -127,6 +127,13 @@ func (p *provider) count(keep func(request) bool) int {
 	return n
 }
 
+// sent returns how many requests the provider has seen.
+func (p *provider) sent() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.reqs)
+}
+
 // ask makes one chat completion on model, under timeout.
 func ask(ctx context.Context, c oai.Client, model string, timeout time.Duration) error {
 	ctx = context.WithValue(ctx, timeoutKey{}, timeout)
@@ -160,12 +167,11 @@ func drive(p *provider, sys system, agents []string, gap, d time.Duration) []out
 			p.clk.Advance(at.Sub(now))
 		}
 		for _, a := range agents {
-			before := p.count(func(request) bool { return true })
+			before := p.sent()
 			o := sys.call(context.Background(), a)
 			o.at, o.agent = at, a
-			o.requests = p.count(func(request) bool { return true }) - before
 			p.mu.Lock()
-			if len(p.reqs) > 0 && o.requests > 0 {
+			if o.requests = len(p.reqs) - before; o.requests > 0 {
 				o.model = p.reqs[len(p.reqs)-1].model
 			}
 			p.mu.Unlock()
