@@ -57,7 +57,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if a != nil {
 		if a.openUntil.Load() != 0 { // set with a breaker or a hold
 			var ok bool
-			if c.probe, ok = l.admit(a); !ok {
+			if c.probe, ok = l.admit(a); !ok || !l.claim(a, &c) {
 				rep.Err = l.failFast(a)
 				rep.ConfigVersion = a.cfg.Load().Version
 				return rep, rep.Err
@@ -121,7 +121,7 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 		}
 	}
 	if inst.probeAt != 0 && !c.probe {
-		if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.probing.CompareAndSwap(false, true); c.homeProbe {
+		if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.probing.CompareAndSwap(false, true); c.homeProbe && l.claim(a, c) {
 			home = *inst.home
 		}
 	}
@@ -295,7 +295,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		if alt, ok := l.fallBack(b, cfg, class, *n+1 == cfg.attempts()); ok {
 			c := *cfg
 			c.Route, acfg = alt, &c
-			b.fellBack, b.fellClass, b.fellRoute = true, class, alt
+			b.fellBack, b.fellClass, b.fellRoute, b.route = true, class, alt, alt
 		} else if !l.retryRules.retries(class) {
 			return err, false
 		}

@@ -54,6 +54,13 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 // causes: it marks dead routes loop-wide, and raises an account-wide
 // cause once, with one proposal, or ends it.
 func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
+	if l.fleet != nil {
+		for _, d := range eff.dead {
+			l.dead.mark(d.route, d.until, d.why, now.UnixNano())
+		}
+		l.fleetRouteEffects(a, eff, now)
+		return
+	}
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
 	}
@@ -64,12 +71,11 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
 	id := failure.FormatClusterID(h.cluster)
 	if h.ended {
 		for _, c := range l.causes.leave(a.id) {
-			l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountRecovered,
-				Message: fmt.Sprintf("account-wide %s cause %s is over: agent %q got through", h.class, c, a.id)})
+			l.causeEnded(a, h, c, now)
 		}
 		return
 	}
-	if !l.causes.join(id, h.class, a.id) {
+	if !l.causes.join(id, h.class, a.id, now.UnixNano()) {
 		return
 	}
 	l.accountCause(a, h, id, now)

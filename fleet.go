@@ -21,7 +21,8 @@ import (
 // fleet, so that a change is verified on every replica's calls. A
 // decision is a compare-and-set on the revision (Commit): the replica
 // that loses takes the winner's state. A lease makes one replica run the
-// strategy for a trigger.
+// strategy for a trigger. Notes share what one replica learns of every
+// agent: dead routes and account-wide causes (see ProbePolicy).
 //
 // Every method must be safe for concurrent use, must honour ctx (the
 // Loop gives each call a deadline, WithFleetTimeout), and must treat the
@@ -63,6 +64,18 @@ type Fleet interface {
 	AppendEvents(ctx context.Context, events []Event) error
 	// Events returns up to limit of the latest events, oldest first.
 	Events(ctx context.Context, limit int) ([]Event, error)
+	// Note records, for every replica, that the route name is dead
+	// (kind "route") or that the account-wide cause whose cluster ID is
+	// name is in force (kind "cause"), until until, for reason (at most
+	// 512 bytes). A later until extends a note in force, an earlier one
+	// leaves it; an until not after now ends it. Note reports whether a
+	// note of kind and name was in force at now, so that one replica
+	// alone raises a cause, or its end. A fleet keeps at most
+	// MaxFleetNotes notes, dropping the one that ends first.
+	Note(ctx context.Context, kind, name, reason string, until, now time.Time) (was bool, err error)
+	// Notes returns the notes of kind in force at now, at most
+	// MaxFleetNotes, as DeadRoutes whose Route is the note's name.
+	Notes(ctx context.Context, kind string, now time.Time) ([]DeadRoute, error)
 }
 
 // FleetCounts are calls counted for one arm of one config generation.

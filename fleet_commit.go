@@ -166,18 +166,24 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 // fleet's last state it knew and the error wraps ErrFleetUnavailable. In
 // both cases the decisions did not happen.
 func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
-	fa := a.fl
 	value, err := encodeShared(snap)
 	if err != nil {
 		return err
 	}
 	a.mu.Lock()
 	a.settleFleetLocked(l)
-	rev, base := fa.rev, fa.base
+	rev, base := a.fl.rev, a.fl.base
 	a.mu.Unlock()
 	if bytes.Equal(value, base) {
 		return nil
 	}
+	return l.fleetSwap(a, rev, base, value, evs)
+}
+
+// fleetSwap commits value as a's shared state if the fleet is still at
+// rev, whose state was base; see fleetCommit.
+func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued) error {
+	fa := a.fl
 	fa.committing.Store(true)
 	ctx, cancel := l.fleet.ctx()
 	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)

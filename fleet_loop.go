@@ -38,6 +38,7 @@ type fleetLink struct {
 	down    atomic.Bool
 	flushMu sync.Mutex // serialises flushes
 	polled  time.Time  // the last flush that asked for every agent; guarded by flushMu
+	out     outbox     // notes for the fleet (fleet_notes.go)
 	once    sync.Once
 }
 
@@ -188,6 +189,7 @@ func (l *Loop) fleetFlush() error {
 	if poll {
 		fl.polled = now
 	}
+	l.fleetNotes(now, poll)
 	l.agents.Range(func(_, v any) bool {
 		a := v.(*agent)
 		fa := a.fl

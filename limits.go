@@ -31,6 +31,9 @@ const (
 	// detail, and how many of a generation's latest failures a FleetPool
 	// returns.
 	MaxFleetFailures = 32
+	// MaxFleetNotes is how many notes (Fleet.Note) a fleet keeps, and
+	// how long a note's name may be, in bytes.
+	MaxFleetNotes = 256
 	// HealthHalfLife is the half-life of the health score, as a fraction
 	// of the agent's analysis window: a call a quarter of the window old
 	// weighs half as much as one made now.

@@ -207,8 +207,9 @@ type causeBook struct {
 }
 
 type cause struct {
-	class  failure.Class
-	agents map[string]struct{}
+	class   failure.Class
+	agents  map[string]struct{}
+	renewed int64 // Unix ns: when its fleet note was last sent
 }
 
 // maxCauses and maxCauseAgents bound the causes in force and the agents
@@ -220,7 +221,7 @@ const (
 
 // join adds agentID to the cause cluster; first is true when the cause
 // is new.
-func (b *causeBook) join(cluster string, class failure.Class, agentID string) (first bool) {
+func (b *causeBook) join(cluster string, class failure.Class, agentID string, now int64) (first bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.m[cluster]
@@ -231,7 +232,7 @@ func (b *causeBook) join(cluster string, class failure.Class, agentID string) (f
 		if b.m == nil {
 			b.m = map[string]*cause{}
 		}
-		c = &cause{class: class, agents: map[string]struct{}{}}
+		c = &cause{class: class, agents: map[string]struct{}{}, renewed: now}
 		b.m[cluster] = c
 		first = true
 	}
@@ -255,4 +256,19 @@ func (b *causeBook) leave(agentID string) (ended []string) {
 		}
 	}
 	return ended
+}
+
+// due returns the causes whose fleet note was last sent every or more
+// before now, and marks them sent.
+func (b *causeBook) due(now, every int64) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for k, c := range b.m {
+		if now-c.renewed >= every {
+			c.renewed = now
+			out = append(out, k)
+		}
+	}
+	return out
 }

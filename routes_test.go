@@ -257,3 +257,20 @@ func TestRouteStateSurvivesRestart(t *testing.T) {
 		t.Errorf("after restart the hold is gone: %v (view before: %s)", err, before.Next)
 	}
 }
+
+// A fallback that answers "no such model" marks the fallback dead, not
+// the route the call began on. Before, the primary was marked dead for a
+// day for the backup's 404.
+func TestFallbackFailureMarksItsOwnRoute(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
+	callEvery(l, clk, "a", 1, time.Second, func(route string) error {
+		if route == "backup" {
+			return errors.New("404 model_not_found: the model `backup` does not exist")
+		}
+		return err503
+	})
+	if ds := l.DeadRoutes(); len(ds) != 1 || ds[0].Route != "backup" {
+		t.Fatalf("dead routes %+v, want the backup alone", ds)
+	}
+}

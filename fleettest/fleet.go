@@ -30,6 +30,7 @@ type Fleet struct {
 	events []si.Event
 	subs   map[int]func(string, uint64)
 	nextID int
+	notes  map[noteKey]memNote
 }
 
 // MaxEvents is how many events a Fleet keeps.

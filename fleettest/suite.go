@@ -33,6 +33,8 @@ func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run("Lease", testLease)
 	run("Events", testEvents)
 	run("HostileAgentIDs", testHostileAgentIDs)
+	run("Notes", testNotes)
+	run("NotesBounded", testNotesBounded)
 }
 
 // testCompareAndSet checks that Commit succeeds only on the revision Load

@@ -16,8 +16,9 @@
 //	:l  string the strategy lease, with its expiry
 //
 // and, for the whole prefix, the stream <prefix>events (capped at about
-// Options.MaxEvents entries with XADD MAXLEN ~) and the pub/sub channel
-// <prefix>changes. Decisions and pooled counts are Lua scripts, run with
+// Options.MaxEvents entries with XADD MAXLEN ~), the hash <prefix>notes
+// (the fleet's notes: dead routes and account-wide causes, at most
+// selfimprove.MaxFleetNotes) and the pub/sub channel <prefix>changes. Decisions and pooled counts are Lua scripts, run with
 // EVALSHA (EVAL when the server does not have them), each on one agent's
 // keys. Nothing else is written: no key outside the prefix, no FLUSH, no
 // CONFIG.

@@ -140,3 +140,32 @@ func TestKeysStayUnderThePrefix(t *testing.T) {
 		t.Fatalf("%d keys after the refused ID, want %d", n, len(keys))
 	}
 }
+
+// TestNotesPlanted checks that notes stay bounded when the hash holds what
+// the scripts never write: a value of 1 MB, a field that is no note, and
+// more fields than twice the cap.
+func TestNotesPlanted(t *testing.T) {
+	s := startRedis(t)
+	c := client(t, s)
+	f := newFleet(t, c, "p:")
+	ctx := context.Background()
+	now := time.Date(2026, 3, 2, 12, 0, 0, 0, time.UTC)
+	until := fmt.Sprint(now.Add(time.Hour).UnixMilli())
+	c.HSet(ctx, "p:notes", "5:routehuge", until+" "+strings.Repeat("x", 1<<20), "5:routebad", "soon", "5:routeok", until+" fine")
+	got, err := f.Notes(ctx, "route", now)
+	if err != nil || len(got) != 1 || got[0].Route != "ok" || got[0].Reason != "fine" {
+		t.Fatalf("Notes with planted values: %+v %v", got, err)
+	}
+	for i := range 3 * si.MaxFleetNotes {
+		c.HSet(ctx, "p:notes", fmt.Sprint("5:route", i), until+" x")
+	}
+	if got, err := f.Notes(ctx, "route", now); err != nil || len(got) != 0 {
+		t.Fatalf("Notes of an oversized hash: %d notes, %v; want none", len(got), err)
+	}
+	if was, err := f.Note(ctx, "route", "gpt-4o", "dead", now.Add(time.Hour), now); err != nil || was {
+		t.Fatalf("Note on an oversized hash: %v %v", was, err)
+	}
+	if n, _ := c.HLen(ctx, "p:notes").Result(); n != 1 {
+		t.Fatalf("the oversized hash has %d fields after a Note, want 1", n)
+	}
+}

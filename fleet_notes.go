@@ -1,0 +1,215 @@
+package selfimprove
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// What one replica learns of every agent, shared through the fleet's
+// notes (Fleet.Note): dead routes and account-wide causes; and the probes
+// of the primary and of held agents, which one replica claims at a time
+// (see docs/fleet.md). Notes are sent and read by the flusher, never on
+// the call path; a probe's claim is a commit on the call that probes, at
+// most one per agent and interval on each replica.
+
+// Note kinds.
+const (
+	noteRoute = "route"
+	noteCause = "cause"
+)
+
+// noteItem is a note waiting to be sent. For a cause, a and h say what
+// to raise when the fleet did not know of it, or what ended.
+type noteItem struct {
+	kind, name, reason string
+	until, now         time.Time
+	a                  *agent
+	h                  *holdNote
+}
+
+// maxOutbox bounds the notes waiting to be sent; beyond it a cause is
+// raised (or ended) on this replica alone, and a dead route stays local.
+const maxOutbox = 256
+
+// outbox is the notes waiting for the flusher.
+type outbox struct {
+	mu    sync.Mutex
+	items []noteItem
+}
+
+// causeTTL is how long a cause's note lasts without a renewal: a replica
+// holding agents for it renews it every MaxEvery, so that a replica that
+// died leaves no cause behind for long.
+func (p *ProbePolicy) causeTTL() time.Duration { return 3 * p.MaxEvery }
+
+// fleetPost queues a note for the flusher, and asks for a flush. It
+// reports false when the outbox is full.
+func (l *Loop) fleetPost(n noteItem) bool {
+	fl := l.fleet
+	fl.out.mu.Lock()
+	ok := len(fl.out.items) < maxOutbox
+	if ok {
+		fl.out.items = append(fl.out.items, n)
+	}
+	fl.out.mu.Unlock()
+	select {
+	case fl.kick <- struct{}{}:
+	default:
+	}
+	return ok
+}
+
+// fleetRouteEffects is routeEffects with a fleet: a dead route is noted
+// for every replica, and a cause is raised, or its end told, by the one
+// replica the fleet names.
+func (l *Loop) fleetRouteEffects(a *agent, eff *effects, now time.Time) {
+	for _, d := range eff.dead {
+		l.fleetPost(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
+	}
+	h := eff.hold
+	if h == nil {
+		return
+	}
+	id := failure.FormatClusterID(h.cluster)
+	if h.ended {
+		for _, c := range l.causes.leave(a.id) {
+			if !l.fleetPost(noteItem{kind: noteCause, name: c, until: now, now: now, a: a, h: h}) {
+				l.causeEnded(a, h, c, now)
+			}
+		}
+		return
+	}
+	if !l.causes.join(id, h.class, a.id, now.UnixNano()) {
+		return
+	}
+	n := noteItem{kind: noteCause, name: id, reason: h.text, until: now.Add(l.rules.probes.causeTTL()), now: now, a: a, h: h}
+	if !l.fleetPost(n) {
+		l.accountCause(a, h, id, now)
+	}
+}
+
+// fleetNotes sends the queued notes and renews the causes in force here;
+// on a poll it takes the fleet's dead routes. A cause the fleet did not
+// know (or could not be asked of) is raised here; the end of one it knew
+// is told here.
+func (l *Loop) fleetNotes(now time.Time, poll bool) {
+	fl := l.fleet
+	fl.out.mu.Lock()
+	items := fl.out.items
+	fl.out.items = nil
+	fl.out.mu.Unlock()
+	p := &l.rules.probes
+	for _, id := range l.causes.due(now.UnixNano(), int64(p.MaxEvery)) {
+		items = append(items, noteItem{kind: noteCause, name: id, until: now.Add(p.causeTTL()), now: now})
+	}
+	for _, n := range items {
+		ctx, cancel := fl.ctx()
+		was, err := fl.f.Note(ctx, n.kind, n.name, n.reason, n.until, n.now)
+		cancel()
+		if err != nil {
+			l.fleetDown(err)
+		}
+		switch {
+		case n.h == nil:
+		case n.h.ended && (was || err != nil):
+			l.causeEnded(n.a, n.h, n.name, now)
+		case !n.h.ended && (!was || err != nil):
+			l.accountCause(n.a, n.h, n.name, n.now)
+		}
+	}
+	if !poll {
+		return
+	}
+	ctx, cancel := fl.ctx()
+	dead, err := fl.f.Notes(ctx, noteRoute, now)
+	cancel()
+	if err != nil {
+		l.fleetDown(err)
+		return
+	}
+	for _, d := range dead {
+		l.dead.mark(d.Route, d.Until.UnixNano(), failure.Bound(d.Reason, maxReason), now.UnixNano())
+	}
+}
+
+// causeEnded tells that the account-wide cause c is over.
+func (l *Loop) causeEnded(a *agent, h *holdNote, c string, now time.Time) {
+	l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountRecovered,
+		Message: fmt.Sprintf("account-wide %s cause %s is over: agent %q got through", h.class, c, a.id)})
+}
+
+// claim claims the probe c is about to run, in a fleet (see fleetClaim).
+// When another replica took it, a probe of the primary becomes a plain
+// call, and claim returns false for a held agent's probe: the call fails
+// fast.
+func (l *Loop) claim(a *agent, c *begun) bool {
+	if l.fleet == nil || (!c.probe && !c.homeProbe) || l.fleetClaim(a, c.homeProbe) {
+		return true
+	}
+	a.probing.Store(false)
+	c.probe, c.homeProbe = false, false
+	return false
+}
+
+// fleetClaim makes the probe a call is about to run (of the primary, or
+// of a held agent) this replica's alone: it commits the next probe time,
+// one interval on, before the probe runs, so that the other replicas
+// wait. It reports false when another replica claimed it first, or no
+// probe is due any more. Without a fleet, or with the fleet unreachable,
+// the replica probes on its own.
+func (l *Loop) fleetClaim(a *agent, home bool) bool {
+	if a.fl == nil || l.fleet.down.Load() {
+		return true
+	}
+	now := l.clock.Now().UnixNano()
+	a.mu.Lock()
+	a.settleFleetLocked(l)
+	if !home && (a.s.Route == nil || a.s.Route.Hold == "") {
+		a.mu.Unlock()
+		return true // a breaker's probe: the breaker is each replica's own
+	}
+	// The claim is a compare-and-set on the revision the claim was made
+	// at: a newer state taken meanwhile (another replica's claim) makes
+	// it fail, never pass unseen.
+	rev, base := a.fl.rev, a.fl.base
+	ok := a.s.claimProbe(now, home, &l.rules)
+	var value []byte
+	var err error
+	if ok {
+		eff := effects{probe: home, circuit: !home}
+		a.commitLocked(&eff, l.canaryCut > 0)
+		a.dirty = true
+		snap := a.s.snapshot()
+		value, err = encodeShared(&snap)
+	}
+	a.mu.Unlock()
+	if !ok || err != nil {
+		return ok
+	}
+	return !errors.Is(l.fleetSwap(a, rev, base, value, nil), ErrFleetConflict)
+}
+
+// claimProbe moves the next probe, of the primary (home) or of the hold,
+// one interval on from now, and reports whether one was due.
+func (s *agentState) claimProbe(now int64, home bool, r *ruleBook) bool {
+	rs := s.Route
+	switch {
+	case rs == nil:
+		return false
+	case home:
+		if !rs.Away || now < rs.ProbeAt {
+			return false
+		}
+		rs.ProbeAt = now + max(rs.Every, int64(r.probes.Every))
+	default:
+		if rs.Hold == "" || now < s.CircuitOpenUntil {
+			return false
+		}
+		s.CircuitOpenUntil = now + max(rs.HoldEvery, int64(r.probes.Every))
+	}
+	return true
+}
