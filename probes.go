@@ -39,7 +39,8 @@ import (
 //
 // Dead routes: a call that failed with failure.ClassModelUnavailable, or
 // failure.ClassNotFound on an agent with a ladder, marks its route dead,
-// for every agent of the Loop, for DeadFor, with an EventRouteDead. No
+// for every agent of the Loop (and, with WithFleet, of every replica),
+// for DeadFor, with an EventRouteDead. No
 // strategy move, rollback or return installs a dead route: a rollback
 // whose target is dead moves on to the next live route of the ladder, or
 // keeps the config under verification and files a proposal.
