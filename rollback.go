@@ -99,10 +99,11 @@ type RollbackPolicy struct {
 	// MinBeforeCalls is the fewest calls a change is judged against:
 	// when fewer calls ended since the fault began, the success rate of
 	// "before" is completed with the analysis window's for the missing
-	// calls, and the verdict says so. And no strategy runs for an agent
-	// before it has made this many calls, so that a brand-new agent is not
-	// re-configured on its first failures. Default 10; at most 16;
-	// negative: no minimum.
+	// calls, and the verdict says so. And no strategy runs for an
+	// automatically profiled agent before it has made this many calls, so
+	// that a brand-new agent is not re-configured on its first failures;
+	// an operator's threshold (SetThreshold, MarkCritical) is obeyed from
+	// the first call. Default 10; at most 16; negative: no minimum.
 	MinBeforeCalls int
 	// MaxSuccessDrop is the largest tolerated fall of the success rate,
 	// in percentage points. Default 10.

@@ -246,7 +246,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 				s.confirm(c.end, v.Reason, r, eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && s.Tracker.Total >= int64(r.policy.MinBeforeCalls) &&
+	} else if c.failed && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
 		th, prof := s.threshold(endN)
 		start := endN - int64(th.Window)
@@ -285,6 +285,12 @@ const (
 
 // abnormal reports whether the agent's recent calls fail more often than
 // the older half of its analysis window explains (see noiseOdds); true
+// operatorThreshold reports whether an operator chose the agent's
+// threshold (SetThreshold or MarkCritical): then it is obeyed from the
+// first call, without the cold-start minimum of automatically profiled
+// agents (RollbackPolicy.MinBeforeCalls).
+func (s *agentState) operatorThreshold() bool { return s.Manual != nil || s.Critical }
+
 // while that half is too short to tell.
 func (s *agentState) abnormal(now int64) bool {
 	calls, failures := s.Tracker.Win.older(now)

@@ -428,9 +428,11 @@ func TestStateOperatorSet(t *testing.T) {
 }
 
 func TestStateColdStart(t *testing.T) {
-	// The default policy: no analysis before the agent has made
-	// MinBeforeCalls (10) calls, whatever its threshold.
+	// The default policy: no analysis before an automatically profiled
+	// agent has made MinBeforeCalls (10) calls. An operator's threshold
+	// is obeyed from the first call (TestOperatorThresholdFromTheFirstCall).
 	s, r := freshState(), testRules(func(r *ruleBook) { r.policy = RollbackPolicy{}.withDefaults() })
+	s.Manual = nil
 	for i := range 9 {
 		if eff := book(s, r, st0.Add(time.Duration(i)*time.Second), true); eff.analysis != nil {
 			t.Fatalf("call %d of a new agent triggered an analysis", i+1)

@@ -1,6 +1,7 @@
 package selfimprove_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -155,5 +156,46 @@ func TestManualThresholdOfSixtyFourFailures(t *testing.T) {
 	}
 	if rep := e.call("a", errBoom, 0); !rep.ImprovementTriggered {
 		t.Fatal("did not trigger at the 64th failure")
+	}
+}
+
+// Issue 27: an operator's threshold is obeyed from the first call. Before,
+// MarkCritical and SetThreshold(Failures: 1) first acted on the 10th
+// failing call: the cold-start minimum (MinBeforeCalls) overrode them.
+func TestOperatorThresholdFromTheFirstCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(l *si.Loop) error
+	}{
+		{"critical", func(l *si.Loop) error { return l.MarkCritical("a", true) }},
+		{"manual", func(l *si.Loop) error {
+			return l.SetThreshold("a", si.Threshold{Failures: 1, Window: time.Hour, Cooldown: time.Hour})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			strat := &countingStrategy{tweak: si.Config{MaxAttempts: 2}}
+			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if err := tc.set(l); err != nil {
+				t.Fatal(err)
+			}
+			rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return errBoom })
+			if strat.runs.Load() != 1 || rep.Improvement == nil {
+				t.Fatalf("the first failing call ran the strategy %d times (improvement %v), want once", strat.runs.Load(), rep.Improvement)
+			}
+		})
+	}
+	// An automatically profiled agent still waits for MinBeforeCalls.
+	strat := &countingStrategy{tweak: si.Config{MaxAttempts: 2}}
+	l, _ := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat))
+	defer l.Close()
+	for range 9 {
+		l.ExecuteWithImprovement(context.Background(), "b", func(context.Context, si.Config) error { return errBoom })
+	}
+	if n := strat.runs.Load(); n != 0 {
+		t.Fatalf("a new agent's first 9 calls ran the strategy %d times", n)
 	}
 }
