@@ -59,6 +59,11 @@ type Analysis struct {
 	// the routes dead at Time, for the agent or the whole Loop, by route.
 	Routes     Routes
 	DeadRoutes []DeadRoute
+	// TransientAttempts is the fewest attempts a call makes for
+	// transient failures (rate_limit, overloaded, timeout, network)
+	// whatever its config (RetryPolicy.TransientAttempts): a MaxAttempts
+	// at or below it changes nothing for them.
+	TransientAttempts int
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest cluster in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and

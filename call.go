@@ -272,7 +272,7 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 		actx = h
 	}
 	err = runOnce(actx, cfg, fn)
-	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || cfg.attempts() <= 1 && l.retryRules.floor <= 1 {
 		return err, false
 	}
 	return l.retry(ctx, h, cfg, fn, err, n, b)
@@ -287,12 +287,16 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 	if h != nil {
 		base = h
 	}
-	for *n < cfg.attempts() {
+	for {
 		status, hint, why := h.take()
 		f := l.memo.Describe(err, status)
 		class, text := f.Class, f.Text
+		limit := l.retryRules.attempts(cfg, class)
+		if *n >= limit {
+			break
+		}
 		acfg := cfg
-		if alt, ok := l.fallBack(b, cfg, class, *n+1 == cfg.attempts()); ok {
+		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit); ok {
 			c := *cfg
 			c.Route, acfg = alt, &c
 			b.fellBack, b.fellClass, b.fellRoute, b.route = true, class, alt, alt
@@ -303,6 +307,10 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 			return err, true
 		}
 		wait, reason := l.wait(cfg, *n, err, hint, why)
+		if h == nil { // a retry the transient floor adds: its hints from now on
+			h = &hintCtx{Context: ctx}
+			base = h
+		}
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
 				return err, false // the server's wait would pass the caller's deadline
@@ -327,7 +335,11 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 // (the transport's header, else err's; see RetryPolicy), the latter
 // capped by the policy's MaxWait.
 func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string) (time.Duration, string) {
-	d, reason := l.backoff(cfg.Backoff, attempt), failure.WaitBackoff
+	base := cfg.Backoff
+	if attempt >= cfg.attempts() {
+		base = max(base, transientBackoff) // a retry of the transient floor
+	}
+	d, reason := l.backoff(base, attempt), failure.WaitBackoff
 	if d == 0 {
 		reason = failure.WaitNone
 	}

@@ -34,7 +34,7 @@ func scenario(t *testing.T, opt si.Option) ([]outcome, si.Stats, []time.Duration
 			return &si.Tweak{Config: c, Reason: "try " + c.Route}, nil
 		})
 		opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), si.WithNotifier(nil), si.WithStrategy(strat),
-			si.WithDefaultConfig(si.Config{Route: "primary"})}
+			si.WithDefaultConfig(si.Config{Route: "primary"}), noFloor}
 		if opt != nil {
 			opts = append(opts, opt)
 		}

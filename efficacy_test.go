@@ -44,7 +44,7 @@ func newFleet(t *testing.T, improve bool, agents []string, up upstream, opts ...
 	if improve {
 		strat = &si.BuiltinStrategy{}
 	}
-	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(f.clk), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat), si.WithFlushInterval(0)}
+	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(f.clk), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat), si.WithFlushInterval(0), noFloor}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func ExampleRollbackPolicy() {
 	}
 	defer loop.Close()
 
-	errFlaky := errors.New("upstream error")
+	errFlaky := errors.New("search tool failed")
 	calls := 0
 	agent := func(ctx context.Context, cfg selfimprove.Config) error {
 		calls++
@@ -198,7 +198,7 @@ func ExampleBuiltinStrategy() {
 	}
 	fmt.Println(loop.Proposals(nil)[0].Status)
 	// Output:
-	// search: v2 backoff=1s attempts=2
+	// search: v2 backoff=1s attempts=3
 	// billing: pending proposal (auth, tool_failure): Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.
 	// rejected
 }

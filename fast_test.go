@@ -28,7 +28,7 @@ func fastScript(t *testing.T, noFast bool) ([]string, Stats, []string) {
 		c.Route = []string{"harmful", "backup", "mirror"}[tries%3]
 		return &Tweak{Config: c, Reason: "try " + c.Route}, nil
 	})
-	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()),
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithNotifier(nil), WithLogger(discardLogger()), WithRetryPolicy(RetryPolicy{TransientAttempts: 1}),
 		WithStrategy(strat), WithDefaultConfig(Config{Route: "primary"}))
 	if err != nil {
 		t.Fatal(err)

@@ -223,7 +223,7 @@ func TestStateRoundTripLive(t *testing.T) {
 			return &Tweak{Config: c, Reason: "try", Review: r.IntN(3) == 0, Rule: "a rule", Confidence: 0.5}, nil
 		})
 		policy := RollbackPolicy{Method: Method(seed), CanaryFraction: 0.3}
-		l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(strat),
+		l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(strat), WithRetryPolicy(RetryPolicy{TransientAttempts: 1}),
 			WithRollbackPolicy(policy), WithCircuitBreaker(CircuitBreaker{Failures: 9, CoolOff: time.Minute}))
 		if err != nil {
 			t.Fatal(err)

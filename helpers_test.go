@@ -113,9 +113,10 @@ func (e *env) open(opts ...si.Option) {
 	// Tracking only unless the test names a strategy; and no minimum of
 	// calls before a change (the threshold's failures trigger at once on
 	// a new agent) unless the test sets a policy: coldstart_test.go
-	// covers the minimum.
+	// covers the minimum. One attempt a call unless the config says more:
+	// retrypolicy_test.go covers the transient floor.
 	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil),
-		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1})}
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), noFloor}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		e.t.Fatal(err)
@@ -188,3 +189,8 @@ func (e *env) heldCall(id string, err error) (release func(), done <-chan si.Rep
 	<-started
 	return func() { close(finish) }, reports
 }
+
+// noFloor turns the transient floor (RetryPolicy.TransientAttempts) off:
+// a call makes the attempts its config allows, as the tests of the
+// strategy's own answers need.
+var noFloor = si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})

@@ -38,7 +38,7 @@ func TestCallWithHostileChains(t *testing.T) {
 	// The ring errors ask for a 7s wait (RetryAfter), which the retry
 	// honours: on a simulated clock that waits without sleeping.
 	l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithStrategy(nil), WithClock(fakeclock.New(time.Unix(0, 0))),
-		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), WithRetryPolicy(RetryPolicy{TransientAttempts: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,6 +249,7 @@ func TestServerWaitFromError(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := fakeclock.New(t0)
+			c.policy.TransientAttempts = 1
 			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithClock(clk),
 				si.WithDefaultConfig(c.cfg), si.WithRetryPolicy(c.policy))
 			if err != nil {

@@ -37,6 +37,17 @@ type RetryPolicy struct {
 	// IgnoreServerWait makes the loop wait the Backoff only, whatever
 	// the failure asks for. Default false.
 	IgnoreServerWait bool
+	// TransientAttempts is the fewest attempts a call makes for
+	// transient failures (rate_limit, overloaded, timeout, network),
+	// whatever its config's MaxAttempts: the LLM SDKs retry these twice
+	// on their own, and the integrations turn that off so that the loop
+	// sees every failure, so the loop never retries less than the SDK
+	// did. The attempts the config would not have made wait at least
+	// 0.5 s doubled each time, with jitter, or the
+	// server's wait when longer, as the SDKs do. Default 0: 3 attempts;
+	// 1 turns the floor off; at most 10. The call's Budget and deadline
+	// still bound it.
+	TransientAttempts int
 	// JitterSeed makes the jitter of the backoffs a fixed sequence drawn
 	// from it, so that a simulation on a fake clock runs the same way
 	// every time (with one caller at a time). Default 0: the jitter is
@@ -50,6 +61,7 @@ type retryRules struct {
 	permanent  []failure.Class
 	maxWait    time.Duration
 	serverWait bool
+	floor      int // TransientAttempts
 }
 
 // rules returns p with its defaults filled in.
@@ -63,13 +75,38 @@ func (p RetryPolicy) rules() retryRules {
 	if r.maxWait == 0 {
 		r.maxWait = defaultMaxWait
 	}
+	if r.floor = p.TransientAttempts; r.floor == 0 {
+		r.floor = defaultTransientAttempts
+	}
 	return r
+}
+
+// attempts returns how many attempts a call under cfg may make after a
+// failure of class: the config's, or the transient floor when higher.
+func (r *retryRules) attempts(cfg *Config, class failure.Class) int {
+	if n := cfg.attempts(); n >= r.floor || !sdkRetried(class) {
+		return n
+	}
+	return r.floor
+}
+
+// sdkRetried reports whether the LLM SDKs retry a failure of class on
+// their own: 429, 408, 5xx and connection errors.
+func sdkRetried(class failure.Class) bool {
+	switch class {
+	case failure.ClassRateLimit, failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork:
+		return true
+	}
+	return false
 }
 
 // validate checks p's ranges.
 func (p RetryPolicy) validate() error {
 	if p.MaxWait < 0 {
 		return fmt.Errorf("MaxWait %v is negative", p.MaxWait)
+	}
+	if p.TransientAttempts < 0 || p.TransientAttempts > maxTransientAttempts {
+		return fmt.Errorf("TransientAttempts %d outside [0, %d]", p.TransientAttempts, maxTransientAttempts)
 	}
 	if slices.Contains(p.Permanent, "") {
 		return errors.New("an empty class in Permanent")
@@ -81,8 +118,11 @@ func (p RetryPolicy) validate() error {
 func (r *retryRules) retries(c failure.Class) bool { return !slices.Contains(r.permanent, c) }
 
 const (
-	defaultMaxWait = time.Minute           // RetryPolicy.MaxWait's default
-	waitRoundUp    = 10 * time.Millisecond // a server's wait is rounded up to this
+	defaultTransientAttempts = 3                      // RetryPolicy.TransientAttempts's default
+	maxTransientAttempts     = 10                     // and its cap
+	transientBackoff         = 500 * time.Millisecond // the floor's base wait (see RetryPolicy)
+	defaultMaxWait           = time.Minute            // RetryPolicy.MaxWait's default
+	waitRoundUp              = 10 * time.Millisecond  // a server's wait is rounded up to this
 )
 
 // roundUpWait rounds a server's wait up to waitRoundUp, so that a retry

@@ -17,7 +17,7 @@ import (
 func routeLoop(t *testing.T, clk *fakeclock.Clock, opts ...si.Option) *si.Loop {
 	t.Helper()
 	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithLogger(quiet),
-		si.WithFlushInterval(0), si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup", "spare"}})}
+		si.WithFlushInterval(0), si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup", "spare"}}), noFloor}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)

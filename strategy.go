@@ -273,37 +273,47 @@ func (p *plan) rateLimit() *Tweak {
 	}
 	b = max(b, rateLimitWait(p.a.Failures))
 	next.Backoff = min(b, p.maxBackoff)
-	next.MaxAttempts = min(cur.attempts()+1, p.maxAtt)
+	next.MaxAttempts = min(p.attempts()+1, p.maxAtt)
 	if next.Backoff < cur.Backoff {
 		next.Backoff = cur.Backoff
 	}
-	if next.MaxAttempts < cur.attempts() {
+	if next.MaxAttempts < p.attempts() {
 		next.MaxAttempts = cur.MaxAttempts
 	}
 	switch {
 	case next.Equal(cur):
 		beyond := cur.clone()
-		beyond.Backoff, beyond.MaxAttempts = b, cur.attempts()+1
-		return p.review(fmt.Sprintf("backoff %v and %d attempts are at their caps", cur.Backoff, cur.attempts()), &beyond)
+		beyond.Backoff, beyond.MaxAttempts = b, p.attempts()+1
+		return p.review(fmt.Sprintf("backoff %v and %d attempts are at their caps", cur.Backoff, p.attempts()), &beyond)
 	case p.rejected(*next):
 		return p.review("raising the backoff and retries was rolled back before", nil)
 	}
-	return p.safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, cur.attempts(), next.attempts()))
+	return p.safe(fmt.Sprintf("rate limited: backoff %v → %v, attempts %d → %d", cur.Backoff, next.Backoff, p.attempts(), next.attempts()))
+}
+
+// attempts is how many attempts the calls of the plan's class make now:
+// the config's, or the transient floor when it applies and is higher.
+func (p *plan) attempts() int {
+	n := p.cur.attempts()
+	if sdkRetried(p.class) {
+		n = max(n, p.a.TransientAttempts)
+	}
+	return n
 }
 
 // oneMoreAttempt allows one more attempt, up to the cap.
 func (p *plan) oneMoreAttempt() *Tweak {
 	cur := p.cur
-	p.next.MaxAttempts = min(cur.attempts()+1, p.maxAtt)
+	p.next.MaxAttempts = min(p.attempts()+1, p.maxAtt)
 	switch {
-	case p.next.MaxAttempts <= cur.attempts():
+	case p.next.MaxAttempts <= p.attempts():
 		beyond := cur.clone()
-		beyond.MaxAttempts = cur.attempts() + 1
-		return p.review(fmt.Sprintf("%d attempts is at its cap", cur.attempts()), &beyond)
+		beyond.MaxAttempts = p.attempts() + 1
+		return p.review(fmt.Sprintf("%d attempts is at its cap", p.attempts()), &beyond)
 	case p.rejected(p.next):
 		return p.review("one more attempt was rolled back before", nil)
 	}
-	return p.safe(fmt.Sprintf("%s: attempts %d → %d", p.class, cur.attempts(), p.next.attempts()))
+	return p.safe(fmt.Sprintf("%s: attempts %d → %d", p.class, p.attempts(), p.next.attempts()))
 }
 
 // moveRun is how many calls in a row, at the least (the threshold's

@@ -179,17 +179,18 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 			}
 		}},
 		{errors.New("HTTP 429 Too Many Requests"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
-			if c.Backoff != time.Second || rep.Attempts != 2 || rep.Duration < 500*time.Millisecond {
+			// The transient floor already made 3 attempts: one more is 4.
+			if c.Backoff != time.Second || c.MaxAttempts != 4 || rep.Attempts != 4 || rep.Duration < 500*time.Millisecond {
 				t.Errorf("config %+v, %d attempts in %v", c, rep.Attempts, rep.Duration)
 			}
 		}},
 		{errors.New("503 Service Unavailable"), si.Config{}, func(t *testing.T, c si.Config, rep si.Report) {
-			if rep.Attempts != 2 {
+			if rep.Attempts != 4 {
 				t.Errorf("%d attempts", rep.Attempts)
 			}
 		}},
 		{fmt.Errorf("dial: %w", syscall.ECONNREFUSED), si.Config{MaxAttempts: 2}, func(t *testing.T, c si.Config, rep si.Report) {
-			if rep.Attempts != 3 {
+			if rep.Attempts != 4 {
 				t.Errorf("%d attempts", rep.Attempts)
 			}
 		}},

@@ -3,6 +3,7 @@ package failure
 import (
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -148,9 +149,13 @@ func parseWait(s string) (time.Duration, bool) {
 
 // ErrorWait returns the wait err asks for: that of the first error in its
 // chain with a method RetryAfter() time.Duration that returns more than
-// 0 (why is WaitErrorMethod), else the wait its provider body's message
-// or, failing that, its text gives (TextWait; why is WaitProviderMessage).
-// It returns 0 and "" when there is none.
+// 0 (why is WaitErrorMethod), else the headers of the failed response an
+// error in the chain keeps in a field Response *http.Response, as the
+// openai-go and anthropic-sdk-go *Error do (HeaderWait, an HTTP date
+// read against the system clock; why is WaitHeader, a space and the
+// header's name), else the wait its provider
+// body's message or, failing that, its text gives (TextWait; why is
+// WaitProviderMessage). It returns 0 and "" when there is none.
 func ErrorWait(err error) (d time.Duration, why string) {
 	if err == nil {
 		return 0, ""
@@ -166,7 +171,7 @@ func errorWait(err error, text string) (d time.Duration, why string) {
 			d, why = 0, ""
 		}
 	}()
-	raw := ""
+	raw, hd, hwhy := "", time.Duration(0), ""
 	Walk(err, func(e error) bool {
 		if x, ok := e.(interface{ RetryAfter() time.Duration }); ok {
 			if v := x.RetryAfter(); v > 0 && v <= maxHint {
@@ -177,10 +182,18 @@ func errorWait(err error, text string) (d time.Duration, why string) {
 		if raw == "" {
 			raw = rawJSONOf(e)
 		}
+		if hd == 0 {
+			if r := responseOf(e); r != nil {
+				hd, hwhy = HeaderWait(r.Header, r.StatusCode, time.Now())
+			}
+		}
 		return true
 	})
 	if d > 0 {
 		return d, WaitErrorMethod
+	}
+	if hd > 0 {
+		return hd, WaitHeader + " " + hwhy
 	}
 	if p, ok := parseProviderJSON(raw); ok {
 		if d = TextWait(p.Message); d > 0 {
@@ -191,4 +204,22 @@ func errorWait(err error, text string) (d time.Duration, why string) {
 		return d, WaitProviderMessage
 	}
 	return 0, ""
+}
+
+// responseType is the type of the field responseOf reads.
+var responseType = reflect.TypeFor[*http.Response]()
+
+// responseOf returns the failed response e keeps in a field Response
+// *http.Response (a pointer to a struct: the Stainless SDKs' *Error), or
+// nil.
+func responseOf(e error) *http.Response {
+	v := reflect.ValueOf(e)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	f := v.Elem().FieldByName("Response")
+	if !f.IsValid() || f.Type() != responseType || f.IsNil() || !f.CanInterface() {
+		return nil
+	}
+	return f.Interface().(*http.Response)
 }

@@ -191,7 +191,7 @@ func newLoop(sc scenario, improve bool, dir string, clk *fakeclock.Clock) (*si.L
 	if improve {
 		strat = sc.strategy()
 	}
-	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026}),
+	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026, TransientAttempts: 1}),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config), si.WithRoutes(routes))
 	if err != nil {
 		return nil, err

@@ -224,7 +224,9 @@ func (o outcome) perThousand() float64 { return 1000 * float64(o.Changes) / floa
 func play(f family, p *si.RollbackPolicy) (outcome, error) {
 	start0 := time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 	clk := fakeclock.New(start0)
-	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026}),
+	// The transient floor (RetryPolicy.TransientAttempts) is off in both
+	// arms: the table measures what the loop learns and verifies.
+	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026, TransientAttempts: 1}),
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config), si.WithRoutes(routes)}
 	if p != nil {
 		strat := builtin
