@@ -16,7 +16,7 @@ import (
 // failed response in a field.
 type sdk429 struct{ Response *http.Response }
 
-func (e *sdk429) Error() string { return "POST \"/v1/chat/completions\": 429 Too Many Requests" }
+func (e *sdk429) Error() string   { return "POST \"/v1/chat/completions\": 429 Too Many Requests" }
 func (e *sdk429) StatusCode() int { return 429 }
 
 func rateLimited(after string) error {
