@@ -69,9 +69,9 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	json.Unmarshal(body, &req)
 	now := p.clk.Now()
+	p.mu.Lock() // a script may keep state
 	a := p.script(req.Model, now)
 	rep := p.sdk.Reply(a.kind, req.Model, now)
-	p.mu.Lock()
 	p.reqs = append(p.reqs, request{now, req.Model, r.Header.Get(keyHeader), rep.Status})
 	p.mu.Unlock()
 	for k, v := range rep.Header {

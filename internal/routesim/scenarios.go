@@ -3,6 +3,7 @@ package routesim
 import (
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -265,19 +266,27 @@ func (s *Sim) RateLimitStorm(t *testing.T) {
 
 // HealthyNoise: a healthy agent meets 2 % random server errors for 3
 // days. Required: no route change.
+//
+// The two systems draw the same numbers: the k-th request on a model
+// within a call's slot fails in both or in neither, so that the
+// comparison measures the systems, not the draw.
 func (s *Sim) HealthyNoise(t *testing.T) {
-	n := 0 // the loop's run and the baseline's draw one sequence
-	sc := scenario{name: "healthy, 2 % random " + s.sdk.ServerError + "s, 3 days", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: 30 * time.Second, d: 72 * time.Hour,
-		script: func(time.Time) script {
+	const gap = 30 * time.Second
+	sc := scenario{name: "healthy, 2 % random " + s.sdk.ServerError + "s, 3 days", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: gap, d: 72 * time.Hour,
+		script: func(start time.Time) script {
+			seen := map[string]int{} // requests by slot and model
 			return func(model string, t time.Time) answer {
-				n++
-				if chance(t.String()+model+string(rune(n))) < 0.02 {
+				key := start.Add(t.Sub(start).Truncate(gap)).String() + " " + model
+				seen[key]++
+				if chance(strconv.Itoa(seen[key])+" "+key) < 0.02 {
 					return answer{kind: ServerError, latency: 50 * time.Millisecond}
 				}
 				return fine(600 * time.Millisecond)
 			}
 		}}
 	lr, br := s.loop(t, sc), s.baseline(t, sc)
+	failed := func(r request) bool { return r.status >= 500 }
+	t.Logf("server errors met: %d by the loop, %d by the baseline", lr.p.count(failed), br.p.count(failed))
 	for _, ch := range lr.sys.l.Changes("a") {
 		if ch.From.Route != ch.To.Route {
 			t.Errorf("route change %q → %q: %s", ch.From.Route, ch.To.Route, ch.Reason)
