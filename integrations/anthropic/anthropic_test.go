@@ -114,6 +114,7 @@ var cases = []struct {
 		map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(30 * time.Second),
 			"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-reset": reset(50 * time.Second)}), failure.ClassRateLimit, 28 * time.Second},
 	{"not_found_error model", apiErr(404, "not_found_error", "model: claude-2.0", nil), failure.ClassModelUnavailable, 0},
+	{"not_found_error withdrawn model", apiErr(404, "not_found_error", "model: claude-3-sonnet-20240229", nil), failure.ClassModelUnavailable, 0},
 	{"not_found_error other", apiErr(404, "not_found_error", "Not found", nil), failure.ClassNotFound, 0},
 	{"invalid_request_error prompt too long", apiErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum", nil), failure.ClassContextLength, 0},
 	{"invalid_request_error", apiErr(400, "invalid_request_error", "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"user\" roles in a row", nil), failure.ClassBadRequest, 0},
