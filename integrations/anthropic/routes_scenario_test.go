@@ -2,7 +2,6 @@ package anthropic_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ import (
 // The route scenarios of docs/performance.md#routes with the real
 // anthropic-sdk-go client (internal/routesim runs them), against a local
 // server that answers with Anthropic's bodies and headers.
-var sim = routesim.New(routesim.SDK{
+var sdk = routesim.SDK{
 	Ladder:      si.Routes{Primary: adapter.DefaultPrimary, Fallbacks: adapter.DefaultFallbacks[:1]},
 	Withdrawn:   "claude-3-sonnet-20240229",
 	ServerError: "500",
@@ -28,14 +27,7 @@ var sim = routesim.New(routesim.SDK{
 		}
 	},
 	Reply: simReply,
-	Response: func(err error) *http.Response {
-		var ae *ant.Error
-		if errors.As(err, &ae) {
-			return ae.Response
-		}
-		return nil
-	},
-})
+}
 
 // simReply is Anthropic's answer of kind k at simulated time now, as the
 // API sends it; each carries a request-id header.
@@ -59,30 +51,7 @@ func simReply(k routesim.Kind, model string, now time.Time) routesim.Reply {
 	return routesim.Reply{Status: r.status, Header: r.headers, Body: r.body}
 }
 
-// The primary answers 529 overloaded_error for 30 minutes while the
-// fallback is healthy.
-func TestScenarioOverloadedPrimary(t *testing.T) { sim.OverloadedPrimary(t) }
-
-// The primary is withdrawn (404 not_found_error); the fallback answers
-// 500 api_error for its first 5 minutes.
-func TestScenarioWithdrawnPrimary(t *testing.T) { sim.WithdrawnPrimary(t) }
-
-// Four agents of one account run out of credit (400 "credit balance is
-// too low") for 24 hours.
-func TestScenarioQuotaExhausted(t *testing.T) { sim.QuotaExhausted(t) }
-
-// The primary slows from 2 s to 8 s for 2 hours, under a 5 s timeout.
-func TestScenarioSlowPrimary(t *testing.T) { sim.SlowPrimary(t) }
-
-// For an hour, 40 % of calls meet a rate limit: a 429 rate_limit_error
-// with retry-after: 2, and 429s until those 2 seconds have passed.
-func TestScenario429Storm(t *testing.T) { sim.RateLimitStorm(t) }
-
-// A healthy agent with 2 % random 500 api_errors for 3 days makes no
-// route change.
-func TestScenarioHealthyNoise(t *testing.T) { sim.HealthyNoise(t) }
-
-// TestZRouteTable prints the side-by-side table of the scenarios that ran
-// (docs/performance.md#routes); with SI_ROUTE_TABLE set, it writes it to
-// that file as well.
-func TestZRouteTable(t *testing.T) { sim.Table(t) }
+// TestScenarios runs the route scenarios (docs/performance.md#routes),
+// each a subtest, and logs their table; with SI_ROUTE_TABLE set, it
+// writes the table to that file as well.
+func TestScenarios(t *testing.T) { routesim.Run(t, sdk) }

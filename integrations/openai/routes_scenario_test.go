@@ -2,7 +2,6 @@ package openai_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -17,7 +16,7 @@ import (
 // The route scenarios of docs/performance.md#routes with the real
 // openai-go client (internal/routesim runs them), against a local server
 // that answers with OpenAI's bodies and headers.
-var sim = routesim.New(routesim.SDK{
+var sdk = routesim.SDK{
 	Ladder:      si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}},
 	Withdrawn:   "gpt-4-0314",
 	ServerError: "503",
@@ -29,14 +28,7 @@ var sim = routesim.New(routesim.SDK{
 		}
 	},
 	Reply: simReply,
-	Response: func(err error) *http.Response {
-		var ae *oai.Error
-		if errors.As(err, &ae) {
-			return ae.Response
-		}
-		return nil
-	},
-})
+}
 
 // simReply is OpenAI's answer of kind k, as the API sends it.
 func simReply(k routesim.Kind, model string, _ time.Time) routesim.Reply {
@@ -57,27 +49,7 @@ func simReply(k routesim.Kind, model string, _ time.Time) routesim.Reply {
 	return routesim.Reply{Status: r.status, Header: r.headers, Body: r.body}
 }
 
-// The primary answers 503 for 30 minutes while the fallback is healthy.
-func TestScenarioOverloadedPrimary(t *testing.T) { sim.OverloadedPrimary(t) }
-
-// The primary is withdrawn; the fallback answers 503 for its first 5
-// minutes.
-func TestScenarioWithdrawnPrimary(t *testing.T) { sim.WithdrawnPrimary(t) }
-
-// Four agents of one account run out of quota for 24 hours.
-func TestScenarioQuotaExhausted(t *testing.T) { sim.QuotaExhausted(t) }
-
-// The primary slows from 2 s to 8 s for 2 hours, under a 5 s timeout.
-func TestScenarioSlowPrimary(t *testing.T) { sim.SlowPrimary(t) }
-
-// For an hour, 40 % of calls meet a rate limit: a 429 with retry-after: 2,
-// and 429s until those 2 seconds have passed.
-func TestScenario429Storm(t *testing.T) { sim.RateLimitStorm(t) }
-
-// A healthy agent with 2 % random 503s for 3 days makes no route change.
-func TestScenarioHealthyNoise(t *testing.T) { sim.HealthyNoise(t) }
-
-// TestZRouteTable prints the side-by-side table of the scenarios that ran
-// (docs/performance.md#routes); with SI_ROUTE_TABLE set, it writes it to
-// that file as well.
-func TestZRouteTable(t *testing.T) { sim.Table(t) }
+// TestScenarios runs the route scenarios (docs/performance.md#routes),
+// each a subtest, and logs their table; with SI_ROUTE_TABLE set, it
+// writes the table to that file as well.
+func TestScenarios(t *testing.T) { routesim.Run(t, sdk) }

@@ -87,17 +87,22 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 type timeoutKey struct{}
 
 // network is the simulated network between one client, whose API key is
-// key, and the provider.
+// key, and the provider. It keeps the status and headers of the last
+// response it delivered, as the client's HTTP stack saw them.
 type network struct {
-	p   *provider
-	key string
+	p      *provider
+	key    string
+	mu     sync.Mutex
+	status int         // the last response's status; 0 for none (a timeout, a connection error)
+	header http.Header // the last response's headers
 }
 
 // RoundTrip sends req to the local server and moves the clock by the
 // answer's latency, or by the timeout when the latency exceeds it.
-func (n network) RoundTrip(req *http.Request) (*http.Response, error) {
+func (n *network) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set(keyHeader, n.key)
+	n.delivered(nil)
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -109,13 +114,33 @@ func (n network) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, context.DeadlineExceeded
 	}
 	n.p.clk.Advance(lat)
+	n.delivered(resp)
 	return resp, nil
 }
 
-// client is a client of the SDK through the simulated network, with API
-// key key.
-func (p *provider) client(key string) Call {
-	return p.sdk.Client(network{p: p, key: key}, p.srv.URL, key)
+// delivered notes resp (nil: none) as the last response.
+func (n *network) delivered(resp *http.Response) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.status, n.header = 0, nil
+	if resp != nil {
+		n.status, n.header = resp.StatusCode, resp.Header.Clone()
+	}
+}
+
+// last returns the status and headers of the last response; 0 and nil
+// when the last request had none.
+func (n *network) last() (int, http.Header) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status, n.header
+}
+
+// client is a client of the SDK through a simulated network of its
+// own, with API key key.
+func (p *provider) client(key string) (Call, *network) {
+	n := &network{p: p, key: key}
+	return p.sdk.Client(n, p.srv.URL, key), n
 }
 
 // count returns the requests for which keep is true.

@@ -9,8 +9,7 @@
 //
 // It knows no SDK: each SDK's test fills in an SDK (how to build a client
 // through the simulated network, how to make one call on a model, and
-// which bodies and headers each kind of answer has), makes a Sim with
-// New, and runs each scenario and the Table from a test of its own.
+// which bodies and headers each kind of answer has) and calls Run.
 package routesim
 
 import (
@@ -79,29 +78,41 @@ type SDK struct {
 	// Reply is the provider's answer of kind k to a request for model
 	// at simulated time now.
 	Reply func(k Kind, model string, now time.Time) Reply
-	// Response returns the HTTP response of the SDK's API error in
-	// err's chain, or nil when there is none.
-	Response func(err error) *http.Response
 }
 
-// Sim runs the scenarios with one SDK and collects their table. Its
-// methods are safe for concurrent use.
-type Sim struct {
+// Run runs the six scenarios with sdk, each a subtest named after it
+// (OverloadedPrimary, WithdrawnPrimary, QuotaExhausted, SlowPrimary,
+// 429Storm, HealthyNoise), then logs the side-by-side table of those
+// that ran (docs/performance.md#routes); with SI_ROUTE_TABLE set, it
+// writes the table to that file as well.
+func Run(t *testing.T, sdk SDK) {
+	s := &sim{sdk: sdk}
+	for _, sc := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"OverloadedPrimary", s.overloadedPrimary}, {"WithdrawnPrimary", s.withdrawnPrimary},
+		{"QuotaExhausted", s.quotaExhausted}, {"SlowPrimary", s.slowPrimary},
+		{"429Storm", s.rateLimitStorm}, {"HealthyNoise", s.healthyNoise},
+	} {
+		t.Run(sc.name, sc.run)
+	}
+	s.table(t)
+}
+
+// sim runs the scenarios with one SDK and collects their table.
+type sim struct {
 	sdk  SDK
 	mu   sync.Mutex
 	rows []string
 }
 
-// New returns a Sim for sdk.
-func New(sdk SDK) *Sim { return &Sim{sdk: sdk} }
-
 // tableHead is the table's heading.
 const tableHead = "| scenario | selfimprove success | baseline success | selfimprove requests/call | baseline requests/call |\n|---|---|---|---|---|\n"
 
-// Table prints the side-by-side table of the scenarios that ran
-// (docs/performance.md#routes); with SI_ROUTE_TABLE set, it writes it to
-// that file as well. Run it after the scenarios.
-func (s *Sim) Table(t *testing.T) {
+// table logs the table of the scenarios that ran, and writes it to the
+// file SI_ROUTE_TABLE names, if any.
+func (s *sim) table(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := tableHead + strings.Join(s.rows, "\n") + "\n"

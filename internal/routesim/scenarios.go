@@ -45,7 +45,7 @@ type run struct {
 }
 
 // loop runs sc through the loop.
-func (s *Sim) loop(t *testing.T, sc scenario) run {
+func (s *sim) loop(t *testing.T, sc scenario) run {
 	clk := fakeclock.New(simStart)
 	p := newProvider(t, s.sdk, clk, sc.script(simStart))
 	sys := newLoopSystem(t, p, sc.routes, sc.cfg)
@@ -54,7 +54,7 @@ func (s *Sim) loop(t *testing.T, sc scenario) run {
 
 // baseline runs sc through the LiteLLM-like router, the ladder's models
 // in order.
-func (s *Sim) baseline(t *testing.T, sc scenario) run {
+func (s *sim) baseline(t *testing.T, sc scenario) run {
 	clk := fakeclock.New(simStart)
 	p := newProvider(t, s.sdk, clk, sc.script(simStart))
 	lad := append([]string{sc.routes.Primary}, sc.routes.Fallbacks...)
@@ -69,11 +69,11 @@ func between(start time.Time, from, to time.Duration) func(outcome) bool {
 	return func(o outcome) bool { return !o.at.Before(start.Add(from)) && o.at.Before(start.Add(to)) }
 }
 
-// OverloadedPrimary: the primary is overloaded for 30 minutes while the
+// overloadedPrimary: the primary is overloaded for 30 minutes while the
 // fallback is healthy. Required: at least 90 % success after the
 // outage's first 10 calls; back on the primary within 15 minutes of its
 // recovery; at least 95 % of the rest of the day on it.
-func (s *Sim) OverloadedPrimary(t *testing.T) {
+func (s *sim) overloadedPrimary(t *testing.T) {
 	const from, to = 2 * time.Hour, 2*time.Hour + 30*time.Minute
 	primary, fallback := s.sdk.Ladder.Primary, s.sdk.Ladder.Fallbacks[0]
 	sc := scenario{name: "primary overloaded 30 min", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: 30 * time.Second, d: 24 * time.Hour,
@@ -115,11 +115,11 @@ func (s *Sim) OverloadedPrimary(t *testing.T) {
 	s.compare(t, sc.name, figuresOf(lr.outs, all(simStart), primary), figuresOf(br.outs, all(simStart), primary))
 }
 
-// WithdrawnPrimary: the primary is withdrawn; the fallback answers
+// withdrawnPrimary: the primary is withdrawn; the fallback answers
 // server errors for its first 5 minutes; 3 days. Required: at most 20
 // requests to the withdrawn model; at least 99 % success on the last
 // day.
-func (s *Sim) WithdrawnPrimary(t *testing.T) {
+func (s *sim) withdrawnPrimary(t *testing.T) {
 	dead := s.sdk.Withdrawn
 	lad := si.Routes{Primary: dead, Fallbacks: []string{s.sdk.Ladder.Fallbacks[0]}}
 	sc := scenario{name: "primary withdrawn, fallback " + s.sdk.ServerError + " for 5 min", routes: lad, cfg: llmConfig, agents: []string{"a"}, gap: 30 * time.Second, d: 72 * time.Hour,
@@ -147,11 +147,11 @@ func (s *Sim) WithdrawnPrimary(t *testing.T) {
 	s.compare(t, sc.name, figuresOf(lr.outs, all(simStart), ""), figuresOf(br.outs, all(simStart), ""))
 }
 
-// QuotaExhausted: four agents of one account run out of quota for 24
+// quotaExhausted: four agents of one account run out of quota for 24
 // hours. Required: one alert (EventAccountCause) and one proposal within
 // the first hour; then at most one request per agent per probe interval;
 // no route flips.
-func (s *Sim) QuotaExhausted(t *testing.T) {
+func (s *sim) quotaExhausted(t *testing.T) {
 	agents := []string{"billing", "search", "support", "writer"}
 	sc := scenario{name: "quota exhausted, 4 agents, 24 h", routes: s.sdk.Ladder, cfg: llmConfig, agents: agents, gap: 10 * time.Second, d: 24 * time.Hour,
 		script: func(time.Time) script {
@@ -200,10 +200,10 @@ func probesApart(t *testing.T, p *provider, agent string, after time.Time, every
 	return n
 }
 
-// SlowPrimary: the primary slows from 2 s to 8 s for 2 hours, under a
+// slowPrimary: the primary slows from 2 s to 8 s for 2 hours, under a
 // 5 s timeout, while the fallback is healthy. Required: at least 90 %
 // success in the slow hours after their first 10 calls.
-func (s *Sim) SlowPrimary(t *testing.T) {
+func (s *sim) slowPrimary(t *testing.T) {
 	const from, to = time.Hour, 3 * time.Hour
 	primary := s.sdk.Ladder.Primary
 	cfg := si.Config{MaxAttempts: 3, Timeout: 5 * time.Second}
@@ -225,11 +225,11 @@ func (s *Sim) SlowPrimary(t *testing.T) {
 	s.compare(t, sc.name, figuresOf(lr.outs, all(simStart), ""), figuresOf(br.outs, all(simStart), ""))
 }
 
-// RateLimitStorm: for an hour, 40 % of calls meet a rate limit on the
+// rateLimitStorm: for an hour, 40 % of calls meet a rate limit on the
 // primary: a 429 with retry-after: 2, and 429s until those 2 seconds
 // have passed. Required: at least 99 % success in the storm hour; no
 // request before its Retry-After.
-func (s *Sim) RateLimitStorm(t *testing.T) {
+func (s *sim) rateLimitStorm(t *testing.T) {
 	const gap = 30 * time.Second
 	primary := s.sdk.Ladder.Primary
 	limited := func(start, t time.Time) bool {
@@ -264,13 +264,13 @@ func (s *Sim) RateLimitStorm(t *testing.T) {
 	s.compare(t, sc.name, figuresOf(lr.outs, all(simStart), ""), figuresOf(br.outs, all(simStart), ""))
 }
 
-// HealthyNoise: a healthy agent meets 2 % random server errors for 3
+// healthyNoise: a healthy agent meets 2 % random server errors for 3
 // days. Required: no route change.
 //
 // The two systems draw the same numbers: the k-th request on a model
 // within a call's slot fails in both or in neither, so that the
 // comparison measures the systems, not the draw.
-func (s *Sim) HealthyNoise(t *testing.T) {
+func (s *sim) healthyNoise(t *testing.T) {
 	const gap = 30 * time.Second
 	sc := scenario{name: "healthy, 2 % random " + s.sdk.ServerError + "s, 3 days", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: gap, d: 72 * time.Hour,
 		script: func(start time.Time) script {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func agentKey(agent string) string { return "sk-" + agent }
 func (s *loopSystem) call(ctx context.Context, agent string) outcome {
 	c, ok := s.cs[agent]
 	if !ok {
-		c = s.p.client(agentKey(agent))
+		c, _ = s.p.client(agentKey(agent))
 		s.cs[agent] = c
 	}
 	rep, _ := s.l.ExecuteWithImprovement(ctx, agent, func(ctx context.Context, cfg si.Config) error {
@@ -75,20 +74,20 @@ func (s *loopSystem) call(ctx context.Context, agent string) outcome {
 // baseline: LiteLLM skips it in some versions, and then keeps calling a
 // failing model.
 type litellm struct {
-	clk      *fakeclock.Clock
-	c        Call
-	response func(error) *http.Response
-	models   []string
-	timeout  time.Duration
-	cool     map[string]time.Time
-	fails    map[string][]time.Time
+	clk     *fakeclock.Clock
+	c       Call
+	net     *network // the client's: the response of a failed request
+	models  []string
+	timeout time.Duration
+	cool    map[string]time.Time
+	fails   map[string][]time.Time
 }
 
 // newLiteLLM returns the baseline router over models, with one client
 // (API key "sk-baseline") for every agent.
 func newLiteLLM(p *provider, models []string, timeout time.Duration) *litellm {
-	return &litellm{clk: p.clk, c: p.client("sk-baseline"), response: p.sdk.Response, models: models, timeout: timeout,
-		cool: map[string]time.Time{}, fails: map[string][]time.Time{}}
+	c, net := p.client("sk-baseline")
+	return &litellm{clk: p.clk, c: c, net: net, models: models, timeout: timeout, cool: map[string]time.Time{}, fails: map[string][]time.Time{}}
 }
 
 // call makes one call by LiteLLM's rules; the agent does not matter.
@@ -108,7 +107,7 @@ func (r *litellm) call(ctx context.Context, _ string) outcome {
 				break
 			}
 			wait := 500 * time.Millisecond << attempt
-			if ra := r.retryAfterOf(err); ra > 0 {
+			if ra := r.retryAfterOf(); ra > 0 {
 				wait = ra
 			}
 			r.clk.Advance(wait)
@@ -135,11 +134,11 @@ func (r *litellm) failed(model string, status int) {
 	}
 }
 
-// statusOf is the HTTP status of err: the API error's, 408 for a
-// timeout, 0 for a connection error.
+// statusOf is the HTTP status of the failed request that gave err: its
+// response's, 408 for a timeout, 0 for a connection error.
 func (r *litellm) statusOf(err error) int {
-	if resp := r.response(err); resp != nil {
-		return resp.StatusCode
+	if status, _ := r.net.last(); status != 0 {
+		return status
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return 408
@@ -152,11 +151,11 @@ func retryable(status int) bool {
 	return status == 0 || status == 408 || status == 429 || status >= 500
 }
 
-// retryAfterOf is the wait the Retry-After header of err's response asks
-// for, in whole seconds, or 0.
-func (r *litellm) retryAfterOf(err error) time.Duration {
-	if resp := r.response(err); resp != nil {
-		if s, perr := strconv.Atoi(resp.Header.Get("Retry-After")); perr == nil {
+// retryAfterOf is the wait, in whole seconds, that the Retry-After
+// header of the failed request's response asks for, or 0.
+func (r *litellm) retryAfterOf() time.Duration {
+	if _, h := r.net.last(); h != nil {
+		if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
 			return time.Duration(s) * time.Second
 		}
 	}
@@ -201,7 +200,7 @@ func figuresOf(outs []outcome, measured func(outcome) bool, primary string) figu
 
 // compare checks that the loop is at least as good as the baseline on
 // success and requests per call, and adds the row to the table.
-func (s *Sim) compare(t *testing.T, name string, loop, base figures) {
+func (s *sim) compare(t *testing.T, name string, loop, base figures) {
 	t.Helper()
 	s.mu.Lock()
 	s.rows = append(s.rows, fmt.Sprintf("| %s | %.1f %% | %.1f %% | %.2f | %.2f |", name, 100*loop.success, 100*base.success, loop.perCall, base.perCall))
