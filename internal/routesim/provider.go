@@ -87,14 +87,14 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 type timeoutKey struct{}
 
 // network is the simulated network between one client, whose API key is
-// key, and the provider. It keeps the status and headers of the last
-// response it delivered, as the client's HTTP stack saw them.
+// key, and the provider. It keeps the status and Retry-After header of
+// the last response it delivered, as the client's HTTP stack saw them.
 type network struct {
-	p      *provider
-	key    string
-	mu     sync.Mutex
-	status int         // the last response's status; 0 for none (a timeout, a connection error)
-	header http.Header // the last response's headers
+	p          *provider
+	key        string
+	mu         sync.Mutex
+	status     int    // the last response's status; 0 for none (a timeout, a connection error)
+	retryAfter string // the last response's Retry-After header
 }
 
 // RoundTrip sends req to the local server and moves the clock by the
@@ -122,18 +122,18 @@ func (n *network) RoundTrip(req *http.Request) (*http.Response, error) {
 func (n *network) delivered(resp *http.Response) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.status, n.header = 0, nil
+	n.status, n.retryAfter = 0, ""
 	if resp != nil {
-		n.status, n.header = resp.StatusCode, resp.Header.Clone()
+		n.status, n.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
 	}
 }
 
-// last returns the status and headers of the last response; 0 and nil
-// when the last request had none.
-func (n *network) last() (int, http.Header) {
+// last returns the status and Retry-After header of the last response;
+// 0 and "" when the last request had none.
+func (n *network) last() (status int, retryAfter string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.status, n.header
+	return n.status, n.retryAfter
 }
 
 // client is a client of the SDK through a simulated network of its

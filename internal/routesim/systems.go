@@ -154,10 +154,9 @@ func retryable(status int) bool {
 // retryAfterOf is the wait, in whole seconds, that the Retry-After
 // header of the failed request's response asks for, or 0.
 func (r *litellm) retryAfterOf() time.Duration {
-	if _, h := r.net.last(); h != nil {
-		if s, err := strconv.Atoi(h.Get("Retry-After")); err == nil {
-			return time.Duration(s) * time.Second
-		}
+	_, ra := r.net.last()
+	if s, err := strconv.Atoi(ra); err == nil {
+		return time.Duration(s) * time.Second
 	}
 	return 0
 }
