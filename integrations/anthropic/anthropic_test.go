@@ -21,7 +21,7 @@ import (
 	adapter "github.com/self-improving-loop/selfimprove/integrations/anthropic"
 )
 
-// reply is one answer of the fake OpenAI server.
+// reply is one answer of the fake Anthropic server.
 type reply struct {
 	status  int
 	headers map[string]string
@@ -41,7 +41,7 @@ const okBody = `{"id":"msg_01","type":"message","role":"assistant","model":"m","
 
 var ok = reply{status: 200, body: okBody}
 
-// server is a fake OpenAI API: answer picks the reply for a request's
+// server is a fake Anthropic API: answer picks the reply for a request's
 // model and number; it notes when each request arrived.
 type server struct {
 	*httptest.Server
@@ -131,7 +131,7 @@ func TestClassification(t *testing.T) {
 			err := chat(context.Background(), client(s.URL), "claude-sonnet-4-5")
 			var ae *ant.Error
 			if !errors.As(err, &ae) {
-				t.Fatalf("err = %v, not an *openai.Error", err)
+				t.Fatalf("err = %v, not an *anthropic.Error", err)
 			}
 			if got := failure.Classify(err); got != c.want {
 				t.Errorf("raw SDK error: Classify = %q, want %q", got, c.want)
