@@ -21,7 +21,7 @@ import (
 	adapter "github.com/self-improving-loop/selfimprove/integrations/anthropic"
 )
 
-// reply is one answer of the fake OpenAI server.
+// reply is one answer of the fake Anthropic server.
 type reply struct {
 	status  int
 	headers map[string]string
@@ -41,7 +41,7 @@ const okBody = `{"id":"msg_01","type":"message","role":"assistant","model":"m","
 
 var ok = reply{status: 200, body: okBody}
 
-// server is a fake OpenAI API: answer picks the reply for a request's
+// server is a fake Anthropic API: answer picks the reply for a request's
 // model and number; it notes when each request arrived.
 type server struct {
 	*httptest.Server
@@ -114,6 +114,7 @@ var cases = []struct {
 		map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(30 * time.Second),
 			"anthropic-ratelimit-tokens-remaining": "4000", "anthropic-ratelimit-tokens-reset": reset(50 * time.Second)}), failure.ClassRateLimit, 28 * time.Second},
 	{"not_found_error model", apiErr(404, "not_found_error", "model: claude-2.0", nil), failure.ClassModelUnavailable, 0},
+	{"not_found_error withdrawn model", apiErr(404, "not_found_error", "model: claude-3-sonnet-20240229", nil), failure.ClassModelUnavailable, 0},
 	{"not_found_error other", apiErr(404, "not_found_error", "Not found", nil), failure.ClassNotFound, 0},
 	{"invalid_request_error prompt too long", apiErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum", nil), failure.ClassContextLength, 0},
 	{"invalid_request_error", apiErr(400, "invalid_request_error", "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"user\" roles in a row", nil), failure.ClassBadRequest, 0},
@@ -130,7 +131,7 @@ func TestClassification(t *testing.T) {
 			err := chat(context.Background(), client(s.URL), "claude-sonnet-4-5")
 			var ae *ant.Error
 			if !errors.As(err, &ae) {
-				t.Fatalf("err = %v, not an *openai.Error", err)
+				t.Fatalf("err = %v, not an *anthropic.Error", err)
 			}
 			if got := failure.Classify(err); got != c.want {
 				t.Errorf("raw SDK error: Classify = %q, want %q", got, c.want)
