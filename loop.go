@@ -192,7 +192,7 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
-	probes, _ := o.probes.withDefaults()
+	probes := o.probes.withDefaults()
 	var coarse *coarseClock
 	if o.coarse > 0 {
 		coarse = newCoarseClock(o.coarse)
