@@ -235,8 +235,8 @@ func (p *plan) safe(reason string) *Tweak {
 func (p *plan) review(why string, suggest *Config) *Tweak {
 	t := &Tweak{Config: p.cur, Review: true, Confidence: p.share.frac(), Cluster: p.cl.ID,
 		Reason: why + " (" + p.evidence + ")"}
-	if suggest != nil && !p.rejected(*suggest) {
-		t.Config = *suggest
+	if suggest != nil && !p.rejected(*suggest) && suggest.validate() == nil {
+		t.Config = *suggest // beyond the loop's bounds, the rule alone
 	}
 	t.Rule = rules[p.class]
 	if t.Rule == "" {
