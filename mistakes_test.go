@@ -1,7 +1,6 @@
 package selfimprove_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,40 +8,34 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
 
 // logLines is a logger's output, one JSON object a line.
 type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logLines) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	looptest.Buffer
+	seen int // bytes already taken
 }
 
 // take returns the lines logged since the last take, decoded.
 func (b *logLines) take(t *testing.T) []map[string]any {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	all := b.String()
+	fresh := all[b.seen:]
+	b.seen = len(all)
 	var out []map[string]any
-	for line := range strings.Lines(b.buf.String()) {
+	for line := range strings.Lines(fresh) {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
 		out = append(out, m)
 	}
-	b.buf.Reset()
 	return out
 }
 
