@@ -175,16 +175,3 @@ func TestEmptyAgentIDRefused(t *testing.T) {
 		t.Error("View(\"\") knows the agent")
 	}
 }
-
-// TestMistakeIsCheap: a call with a bad ID that is not logged allocates
-// no more than its error does (fmt.Errorf's few allocations), however
-// long the ID: the rate limiter hashes its first 64 bytes.
-func TestMistakeIsCheap(t *testing.T) {
-	l, _, _ := mistakeLoop(t)
-	long := strings.Repeat("x", 64<<20)
-	fn := func(context.Context, si.Config) error { return nil }
-	l.ExecuteWithImprovement(context.Background(), long, fn)
-	if n := testing.AllocsPerRun(100, func() { l.ExecuteWithImprovement(context.Background(), long, fn) }); n > 6 {
-		t.Errorf("%v allocations a call with a bad ID, want at most 6 (its error's)", n)
-	}
-}
