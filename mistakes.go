@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"encoding/binary"
 	"errors"
 	"hash/maphash"
 	"sync"
@@ -48,9 +49,9 @@ func (m *mistakeLog) note(seed maphash.Seed, agentID string, why error, now time
 	h.WriteString(why.Error())
 	if !errors.Is(why, ErrClosed) {
 		h.WriteString(agentID[:min(len(agentID), maxQuoted)])
-		h.WriteByte(byte(len(agentID)))
-		h.WriteByte(byte(len(agentID) >> 8))
-		h.WriteByte(byte(len(agentID) >> 16))
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(agentID)))
+		h.Write(n[:])
 	}
 	key := h.Sum64() | 1
 	m.mu.Lock()
