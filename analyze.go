@@ -76,6 +76,11 @@ type Analysis struct {
 // Tweak is a proposed config: the whole config to run under, not a diff.
 // The loop assigns its Version.
 //
+// The loop refuses, with an error wrapping ErrTweakRejected (and
+// ErrInvalidConfig for the config) that names the field, a tweak whose
+// Config is outside the bounds of Config, or whose Cluster is not a
+// cluster ID; it cuts the texts and clamps Confidence instead.
+//
 // With Review set, the loop does not apply it: it files a Proposal for a
 // person to approve (see Loop.Approve). A reviewed Tweak whose Config
 // equals the current config proposes its Rule only.
@@ -92,10 +97,11 @@ type Tweak struct {
 	// quota to raise), filed with a reviewed tweak; cut like Reason to
 	// 512 bytes. Default empty.
 	Rule string `json:"rule,omitempty"`
-	// Confidence is the strategy's confidence in the tweak, in [0, 1].
+	// Confidence is the strategy's confidence in the tweak, in [0, 1]
+	// (clamped to it).
 	Confidence float64 `json:"confidence,omitempty"`
-	// Cluster is the ID of the cluster the tweak addresses; default the
-	// first of Analysis.Clusters.
+	// Cluster is the ID of the cluster the tweak addresses (16 lower-case
+	// hex digits, as Cluster.ID); default the first of Analysis.Clusters.
 	Cluster string `json:"cluster,omitempty"`
 	// Until is, for a tweak in Analysis.Rejected, when the loop stops
 	// refusing it (see RollbackPolicy.RefuseFor); zero: until

@@ -22,22 +22,39 @@ import (
 // or timer runs, and a closed circuit costs one atomic load a call.
 type CircuitBreaker struct {
 	// Failures is how many consecutive failures open the circuit.
-	// Default 5.
+	// Default 5; at most MaxThresholdFailures (64).
 	Failures int
 	// CoolOff is how long the circuit stays open before a probe, at the
-	// least. Default 30 seconds.
+	// least. Default 30 seconds; at most 24 hours.
 	CoolOff time.Duration
 	// CoolOffCalls scales the cool-off with the agent's call rate: the
 	// circuit stays open for at least this many of the agent's average
 	// intervals between calls (its calls over the last 24 hours, or
 	// since its first call if later, to within 15 minutes), so that at
 	// one call a minute not every call is a probe. The cool-off is at
-	// most 24 hours. Default 10; negative: CoolOff alone.
+	// most 24 hours. Default 10, at most 10,000; negative: CoolOff
+	// alone.
 	CoolOffCalls int
 }
 
-// maxCoolOff caps the cool-off scaled by CoolOffCalls.
-const maxCoolOff = 24 * time.Hour
+const (
+	// maxCoolOff caps the cool-off scaled by CoolOffCalls, and bounds
+	// CoolOff.
+	maxCoolOff = 24 * time.Hour
+	// maxCoolOffCalls bounds CoolOffCalls: so many intervals of a day
+	// each do not overflow a Duration.
+	maxCoolOffCalls = 10_000
+)
+
+// validate checks b's fields against their bounds; a negative
+// CoolOffCalls turns the scaling off.
+func (b CircuitBreaker) validate() error {
+	return firstErr(
+		inRange("Failures", b.Failures, 0, MaxThresholdFailures),
+		inRange("CoolOff", b.CoolOff, 0, maxCoolOff),
+		atMost("CoolOffCalls", b.CoolOffCalls, maxCoolOffCalls),
+	)
+}
 
 // coolOff returns how long the circuit opens for, after calls calls over
 // span: CoolOff, or CoolOffCalls average intervals between calls if

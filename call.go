@@ -10,9 +10,12 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// checkAgentID refuses an ID longer than MaxAgentIDLen.
+// checkAgentID refuses an empty ID, and one longer than MaxAgentIDLen.
 func checkAgentID(id string) error {
-	if len(id) > MaxAgentIDLen {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrInvalidAgentID)
+	case len(id) > MaxAgentIDLen:
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidAgentID, len(id), MaxAgentIDLen)
 	}
 	return nil
@@ -28,6 +31,15 @@ func checkAgentID(id string) error {
 // that its trace still shows fn and its callers. A call whose ctx ended
 // before fn succeeded is recorded as ignored, not as a failure. A nil fn
 // returns ErrNilFunc and records nothing.
+//
+// A call with an invalid agent ID (empty, or longer than MaxAgentIDLen),
+// and a call after Close, still runs fn, untracked, under the default
+// config (after Close, the agent's config if it is in memory), and
+// returns ErrInvalidAgentID or ErrClosed in Report.LoopErr. Either is
+// also logged through the loop's logger (WithLogger), at level Warn, at
+// most once a minute per mistake (an invalid ID's first 64 bytes, quoted,
+// and its length; for a closed loop, any ID) and at most 64 lines a
+// minute in all; the next line counts the calls that were not logged.
 //
 // After fn returns, the loop records the outcome against the config
 // version fn ran under. If a change is under verification, the outcome may
@@ -47,7 +59,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if l.isClosed.Load() {
 		return l.untracked(ctx, agentID, fn, ErrClosed)
 	}
-	if len(agentID) > MaxAgentIDLen {
+	if agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
 	}
 	a, err := l.agent(agentID)
@@ -190,13 +202,17 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 }
 
 // untracked runs fn under agentID's config (the default config for an
-// agent not in memory) without recording it: after Close, or for an
-// invalid agent ID. why goes to Report.LoopErr.
+// agent not in memory, or an invalid ID) without recording it: after
+// Close, or for an invalid agent ID. why goes to Report.LoopErr, and to
+// the log (see logMistake).
 func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error) (Report, error) {
+	l.logMistake(agentID, why)
 	rep := Report{LoopErr: why}
 	cfg := l.defaultConfig
-	if v, ok := l.agents.Load(agentID); ok {
-		cfg = v.(*agent).cfg.Load().Config
+	if checkAgentID(agentID) == nil {
+		if v, ok := l.agents.Load(agentID); ok {
+			cfg = v.(*agent).cfg.Load().Config
+		}
 	}
 	rep.ConfigVersion = cfg.Version
 	start := l.now()

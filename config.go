@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Config is an agent's tunable configuration. The loop passes it to the
@@ -20,6 +21,12 @@ import (
 // Route and Params are for the wrapped function to read: which model,
 // endpoint or tool variant to use, and anything else it can be tuned by.
 //
+// Every field has a bound (below), so that every config the loop stores
+// reads back from its state file as it was. SetConfig, WithDefaultConfig
+// (in New), Approve and the strategy's tweaks refuse a config outside
+// them with an error wrapping ErrInvalidConfig that names the field, as
+// in "config.backoff: 100h0m0s, more than 1h".
+//
 // A Config value is immutable once handed to the loop: the loop copies
 // Params when it stores a Config, and the wrapped function must not modify
 // the Params map it is given. The zero Config is valid: one attempt, no
@@ -28,25 +35,52 @@ type Config struct {
 	// Version numbers the configs an agent has run under. The loop assigns
 	// it; versions of one agent are never reused, so a version names
 	// exactly one config. Rolling back reinstates the earlier config with
-	// its earlier version.
+	// its earlier version. SetConfig takes 0, or the agent's current
+	// version (a config read with Loop.Config and edited), and refuses any
+	// other; WithDefaultConfig takes 0 or 1; a strategy's tweak may carry
+	// any (the loop gives the tweak the next version).
 	Version int
-	// Timeout is the deadline of each attempt; 0 means none. The wrapped
-	// function must honour its context for the deadline to take effect.
+	// Timeout is the deadline of each attempt; 0 means none, and it is
+	// at most 24 hours. The wrapped function must honour its context for
+	// the deadline to take effect.
 	Timeout time.Duration
-	// MaxAttempts is the number of attempts per call; 0 and 1 mean one.
+	// MaxAttempts is the number of attempts per call; 0 and 1 mean one,
+	// and it is at most 100.
 	MaxAttempts int
 	// Backoff is the base delay between attempts: before attempt k+1 the
 	// loop waits a random duration in [d/2, d] with d = Backoff×2^(k-1),
-	// capped at maxBackoff (one hour). 0 means retry at once.
+	// capped at one hour. 0 means retry at once; Backoff itself is at
+	// most one hour.
 	Backoff time.Duration
-	// Route names the model, endpoint or tool variant fn should use.
+	// Route names the model, endpoint or tool variant fn should use: at
+	// most 256 bytes of UTF-8, as a route of Routes.
 	Route string
-	// Params holds any other setting fn reads.
+	// Params holds any other setting fn reads: at most 16 entries, each
+	// name at most 64 bytes and each value at most 256, 2,048 bytes of
+	// names and values in all, all UTF-8.
 	Params map[string]string
 }
 
-// maxBackoff caps a single wait between attempts.
-const maxBackoff = time.Hour
+// The bounds of a Config's fields (Route's is maxRouteLen). Together
+// they keep a state file, whose hundred-odd configs (the current one,
+// backups, changes, rejected tweaks, proposals) JSON may escape to six
+// times their size, well within maxStateFile.
+const (
+	// maxTimeout bounds Timeout.
+	maxTimeout = 24 * time.Hour
+	// maxBackoff bounds Backoff, and caps a single wait between attempts.
+	maxBackoff = time.Hour
+	// maxAttemptsLimit bounds MaxAttempts, so that a runaway strategy
+	// cannot make one call retry forever.
+	maxAttemptsLimit = 100
+	// maxParams bounds the entries of Params; maxParamName and
+	// maxParamValue, each name and value, in bytes; maxParamBytes, all
+	// of them together.
+	maxParams     = 16
+	maxParamName  = 64
+	maxParamValue = 256
+	maxParamBytes = 2048
+)
 
 // attempts returns the number of attempts c allows, at least one.
 func (c Config) attempts() int {
@@ -74,24 +108,54 @@ func (c Config) clone() Config {
 	return c
 }
 
-// validate reports whether c can be enforced.
+// validate reports whether c can be enforced and stored: every field
+// within its bound (Version aside, which the loop assigns). The error
+// wraps ErrInvalidConfig and names the field.
 func (c Config) validate() error {
-	switch {
-	case c.Timeout < 0:
-		return fmt.Errorf("%w: negative timeout %v", ErrInvalidConfig, c.Timeout)
-	case c.Backoff < 0:
-		return fmt.Errorf("%w: negative backoff %v", ErrInvalidConfig, c.Backoff)
-	case c.MaxAttempts < 0:
-		return fmt.Errorf("%w: negative max attempts %d", ErrInvalidConfig, c.MaxAttempts)
-	case c.MaxAttempts > maxAttemptsLimit:
-		return fmt.Errorf("%w: max attempts %d above %d", ErrInvalidConfig, c.MaxAttempts, maxAttemptsLimit)
+	err := firstErr(
+		inRange("config.timeout", c.Timeout, 0, maxTimeout),
+		inRange("config.max_attempts", c.MaxAttempts, 0, maxAttemptsLimit),
+		inRange("config.backoff", c.Backoff, 0, maxBackoff),
+		checkText("config.route", c.Route, maxRouteLen),
+		checkParams(c.Params),
+	)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
 
-// maxAttemptsLimit bounds MaxAttempts so that a runaway strategy cannot make
-// one call retry forever.
-const maxAttemptsLimit = 100
+// checkVersion refuses a Version a caller set (see Config.Version): it
+// must be 0, or cur, the version of the config the caller edited.
+func checkVersion(v, cur int) error {
+	if v != 0 && v != cur {
+		return fmt.Errorf("%w: config.version: %d, neither 0 nor %d: the loop assigns versions", ErrInvalidConfig, v, cur)
+	}
+	return nil
+}
+
+// checkParams checks Params's bounds. Of several bad entries it names
+// the one whose name sorts first, so that the error does not depend on
+// the map's order.
+func checkParams(ps map[string]string) error {
+	if len(ps) > maxParams {
+		return fieldErr("config.params", "%d entries, more than %d", len(ps), maxParams)
+	}
+	var bad error
+	badKey, total := "", 0
+	for k, v := range ps {
+		total += len(k) + len(v)
+		ok := len(k) <= maxParamName && len(v) <= maxParamValue && utf8.ValidString(k) && utf8.ValidString(v)
+		if !ok && (bad == nil || k < badKey) {
+			f := "config.params[" + quoteCut(k, maxQuoted) + "]"
+			bad, badKey = firstErr(checkText(f+" name", k, maxParamName), checkText(f, v, maxParamValue)), k
+		}
+	}
+	if bad == nil && total > maxParamBytes {
+		bad = fieldErr("config.params", "%d bytes of names and values, more than %d", total, maxParamBytes)
+	}
+	return bad
+}
 
 // configJSON is Config's JSON form. Durations are written as Go duration
 // strings ("1.5s") so that state files are readable; on input a number of

@@ -9,21 +9,24 @@ import "errors"
 var (
 	// Wrong inputs: an option, a call, an operator's action.
 
-	// ErrInvalidOption is returned (wrapped, with the option's name) by New
-	// for an option outside its documented range.
+	// ErrInvalidOption is returned (wrapped, with the option's name and
+	// the field's) by New for an option outside its documented range, and
+	// by SetRoutes.
 	ErrInvalidOption = errors.New("selfimprove: invalid option")
 	// ErrNilFunc is returned by ExecuteWithImprovement and Execute for a nil
 	// fn; nothing is run or recorded.
 	ErrNilFunc = errors.New("selfimprove: nil function")
-	// ErrInvalidAgentID is returned (wrapped) for an agent ID longer than
-	// MaxAgentIDLen: by the Loop's methods, and in Report.LoopErr by a call,
-	// which still runs fn, untracked, under the default config.
+	// ErrInvalidAgentID is returned (wrapped) for an empty agent ID or one
+	// longer than MaxAgentIDLen: by the Loop's methods, and in
+	// Report.LoopErr by a call, which still runs fn, untracked, under the
+	// default config, and is logged (see ExecuteWithImprovement).
 	ErrInvalidAgentID = errors.New("selfimprove: invalid agent ID")
-	// ErrInvalidConfig is returned (wrapped) for a Config the loop cannot
-	// enforce: negative durations, or MaxAttempts outside 0..100.
+	// ErrInvalidConfig is returned (wrapped, naming the field) for a Config
+	// with a field outside its bound (see Config), or a Version the caller
+	// set.
 	ErrInvalidConfig = errors.New("selfimprove: invalid config")
-	// ErrInvalidThreshold is returned (wrapped) by SetThreshold for a Threshold
-	// outside the accepted ranges.
+	// ErrInvalidThreshold is returned (wrapped, naming the field) by
+	// SetThreshold for a Threshold field outside its bound.
 	ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
 	// ErrUnknownVersion is returned by Rewind for a version the agent's
 	// history no longer holds (or never had).

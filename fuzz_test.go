@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -206,6 +207,48 @@ func FuzzMemory(f *testing.F) {
 		}
 		if a, b := m.all(), m2.all(); len(a) != len(b) {
 			t.Fatalf("saved %d clusters, loaded %d", len(a), len(b))
+		}
+	})
+}
+
+// FuzzConfigCheck: a config the check accepts (SetConfig's, New's,
+// a tweak's) is stored as it is: it encodes and decodes back through the
+// state format unchanged, as the config in force, a backup, a change's
+// and a rejected tweak's.
+func FuzzConfigCheck(f *testing.F) {
+	f.Add(int64(time.Second), 3, int64(time.Millisecond), "gpt", "k", "v", "\x00<&>", "\u2028", 2)
+	f.Add(int64(24*time.Hour), 100, int64(time.Hour), strings.Repeat("é", 128), strings.Repeat("k", 64), strings.Repeat("v", 256), "", "", 1)
+	f.Add(int64(-1), -1, int64(-1), "\xff", "\xff", "\xff", "a", "b", 0)
+	f.Add(int64(24*time.Hour+1), 101, int64(time.Hour+1), strings.Repeat("r", 257), "k", strings.Repeat("v", 257), "", "", 2)
+	f.Fuzz(func(t *testing.T, timeout int64, attempts int, backoff int64, route, k1, v1, k2, v2 string, n int) {
+		cfg := Config{Timeout: time.Duration(timeout), MaxAttempts: attempts, Backoff: time.Duration(backoff), Route: route}
+		if n%3 != 0 {
+			cfg.Params = map[string]string{k1: v1}
+			if n%3 == 2 {
+				cfg.Params[k2] = v2
+			}
+		}
+		if err := cfg.validate(); err != nil {
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "config.") {
+				t.Fatalf("refusal %q does not wrap ErrInvalidConfig naming the field", err)
+			}
+			return
+		}
+		at := func(v int) Config { c := cfg.clone(); c.Version = v; return c }
+		now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+		st := newState("a", at(3))
+		st.History = []Config{at(1), at(2)}
+		st.Changes = []Change{{ID: "c", AgentID: "a", From: at(1), To: at(2), AppliedAt: now, DecidedAt: now, State: ChangeRolledBack}}
+		st.Rejected = []Tweak{{Config: at(2), Reason: "rolled back"}}
+		enc := roundTrip(t, &st)
+		back, err := decodeState(enc, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range []Config{back.Config, back.History[0], back.Changes[0].To, back.Rejected[0].Config} {
+			if !got.Equal(cfg) || got.Route != cfg.Route || got.MaxAttempts != cfg.MaxAttempts {
+				t.Fatalf("config %d read back as %+v, want %+v", i, got, cfg)
+			}
 		}
 	})
 }

@@ -20,8 +20,8 @@ const (
 // The loop's fixed bounds and constants.
 const (
 	// MaxAgentIDLen is the longest agent ID the loop accepts, in bytes.
-	// An ID is otherwise any string: the loop never uses it as a path or
-	// a key without mapping it to a safe name first.
+	// An ID is otherwise any string but the empty one: the loop never
+	// uses it as a path or a key without mapping it to a safe name first.
 	MaxAgentIDLen = 1024
 	// MaxThresholdFailures is the largest Threshold.Failures the loop
 	// accepts: it keeps the times of this many recent failures per agent,

@@ -158,6 +158,7 @@ type Loop struct {
 	props    proposalIndex // where proposals are
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
+	mistakes mistakeLog     // calls with a bad ID or after Close, logged
 
 	m   *metrics
 	hub *hub // recent events and subscriptions (events.go)
@@ -192,7 +193,7 @@ func New(opts ...Option) (*Loop, error) {
 		return nil, err
 	}
 	o.defaultConfig.Version = 1
-	probes, _ := o.probes.withDefaults()
+	probes := o.probes.withDefaults()
 	var coarse *coarseClock
 	if o.coarse > 0 {
 		coarse = newCoarseClock(o.coarse)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -318,7 +319,13 @@ func TestSetConfigSupersedesVerification(t *testing.T) {
 	strat := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
 	e := newEnv(t, si.WithStrategy(strat))
 	applyTweak(t, e, "a")
-	if err := e.l.SetConfig("a", si.Config{Version: 99, Route: "ops", Params: map[string]string{"k": "v"}}); err != nil {
+	if err := e.l.SetConfig("a", si.Config{Version: 99, Route: "ops"}); !errors.Is(err, si.ErrInvalidConfig) || !strings.Contains(err.Error(), "config.version") {
+		t.Fatalf("SetConfig with a version the caller made up = %v, want ErrInvalidConfig naming config.version", err)
+	}
+	// A config read, edited and set again keeps its version: accepted.
+	cfg := e.l.Config("a")
+	cfg.Route, cfg.Params = "ops", map[string]string{"k": "v"}
+	if err := e.l.SetConfig("a", cfg); err != nil {
 		t.Fatal(err)
 	}
 	got := e.l.Config("a")

@@ -78,10 +78,10 @@ type MemoryOptions struct {
 	// MaxClusters is how many clusters the memory keeps. When it is full,
 	// a new cluster evicts the least useful sixty-fourth: the clusters
 	// seen longest ago, those with a confirmed fix counting as seen
-	// HalfLife later than they were. Default 10,000.
+	// HalfLife later than they were. Default 10,000; at most 1,000,000.
 	MaxClusters int
 	// HalfLife is the age (since a cluster was last seen) at which a
-	// memory's Confidence halves. Default 7 days.
+	// memory's Confidence halves. Default 7 days; at most 366 days.
 	HalfLife time.Duration
 }
 

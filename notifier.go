@@ -175,24 +175,25 @@ func importance(t EventType) int {
 // NotifyOptions tunes how the loop delivers events to its Notifier. The
 // zero value takes the defaults; see WithNotifyOptions.
 type NotifyOptions struct {
-	// Queue bounds the events waiting for delivery. Default 1,024.
+	// Queue bounds the events waiting for delivery. Default 1,024; at
+	// most 1,048,576.
 	Queue int
 	// Attempts is how many times one delivery (to each notifier) is tried
 	// when it fails with an error that asks for redelivery (see
-	// Notifier). Default 4.
+	// Notifier). Default 4; at most 100.
 	Attempts int
 	// Backoff is the wait before the second attempt, doubled after each
-	// attempt up to MaxBackoff. Defaults 1s and 30s. A Retry-After the
-	// receiver sent replaces the wait, up to MaxBackoff.
+	// attempt up to MaxBackoff. Defaults 1s and 30s; each at most 1h. A
+	// Retry-After the receiver sent replaces the wait, up to MaxBackoff.
 	Backoff, MaxBackoff time.Duration
 	// BurstLimit events are delivered one by one within any BurstWindow;
 	// the events that come beyond it are collapsed into one EventDigest,
-	// delivered when the window ends. Defaults 5 and 1 minute; a
-	// negative BurstLimit turns digests off.
+	// delivered when the window ends. Defaults 5 and 1 minute; at most
+	// 1,048,576 and 24 hours; a negative BurstLimit turns digests off.
 	BurstLimit  int
 	BurstWindow time.Duration
 	// Timeout bounds each delivery attempt to a notifier, and how long
-	// Close waits for the queue to drain. Default 5s.
+	// Close waits for the queue to drain. Default 5s; at most 1h.
 	Timeout time.Duration
 }
 

@@ -111,15 +111,22 @@ func (l *Loop) History(agentID string) []Config {
 }
 
 // SetConfig sets agentID's baseline config, as an operator action. The
-// config gets the agent's next version (cfg.Version is ignored); a change
-// under verification is superseded. The new config and an EventConfigSet
-// are saved before SetConfig returns. After Close it returns ErrClosed and
-// writes nothing.
+// config gets the agent's next version; a change under verification is
+// superseded. The new config and an EventConfigSet are saved before
+// SetConfig returns. After Close it returns ErrClosed and writes nothing.
+//
+// cfg.Version must be 0, or the agent's current version (a config read
+// with Config and edited); another version is refused, as is a field
+// outside its bound (see Config), with an error wrapping
+// ErrInvalidConfig that names the field.
 func (l *Loop) SetConfig(agentID string, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
 	return l.operate(agentID, func(a *agent) (effects, error) {
+		if err := checkVersion(cfg.Version, a.s.Config.Version); err != nil {
+			return effects{}, err
+		}
 		return a.s.setConfig(l.clock.Now(), cfg, &l.rules), nil
 	})
 }

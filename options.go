@@ -83,16 +83,6 @@ func (o *options) validate() error {
 		return bad("WithMaxAgents", "%d is less than 1", o.maxAgents)
 	case o.recentEvents < 1 || o.recentEvents > maxRecentEvents:
 		return bad("WithRecentEvents", "%d not in 1..%d", o.recentEvents, maxRecentEvents)
-	case o.memory.MaxClusters < 0:
-		return bad("WithMemory", "MaxClusters %d is negative", o.memory.MaxClusters)
-	case o.memory.HalfLife < 0:
-		return bad("WithMemory", "HalfLife %v is negative", o.memory.HalfLife)
-	case o.breakerSet && o.breaker.Failures < 0:
-		return bad("WithCircuitBreaker", "Failures %d is negative", o.breaker.Failures)
-	case o.breakerSet && o.breaker.Failures > MaxThresholdFailures:
-		return bad("WithCircuitBreaker", "Failures %d is more than %d", o.breaker.Failures, MaxThresholdFailures)
-	case o.breakerSet && o.breaker.CoolOff < 0:
-		return bad("WithCircuitBreaker", "CoolOff %v is negative", o.breaker.CoolOff)
 	case o.coarse < 0 || o.coarse > time.Second:
 		return bad("WithCoarseClock", "resolution %v not in (0, 1s]", o.coarse)
 	case o.coarse > 0 && o.clockSet:
@@ -101,8 +91,6 @@ func (o *options) validate() error {
 		return bad("WithStrategyTimeout", "%v is not positive", o.strategyTimeout)
 	case o.flushInterval < 0:
 		return bad("WithFlushInterval", "%v is negative", o.flushInterval)
-	case o.notify.Queue < 0 || o.notify.Attempts < 0 || o.notify.Backoff < 0 || o.notify.MaxBackoff < 0 || o.notify.BurstWindow < 0 || o.notify.Timeout < 0:
-		return bad("WithNotifyOptions", "negative Queue, Attempts, Backoff, MaxBackoff, BurstWindow or Timeout")
 	case o.fleetTimeout <= 0:
 		return bad("WithFleetTimeout", "%v is not positive", o.fleetTimeout)
 	case o.fleetInterval < 0:
@@ -112,21 +100,48 @@ func (o *options) validate() error {
 	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
 		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
 	}
-	if err := o.retry.validate(); err != nil {
-		return bad("WithRetryPolicy", "%v", err)
-	}
-	if err := o.policy.validate(); err != nil {
-		return bad("WithRollbackPolicy", "%v", err)
-	}
-	if err := o.validateRoutes(); err != nil {
+	if err := o.validatePolicies(); err != nil {
 		return err
-	}
-	if err := o.defaultConfig.validate(); err != nil {
-		return fmt.Errorf("%w: WithDefaultConfig: %w", ErrInvalidOption, err)
 	}
 	if err := validateNotifiers(o.notifiers); err != nil {
 		return fmt.Errorf("%w: WithNotifier: %w", ErrInvalidOption, err)
 	}
+	o.fill()
+	return nil
+}
+
+// validatePolicies checks the options that are structs, each field
+// against its documented bound: the error names the option and the field.
+func (o *options) validatePolicies() error {
+	var breaker, routes error
+	if o.breakerSet {
+		breaker = o.breaker.validate()
+	}
+	if o.routes != nil {
+		routes = o.routes.validate()
+	}
+	for _, p := range []struct {
+		name string
+		err  error
+	}{
+		{"WithMemory", o.memory.validate()},
+		{"WithCircuitBreaker", breaker},
+		{"WithNotifyOptions", o.notify.validate()},
+		{"WithRetryPolicy", o.retry.validate()},
+		{"WithRollbackPolicy", o.policy.validate()},
+		{"WithProbes", o.probes.validate()},
+		{"WithRoutes", routes},
+		{"WithDefaultConfig", firstErr(o.defaultConfig.validate(), checkVersion(o.defaultConfig.Version, 1))},
+	} {
+		if p.err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrInvalidOption, p.name, p.err)
+		}
+	}
+	return nil
+}
+
+// fill sets the defaults that depend on other options.
+func (o *options) fill() {
 	if o.clock == nil {
 		o.clock = realClock{}
 	}
@@ -144,8 +159,35 @@ func (o *options) validate() error {
 			o.breaker.CoolOff = 30 * time.Second
 		}
 	}
-	return nil
 }
+
+// validate checks m's fields against their bounds.
+func (m MemoryOptions) validate() error {
+	return firstErr(
+		inRange("MaxClusters", m.MaxClusters, 0, maxMemoryClusters),
+		inRange("HalfLife", m.HalfLife, 0, maxWindow),
+	)
+}
+
+// validate checks n's fields against their bounds.
+func (n NotifyOptions) validate() error {
+	return firstErr(
+		inRange("Queue", n.Queue, 0, maxNotifyQueue),
+		inRange("Attempts", n.Attempts, 0, maxNotifyAttempts),
+		inRange("Backoff", n.Backoff, 0, time.Hour),
+		inRange("MaxBackoff", n.MaxBackoff, 0, time.Hour),
+		atMost("BurstLimit", n.BurstLimit, maxNotifyQueue),
+		inRange("BurstWindow", n.BurstWindow, 0, 24*time.Hour),
+		inRange("Timeout", n.Timeout, 0, time.Hour),
+	)
+}
+
+// The bounds of MemoryOptions and NotifyOptions.
+const (
+	maxMemoryClusters = 1_000_000
+	maxNotifyQueue    = 1 << 20
+	maxNotifyAttempts = 100
+)
 
 // WithDir sets the state directory of the default FileStore, which takes
 // the defaults of FileOptions. Default DefaultDir(). With WithStore it has
@@ -237,12 +279,14 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 
 // WithRollbackPolicy sets the verification policy. Default: the zero
 // RollbackPolicy, whose fields take their documented defaults; New
-// checks each field's range.
+// checks each field's range, and names the field it refuses.
 func WithRollbackPolicy(p RollbackPolicy) Option { return func(o *options) { o.policy = p } }
 
-// WithDefaultConfig sets the config a new agent starts with (its Version is
-// ignored; a new agent starts at version 1). Default: the zero Config,
-// one attempt, no deadline, no backoff. New checks it as SetConfig does.
+// WithDefaultConfig sets the config a new agent starts with, at version 1.
+// Default: the zero Config, one attempt, no deadline, no backoff. New
+// checks its fields as SetConfig does (see Config), and refuses a Version
+// other than 0 or 1, with an error wrapping ErrInvalidOption and
+// ErrInvalidConfig that names the field.
 func WithDefaultConfig(c Config) Option { return func(o *options) { o.defaultConfig = c.clone() } }
 
 // WithStrategyTimeout bounds how long the strategy may take, and so how
@@ -258,15 +302,15 @@ func WithStrategyTimeout(d time.Duration) Option { return func(o *options) { o.s
 func WithFlushInterval(d time.Duration) Option { return func(o *options) { o.flushInterval = d } }
 
 // WithCircuitBreaker turns on a circuit breaker for every agent. Default
-// off. The zero CircuitBreaker takes the defaults (5 failures, 30s);
-// negative fields, and Failures above MaxThresholdFailures, are refused.
+// off. The zero CircuitBreaker takes the defaults (5 failures, 30s); a
+// field outside its bound (see CircuitBreaker) is refused, named.
 func WithCircuitBreaker(b CircuitBreaker) Option {
 	return func(o *options) { o.breaker, o.breakerSet = b, true }
 }
 
 // WithMemory sets the failure memory's bounds. The memory is always on.
 // Default: the zero MemoryOptions (10,000 clusters, a 7-day half-life);
-// negative fields are refused.
+// a field outside its bound (see MemoryOptions) is refused, named.
 func WithMemory(m MemoryOptions) Option { return func(o *options) { o.memory = m } }
 
 // WithDailySummary sends the DailySummary to the notifier every day at
@@ -277,8 +321,9 @@ func WithDailySummary(at time.Duration) Option {
 }
 
 // WithNotifyOptions tunes the delivery of events: queue size, retries,
-// digests, the deadline of each attempt. Default: the zero NotifyOptions, whose fields take their
-// documented defaults; negative sizes and durations are refused.
+// digests, the deadline of each attempt. Default: the zero
+// NotifyOptions, whose fields take their documented defaults; a field
+// outside its bound (see NotifyOptions) is refused, named.
 func WithNotifyOptions(n NotifyOptions) Option { return func(o *options) { o.notify = n } }
 
 // DefaultDir returns the state directory used without WithDir:
@@ -308,19 +353,6 @@ func DefaultDir() (string, error) {
 // RetryPolicy, whose fields take their documented defaults (auth,
 // bad_request, context_length, content_filter, not_found,
 // model_unavailable and quota are not retried; a server's wait is
-// honoured up to one minute); a negative MaxWait, or an empty class in
-// Permanent, is refused.
+// honoured up to one minute); a field outside its bound (see
+// RetryPolicy) is refused, named.
 func WithRetryPolicy(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
-
-// validateRoutes checks WithProbes and WithRoutes.
-func (o *options) validateRoutes() error {
-	if _, err := o.probes.withDefaults(); err != nil {
-		return fmt.Errorf("%w: WithProbes", err)
-	}
-	if o.routes != nil {
-		if err := o.routes.validate(); err != nil {
-			return fmt.Errorf("%w: WithRoutes", err)
-		}
-	}
-	return nil
-}

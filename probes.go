@@ -45,29 +45,51 @@ import (
 // whose target is dead moves on to the next live route of the ladder, or
 // keeps the config under verification and files a proposal.
 type ProbePolicy struct {
-	// Every is the first interval between probes. Default 1 minute.
+	// Every is the first interval between probes. Default 1 minute; at
+	// most 24 hours.
 	Every time.Duration
-	// MaxEvery caps the interval as it doubles. Default 8 minutes.
+	// MaxEvery caps the interval as it doubles. Default 8 minutes (Every
+	// if longer); at most 24 hours, and not below Every.
 	MaxEvery time.Duration
-	// DeadFor is how long a route stays dead. Default 24 hours.
+	// DeadFor is how long a route stays dead. Default 24 hours; at most
+	// 366 days.
 	DeadFor time.Duration
 	// NoHold lists the classes, among quota and auth, whose failures do
 	// not hold an agent: its calls keep running, and each such failure
-	// is a failure like any other. Default none.
+	// is a failure like any other. Default none; another class is
+	// refused.
 	NoHold []failure.Class
 }
 
 // WithProbes sets the probe policy (see ProbePolicy). New fails with
-// ErrInvalidOption for a negative duration, or MaxEvery below Every.
+// ErrInvalidOption, naming the field, for a field outside its bound.
 func WithProbes(p ProbePolicy) Option {
 	return func(o *options) { p.NoHold = slices.Clone(p.NoHold); o.probes = p }
 }
 
-// withDefaults fills in p's zero fields.
-func (p ProbePolicy) withDefaults() (ProbePolicy, error) {
-	if p.Every < 0 || p.MaxEvery < 0 || p.DeadFor < 0 {
-		return p, fmt.Errorf("%w: probes: negative duration", ErrInvalidOption)
+// maxProbeEvery bounds Every and MaxEvery.
+const maxProbeEvery = 24 * time.Hour
+
+// validate checks p's fields against their bounds.
+func (p ProbePolicy) validate() error {
+	err := firstErr(
+		inRange("Every", p.Every, 0, maxProbeEvery),
+		inRange("MaxEvery", p.MaxEvery, 0, maxProbeEvery),
+		inRange("DeadFor", p.DeadFor, 0, maxWindow),
+	)
+	if d := p.withDefaults(); err == nil && d.MaxEvery < d.Every {
+		err = fieldErr("MaxEvery", "%v, below Every %v", d.MaxEvery, d.Every)
 	}
+	for i, c := range p.NoHold {
+		if err == nil && c != failure.ClassQuota && c != failure.ClassAuth {
+			err = fieldErr(fmt.Sprintf("NoHold[%d]", i), "%s, not %s or %s", quoteCut(string(c), maxQuoted), failure.ClassQuota, failure.ClassAuth)
+		}
+	}
+	return err
+}
+
+// withDefaults fills in p's zero fields.
+func (p ProbePolicy) withDefaults() ProbePolicy {
 	if p.Every == 0 {
 		p.Every = time.Minute
 	}
@@ -77,10 +99,7 @@ func (p ProbePolicy) withDefaults() (ProbePolicy, error) {
 	if p.DeadFor == 0 {
 		p.DeadFor = 24 * time.Hour
 	}
-	if p.MaxEvery < p.Every {
-		return p, fmt.Errorf("%w: probes: MaxEvery %v below Every %v", ErrInvalidOption, p.MaxEvery, p.Every)
-	}
-	return p, nil
+	return p
 }
 
 // holds reports whether failures of class hold an agent.

@@ -336,8 +336,8 @@ func (l *Loop) Agents() iter.Seq[string] {
 			return
 		}
 		err := lister.ListAgents(func(id string) bool {
-			if _, dup := seen[id]; dup {
-				return true
+			if _, dup := seen[id]; dup || checkAgentID(id) != nil {
+				return true // a store may hold one the loop now refuses
 			}
 			if _, live := l.agents.Load(id); live {
 				return true

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -29,10 +28,11 @@ type RetryPolicy struct {
 	// model_unavailable and quota; every other class (rate_limit,
 	// timeout, overloaded, network, empty_response, and tool_error,
 	// other, or a class of the caller's own) is retried. An empty,
-	// non-nil slice retries every class.
+	// non-nil slice retries every class. At most 64 classes, each
+	// 1 to 64 bytes.
 	Permanent []failure.Class
 	// MaxWait caps the wait a failure asks for. Default 0: one minute.
-	// It must not be negative.
+	// It must be in [0, 1h], as one wait between attempts is.
 	MaxWait time.Duration
 	// IgnoreServerWait makes the loop wait the Backoff only, whatever
 	// the failure asks for. Default false.
@@ -100,19 +100,31 @@ func sdkRetried(class failure.Class) bool {
 	return false
 }
 
-// validate checks p's ranges.
+// validate checks p's fields against their bounds.
 func (p RetryPolicy) validate() error {
-	if p.MaxWait < 0 {
-		return fmt.Errorf("MaxWait %v is negative", p.MaxWait)
+	if len(p.Permanent) > maxPermanent {
+		return fieldErr("Permanent", "%d classes, more than %d", len(p.Permanent), maxPermanent)
+	}
+	for i, c := range p.Permanent {
+		if c == "" {
+			return fieldErr(fmt.Sprintf("Permanent[%d]", i), "an empty class")
+		}
+		if err := checkText(fmt.Sprintf("Permanent[%d]", i), string(c), maxClassLen); err != nil {
+			return err
+		}
 	}
 	if p.TransientAttempts < 0 || p.TransientAttempts > maxTransientAttempts {
-		return fmt.Errorf("TransientAttempts %d outside [0, %d]", p.TransientAttempts, maxTransientAttempts)
+		return fieldErr("TransientAttempts", "%d outside [0, %d]", p.TransientAttempts, maxTransientAttempts)
 	}
-	if slices.Contains(p.Permanent, "") {
-		return errors.New("an empty class in Permanent")
-	}
-	return nil
+	return inRange("MaxWait", p.MaxWait, 0, maxBackoff)
 }
+
+// maxPermanent bounds RetryPolicy.Permanent; maxClassLen, a class named
+// there.
+const (
+	maxPermanent = 64
+	maxClassLen  = 64
+)
 
 // retries reports whether a failure of class c may be retried.
 func (r *retryRules) retries(c failure.Class) bool { return !slices.Contains(r.permanent, c) }

@@ -74,11 +74,15 @@ import (
 //
 // The zero value is the default policy; each zero field takes its default,
 // and a negative (or NaN, or +Inf) MaxSuccessDrop, MaxLatencyRise or
-// MaxLatencyRiseOnGain, or a negative MaxConsecutiveFailures or
-// MinBeforeCalls, turns that rule off. New refuses, with ErrInvalidOption,
-// an unknown Method, other negative counts and durations, FalseRollbacks or
-// MissedRollbacks outside [0, 1), BeforeCalls or MinBeforeCalls above 16
-// and CanaryFraction above 0.5.
+// MaxLatencyRiseOnGain, or a negative MaxConsecutiveFailures,
+// MinBeforeCalls or BackstopCalls, turns that rule off. New refuses, with
+// ErrInvalidOption and the field's name, a field outside the bound its
+// comment gives: an unknown Method, other negative counts and durations,
+// counts of calls above 1,000,000, MaxSuccessDrop above 100,
+// MaxLatencyRise or MaxLatencyRiseOnGain above 10,000, FalseRollbacks or
+// MissedRollbacks outside [0, 1), BeforeCalls or MinBeforeCalls above 16,
+// CanaryFraction above 0.5, MinLatencyRise above 24 hours and RefuseFor
+// above 366 days.
 type RollbackPolicy struct {
 	// Method is how the evidence is weighed. Default MethodQuick.
 	Method Method
@@ -90,7 +94,7 @@ type RollbackPolicy struct {
 
 	// MinCalls is how many calls under the new version verification
 	// waits for before it confirms a change (MethodFixed: before it
-	// compares rates). Default 10.
+	// compares rates). Default 10; at most 1,000,000.
 	MinCalls int
 	// BeforeCalls caps "before" at the last BeforeCalls calls before the
 	// change (those since the fault began). Default 16, the calls each
@@ -106,37 +110,41 @@ type RollbackPolicy struct {
 	// the first call. Default 10; at most 16; negative: no minimum.
 	MinBeforeCalls int
 	// MaxSuccessDrop is the largest tolerated fall of the success rate,
-	// in percentage points. Default 10.
+	// in percentage points. Default 10; at most 100; negative, NaN or
+	// +Inf: off.
 	MaxSuccessDrop float64
 	// MaxLatencyRise is the largest tolerated rise of the average latency,
-	// in percent. Default 20.
+	// in percent. Default 20; at most 10,000 (a hundredfold); negative,
+	// NaN or +Inf: off.
 	MaxLatencyRise float64
 	// MinLatencyRise is the absolute floor below which a latency rise never
 	// rolls back, so that microsecond noise on fast calls is ignored.
-	// Default 1ms.
+	// Default 1ms; at most 24 hours.
 	MinLatencyRise time.Duration
 	// MaxLatencyRiseOnGain is the largest tolerated rise of the successful
 	// calls' average latency, in percent, for a change that raised the
 	// success rate significantly. Default 400 (five times as slow): a
-	// doubled backoff with one more attempt can triple it.
+	// doubled backoff with one more attempt can triple it. At most
+	// 10,000; negative, NaN or +Inf: off.
 	MaxLatencyRiseOnGain float64
 	// MaxConsecutiveFailures under the new version roll back at once,
-	// without waiting for MinCalls. Default 5.
+	// without waiting for MinCalls. Default 5; at most 1,000,000;
+	// negative: off.
 	MaxConsecutiveFailures int
 
 	// FalseRollbacks is the sequential test's nominal rate of rolling
 	// back a change that did not lower the success rate (its α). The rate
 	// achieved differs, as the reference rate is itself an estimate (see
 	// docs/performance.md). Default 0.05 under MethodQuick, 0.004 under
-	// MethodSequential.
+	// MethodSequential; in [0, 1).
 	FalseRollbacks float64
 	// MissedRollbacks is the sequential test's nominal rate of confirming
 	// a change that lowered the success rate by twice MaxSuccessDrop (its
-	// β). Default 0.02.
+	// β). Default 0.02; in [0, 1).
 	MissedRollbacks float64
 	// MaxCalls is the most calls the sequential tests and MethodFixed wait
 	// for: a change not rolled back by then is judged on latency and
-	// confirmed. Default 100.
+	// confirmed. Default 100; at most 1,000,000.
 	MaxCalls int
 	// BackstopCalls is when every method's backstop test runs: once a
 	// change has run this many calls under verification (of both arms,
@@ -147,22 +155,23 @@ type RollbackPolicy struct {
 	// change not rolled back is judged on latency); MethodFixed confirms
 	// there a change it did not roll back on MinCalls calls; MethodCanary
 	// applies it on every call from there while it compares its arms.
-	// Default 60, between MinCalls and MaxCalls; negative: off (and off
-	// under SeedCompatible).
+	// Default 60, between MinCalls and MaxCalls; at most 1,000,000;
+	// negative: off (and off under SeedCompatible).
 	BackstopCalls int
 
 	// RefuseFor is how long a rolled-back tweak is refused (for the
 	// cluster it addressed): long enough that a strategy does not try it
 	// again and again, short enough that a tweak judged during an outage
-	// can fix a later fault. Default 24 hours; negative: until
-	// ClearRejected.
+	// can fix a later fault. Default 24 hours; at most 366 days;
+	// negative: until ClearRejected.
 	RefuseFor time.Duration
 
 	// CanaryFraction is the share of calls MethodCanary runs under the
 	// previous config while a change is verified. Default 0.1; at most 0.5.
 	CanaryFraction float64
 	// CanaryCalls is how many calls of the previous config MethodCanary
-	// waits for before it confirms a change. Default 2×MinCalls.
+	// waits for before it confirms a change. Default 2×MinCalls; at most
+	// 1,000,000.
 	CanaryCalls int
 	// CanarySeed seeds the choice of the calls that run the previous
 	// config: with the same seed, the same sequence of calls runs the same
@@ -262,35 +271,49 @@ const (
 	maxCanaryFraction = 0.5
 )
 
+// The bounds of RollbackPolicy's fields.
+const (
+	// maxPolicyCalls bounds the counts of calls: MinCalls, MaxCalls,
+	// BackstopCalls, CanaryCalls, MaxConsecutiveFailures.
+	maxPolicyCalls = 1_000_000
+	// maxSuccessDrop bounds MaxSuccessDrop, in percentage points.
+	maxSuccessDrop = 100
+	// maxLatencyPct bounds MaxLatencyRise and MaxLatencyRiseOnGain, in
+	// percent: a hundredfold.
+	maxLatencyPct = 10_000
+	// maxLatencyFloor bounds MinLatencyRise.
+	maxLatencyFloor = 24 * time.Hour
+	// maxRefuseFor bounds RefuseFor: a refusal's end is stored.
+	maxRefuseFor = 366 * 24 * time.Hour
+)
+
 // validate checks the fields against their documented ranges: a zero
-// field takes its default, a negative MaxSuccessDrop, MaxLatencyRise or
-// MaxConsecutiveFailures turns its rule off, and anything else out of
-// range is an error naming the field.
+// field takes its default, a negative (or NaN, or +Inf) MaxSuccessDrop,
+// MaxLatencyRise or MaxLatencyRiseOnGain, or a negative
+// MaxConsecutiveFailures, MinBeforeCalls, BackstopCalls or RefuseFor turns
+// its rule off, and anything else out of range is an error naming the
+// field.
 func (p RollbackPolicy) validate() error {
-	rate := func(f float64) bool { return f >= 0 && f < 1 } // false for NaN
-	switch {
-	case p.Method > MethodFixed:
-		return fmt.Errorf("Method %d is unknown", int(p.Method))
-	case p.MinCalls < 0:
-		return fmt.Errorf("MinCalls %d is negative", p.MinCalls)
-	case p.BeforeCalls < 0 || p.BeforeCalls > maxBeforeCalls:
-		return fmt.Errorf("BeforeCalls %d not in 0..%d", p.BeforeCalls, maxBeforeCalls)
-	case p.MinBeforeCalls > maxBeforeCalls:
-		return fmt.Errorf("MinBeforeCalls %d above %d", p.MinBeforeCalls, maxBeforeCalls)
-	case p.MinLatencyRise < 0:
-		return fmt.Errorf("MinLatencyRise %v is negative", p.MinLatencyRise)
-	case !rate(p.FalseRollbacks):
-		return fmt.Errorf("FalseRollbacks %v not in [0, 1)", p.FalseRollbacks)
-	case !rate(p.MissedRollbacks):
-		return fmt.Errorf("MissedRollbacks %v not in [0, 1)", p.MissedRollbacks)
-	case p.MaxCalls < 0:
-		return fmt.Errorf("MaxCalls %d is negative", p.MaxCalls)
-	case !(p.CanaryFraction >= 0 && p.CanaryFraction <= maxCanaryFraction):
-		return fmt.Errorf("CanaryFraction %v not in [0, %v]", p.CanaryFraction, maxCanaryFraction)
-	case p.CanaryCalls < 0:
-		return fmt.Errorf("CanaryCalls %d is negative", p.CanaryCalls)
+	if p.Method > MethodFixed {
+		return fieldErr("Method", "%d, unknown", int(p.Method))
 	}
-	return nil
+	return firstErr(
+		inRange("MinCalls", p.MinCalls, 0, maxPolicyCalls),
+		inRange("BeforeCalls", p.BeforeCalls, 0, maxBeforeCalls),
+		atMost("MinBeforeCalls", p.MinBeforeCalls, maxBeforeCalls),
+		limit("MaxSuccessDrop", p.MaxSuccessDrop, maxSuccessDrop),
+		limit("MaxLatencyRise", p.MaxLatencyRise, maxLatencyPct),
+		inRange("MinLatencyRise", p.MinLatencyRise, 0, maxLatencyFloor),
+		limit("MaxLatencyRiseOnGain", p.MaxLatencyRiseOnGain, maxLatencyPct),
+		atMost("MaxConsecutiveFailures", p.MaxConsecutiveFailures, maxPolicyCalls),
+		probability("FalseRollbacks", p.FalseRollbacks),
+		probability("MissedRollbacks", p.MissedRollbacks),
+		inRange("MaxCalls", p.MaxCalls, 0, maxPolicyCalls),
+		atMost("BackstopCalls", p.BackstopCalls, maxPolicyCalls),
+		atMost("RefuseFor", p.RefuseFor, maxRefuseFor),
+		inRange("CanaryFraction", p.CanaryFraction, 0, maxCanaryFraction),
+		inRange("CanaryCalls", p.CanaryCalls, 0, maxPolicyCalls),
+	)
 }
 
 // withDefaults fills the zero fields.

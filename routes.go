@@ -29,12 +29,15 @@ type Routes struct {
 	// default model.
 	Primary string
 	// Fallbacks are the routes to move to, in order. The primary, if
-	// listed, is skipped. Default nil: none.
+	// listed, is skipped. Default nil: none; at most 15.
 	Fallbacks []string
 	// Models maps a route to a model; a route not in it is the model's own
-	// name. Default nil.
+	// name. Default nil; at most 64 entries.
 	Models map[string]string
 }
+
+// Every route, and every model Models names, is at most 256 bytes of
+// UTF-8, as Config.Route.
 
 // Model returns the model for cfg.Route: the primary's for an empty
 // Route, mapped through Models.
@@ -74,20 +77,30 @@ func (r *Routes) empty() bool {
 // maxRoutes bounds a ladder: a primary and 15 fallbacks.
 const maxRoutes = 16
 
-// maxRouteLen bounds a route's name, in bytes.
+// maxRouteLen bounds a route's name, in bytes, and a model's.
 const maxRouteLen = 256
 
-// validate reports whether r can be used as a ladder.
+// maxModels bounds Routes.Models.
+const maxModels = 64
+
+// validate reports whether r can be used as a ladder: the error names
+// the field out of bounds.
 func (r Routes) validate() error {
-	if n := 1 + len(r.Fallbacks); n > maxRoutes {
-		return fmt.Errorf("%w: routes: %d routes, at most %d", ErrInvalidOption, n, maxRoutes)
+	if n := len(r.Fallbacks); n > maxRoutes-1 {
+		return fieldErr("Fallbacks", "%d routes, more than %d", n, maxRoutes-1)
 	}
-	for i, f := range append([]string{r.Primary}, r.Fallbacks...) {
-		if len(f) > maxRouteLen {
-			return fmt.Errorf("%w: routes: route %d is %d bytes, at most %d", ErrInvalidOption, i, len(f), maxRouteLen)
-		}
+	if n := len(r.Models); n > maxModels {
+		return fieldErr("Models", "%d entries, more than %d", n, maxModels)
 	}
-	return nil
+	err := checkText("Primary", r.Primary, maxRouteLen)
+	for i, f := range r.Fallbacks {
+		err = firstErr(err, checkText(fmt.Sprintf("Fallbacks[%d]", i), f, maxRouteLen))
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Models)) {
+		name := "Models[" + quoteCut(k, maxQuoted) + "]"
+		err = firstErr(err, checkText(name+" route", k, maxRouteLen), checkText(name, r.Models[k], maxRouteLen))
+	}
+	return err
 }
 
 // clone returns r with its own slices and map.
@@ -99,8 +112,9 @@ func (r Routes) clone() Routes {
 
 // WithRoutes sets every agent's route ladder (see Routes), unless
 // Loop.SetRoutes gives an agent its own. Default: the zero Routes, no
-// ladder. New fails with ErrInvalidOption for more than 16 routes or a
-// route longer than 256 bytes.
+// ladder. New fails with ErrInvalidOption, naming the field, for more
+// than 15 fallbacks or 64 models, or a route or model over 256 bytes or
+// not UTF-8.
 func WithRoutes(r Routes) Option {
 	return func(o *options) { rc := r.clone(); o.routes = &rc }
 }
@@ -146,13 +160,14 @@ func (b *routeBook) set(agentID string, r *Routes) {
 // WithRoutes sets; the zero Routes removes the agent's own ladder. It
 // takes effect at the agent's next call or analysis. The ladder lives in
 // the Loop, not in its store: set it again after a restart, as options
-// are. It fails with ErrInvalidAgentID or ErrInvalidOption.
+// are. It fails with ErrInvalidAgentID, or with ErrInvalidOption for a
+// ladder outside the bounds of Routes.
 func (l *Loop) SetRoutes(agentID string, r Routes) error {
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
 	if err := r.validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: SetRoutes: %w", ErrInvalidOption, err)
 	}
 	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil {
 		l.routes.set(agentID, nil)

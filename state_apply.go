@@ -39,6 +39,10 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	case err != nil || tw == nil:
 		return eff, err
 	case tw.Review:
+		if err := tw.check(); err != nil {
+			eff.rejected = true
+			return eff, err
+		}
 		if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
 			return eff, nil // the account-wide cause's own proposal stands for it
 		}
@@ -67,12 +71,13 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	reject := func(format string, args ...any) (*Change, error) {
 		return nil, fmt.Errorf("%w: "+format, append([]any{ErrTweakRejected}, args...)...)
 	}
-	switch {
-	case s.Config.Version != an.Config.Version || s.Verifying != nil:
+	if s.Config.Version != an.Config.Version || s.Verifying != nil {
 		return nil, ErrStale
-	case cfg.validate() != nil:
-		return reject("%v", cfg.validate())
-	case cfg.Equal(s.Config):
+	}
+	if err := tw.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Equal(s.Config) {
 		return reject("it is the current config")
 	}
 	if why, dead := s.deadAt(cfg.Route, now.UnixNano(), r); dead && s.routeName(cfg.Route, r) != s.routeName(s.Config.Route, r) {
@@ -120,6 +125,20 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	var eff effects
 	s.install(cfg, &eff)
 	return ch, nil
+}
+
+// check refuses, with ErrTweakRejected, a tweak whose stored fields are
+// out of bounds: its config (see Config; its Version is ignored) and its
+// cluster, empty or a cluster ID. Its texts are cut and its confidence
+// clamped instead.
+func (tw *Tweak) check() error {
+	if err := tw.Config.validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrTweakRejected, err)
+	}
+	if v, err := failure.ParseClusterID(tw.Cluster); tw.Cluster != "" && (err != nil || failure.FormatClusterID(v) != tw.Cluster) {
+		return fmt.Errorf("%w: tweak.cluster: %s, not a cluster ID (16 lower-case hex digits)", ErrTweakRejected, quoteCut(tw.Cluster, maxQuoted))
+	}
+	return nil
 }
 
 // refused returns the rolled-back tweaks still refused at now for a tweak

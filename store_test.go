@@ -148,7 +148,7 @@ func TestDecisionsAreDurableBeforeReturn(t *testing.T) {
 
 func TestHostileAgentIDs(t *testing.T) {
 	ids := []string{
-		"../x", "../../etc/passwd", "a/b", `a\b`, "", ".", "..", "CON", "nul",
+		"../x", "../../etc/passwd", "a/b", `a\b`, ".", "..", "CON", "nul",
 		"a\x00b", "\xff\xfe\xfd", "日本語のエージェント", strings.Repeat("x", si.MaxAgentIDLen),
 		"UPPER", "upper", "agent.json", " ", "\n",
 	}

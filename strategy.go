@@ -61,11 +61,14 @@ import (
 //
 // The zero value is ready to use; DefaultStrategy returns one.
 type BuiltinStrategy struct {
-	// MaxTimeout caps the timeout it sets. Default 2 minutes.
+	// MaxTimeout caps the timeout it sets. Default 2 minutes; at most
+	// Config.Timeout's bound, 24 hours.
 	MaxTimeout time.Duration
-	// MaxBackoff caps the backoff it sets. Default 30 seconds.
+	// MaxBackoff caps the backoff it sets. Default 30 seconds; at most
+	// Config.Backoff's bound, 1 hour.
 	MaxBackoff time.Duration
-	// MaxAttempts caps the attempts per call it sets. Default 5.
+	// MaxAttempts caps the attempts per call it sets. Default 5; at most
+	// Config.MaxAttempts's bound, 100.
 	MaxAttempts int
 	// MinConfidence is the Confidence a memory needs to be followed or
 	// avoided. Default 0.5.
@@ -95,7 +98,7 @@ func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) 
 	if attempts <= 0 {
 		attempts = 5
 	}
-	return timeout, backoff, min(attempts, maxAttemptsLimit)
+	return min(timeout, maxTimeout), min(backoff, maxBackoff), min(attempts, maxAttemptsLimit)
 }
 
 // rules are the plain-text suggestions filed with proposals, by class.
@@ -235,8 +238,8 @@ func (p *plan) safe(reason string) *Tweak {
 func (p *plan) review(why string, suggest *Config) *Tweak {
 	t := &Tweak{Config: p.cur, Review: true, Confidence: p.share.frac(), Cluster: p.cl.ID,
 		Reason: why + " (" + p.evidence + ")"}
-	if suggest != nil && !p.rejected(*suggest) {
-		t.Config = *suggest
+	if suggest != nil && !p.rejected(*suggest) && suggest.validate() == nil {
+		t.Config = *suggest // beyond the loop's bounds, the rule alone
 	}
 	t.Rule = rules[p.class]
 	if t.Rule == "" {

@@ -9,9 +9,15 @@ import (
 // Failures failed calls have ended within the last Window (counting only
 // calls that started after the agent's last config change), the loop runs
 // its strategy, and then waits Cooldown before it runs it again.
+//
+// SetThreshold refuses, with an error wrapping ErrInvalidThreshold that
+// names the field, a field outside its bound.
 type Threshold struct {
+	// Failures is from 1 to MaxThresholdFailures (64).
 	Failures int
-	Window   time.Duration
+	// Window is positive and at most 366 days.
+	Window time.Duration
+	// Cooldown is from 0 to 366 days.
 	Cooldown time.Duration
 }
 
@@ -19,14 +25,17 @@ type Threshold struct {
 // have: 366 days.
 const maxWindow = 366 * 24 * time.Hour
 
+// validate checks t's fields against their bounds; the error wraps
+// ErrInvalidThreshold and names the field.
 func (t Threshold) validate() error {
-	switch {
-	case t.Failures < 1 || t.Failures > MaxThresholdFailures:
-		return fmt.Errorf("%w: failures %d not in 1..%d", ErrInvalidThreshold, t.Failures, MaxThresholdFailures)
-	case t.Window <= 0 || t.Window > maxWindow:
-		return fmt.Errorf("%w: window %v not in (0, %v]", ErrInvalidThreshold, t.Window, maxWindow)
-	case t.Cooldown < 0 || t.Cooldown > maxWindow:
-		return fmt.Errorf("%w: cooldown %v not in [0, %v]", ErrInvalidThreshold, t.Cooldown, maxWindow)
+	err := firstErr(
+		inRange("threshold.failures", t.Failures, 1, MaxThresholdFailures),
+		positive("threshold.window", t.Window),
+		inRange("threshold.window", t.Window, 0, maxWindow),
+		inRange("threshold.cooldown", t.Cooldown, 0, maxWindow),
+	)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidThreshold, err)
 	}
 	return nil
 }

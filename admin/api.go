@@ -211,6 +211,7 @@ func (s *server) rewind(w http.ResponseWriter, r *http.Request) {
 			case req.Version == o.Config.Version:
 				return Result{}, &badRequest{status: http.StatusConflict, field: "version", msg: "version " + strconv.Itoa(req.Version) + " is the current config"}
 			}
+			cfg.Version = 0 // the next version
 			return Result{}, s.l.SetConfig(o.AgentID, *cfg)
 		}
 		ch, err := s.l.Rewind(o.AgentID, req.Version, reason)
