@@ -45,6 +45,7 @@ func newLoop(t testing.TB, opts ...si.Option) (*si.Loop, *fakeclock.Clock) {
 	clk := fakeclock.New(t0)
 	opts = append([]si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil),
 		si.WithStrategy(si.StrategyFunc(strategy)), si.WithFlushInterval(0),
+		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1}), // the latencies the tests set, one attempt each
 		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)
 	l, err := si.New(opts...)
 	if err != nil {
