@@ -60,8 +60,8 @@ type Analysis struct {
 	Routes     Routes
 	DeadRoutes []DeadRoute
 	// TransientAttempts is the fewest attempts a call makes for
-	// transient failures (rate_limit, overloaded, timeout, network)
-	// whatever its config (RetryPolicy.TransientAttempts): a MaxAttempts
+	// transient failures (rate_limit, overloaded, timeout, network) and
+	// bad outputs whatever its config (RetryPolicy.TransientAttempts): a MaxAttempts
 	// at or below it changes nothing for them.
 	TransientAttempts int
 	// Memories are the remembered failure clusters most similar to the

@@ -322,7 +322,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		if budget != nil && !budget.allows(*n+1) {
 			return err, true
 		}
-		wait, reason := l.wait(cfg, *n, err, hint, why)
+		wait, reason := l.wait(cfg, *n, err, hint, why, sdkRetried(class))
 		if h == nil { // a retry the transient floor adds: its hints from now on
 			h = &hintCtx{Context: ctx}
 			base = h
@@ -350,9 +350,9 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 // the longer of the config's backoff and the wait the failure asks for
 // (the transport's header, else err's; see RetryPolicy), the latter
 // capped by the policy's MaxWait.
-func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string) (time.Duration, string) {
+func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string, transient bool) (time.Duration, string) {
 	base := cfg.Backoff
-	if attempt >= cfg.attempts() {
+	if attempt >= cfg.attempts() && transient {
 		base = max(base, transientBackoff) // a retry of the transient floor
 	}
 	d, reason := l.backoff(base, attempt), failure.WaitBackoff

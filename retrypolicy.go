@@ -38,8 +38,10 @@ type RetryPolicy struct {
 	// the failure asks for. Default false.
 	IgnoreServerWait bool
 	// TransientAttempts is the fewest attempts a call makes for
-	// transient failures (rate_limit, overloaded, timeout, network),
-	// whatever its config's MaxAttempts: the LLM SDKs retry these twice
+	// transient failures (rate_limit, overloaded, timeout, network) and
+	// bad outputs (failure.BadOutput: another sample usually passes; they
+	// are retried at once), whatever its config's MaxAttempts: the LLM
+	// SDKs retry the transient ones twice
 	// on their own, and the integrations turn that off so that the loop
 	// sees every failure, so the loop never retries less than the SDK
 	// did. The attempts the config would not have made wait at least
@@ -84,11 +86,15 @@ func (p RetryPolicy) rules() retryRules {
 // attempts returns how many attempts a call under cfg may make after a
 // failure of class: the config's, or the transient floor when higher.
 func (r *retryRules) attempts(cfg *Config, class failure.Class) int {
-	if n := cfg.attempts(); n >= r.floor || !sdkRetried(class) {
+	if n := cfg.attempts(); n >= r.floor || !floored(class) {
 		return n
 	}
 	return r.floor
 }
+
+// floored reports whether the transient floor applies to failures of
+// class: those the SDKs retry, and bad outputs.
+func floored(class failure.Class) bool { return sdkRetried(class) || class == failure.ClassBadOutput }
 
 // sdkRetried reports whether the LLM SDKs retry a failure of class on
 // their own: 429, 408, 5xx and connection errors.

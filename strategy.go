@@ -107,6 +107,7 @@ var rules = map[failure.Class]string{
 	failure.ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
 	failure.ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
 	failure.ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
+	failure.ClassBadOutput:        "The model's answers fail your validation or parsing: another sample usually passes, so the loop retries them. If they persist, try another model (a route), lower the temperature, or state the output format (a JSON schema, structured outputs) in the prompt.",
 	failure.ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
 	failure.ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
 	failure.ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
@@ -178,7 +179,7 @@ func (p *plan) propose() *Tweak {
 		return p.timeout()
 	case failure.ClassRateLimit:
 		return p.rateLimit()
-	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse:
+	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassBadOutput:
 		return p.oneMoreAttempt()
 	case failure.ClassModelUnavailable:
 		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
@@ -298,7 +299,7 @@ func (p *plan) rateLimit() *Tweak {
 // the config's, or the transient floor when it applies and is higher.
 func (p *plan) attempts() int {
 	n := p.cur.attempts()
-	if sdkRetried(p.class) {
+	if floored(p.class) {
 		n = max(n, p.a.TransientAttempts)
 	}
 	return n

@@ -2,6 +2,7 @@ package failure
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -25,6 +26,7 @@ const (
 	ClassContextLength    Class = "context_length"    // too many tokens, context window exceeded
 	ClassEmptyResponse    Class = "empty_response"    // nothing came back
 	ClassContentFilter    Class = "content_filter"    // refusal, safety, moderation
+	ClassBadOutput        Class = "bad_output"        // the answer failed the caller's validation or parsing, or was refused (see BadOutput)
 	ClassToolError        Class = "tool_error"        // a tool or function call failed
 	ClassPanic            Class = "panic"             // the wrapped function panicked
 	ClassCanceled         Class = "canceled"          // context canceled
@@ -65,6 +67,7 @@ func (c Class) RootCause() RootCause {
 	case ClassBadRequest, ClassContentFilter:
 		return RootCauseInstructionAmbiguity
 	}
+	// bad_output is reasoning_error: the model's answer was wrong.
 	return RootCauseReasoningError
 }
 
@@ -80,7 +83,9 @@ func (c Class) RootCause() RootCause {
 //  3. ECONNREFUSED, ECONNRESET, ECONNABORTED, EPIPE, ENETUNREACH,
 //     EHOSTUNREACH, a *net.DNSError, io.EOF and io.ErrUnexpectedEOF are
 //     network;
-//  4. an error with a method StatusCode() int or HTTPStatusCode() int
+//  4. a *json.SyntaxError or *json.UnmarshalTypeError (the caller could
+//     not parse the model's answer) is bad_output;
+//  5. an error with a method StatusCode() int or HTTPStatusCode() int
 //     gives an HTTP status: 429 rate_limit, 408 timeout, 401 and 403 auth,
 //     400 and 422 bad_request, 404 not_found, 5xx overloaded.
 //
@@ -102,6 +107,11 @@ func (c Class) RootCause() RootCause {
 // exceeded context window, a content filter, a rate limit) override a
 // status code, so "400: maximum context length exceeded" is
 // context_length; generic ones ("timeout", "refused") give way to it.
+// Without any HTTP status (the caller's own error, not a provider's),
+// phrases of a failed validation, parse or refusal ("does not match
+// schema", "missing required property", "cannot unmarshal", "model
+// refused") are bad_output; with one they stay bad_request or
+// content_filter.
 func Classify(err error) Class {
 	if err == nil {
 		return ClassOther
@@ -199,7 +209,7 @@ func statusOf(e error) (code int) {
 
 // signalClass classifies err by the Go errors in its chain, or returns "".
 func signalClass(err error) Class {
-	var canceled, timeout, network bool
+	var canceled, timeout, network, badOutput bool
 	Walk(err, func(e error) bool {
 		switch e {
 		case context.Canceled:
@@ -212,6 +222,8 @@ func signalClass(err error) Class {
 			network = true
 		}
 		switch x := e.(type) {
+		case *json.SyntaxError, *json.UnmarshalTypeError:
+			badOutput = true
 		case syscall.Errno:
 			switch x {
 			case syscall.ETIMEDOUT:
@@ -247,6 +259,8 @@ func signalClass(err error) Class {
 		return ClassTimeout
 	case network:
 		return ClassNetwork
+	case badOutput:
+		return ClassBadOutput
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package failure_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -152,7 +153,13 @@ func classifyCases() []struct {
 		{"no choices", e("no choices in completion"), failure.ClassEmptyResponse},
 		{"content filter", e("finish_reason: content_filter"), failure.ClassContentFilter},
 		{"safety", e("Response blocked due to SAFETY"), failure.ClassContentFilter},
-		{"refusal", e("the model refused to answer"), failure.ClassContentFilter},
+		{"refusal", e("the model refused to answer"), failure.ClassBadOutput},
+		{"refusal, with a status", e("400: the model refused to answer"), failure.ClassContentFilter},
+		{"schema", e(`output does not match schema: missing required property "answer"`), failure.ClassBadOutput},
+		{"schema, with a status", e(`400 Bad Request: does not match schema`), failure.ClassBadRequest},
+		{"parse", e("failed to parse the answer: invalid character 'x' looking for beginning of value"), failure.ClassBadOutput},
+		{"json", fmt.Errorf("answer: %w", json.Unmarshal([]byte("{"), new(any))), failure.ClassBadOutput},
+		{"marked", failure.BadOutput(errors.New("the summary is empty")), failure.ClassBadOutput},
 		{"tool error", e("tool call failed: search_web"), failure.ClassToolError},
 		{"function call", e("function call get_weather raised"), failure.ClassToolError},
 		{"panic text without a panic", e("the panic button"), failure.ClassOther},

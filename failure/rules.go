@@ -14,6 +14,7 @@ type textRule struct {
 	class Class
 	prio  int
 	need  string
+	bare  bool // only in a text without an HTTP status
 }
 
 const statusPrio = 50
@@ -84,6 +85,18 @@ var textRules = func() []textRule {
 			forWords(p, func(lo, hi int) bool { words = append(words, p[lo:hi]); return true })
 			rules = append(rules, textRule{words: words, class: g.class, prio: g.prio, need: g.need})
 		}
+	}
+	// The caller's own verdict on an answer: only in a text without an
+	// HTTP status, which a provider's error has.
+	for _, p := range []string{
+		"does not match schema", "doesn't match schema", "did not match schema", "does not match the schema",
+		"schema validation", "failed validation", "validation failed", "output validation", "invalid output",
+		"bad output", "malformed output", "cannot unmarshal", "unexpected end of json input", "invalid character",
+		"failed to parse", "could not parse", "parse error", "missing required property", "missing required field",
+		"model refused", "refused to", "refusal"} {
+		var words []string
+		forWords(p, func(lo, hi int) bool { words = append(words, p[lo:hi]); return true })
+		rules = append(rules, textRule{words: words, class: ClassBadOutput, prio: 82, bare: true})
 	}
 	return rules
 }()
@@ -172,6 +185,12 @@ func classifyText(text string, status int) Class {
 	if c := statusClass(status); c != "" {
 		best, bestPrio = c, statusPrio
 	}
+	hasStatus := status != 0
+	for i := 0; i < n && !hasStatus; i++ {
+		if w := word(i); len(w) == 3 && isDigits(w) && statusContext(i, word) {
+			hasStatus = statusClass(int(w[0]-'0')*100+int(w[1]-'0')*10+int(w[2]-'0')) != ""
+		}
+	}
 	for i := 0; i < n; i++ {
 		w := word(i)
 		if isDigits(w) {
@@ -187,7 +206,7 @@ func classifyText(text string, status int) Class {
 		}
 		for _, ri := range rulesFor(w) {
 			r := &textRules[ri]
-			if r.prio <= bestPrio || i+len(r.words) > n {
+			if r.prio <= bestPrio || i+len(r.words) > n || r.bare && hasStatus {
 				continue
 			}
 			match := true
