@@ -153,7 +153,8 @@ func (s *scriptStrategy) Analyze(ctx context.Context, a si.Analysis) (*si.Tweak,
 // process of the baseline.
 func childOptions(strat si.Strategy) []si.Option {
 	return []si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(strat),
-		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), si.WithStrategyTimeout(2 * time.Second)}
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), si.WithStrategyTimeout(2 * time.Second),
+		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})} // the fleet's figures, not the retries' waits
 }
 
 // TestFleetChild is a replica when childEnv is set (see startChild); it
