@@ -52,17 +52,13 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 
 // routeEffects carries out what a call's transition found of routes and
 // causes: it marks dead routes loop-wide, and raises an account-wide
-// cause once, with one proposal, or ends it.
+// cause once, with one proposal, or ends it. With a fleet, dead routes
+// and causes go to the fleet's notes too, and the fleet says which
+// replica raises a cause or its end.
 func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
-	if l.fleet != nil {
-		for _, d := range eff.dead {
-			l.dead.mark(d.route, d.until, d.why, now.UnixNano())
-		}
-		l.fleetRouteEffects(a, eff, now)
-		return
-	}
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
+		l.posted(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
 	}
 	h := eff.hold
 	if h == nil {
@@ -71,14 +67,16 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
 	id := failure.FormatClusterID(h.cluster)
 	if h.ended {
 		for _, c := range l.causes.leave(a.id) {
-			l.causeEnded(a, h, c, now)
+			if !l.posted(noteItem{kind: noteCause, name: c, until: now, now: now, a: a, h: h}) {
+				l.causeEnded(a, h, c, now)
+			}
 		}
 		return
 	}
-	if !l.causes.join(id, h.class, a.id, now.UnixNano()) {
-		return
+	n := noteItem{kind: noteCause, name: id, reason: h.text, until: now.Add(l.rules.probes.causeTTL()), now: now, a: a, h: h}
+	if l.causes.join(id, h.class, a.id, now.UnixNano()) && !l.posted(n) {
+		l.accountCause(a, h, id, now)
 	}
-	l.accountCause(a, h, id, now)
 }
 
 // accountCause raises a new account-wide cause: one event, and one

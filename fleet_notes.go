@@ -63,34 +63,10 @@ func (l *Loop) fleetPost(n noteItem) bool {
 	return ok
 }
 
-// fleetRouteEffects is routeEffects with a fleet: a dead route is noted
-// for every replica, and a cause is raised, or its end told, by the one
-// replica the fleet names.
-func (l *Loop) fleetRouteEffects(a *agent, eff *effects, now time.Time) {
-	for _, d := range eff.dead {
-		l.fleetPost(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
-	}
-	h := eff.hold
-	if h == nil {
-		return
-	}
-	id := failure.FormatClusterID(h.cluster)
-	if h.ended {
-		for _, c := range l.causes.leave(a.id) {
-			if !l.fleetPost(noteItem{kind: noteCause, name: c, until: now, now: now, a: a, h: h}) {
-				l.causeEnded(a, h, c, now)
-			}
-		}
-		return
-	}
-	if !l.causes.join(id, h.class, a.id, now.UnixNano()) {
-		return
-	}
-	n := noteItem{kind: noteCause, name: id, reason: h.text, until: now.Add(l.rules.probes.causeTTL()), now: now, a: a, h: h}
-	if !l.fleetPost(n) {
-		l.accountCause(a, h, id, now)
-	}
-}
+// posted hands n to the fleet (fleetPost), which decides whether this
+// replica raises the cause or its end (see fleetNotes). It reports false
+// without a fleet, or with the outbox full: then this replica decides.
+func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleetPost(n) }
 
 // fleetNotes sends the queued notes and renews the causes in force here;
 // on a poll it takes the fleet's dead routes. A cause the fleet did not
