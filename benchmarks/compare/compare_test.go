@@ -39,7 +39,8 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 // its state is kept in memory. opts come after those.
 func newLoop(tb testing.TB, opts ...si.Option) *si.Loop {
 	tb.Helper()
-	opts = append([]si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil)}, opts...)
+	opts = append([]si.Option{si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil),
+		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})}, opts...) // the same work as the others: one attempt
 	l, err := si.New(opts...)
 	if err != nil {
 		tb.Fatal(err)
