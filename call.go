@@ -349,7 +349,8 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 // wait returns how long to wait after the given failed attempt, and why:
 // the longer of the config's backoff and the wait the failure asks for
 // (the transport's header, else err's; see RetryPolicy), the latter
-// capped by the policy's MaxWait.
+// capped by the policy's MaxWait. A transient failure's retry that only
+// the transient floor allows waits at least transientBackoff doubled.
 func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string, transient bool) (time.Duration, string) {
 	base := cfg.Backoff
 	if attempt >= cfg.attempts() && transient {
