@@ -96,6 +96,9 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
+	if c.first > 0 && a != nil {
+		a.tel.observeFirstToken(c.first)
+	}
 	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
@@ -148,6 +151,11 @@ type begun struct {
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
+	// first is the time to first token of the latest attempt under a
+	// FirstTokenTimeout (0: none reported); stalled, that it failed after
+	// its first-token deadline cancelled it.
+	first   time.Duration
+	stalled bool
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -172,7 +180,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	if c.failed && !c.ignored {
 		// Described before the agent's lock is taken, by the one path
 		// that classifies every failure (see failure.Memo).
-		f := l.memo.Describe(rep.Err, 0)
+		f := l.describe(rep.Err, 0, &b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
 		l.record(ctx, a, c, []byte(f.Signature), rep)
 	} else {
@@ -271,7 +279,7 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 		h = &hintCtx{Context: ctx}
 		actx = h
 	}
-	err = runOnce(actx, cfg, fn)
+	err = l.runOnce(actx, cfg, fn, b)
 	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
 		return err, false
 	}
@@ -289,7 +297,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 	}
 	for *n < cfg.attempts() {
 		status, hint, why := h.take()
-		f := l.memo.Describe(err, status)
+		f := l.describe(err, status, b)
 		class, text := f.Class, f.Text
 		acfg := cfg
 		if alt, ok := l.fallBack(b, cfg, class, *n+1 == cfg.attempts()); ok {
@@ -315,7 +323,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
-		if err = runOnce(actx, acfg, fn); err == nil || ctx.Err() != nil || acfg != cfg {
+		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil || acfg != cfg {
 			return err, false
 		}
 	}
@@ -348,8 +356,13 @@ func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why
 // attemptMemories is how many memories an Attempt carries.
 const attemptMemories = 3
 
-// runOnce runs fn once, under cfg's per-attempt deadline.
-func runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) error {
+// runOnce runs fn once, under cfg's per-attempt deadline, and its
+// first-token deadline when it has one (see runWatched, which notes the
+// attempt in b).
+func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
+	if cfg.FirstTokenTimeout > 0 {
+		return l.runWatched(ctx, cfg, fn, b)
+	}
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()

@@ -16,6 +16,8 @@ import (
 //   - MaxAttempts is how many attempts one call may make (0 or 1: one).
 //   - Backoff is the base wait between attempts, doubled after each attempt,
 //     with jitter, and cut short when the caller's context ends (0: no wait).
+//   - FirstTokenTimeout bounds the wait for a streamed answer's first token
+//     within each attempt (0: no bound); see the field.
 //
 // Route and Params are for the wrapped function to read: which model,
 // endpoint or tool variant to use, and anything else it can be tuned by.
@@ -43,7 +45,21 @@ type Config struct {
 	Route string
 	// Params holds any other setting fn reads.
 	Params map[string]string
+	// FirstTokenTimeout is the deadline of each attempt's first token,
+	// apart from Timeout, which bounds the whole attempt; 0 (the default)
+	// means none. fn reports its first token with stream.FirstToken (the
+	// integrations' Stream helpers do). When the deadline passes first,
+	// the loop cancels the attempt, with failure.ErrFirstTokenTimeout as
+	// its context's cause, and counts its failure as
+	// failure.ClassFirstTokenTimeout, which is retried like a timeout but
+	// never makes the built-in strategy raise Timeout. Set it only for an
+	// agent whose fn reports its first token: an attempt that reports none
+	// is cancelled at the deadline. At most one hour.
+	FirstTokenTimeout time.Duration
 }
+
+// maxFirstTokenTimeout caps Config.FirstTokenTimeout.
+const maxFirstTokenTimeout = time.Hour
 
 // maxBackoff caps a single wait between attempts.
 const maxBackoff = time.Hour
@@ -63,6 +79,7 @@ func (c Config) Equal(o Config) bool {
 		c.attempts() == o.attempts() &&
 		c.Backoff == o.Backoff &&
 		c.Route == o.Route &&
+		c.FirstTokenTimeout == o.FirstTokenTimeout &&
 		maps.Equal(c.Params, o.Params)
 }
 
@@ -85,6 +102,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: negative max attempts %d", ErrInvalidConfig, c.MaxAttempts)
 	case c.MaxAttempts > maxAttemptsLimit:
 		return fmt.Errorf("%w: max attempts %d above %d", ErrInvalidConfig, c.MaxAttempts, maxAttemptsLimit)
+	case c.FirstTokenTimeout < 0 || c.FirstTokenTimeout > maxFirstTokenTimeout:
+		return fmt.Errorf("%w: first-token timeout %v outside [0, %v]", ErrInvalidConfig, c.FirstTokenTimeout, maxFirstTokenTimeout)
 	}
 	return nil
 }
@@ -103,6 +122,8 @@ type configJSON struct {
 	Backoff     jsonDuration      `json:"backoff,omitempty"`
 	Route       string            `json:"route,omitempty"`
 	Params      map[string]string `json:"params,omitempty"`
+	// FirstToken is FirstTokenTimeout; a file written before it has none.
+	FirstToken jsonDuration `json:"first_token_timeout,omitempty"`
 }
 
 // MarshalJSON encodes c with durations as strings such as "1.5s".
@@ -114,6 +135,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Backoff:     jsonDuration(c.Backoff),
 		Route:       c.Route,
 		Params:      c.Params,
+		FirstToken:  jsonDuration(c.FirstTokenTimeout),
 	})
 }
 
@@ -131,6 +153,8 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Backoff:     time.Duration(j.Backoff),
 		Route:       j.Route,
 		Params:      j.Params,
+
+		FirstTokenTimeout: time.Duration(j.FirstToken),
 	}
 	return nil
 }
@@ -221,7 +245,7 @@ type Change struct {
 
 // repeats reports whether moving from cur to next repeats the rolled-back
 // tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
-// Params) takes rb's value. A strategy that proposes the same route on top
+// Params, FirstTokenTimeout) takes rb's value. A strategy that proposes the same route on top
 // of a config that has changed since is so refused all the same.
 func repeats(cur, next, rb Config) bool {
 	moved := false
@@ -233,5 +257,6 @@ func repeats(cur, next, rb Config) bool {
 		check(next.attempts() != cur.attempts(), next.attempts() == rb.attempts()) &&
 		check(next.Backoff != cur.Backoff, next.Backoff == rb.Backoff) &&
 		check(next.Route != cur.Route, next.Route == rb.Route) &&
+		check(next.FirstTokenTimeout != cur.FirstTokenTimeout, next.FirstTokenTimeout == rb.FirstTokenTimeout) &&
 		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
 }

@@ -22,13 +22,18 @@ import (
 //     MaxAttempts;
 //   - overloaded, network, empty_response: MaxAttempts + 1, up to
 //     MaxAttempts;
+//   - first_token_timeout (a stream that stalled before its first token):
+//     never Timeout; FirstTokenTimeout × 1.5 when the agent's measured
+//     times to first token say the bound is too tight, else MaxAttempts
+//   - 1 (see MaxFirstTokenTimeout);
 //   - model_unavailable: a proposal, when no live route is left (see
 //     below).
 //
 // With a route ladder (Analysis.Routes), it first moves the route down
 // the ladder to the next live route (not in Analysis.DeadRoutes) when the
 // dominant class is model_unavailable or not_found, or when overloaded,
-// timeout, network or empty_response failed 5 calls in a row (or the
+// timeout, first_token_timeout, network or empty_response failed 5 calls
+// in a row (or the
 // threshold's count, if higher); an upstream outage does not stop such a
 // move.
 //
@@ -82,6 +87,15 @@ type BuiltinStrategy struct {
 	// an outage may well fix a later fault. Default 24 hours; negative:
 	// for as long as the memory keeps it.
 	ForgetAfter time.Duration
+	// MaxFirstTokenTimeout caps the FirstTokenTimeout it sets (and so
+	// does the config's Timeout, when set). It raises FirstTokenTimeout
+	// only when at least 20 of the agent's calls measured their time to
+	// first token (Analysis.FirstToken) and the 90th percentile of those
+	// times is above half the bound: first tokens then come close to it
+	// as a rule, and stalls are its tail cut off. Otherwise a stall is a
+	// request the upstream left hanging, which a new request fixes: one
+	// more attempt. Default 1 minute.
+	MaxFirstTokenTimeout time.Duration
 }
 
 func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) {
@@ -100,21 +114,22 @@ func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) 
 
 // rules are the plain-text suggestions filed with proposals, by class.
 var rules = map[failure.Class]string{
-	failure.ClassAuth:             "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
-	failure.ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
-	failure.ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
-	failure.ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
-	failure.ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
-	failure.ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
-	failure.ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
-	failure.ClassCanceled:         "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
-	failure.ClassTimeout:          "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
-	failure.ClassRateLimit:        "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
-	failure.ClassOverloaded:       "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
-	failure.ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
-	failure.ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
-	failure.ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
-	failure.ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
+	failure.ClassAuth:              "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
+	failure.ClassBadRequest:        "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
+	failure.ClassNotFound:          "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
+	failure.ClassContextLength:     "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
+	failure.ClassContentFilter:     "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
+	failure.ClassToolError:         "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
+	failure.ClassPanic:             "The agent's code panics: fix the bug shown in the examples.",
+	failure.ClassCanceled:          "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
+	failure.ClassTimeout:           "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
+	failure.ClassRateLimit:         "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
+	failure.ClassOverloaded:        "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
+	failure.ClassNetwork:           "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
+	failure.ClassFirstTokenTimeout: "Streams stall before their first token beyond what retries absorb: add a fallback route, or check the upstream's queueing.",
+	failure.ClassEmptyResponse:     "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
+	failure.ClassModelUnavailable:  "The model the agent uses is unavailable and no fallback route is left: choose another model.",
+	failure.ClassQuota:             "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
@@ -177,6 +192,8 @@ func (p *plan) propose() *Tweak {
 		return p.rateLimit()
 	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse:
 		return p.oneMoreAttempt()
+	case failure.ClassFirstTokenTimeout:
+		return p.firstToken()
 	case failure.ClassModelUnavailable:
 		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
 	}
@@ -325,7 +342,7 @@ func (p *plan) move() *Tweak {
 	switch p.class {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
 		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
 			return nil
 		}
@@ -421,8 +438,11 @@ func (s *BuiltinStrategy) learned(a Analysis, class failure.Class, cur Config, c
 				continue
 			}
 			next, changed := cur.clone(), false
-			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 {
+			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 && class != failure.ClassFirstTokenTimeout {
 				next.Timeout, changed = min(f.To.Timeout, maxTimeout), true
+			}
+			if ft := min(f.To.FirstTokenTimeout, s.firstTokenCap(cur)); f.To.FirstTokenTimeout != f.From.FirstTokenTimeout && ft > cur.FirstTokenTimeout && cur.FirstTokenTimeout > 0 {
+				next.FirstTokenTimeout, changed = ft, true
 			}
 			if f.To.attempts() != f.From.attempts() && f.To.attempts() > cur.attempts() {
 				next.MaxAttempts, changed = min(f.To.attempts(), maxAtt), true

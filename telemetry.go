@@ -33,6 +33,28 @@ type telemetry struct {
 	// retries.
 	live fastHist
 	seq  atomic.Uint64
+	// first and firstSum are the histogram of the calls' times to first
+	// token (see Report.FirstToken), and their sum in ns.
+	first    [len(latencyBounds) + 1]atomic.Uint64
+	firstSum atomic.Int64
+}
+
+// observeFirstToken counts one call's time to first token, d. It takes
+// no lock and allocates nothing.
+func (t *telemetry) observeFirstToken(d time.Duration) {
+	t.first[latencyBucket(d)].Add(1)
+	t.firstSum.Add(int64(d))
+}
+
+// firstTokens returns the histogram of the times to first token.
+func (t *telemetry) firstTokens() Histogram {
+	h := Histogram{Bounds: LatencyBuckets(), Counts: make([]uint64, len(t.first))}
+	for i := range t.first {
+		h.Counts[i] = t.first[i].Load()
+		h.Count += h.Counts[i]
+	}
+	h.Sum = time.Duration(t.firstSum.Load())
+	return h
 }
 
 // observeLatency counts one finished call of the agent: its outcome and,
@@ -84,6 +106,7 @@ const (
 // counters reads a's counters into v, without the lock.
 func (a *agent) counters(v *AgentView) {
 	t := a.tel
+	v.FirstToken = t.firstTokens()
 	v.Failures, v.Ignored = t.failures.Load(), t.ignored.Load()
 	for {
 		s := t.seq.Load()
