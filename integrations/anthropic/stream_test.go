@@ -9,8 +9,8 @@ import (
 	ant "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 	"github.com/self-improving-loop/selfimprove/failure"
-	"github.com/self-improving-loop/selfimprove/internal/streamtest"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/anthropic"
+	"github.com/self-improving-loop/selfimprove/internal/streamtest"
 )
 
 // Anthropic's message stream, as the API sends it: named events, a ping

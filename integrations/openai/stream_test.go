@@ -8,8 +8,8 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/self-improving-loop/selfimprove/failure"
-	"github.com/self-improving-loop/selfimprove/internal/streamtest"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/openai"
+	"github.com/self-improving-loop/selfimprove/internal/streamtest"
 )
 
 // OpenAI's chat completion stream, as the API sends it: "data: {chunk}"
