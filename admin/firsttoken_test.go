@@ -49,11 +49,13 @@ func TestFirstToken(t *testing.T) {
 		`selfimprove_first_token_seconds_bucket{agent="streamer",le="+Inf"} 3` + "\n",
 		`selfimprove_first_token_seconds_sum{agent="streamer"} 0.45` + "\n",
 		`selfimprove_first_token_seconds_count{agent="streamer"} 3` + "\n",
-		`selfimprove_first_token_seconds_count{agent="alpha"} 0` + "\n",
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	if strings.Contains(string(b), `selfimprove_first_token_seconds_count{agent="alpha"}`) {
+		t.Error("a first-token histogram for an agent that streams nothing")
 	}
 	for _, bad := range []string{`"-1s"`, `"2h"`, `"soon"`} {
 		code, b := f.post(t, "/api/agents/streamer/config", `{"config":{"first_token_timeout":`+bad+`}}`)

@@ -91,9 +91,9 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.m.Failures)
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.m.Ignored)
 	}
-	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.",
+	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.", false,
 		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.Latency })
-	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the calls whose stream reported one (Config.FirstTokenTimeout set), by agent.",
+	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the calls whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true,
 		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.FirstToken })
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {
@@ -110,8 +110,9 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 }
 
 // histogram writes the histogram family name of each agent, the one of
-// its view that of picks (its buckets are LatencyBuckets).
-func (e *encoder) histogram(agents []series, name, help string, of func(*selfimprove.AgentView) *selfimprove.Histogram) {
+// its view that of picks (its buckets are LatencyBuckets); sparse: only
+// of the agents whose histogram counts something.
+func (e *encoder) histogram(agents []series, name, help string, sparse bool, of func(*selfimprove.AgentView) *selfimprove.Histogram) {
 	e.family(name, "histogram", help)
 	bounds := selfimprove.LatencyBuckets()
 	les := make([]string, len(bounds))
@@ -121,6 +122,9 @@ func (e *encoder) histogram(agents []series, name, help string, of func(*selfimp
 	for i := range agents {
 		a := &agents[i]
 		h := of(a.m)
+		if sparse && h.Count == 0 {
+			continue
+		}
 		var cum uint64
 		for j := range len(les) + 1 { // an agent summed into none has no counts
 			if j < len(h.Counts) {
