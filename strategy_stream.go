@@ -50,9 +50,15 @@ func (p *plan) firstToken() *Tweak {
 	evidence := fmt.Sprintf("90%% of %d first tokens within %v, more than half the bound %v", h.Count, q.Round(time.Millisecond), cur.FirstTokenTimeout)
 	switch {
 	case p.next.FirstTokenTimeout <= cur.FirstTokenTimeout:
-		beyond := cur.clone()
-		beyond.FirstTokenTimeout = raised
-		return p.review(fmt.Sprintf("first-token timeout %v is at its cap (%s)", cur.FirstTokenTimeout, evidence), &beyond)
+		// Beyond the cap, unless past the whole call's Timeout (which
+		// would then end the stall first) or the config's limit.
+		var beyond *Config
+		if raised <= maxFirstTokenTimeout && (cur.Timeout <= 0 || raised < cur.Timeout) {
+			c := cur.clone()
+			c.FirstTokenTimeout = raised
+			beyond = &c
+		}
+		return p.review(fmt.Sprintf("first-token timeout %v is at its cap (%s)", cur.FirstTokenTimeout, evidence), beyond)
 	case p.rejected(p.next):
 		return p.review("raising the first-token timeout was rolled back before", nil)
 	}

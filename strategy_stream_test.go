@@ -49,6 +49,8 @@ func TestStrategyFirstTokenStalls(t *testing.T) {
 			want: with(func(c *si.Config) { c.FirstTokenTimeout = 10 * time.Second })},
 		{name: "at the cap: review beyond it", s: si.BuiltinStrategy{MaxFirstTokenTimeout: 2 * time.Second}, cur: cur, first: firstTokens(50, 2500*time.Millisecond),
 			want: with(func(c *si.Config) { c.FirstTokenTimeout = 3 * time.Second }), review: true},
+		{name: "at the Timeout: review with no config beyond it", cur: with(func(c *si.Config) { c.FirstTokenTimeout = 10 * time.Second }), first: firstTokens(50, 10*time.Second),
+			want: with(func(c *si.Config) { c.FirstTokenTimeout = 10 * time.Second }), review: true},
 		{name: "attempts at the cap: review, still no Timeout", s: si.BuiltinStrategy{MaxAttempts: 2}, cur: cur,
 			want: with(func(c *si.Config) { c.MaxAttempts = 3 }), review: true},
 		{name: "a run of stalls moves the route", cur: cur, stats: si.Stats{ConsecutiveFailures: 5},
