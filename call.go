@@ -24,9 +24,9 @@ func checkAgentID(id string) error {
 // The loop enforces the config: each attempt gets a context with the
 // config's Timeout (and, with a FirstTokenTimeout, a first-token deadline
 // that fn's stream.FirstToken disarms), a failed attempt is retried up to
-// MaxAttempts with exponential Backoff, and retries stop when ctx ends. A panic in fn is
-// recorded as a failure and re-raised from the frame it was raised in, so
-// that its trace still shows fn and its callers. A call whose ctx ended
+// MaxAttempts with exponential Backoff, and retries stop when ctx ends. A
+// panic in fn is recorded as a failure and re-raised from the frame it
+// was raised in, so that its trace still shows fn and its callers. A call whose ctx ended
 // before fn succeeded is recorded as ignored, not as a failure. A nil fn
 // returns ErrNilFunc and records nothing.
 //

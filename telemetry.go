@@ -34,7 +34,7 @@ type telemetry struct {
 	live fastHist
 	seq  atomic.Uint64
 	// first and firstSum are the histogram of the calls' times to first
-	// token (see Report.FirstToken), and their sum in ns.
+	// token (see AgentView.FirstToken), and their sum in ns.
 	first    [len(latencyBounds) + 1]atomic.Uint64
 	firstSum atomic.Int64
 }
@@ -46,15 +46,19 @@ func (t *telemetry) observeFirstToken(d time.Duration) {
 	t.firstSum.Add(int64(d))
 }
 
-// firstTokens returns the histogram of the times to first token.
+// firstTokens returns the histogram of the times to first token: the
+// zero Histogram, allocating nothing, when there are none.
 func (t *telemetry) firstTokens() Histogram {
-	h := Histogram{Bounds: LatencyBuckets(), Counts: make([]uint64, len(t.first))}
+	var counts [len(latencyBounds) + 1]uint64
+	var n uint64
 	for i := range t.first {
-		h.Counts[i] = t.first[i].Load()
-		h.Count += h.Counts[i]
+		counts[i] = t.first[i].Load()
+		n += counts[i]
 	}
-	h.Sum = time.Duration(t.firstSum.Load())
-	return h
+	if n == 0 {
+		return Histogram{}
+	}
+	return Histogram{Bounds: LatencyBuckets(), Counts: counts[:], Count: n, Sum: time.Duration(t.firstSum.Load())}
 }
 
 // observeLatency counts one finished call of the agent: its outcome and,

@@ -57,7 +57,8 @@ type AgentView struct {
 	// (Sum/Count is the mean): of each call whose last attempt reported
 	// its first token (stream.FirstToken) under a config with a
 	// FirstTokenTimeout, the time from that attempt's start to the
-	// report. Its Count is 0 for an agent with no such call.
+	// report. It is the zero Histogram (Count 0, no Bounds nor Counts)
+	// for an agent with no such call.
 	FirstToken Histogram
 	// Next is what the loop will do next for the agent, in plain text,
 	// such as "cooling down; next: route "gpt-4o-mini" if the current one

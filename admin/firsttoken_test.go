@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"net/http"
 	"strings"
@@ -56,6 +58,14 @@ func TestFirstToken(t *testing.T) {
 	}
 	if strings.Contains(string(b), `selfimprove_first_token_seconds_count{agent="alpha"}`) {
 		t.Error("a first-token histogram for an agent that streams nothing")
+	}
+	// Summed under _other with agents that stream nothing.
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	admin.WriteMetrics(w, f.l, 1)
+	w.Flush()
+	if want := `selfimprove_first_token_seconds_bucket{agent="_other",le="0.25"} 3` + "\n"; !strings.Contains(buf.String(), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 	for _, bad := range []string{`"-1s"`, `"2h"`, `"soon"`} {
 		code, b := f.post(t, "/api/agents/streamer/config", `{"config":{"first_token_timeout":`+bad+`}}`)

@@ -182,10 +182,11 @@ func (s *series) add(m *selfimprove.AgentView) {
 	addHistogram(&s.m.FirstToken, &m.FirstToken)
 }
 
-// addHistogram adds h's counts to sum's.
+// addHistogram adds h's counts to sum's (either may have none: an
+// agent with no time to first token).
 func addHistogram(sum, h *selfimprove.Histogram) {
-	if sum.Counts == nil {
-		sum.Counts = make([]uint64, len(h.Counts))
+	if len(sum.Counts) < len(h.Counts) {
+		sum.Counts = append(sum.Counts, make([]uint64, len(h.Counts)-len(sum.Counts))...)
 	}
 	for i, c := range h.Counts {
 		sum.Counts[i] += c
