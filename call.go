@@ -97,9 +97,6 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
-	if c.first > 0 && a != nil {
-		a.tel.observeFirstToken(c.first)
-	}
 	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
@@ -139,6 +136,9 @@ type begun struct {
 	version int    // the config version
 	arm     Arm
 	probe   bool // a half-open circuit's probe
+	// stalled: the latest attempt failed after its first-token deadline
+	// cancelled it (see runWatched).
+	stalled bool
 	route   string
 	// homeProbe: the first attempt probes the primary (see ProbePolicy);
 	// probeClass and probeText describe its failure.
@@ -152,11 +152,6 @@ type begun struct {
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
-	// first is the time to first token of the latest attempt under a
-	// FirstTokenTimeout (0: none reported); stalled, that it failed after
-	// its first-token deadline cancelled it.
-	first   time.Duration
-	stalled bool
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at

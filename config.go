@@ -245,8 +245,9 @@ type Change struct {
 
 // repeats reports whether moving from cur to next repeats the rolled-back
 // tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
-// Params, FirstTokenTimeout) takes rb's value. A strategy that proposes the same route on top
-// of a config that has changed since is so refused all the same.
+// Params, FirstTokenTimeout) takes rb's value. A strategy that proposes the
+// same route on top of a config that has changed since is so refused all
+// the same.
 func repeats(cur, next, rb Config) bool {
 	moved := false
 	check := func(changed, same bool) bool {

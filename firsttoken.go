@@ -81,8 +81,9 @@ func (l *Loop) afterFunc(d time.Duration, f func()) func() bool {
 }
 
 // runWatched runs fn once under cfg's deadlines: the attempt's Timeout
-// and its FirstTokenTimeout. It notes in b (when not nil) the attempt's
-// time to first token, or that it stalled before one and failed.
+// and its FirstTokenTimeout. It counts the attempt's time to first token
+// for its agent, or notes in b that it stalled before one and failed (b
+// is nil for a call the loop does not record).
 func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -90,7 +91,7 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 		defer cancel()
 	}
 	if b != nil {
-		b.first, b.stalled = 0, false
+		b.stalled = false
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -101,7 +102,9 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 	if b != nil {
 		switch w.state.Load() {
 		case watchStarted:
-			b.first = time.Duration(w.first.Load())
+			if v, ok := l.agents.Load(b.id); ok {
+				v.(*agent).tel.observeFirstToken(time.Duration(w.first.Load()))
+			}
 		case watchStalled:
 			b.stalled = err != nil
 		}

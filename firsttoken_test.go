@@ -197,3 +197,29 @@ func TestFirstTokenTimeoutValidated(t *testing.T) {
 		t.Error("configs that differ in FirstTokenTimeout are Equal")
 	}
 }
+
+// Each attempt that reported its first token counts once: one that broke
+// after it, and the retry that succeeded.
+func TestFirstTokenCountedPerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{FirstTokenTimeout: time.Second, MaxAttempts: 2}))
+		defer l.Close()
+		rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+			a, _ := si.AttemptInfo(ctx)
+			time.Sleep(time.Duration(a.Number) * 100 * time.Millisecond)
+			stream.FirstToken(ctx)
+			if a.Number == 1 {
+				return errors.New("stream: unexpected EOF")
+			}
+			return nil
+		})
+		if err != nil || rep.Attempts != 2 {
+			t.Fatalf("rep %+v, err %v", rep, err)
+		}
+		for v := range l.Views() {
+			if v.FirstToken.Count != 2 || v.FirstToken.Sum != 300*time.Millisecond {
+				t.Errorf("FirstToken %+v, want 100ms and 200ms", v.FirstToken)
+			}
+		}
+	})
+}

@@ -24,8 +24,8 @@ import (
 //     MaxAttempts;
 //   - first_token_timeout (a stream that stalled before its first token):
 //     never Timeout; FirstTokenTimeout × 1.5 when the agent's measured
-//     times to first token say the bound is too tight, else MaxAttempts
-//   - 1 (see MaxFirstTokenTimeout);
+//     times to first token say the bound is too tight (see
+//     MaxFirstTokenTimeout), else one more attempt, as for overloaded;
 //   - model_unavailable: a proposal, when no live route is left (see
 //     below).
 //
@@ -33,9 +33,8 @@ import (
 // the ladder to the next live route (not in Analysis.DeadRoutes) when the
 // dominant class is model_unavailable or not_found, or when overloaded,
 // timeout, first_token_timeout, network or empty_response failed 5 calls
-// in a row (or the
-// threshold's count, if higher); an upstream outage does not stop such a
-// move.
+// in a row (or the threshold's count, if higher); an upstream outage does
+// not stop such a move.
 //
 // It consults the failure memory first (Analysis.Memories). A fix that was
 // confirmed for a similar cluster of the dominant class (Confidence at
@@ -114,22 +113,24 @@ func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) 
 
 // rules are the plain-text suggestions filed with proposals, by class.
 var rules = map[failure.Class]string{
-	failure.ClassAuth:              "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
-	failure.ClassBadRequest:        "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
-	failure.ClassNotFound:          "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
-	failure.ClassContextLength:     "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
-	failure.ClassContentFilter:     "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
-	failure.ClassToolError:         "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
-	failure.ClassPanic:             "The agent's code panics: fix the bug shown in the examples.",
-	failure.ClassCanceled:          "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
-	failure.ClassTimeout:           "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
-	failure.ClassRateLimit:         "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
-	failure.ClassOverloaded:        "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
-	failure.ClassNetwork:           "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
+	failure.ClassAuth:             "Check the credentials the agent uses: the API key or token is missing, invalid, expired, or lacks a permission.",
+	failure.ClassBadRequest:       "Fix the request the agent builds: it fails validation (schema, required fields, parameter values). Constrain the output format in the prompt, or validate before sending.",
+	failure.ClassNotFound:         "The agent asks for something that does not exist: check the identifiers, paths or URLs it produces.",
+	failure.ClassContextLength:    "Shorten the input: summarise or trim the history, retrieve fewer documents, or route to a model with a larger context window.",
+	failure.ClassContentFilter:    "Review the prompts that trip the content filter, and rephrase the instructions so that the model's output stays within policy.",
+	failure.ClassToolError:        "A tool the agent calls is failing: check the inputs the agent passes and the tool's own health.",
+	failure.ClassPanic:            "The agent's code panics: fix the bug shown in the examples.",
+	failure.ClassCanceled:         "Calls are cancelled by something other than their caller: check what cancels the agent's context.",
+	failure.ClassTimeout:          "Calls time out beyond what the loop may raise: check the upstream's latency, or raise the cap.",
+	failure.ClassRateLimit:        "Calls are rate limited beyond what backoff and retries absorb: raise the quota, spread the load, or cache.",
+	failure.ClassOverloaded:       "The upstream is overloaded beyond what retries absorb: add a fallback route or reduce the load.",
+	failure.ClassNetwork:          "Network failures persist beyond what retries absorb: check connectivity, DNS and the upstream's address.",
+	failure.ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
+	failure.ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
+	failure.ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
+
+	// Streams (strategy_stream.go).
 	failure.ClassFirstTokenTimeout: "Streams stall before their first token beyond what retries absorb: add a fallback route, or check the upstream's queueing.",
-	failure.ClassEmptyResponse:     "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
-	failure.ClassModelUnavailable:  "The model the agent uses is unavailable and no fallback route is left: choose another model.",
-	failure.ClassQuota:             "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."

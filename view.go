@@ -53,12 +53,12 @@ type AgentView struct {
 	// Latency is the histogram of the durations of those successful and
 	// failed calls (each whole call: every attempt and the waits).
 	Latency Histogram
-	// FirstToken is the histogram of those calls' times to first token
-	// (Sum/Count is the mean): of each call whose last attempt reported
-	// its first token (stream.FirstToken) under a config with a
-	// FirstTokenTimeout, the time from that attempt's start to the
-	// report. It is the zero Histogram (Count 0, no Bounds nor Counts)
-	// for an agent with no such call.
+	// FirstToken is the histogram of the times to first token of those
+	// calls' attempts (Sum/Count is the mean): of each attempt that
+	// reported its first token (stream.FirstToken) under a config with a
+	// FirstTokenTimeout, the time from its start to the report. It is the
+	// zero Histogram (Count 0, no Bounds nor Counts) for an agent with no
+	// such attempt.
 	FirstToken Histogram
 	// Next is what the loop will do next for the agent, in plain text,
 	// such as "cooling down; next: route "gpt-4o-mini" if the current one

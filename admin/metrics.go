@@ -93,7 +93,7 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 	}
 	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.", false,
 		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.Latency })
-	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the calls whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true,
+	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the attempts whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true,
 		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.FirstToken })
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {

@@ -93,11 +93,11 @@ type AgentDetail struct {
 	FirstToken FirstTokenView `json:"first_token"`
 }
 
-// FirstTokenView is an agent's time to first token: of each call whose
+// FirstTokenView is an agent's time to first token: of each attempt whose
 // stream reported its first token under a config with a
-// FirstTokenTimeout, the time from its last attempt's start to it.
+// FirstTokenTimeout, the time from the attempt's start to it.
 type FirstTokenView struct {
-	// Count is how many calls measured one; 0 for an agent with none.
+	// Count is how many attempts measured one; 0 for an agent with none.
 	Count uint64 `json:"count"`
 	// Mean is their mean, and P90 their 90th percentile as the upper
 	// bound of its bucket (selfimprove.LatencyBuckets; the last bound
