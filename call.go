@@ -26,9 +26,9 @@ func checkAgentID(id string) error {
 // that fn's stream.FirstToken disarms), a failed attempt is retried up to
 // MaxAttempts with exponential Backoff, and retries stop when ctx ends. A
 // panic in fn is recorded as a failure and re-raised from the frame it
-// was raised in, so that its trace still shows fn and its callers. A call whose ctx ended
-// before fn succeeded is recorded as ignored, not as a failure. A nil fn
-// returns ErrNilFunc and records nothing.
+// was raised in, so that its trace still shows fn and its callers. A call
+// whose ctx ended before fn succeeded is recorded as ignored, not as a
+// failure. A nil fn returns ErrNilFunc and records nothing.
 //
 // After fn returns, the loop records the outcome against the config
 // version fn ran under. If a change is under verification, the outcome may
