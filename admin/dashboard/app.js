@@ -416,7 +416,7 @@ function firstTokenText(d) {
   const f = d.first_token;
   if (!f || !f.count) return ["–", "no stream reported its first token (set a first-token timeout)"];
   const t = dur(f.mean_ns) + " · p90 " + dur(f.p90_ns);
-  return [t, "mean " + dur(f.mean_ns) + ", p90 " + dur(f.p90_ns) + , over " + f.count + " streams since the loop started"];
+  return [t, "mean " + dur(f.mean_ns) + ", p90 " + dur(f.p90_ns) + ", over " + f.count + " streams since the loop started"];
 }
 
 function showDetail(d) {
