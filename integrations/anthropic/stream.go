@@ -27,14 +27,16 @@ import (
 //     context's cause (failure.ErrFirstTokenTimeout for a stall before
 //     the first token);
 //   - otherwise, for a stream that broke mid-way, the read error wrapped
-//     with stream.ErrInterrupted (class network, retried).
+//     with stream.ErrInterrupted (class network, retried); a request that
+//     got no event at all returns its error as Wrap does.
 func Stream(ctx context.Context, client *ant.Client, params ant.MessageNewParams, onEvent func(ant.MessageStreamEventUnion), opts ...option.RequestOption) (ant.Message, error) {
 	s := client.Messages.NewStreaming(ctx, params, opts...)
 	defer s.Close()
 	var msg ant.Message
-	first, final := false, false
+	first, final, began := false, false, false
 	for s.Next() {
 		ev := s.Current()
+		began = true
 		switch ev.Type {
 		case "content_block_delta":
 			if !first {
@@ -51,5 +53,9 @@ func Stream(ctx context.Context, client *ant.Client, params ant.MessageNewParams
 			onEvent(ev)
 		}
 	}
-	return msg, stream.End(ctx, Wrap(s.Err()), final)
+	err := Wrap(s.Err())
+	if !began && err != nil && ctx.Err() == nil {
+		return msg, err // no stream began: the request's own failure
+	}
+	return msg, stream.End(ctx, err, final)
 }

@@ -34,7 +34,8 @@ import (
 //     context's cause (failure.ErrFirstTokenTimeout for a stall before
 //     the first token);
 //   - otherwise, for a stream that broke mid-way, the read error wrapped
-//     with stream.ErrInterrupted (class network, retried).
+//     with stream.ErrInterrupted (class network, retried); a request that
+//     got no stream at all returns its error as Wrap does.
 //
 // opts are added to the request's; Stream adds one that watches the
 // body for "data: [DONE]".
@@ -55,7 +56,11 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 			onChunk(chunk)
 		}
 	}
-	return acc.ChatCompletion, stream.End(ctx, streamErr(s.Err()), done.seen())
+	err := streamErr(s.Err())
+	if done.body == nil && err != nil && ctx.Err() == nil {
+		return acc.ChatCompletion, err // no stream began: the request's own failure
+	}
+	return acc.ChatCompletion, stream.End(ctx, err, done.seen())
 }
 
 // hasToken reports whether c carries a piece of the answer.
