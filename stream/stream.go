@@ -6,7 +6,8 @@
 // (integrations/openai, integrations/anthropic) use both; a function
 // that reads another SDK's stream may too.
 //
-// The package imports only the standard library and package failure.
+// The package imports nothing of the loop: only the standard library,
+// package failure and the context key the loop sets (internal/firsttoken).
 package stream
 
 import (
