@@ -66,6 +66,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
 	an.Routes = l.Routes(a.id)
 	an.TransientAttempts = l.retryRules.floor
+	an.FirstToken = a.tel.firstTokens()
 	for _, d := range l.dead.list(an.Time.UnixNano()) {
 		if !an.dead(d.Route) {
 			an.DeadRoutes = append(an.DeadRoutes, d)

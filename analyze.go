@@ -64,6 +64,10 @@ type Analysis struct {
 	// bad outputs whatever its config (RetryPolicy.TransientAttempts): a MaxAttempts
 	// at or below it changes nothing for them.
 	TransientAttempts int
+	// FirstToken is the histogram of the agent's times to first token
+	// since it was loaded (AgentView.FirstToken): how soon its streams
+	// begin when they do not stall.
+	FirstToken Histogram
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest cluster in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and

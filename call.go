@@ -25,12 +25,13 @@ func checkAgentID(id string) error {
 // fn's final error unchanged, with a Report of what the loop did.
 //
 // The loop enforces the config: each attempt gets a context with the
-// config's Timeout, a failed attempt is retried up to MaxAttempts with
-// exponential Backoff, and retries stop when ctx ends. A panic in fn is
-// recorded as a failure and re-raised from the frame it was raised in, so
-// that its trace still shows fn and its callers. A call whose ctx ended
-// before fn succeeded is recorded as ignored, not as a failure. A nil fn
-// returns ErrNilFunc and records nothing.
+// config's Timeout (and, with a FirstTokenTimeout, a first-token deadline
+// that fn's stream.FirstToken disarms), a failed attempt is retried up to
+// MaxAttempts with exponential Backoff, and retries stop when ctx ends. A
+// panic in fn is recorded as a failure and re-raised from the frame it
+// was raised in, so that its trace still shows fn and its callers. A call
+// whose ctx ended before fn succeeded is recorded as ignored, not as a
+// failure. A nil fn returns ErrNilFunc and records nothing.
 //
 // A call with an invalid agent ID (empty, or longer than MaxAgentIDLen),
 // and a call after Close, still runs fn, untracked, under the default
@@ -147,6 +148,9 @@ type begun struct {
 	version int    // the config version
 	arm     Arm
 	probe   bool // a half-open circuit's probe
+	// stalled: the latest attempt failed after its first-token deadline
+	// cancelled it (see runWatched).
+	stalled bool
 	route   string
 	// homeProbe: the first attempt probes the primary (see ProbePolicy);
 	// probeClass and probeText describe its failure.
@@ -184,7 +188,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	if c.failed && !c.ignored {
 		// Described before the agent's lock is taken, by the one path
 		// that classifies every failure (see failure.Memo).
-		f := l.memo.Describe(rep.Err, 0)
+		f := l.describe(rep.Err, 0, &b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
 		l.record(ctx, a, c, []byte(f.Signature), rep)
 	} else {
@@ -287,7 +291,7 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 		h = &hintCtx{Context: ctx}
 		actx = h
 	}
-	err = runOnce(actx, cfg, fn)
+	err = l.runOnce(actx, cfg, fn, b)
 	if err == nil || ctx.Err() != nil || cfg.attempts() <= 1 && l.retryRules.floor <= 1 {
 		return err, false
 	}
@@ -305,7 +309,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 	}
 	for {
 		status, hint, why := h.take()
-		f := l.memo.Describe(err, status)
+		f := l.describe(err, status, b)
 		class, text := f.Class, f.Text
 		limit := l.retryRules.attempts(cfg, class)
 		if *n >= limit {
@@ -339,7 +343,7 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
-		if err = runOnce(actx, acfg, fn); err == nil || ctx.Err() != nil || acfg != cfg {
+		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil || acfg != cfg {
 			return err, false
 		}
 	}
@@ -377,8 +381,13 @@ func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why
 // attemptMemories is how many memories an Attempt carries.
 const attemptMemories = 3
 
-// runOnce runs fn once, under cfg's per-attempt deadline.
-func runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error) error {
+// runOnce runs fn once, under cfg's per-attempt deadline, and its
+// first-token deadline when it has one (see runWatched, which notes the
+// attempt in b).
+func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
+	if cfg.FirstTokenTimeout > 0 {
+		return l.runWatched(ctx, cfg, fn, b)
+	}
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()

@@ -34,13 +34,13 @@ func (l *Loop) failFast(a *agent) error {
 func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(context.Context, Config) error, n *int, c *begun) (error, bool) {
 	p := *cfg
 	p.Route = home
-	err := runOnce(ctx, &p, fn)
+	err := l.runOnce(ctx, &p, fn, c)
 	if err == nil || ctx.Err() != nil {
 		*n = 1
 		c.route = home
 		return err, false
 	}
-	f := l.memo.Describe(err, 0)
+	f := l.describe(err, 0, c)
 	c.probeClass, c.probeText = f.Class, f.Text
 	if c.probeClass == "" {
 		c.probeClass = failure.ClassOther

@@ -18,6 +18,13 @@ import (
 // ctx's error. The loop waits between attempts with it, so a simulated
 // clock can advance itself instead of waiting. Without it the loop waits
 // on a runtime timer.
+//
+// A Clock may also have a method AfterFunc(d time.Duration, f func())
+// (stop func() bool) that calls f once the clock has moved d on, unless
+// stop was called first (stop reports whether it stopped the call). The
+// loop arms the first-token deadline (Config.FirstTokenTimeout) with it,
+// so that a simulated clock fires it when it advances. Without it the
+// deadline is a runtime timer.
 type Clock interface {
 	Now() time.Time
 }

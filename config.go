@@ -17,6 +17,8 @@ import (
 //   - MaxAttempts is how many attempts one call may make (0 or 1: one).
 //   - Backoff is the base wait between attempts, doubled after each attempt,
 //     with jitter, and cut short when the caller's context ends (0: no wait).
+//   - FirstTokenTimeout bounds the wait for a streamed answer's first token
+//     within each attempt (0: no bound); see the field.
 //
 // Route and Params are for the wrapped function to read: which model,
 // endpoint or tool variant to use, and anything else it can be tuned by.
@@ -59,6 +61,17 @@ type Config struct {
 	// name at most 64 bytes and each value at most 256, 2,048 bytes of
 	// names and values in all, all UTF-8.
 	Params map[string]string
+	// FirstTokenTimeout is the deadline of each attempt's first token,
+	// apart from Timeout, which bounds the whole attempt; 0 (the default)
+	// means none. fn reports its first token with stream.FirstToken (the
+	// integrations' Stream helpers do). When the deadline passes first,
+	// the loop cancels the attempt, with failure.ErrFirstTokenTimeout as
+	// its context's cause, and counts its failure as
+	// failure.ClassFirstTokenTimeout, which is retried like a timeout but
+	// never makes the built-in strategy raise Timeout. Set it only for an
+	// agent whose fn reports its first token: an attempt that reports none
+	// is cancelled at the deadline. At most one hour.
+	FirstTokenTimeout time.Duration
 }
 
 // The bounds of a Config's fields (Route's is maxRouteLen). Together
@@ -80,6 +93,8 @@ const (
 	maxParamName  = 64
 	maxParamValue = 256
 	maxParamBytes = 2048
+	// maxFirstTokenTimeout bounds FirstTokenTimeout.
+	maxFirstTokenTimeout = time.Hour
 )
 
 // attempts returns the number of attempts c allows, at least one.
@@ -97,6 +112,7 @@ func (c Config) Equal(o Config) bool {
 		c.attempts() == o.attempts() &&
 		c.Backoff == o.Backoff &&
 		c.Route == o.Route &&
+		c.FirstTokenTimeout == o.FirstTokenTimeout &&
 		maps.Equal(c.Params, o.Params)
 }
 
@@ -118,6 +134,7 @@ func (c Config) validate() error {
 		inRange("config.backoff", c.Backoff, 0, maxBackoff),
 		checkText("config.route", c.Route, maxRouteLen),
 		checkParams(c.Params),
+		inRange("config.first_token_timeout", c.FirstTokenTimeout, 0, maxFirstTokenTimeout),
 	)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -167,6 +184,8 @@ type configJSON struct {
 	Backoff     jsonDuration      `json:"backoff,omitempty"`
 	Route       string            `json:"route,omitempty"`
 	Params      map[string]string `json:"params,omitempty"`
+	// FirstToken is FirstTokenTimeout; a file written before it has none.
+	FirstToken jsonDuration `json:"first_token_timeout,omitempty"`
 }
 
 // MarshalJSON encodes c with durations as strings such as "1.5s".
@@ -178,6 +197,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		Backoff:     jsonDuration(c.Backoff),
 		Route:       c.Route,
 		Params:      c.Params,
+		FirstToken:  jsonDuration(c.FirstTokenTimeout),
 	})
 }
 
@@ -195,6 +215,8 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		Backoff:     time.Duration(j.Backoff),
 		Route:       j.Route,
 		Params:      j.Params,
+
+		FirstTokenTimeout: time.Duration(j.FirstToken),
 	}
 	return nil
 }
@@ -285,8 +307,9 @@ type Change struct {
 
 // repeats reports whether moving from cur to next repeats the rolled-back
 // tweak rb: every field next changes (Timeout, MaxAttempts, Backoff, Route,
-// Params) takes rb's value. A strategy that proposes the same route on top
-// of a config that has changed since is so refused all the same.
+// Params, FirstTokenTimeout) takes rb's value. A strategy that proposes the
+// same route on top of a config that has changed since is so refused all
+// the same.
 func repeats(cur, next, rb Config) bool {
 	moved := false
 	check := func(changed, same bool) bool {
@@ -297,5 +320,6 @@ func repeats(cur, next, rb Config) bool {
 		check(next.attempts() != cur.attempts(), next.attempts() == rb.attempts()) &&
 		check(next.Backoff != cur.Backoff, next.Backoff == rb.Backoff) &&
 		check(next.Route != cur.Route, next.Route == rb.Route) &&
+		check(next.FirstTokenTimeout != cur.FirstTokenTimeout, next.FirstTokenTimeout == rb.FirstTokenTimeout) &&
 		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
 }

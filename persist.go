@@ -71,7 +71,7 @@ func (l *Loop) rollbackUnsaved(a *agent, ch *Change, err error) {
 	ev := newEvent(newID(l.clock.Now()), l.clock.Now(), EventRollbackFailed, ch)
 	ev.Err = err.Error()
 	a.mu.Lock()
-	a.pending = append(a.pending, queued{ev, true})
+	a.queue(queued{ev, true})
 	a.mu.Unlock()
 	l.notify(ev)
 }
@@ -110,8 +110,7 @@ func (l *Loop) save(a *agent) error {
 	}
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
-	evs := a.pending
-	a.pending = nil
+	evs := a.takeQueued()
 	a.dirty = false
 	a.mu.Unlock()
 
@@ -135,7 +134,9 @@ func (l *Loop) save(a *agent) error {
 		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.dirty = true
-		a.pending = append(evs[:len(evs):len(evs)], a.pending...)
+		if q := eventQueue(append(evs[:len(evs):len(evs)], a.takeQueued()...)); len(q) > 0 {
+			a.pending = &q
+		}
 		a.mu.Unlock()
 		return err
 	}
@@ -150,7 +151,12 @@ func (l *Loop) save(a *agent) error {
 // dropQueued removes the queued events of a that drop reports true for;
 // they belong to a decision taken back.
 func (a *agent) dropQueued(drop func(*Event) bool) {
-	a.pending = slices.DeleteFunc(a.pending, func(q queued) bool { return drop(q.ev) })
+	if a.pending == nil {
+		return
+	}
+	if *a.pending = slices.DeleteFunc(*a.pending, func(q queued) bool { return drop(q.ev) }); len(*a.pending) == 0 {
+		a.pending = nil
+	}
 }
 
 // saveState encodes and saves the state of agent id.

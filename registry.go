@@ -38,7 +38,7 @@ type agent struct {
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock.
 	openUntil atomic.Int64
-	pending   []queued    // events not yet logged, in decision order
+	pending   *eventQueue // events not yet logged, in decision order; nil when none
 	fl        *fleetAgent // the agent's link to the fleet; nil without WithFleet
 
 	tel *telemetry // calls by outcome and latency, for AgentView
@@ -49,6 +49,30 @@ type agent struct {
 type queued struct {
 	ev       *Event
 	notified bool
+}
+
+// eventQueue is an agent's events not yet logged. The agent holds it
+// behind a pointer, nil but between a decision and its save, so that an
+// agent stays within its allocation size class (see TestAgentSizeClass).
+type eventQueue []queued
+
+// queue adds q to a's events not yet logged. a.mu is held.
+func (a *agent) queue(q queued) {
+	if a.pending == nil {
+		a.pending = new(eventQueue)
+	}
+	*a.pending = append(*a.pending, q)
+}
+
+// takeQueued returns a's events not yet logged, and empties the queue.
+// a.mu is held.
+func (a *agent) takeQueued() []queued {
+	if a.pending == nil {
+		return nil
+	}
+	evs := *a.pending
+	a.pending = nil
+	return evs
 }
 
 // installed is a config with the generation it was installed as. While a
@@ -96,7 +120,7 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 		a.mirrorLocked()
 	}
 	for _, ev := range eff.events {
-		a.pending = append(a.pending, queued{ev: ev})
+		a.queue(queued{ev: ev})
 	}
 }
 
@@ -396,7 +420,7 @@ func (r *evictRing) victim() *agent {
 		r.hand = (r.hand + 1) % len(r.agents)
 		recent := a.used.Swap(false)
 		a.mu.Lock()
-		busy := a.evicted || a.s.analyzing || len(a.pending) > 0
+		busy := a.evicted || a.s.analyzing || a.pending != nil
 		a.mu.Unlock()
 		if !recent && !busy {
 			r.removeLocked(a)
@@ -433,7 +457,7 @@ func (l *Loop) evict(a *agent) bool {
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
-	if a.evicted || a.s.analyzing || len(a.pending) > 0 {
+	if a.evicted || a.s.analyzing || a.pending != nil {
 		a.mu.Unlock()
 		return false
 	}

@@ -97,10 +97,11 @@ func (r *retryRules) attempts(cfg *Config, class failure.Class) int {
 func floored(class failure.Class) bool { return sdkRetried(class) || class == failure.ClassBadOutput }
 
 // sdkRetried reports whether the LLM SDKs retry a failure of class on
-// their own: 429, 408, 5xx and connection errors.
+// their own: 429, 408, 5xx and connection errors; and a stream's stall
+// before its first token, which the loop cancels like a timeout.
 func sdkRetried(class failure.Class) bool {
 	switch class {
-	case failure.ClassRateLimit, failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork:
+	case failure.ClassRateLimit, failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassFirstTokenTimeout:
 		return true
 	}
 	return false

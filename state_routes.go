@@ -123,7 +123,8 @@ func (s *agentState) deadClass(class failure.Class, r *ruleBook) bool {
 // off a route for it is temporary.
 func transient(class failure.Class) bool {
 	switch class {
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassRateLimit:
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork,
+		failure.ClassEmptyResponse, failure.ClassRateLimit:
 		return true
 	}
 	return false

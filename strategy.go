@@ -22,15 +22,19 @@ import (
 //     MaxAttempts;
 //   - overloaded, network, empty_response: MaxAttempts + 1, up to
 //     MaxAttempts;
+//   - first_token_timeout (a stream that stalled before its first token):
+//     never Timeout; FirstTokenTimeout × 1.5 when the agent's measured
+//     times to first token say the bound is too tight (see
+//     MaxFirstTokenTimeout), else one more attempt, as for overloaded;
 //   - model_unavailable: a proposal, when no live route is left (see
 //     below).
 //
 // With a route ladder (Analysis.Routes), it first moves the route down
 // the ladder to the next live route (not in Analysis.DeadRoutes) when the
 // dominant class is model_unavailable or not_found, or when overloaded,
-// timeout, network or empty_response failed 5 calls in a row (or the
-// threshold's count, if higher); an upstream outage does not stop such a
-// move.
+// timeout, first_token_timeout, network or empty_response failed 5 calls
+// in a row (or the threshold's count, if higher); an upstream outage does
+// not stop such a move.
 //
 // It consults the failure memory first (Analysis.Memories). A fix that was
 // confirmed for a similar cluster of the dominant class (Confidence at
@@ -85,6 +89,15 @@ type BuiltinStrategy struct {
 	// an outage may well fix a later fault. Default 24 hours; negative:
 	// for as long as the memory keeps it.
 	ForgetAfter time.Duration
+	// MaxFirstTokenTimeout caps the FirstTokenTimeout it sets (and so
+	// does the config's Timeout, when set). It raises FirstTokenTimeout
+	// only when at least 20 of the agent's calls measured their time to
+	// first token (Analysis.FirstToken) and the 90th percentile of those
+	// times is above half the bound: first tokens then come close to it
+	// as a rule, and stalls are its tail cut off. Otherwise a stall is a
+	// request the upstream left hanging, which a new request fixes: one
+	// more attempt. Default 1 minute.
+	MaxFirstTokenTimeout time.Duration
 }
 
 func (s *BuiltinStrategy) caps() (timeout, backoff time.Duration, attempts int) {
@@ -119,6 +132,9 @@ var rules = map[failure.Class]string{
 	failure.ClassEmptyResponse:    "The model keeps returning nothing: check the prompt, the stop sequences and the output token limit.",
 	failure.ClassModelUnavailable: "The model the agent uses is unavailable and no fallback route is left: choose another model.",
 	failure.ClassQuota:            "The provider account is out of credit or quota: add credit, raise the spending limit, or use another account.",
+
+	// Streams (strategy_stream.go).
+	failure.ClassFirstTokenTimeout: "Streams stall before their first token beyond what retries absorb: add a fallback route, or check the upstream's queueing.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
@@ -181,6 +197,8 @@ func (p *plan) propose() *Tweak {
 		return p.rateLimit()
 	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassBadOutput:
 		return p.oneMoreAttempt()
+	case failure.ClassFirstTokenTimeout:
+		return p.firstToken()
 	case failure.ClassModelUnavailable:
 		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
 	}
@@ -339,7 +357,7 @@ func (p *plan) move() *Tweak {
 	switch p.class {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
 		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
 			return nil
 		}
@@ -435,8 +453,11 @@ func (s *BuiltinStrategy) learned(a Analysis, class failure.Class, cur Config, c
 				continue
 			}
 			next, changed := cur.clone(), false
-			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 {
+			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 && class != failure.ClassFirstTokenTimeout {
 				next.Timeout, changed = min(f.To.Timeout, maxTimeout), true
+			}
+			if ft := min(f.To.FirstTokenTimeout, s.firstTokenCap(cur)); f.To.FirstTokenTimeout != f.From.FirstTokenTimeout && ft > cur.FirstTokenTimeout && cur.FirstTokenTimeout > 0 {
+				next.FirstTokenTimeout, changed = ft, true
 			}
 			if f.To.attempts() != f.From.attempts() && f.To.attempts() > cur.attempts() {
 				next.MaxAttempts, changed = min(f.To.attempts(), maxAtt), true

@@ -33,6 +33,32 @@ type telemetry struct {
 	// retries.
 	live fastHist
 	seq  atomic.Uint64
+	// first and firstSum are the histogram of the calls' times to first
+	// token (see AgentView.FirstToken), and their sum in ns.
+	first    [len(latencyBounds) + 1]atomic.Uint64
+	firstSum atomic.Int64
+}
+
+// observeFirstToken counts one call's time to first token, d. It takes
+// no lock and allocates nothing.
+func (t *telemetry) observeFirstToken(d time.Duration) {
+	t.first[latencyBucket(d)].Add(1)
+	t.firstSum.Add(int64(d))
+}
+
+// firstTokens returns the histogram of the times to first token: the
+// zero Histogram, allocating nothing, when there are none.
+func (t *telemetry) firstTokens() Histogram {
+	var counts [len(latencyBounds) + 1]uint64
+	var n uint64
+	for i := range t.first {
+		counts[i] = t.first[i].Load()
+		n += counts[i]
+	}
+	if n == 0 {
+		return Histogram{}
+	}
+	return Histogram{Bounds: LatencyBuckets(), Counts: counts[:], Count: n, Sum: time.Duration(t.firstSum.Load())}
 }
 
 // observeLatency counts one finished call of the agent: its outcome and,
@@ -84,6 +110,7 @@ const (
 // counters reads a's counters into v, without the lock.
 func (a *agent) counters(v *AgentView) {
 	t := a.tel
+	v.FirstToken = t.firstTokens()
 	v.Failures, v.Ignored = t.failures.Load(), t.ignored.Load()
 	for {
 		s := t.seq.Load()

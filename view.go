@@ -13,7 +13,7 @@ import (
 // per-agent view. Loop.View and Loop.DailySummary fill every field.
 // Loop.Views, for metrics exporters, fills only those it reads without
 // the agent's lock: AgentID, Loaded, Config, Circuit, and the counters
-// Successes, Failures, Ignored and Latency.
+// Successes, Failures, Ignored, Latency and FirstToken.
 type AgentView struct {
 	AgentID string
 	// Loaded reports that the agent is in memory (else it was read from
@@ -53,6 +53,13 @@ type AgentView struct {
 	// Latency is the histogram of the durations of those successful and
 	// failed calls (each whole call: every attempt and the waits).
 	Latency Histogram
+	// FirstToken is the histogram of the times to first token of those
+	// calls' attempts (Sum/Count is the mean): of each attempt that
+	// reported its first token (stream.FirstToken) under a config with a
+	// FirstTokenTimeout, the time from its start to the report. It is the
+	// zero Histogram (Count 0, no Bounds nor Counts) for an agent with no
+	// such attempt.
+	FirstToken Histogram
 	// Next is what the loop will do next for the agent, in plain text,
 	// such as "cooling down; next: route "gpt-4o-mini" if the current one
 	// keeps failing", and NextAt when it may happen (zero: at the next

@@ -146,6 +146,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Clusters:  nonNil(s.l.Clusters(id)),
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
 		Next:      o.Next, NextAt: o.NextAt, Home: o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
+		FirstToken: firstToken(o.FirstToken),
 	}
 	writeJSON(w, http.StatusOK, d)
 }
@@ -249,6 +250,9 @@ func (b *ConfigBody) config() (selfimprove.Config, error) {
 		return c, err
 	}
 	if c.Backoff, err = duration("config.backoff", b.Backoff); err != nil {
+		return c, err
+	}
+	if c.FirstTokenTimeout, err = duration("config.first_token_timeout", b.FirstTokenTimeout); err != nil {
 		return c, err
 	}
 	if b.MaxAttempts < 0 || b.MaxAttempts > 100 {

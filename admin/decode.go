@@ -56,6 +56,9 @@ type ConfigBody struct {
 	Backoff     string            `json:"backoff,omitempty"`
 	Route       string            `json:"route,omitempty"`
 	Params      map[string]string `json:"params,omitempty"`
+	// FirstTokenTimeout is Config.FirstTokenTimeout (at most "1h");
+	// default empty: none.
+	FirstTokenTimeout string `json:"first_token_timeout,omitempty"`
 }
 
 // ThresholdRequest is the body of POST /api/agents/{agent}/threshold:

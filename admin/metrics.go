@@ -91,7 +91,10 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.m.Failures)
 		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.m.Ignored)
 	}
-	e.latency(agents)
+	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.", false,
+		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.Latency })
+	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the attempts whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true,
+		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.FirstToken })
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {
 		if a := &agents[i]; a.label != otherAgents {
@@ -106,9 +109,11 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 	e.sample("selfimprove_agents_aggregated", false, "", "", "", aggregated)
 }
 
-// latency writes the call duration histogram of each agent.
-func (e *encoder) latency(agents []series) {
-	e.family("selfimprove_call_duration_seconds", "histogram", "Duration of the counted calls (every attempt and the waits between), by agent.")
+// histogram writes the histogram family name of each agent, the one of
+// its view that of picks (its buckets are LatencyBuckets); sparse: only
+// of the agents whose histogram counts something.
+func (e *encoder) histogram(agents []series, name, help string, sparse bool, of func(*selfimprove.AgentView) *selfimprove.Histogram) {
+	e.family(name, "histogram", help)
 	bounds := selfimprove.LatencyBuckets()
 	les := make([]string, len(bounds))
 	for i, b := range bounds {
@@ -116,17 +121,23 @@ func (e *encoder) latency(agents []series) {
 	}
 	for i := range agents {
 		a := &agents[i]
+		h := of(a.m)
+		if sparse && h.Count == 0 {
+			continue
+		}
 		var cum uint64
-		for j, c := range a.m.Latency.Counts {
-			cum += c
+		for j := range len(les) + 1 { // an agent summed into none has no counts
+			if j < len(h.Counts) {
+				cum += h.Counts[j]
+			}
 			le := "+Inf"
 			if j < len(les) {
 				le = les[j]
 			}
-			e.sample("selfimprove_call_duration_seconds_bucket", true, a.label, "le", le, int64(cum))
+			e.sample(name+"_bucket", true, a.label, "le", le, int64(cum))
 		}
-		e.float("selfimprove_call_duration_seconds_sum", a.label, a.m.Latency.Sum.Seconds())
-		e.sample("selfimprove_call_duration_seconds_count", true, a.label, "", "", int64(a.m.Latency.Count))
+		e.float(name+"_sum", a.label, h.Sum.Seconds())
+		e.sample(name+"_count", true, a.label, "", "", int64(h.Count))
 	}
 }
 
@@ -167,14 +178,21 @@ func (s *series) add(m *selfimprove.AgentView) {
 	s.m.Successes += m.Successes
 	s.m.Failures += m.Failures
 	s.m.Ignored += m.Ignored
-	if s.m.Latency.Counts == nil {
-		s.m.Latency.Counts = make([]uint64, len(m.Latency.Counts))
+	addHistogram(&s.m.Latency, &m.Latency)
+	addHistogram(&s.m.FirstToken, &m.FirstToken)
+}
+
+// addHistogram adds h's counts to sum's (either may have none: an
+// agent with no time to first token).
+func addHistogram(sum, h *selfimprove.Histogram) {
+	if len(sum.Counts) < len(h.Counts) {
+		sum.Counts = append(sum.Counts, make([]uint64, len(h.Counts)-len(sum.Counts))...)
 	}
-	for i, c := range m.Latency.Counts {
-		s.m.Latency.Counts[i] += c
+	for i, c := range h.Counts {
+		sum.Counts[i] += c
 	}
-	s.m.Latency.Count += m.Latency.Count
-	s.m.Latency.Sum += m.Latency.Sum
+	sum.Count += h.Count
+	sum.Sum += h.Sum
 }
 
 // labelValue maps an agent ID to a label value: valid UTF-8 (each byte

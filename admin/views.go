@@ -88,6 +88,31 @@ type AgentDetail struct {
 	Held failure.Class `json:"held,omitempty"`
 	// DeadRoutes are the routes dead for the agent now.
 	DeadRoutes []selfimprove.DeadRoute `json:"dead_routes"`
+	// FirstToken is the agent's time to first token since it was loaded
+	// in this process (selfimprove.AgentView.FirstToken).
+	FirstToken FirstTokenView `json:"first_token"`
+}
+
+// FirstTokenView is an agent's time to first token: of each attempt whose
+// stream reported its first token under a config with a
+// FirstTokenTimeout, the time from the attempt's start to it.
+type FirstTokenView struct {
+	// Count is how many attempts measured one; 0 for an agent with none.
+	Count uint64 `json:"count"`
+	// Mean is their mean, and P90 their 90th percentile as the upper
+	// bound of its bucket (selfimprove.LatencyBuckets; the last bound
+	// when it is beyond them); 0 when Count is 0.
+	Mean time.Duration `json:"mean_ns"`
+	P90  time.Duration `json:"p90_ns"`
+}
+
+// firstToken summarises h, the histogram of an agent's times to first
+// token.
+func firstToken(h selfimprove.Histogram) FirstTokenView {
+	if h.Count == 0 {
+		return FirstTokenView{}
+	}
+	return FirstTokenView{Count: h.Count, Mean: h.Sum / time.Duration(h.Count), P90: quantile(h, 0.9)}
 }
 
 // Version is one config version of an agent.

@@ -375,10 +375,13 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 		chromedp.Navigate(srv.URL+"/si/#/agent/checkout"),
 		chromedp.WaitVisible(`#conn.live`),
 		until(`document.querySelectorAll("#timeline rect.marker").length === 3`))
+	do("no first token yet", until(`document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "–"`))
 	check := steady(t, ctx, "rollback on the agent page", "#agent-facts", "#timeline", "#marker-detail", "#clusters thead th", "#history thead th", "#history tbody tr:first-child (top)")
+	d.streams = true // the time to first token appears
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
 	do("rollback shown", until(`document.querySelector("#timeline rect.marker.rollback") !== null &&
-		document.querySelector('#agent-facts [data-fact="change"] dd').textContent === "rolled back"`))
+		document.querySelector('#agent-facts [data-fact="change"] dd').textContent === "rolled back" &&
+		document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "10 ms · p90 10 ms"`))
 	check()
 	shot(t, ctx, "1-agent-rolled-back")
 

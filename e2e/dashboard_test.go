@@ -20,6 +20,7 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/stream"
 )
 
 const dashToken = "right-token-0123456789"
@@ -91,12 +92,21 @@ func shot(t *testing.T, ctx context.Context, name string) {
 type dashLoop struct {
 	l   *si.Loop
 	clk *fakeclock.Clock
+	// streams: the calls report their first token, 10 ms in (their
+	// config has a first-token timeout).
+	streams bool
 }
 
 func (d *dashLoop) calls(t *testing.T, agent string, n int, err error) {
 	t.Helper()
 	for range n {
-		d.l.ExecuteWithImprovement(context.Background(), agent, func(context.Context, si.Config) error {
+		d.l.ExecuteWithImprovement(context.Background(), agent, func(ctx context.Context, _ si.Config) error {
+			if d.streams {
+				d.clk.Advance(10 * time.Millisecond)
+				stream.FirstToken(ctx)
+				d.clk.Advance(20 * time.Millisecond)
+				return err
+			}
 			d.clk.Advance(30 * time.Millisecond)
 			return err
 		})
@@ -114,7 +124,8 @@ func newDashLoop(t *testing.T) *dashLoop {
 		return &si.Tweak{Config: c, Reason: "raise the timeout", Review: a.AgentID == "review", Rule: "raise the upstream quota", Confidence: 0.8}, nil
 	})
 	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(strategy),
-		si.WithFlushInterval(0), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		si.WithFlushInterval(0), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		si.WithDefaultConfig(si.Config{FirstTokenTimeout: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/stream"
 )
 
 // TestMetricsParse reads /metrics with the Prometheus text parser and
@@ -39,7 +40,8 @@ func TestMetricsParse(t *testing.T) {
 		"bad\\xFFutf8": "bad\xffutf8", "nul\x00": "nul\x00", "plain": "plain", "q\"uote\\back\nline": "q\"uote\\back\nline",
 	}
 	checkCallSeries(t, fams["selfimprove_calls_total"], byAgent, own)
-	checkHistograms(t, fams["selfimprove_call_duration_seconds"], byAgent, own)
+	checkHistograms(t, fams["selfimprove_call_duration_seconds"], byAgent, own, func(v *si.AgentView) *si.Histogram { return &v.Latency })
+	checkHistograms(t, fams["selfimprove_first_token_seconds"], byAgent, own, func(v *si.AgentView) *si.Histogram { return &v.FirstToken })
 	checkLoopSeries(t, fams, l)
 	t.Logf("%d families", len(fams))
 }
@@ -50,14 +52,18 @@ func metricsLoop(t *testing.T) *si.Loop {
 	t.Helper()
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(si.Config{FirstTokenTimeout: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := []string{"plain", "q\"uote\\back\nline", "nul\x00", "bad\xffutf8", "é"}
 	for n, id := range ids {
 		for i := range 10 + n {
-			l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+			l.ExecuteWithImprovement(context.Background(), id, func(ctx context.Context, _ si.Config) error {
+				if i%2 == 0 { // a stream: its first token comes first
+					clk.Advance(time.Duration(i) * 7 * time.Millisecond)
+					stream.FirstToken(ctx)
+				}
 				clk.Advance(time.Duration(i) * 30 * time.Millisecond)
 				if i%4 == 3 {
 					return errors.New("boom")
@@ -138,7 +144,9 @@ func checkCallSeries(t *testing.T, calls *dto.MetricFamily, byAgent map[string]s
 
 // checkHistograms checks the latency histogram of each agent label in own
 // (label → ID): count, sum, and each bucket's bound and cumulative count.
-func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si.AgentView, own map[string]string) {
+// checkHistograms checks a family of per-agent histograms against the
+// one of each agent's view that of picks.
+func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si.AgentView, own map[string]string, of func(*si.AgentView) *si.Histogram) {
 	t.Helper()
 	if hist == nil || hist.GetType() != dto.MetricType_HISTOGRAM {
 		t.Fatalf("histogram: %v", hist)
@@ -148,18 +156,19 @@ func checkHistograms(t *testing.T, hist *dto.MetricFamily, byAgent map[string]si
 		if a == "_other" {
 			continue
 		}
-		want := byAgent[own[a]]
+		v := byAgent[own[a]]
+		want := of(&v)
 		h := m.GetHistogram()
-		if h.GetSampleCount() != want.Latency.Count || h.GetSampleSum() != want.Latency.Sum.Seconds() ||
-			len(h.GetBucket()) != len(want.Latency.Counts) {
-			t.Errorf("%q histogram %v, want %+v", a, h, want.Latency)
+		if h.GetSampleCount() != want.Count || h.GetSampleSum() != want.Sum.Seconds() ||
+			len(h.GetBucket()) != len(want.Counts) || want.Count == 0 {
+			t.Errorf("%q histogram %v, want %+v", a, h, want)
 		}
 		var cum uint64
 		for i, b := range h.GetBucket() {
-			cum += want.Latency.Counts[i]
+			cum += want.Counts[i]
 			bound := math.Inf(1)
-			if i < len(want.Latency.Bounds) {
-				bound = want.Latency.Bounds[i].Seconds()
+			if i < len(want.Bounds) {
+				bound = want.Bounds[i].Seconds()
 			}
 			if b.GetCumulativeCount() != cum || b.GetUpperBound() != bound {
 				t.Errorf("%q bucket %d: %v, want %d ≤ %v", a, i, b, cum, bound)

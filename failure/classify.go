@@ -58,7 +58,7 @@ const (
 func (c Class) RootCause() RootCause {
 	switch c {
 	case ClassRateLimit, ClassTimeout, ClassOverloaded, ClassNetwork, ClassAuth,
-		ClassModelUnavailable, ClassToolError, ClassCanceled, ClassQuota:
+		ClassModelUnavailable, ClassToolError, ClassCanceled, ClassQuota, ClassFirstTokenTimeout:
 		return RootCauseToolFailure
 	case ClassContextLength:
 		return RootCauseContextLoss

@@ -102,6 +102,9 @@ func describeConfig(c selfimprove.Config) string {
 	if c.Timeout > 0 {
 		parts = append(parts, "timeout "+c.Timeout.String())
 	}
+	if c.FirstTokenTimeout > 0 {
+		parts = append(parts, "first token within "+c.FirstTokenTimeout.String())
+	}
 	parts = append(parts, fmt.Sprintf("%d attempt(s)", max(c.MaxAttempts, 1)))
 	if c.Backoff > 0 {
 		parts = append(parts, "backoff "+c.Backoff.String())

@@ -410,6 +410,15 @@ function nextText(d) {
   return d.next_at ? d.next + " (at " + when(d.next_at) + ")" : d.next;
 }
 
+// firstTokenText is the agent's time to first token: "150 ms · p90 250
+// ms", with the count in the title; "–" when no stream measured one.
+function firstTokenText(d) {
+  const f = d.first_token;
+  if (!f || !f.count) return ["–", "no stream reported its first token (set a first-token timeout)"];
+  const t = dur(f.mean_ns) + " · p90 " + dur(f.p90_ns);
+  return [t, "mean " + dur(f.mean_ns) + ", p90 " + dur(f.p90_ns) + ", over " + f.count + " streams since the loop started"];
+}
+
 function showDetail(d) {
   detail = d;
   $("agent-title").textContent = d.id;
@@ -417,9 +426,9 @@ function showDetail(d) {
     ["Health", pct(d.health)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
     ["Failures", String(d.stats.failures)], ["p95", dur(d.p95_latency_ns)], ["Config", "v" + d.config_version],
     ["Change", stateText[d.change_state] || "–"], ["Circuit", d.circuit], ["Profile", d.profile || "–"],
-    ["Next", nextText(d)],
+    ["First token", ...firstTokenText(d)], ["Next", nextText(d)],
   ];
-  $("agent-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v, title: v }))));
+  $("agent-facts").replaceChildren(...facts.map(([k, v, title]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v, title: title || v }))));
   drawTimeline(d);
   $("agent-proposals").replaceChildren(...(d.proposals.length ? d.proposals.slice().reverse().map((p) => proposalCard(p, false)) : [el("p", { class: "muted", text: "None." })]));
   $("clusters").tBodies[0].replaceChildren(...d.clusters.map((c) => el("tr", {},

@@ -1,0 +1,35 @@
+package failure
+
+import "context"
+
+// ClassFirstTokenTimeout is a streamed call that sent no first token
+// before its first-token deadline (selfimprove's
+// Config.FirstTokenTimeout): the upstream stalled before it began to
+// answer. It is a timeout apart from ClassTimeout, a whole call that
+// outlasted its deadline, because the fixes differ: a stall calls for a
+// new request or another route, not for a longer deadline. It is retried.
+const ClassFirstTokenTimeout Class = "first_token_timeout"
+
+// ErrFirstTokenTimeout is the cause (context.Cause) of an attempt that
+// the selfimprove loop cancelled because no first token came within the
+// config's FirstTokenTimeout. Its class is ClassFirstTokenTimeout, its
+// Timeout method reports true, and errors.Is(ErrFirstTokenTimeout,
+// context.DeadlineExceeded) is true: it is a deadline. An error that
+// wraps it (as net/http's errors wrap their context's cause) has its
+// class.
+var ErrFirstTokenTimeout error = firstTokenTimeout{}
+
+type firstTokenTimeout struct{}
+
+func (firstTokenTimeout) Error() string {
+	return "first token timeout: no first token before the first-token deadline"
+}
+
+// FailureClass returns ClassFirstTokenTimeout.
+func (firstTokenTimeout) FailureClass() Class { return ClassFirstTokenTimeout }
+
+// Timeout reports true, as a net.Error's does for a deadline.
+func (firstTokenTimeout) Timeout() bool { return true }
+
+// Is reports whether target is context.DeadlineExceeded.
+func (firstTokenTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
