@@ -9,6 +9,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
@@ -43,6 +44,7 @@ func TestTransientFloorOutOfTheBox(t *testing.T) {
 		{"503 twice, backoff", []error{err503, err503}, si.RetryPolicy{}, si.Config{}, 3, true, 750 * time.Millisecond},
 		{"503 three times", []error{err503, err503, err503}, si.RetryPolicy{}, si.Config{}, 3, false, 750 * time.Millisecond},
 		{"the config allows more", []error{err503, err503, err503}, si.RetryPolicy{}, si.Config{MaxAttempts: 4}, 4, true, 0},
+		{"a stall before the first token, backoff", []error{failure.ErrFirstTokenTimeout, failure.ErrFirstTokenTimeout}, si.RetryPolicy{}, si.Config{}, 3, true, 750 * time.Millisecond},
 		{"400 is not retried", []error{errors.New("400 Bad Request: invalid parameter")}, si.RetryPolicy{}, si.Config{}, 1, false, 0},
 		{"other is not the SDK's to retry", []error{errors.New("tool exploded")}, si.RetryPolicy{}, si.Config{}, 1, false, 0},
 		{"floor off", []error{err503}, si.RetryPolicy{TransientAttempts: 1}, si.Config{}, 1, false, 0},
