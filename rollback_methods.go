@@ -46,7 +46,9 @@ func (p RollbackPolicy) withPrior(e Evidence) (Stats, string) {
 }
 
 // fixed is MethodFixed's rule.
-func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
+func (p RollbackPolicy) fixed(before, after Stats) Verdict {
+	return p.fixedRule(before, before, after, nil)
+}
 
 // twoStage is MethodFixed's rule with the backstop on: the fixed rule
 // rolls back on the MinCalls-th call (before completed by withPrior, note
@@ -68,12 +70,12 @@ func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict 
 		return v
 	}
 	p0, ref := p.backstopRef(e)
-	return p.latency(e.Before, a, e.Before, fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
+	return p.latency(e.Before, a, e.Before, e.like(p), fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
 }
 
 // fixedRule is MethodFixed's rule, with the success rate compared with
-// before's and the latency with lat's.
-func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
+// before's and the latency with lat's (like: see latency).
+func (p RollbackPolicy) fixedRule(before, lat, after Stats, like *Stats) Verdict {
 	q0 := 0.0
 	if !p.SeedCompatible && before.Calls > 0 {
 		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
@@ -97,14 +99,14 @@ func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
 			return Verdict{Decision: DecisionWait}
 		}
 	}
-	return p.latency(lat, after, lat, "")
+	return p.latency(lat, after, lat, like, "")
 }
 
 // sequential is the rule of MethodQuick and MethodSequential.
 func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	a := e.After
 	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
-		return p.fixed(e.Before, a)
+		return p.fixedRule(e.Before, e.Before, a, e.like(p))
 	}
 	p0, ref := p.reference(e)
 	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
@@ -124,9 +126,9 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	}
 	switch {
 	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
 	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
 	}
 	return Verdict{Decision: DecisionWait}
 }
@@ -237,5 +239,5 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
-	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+	return p.latency(c, a, c, e.like(p), fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
 }
