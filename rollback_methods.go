@@ -28,6 +28,10 @@ const (
 	// over a run of the change's consecutive failures, that run must be for
 	// MethodCanary to blame it on the change.
 	streakOdds = 0.001
+	// harmOdds is how unlikely at the reference a change's failure count
+	// must be for the early rule of the sequential methods (see
+	// clearlyHarmful) to roll it back, at most.
+	harmOdds = 0.001
 )
 
 // withPrior returns Before's counts completed, when it has fewer than
@@ -116,6 +120,9 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 		if v, ok := p.backstop(a, e, 0); ok {
 			return v
 		}
+	}
+	if v, ok := p.clearlyHarmful(a, e); ok {
+		return v
 	}
 	p1 := verdict.Alternative(p0, 2*p.MaxSuccessDrop/100)
 	llr := verdict.LogLR(a.Calls-a.Failures, a.Failures, p0, p1)
@@ -240,4 +247,29 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 		return Verdict{Decision: DecisionWait}
 	}
 	return p.latency(c, a, c, e.like(p), fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+}
+
+// clearlyHarmful is the sequential methods' early rule: before the
+// backstop, a change whose success rate lies more than twice
+// MaxSuccessDrop below the backstop's reference is rolled back as soon
+// as its failure count is one the reference (its uncertainty included,
+// as in the backstop) reaches in at most harmOdds of cases (FalseRollbacks/40
+// if less). Looked at after every call, it rolls back a
+// harmless change in well under BackstopCalls times those odds of cases,
+// and a change that costs 40 points or more within a few calls.
+func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
+	if a.Failures < 2 || p.BackstopCalls > 0 && a.Calls >= p.BackstopCalls {
+		return Verdict{}, false
+	}
+	p0, ref := p.backstopRef(e)
+	if rate(a) >= p0-2*p.MaxSuccessDrop/100 {
+		return Verdict{}, false
+	}
+	odds := min(harmOdds, p.FalseRollbacks/40)
+	tail := verdict.PredictiveTail(a.Calls, a.Failures, (1-p0)*ref.weight, p0*ref.weight)
+	if tail > odds {
+		return Verdict{}, false
+	}
+	return Verdict{DecisionRollback, fmt.Sprintf("clearly harmful: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
+		a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }
