@@ -170,7 +170,7 @@ type begun struct {
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
-	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, route: b.route,
+	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute}
 	rep.Duration = dur

@@ -20,7 +20,7 @@ func (s *agentState) sharedPart() agentState {
 	sh := s.snapshot()
 	sh.Tracker = tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}}
 	sh.Clusters = nil
-	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, counts{}
+	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, streak{}
 	sh.analyzing, sh.early = false, false
 	return sh
 }
@@ -40,7 +40,7 @@ func (s *agentState) adopt(sh *agentState) {
 	v, c, k := s.Verify, s.Control, s.Streak
 	*s = sh.snapshot()
 	s.Tracker, s.Clusters, s.analyzing, s.early = tr, cl, an, early
-	s.Verify, s.Control, s.Streak = counts{}, counts{}, counts{}
+	s.Verify, s.Control, s.Streak = counts{}, counts{}, streak{}
 	if keep {
 		s.Verify, s.Control, s.Streak = v, c, k
 	}
@@ -68,7 +68,7 @@ func (s *agentState) pool(change, control, unsent, unsentControl FleetCounts) {
 	set := func(c *counts, p FleetCounts) {
 		c.Calls, c.Failures = int(p.Calls), int(p.Failures)
 		c.Latency, c.OKLatency = p.LatencyNS, p.SuccessLatencyNS
-		c.Consec = max(c.Consec, int(p.Consecutive))
+		c.Consec = max(c.Consec, int32(min(p.Consecutive, math.MaxInt32)))
 	}
 	change.Add(unsent)
 	control.Add(unsentControl)

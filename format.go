@@ -94,6 +94,8 @@ type countsDoc struct {
 	LatencyNS           int64 `json:"latency_ns"`
 	SuccessLatencyNS    int64 `json:"success_latency_ns,omitempty"`
 	ConsecutiveFailures int64 `json:"consecutive_failures"`
+	AlikeCalls          int64 `json:"alike_calls,omitempty"`
+	AlikeLatencyNS      int64 `json:"alike_latency_ns,omitempty"`
 }
 
 // callsDoc is the agent's call statistics (the tracker).
@@ -344,7 +346,7 @@ func (st *agentState) doc() (stateDoc, error) {
 		Verifying:  st.Verifying,
 		Verify:     countsToDoc(st.Verify, true),
 		Control:    countsToDoc(st.Control, true),
-		Streak:     countsToDoc(st.Streak, true),
+		Streak:     countsDoc{Calls: int64(st.Streak.Calls), Failures: int64(st.Streak.Failures)},
 		Changes:    st.Changes,
 		Threshold:  st.Manual,
 		Critical:   st.Critical,
@@ -401,7 +403,8 @@ func nonNeg(d int64, clamp bool) int64 {
 
 func countsToDoc(c counts, clamp bool) countsDoc {
 	return countsDoc{Calls: int64(c.Calls), Failures: int64(c.Failures), LatencyNS: nonNeg(c.Latency, clamp),
-		SuccessLatencyNS: nonNeg(c.OKLatency, clamp), ConsecutiveFailures: int64(c.Consec)}
+		SuccessLatencyNS: nonNeg(c.OKLatency, clamp), ConsecutiveFailures: int64(c.Consec),
+		AlikeCalls: int64(c.Alike), AlikeLatencyNS: nonNeg(c.AlikeLatency, clamp)}
 }
 
 // timeToDoc returns Unix nanoseconds n as a UTC time. Only times from

@@ -103,13 +103,26 @@ func (c *checker) change(f field, ch *Change) {
 func (c *checker) counts(f field, d countsDoc) counts {
 	calls := c.num(f.dot("calls"), d.Calls, 0, maxCount)
 	failures := c.num(f.dot("failures"), d.Failures, 0, calls+1)
+	lat := c.num(f.dot("latency_ns"), d.LatencyNS, 0, maxNanos)
+	consec := c.num(f.dot("consecutive_failures"), d.ConsecutiveFailures, 0, failures+1)
+	okLat := c.num(f.dot("success_latency_ns"), d.SuccessLatencyNS, 0, d.LatencyNS+1)
 	return counts{
 		Calls:     int(calls),
 		Failures:  int(failures),
-		Latency:   c.num(f.dot("latency_ns"), d.LatencyNS, 0, maxNanos),
-		Consec:    int(c.num(f.dot("consecutive_failures"), d.ConsecutiveFailures, 0, failures+1)),
-		OKLatency: c.num(f.dot("success_latency_ns"), d.SuccessLatencyNS, 0, d.LatencyNS+1),
+		Latency:   lat,
+		Consec:    int32(min(consec, math.MaxInt32)),
+		OKLatency: okLat,
+		Alike:     int32(min(c.num(f.dot("alike_calls"), d.AlikeCalls, 0, calls-failures+1), math.MaxInt32)),
+		// The successes served alike are some of the successes.
+		AlikeLatency: c.num(f.dot("alike_latency_ns"), d.AlikeLatencyNS, 0, okLat+1),
 	}
+}
+
+// streak checks the calls of a canary's previous config since the
+// change's run of failures began: their latency is not kept.
+func (c *checker) streak(f field, d countsDoc) streak {
+	k := c.counts(f, d)
+	return streak{Calls: k.Calls, Failures: k.Failures}
 }
 
 // ring returns the slot of the k-th of n entries, oldest first, in a ring
@@ -361,7 +374,7 @@ func (d *stateDoc) state(id string) (agentState, error) {
 		Verifying:  d.Verifying,
 		Verify:     c.counts(path("verify"), d.Verify),
 		Control:    c.counts(path("control"), d.Control),
-		Streak:     c.counts(path("streak"), d.Streak),
+		Streak:     c.streak(path("streak"), d.Streak),
 		Changes:    d.Changes,
 		Gen:        uint64(c.num(path("generation"), d.Generation, 0, maxCount)),
 		Manual:     d.Threshold,

@@ -64,6 +64,17 @@ import (
 // more than MaxLatencyRiseOnGain percent. A change whose success rate rose,
 // not yet significantly, is verified on, up to MaxCalls calls.
 //
+// A change that raised a bound of the call (a longer Timeout, more
+// attempts, a longer Backoff) is judged on latency by what it changes: the
+// successes the previous config would have served alike (on their first
+// attempt, within the previous Timeout when the Timeout was raised)
+// against the successes before. A rise of their average of more than
+// MaxLatencyRise percent (and at least MinLatencyRise) rolls it back, or
+// of more than 2.5 times MaxLatencyRise (at most MaxLatencyRiseOnGain)
+// when the success rate rose significantly. The other successes, slower
+// by design and bounded by the new config, are the raise's cost, not a
+// regression (see Evidence.Comparable).
+//
 // SeedCompatible restores the original rule literally: MethodFixed, "before"
 // is the whole analysis window when the change was applied, a fall of
 // exactly MaxSuccessDrop points is kept, and a rise of the average latency
@@ -436,6 +447,23 @@ type Evidence struct {
 	// change's current run of consecutive failures began (MethodCanary
 	// only): a success among them lays the run on the change.
 	StreakControl Stats
+	// Raised says the change raised a bound of the call: a longer
+	// Timeout, more attempts or a longer Backoff. Comparable then counts
+	// (as Calls and TotalLatency) the change's successes the previous
+	// config would have served alike: those on their first attempt, within
+	// the previous Timeout when the Timeout was raised. The latency rule
+	// compares them alone with the successes before.
+	Raised     bool
+	Comparable Stats
+}
+
+// like is the change's successes the latency rule compares, when it
+// raised a bound; nil otherwise (see judge.go).
+func (e *Evidence) like(p RollbackPolicy) *Stats {
+	if !e.Raised || p.SeedCompatible {
+		return nil
+	}
+	return &e.Comparable
 }
 
 // Decide judges a change by p's Method. It is a pure function.
@@ -451,7 +479,7 @@ func (p RollbackPolicy) Decide(e Evidence) Verdict {
 	if p.BackstopCalls > 0 && on(p.MaxSuccessDrop) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
 		return p.twoStage(e, before, note)
 	}
-	v := p.fixedRule(before, e.Before, e.After)
+	v := p.fixedRule(before, e.Before, e.After, e.like(p))
 	if v.Decision != DecisionWait {
 		v.Reason += note
 	}
@@ -463,73 +491,6 @@ func (p RollbackPolicy) Decide(e Evidence) Verdict {
 // pure function.
 func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 	return p.withDefaults().fixed(before, after)
-}
-
-// latency ends verification by the latency rule, and confirms otherwise;
-// note qualifies the confirmation. It compares the successful calls'
-// average latency (all calls' where successes were not counted apart): a
-// rise of more than MaxLatencyRise percent and at least MinLatencyRise
-// rolls back, unless the success rate rose significantly and the rise is
-// at most MaxLatencyRiseOnGain percent; the rise is judged against
-// gainRef's rate. Under SeedCompatible, all calls' average latency is
-// compared and a rise rolls back whatever the success rate did.
-func (p RollbackPolicy) latency(before, after, gainRef Stats, note string) Verdict {
-	if p.SeedCompatible {
-		b, a := avg(before), avg(after)
-		if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
-			return Verdict{DecisionRollback, fmt.Sprintf("average latency rose %.1f%% (%v → %v), more than %g%%",
-				verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
-		}
-		return p.confirm(before, after, b, a, note)
-	}
-	bo, ao, what := okStats(before), okStats(after), "successful calls' average latency"
-	if bo.Calls != before.Calls-before.Failures || ao.Calls != after.Calls-after.Failures {
-		what = "average latency"
-	}
-	b, a := avg(bo), avg(ao)
-	if bo.Calls > 0 && ao.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(bo, ao, p.MaxLatencyRise, p.MinLatencyRise) {
-		z := verdict.GainScore(gainRef.Calls, gainRef.Failures, after.Calls, after.Failures)
-		gained := rate(after) > rate(gainRef) && z >= gainZ
-		if !gained && rate(after) > rate(gainRef) && after.Calls < p.MaxCalls && !p.SeedCompatible {
-			// Success rose, not yet significantly: more calls decide.
-			return Verdict{Decision: DecisionWait}
-		}
-		if !gained {
-			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%%",
-				what, verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
-		}
-		if on(p.MaxLatencyRiseOnGain) && latencyExceeds(bo, ao, p.MaxLatencyRiseOnGain, p.MinLatencyRise) {
-			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%% even for a change that raised the success rate %.1f points",
-				what, verdict.RisePct(b, a), b, a, p.MaxLatencyRiseOnGain, 100*(rate(after)-rate(gainRef)))}
-		}
-		note += fmt.Sprintf("; %s rose %.1f%%, kept because success rose %.1f points (%.1f standard errors)",
-			what, verdict.RisePct(b, a), 100*(rate(after)-rate(gainRef)), z)
-	}
-	return p.confirm(before, after, b, a, note)
-}
-
-// confirm is the confirmation verdict, with the average latencies b and
-// a as compared.
-func (p RollbackPolicy) confirm(before, after Stats, b, a time.Duration, note string) Verdict {
-	if before.Calls <= 0 {
-		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with%s", after.Calls, note)}
-	}
-	return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config: success %.1f%% (was %.1f%% over %d calls), average latency %v (was %v)%s",
-		after.Calls, 100*rate(after), 100*rate(before), before.Calls, a, b, note)}
-}
-
-// okStats is s's successful calls, as Calls and TotalLatency; s itself
-// when their latency was not counted apart (SuccessLatency is 0 while
-// some calls failed and some succeeded).
-func okStats(s Stats) Stats {
-	ok := s.Calls - s.Failures
-	switch {
-	case s.Failures == 0:
-		return s
-	case s.SuccessLatency > 0 || ok == 0:
-		return Stats{Calls: ok, TotalLatency: s.SuccessLatency}
-	}
-	return s
 }
 
 // consecutive rolls back after limit consecutive failures (never when

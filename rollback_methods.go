@@ -28,6 +28,10 @@ const (
 	// over a run of the change's consecutive failures, that run must be for
 	// MethodCanary to blame it on the change.
 	streakOdds = 0.001
+	// harmOdds is how unlikely at the reference a change's failure count
+	// must be for the early rule of the sequential methods (see
+	// clearlyHarmful) to roll it back, at most.
+	harmOdds = 0.001
 )
 
 // withPrior returns Before's counts completed, when it has fewer than
@@ -46,7 +50,9 @@ func (p RollbackPolicy) withPrior(e Evidence) (Stats, string) {
 }
 
 // fixed is MethodFixed's rule.
-func (p RollbackPolicy) fixed(before, after Stats) Verdict { return p.fixedRule(before, before, after) }
+func (p RollbackPolicy) fixed(before, after Stats) Verdict {
+	return p.fixedRule(before, before, after, nil)
+}
 
 // twoStage is MethodFixed's rule with the backstop on: the fixed rule
 // rolls back on the MinCalls-th call (before completed by withPrior, note
@@ -68,12 +74,12 @@ func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict 
 		return v
 	}
 	p0, ref := p.backstopRef(e)
-	return p.latency(e.Before, a, e.Before, fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
+	return p.latency(e.Before, a, e.Before, e.like(p), fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
 }
 
 // fixedRule is MethodFixed's rule, with the success rate compared with
-// before's and the latency with lat's.
-func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
+// before's and the latency with lat's (like: see latency).
+func (p RollbackPolicy) fixedRule(before, lat, after Stats, like *Stats) Verdict {
 	q0 := 0.0
 	if !p.SeedCompatible && before.Calls > 0 {
 		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
@@ -97,14 +103,14 @@ func (p RollbackPolicy) fixedRule(before, lat, after Stats) Verdict {
 			return Verdict{Decision: DecisionWait}
 		}
 	}
-	return p.latency(lat, after, lat, "")
+	return p.latency(lat, after, lat, like, "")
 }
 
 // sequential is the rule of MethodQuick and MethodSequential.
 func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	a := e.After
 	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
-		return p.fixed(e.Before, a)
+		return p.fixedRule(e.Before, e.Before, a, e.like(p))
 	}
 	p0, ref := p.reference(e)
 	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
@@ -115,6 +121,9 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 			return v
 		}
 	}
+	if v, ok := p.clearlyHarmful(a, e); ok {
+		return v
+	}
 	p1 := verdict.Alternative(p0, 2*p.MaxSuccessDrop/100)
 	llr := verdict.LogLR(a.Calls-a.Failures, a.Failures, p0, p1)
 	lower, upper := verdict.Limits(p.FalseRollbacks, p.MissedRollbacks)
@@ -124,9 +133,9 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	}
 	switch {
 	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
 	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, ref.gainRef(), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
 	}
 	return Verdict{Decision: DecisionWait}
 }
@@ -237,5 +246,30 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
-	return p.latency(c, a, c, fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+	return p.latency(c, a, c, e.like(p), fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+}
+
+// clearlyHarmful is the sequential methods' early rule: before the
+// backstop, a change whose success rate lies more than twice
+// MaxSuccessDrop below the backstop's reference is rolled back as soon
+// as its failure count is one the reference (its uncertainty included,
+// as in the backstop) reaches in at most harmOdds of cases (FalseRollbacks/40
+// if less). Looked at after every call, it rolls back a
+// harmless change in well under BackstopCalls times those odds of cases,
+// and a change that costs 40 points or more within a few calls.
+func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
+	if a.Failures < 2 || p.BackstopCalls > 0 && a.Calls >= p.BackstopCalls {
+		return Verdict{}, false
+	}
+	p0, ref := p.backstopRef(e)
+	if rate(a) >= p0-2*p.MaxSuccessDrop/100 {
+		return Verdict{}, false
+	}
+	odds := min(harmOdds, p.FalseRollbacks/40)
+	tail := verdict.PredictiveTail(a.Calls, a.Failures, (1-p0)*ref.weight, p0*ref.weight)
+	if tail > odds {
+		return Verdict{}, false
+	}
+	return Verdict{DecisionRollback, fmt.Sprintf("clearly harmful: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
+		a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }

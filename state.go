@@ -40,7 +40,7 @@ type agentState struct {
 	Control counts `json:"control,omitzero"`
 	// Streak counts the calls that ran the previous config since the
 	// change's current run of consecutive failures began (MethodCanary).
-	Streak  counts   `json:"streak,omitzero"`
+	Streak  streak   `json:"streak,omitzero"`
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
 	CooldownUntil int64 `json:"cooldown_until_ns,omitempty"` // Unix ns
@@ -194,6 +194,7 @@ type call struct {
 	fellRoute string
 	end       time.Time
 	dur       time.Duration
+	attempts  int // the attempts it made
 	failed    bool
 	ignored   bool // its caller's context ended first: counted only as ignored
 	text      string
@@ -232,12 +233,15 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		if c.gen == s.Gen {
 			if c.arm == ArmControl {
 				s.Control.add(c.dur, c.failed)
-				s.Streak.add(c.dur, c.failed)
+				s.Streak.add(c.failed)
 			} else {
 				if !c.failed || s.Verify.Consec == 0 {
-					s.Streak = counts{} // a run of failures ends or begins
+					s.Streak = streak{} // a run of failures ends or begins
 				}
 				s.Verify.add(c.dur, c.failed)
+				if v := s.Verifying; !c.failed && servedAlike(v.From, v.To, c.attempts, c.dur) {
+					s.Verify.alike(c.dur)
+				}
 			}
 			switch v := r.policy.Decide(s.evidence()); v.Decision {
 			case DecisionRollback:
@@ -387,8 +391,10 @@ func (s *agentState) verifying() Change {
 
 // evidence is what the policy judges the change under verification by.
 func (s *agentState) evidence() Evidence {
-	e := Evidence{Before: s.Verifying.Before, After: s.Verify.stats(), Control: s.Control.stats(), StreakControl: s.Streak.stats()}
-	if w := s.Verifying.Window; w != nil {
+	v := s.Verifying
+	e := Evidence{Before: v.Before, After: s.Verify.stats(), Control: s.Control.stats(), StreakControl: s.Streak.stats(),
+		Raised: raisesBound(v.From, v.To), Comparable: newStats(int(s.Verify.Alike), 0, time.Duration(s.Verify.AlikeLatency))}
+	if w := v.Window; w != nil {
 		e.Window = *w
 	}
 	return e
@@ -396,7 +402,7 @@ func (s *agentState) evidence() Evidence {
 
 // endVerify ends verification.
 func (s *agentState) endVerify() {
-	s.Verifying, s.Verify, s.Control, s.Streak = nil, counts{}, counts{}, counts{}
+	s.Verifying, s.Verify, s.Control, s.Streak = nil, counts{}, counts{}, streak{}
 }
 
 // install makes c the config in force, as a new generation.

@@ -441,7 +441,13 @@ type counts struct {
 	Failures  int   `json:"failures"`
 	Latency   int64 `json:"latency_ns"`
 	OKLatency int64 `json:"ok_latency_ns,omitempty"` // of the successful calls
-	Consec    int   `json:"consecutive"`
+	// Consec is the run of failures the calls end with; Alike and
+	// AlikeLatency count the successes the previous config would have
+	// served alike, for a change that raised a bound (see servedAlike).
+	// Both counts saturate.
+	Consec       int32 `json:"consecutive"`
+	Alike        int32 `json:"alike,omitempty"`
+	AlikeLatency int64 `json:"alike_latency_ns,omitempty"`
 }
 
 func (c *counts) add(dur time.Duration, failed bool) {
@@ -449,19 +455,44 @@ func (c *counts) add(dur time.Duration, failed bool) {
 	c.Latency += int64(dur)
 	if failed {
 		c.Failures++
-		c.Consec++
+		if c.Consec < math.MaxInt32 {
+			c.Consec++
+		}
 	} else {
 		c.OKLatency += int64(dur)
 		c.Consec = 0
 	}
 }
 
+// alike books a success the previous config would have served alike.
+func (c *counts) alike(dur time.Duration) {
+	if c.Alike < math.MaxInt32 {
+		c.Alike++
+	}
+	c.AlikeLatency += int64(dur)
+}
+
 func (c counts) stats() Stats {
 	s := newStats(c.Calls, c.Failures, time.Duration(c.Latency))
-	s.ConsecutiveFailures = c.Consec
+	s.ConsecutiveFailures = int(c.Consec)
 	s.SuccessLatency = time.Duration(c.OKLatency)
 	return s
 }
+
+// streak counts the calls of the previous config since the change's
+// current run of consecutive failures began (MethodCanary).
+type streak struct {
+	Calls, Failures int
+}
+
+func (k *streak) add(failed bool) {
+	k.Calls++
+	if failed {
+		k.Failures++
+	}
+}
+
+func (k streak) stats() Stats { return newStats(k.Calls, k.Failures, 0) }
 
 // health is the recency-weighted success rate of the window at time now:
 // each of the window's 64 buckets weighs 2^(-age/halfLife), its age taken

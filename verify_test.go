@@ -110,10 +110,14 @@ func TestDecideSequential(t *testing.T) {
 	}{
 		// 16 successes: -4.03 ≤ -3.91 at the 16th call.
 		{"all succeed: confirm at 16", seq, strings.Repeat("s", 20), si.DecisionConfirm, 16},
-		// 4 failures (4.34) then a success (4.09): the 6th failure decides
-		// (5.17 < 5.47, then 6.26).
-		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 7},
-		{"broken change: 6 failures (6.51)", seq, "FFFFFFFF", si.DecisionRollback, 6},
+		// 4 failures (4.34) then a success (4.09): the test's 6th failure
+		// would decide (5.17 < 5.47, then 6.26), but the early rule for
+		// clearly harmful changes decides on the 5th: 5 failures in 6
+		// calls have a chance of 0.009 % at the 90 % reference, under its
+		// 0.01 %.
+		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 6},
+		// The test would need 6 failures (6.51); the early rule, 5 (0.002 %).
+		{"broken change: 5 failures", seq, "FFFFFFFF", si.DecisionRollback, 5},
 		// The consecutive-failure rule still applies by default.
 		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
 		// A failure every 4th call is 25 %: the LLR rises 0.329 every 4

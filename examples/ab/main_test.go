@@ -77,6 +77,17 @@ func TestABPolicies(t *testing.T) {
 			w := o.rate()
 			t.Logf("%s, %s: success %.2f%% (no loop %.2f%%), %d changes (%d rolled back) in %d calls",
 				f.name, p.name, w, wo, o.Changes, o.RolledBack, o.AllCalls)
+			if f.strategy != nil {
+				// A harmful tweak is rolled back within 10 calls on average
+				// and 30 at most (default, sequential); every one of them
+				// (canary).
+				if o.Harmful == 0 || o.HarmfulRolledBack != o.Harmful {
+					t.Errorf("%s, %s: %d harmful tweaks applied, %d rolled back", f.name, p.name, o.Harmful, o.HarmfulRolledBack)
+				}
+				if (p.name == "default" || p.name == "sequential") && (o.meanHarmful() > 10 || o.HarmfulMax > 30) {
+					t.Errorf("%s, %s: harmful tweaks ran %.1f calls on average, %d at most, before their rollback; want ≤ 10, ≤ 30", f.name, p.name, o.meanHarmful(), o.HarmfulMax)
+				}
+			}
 			switch {
 			case strings.HasPrefix(f.name, "healthy"):
 				if o.perThousand() > 1 {

@@ -194,16 +194,29 @@ var families = []family{
 		// "cheap" route, which always fails, on every other run. Counted:
 		// from call 100.
 		name: "a harmful advisor", agents: 1, calls: 400, from: 100, strategy: harmful,
-		up: func(a attempt) (time.Duration, error) {
-			switch {
-			case a.cfg.Route == "cheap":
-				return 50 * time.Millisecond, errCheap
-			case a.i >= 100 && a.rnd.Float64() < 0.4:
-				return 80 * time.Millisecond, errOverload
-			}
-			return 250 * time.Millisecond, nil
-		},
+		up: harmfulUp(0.4, 1),
 	},
+	{
+		// The same advisor over 10 agents whose upstream fails 10 % of
+		// attempts from call 100; the "cheap" route fails 60 % of the
+		// calls (a loss of 50 points).
+		name: "a harmful advisor, 60 % fail (10 agents)", agents: 10, calls: 1500, from: 100, strategy: harmful,
+		up: harmfulUp(0.1, 0.6),
+	},
+}
+
+// harmfulUp is an upstream whose attempts fail at rate fault from call
+// 100, and whose route "cheap" fails a share harm of the calls.
+func harmfulUp(fault, harm float64) func(a attempt) (time.Duration, error) {
+	return func(a attempt) (time.Duration, error) {
+		switch {
+		case a.cfg.Route == "cheap" && a.fate.Float64() < harm:
+			return 50 * time.Millisecond, errCheap
+		case a.i >= 100 && a.rnd.Float64() < fault:
+			return 80 * time.Millisecond, errOverload
+		}
+		return 250 * time.Millisecond, nil
+	}
 }
 
 // outcome is one run of a family.
@@ -213,6 +226,10 @@ type outcome struct {
 	// Changes counts every config change of the run, RolledBack those
 	// rolled back; AllCalls is every call of the run.
 	Changes, RolledBack, AllCalls int
+	// Harmful counts the harmful changes (the route "cheap"),
+	// HarmfulRolledBack those rolled back; HarmfulCalls sums the calls
+	// each ran for before its rollback, and HarmfulMax is the most.
+	Harmful, HarmfulRolledBack, HarmfulCalls, HarmfulMax int
 }
 
 func (o outcome) rate() float64 { return 100 * float64(o.Successes) / float64(o.Calls) }
@@ -276,6 +293,14 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 			if ch.State == si.ChangeRolledBack {
 				o.RolledBack++
 			}
+			if ch.To.Route == "cheap" {
+				o.Harmful++
+				if ch.State == si.ChangeRolledBack {
+					o.HarmfulRolledBack++
+					o.HarmfulCalls += ch.After.Calls
+					o.HarmfulMax = max(o.HarmfulMax, ch.After.Calls)
+				}
+			}
 		}
 	}
 	return o, nil
@@ -320,6 +345,7 @@ func table(out io.Writer) error {
 		fmt.Fprintf(out, " %*s", w, p.name)
 	}
 	fmt.Fprintln(out)
+	var harm []string
 	for _, f := range families {
 		r, err := playAll(f)
 		if err != nil {
@@ -330,6 +356,34 @@ func table(out io.Writer) error {
 			fmt.Fprintf(out, " %*s", w, cell(f, o))
 		}
 		fmt.Fprintln(out)
+		if f.strategy != nil {
+			line := fmt.Sprintf("%-46s %*s", f.name, w, "")
+			for _, o := range r.with {
+				line += fmt.Sprintf(" %*s", w, harmCell(o))
+			}
+			harm = append(harm, line)
+		}
+	}
+	fmt.Fprintf(out, "\nHarmful tweaks: rolled back of applied, mean and most calls each ran before its rollback.\n\n")
+	for _, line := range harm {
+		fmt.Fprintln(out, line)
 	}
 	return nil
+}
+
+// harmCell is a policy's harmful tweaks: "rolled back/applied, mean/max".
+func harmCell(o outcome) string {
+	if o.Harmful == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%d, %.1f/%d", o.HarmfulRolledBack, o.Harmful, o.meanHarmful(), o.HarmfulMax)
+}
+
+// meanHarmful is the mean of the calls the harmful tweaks rolled back ran
+// for.
+func (o outcome) meanHarmful() float64 {
+	if o.HarmfulRolledBack == 0 {
+		return 0
+	}
+	return float64(o.HarmfulCalls) / float64(o.HarmfulRolledBack)
 }
