@@ -44,24 +44,33 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		rep.Err, rep.LoopErr = ErrNilFunc, ErrNilFunc
 		return rep, ErrNilFunc
 	}
+	c := begun{id: agentID}
+	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+		if c.att = b.open(ctx, agentID); c.att == nil {
+			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
+			return rep, rep.Err
+		}
+	}
 	if l.isClosed.Load() {
-		return l.untracked(ctx, agentID, fn, ErrClosed)
+		return l.untracked(ctx, agentID, fn, ErrClosed, c.att)
 	}
 	if len(agentID) > MaxAgentIDLen {
-		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
+		return l.untracked(ctx, agentID, fn, checkAgentID(agentID), c.att)
 	}
 	a, err := l.agent(agentID)
-	c := begun{id: agentID}
 	var cfg *Config
 	var home string // the route a probe of the primary runs on
 	if a != nil {
 		if a.openUntil.Load() != 0 { // set with a breaker or a hold
 			var ok bool
 			if c.probe, ok = l.admit(a); !ok || !l.claim(a, &c) {
-				rep.Err = l.failFast(a)
+				rep.Err = l.failFast(ctx, a, c.att)
 				rep.ConfigVersion = a.cfg.Load().Version
 				return rep, rep.Err
 			}
+		}
+		if c.nests = a.nests.Load(); !c.nests {
+			c.seq = l.lately.seq.Load()
 		}
 		cfg, home = l.configFor(a, &c, &rep)
 	} else {
@@ -89,7 +98,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if c.homeProbe {
 		rep.Err, rep.BudgetExhausted = l.runProbe(ctx, cfg, home, fn, &rep.Attempts, &c)
 	} else {
-		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c)
+		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c, c.att)
 	}
 	done = true
 	endN, dur := l.since(start)
@@ -148,6 +157,13 @@ type begun struct {
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
+	// att is the call's attempt context, if it has one; nests, that its
+	// agent was seen to pass on the failures of other calls, so that it
+	// needs one (see callCtx); seq, the loop's recent failures when it
+	// started, without one (see Loop.cause).
+	att   *callCtx
+	nests bool
+	seq   uint64
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -164,6 +180,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
 	if a == nil {
+		if !rep.Success && !rep.Ignored {
+			l.leave(ctx, agentID, rep.Err)
+		}
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
@@ -174,7 +193,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		// that classifies every failure (see failure.Memo).
 		f := l.memo.Describe(rep.Err, 0)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
+		c.from, c.suspect = l.cause(a, &b, rep.Err)
 		l.record(ctx, a, c, []byte(f.Signature), rep)
+		l.leave(ctx, agentID, rep.Err)
 	} else {
 		l.record(ctx, a, c, nil, rep)
 	}
@@ -192,7 +213,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 // untracked runs fn under agentID's config (the default config for an
 // agent not in memory) without recording it: after Close, or for an
 // invalid agent ID. why goes to Report.LoopErr.
-func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error) (Report, error) {
+func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error, att *callCtx) (Report, error) {
 	rep := Report{LoopErr: why}
 	cfg := l.defaultConfig
 	if v, ok := l.agents.Load(agentID); ok {
@@ -200,7 +221,7 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 	}
 	rep.ConfigVersion = cfg.Version
 	start := l.now()
-	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil)
+	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil, att)
 	_, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	return rep, rep.Err
@@ -260,35 +281,35 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 // counting them in *n. It stops at the first success, at a failure the
 // retry policy does not retry, or when ctx ends. A panic in fn goes up to
 // the caller. A retry's context carries an Attempt (see AttemptInfo).
-// The attempts of a config that allows retries run under a context that
-// a Transport reports failed responses to (one small allocation a call;
-// a config of one attempt allocates nothing).
-func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun) (err error, exhausted bool) {
+// The attempts run under att, the call's attempt context (see callCtx),
+// made here when the call has none and its config allows retries or its
+// agent nests calls (one small allocation a call; a call of one attempt
+// otherwise allocates nothing).
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun, att *callCtx) (err error, exhausted bool) {
 	*n = 1
-	var h *hintCtx
+	if att == nil && (cfg.attempts() > 1 || b != nil && b.nests) {
+		att = &callCtx{Context: ctx}
+	}
 	actx := ctx
-	if cfg.attempts() > 1 {
-		h = &hintCtx{Context: ctx}
-		actx = h
+	if att != nil {
+		actx = att
+		if b != nil {
+			b.att = att
+		}
 	}
 	err = runOnce(actx, cfg, fn)
 	if err == nil || cfg.attempts() <= 1 || ctx.Err() != nil {
 		return err, false
 	}
-	return l.retry(ctx, h, cfg, fn, err, n, b)
+	return l.retry(ctx, att, cfg, fn, err, n, b)
 }
 
 // retry makes the attempts after a failed first one; see run. Each
-// attempt's context is ctx (or h, which wraps it) with an Attempt about
-// the one before.
-func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
-	budget, _ := ctx.Value(budgetKey{}).(*Budget)
-	base := ctx
-	if h != nil {
-		base = h
-	}
+// attempt's context is att, which wraps ctx, with an Attempt about the one
+// before.
+func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
 	for *n < cfg.attempts() {
-		status, hint, why := h.take()
+		status, hint, why := att.take()
 		f := l.memo.Describe(err, status)
 		class, text := f.Class, f.Text
 		acfg := cfg
@@ -299,20 +320,23 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		} else if !l.retryRules.retries(class) {
 			return err, false
 		}
-		if budget != nil && !budget.allows(*n+1) {
+		if att.budget != nil && !att.budget.take(att, *n+1) {
 			return err, true
 		}
 		wait, reason := l.wait(cfg, *n, err, hint, why)
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
+				att.unbudget()
 				return err, false // the server's wait would pass the caller's deadline
 			}
 			if l.sleep(ctx, wait) != nil {
+				att.unbudget()
 				break
 			}
 		}
 		*n++
-		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
+		att.next()
+		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
 		if err = runOnce(actx, acfg, fn); err == nil || ctx.Err() != nil || acfg != cfg {
@@ -490,7 +514,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	window := a.s.Tracker.Win.Width * windowSlots
 	a.reopenLocked()
 	a.mu.Unlock()
-	if c.failed && !c.ignored {
+	if c.failed && !c.ignored && !c.nested() {
 		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
 	}

@@ -151,11 +151,12 @@ type Loop struct {
 	jitterSeed      uint64        // RetryPolicy.JitterSeed; 0: random jitter
 	jitterN         atomic.Uint64 // draws of the seeded jitter
 
-	shared   shared        // failures by cluster and class across agents
-	routes   routeBook     // the agents' route ladders
-	dead     deadBook      // routes found dead
-	causes   causeBook     // account-wide causes in force
-	props    proposalIndex // where proposals are
+	shared   shared         // failures by cluster and class across agents
+	lately   recentFailures // the latest failures nested in no attempt context
+	routes   routeBook      // the agents' route ladders
+	dead     deadBook       // routes found dead
+	causes   causeBook      // account-wide causes in force
+	props    proposalIndex  // where proposals are
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,11 @@ import (
 // naming the tweaks rolled back for the cluster: with a suggested config
 // beyond the cap where there is one, and always with a plain-text rule.
 // Confidence is the class's share of the window's failures.
+//
+// It weighs the agent's own clusters only: a cluster whose failures were
+// passed on from a call nested in the agent's (Cluster.From) belongs to
+// that call's agent, and is named in the evidence as left to it. With no
+// cluster of its own, it proposes nothing.
 //
 // The zero value is ready to use; DefaultStrategy returns one.
 type BuiltinStrategy struct {
@@ -163,7 +169,7 @@ const minSecondary = 2
 // plan starts the strategy's work on class k of the analysis a.
 func (s *BuiltinStrategy) plan(a *Analysis, k ranked) *plan {
 	p := &plan{s: s, a: a, class: k.class, cl: k.top, share: shareOf{k.n, k.total}, cur: a.Config, next: a.Config.clone(),
-		evidence: fmt.Sprintf("%d of the window's %d failures are %s", k.n, k.total, k.class)}
+		evidence: fmt.Sprintf("%d of the window's %d failures are %s%s", k.n, k.total, k.class, nestedNote(a.Clusters))}
 	p.maxTimeout, p.maxBackoff, p.maxAtt = s.caps()
 	return p
 }
@@ -181,6 +187,39 @@ func (p *plan) propose() *Tweak {
 		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
 	}
 	return p.review(fmt.Sprintf("%s failures need a person: no safe automatic fix", p.class), nil)
+}
+
+// nestedNote says how many of the window's failures were passed on from
+// calls nested in the agent's, and whose they are: "" when none.
+func nestedNote(cs []Cluster) string {
+	n, agents := 0, []string(nil)
+	for _, c := range cs {
+		if c.From != "" {
+			n += c.Count
+			if !slices.Contains(agents, c.From) {
+				agents = append(agents, c.From)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d more came from nested calls of %s, left to them", n, quoteList(agents, 3))
+}
+
+// quoteList quotes the first n of names, and says how many more.
+func quoteList(names []string, n int) string {
+	var b strings.Builder
+	for i, s := range names[:min(len(names), n)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(failure.Bound(s, 40)))
+	}
+	if len(names) > n {
+		fmt.Fprintf(&b, " and %d more", len(names)-n)
+	}
+	return b.String()
 }
 
 // triedText names the tweaks rolled back for the cluster and still
@@ -500,13 +539,17 @@ type ranked struct {
 	top      *Cluster
 }
 
-// rank returns the classes of the clusters, most failures first (on a
-// tie, the one seen last first).
+// rank returns the classes of the agent's own clusters (not passed on
+// from a nested call: see Cluster.From), most failures first (on a tie,
+// the one seen last first).
 func rank(cs []Cluster) []ranked {
 	var out []ranked
 	total := 0
 	for i := range cs {
 		c := &cs[i]
+		if c.From != "" {
+			continue
+		}
 		total += c.Count
 		j := slices.IndexFunc(out, func(k ranked) bool { return k.class == c.Class })
 		if j < 0 {
@@ -534,8 +577,9 @@ func rank(cs []Cluster) []ranked {
 	return out
 }
 
-// dominant returns the class with the most failures in the clusters (on a
-// tie, the one seen last), its largest cluster, and its share.
+// dominant returns the class with the most failures in the agent's own
+// clusters (on a tie, the one seen last), its largest cluster, and its
+// share.
 func dominant(cs []Cluster) (failure.Class, *Cluster, shareOf) {
 	r := rank(cs)
 	if len(r) == 0 {
