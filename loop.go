@@ -54,7 +54,8 @@ type Report struct {
 	Err error
 	// Duration is the whole call: every attempt and the waits between.
 	Duration time.Duration
-	// Attempts is how many times fn ran.
+	// Attempts is how many times fn ran: 0 for a call refused by an open
+	// circuit or a spent Budget.
 	Attempts int
 	// ConfigVersion is the version of the config fn ran under.
 	ConfigVersion int
@@ -68,7 +69,8 @@ type Report struct {
 	// have run).
 	ImprovementTriggered bool
 	// BudgetExhausted reports that retries stopped because the call's
-	// Budget was spent.
+	// Budget was spent, or, with Attempts 0, that the call was refused
+	// before its first attempt (see Budget).
 	BudgetExhausted bool
 	// Improvement is the change applied during this call, else nil. It is
 	// also nil when the caller's context ended while the strategy was
