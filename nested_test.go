@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -293,4 +294,34 @@ func nestedScenario(t *testing.T, budget, n int) (worst, failed int) {
 		t.Errorf("tool-2 did not fix itself: %+v", c)
 	}
 	return worst, failed
+}
+
+// TestBuiltinStrategyLeavesNestedClusters: the built-in strategy given a
+// cluster passed on from a nested call, and a confirmed fix for that
+// cluster in the memory, proposes nothing; with a cluster of the agent's
+// own, it works on that one and says the other was left to its agent.
+func TestBuiltinStrategyLeavesNestedClusters(t *testing.T) {
+	now := t0.Add(time.Hour)
+	nested := si.Cluster{ID: "00000000000000aa", Class: "overloaded", Count: 5, LastSeen: now, From: "tool-2"}
+	fix := si.Fix{AgentID: "tool-2", ChangeID: "c1", From: si.Config{MaxAttempts: 2}, To: si.Config{MaxAttempts: 3}, State: si.FixConfirmed, Time: t0}
+	a := si.Analysis{
+		AgentID: "task", Config: si.Config{Version: 1}, Threshold: si.Threshold{Failures: 3, Window: 24 * time.Hour},
+		Stats:    si.Stats{ConsecutiveFailures: 5},
+		Clusters: []si.Cluster{nested},
+		Memories: []si.Memory{{Cluster: nested.ID, Class: "overloaded", Agents: []string{"tool-2"}, Fixes: []si.Fix{fix}, Similarity: 1, Confidence: 1}},
+		Time:     now,
+	}
+	s := &si.BuiltinStrategy{}
+	if tw, err := s.Analyze(context.Background(), a); err != nil || tw != nil {
+		t.Fatalf("only a nested cluster: tweak %+v, err %v; want none", tw, err)
+	}
+	own := si.Cluster{ID: "00000000000000bb", Class: "network", Count: 2, LastSeen: now}
+	a.Clusters = []si.Cluster{nested, own}
+	tw, err := s.Analyze(context.Background(), a)
+	if err != nil || tw == nil || tw.Cluster != own.ID || tw.Config.MaxAttempts != 2 {
+		t.Fatalf("own network cluster: tweak %+v, err %v; want one more attempt for %s", tw, err, own.ID)
+	}
+	if want := `2 of the window's 2 failures are network; 5 more came from nested calls of "tool-2", left to them`; !strings.Contains(tw.Reason, want) {
+		t.Errorf("reason %q lacks %q", tw.Reason, want)
+	}
 }
