@@ -51,11 +51,8 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			return rep, rep.Err
 		}
 	}
-	if l.isClosed.Load() {
-		return l.untracked(ctx, agentID, fn, ErrClosed, c.att)
-	}
-	if len(agentID) > MaxAgentIDLen {
-		return l.untracked(ctx, agentID, fn, checkAgentID(agentID), c.att)
+	if l.isClosed.Load() || len(agentID) > MaxAgentIDLen {
+		return l.untracked(ctx, agentID, fn, c.att)
 	}
 	a, err := l.agent(agentID)
 	var cfg *Config
@@ -211,10 +208,14 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 }
 
 // untracked runs fn under agentID's config (the default config for an
-// agent not in memory) without recording it: after Close, or for an
-// invalid agent ID. why goes to Report.LoopErr.
-func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error, att *callCtx) (Report, error) {
-	rep := Report{LoopErr: why}
+// agent not in memory) without recording it: after Close (Report.LoopErr
+// is ErrClosed), or for an invalid agent ID (it wraps ErrInvalidAgentID).
+// att is the call's attempt context, if it has one.
+func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, att *callCtx) (Report, error) {
+	rep := Report{LoopErr: ErrClosed}
+	if !l.isClosed.Load() {
+		rep.LoopErr = checkAgentID(agentID)
+	}
 	cfg := l.defaultConfig
 	if v, ok := l.agents.Load(agentID); ok {
 		cfg = v.(*agent).cfg.Load().Config

@@ -3,6 +3,10 @@ package selfimprove
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -196,6 +200,39 @@ func (r *recentFailures) seen(agentID string, err error, since uint64) bool {
 		}
 	}
 	return false
+}
+
+// nestedNote says how many of the window's failures were passed on from
+// calls nested in the agent's, and whose they are: "" when none.
+func nestedNote(cs []Cluster) string {
+	n, agents := 0, []string(nil)
+	for _, c := range cs {
+		if c.From != "" {
+			n += c.Count
+			if !slices.Contains(agents, c.From) {
+				agents = append(agents, c.From)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d more came from nested calls of %s, left to them", n, quoteList(agents, 3))
+}
+
+// quoteList quotes the first n of names, and says how many more.
+func quoteList(names []string, n int) string {
+	var b strings.Builder
+	for i, s := range names[:min(len(names), n)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(failure.Bound(s, 40)))
+	}
+	if len(names) > n {
+		fmt.Fprintf(&b, " and %d more", len(names)-n)
+	}
+	return b.String()
 }
 
 // errBudgetSpent is the error of a call that its Budget refused before

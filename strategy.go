@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -187,39 +186,6 @@ func (p *plan) propose() *Tweak {
 		return p.review(fmt.Sprintf("model unavailable on route %q and no live route left", p.cur.Route), nil)
 	}
 	return p.review(fmt.Sprintf("%s failures need a person: no safe automatic fix", p.class), nil)
-}
-
-// nestedNote says how many of the window's failures were passed on from
-// calls nested in the agent's, and whose they are: "" when none.
-func nestedNote(cs []Cluster) string {
-	n, agents := 0, []string(nil)
-	for _, c := range cs {
-		if c.From != "" {
-			n += c.Count
-			if !slices.Contains(agents, c.From) {
-				agents = append(agents, c.From)
-			}
-		}
-	}
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %d more came from nested calls of %s, left to them", n, quoteList(agents, 3))
-}
-
-// quoteList quotes the first n of names, and says how many more.
-func quoteList(names []string, n int) string {
-	var b strings.Builder
-	for i, s := range names[:min(len(names), n)] {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(failure.Bound(s, 40)))
-	}
-	if len(names) > n {
-		fmt.Fprintf(&b, " and %d more", len(names)-n)
-	}
-	return b.String()
 }
 
 // triedText names the tweaks rolled back for the cluster and still
