@@ -114,17 +114,37 @@ func (c *callCtx) next() {
 }
 
 // from returns the agent of the latest call nested in the current
-// attempt whose returned error err is, or wraps (errors.Is); "" when
+// attempt whose returned error err is, or wraps (see passesOn); "" when
 // none.
 func (c *callCtx) from(err error) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := c.n - 1; i >= max(c.n-maxInner, 0); i-- {
-		if f := &c.inner[i%maxInner]; errors.Is(err, f.err) {
+		if f := &c.inner[i%maxInner]; passesOn(err, f.err) {
 			return f.agent
 		}
 	}
 	return ""
+}
+
+// passesOn reports whether err is target, or wraps it: target is found,
+// as itself (==), on err's chain as failure.Walk walks it, bounded. A
+// method of the chain that panics, or a comparison that does, gives
+// false.
+func passesOn(err, target error) (found bool) {
+	defer func() {
+		if recover() != nil {
+			found = false
+		}
+	}()
+	if target == nil {
+		return false
+	}
+	failure.Walk(err, func(e error) bool {
+		found = e == target
+		return !found
+	})
+	return found
 }
 
 // leave hands the failure of a call of agentID, which returned err, to
@@ -195,7 +215,7 @@ func (r *recentFailures) seen(agentID string, err error, since uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range maxRecentFailures {
-		if r.seqs[i] > since && r.agents[i] != agentID && errors.Is(err, r.errs[i]) {
+		if r.seqs[i] > since && r.agents[i] != agentID && passesOn(err, r.errs[i]) {
 			return true
 		}
 	}

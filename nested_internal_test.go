@@ -1,10 +1,15 @@
 package selfimprove
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/hostileerr"
 )
 
 // TestStateKeepsClusterFrom: a cluster's From round-trips through the
@@ -54,5 +59,40 @@ func TestRecentFailuresSeen(t *testing.T) {
 	}
 	if r.seen("outer", errA, since) {
 		t.Error("a failure pushed out of the ring is still seen")
+	}
+}
+
+// TestNestedHostileChains: a task that passes on a step's error whose
+// chain never ends, or whose methods panic, fails at once, with or
+// without an attempt context: telling where the failure came from walks a
+// bounded part of the chain (an error that cannot be compared is never
+// found in it).
+func TestNestedHostileChains(t *testing.T) {
+	l, err := New(WithStore(NewRAMStore()), WithNotifier(nil), WithStrategy(nil), WithClock(fakeclock.New(time.Unix(0, 0))),
+		WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cases := append(hostileerr.Cases(), hostileerr.Case{Name: "Unwrap and Is that panic", Err: hostileerr.BadUnwrap{}})
+	for _, budget := range []bool{false, true} {
+		for _, tt := range cases {
+			t.Run(fmt.Sprintf("%s, budget %v", tt.Name, budget), func(t *testing.T) {
+				ctx := context.Background()
+				if budget {
+					ctx = WithBudget(ctx, &Budget{})
+				}
+				var got error
+				promptly(t, "a nested call", func() {
+					_, got = l.ExecuteWithImprovement(ctx, "task", func(ctx context.Context, _ Config) error {
+						_, err := l.ExecuteWithImprovement(ctx, "step", func(context.Context, Config) error { return tt.Err })
+						return fmt.Errorf("step: %w", err)
+					})
+				})
+				if got == nil {
+					t.Error("the task succeeded")
+				}
+			})
+		}
 	}
 }
