@@ -56,8 +56,9 @@ func TestTaskBudgetBoundsNestedRetries(t *testing.T) {
 		return nil
 	}
 	n, rep, err := task(context.Background(), e.l, fail)
-	if n != 15 || rep.Attempts != 3 || rep.BudgetExhausted {
-		t.Errorf("no budget: %d requests, %d outer attempts, exhausted %v; want 15 = 3 × (2 + 3), 3, false", n, rep.Attempts, rep.BudgetExhausted)
+	if n != 15 || rep.Attempts != 3 || rep.BudgetExhausted || err != errDown {
+		t.Errorf("no budget: %d requests, %d outer attempts, exhausted %v, err %v; want 15 = 3 × (2 + 3), 3, false, the step's error",
+			n, rep.Attempts, rep.BudgetExhausted, err)
 	}
 	b := &si.Budget{TaskAttempts: 5}
 	n, rep, err = task(si.WithBudget(context.Background(), b), e.l, fail)
