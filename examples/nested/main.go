@@ -17,7 +17,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -25,7 +24,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -44,24 +43,13 @@ var errFlaky = errors.New("tool-2: 503 service unavailable")
 // tasks come every 10 minutes, so that a day of tasks runs in
 // milliseconds. It is safe for concurrent use, as the loop also reads its
 // clock from background work.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock struct{ ns atomic.Int64 }
 
 // Now returns the simulated time.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
+func (c *clock) Now() time.Time { return time.Unix(0, c.ns.Load()).UTC() }
 
 // advance moves the simulated time forward by d.
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // app is the program's loop, its clock, and the tool that fails: fail
 // says whether an attempt of tool-2 fails.
@@ -108,27 +96,17 @@ func (a *app) task() (done []stepReport, requests int, b *selfimprove.Budget, re
 }
 
 func main() {
-	keep := flag.String("dir", "", "keep the loop's state in this directory (default: a temporary one, removed at exit)")
-	flag.Parse()
-	if err := run(os.Stdout, *keep); err != nil {
+	if err := run(os.Stdout); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// run runs the example with its state in dir, or in a temporary directory
-// removed at the end when dir is empty.
-func run(w io.Writer, dir string) error {
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "selfimprove-nested")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	}
-	clk := &clock{t: time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)}
+// run runs the example, the loop's state in memory.
+func run(w io.Writer) error {
+	clk := &clock{}
+	clk.ns.Store(time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC).UnixNano())
 	loop, err := selfimprove.New(
-		selfimprove.WithDir(dir),
+		selfimprove.WithStore(selfimprove.NewRAMStore()),
 		selfimprove.WithClock(clk),
 		selfimprove.WithNotifier(nil),
 		selfimprove.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),

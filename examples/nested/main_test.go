@@ -7,7 +7,7 @@ import (
 
 func TestNestedExample(t *testing.T) {
 	var b strings.Builder
-	if err := run(&b, ""); err != nil {
+	if err := run(&b); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
