@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,5 +326,35 @@ func TestBuiltinStrategyLeavesNestedClusters(t *testing.T) {
 	}
 	if want := `2 of the window's 2 failures are network; 5 more came from nested calls of "tool-2", left to them`; !strings.Contains(tw.Reason, want) {
 		t.Errorf("reason %q lacks %q", tw.Reason, want)
+	}
+}
+
+// TestNestedParallelSteps: steps run in parallel within one attempt of
+// the task share its budget: exactly TaskAttempts of them run, and the
+// task's failure is the failed step's.
+func TestNestedParallelSteps(t *testing.T) {
+	e := newEnv(t)
+	b := &si.Budget{TaskAttempts: 4}
+	var ran, refused atomic.Int64
+	_, err := e.l.ExecuteWithImprovement(si.WithBudget(context.Background(), b), "task", func(ctx context.Context, _ si.Config) error {
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() {
+				var rep si.Report
+				rep, errs[i] = e.l.ExecuteWithImprovement(ctx, fmt.Sprintf("step-%d", i), func(context.Context, si.Config) error {
+					ran.Add(1)
+					return nil
+				})
+				if rep.BudgetExhausted {
+					refused.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	if ran.Load() != 4 || refused.Load() != 4 || b.Attempted() != 4 || err == nil {
+		t.Errorf("%d steps ran, %d refused, %d attempts counted, err %v; want 4, 4, 4, an error", ran.Load(), refused.Load(), b.Attempted(), err)
 	}
 }
