@@ -27,7 +27,17 @@ func checkAgentID(id string) error {
 // recorded as a failure and re-raised from the frame it was raised in, so
 // that its trace still shows fn and its callers. A call whose ctx ended
 // before fn succeeded is recorded as ignored, not as a failure. A nil fn
-// returns ErrNilFunc and records nothing.
+// returns ErrNilFunc and records nothing. A Budget in ctx (WithBudget)
+// bounds the attempts and cost of the call and of the task it belongs to;
+// a spent budget refuses the call at once, without running fn or
+// recording it (see Budget).
+//
+// A call made with the context fn was given (or one derived from it) is
+// nested in this one: when fn returns the nested call's error, or an
+// error wrapping it, this call's failure is counted for agentID but
+// belongs to the nested call's agent (see Cluster.From): it does not
+// trigger agentID's strategy, and the failure memory does not offer
+// agentID the fixes learned for it.
 //
 // After fn returns, the loop records the outcome against the config
 // version fn ran under. If a change is under verification, the outcome may
