@@ -151,7 +151,10 @@ type begun struct {
 	version int    // the config version
 	arm     Arm
 	probe   bool // a half-open circuit's probe
-	route   string
+	// nests: the agent was seen to pass on the failures of other calls,
+	// so that its calls need an attempt context (see callCtx).
+	nests bool
+	route string
 	// homeProbe: the first attempt probes the primary (see ProbePolicy);
 	// probeClass and probeText describe its failure.
 	homeProbe  bool
@@ -164,13 +167,11 @@ type begun struct {
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
-	// att is the call's attempt context, if it has one; nests, that its
-	// agent was seen to pass on the failures of other calls, so that it
-	// needs one (see callCtx); seq, the loop's recent failures when it
-	// started, without one (see Loop.cause).
-	att   *callCtx
-	nests bool
-	seq   uint64
+	// att is the call's attempt context, if it has one; seq, the
+	// loop's recent failures when it started, without one (see
+	// Loop.cause).
+	att *callCtx
+	seq uint64
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
