@@ -28,7 +28,11 @@ import (
 // TaskAttempts counts the attempts that do the work, the requests. An
 // outer call's retry runs fn again, and every attempt of the nested calls
 // it makes draws from the same budget; each nested call also retries
-// under its own config. A call draws from the budget nearest in its
+// under its own config. So a task of 2 attempts whose 5 steps allow 3
+// attempts each may send 2 × 5 × 3 = 30 requests; with TaskAttempts 7 it
+// sends 7 at most, and once they are spent the next step is refused, the
+// task's function returns (with that error, or its own), and the task's
+// retry is refused too. A call draws from the budget nearest in its
 // context only: a step given a budget of its own no longer counts toward
 // the task's.
 type Budget struct {
