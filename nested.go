@@ -212,6 +212,9 @@ func (r *recentFailures) add(agentID string, err error) {
 // seen reports whether err is, or wraps, an error kept from a call of
 // another agent than agentID, added after the first since failures.
 func (r *recentFailures) seen(agentID string, err error, since uint64) bool {
+	if r.seq.Load() == since {
+		return false // none since
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range maxRecentFailures {
