@@ -37,7 +37,9 @@ type Analysis struct {
 	// oldest first.
 	Failures []Failure
 	// Clusters are the agent's failure clusters with failures in the
-	// window, most failures first.
+	// window, most failures first. A cluster with From set holds failures
+	// passed on from a call nested in the agent's: that call's agent owns
+	// them.
 	Clusters []Cluster
 	// When a new kind of fault ends a cooldown early (see
 	// RollbackPolicy), Failures and Clusters hold that kind only: the
@@ -69,7 +71,7 @@ type Analysis struct {
 	// begin when they do not stall.
 	FirstToken Histogram
 	// Memories are the remembered failure clusters most similar to the
-	// agent's largest cluster in the window (see Loop.Similar), best
+	// agent's largest own cluster (From empty) in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and
 	// how each ended.
 	Memories []Memory

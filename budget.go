@@ -8,48 +8,130 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// Budget bounds the retries of one call: the loop makes no more than
-// Attempts attempts, and stops retrying once the cost fn reported with
-// AddCost reaches Cost. A zero field sets no bound. Pass it with
-// WithBudget; the loop never exceeds the config's MaxAttempts either. A
-// Budget may be shared by the calls of one task: their costs add up. It
-// is safe for concurrent use.
+// Budget bounds the attempts and the cost of one call, or of a task: all
+// the calls made with a context that carries it (WithBudget), the calls
+// nested in them included, since their contexts derive from the task's. A
+// zero field sets no bound; the config's MaxAttempts still caps each
+// call. It is safe for concurrent use.
+//
+// The budget is checked before every attempt. Once it is spent (a call's
+// Attempts made, TaskAttempts made in all, or Cost reached), a call that
+// has made attempts stops retrying and returns its last error, and a call
+// that has made none returns at once, without running fn or being
+// recorded, with an error that says the budget is spent; both report
+// Report.BudgetExhausted.
+//
+// Nested calls: every attempt of a call that carries the budget counts
+// toward TaskAttempts, but for an attempt whose fn makes calls of its own
+// with the same budget (a task's outer call, whose fn runs the steps as
+// calls): its count goes back when its first nested call starts, so that
+// TaskAttempts counts the attempts that do the work, the requests. An
+// outer call's retry runs fn again, and every attempt of the nested calls
+// it makes draws from the same budget; each nested call also retries
+// under its own config. So a task of 2 attempts whose 5 steps allow 3
+// attempts each may send 2 × 5 × 3 = 30 requests; with TaskAttempts 7 it
+// sends 7 at most, and once they are spent the next step is refused, the
+// task's function returns (with that error, or its own), and the task's
+// retry is refused too. A call draws from the budget nearest in its
+// context only: a step given a budget of its own no longer counts toward
+// the task's.
 type Budget struct {
-	// Attempts caps the attempts of one call. Default 0: the config's
-	// MaxAttempts alone.
+	// Attempts caps the attempts of each call that carries the budget.
+	// Default 0: the config's MaxAttempts alone.
 	Attempts int
-	// Cost stops retries once the cost reported with AddCost reaches it.
+	// TaskAttempts caps the attempts of all the calls that carry the
+	// budget, together, counted as above. Default 0: no bound.
+	TaskAttempts int
+	// Cost caps the cost reported with AddCost by all the calls that
+	// carry the budget, together: no attempt starts once it is reached.
 	// Default 0: no cost bound.
 	Cost float64
 
 	mu        sync.Mutex
 	spent     float64
+	made      int // attempts counted toward TaskAttempts
 	exhausted bool
 }
 
-// Spent returns the cost reported so far, and whether a call stopped
-// retrying because the budget was spent.
+// Spent returns the cost reported so far, and whether a call stopped, or
+// was refused, because the budget was spent.
 func (b *Budget) Spent() (cost float64, exhausted bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.spent, b.exhausted
 }
 
-// allows reports whether the budget allows attempt number n, and marks it
-// exhausted when it does not.
-func (b *Budget) allows(n int) bool {
+// Attempted returns the attempts counted toward TaskAttempts so far: the
+// attempts of the calls that carry b, but for those that made calls of
+// their own with b (see Budget).
+func (b *Budget) Attempted() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if (b.Attempts > 0 && n > b.Attempts) || (b.Cost > 0 && b.spent >= b.Cost) {
+	return b.made
+}
+
+// take counts attempt number n of the call whose attempt context is c,
+// and reports whether the budget allows it; it marks the budget
+// exhausted when it does not.
+func (b *Budget) take(c *callCtx, n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.takeLocked(c, n)
+}
+
+func (b *Budget) takeLocked(c *callCtx, n int) bool {
+	if (b.Attempts > 0 && n > b.Attempts) || (b.TaskAttempts > 0 && b.made >= b.TaskAttempts) || (b.Cost > 0 && b.spent >= b.Cost) {
 		b.exhausted = true
 		return false
 	}
+	b.made++
+	c.drawn = true
 	return true
+}
+
+// open starts a call of agentID that carries b, with context ctx: it
+// returns the call's attempt context with its first attempt counted, or
+// nil when the budget allows no attempt. The attempt the call is nested
+// in gets its own count back, when it drew from b; when the call is
+// refused, that attempt is told, as of a failed nested call.
+func (b *Budget) open(ctx context.Context, agentID string) *callCtx {
+	c := &callCtx{Context: ctx, budget: b}
+	p, _ := ctx.Value(callKey{}).(*callCtx)
+	b.mu.Lock()
+	if p != nil && p.budget == b {
+		b.giveBackLocked(p)
+	}
+	ok := b.takeLocked(c, 1)
+	b.mu.Unlock()
+	if !ok {
+		if p != nil {
+			p.note(agentID, errBudgetSpent)
+		}
+		return nil
+	}
+	return c
+}
+
+// giveBack uncounts the current attempt of the call whose attempt
+// context is c, if it still counts: the attempt made calls of its own, or
+// was never made.
+func (b *Budget) giveBack(c *callCtx) {
+	b.mu.Lock()
+	b.giveBackLocked(c)
+	b.mu.Unlock()
+}
+
+func (b *Budget) giveBackLocked(c *callCtx) {
+	if c.drawn {
+		c.drawn = false
+		b.made--
+	}
 }
 
 type budgetKey struct{}
 
-// WithBudget returns a context that carries b to the calls made with it.
+// WithBudget returns a context that carries b to the calls made with it,
+// and to the calls nested in them (see Budget).
 func WithBudget(ctx context.Context, b *Budget) context.Context {
 	return context.WithValue(ctx, budgetKey{}, b)
 }

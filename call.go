@@ -31,7 +31,10 @@ func checkAgentID(id string) error {
 // panic in fn is recorded as a failure and re-raised from the frame it
 // was raised in, so that its trace still shows fn and its callers. A call
 // whose ctx ended before fn succeeded is recorded as ignored, not as a
-// failure. A nil fn returns ErrNilFunc and records nothing.
+// failure. A nil fn returns ErrNilFunc and records nothing. A Budget in
+// ctx (WithBudget) bounds the attempts and cost of the call and of the
+// task it belongs to; a spent budget refuses the call at once, without
+// running fn or recording it (see Budget).
 //
 // A call with an invalid agent ID (empty, or longer than MaxAgentIDLen),
 // and a call after Close, still runs fn, untracked, under the default
@@ -41,6 +44,13 @@ func checkAgentID(id string) error {
 // most once a minute per mistake (an invalid ID's first 64 bytes, quoted,
 // and its length; for a closed loop, any ID) and at most 64 lines a
 // minute in all; the next line counts the calls that were not logged.
+//
+// A call made with the context fn was given (or one derived from it) is
+// nested in this one: when fn returns the nested call's error, or an
+// error wrapping it, this call's failure is counted for agentID but
+// belongs to the nested call's agent (see Cluster.From): it does not
+// trigger agentID's strategy, and the failure memory does not offer
+// agentID the fixes learned for it.
 //
 // After fn returns, the loop records the outcome against the config
 // version fn ran under. If a change is under verification, the outcome may
@@ -57,24 +67,30 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		rep.Err, rep.LoopErr = ErrNilFunc, ErrNilFunc
 		return rep, ErrNilFunc
 	}
-	if l.isClosed.Load() {
-		return l.untracked(ctx, agentID, fn, ErrClosed)
+	c := begun{id: agentID}
+	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+		if c.att = b.open(ctx, agentID); c.att == nil {
+			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
+			return rep, rep.Err
+		}
 	}
-	if agentID == "" || len(agentID) > MaxAgentIDLen {
-		return l.untracked(ctx, agentID, fn, checkAgentID(agentID))
+	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
+		return l.untracked(ctx, agentID, fn, c.att)
 	}
 	a, err := l.agent(agentID)
-	c := begun{id: agentID}
 	var cfg *Config
 	var home string // the route a probe of the primary runs on
 	if a != nil {
 		if a.openUntil.Load() != 0 { // set with a breaker or a hold
 			var ok bool
 			if c.probe, ok = l.admit(a); !ok || !l.claim(a, &c) {
-				rep.Err = l.failFast(a)
+				rep.Err = l.failFast(ctx, a, c.att)
 				rep.ConfigVersion = a.cfg.Load().Version
 				return rep, rep.Err
 			}
+		}
+		if c.nests = a.nests.Load(); !c.nests {
+			c.seq = l.lately.seq.Load()
 		}
 		cfg, home = l.configFor(a, &c, &rep)
 	} else {
@@ -102,7 +118,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if c.homeProbe {
 		rep.Err, rep.BudgetExhausted = l.runProbe(ctx, cfg, home, fn, &rep.Attempts, &c)
 	} else {
-		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c)
+		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c, c.att)
 	}
 	done = true
 	endN, dur := l.since(start)
@@ -151,7 +167,10 @@ type begun struct {
 	// stalled: the latest attempt failed after its first-token deadline
 	// cancelled it (see runWatched).
 	stalled bool
-	route   string
+	// nests: the agent was seen to pass on the failures of other calls,
+	// so that its calls need an attempt context (see callCtx).
+	nests bool
+	route string
 	// homeProbe: the first attempt probes the primary (see ProbePolicy);
 	// probeClass and probeText describe its failure.
 	homeProbe  bool
@@ -164,6 +183,11 @@ type begun struct {
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
+	// att is the call's attempt context, if it has one; seq, the
+	// loop's recent failures when it started, without one (see
+	// Loop.cause).
+	att *callCtx
+	seq uint64
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -180,6 +204,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
 	if a == nil {
+		if !rep.Success && !rep.Ignored {
+			l.leave(ctx, agentID, rep.Err)
+		}
 		return
 	}
 	c.failed, c.ignored = !rep.Success, rep.Ignored
@@ -190,7 +217,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		// that classifies every failure (see failure.Memo).
 		f := l.describe(rep.Err, 0, &b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
+		c.from, c.suspect = l.cause(a, &b, rep.Err)
 		l.record(ctx, a, c, []byte(f.Signature), rep)
+		l.leave(ctx, agentID, rep.Err)
 	} else {
 		l.record(ctx, a, c, nil, rep)
 	}
@@ -207,11 +236,15 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 
 // untracked runs fn under agentID's config (the default config for an
 // agent not in memory, or an invalid ID) without recording it: after
-// Close, or for an invalid agent ID. why goes to Report.LoopErr, and to
-// the log (see logMistake).
-func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, why error) (Report, error) {
-	l.logMistake(agentID, why)
-	rep := Report{LoopErr: why}
+// Close (Report.LoopErr is ErrClosed), or for an invalid agent ID (it
+// wraps ErrInvalidAgentID). The mistake goes to the log too (see
+// logMistake). att is the call's attempt context, if it has one.
+func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, att *callCtx) (Report, error) {
+	rep := Report{LoopErr: ErrClosed}
+	if !l.isClosed.Load() {
+		rep.LoopErr = checkAgentID(agentID)
+	}
+	l.logMistake(agentID, rep.LoopErr)
 	cfg := l.defaultConfig
 	if checkAgentID(agentID) == nil {
 		if v, ok := l.agents.Load(agentID); ok {
@@ -220,7 +253,7 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 	}
 	rep.ConfigVersion = cfg.Version
 	start := l.now()
-	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil)
+	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil, att)
 	_, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	return rep, rep.Err
@@ -280,35 +313,36 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 // counting them in *n. It stops at the first success, at a failure the
 // retry policy does not retry, or when ctx ends. A panic in fn goes up to
 // the caller. A retry's context carries an Attempt (see AttemptInfo).
-// The attempts of a config that allows retries run under a context that
-// a Transport reports failed responses to (one small allocation a call;
-// a config of one attempt allocates nothing).
-func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun) (err error, exhausted bool) {
+// The attempts run under att, the call's attempt context (see callCtx),
+// made here when the call has none and its config allows retries or its
+// agent nests calls (one small allocation a call; a call of one attempt
+// otherwise allocates nothing).
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun, att *callCtx) (err error, exhausted bool) {
 	*n = 1
-	var h *hintCtx
+	if att == nil && (cfg.attempts() > 1 || b != nil && b.nests) {
+		att = &callCtx{Context: ctx}
+	}
 	actx := ctx
-	if cfg.attempts() > 1 {
-		h = &hintCtx{Context: ctx}
-		actx = h
+	if att != nil {
+		actx = att
+		if b != nil {
+			b.att = att
+		}
 	}
 	err = l.runOnce(actx, cfg, fn, b)
 	if err == nil || ctx.Err() != nil || cfg.attempts() <= 1 && l.retryRules.floor <= 1 {
 		return err, false
 	}
-	return l.retry(ctx, h, cfg, fn, err, n, b)
+	return l.retry(ctx, att, cfg, fn, err, n, b)
 }
 
 // retry makes the attempts after a failed first one; see run. Each
-// attempt's context is ctx (or h, which wraps it) with an Attempt about
-// the one before.
-func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
-	budget, _ := ctx.Value(budgetKey{}).(*Budget)
-	base := ctx
-	if h != nil {
-		base = h
-	}
+// attempt's context is att, which wraps ctx, with an Attempt about the one
+// before; a retry that only the transient floor allows makes att when the
+// call has none.
+func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
 	for {
-		status, hint, why := h.take()
+		status, hint, why := att.take()
 		f := l.describe(err, status, b)
 		class, text := f.Class, f.Text
 		limit := l.retryRules.attempts(cfg, class)
@@ -323,24 +357,28 @@ func (l *Loop) retry(ctx context.Context, h *hintCtx, cfg *Config, fn func(conte
 		} else if !l.retryRules.retries(class) {
 			return err, false
 		}
-		if budget != nil && !budget.allows(*n+1) {
+		if att == nil { // a retry the transient floor adds: its hints from now on
+			att = &callCtx{Context: ctx}
+			if b != nil {
+				b.att = att
+			}
+		} else if att.budget != nil && !att.budget.take(att, *n+1) {
 			return err, true
 		}
 		wait, reason := l.wait(cfg, *n, err, hint, why, sdkRetried(class))
-		if h == nil { // a retry the transient floor adds: its hints from now on
-			h = &hintCtx{Context: ctx}
-			base = h
-		}
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
+				att.unbudget()
 				return err, false // the server's wait would pass the caller's deadline
 			}
 			if l.sleep(ctx, wait) != nil {
+				att.unbudget()
 				break
 			}
 		}
 		*n++
-		actx := context.WithValue(base, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
+		att.next()
+		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
 		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil || acfg != cfg {
@@ -528,7 +566,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	window := a.s.Tracker.Win.Width * windowSlots
 	a.reopenLocked()
 	a.mu.Unlock()
-	if c.failed && !c.ignored {
+	if c.failed && !c.ignored && !c.nested() {
 		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
 	}

@@ -12,8 +12,10 @@ import (
 
 // failFast is the error of a call whose agent's circuit is open: a
 // *holdError while the agent is held for an account-wide cause, else
-// ErrCircuitOpen.
-func (l *Loop) failFast(a *agent) error {
+// ErrCircuitOpen. The call's budget, if any, gets its attempt back, and
+// the attempt the call is nested in, if any, is told of the failure.
+func (l *Loop) failFast(ctx context.Context, a *agent, att *callCtx) error {
+	att.unbudget()
 	a.mu.Lock()
 	var class failure.Class
 	if a.s.Route != nil {
@@ -21,10 +23,14 @@ func (l *Loop) failFast(a *agent) error {
 	}
 	until := a.s.CircuitOpenUntil
 	a.mu.Unlock()
-	if class == "" {
-		return ErrCircuitOpen
+	var err error = ErrCircuitOpen
+	if class != "" {
+		err = &holdError{AgentID: a.id, Class: class, Until: time.Unix(0, until).UTC()}
 	}
-	return &holdError{AgentID: a.id, Class: class, Until: time.Unix(0, until).UTC()}
+	if p, _ := ctx.Value(callKey{}).(*callCtx); p != nil {
+		p.note(a.id, err)
+	}
+	return err
 }
 
 // runProbe makes a call whose first attempt probes the route home (see
@@ -34,9 +40,13 @@ func (l *Loop) failFast(a *agent) error {
 func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(context.Context, Config) error, n *int, c *begun) (error, bool) {
 	p := *cfg
 	p.Route = home
-	err := l.runOnce(ctx, &p, fn, c)
+	actx := ctx
+	if c.att != nil {
+		actx = c.att
+	}
+	err := l.runOnce(actx, &p, fn, c)
+	*n = 1
 	if err == nil || ctx.Err() != nil {
-		*n = 1
 		c.route = home
 		return err, false
 	}
@@ -45,7 +55,12 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 	if c.probeClass == "" {
 		c.probeClass = failure.ClassOther
 	}
-	err, exhausted := l.run(ctx, cfg, fn, n, c)
+	if c.att != nil {
+		if c.att.next(); c.att.budget != nil && !c.att.budget.take(c.att, 1) {
+			return err, true
+		}
+	}
+	err, exhausted := l.run(ctx, cfg, fn, n, c, c.att)
 	*n++
 	return err, exhausted
 }

@@ -50,6 +50,13 @@ type Cluster struct {
 	Recurring bool `json:"recurring"`
 	// Agents are the agents the cluster was seen on (AllClusters only).
 	Agents []string `json:"agents,omitempty"`
+	// From is the agent whose call, nested in this agent's call, failed
+	// with the error the cluster's latest failure passed on (its first
+	// 128 bytes). That agent owns the failure: the built-in strategy
+	// leaves such a cluster to it, and the failure memory does not count
+	// it for this agent (see Budget and docs/guide.md). Default empty:
+	// the agent's own failure, and always in AllClusters.
+	From string `json:"from,omitempty"`
 }
 
 // clusterView is a Cluster with what merging needs: the counts in the
@@ -97,6 +104,7 @@ type clusterRec struct {
 	Width    int64                `json:"width_ns"`
 	Head     int64                `json:"head"`
 	Slots    [clusterSlots]uint32 `json:"slots"`
+	From     string               `json:"from,omitempty"` // see Cluster.From
 }
 
 // observe counts a failure at time end (Unix ns) with bucket width width.
@@ -187,6 +195,7 @@ func (c *clusterRec) export(now int64) clusterView {
 		FirstSeen: time.Unix(0, c.First).UTC(),
 		LastSeen:  time.Unix(0, c.Last).UTC(),
 		Trend:     trendOf(c.First, now, window, older, newer),
+		From:      c.From,
 	}, older: older, newer: newer, window: window}
 	out.Recurring = out.Count >= 3
 	for i, e := range c.Examples {
@@ -416,7 +425,7 @@ func (l *Loop) AllClusters() []Cluster {
 		for _, c := range a.s.clusterViewsLocked(now) {
 			m := byID[c.ID]
 			if m == nil {
-				c.Agents = []string{a.id}
+				c.Agents, c.From = []string{a.id}, ""
 				byID[c.ID] = &c
 				continue
 			}

@@ -177,6 +177,7 @@ type clusterDoc struct {
 	FirstExample  string           `json:"first_example"`
 	LatestExample string           `json:"latest_example"`
 	Window        clusterWindowDoc `json:"window"`
+	From          string           `json:"from,omitempty"`
 }
 
 type clusterWindowDoc struct {
@@ -376,6 +377,7 @@ func (st *agentState) doc() (stateDoc, error) {
 		if err != nil {
 			return d, err
 		}
+		cd.From = c.From
 		d.Clusters = append(d.Clusters, cd)
 	}
 	return d, nil

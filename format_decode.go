@@ -336,6 +336,9 @@ func (c *checker) cluster(i int, d *clusterDoc) clusterRec {
 		c.fail("%s: after last_seen", f.dot("first_seen"))
 	}
 	r.Examples[0], r.Examples[maxExample-1] = d.FirstExample, d.LatestExample
+	if r.From = d.From; len(r.From) > maxFrom {
+		c.fail("%s: longer than %d bytes", f.dot("from"), maxFrom)
+	}
 	r.Width = d.Window.BucketNS
 	r.Head = c.head(f.dot("window"), r.Width, minSlot, maxSlot*(windowSlots/clusterSlots), d.Window.Newest)
 	if c.err != nil || len(d.Window.Buckets) == 0 {

@@ -54,7 +54,8 @@ type Report struct {
 	Err error
 	// Duration is the whole call: every attempt and the waits between.
 	Duration time.Duration
-	// Attempts is how many times fn ran.
+	// Attempts is how many times fn ran: 0 for a call refused by an open
+	// circuit or a spent Budget.
 	Attempts int
 	// ConfigVersion is the version of the config fn ran under.
 	ConfigVersion int
@@ -68,7 +69,8 @@ type Report struct {
 	// have run).
 	ImprovementTriggered bool
 	// BudgetExhausted reports that retries stopped because the call's
-	// Budget was spent.
+	// Budget was spent, or, with Attempts 0, that the call was refused
+	// before its first attempt (see Budget).
 	BudgetExhausted bool
 	// Improvement is the change applied during this call, else nil. It is
 	// also nil when the caller's context ended while the strategy was
@@ -151,11 +153,12 @@ type Loop struct {
 	jitterSeed      uint64        // RetryPolicy.JitterSeed; 0: random jitter
 	jitterN         atomic.Uint64 // draws of the seeded jitter
 
-	shared   shared        // failures by cluster and class across agents
-	routes   routeBook     // the agents' route ladders
-	dead     deadBook      // routes found dead
-	causes   causeBook     // account-wide causes in force
-	props    proposalIndex // where proposals are
+	shared   shared         // failures by cluster and class across agents
+	lately   recentFailures // the latest failures nested in no attempt context
+	routes   routeBook      // the agents' route ladders
+	dead     deadBook       // routes found dead
+	causes   causeBook      // account-wide causes in force
+	props    proposalIndex  // where proposals are
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
 	mistakes mistakeLog     // calls with a bad ID or after Close, logged

@@ -35,6 +35,10 @@ type agent struct {
 	// probing is set while a half-open circuit's probe, or a probe of
 	// the primary route, runs.
 	probing atomic.Bool
+	// nests is set once a failure of the agent looked passed on from a
+	// call nested in it: its calls run under an attempt context from
+	// then on (see callCtx).
+	nests atomic.Bool
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock.
 	openUntil atomic.Int64

@@ -200,7 +200,16 @@ type call struct {
 	text      string
 	class     failure.Class
 	cluster   uint64
+	// from is the agent of the call nested in this one whose failure
+	// this one passed on; suspect, that the failure looked passed on
+	// from another call, unproven (see Loop.cause).
+	from    string
+	suspect bool
 }
+
+// nested reports whether c's failure was, or looked, passed on from a
+// call nested in it: the agent it came from owns it.
+func (c *call) nested() bool { return c.from != "" || c.suspect }
 
 // record books c and acts on it: it may confirm or roll back the change
 // under verification, move the circuit, or ask for an analysis. sig is a
@@ -219,7 +228,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	}
 	s.Tracker.record(tgen, endN, c.dur, c.failed, c.version, c.text, uint32(c.cluster))
 	if c.failed {
-		s.observeCluster(c.cluster, sig, c.class, c.text, endN)
+		if cl := s.observeCluster(c.cluster, sig, c.class, c.text, endN); !c.suspect {
+			cl.From = boundFrom(c.from)
+		}
 	}
 	if c.probe && s.Route != nil && s.Route.Hold != "" {
 		s.holdProbed(c, r, eff)
@@ -250,7 +261,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 				s.confirm(c.end, v.Reason, r, eff)
 			}
 		}
-	} else if c.failed && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
+	} else if c.failed && !c.nested() && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
 		th, prof := s.threshold(endN)
 		start := endN - int64(th.Window)
@@ -516,11 +527,13 @@ func (s *agentState) snapshot() agentState {
 	return snap
 }
 
-// largest returns the cluster with the most failures in the window.
+// largest returns the cluster with the most failures in the window,
+// among the agent's own (not passed on from a nested call: see
+// Cluster.From).
 func largest(cs []Cluster) *Cluster {
 	var top *Cluster
 	for i := range cs {
-		if top == nil || cs[i].Count > top.Count {
+		if cs[i].From == "" && (top == nil || cs[i].Count > top.Count) {
 			top = &cs[i]
 		}
 	}

@@ -131,10 +131,14 @@ func transient(class failure.Class) bool {
 }
 
 // routeCall books what a finished call says of its routes: a dead route,
-// a probe of the primary, the run of failures that holds the agent.
+// a probe of the primary, the run of failures that holds the agent. A
+// failure passed on from a nested call says nothing of them.
 func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 	if c.homeProbe {
 		s.homeProbed(c, r, eff)
+	}
+	if c.failed && c.nested() {
+		return
 	}
 	if !c.failed {
 		if s.Route != nil {

@@ -63,6 +63,11 @@ import (
 // beyond the cap where there is one, and always with a plain-text rule.
 // Confidence is the class's share of the window's failures.
 //
+// It weighs the agent's own clusters only: a cluster whose failures were
+// passed on from a call nested in the agent's (Cluster.From) belongs to
+// that call's agent, and is named in the evidence as left to it. With no
+// cluster of its own, it proposes nothing.
+//
 // The zero value is ready to use; DefaultStrategy returns one.
 type BuiltinStrategy struct {
 	// MaxTimeout caps the timeout it sets. Default 2 minutes; at most
@@ -183,7 +188,7 @@ const minSecondary = 2
 // plan starts the strategy's work on class k of the analysis a.
 func (s *BuiltinStrategy) plan(a *Analysis, k ranked) *plan {
 	p := &plan{s: s, a: a, class: k.class, cl: k.top, share: shareOf{k.n, k.total}, cur: a.Config, next: a.Config.clone(),
-		evidence: fmt.Sprintf("%d of the window's %d failures are %s", k.n, k.total, k.class)}
+		evidence: fmt.Sprintf("%d of the window's %d failures are %s%s", k.n, k.total, k.class, nestedNote(a.Clusters))}
 	p.maxTimeout, p.maxBackoff, p.maxAtt = s.caps()
 	return p
 }
@@ -535,13 +540,17 @@ type ranked struct {
 	top      *Cluster
 }
 
-// rank returns the classes of the clusters, most failures first (on a
-// tie, the one seen last first).
+// rank returns the classes of the agent's own clusters (not passed on
+// from a nested call: see Cluster.From), most failures first (on a tie,
+// the one seen last first).
 func rank(cs []Cluster) []ranked {
 	var out []ranked
 	total := 0
 	for i := range cs {
 		c := &cs[i]
+		if c.From != "" {
+			continue
+		}
 		total += c.Count
 		j := slices.IndexFunc(out, func(k ranked) bool { return k.class == c.Class })
 		if j < 0 {
@@ -569,8 +578,9 @@ func rank(cs []Cluster) []ranked {
 	return out
 }
 
-// dominant returns the class with the most failures in the clusters (on a
-// tie, the one seen last), its largest cluster, and its share.
+// dominant returns the class with the most failures in the agent's own
+// clusters (on a tie, the one seen last), its largest cluster, and its
+// share.
 func dominant(cs []Cluster) (failure.Class, *Cluster, shareOf) {
 	r := rank(cs)
 	if len(r) == 0 {

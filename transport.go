@@ -1,9 +1,7 @@
 package selfimprove
 
 import (
-	"context"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -35,53 +33,10 @@ type transport struct{ base http.RoundTripper }
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if resp != nil && resp.StatusCode >= 400 {
-		if h, _ := req.Context().Value(hintKey{}).(*hintCtx); h != nil {
+		if h, _ := req.Context().Value(callKey{}).(*callCtx); h != nil {
 			d, why := failure.HeaderWait(resp.Header, resp.StatusCode, time.Now())
 			h.set(resp.StatusCode, d, why)
 		}
 	}
 	return resp, err
-}
-
-type hintKey struct{}
-
-// hintCtx is an attempt's context: its parent, plus what Transport saw
-// of the attempt's failed responses.
-type hintCtx struct {
-	context.Context
-	mu     sync.Mutex
-	status int
-	wait   time.Duration
-	why    string
-}
-
-// Value returns h itself for hintKey.
-func (h *hintCtx) Value(k any) any {
-	if k == (hintKey{}) {
-		return h
-	}
-	return h.Context.Value(k)
-}
-
-// set records a failed response: its status, and its wait when it is the
-// longest of the attempt.
-func (h *hintCtx) set(status int, d time.Duration, why string) {
-	h.mu.Lock()
-	h.status = status
-	if d > h.wait {
-		h.wait, h.why = d, why
-	}
-	h.mu.Unlock()
-}
-
-// take returns what was recorded since the last take and clears it.
-func (h *hintCtx) take() (status int, d time.Duration, why string) {
-	if h == nil {
-		return 0, 0, ""
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	status, d, why = h.status, h.wait, h.why
-	h.status, h.wait, h.why = 0, 0, ""
-	return status, d, why
 }
