@@ -123,40 +123,55 @@ var rules = map[failure.Class]string{
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
 
-// Analyze implements Strategy.
+// Analyze implements Strategy. Its answer is the one Loop applies or
+// files; a Loop running the strategy itself also files the proposals for
+// the window's other classes (see answers).
 func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error) {
-	ranked := rank(a.Clusters)
-	if len(ranked) == 0 {
-		return nil, nil
-	}
-	var first *Tweak
-	for i, k := range ranked {
+	tw, _ := s.answers(a)
+	return tw, nil
+}
+
+// answers answers each class of the window's failures that is the
+// dominant one or passes the secondary bar (minSecondary): the first
+// safe tweak among them, in rank order, is the answer (else the first
+// proposal); every class without a safe move gets a proposal, returned
+// in also. A second safe tweak waits for the next analysis: one change
+// is verified at a time.
+func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
+	var reviews []*Tweak
+	for i, k := range rank(a.Clusters) {
 		p := s.plan(&a, k)
+		t := (*Tweak)(nil)
 		if i == 0 {
-			if t := p.move(); t != nil {
-				return t, nil
-			}
-			if s.outage(a, p.cl) {
+			if t = p.move(); t == nil && s.outage(a, p.cl) {
 				return nil, nil
 			}
-			if t := s.learned(a, k.class, p.cur, p.cl.ID, p.rejected); t != nil {
-				return t, nil
+			if t == nil {
+				t = s.learned(a, k.class, p.cur, p.cl.ID, p.rejected)
 			}
 		} else if k.n < minSecondary || 5*k.n < k.total {
 			break
 		}
-		t := p.propose()
-		if !t.Review {
-			return t, nil
+		if t == nil {
+			t = p.propose()
 		}
-		if i == 0 {
-			first = t
+		switch {
+		case t.Review:
+			if tried := triedText(&a, t.Cluster); tried != "" {
+				t.Reason = failure.Bound(t.Reason+"; tried: "+tried, maxReason)
+			}
+			reviews = append(reviews, t)
+		case tw == nil:
+			tw = t
 		}
 	}
-	if tried := triedText(&a, first.Cluster); tried != "" {
-		first.Reason = failure.Bound(first.Reason+"; tried: "+tried, maxReason)
+	if tw == nil && len(reviews) > 0 {
+		tw, reviews = reviews[0], reviews[1:]
 	}
-	return first, nil
+	for _, r := range reviews {
+		also = append(also, *r)
+	}
+	return tw, also
 }
 
 // minSecondary is how many failures a class other than the dominant one
