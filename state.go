@@ -53,6 +53,9 @@ type agentState struct {
 	// analyzing is set while a strategy runs for the agent, early when
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool
+	// leftOpen are the clusters the last analysis saw and left
+	// unanswered (see unanswered); not saved, never modified in place.
+	leftOpen []uint64
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -255,9 +258,11 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 // trigger asks for an analysis when the failed call c, ended at endN,
 // calls for one: the threshold's failures once the cooldown is over; or,
 // once per cooldown, a new kind of fault (a cluster other than the one
-// the cooldown is for) with its own threshold's count, or one no analysis
-// answered yet that passes the strategy's secondary bar (see
-// unanswered). The quiet check of a healthy agent spares an unanswered
+// the cooldown is for) with its own threshold's count, or a cluster the
+// last analysis saw and left unanswered once it passes the strategy's
+// secondary bar (see unanswered). A new kind needs the whole count: at
+// its first failures, the calls before it are no reference to judge its
+// fix by. The quiet check of a healthy agent spares an unanswered
 // cluster: its failures may be usual, but no one looked at them yet. An
 // analysis for a cluster alone holds that cluster only.
 func (s *agentState) trigger(c *call, endN int64, eff *effects) {
@@ -267,7 +272,8 @@ func (s *agentState) trigger(c *call, endN int64, eff *effects) {
 	if endN >= s.CooldownUntil {
 		due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
 	} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
-		due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing) || s.unanswered(c.cluster, start)
+		due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing) ||
+			slices.Contains(s.leftOpen, c.cluster) && s.unanswered(c.cluster, start)
 		early, alone = due, due
 	}
 	if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {
@@ -289,12 +295,13 @@ func (s *agentState) trigger(c *call, endN int64, eff *effects) {
 // unanswered reports whether cluster cl has no answer yet and passes the
 // built-in strategy's secondary bar among the failures kept since start
 // under the current config: at least minSecondary of them, and a fifth.
-// A cluster is answered by the analysis the cooldown is for, a proposal,
-// a change (decided or under verification), or a tweak rolled back for
-// it.
+// Only an agent analysed before has unanswered clusters: one never
+// analysed keeps the quiet check of healthy agents. A cluster is answered
+// by the analysis the cooldown is for, a proposal, a change (decided or
+// under verification), or a tweak rolled back for it.
 func (s *agentState) unanswered(cl uint64, start int64) bool {
-	if cl == 0 || cl == s.CooldownCluster {
-		return false
+	if cl == 0 || s.CooldownCluster == 0 || cl == s.CooldownCluster {
+		return false // no analysis yet, or the one the cooldown is for
 	}
 	if n, all := s.Tracker.clusterShare(uint32(cl), s.Config.Version, start); n < minSecondary || 5*n < all {
 		return false

@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -34,6 +35,12 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	if v, perr := failure.ParseClusterID(id); perr == nil {
 		s.CooldownCluster = v
 	}
+	s.leftOpen = nil
+	for _, c := range an.Clusters {
+		if v, perr := failure.ParseClusterID(c.ID); perr == nil && v != s.CooldownCluster {
+			s.leftOpen = append(s.leftOpen, v)
+		}
+	}
 	eff.save = true
 	switch {
 	case err != nil || tw == nil:
@@ -60,6 +67,9 @@ func (s *agentState) fileReview(now time.Time, an *Analysis, tw *Tweak, r *ruleB
 	if err := tw.check(); err != nil {
 		eff.rejected = true
 		return err
+	}
+	if v, err := failure.ParseClusterID(tw.Cluster); err == nil {
+		s.leftOpen = slices.DeleteFunc(slices.Clone(s.leftOpen), func(c uint64) bool { return c == v })
 	}
 	if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
 		return nil // the account-wide cause's own proposal stands for it

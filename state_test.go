@@ -92,15 +92,19 @@ func TestStateRecordTrigger(t *testing.T) {
 		}, []bool{true, true, true}, false},
 		{"in cooldown for another cluster: a new kind of fault triggers", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
-			s.Proposals = []Proposal{{ClusterID: failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>")))}} // answered
 		}, []bool{true, true, true}, true},
-		{"in cooldown for another cluster, answered: below the threshold", func(s *agentState) {
+		{"in cooldown for another cluster: a new kind below the threshold", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+		}, []bool{true, true}, false},
+		{"in cooldown for another cluster: one the analysis left unanswered triggers at the secondary bar", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+			s.leftOpen = []uint64{failure.ClusterOf([]byte("upstream <n>"))}
+		}, []bool{true, true}, true},
+		{"in cooldown for another cluster: left unanswered, then proposed", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+			s.leftOpen = []uint64{failure.ClusterOf([]byte("upstream <n>"))}
 			s.Proposals = []Proposal{{ClusterID: failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>")))}}
 		}, []bool{true, true}, false},
-		{"in cooldown for another cluster, unanswered: the secondary bar triggers", func(s *agentState) {
-			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
-		}, []bool{true, true}, true},
 		{"in cooldown for another cluster, ended early once already", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster, s.CooldownEarly = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other")), true
 		}, []bool{true, true, true}, false},
@@ -474,26 +478,23 @@ func TestStateEarlyCooldownRecordsItsKind(t *testing.T) {
 	if want := failure.ClusterOf([]byte("upstream <n>")); s.CooldownCluster != want || s.CooldownEarly {
 		t.Fatalf("cooldown cluster %x early %v, want %x and false", s.CooldownCluster, s.CooldownEarly, want)
 	}
-	// A new kind of fault during the cooldown, no analysis answered yet:
-	// two failures of another cluster (the strategy's secondary bar, 2
-	// and a fifth of the failures) trigger once.
+	// A new kind of fault during the cooldown: three failures of another
+	// cluster trigger once.
 	other := func(at time.Time) effects {
 		c := call{gen: s.Gen, version: s.Config.Version, end: at, dur: time.Millisecond, failed: true,
 			text: "401 unauthorized", class: failure.ClassAuth, cluster: failure.ClusterOf([]byte("unauthorized"))}
 		return recordOf(s, &c, []byte("unauthorized"), r)
 	}
-	for i := range 2 {
-		if eff = other(st0.Add(time.Duration(10+i) * time.Second)); i == 0 && eff.analysis != nil {
-			t.Fatal("one failure of a new kind triggered")
-		}
+	for i := range 3 {
+		eff = other(st0.Add(time.Duration(10+i) * time.Second))
 	}
 	if eff.analysis == nil {
 		t.Fatal("a new kind of fault during the cooldown did not trigger")
 	}
 	// The analysis is about the new kind only.
 	newID := failure.FormatClusterID(failure.ClusterOf([]byte("unauthorized")))
-	if len(eff.analysis.Clusters) != 1 || eff.analysis.Clusters[0].ID != newID || len(eff.analysis.Failures) != 2 {
-		t.Fatalf("early analysis: clusters %+v, %d failures; want the new kind's cluster and its 2 failures",
+	if len(eff.analysis.Clusters) != 1 || eff.analysis.Clusters[0].ID != newID || len(eff.analysis.Failures) != 3 {
+		t.Fatalf("early analysis: clusters %+v, %d failures; want the new kind's cluster and its 3 failures",
 			eff.analysis.Clusters, len(eff.analysis.Failures))
 	}
 	for _, f := range eff.analysis.Failures {

@@ -48,16 +48,24 @@ import (
 // upstream outage: when the dominant cluster is a shared cause of at
 // least OutageAgents agents and the agent's latest failures came in a
 // row, retries and timeouts cannot help, and a change made then would be
-// judged (and rolled back) against the outage. When the safe move for the
-// class is used up (at its cap, rolled back before, no live route left,
-// or a timeout with no Timeout set), and for every other class (auth,
-// quota, bad_request, not_found, context_length, content_filter,
-// tool_error, panic, canceled, other), it tries the safe move of the next
-// class (with at least 2 failures and a fifth of the window's); with none,
-// it files a Proposal for human review instead (a Tweak with Review set),
-// naming the tweaks rolled back for the cluster: with a suggested config
+// judged (and rolled back) against the outage.
+//
+// Every cluster gets its answer: the dominant class, and each other class
+// with at least 2 failures and a fifth of the window's. The tweak is the
+// first safe move among them, by failures: the dominant class's, or the
+// next class's when the dominant one's is used up (at its cap, rolled
+// back before, no live route left, or a timeout with no Timeout set) or
+// when it has none (auth, quota, bad_request, not_found, context_length,
+// content_filter, tool_error, panic, canceled, other). Each class without
+// a safe move gets a Proposal for human review (a Tweak with Review set),
+// naming the tweaks rolled back for its cluster: with a suggested config
 // beyond the cap where there is one, and always with a plain-text rule.
-// Confidence is the class's share of the window's failures.
+// Analyze returns the tweak, or else the dominant class's proposal; a
+// Loop running the strategy itself also files the other classes'
+// proposals (one open proposal per cluster), so that a permanent class
+// and a transient one never wait for each other. A second safe move
+// waits for the next analysis. Confidence is the class's share of the
+// window's failures.
 //
 // The zero value is ready to use; DefaultStrategy returns one.
 type BuiltinStrategy struct {
