@@ -21,7 +21,7 @@ func (s *agentState) sharedPart() agentState {
 	sh.Tracker = tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}}
 	sh.Clusters = nil
 	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, counts{}
-	sh.analyzing, sh.early, sh.leftOpen = false, false, nil
+	sh.analyzing, sh.early, sh.leftOpen = false, false, 0
 	return sh
 }
 

@@ -53,9 +53,10 @@ type agentState struct {
 	// analyzing is set while a strategy runs for the agent, early when
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool
-	// leftOpen are the clusters the last analysis saw and left
-	// unanswered (see unanswered); not saved, never modified in place.
-	leftOpen []uint64
+	// leftOpen is the largest cluster the last analysis saw and left
+	// unanswered (see unanswered), by the low 32 bits of its ID as the
+	// tracker keeps them; 0: none. Not saved.
+	leftOpen uint32
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -258,9 +259,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 // trigger asks for an analysis when the failed call c, ended at endN,
 // calls for one: the threshold's failures once the cooldown is over; or,
 // once per cooldown, a new kind of fault (a cluster other than the one
-// the cooldown is for) with its own threshold's count, or a cluster the
-// last analysis saw and left unanswered once it passes the strategy's
-// secondary bar (see unanswered). A new kind needs the whole count: at
+// the cooldown is for) with its own threshold's count, or the largest
+// cluster the last analysis saw and left unanswered once it passes the
+// strategy's secondary bar (see unanswered). A new kind needs the whole count: at
 // its first failures, the calls before it are no reference to judge its
 // fix by. The quiet check of a healthy agent spares an unanswered
 // cluster: its failures may be usual, but no one looked at them yet. An
@@ -273,7 +274,7 @@ func (s *agentState) trigger(c *call, endN int64, eff *effects) {
 		due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
 	} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
 		due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing) ||
-			slices.Contains(s.leftOpen, c.cluster) && s.unanswered(c.cluster, start)
+			s.leftOpen != 0 && uint32(c.cluster) == s.leftOpen && s.unanswered(c.cluster, start)
 		early, alone = due, due
 	}
 	if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {

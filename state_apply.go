@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -35,10 +34,11 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	if v, perr := failure.ParseClusterID(id); perr == nil {
 		s.CooldownCluster = v
 	}
-	s.leftOpen = nil
+	s.leftOpen = 0
+	most := 0
 	for _, c := range an.Clusters {
-		if v, perr := failure.ParseClusterID(c.ID); perr == nil && v != s.CooldownCluster {
-			s.leftOpen = append(s.leftOpen, v)
+		if v, perr := failure.ParseClusterID(c.ID); perr == nil && v != s.CooldownCluster && c.Count > most {
+			s.leftOpen, most = uint32(v), c.Count
 		}
 	}
 	eff.save = true
@@ -68,8 +68,8 @@ func (s *agentState) fileReview(now time.Time, an *Analysis, tw *Tweak, r *ruleB
 		eff.rejected = true
 		return err
 	}
-	if v, err := failure.ParseClusterID(tw.Cluster); err == nil {
-		s.leftOpen = slices.DeleteFunc(slices.Clone(s.leftOpen), func(c uint64) bool { return c == v })
+	if v, err := failure.ParseClusterID(tw.Cluster); err == nil && uint32(v) == s.leftOpen {
+		s.leftOpen = 0 // answered
 	}
 	if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
 		return nil // the account-wide cause's own proposal stands for it
