@@ -49,8 +49,9 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 // proposal) and saves it. A change that cannot be saved is taken back.
 func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold) (*Change, error) {
 	var (
-		tw  *Tweak
-		err error
+		tw   *Tweak
+		also []Tweak
+		err  error
 	)
 	if a.fl != nil {
 		if !l.fleetLease(a, an) {
@@ -77,13 +78,13 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	}
 	if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
-		tw, err = l.callStrategy(ctx, an)
+		tw, also, err = l.callStrategy(ctx, an)
 		if err != nil {
 			l.m.strategyErrors.Add(1)
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
 		}
 	}
-	if err == nil && tw != nil && tw.Review {
+	if err == nil && (tw != nil && tw.Review || len(also) > 0) {
 		// Saved before the proposal is, so that the list of agents with
 		// proposals covers it.
 		err = l.addProposalAgent(a.id)
@@ -92,6 +93,13 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	a.mu.Lock()
 	a.settleLocked(now.UnixNano())
 	eff, terr := a.s.finishAnalysis(now, an, th, tw, err, &l.rules)
+	for i := range also {
+		// The window's other clusters: each its proposal, whatever
+		// became of tw.
+		if ferr := a.s.fileReview(now, an, &also[i], &l.rules, &eff); ferr != nil {
+			terr = errors.Join(terr, ferr)
+		}
+	}
 	a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
 	if terr != nil && err == nil {
@@ -130,32 +138,40 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 
 // callStrategy calls the strategy in its own goroutine, so that a strategy
 // that ignores its context delays nobody beyond the deadline.
-func (l *Loop) callStrategy(ctx context.Context, an *Analysis) (*Tweak, error) {
+// With the built-in strategy, it also returns the proposals for the
+// window's other classes (see BuiltinStrategy.answers).
+func (l *Loop) callStrategy(ctx context.Context, an *Analysis) (*Tweak, []Tweak, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.strategyTimeout)
 	defer cancel()
 	type result struct {
-		tw  *Tweak
-		err error
+		tw   *Tweak
+		also []Tweak
+		err  error
 	}
 	res := make(chan result, 1)
 	go func() {
 		defer func() {
 			if r := recover(); r != nil {
 				l.m.strategyPanics.Add(1)
-				res <- result{nil, fmt.Errorf("%w: %v", ErrStrategyPanic, r)}
+				res <- result{nil, nil, fmt.Errorf("%w: %v", ErrStrategyPanic, r)}
 			}
 		}()
+		if b, ok := l.strategy.(*BuiltinStrategy); ok && b != nil {
+			tw, also := b.answers(*an)
+			res <- result{tw, also, nil}
+			return
+		}
 		tw, err := l.strategy.Analyze(sctx, *an)
-		res <- result{tw, err}
+		res <- result{tw, nil, err}
 	}()
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, fmt.Errorf("selfimprove: strategy: %w", r.err)
+			return nil, nil, fmt.Errorf("selfimprove: strategy: %w", r.err)
 		}
-		return r.tw, nil
+		return r.tw, r.also, nil
 	case <-sctx.Done():
 		l.m.strategyTimeouts.Add(1)
-		return nil, fmt.Errorf("%w after %v", ErrStrategyTimeout, l.strategyTimeout)
+		return nil, nil, fmt.Errorf("%w after %v", ErrStrategyTimeout, l.strategyTimeout)
 	}
 }

@@ -21,7 +21,7 @@ func (s *agentState) sharedPart() agentState {
 	sh.Tracker = tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}}
 	sh.Clusters = nil
 	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, streak{}
-	sh.analyzing, sh.early = false, false
+	sh.analyzing, sh.early, sh.leftOpen = false, false, 0
 	return sh
 }
 
@@ -36,10 +36,10 @@ func encodeShared(s *agentState) ([]byte, error) {
 // is verified under the same generation.
 func (s *agentState) adopt(sh *agentState) {
 	keep := s.Verifying != nil && sh.Verifying != nil && s.Verifying.ID == sh.Verifying.ID && s.Gen == sh.Gen
-	tr, cl, an, early := s.Tracker, s.Clusters, s.analyzing, s.early
+	tr, cl, an, early, open := s.Tracker, s.Clusters, s.analyzing, s.early, s.leftOpen
 	v, c, k := s.Verify, s.Control, s.Streak
 	*s = sh.snapshot()
-	s.Tracker, s.Clusters, s.analyzing, s.early = tr, cl, an, early
+	s.Tracker, s.Clusters, s.analyzing, s.early, s.leftOpen = tr, cl, an, early, open
 	s.Verify, s.Control, s.Streak = counts{}, counts{}, streak{}
 	if keep {
 		s.Verify, s.Control, s.Streak = v, c, k

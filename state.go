@@ -53,6 +53,10 @@ type agentState struct {
 	// analyzing is set while a strategy runs for the agent, early when
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool
+	// leftOpen is the largest cluster the last analysis saw and left
+	// unanswered (see unanswered), by the low 32 bits of its ID as the
+	// tracker keeps them; 0: none. Not saved.
+	leftOpen uint32
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -263,28 +267,66 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		}
 	} else if c.failed && !c.nested() && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
-		th, prof := s.threshold(endN)
-		start := endN - int64(th.Window)
-		var due, early bool
-		if endN >= s.CooldownUntil {
-			due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
-		} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
-			// A new kind of fault: its own threshold, once per cooldown.
-			due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing)
-			early = due
-		}
-		if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {
-			due = false // a healthy agent's usual noise: nothing to fix
-		}
-		if due {
-			s.analyzing, s.early = true, early
-			eff.th = th
-			eff.analysis = s.analysis(c.end, th, prof)
-			if early {
-				eff.analysis.only(failure.FormatClusterID(c.cluster))
-			}
+		s.trigger(c, endN, eff)
+	}
+}
+
+// trigger asks for an analysis when the failed call c, ended at endN,
+// calls for one: the threshold's failures once the cooldown is over; or,
+// once per cooldown, a new kind of fault (a cluster other than the one
+// the cooldown is for) with its own threshold's count, or the largest
+// cluster the last analysis saw and left unanswered once it passes the
+// strategy's secondary bar (see unanswered). A new kind needs the whole count: at
+// its first failures, the calls before it are no reference to judge its
+// fix by. The quiet check of a healthy agent spares an unanswered
+// cluster: its failures may be usual, but no one looked at them yet. An
+// analysis for a cluster alone holds that cluster only.
+func (s *agentState) trigger(c *call, endN int64, eff *effects) {
+	th, prof := s.threshold(endN)
+	start := endN - int64(th.Window)
+	var due, early, alone bool
+	if endN >= s.CooldownUntil {
+		due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
+	} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
+		due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing) ||
+			s.leftOpen != 0 && uint32(c.cluster) == s.leftOpen && s.unanswered(c.cluster, start)
+		early, alone = due, due
+	}
+	if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {
+		// A healthy agent's usual noise: nothing to fix, unless no one
+		// looked at it yet.
+		due = s.unanswered(c.cluster, start)
+		alone = true
+	}
+	if due {
+		s.analyzing, s.early = true, early
+		eff.th = th
+		eff.analysis = s.analysis(c.end, th, prof)
+		if alone {
+			eff.analysis.only(failure.FormatClusterID(c.cluster))
 		}
 	}
+}
+
+// unanswered reports whether cluster cl has no answer yet and passes the
+// built-in strategy's secondary bar among the failures kept since start
+// under the current config: at least minSecondary of them, and a fifth.
+// Only an agent analysed before has unanswered clusters: one never
+// analysed keeps the quiet check of healthy agents. A cluster is answered
+// by the analysis the cooldown is for, a proposal, a change (decided or
+// under verification), or a tweak rolled back for it.
+func (s *agentState) unanswered(cl uint64, start int64) bool {
+	if cl == 0 || s.CooldownCluster == 0 || cl == s.CooldownCluster {
+		return false // no analysis yet, or the one the cooldown is for
+	}
+	if n, all := s.Tracker.clusterShare(uint32(cl), s.Config.Version, start); n < minSecondary || 5*n < all {
+		return false
+	}
+	id := failure.FormatClusterID(cl)
+	return !slices.ContainsFunc(s.Proposals, func(p Proposal) bool { return p.ClusterID == id }) &&
+		!slices.ContainsFunc(s.Changes, func(ch Change) bool { return ch.Cluster == id }) &&
+		(s.Verifying == nil || s.Verifying.Cluster != id) &&
+		!slices.ContainsFunc(s.Rejected, func(t Tweak) bool { return t.Cluster == id })
 }
 
 // Quiet healthy agents: under a frequency profile, once the older half of

@@ -34,23 +34,19 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	if v, perr := failure.ParseClusterID(id); perr == nil {
 		s.CooldownCluster = v
 	}
+	s.leftOpen = 0
+	most := 0
+	for _, c := range an.Clusters {
+		if v, perr := failure.ParseClusterID(c.ID); perr == nil && v != s.CooldownCluster && c.Count > most {
+			s.leftOpen, most = uint32(v), c.Count
+		}
+	}
 	eff.save = true
 	switch {
 	case err != nil || tw == nil:
 		return eff, err
 	case tw.Review:
-		if err := tw.check(); err != nil {
-			eff.rejected = true
-			return eff, err
-		}
-		if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
-			return eff, nil // the account-wide cause's own proposal stands for it
-		}
-		if p, isNew := s.file(an, tw, now, r); isNew {
-			eff.proposals = append(eff.proposals, p.clone())
-			eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
-		}
-		return eff, nil
+		return eff, s.fileReview(now, an, tw, r, &eff)
 	}
 	ch, err := s.apply(now, an, tw, r)
 	if err != nil {
@@ -60,6 +56,30 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 	eff.applied, eff.publish = ch, true
 	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
 	return eff, nil
+}
+
+// fileReview files tw, a reviewed tweak, as a proposal (or folds it into
+// the open proposal for its cluster), noting the effects in eff.
+func (s *agentState) fileReview(now time.Time, an *Analysis, tw *Tweak, r *ruleBook, eff *effects) error {
+	if !tw.Review {
+		return nil
+	}
+	if err := tw.check(); err != nil {
+		eff.rejected = true
+		return err
+	}
+	if v, err := failure.ParseClusterID(tw.Cluster); err == nil && uint32(v) == s.leftOpen {
+		s.leftOpen = 0 // answered
+	}
+	if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
+		return nil // the account-wide cause's own proposal stands for it
+	}
+	if p, isNew := s.file(an, tw, now, r); isNew {
+		eff.proposals = append(eff.proposals, p.clone())
+		eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
+		eff.save = true
+	}
+	return nil
 }
 
 // apply installs tw as the next config version and starts verifying it.

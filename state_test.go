@@ -66,6 +66,17 @@ func applyTimeout(t *testing.T, s *agentState, r *ruleBook) *Change {
 	return eff.applied
 }
 
+// failures counts the failed calls.
+func failures(calls []bool) int {
+	n := 0
+	for _, f := range calls {
+		if f {
+			n++
+		}
+	}
+	return n
+}
+
 func TestStateRecordTrigger(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -82,6 +93,18 @@ func TestStateRecordTrigger(t *testing.T) {
 		{"in cooldown for another cluster: a new kind of fault triggers", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
 		}, []bool{true, true, true}, true},
+		{"in cooldown for another cluster: a new kind below the threshold", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+		}, []bool{true, true}, false},
+		{"in cooldown for another cluster: one the analysis left unanswered triggers at the secondary bar", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+			s.leftOpen = uint32(failure.ClusterOf([]byte("upstream <n>")))
+		}, []bool{true, true}, true},
+		{"in cooldown for another cluster: left unanswered, then proposed", func(s *agentState) {
+			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
+			s.leftOpen = uint32(failure.ClusterOf([]byte("upstream <n>")))
+			s.Proposals = []Proposal{{ClusterID: failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>")))}}
+		}, []bool{true, true}, false},
 		{"in cooldown for another cluster, ended early once already", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster, s.CooldownEarly = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other")), true
 		}, []bool{true, true, true}, false},
@@ -104,7 +127,7 @@ func TestStateRecordTrigger(t *testing.T) {
 			if tt.trigger {
 				an := eff.analysis
 				if !s.analyzing || an.AgentID != "agent" || an.Config.Version != 1 || an.Threshold.Failures != 3 ||
-					len(an.Failures) != 3 || len(an.Clusters) != 1 || an.Clusters[0].Class != failure.ClassOverloaded {
+					len(an.Failures) != failures(tt.calls) || len(an.Clusters) != 1 || an.Clusters[0].Class != failure.ClassOverloaded {
 					t.Fatalf("analysis = %+v", an)
 				}
 			}

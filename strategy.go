@@ -52,16 +52,24 @@ import (
 // upstream outage: when the dominant cluster is a shared cause of at
 // least OutageAgents agents and the agent's latest failures came in a
 // row, retries and timeouts cannot help, and a change made then would be
-// judged (and rolled back) against the outage. When the safe move for the
-// class is used up (at its cap, rolled back before, no live route left,
-// or a timeout with no Timeout set), and for every other class (auth,
-// quota, bad_request, not_found, context_length, content_filter,
-// tool_error, panic, canceled, other), it tries the safe move of the next
-// class (with at least 2 failures and a fifth of the window's); with none,
-// it files a Proposal for human review instead (a Tweak with Review set),
-// naming the tweaks rolled back for the cluster: with a suggested config
+// judged (and rolled back) against the outage.
+//
+// Every cluster gets its answer: the dominant class, and each other class
+// with at least 2 failures and a fifth of the window's. The tweak is the
+// first safe move among them, by failures: the dominant class's, or the
+// next class's when the dominant one's is used up (at its cap, rolled
+// back before, no live route left, or a timeout with no Timeout set) or
+// when it has none (auth, quota, bad_request, not_found, context_length,
+// content_filter, tool_error, panic, canceled, other). Each class without
+// a safe move gets a Proposal for human review (a Tweak with Review set),
+// naming the tweaks rolled back for its cluster: with a suggested config
 // beyond the cap where there is one, and always with a plain-text rule.
-// Confidence is the class's share of the window's failures.
+// Analyze returns the tweak, or else the dominant class's proposal; a
+// Loop running the strategy itself also files the other classes'
+// proposals (one open proposal per cluster), so that a permanent class
+// and a transient one never wait for each other. A second safe move
+// waits for the next analysis. Confidence is the class's share of the
+// window's failures.
 //
 // It weighs the agent's own clusters only: a cluster whose failures were
 // passed on from a call nested in the agent's (Cluster.From) belongs to
@@ -144,40 +152,55 @@ var rules = map[failure.Class]string{
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
 
-// Analyze implements Strategy.
+// Analyze implements Strategy. Its answer is the one Loop applies or
+// files; a Loop running the strategy itself also files the proposals for
+// the window's other classes (see answers).
 func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error) {
-	ranked := rank(a.Clusters)
-	if len(ranked) == 0 {
-		return nil, nil
-	}
-	var first *Tweak
-	for i, k := range ranked {
+	tw, _ := s.answers(a)
+	return tw, nil
+}
+
+// answers answers each class of the window's failures that is the
+// dominant one or passes the secondary bar (minSecondary): the first
+// safe tweak among them, in rank order, is the answer (else the first
+// proposal); every class without a safe move gets a proposal, returned
+// in also. A second safe tweak waits for the next analysis: one change
+// is verified at a time.
+func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
+	var reviews []*Tweak
+	for i, k := range rank(a.Clusters) {
 		p := s.plan(&a, k)
+		t := (*Tweak)(nil)
 		if i == 0 {
-			if t := p.move(); t != nil {
-				return t, nil
-			}
-			if s.outage(a, p.cl) {
+			if t = p.move(); t == nil && s.outage(a, p.cl) {
 				return nil, nil
 			}
-			if t := s.learned(a, k.class, p.cur, p.cl.ID, p.rejected); t != nil {
-				return t, nil
+			if t == nil {
+				t = s.learned(a, k.class, p.cur, p.cl.ID, p.rejected)
 			}
 		} else if k.n < minSecondary || 5*k.n < k.total {
 			break
 		}
-		t := p.propose()
-		if !t.Review {
-			return t, nil
+		if t == nil {
+			t = p.propose()
 		}
-		if i == 0 {
-			first = t
+		switch {
+		case t.Review:
+			if tried := triedText(&a, t.Cluster); tried != "" {
+				t.Reason = failure.Bound(t.Reason+"; tried: "+tried, maxReason)
+			}
+			reviews = append(reviews, t)
+		case tw == nil:
+			tw = t
 		}
 	}
-	if tried := triedText(&a, first.Cluster); tried != "" {
-		first.Reason = failure.Bound(first.Reason+"; tried: "+tried, maxReason)
+	if tw == nil && len(reviews) > 0 {
+		tw, reviews = reviews[0], reviews[1:]
 	}
-	return first, nil
+	for _, r := range reviews {
+		also = append(also, *r)
+	}
+	return tw, also
 }
 
 // minSecondary is how many failures a class other than the dominant one

@@ -352,6 +352,20 @@ func (t *tracker) clusterFailures(cl uint32, version int, windowStart int64) int
 	return n
 }
 
+// clusterShare counts the kept failures that ended after windowStart
+// under config version: n of cluster cl (low 32 bits), and all of them.
+func (t *tracker) clusterShare(cl uint32, version int, windowStart int64) (n, all int) {
+	for _, r := range t.Recent {
+		if r.End > windowStart && int(r.Version) == version {
+			all++
+			if r.Cl == cl {
+				n++
+			}
+		}
+	}
+	return n, all
+}
+
 // consecutiveOf counts the latest consecutive failures that started
 // under config generation gen (at most failRing).
 func (t *tracker) consecutiveOf(gen uint64) int {
