@@ -225,41 +225,13 @@ func (l *Loop) fleetFlush() error {
 	fl := l.fleet
 	fl.flushMu.Lock()
 	defer fl.flushMu.Unlock()
-	var items []fleetItem
 	now := l.clock.Now()
 	poll := now.Sub(fl.polled) >= fleetPoll || now.Before(fl.polled)
 	if poll {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		fa := a.fl
-		if fa == nil {
-			return true
-		}
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		switch {
-		case a.evicted:
-		case fa.pending != nil:
-			// Its answer was lost: the fleet may have booked it. Sent
-			// again as it was, it counts once (FleetDelta.Batch).
-			items = append(items, fleetItem{a, *fa.pending})
-		case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
-			t := fa.tally
-			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
-			for i := range d.Failures {
-				d.Failures[i].Replica = fl.replica
-			}
-			fa.batch++
-			d.Batch = fa.batch
-			fa.tally = fleetTally{gen: a.s.Gen}
-			items = append(items, fleetItem{a, d})
-		}
-		a.mu.Unlock()
-		return true
-	})
+	items := l.fleetItems(poll)
 	if len(items) == 0 {
 		return nil
 	}
@@ -301,6 +273,43 @@ func (l *Loop) fleetFlush() error {
 	}
 	l.fleetRewrite()
 	return nil
+}
+
+// fleetItems returns the deltas of a flush: one per agent with calls, a
+// change under verification, a resync or rewrite due, or on a poll; an
+// agent's delta whose answer was lost goes again as it was.
+func (l *Loop) fleetItems(poll bool) []fleetItem {
+	fl := l.fleet
+	var items []fleetItem
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		fa := a.fl
+		if fa == nil {
+			return true
+		}
+		a.mu.Lock()
+		a.settleFleetLocked(l)
+		switch {
+		case a.evicted:
+		case fa.pending != nil:
+			// Its answer was lost: the fleet may have booked it. Sent
+			// again as it was, it counts once (FleetDelta.Batch).
+			items = append(items, fleetItem{a, *fa.pending})
+		case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
+			t := fa.tally
+			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			for i := range d.Failures {
+				d.Failures[i].Replica = fl.replica
+			}
+			fa.batch++
+			d.Batch = fa.batch
+			fa.tally = fleetTally{gen: a.s.Gen}
+			items = append(items, fleetItem{a, d})
+		}
+		a.mu.Unlock()
+		return true
+	})
+	return items
 }
 
 // fleetRewrite writes the state of the agents whose state the fleet lost,

@@ -418,16 +418,7 @@ func TestHostileKeys(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	alloc0, logs0, heap0 := ms.TotalAlloc, ff.logs.n.Load(), ms.HeapInuse
-	key := func(id, part string) string { return agentKey(prefix, id, part) }
-	bump := `redis.call('HINCRBY', KEYS[1], 'rev', 1) `
-	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', string.rep('x', 100 * 1024 * 1024), 'len', '10')`, key("big", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '4611686018427387904')`, key("rev62", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '18446744073709551615')`, key("revmax", "s"))
-	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', '{not json')`, key("json", "s"))
-	plant(t, admin, `redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[1], 'x')`, key("type", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'tl', '-9000000000000000000', 'tc', '5')`, key("neg", "n"))
-	plant(t, admin, `redis.call('RPUSH', KEYS[1], 'x', '1 {not json', '2 {"gen":1,"text":"`+
-		`'..string.rep('y', 10000)..'"}', '3 {"gen":1,"duration_ns":-5,"end_ns":-1,"class":"bogus","text":"z"}')`, key("fails", "f"))
+	plantHostile(t, admin, prefix)
 	for _, id := range hostile {
 		ff.ls[1].ExecuteWithImprovement(ctx, id, ok)
 	}
@@ -484,6 +475,21 @@ func TestHostileKeys(t *testing.T) {
 			t.Errorf("agent %q: replica 0 runs version %d, replica 1 %+v", id, v, ff.ls[1].Config(id))
 		}
 	}
+}
+
+// plantHostile plants, under prefix, the hostile values of
+// TestHostileKeys.
+func plantHostile(t *testing.T, admin *redis.Client, prefix string) {
+	key := func(id, part string) string { return agentKey(prefix, id, part) }
+	bump := `redis.call('HINCRBY', KEYS[1], 'rev', 1) `
+	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', string.rep('x', 100 * 1024 * 1024), 'len', '10')`, key("big", "s"))
+	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '4611686018427387904')`, key("rev62", "s"))
+	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '18446744073709551615')`, key("revmax", "s"))
+	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', '{not json')`, key("json", "s"))
+	plant(t, admin, `redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[1], 'x')`, key("type", "s"))
+	plant(t, admin, `redis.call('HSET', KEYS[1], 'tl', '-9000000000000000000', 'tc', '5')`, key("neg", "n"))
+	plant(t, admin, `redis.call('RPUSH', KEYS[1], 'x', '1 {not json', '2 {"gen":1,"text":"`+
+		`'..string.rep('y', 10000)..'"}', '3 {"gen":1,"duration_ns":-5,"end_ns":-1,"class":"bogus","text":"z"}')`, key("fails", "f"))
 }
 
 // waitFor polls cond until it holds, or d passed.
