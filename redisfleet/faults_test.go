@@ -560,3 +560,38 @@ func TestDataLoss(t *testing.T) {
 		}
 	}
 }
+
+// aclFor is the least a replica's Redis user needs on prefix (documented
+// in docs/fleet.md).
+func aclFor(prefix string) []any {
+	args := []any{"resetkeys", "~" + prefix + "*", "resetchannels", "&" + prefix + "changes", "-@all"}
+	for _, c := range strings.Fields(`eval evalsha publish subscribe unsubscribe ping hello time
+		xadd xrevrange del hset hget hmget hincrby hdel hlen hstrlen hgetall type rename pexpire
+		rpush ltrim lrange llen set get strlen`) {
+		args = append(args, "+"+c)
+	}
+	return args
+}
+
+// TestSuiteLeastACL runs the behavioural suite as a user with only the
+// rights docs/fleet.md lists.
+func TestSuiteLeastACL(t *testing.T) {
+	s := startRedis(t)
+	admin := client(t, s)
+	n := 0
+	fleettestRun(t, func(t *testing.T) (si.Fleet, si.Fleet) {
+		n++
+		prefix := fmt.Sprintf("least%d:", n)
+		user := fmt.Sprint("u", n)
+		args := append([]any{"ACL", "SETUSER", user, "on", ">pw"}, aclFor(prefix)...)
+		if err := admin.Do(context.Background(), args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		mk := func() *redis.Client {
+			c := redis.NewClient(&redis.Options{Addr: s.addr, Username: user, Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		return newFleet(t, mk(), prefix), newFleet(t, mk(), prefix)
+	})
+}

@@ -175,3 +175,5 @@ func TestNotesPlanted(t *testing.T) {
 func redisfleetNew(c redis.UniversalClient, prefix string) (*redisfleet.Fleet, error) {
 	return redisfleet.New(c, redisfleet.Options{Prefix: prefix})
 }
+
+var fleettestRun = fleettest.Run
