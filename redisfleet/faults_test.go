@@ -446,8 +446,10 @@ func TestHostileKeys(t *testing.T) {
 	if alloc > 64<<20 || peak > heap0+32<<20 {
 		t.Errorf("%.1f MB allocated, heap up %.1f MB, with a 100 MB value planted: downloaded beyond the cap", float64(alloc)/1e6, (float64(peak)-float64(heap0))/1e6)
 	}
-	if limit := int64(len(hostile) * len(ff.ls)); lines > limit {
-		t.Errorf("%d warning or error lines in %v, more than one per bad agent and replica (%d)", lines, window, limit)
+	// One line per bad agent and replica; planting 100 MB blocks Redis
+	// for a while, which each replica may report (down, then back).
+	if limit := int64((len(hostile) + 2) * len(ff.ls)); lines > limit {
+		t.Errorf("%d warning or error lines in %v, more than one per bad agent and replica, and an outage (%d)", lines, window, limit)
 	}
 	syncAllFleet(t, ff.ls)
 	if got := pooledTotal(t, admin, prefix, "ok"); got != made {
