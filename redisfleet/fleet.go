@@ -14,6 +14,9 @@
 //	:f  list   the latest selfimprove.MaxFleetFailures failures (their text
 //	           at most 200 bytes); expires with :n
 //	:l  string the strategy lease, with its expiry
+//	:b  hash   each replica's latest batch of counts booked; expires with :n
+//	:s-bad, :n-bad, :f-bad  a key set aside because it held what no
+//	           replica writes; expires after a day
 //
 // and, for the whole prefix, the stream <prefix>events (capped at about
 // Options.MaxEvents entries with XADD MAXLEN ~), the hash <prefix>notes
