@@ -24,15 +24,20 @@ import (
 // strategy for a trigger. Notes share what one replica learns of every
 // agent: dead routes and account-wide causes (see ProbePolicy).
 //
-// Every method must be safe for concurrent use, must honour ctx (the
-// Loop gives each call a deadline, WithFleetTimeout), and must treat the
-// agent ID as data: any bytes, up to MaxAgentIDLen. fleettest.New is an
-// implementation for Loops in one process; the redisfleet module is one
+// Every method must be safe for concurrent use, must return by ctx's
+// deadline (the Loop gives each call one, WithFleetTimeout), must wrap
+// ErrFleetUnavailable in its errors when the fleet cannot be reached (and
+// only then), must not let a Commit that returned an error land later,
+// and must treat the agent ID as data: any bytes, up to MaxAgentIDLen.
+// fleettest.New is an implementation for Loops in one process; the
+// redisfleet module is one
 // for replicas sharing a Redis server. The loop's side is described in
 // docs/fleet.md.
 type Fleet interface {
 	// Load returns agentID's shared state and its revision; revision 0
-	// and a nil value when the fleet has none.
+	// and a nil value when the fleet has none. An error that does not
+	// wrap ErrFleetUnavailable says the fleet's state of the agent is
+	// invalid: a Commit on the revision returned replaces it.
 	Load(ctx context.Context, agentID string) (rev uint64, value []byte, err error)
 	// Commit stores value as agentID's shared state if the fleet's
 	// revision for it is still rev (0: the fleet has none), and returns
@@ -104,6 +109,11 @@ func (c *FleetCounts) Add(o FleetCounts) {
 	}
 }
 
+// negative reports whether a sum of c is below zero.
+func (c FleetCounts) negative() bool {
+	return c.Calls < 0 || c.Failures < 0 || c.LatencyNS < 0 || c.SuccessLatencyNS < 0
+}
+
 // sub returns c's sums minus o's.
 func (c FleetCounts) sub(o FleetCounts) FleetCounts {
 	return FleetCounts{Calls: c.Calls - o.Calls, Failures: c.Failures - o.Failures, LatencyNS: c.LatencyNS - o.LatencyNS,
@@ -141,6 +151,10 @@ type FleetDelta struct {
 	Change, Control FleetCounts
 	// Failures are the failures among them, at most MaxFleetFailures.
 	Failures []FleetFailure
+	// Batch numbers the replica's deltas of the agent, from 1 (0: not
+	// numbered). A fleet books a numbered delta once, however often it
+	// is sent: a delta whose answer was lost is sent again, unchanged.
+	Batch uint64
 }
 
 // FleetPool is an agent's counts pooled over the fleet, returned by Add.
@@ -157,6 +171,10 @@ type FleetPool struct {
 	// Failures are the agent's latest failures, at most
 	// MaxFleetFailures, oldest first.
 	Failures []FleetFailure
+	// Err, when set, says that the fleet found invalid values in the
+	// agent's data (set aside, or left out of this pool); the delta was
+	// booked. The Loop reports it at most once a minute per agent.
+	Err error
 }
 
 // WithFleet shares each agent's state with the other replicas attached to

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 )
@@ -20,12 +21,21 @@ func (l *Loop) fleetAttach(a *agent) {
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
 	fa.base, _ = encodeShared(&a.s)
+	if l.fleet.down.Load() {
+		// Backing off: the flusher finds when the fleet is back.
+		fa.resync.Store(true)
+		return
+	}
 	ctx, cancel := l.fleet.ctx()
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
 	cancel()
 	if err != nil {
-		l.fleetDown(err)
-		fa.resync.Store(true)
+		l.fleetErr(a, err)
+		if errors.Is(err, ErrFleetUnavailable) {
+			fa.resync.Store(true)
+		} else {
+			l.fleetInvalid(a, rev)
+		}
 		return
 	}
 	l.fleetUp()
@@ -34,9 +44,8 @@ func (l *Loop) fleetAttach(a *agent) {
 	}
 	sh, err := decodeState(val, a.id)
 	if err != nil {
-		l.m.fleetErrors.Add(1)
-		l.log.Error("selfimprove: the fleet's state of the agent is corrupt; the next decision replaces it", "agent", a.id, "error", err)
-		fa.rev, fa.base = rev, nil
+		l.fleetBad(a, err)
+		l.fleetInvalid(a, rev)
 		return
 	}
 	a.s.adopt(&sh)
@@ -45,6 +54,19 @@ func (l *Loop) fleetAttach(a *agent) {
 	fa.base, _ = encodeShared(&a.s)
 	l.remember(fixesOf(sh.Changes, nil))
 	l.props.note(a.id, a.s.Proposals)
+}
+
+// fleetInvalid notes that the fleet holds an invalid state of a, at
+// revision rev: a keeps its own, and writes it over the fleet's at the
+// next flush (fleetRewrite) or decision, whichever comes first.
+func (l *Loop) fleetInvalid(a *agent, rev uint64) {
+	fa := a.fl
+	fa.rev, fa.base = rev, nil
+	fa.rewrite.Store(true)
+	select {
+	case l.fleet.kick <- struct{}{}:
+	default:
+	}
 }
 
 // fixesOf returns the outcomes of the decided changes in chs whose IDs
@@ -65,23 +87,35 @@ func fixesOf(chs []Change, known map[string]bool) []fixNote {
 // than a's. It reports whether it could ask.
 func (l *Loop) fleetRefresh(a *agent) bool {
 	ctx, cancel := l.fleet.ctx()
+	defer cancel()
+	return l.fleetRefreshCtx(ctx, a)
+}
+
+// fleetRefreshCtx is fleetRefresh under ctx.
+func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	cancel()
+	fa := a.fl
 	if err != nil {
-		l.fleetDown(err)
-		return false
+		l.fleetErr(a, err)
+		if errors.Is(err, ErrFleetUnavailable) {
+			return false
+		}
+		fa.resync.Store(false)
+		a.mu.Lock()
+		l.fleetInvalid(a, rev)
+		a.mu.Unlock()
+		return true
 	}
 	l.fleetUp()
-	fa := a.fl
 	fa.resync.Store(false)
 	a.mu.Lock()
 	a.settleFleetLocked(l)
 	lost := rev < fa.rev
 	if lost {
 		// The fleet lost the agent's state (a Redis restarted without
-		// persistence): this replica's copy goes back at the next save.
+		// persistence): this replica's copy goes back at once.
 		fa.rev, fa.base = rev, nil
-		a.dirty = true
+		fa.rewrite.Store(true)
 	}
 	a.mu.Unlock()
 	if lost {
@@ -97,12 +131,16 @@ func (l *Loop) fleetRefresh(a *agent) bool {
 // newer than a's, or always with force. a keeps its call statistics.
 func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	sh, err := decodeState(val, a.id)
+	fa := a.fl
 	if err != nil {
-		l.m.fleetErrors.Add(1)
-		l.log.Error("selfimprove: the fleet's state of the agent is corrupt", "agent", a.id, "error", err)
+		l.fleetBad(a, err)
+		a.mu.Lock()
+		if !a.evicted && rev > fa.rev {
+			l.fleetInvalid(a, rev)
+		}
+		a.mu.Unlock()
 		return
 	}
-	fa := a.fl
 	a.mu.Lock()
 	a.settleFleetLocked(l)
 	if a.evicted || (rev <= fa.rev && !force) {
@@ -184,6 +222,14 @@ func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
 // rev, whose state was base; see fleetCommit.
 func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued) error {
 	fa := a.fl
+	if l.fleet.down.Load() {
+		// Backing off until the flusher finds the fleet again: the
+		// decision is taken back at once.
+		if base != nil {
+			l.fleetAdopt(a, rev, base, true)
+		}
+		return fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
+	}
 	fa.committing.Store(true)
 	ctx, cancel := l.fleet.ctx()
 	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
@@ -205,8 +251,7 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 			}
 			ctx, cancel := l.fleet.ctx()
 			if err := l.fleet.f.AppendEvents(ctx, events); err != nil {
-				l.m.fleetErrors.Add(1)
-				l.log.Error("selfimprove: cannot add events to the fleet's log", "agent", a.id, "count", len(events), "error", err)
+				l.fleetErr(a, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(events), err))
 			}
 			cancel()
 		}
@@ -220,9 +265,12 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 		l.fleetRefresh(a)
 		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
 	default:
-		l.fleetDown(err)
+		l.fleetErr(a, err)
 		if base != nil {
 			l.fleetAdopt(a, rev, base, true)
+		}
+		if !errors.Is(err, ErrFleetUnavailable) {
+			return fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
 		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 	}
@@ -238,15 +286,17 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 	busy := now < fa.leaseBusy
 	cooldown := a.s.CooldownUntil
 	a.mu.Unlock()
-	if busy {
-		return false
+	if busy || fl.down.Load() {
+		return false // taken, or backing off since the fleet's last failure
 	}
 	ttl := l.strategyTimeout + 4*fl.timeout
+	// The lease and the reload share one deadline: the call that
+	// crossed the threshold waits on the fleet for one timeout at most.
 	ctx, cancel := fl.ctx()
+	defer cancel()
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
-	cancel()
 	if err != nil {
-		l.fleetDown(err)
+		l.fleetErr(a, err)
 		return false
 	}
 	l.fleetUp()
@@ -256,7 +306,7 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 		a.mu.Unlock()
 		return false
 	}
-	if !l.fleetRefresh(a) {
+	if !l.fleetRefreshCtx(ctx, a) {
 		l.fleetRelease(a)
 		return false
 	}
@@ -273,9 +323,12 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 
 // fleetRelease gives the agent's lease back.
 func (l *Loop) fleetRelease(a *agent) {
+	if l.fleet.down.Load() {
+		return // it expires
+	}
 	ctx, cancel := l.fleet.ctx()
 	defer cancel()
 	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
-		l.fleetDown(err)
+		l.fleetErr(a, err)
 	}
 }

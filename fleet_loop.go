@@ -40,6 +40,7 @@ type fleetLink struct {
 	polled  time.Time  // the last flush that asked for every agent; guarded by flushMu
 	out     outbox     // notes for the fleet (fleet_notes.go)
 	once    sync.Once
+	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -61,6 +62,12 @@ type fleetAgent struct {
 	committing   atomic.Bool
 	notified     atomic.Uint64 // the newest revision a notification announced
 	resync       atomic.Bool   // the agent's state must be compared with the fleet's
+	rewrite      atomic.Bool   // the fleet lost the agent's state, or holds an invalid one: write it
+	badAt        atomic.Int64  // Unix ns: the last report of the agent's invalid data in the fleet
+	// batch numbers the deltas sent (FleetDelta.Batch); pending is the
+	// delta whose answer was lost, sent again unchanged before any other.
+	batch   uint64
+	pending *FleetDelta
 }
 
 func newFleetLink(o *options) *fleetLink {
@@ -133,6 +140,41 @@ func (l *Loop) fleetCount(a *agent, c *call) {
 	}
 }
 
+// fleetErr takes an error of the fleet about agent a (nil: of no agent):
+// the fleet could not be reached (fleetDown), or it refused or held
+// invalid data (fleetBad).
+func (l *Loop) fleetErr(a *agent, err error) {
+	if errors.Is(err, ErrFleetUnavailable) {
+		l.fleetDown(err)
+	} else {
+		l.fleetBad(a, err)
+	}
+}
+
+// fleetBadEvery is how often an agent's invalid data in the fleet is
+// reported (a log line); Metrics.FleetErrors counts every time.
+const fleetBadEvery = time.Minute
+
+// fleetBad reports an answer of the fleet that is no outage: invalid
+// data of agent a (nil: of no agent), set aside or to be replaced, or a
+// refusal. It logs at most once per fleetBadEvery per agent.
+func (l *Loop) fleetBad(a *agent, err error) {
+	l.m.fleetErrors.Add(1)
+	at := &l.fleet.badAt
+	if a != nil && a.fl != nil {
+		at = &a.fl.badAt
+	}
+	now, last := l.clock.Now().UnixNano(), at.Load()
+	if last != 0 && now-last < int64(fleetBadEvery) || !at.CompareAndSwap(last, now) {
+		return
+	}
+	if a != nil {
+		l.log.Error("selfimprove: the fleet refused, or holds invalid data for, the agent; its state is written again (reported once a minute)", "agent", a.id, "error", err)
+	} else {
+		l.log.Error("selfimprove: the fleet refused an operation, or answered with invalid data (reported once a minute)", "error", err)
+	}
+}
+
 // fleetDown notes that the fleet could not be reached: the first time,
 // with a log line and an EventFleetUnreachable.
 func (l *Loop) fleetDown(err error) {
@@ -183,33 +225,13 @@ func (l *Loop) fleetFlush() error {
 	fl := l.fleet
 	fl.flushMu.Lock()
 	defer fl.flushMu.Unlock()
-	var items []fleetItem
 	now := l.clock.Now()
 	poll := now.Sub(fl.polled) >= fleetPoll || now.Before(fl.polled)
 	if poll {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
-	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		fa := a.fl
-		if fa == nil {
-			return true
-		}
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		if !a.evicted && (poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load()) {
-			t := fa.tally
-			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
-			for i := range d.Failures {
-				d.Failures[i].Replica = fl.replica
-			}
-			fa.tally = fleetTally{gen: a.s.Gen}
-			items = append(items, fleetItem{a, d})
-		}
-		a.mu.Unlock()
-		return true
-	})
+	items := l.fleetItems(poll)
 	if len(items) == 0 {
 		return nil
 	}
@@ -224,18 +246,15 @@ func (l *Loop) fleetFlush() error {
 		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
 	}
 	if err != nil {
-		l.fleetDown(err)
+		l.fleetErr(nil, err)
+		// Unreachable: the deltas are sent again as they are. Refused
+		// (no outage): they would be refused again, and are dropped.
+		again := errors.Is(err, ErrFleetUnavailable)
 		for _, it := range items {
 			it.a.mu.Lock()
-			if t := &it.a.fl.tally; t.gen == it.d.Gen {
-				t.change.Add(it.d.Change)
-				t.control.Add(it.d.Control)
-				t.calls += it.d.Change.Calls + it.d.Control.Calls
-				for _, f := range it.d.Failures {
-					if len(t.fails) < MaxFleetFailures {
-						t.fails = append(t.fails, f)
-					}
-				}
+			it.a.fl.pending = nil
+			if again {
+				it.a.fl.pending = &it.d
 			}
 			it.a.mu.Unlock()
 		}
@@ -243,9 +262,72 @@ func (l *Loop) fleetFlush() error {
 	}
 	l.fleetUp()
 	for i := range items {
-		l.fleetPooled(items[i].a, &items[i].d, &pools[i])
+		a := items[i].a
+		a.mu.Lock()
+		a.fl.pending = nil
+		a.mu.Unlock()
+		if pools[i].Err != nil {
+			l.fleetBad(a, pools[i].Err)
+		}
+		l.fleetPooled(a, &items[i].d, &pools[i])
 	}
+	l.fleetRewrite()
 	return nil
+}
+
+// fleetItems returns the deltas of a flush: one per agent with calls, a
+// change under verification, a resync or rewrite due, or on a poll; an
+// agent's delta whose answer was lost goes again as it was.
+func (l *Loop) fleetItems(poll bool) []fleetItem {
+	fl := l.fleet
+	var items []fleetItem
+	l.agents.Range(func(_, v any) bool {
+		a := v.(*agent)
+		fa := a.fl
+		if fa == nil {
+			return true
+		}
+		a.mu.Lock()
+		a.settleFleetLocked(l)
+		switch {
+		case a.evicted:
+		case fa.pending != nil:
+			// Its answer was lost: the fleet may have booked it. Sent
+			// again as it was, it counts once (FleetDelta.Batch).
+			items = append(items, fleetItem{a, *fa.pending})
+		case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
+			t := fa.tally
+			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			for i := range d.Failures {
+				d.Failures[i].Replica = fl.replica
+			}
+			fa.batch++
+			d.Batch = fa.batch
+			fa.tally = fleetTally{gen: a.s.Gen}
+			items = append(items, fleetItem{a, d})
+		}
+		a.mu.Unlock()
+		return true
+	})
+	return items
+}
+
+// fleetRewrite writes the state of the agents whose state the fleet lost,
+// or holds invalid, again: this replica's copy (the first replica to do
+// so wins; the others take its state).
+func (l *Loop) fleetRewrite() {
+	var due []*agent
+	l.agents.Range(func(_, v any) bool {
+		if a := v.(*agent); a.fl != nil && a.fl.rewrite.Load() {
+			due = append(due, a)
+		}
+		return true
+	})
+	for _, a := range due {
+		if err := l.persist(a); err == nil || errors.Is(err, ErrFleetConflict) {
+			a.fl.rewrite.Store(false)
+		}
+	}
 }
 
 // fleetPooled takes the pooled counts p that answered a's delta d.
@@ -269,7 +351,19 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	fa.sent.Add(d.Change)
 	fa.sent.Add(d.Control)
 	others := p.Total.sub(fa.sent)
+	if others.negative() {
+		// The fleet's counts started again (lost, or set aside): from
+		// this delta on.
+		fa.sent = FleetCounts{}
+		fa.sent.Add(d.Change)
+		fa.sent.Add(d.Control)
+		others = p.Total.sub(fa.sent)
+		fa.others = others
+	}
 	fresh := others.sub(fa.others)
+	if fresh.negative() {
+		fresh = FleetCounts{}
+	}
 	fa.others = others
 	var fails []FleetFailure
 	for _, f := range p.Failures {
@@ -344,5 +438,10 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 // isFleetErr reports whether err says that a decision did not reach the
 // fleet.
 func isFleetErr(err error) bool {
-	return errors.Is(err, ErrFleetConflict) || errors.Is(err, ErrFleetUnavailable)
+	return errors.Is(err, ErrFleetConflict) || errors.Is(err, ErrFleetUnavailable) || errors.Is(err, errFleetRefused)
 }
+
+// errFleetRefused: the fleet answered a commit with an error that is no
+// outage (a missing right, a script's error); the decision was taken
+// back.
+var errFleetRefused = errors.New("selfimprove: the fleet refused the decision")

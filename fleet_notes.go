@@ -87,7 +87,7 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 		was, err := fl.f.Note(ctx, n.kind, n.name, n.reason, n.until, n.now)
 		cancel()
 		if err != nil {
-			l.fleetDown(err)
+			l.fleetErr(nil, err)
 		}
 		switch {
 		case n.h == nil:
@@ -104,9 +104,10 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 	dead, err := fl.f.Notes(ctx, noteRoute, now)
 	cancel()
 	if err != nil {
-		l.fleetDown(err)
+		l.fleetErr(nil, err)
 		return
 	}
+	l.fleetUp()
 	for _, d := range dead {
 		l.dead.mark(d.Route, d.Until.UnixNano(), failure.Bound(d.Reason, maxReason), now.UnixNano())
 	}

@@ -3,6 +3,7 @@ package selfimprove_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -373,7 +374,7 @@ type faultyFleet struct {
 	down atomic.Bool
 }
 
-var errUnreachable = errors.New("connection refused")
+var errUnreachable = fmt.Errorf("%w: connection refused", si.ErrFleetUnavailable)
 
 func (f *faultyFleet) check() error {
 	if f.down.Load() {

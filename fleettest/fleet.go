@@ -47,6 +47,7 @@ type memFleetAgent struct {
 	seq        uint64
 	lease      string
 	leaseUntil time.Time
+	batches    map[string]uint64 // each replica's latest numbered delta booked
 }
 
 // New returns an empty Fleet whose leases expire by c (nil: the system
@@ -70,7 +71,7 @@ func (m *Fleet) agent(id string) *memFleetAgent {
 // Load returns agentID's shared state and revision.
 func (m *Fleet) Load(ctx context.Context, agentID string) (uint64, []byte, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, nil, err
+		return 0, nil, unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -85,7 +86,7 @@ func (m *Fleet) Load(ctx context.Context, agentID string) (uint64, []byte, error
 // subscribers.
 func (m *Fleet) Commit(ctx context.Context, agentID string, rev uint64, value []byte) (uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, unavailable(err)
 	}
 	m.mu.Lock()
 	a := m.agent(agentID)
@@ -111,13 +112,23 @@ func (m *Fleet) Commit(ctx context.Context, agentID string, rev uint64, value []
 // Add adds the deltas and returns the pooled counts.
 func (m *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]si.FleetPool, len(deltas))
 	for i, d := range deltas {
 		a := m.agent(d.AgentID)
+		if d.Batch != 0 {
+			if a.batches[d.Replica] >= d.Batch {
+				d = si.FleetDelta{AgentID: d.AgentID, Gen: d.Gen} // booked already: only read
+			} else {
+				if a.batches == nil {
+					a.batches = map[string]uint64{}
+				}
+				a.batches[d.Replica] = d.Batch
+			}
+		}
 		if d.Gen > a.gen {
 			a.gen, a.change, a.control = d.Gen, si.FleetCounts{}, si.FleetCounts{}
 		}
@@ -146,7 +157,7 @@ func (m *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 // Lease gives agentID's lease to owner for ttl.
 func (m *Fleet) Lease(ctx context.Context, agentID, owner string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, unavailable(err)
 	}
 	now := m.clock.Now()
 	m.mu.Lock()
@@ -162,7 +173,7 @@ func (m *Fleet) Lease(ctx context.Context, agentID, owner string, ttl time.Durat
 // Release ends owner's lease of agentID.
 func (m *Fleet) Release(ctx context.Context, agentID, owner string) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -190,7 +201,7 @@ func (m *Fleet) Subscribe(f func(agentID string, rev uint64)) (stop func()) {
 // MaxEvents.
 func (m *Fleet) AppendEvents(ctx context.Context, events []si.Event) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -204,7 +215,7 @@ func (m *Fleet) AppendEvents(ctx context.Context, events []si.Event) error {
 // Events returns up to limit of the latest events, oldest first.
 func (m *Fleet) Events(ctx context.Context, limit int) ([]si.Event, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -218,3 +229,9 @@ var _ si.Fleet = (*Fleet)(nil)
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
+
+// unavailable wraps a context's error: the fleet could not be reached in
+// time.
+func unavailable(err error) error {
+	return fmt.Errorf("fleettest: %w: %w", si.ErrFleetUnavailable, err)
+}

@@ -32,7 +32,7 @@ func checkNote(kind, name string) error {
 // selfimprove.Fleet).
 func (m *Fleet) Note(ctx context.Context, kind, name, reason string, until, now time.Time) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return false, unavailable(err)
 	}
 	if err := checkNote(kind, name); err != nil {
 		return false, err
@@ -74,7 +74,7 @@ func (m *Fleet) Note(ctx context.Context, kind, name, reason string, until, now 
 // Notes returns the notes of kind in force at now, by name.
 func (m *Fleet) Notes(ctx context.Context, kind string, now time.Time) ([]si.DeadRoute, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, unavailable(err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

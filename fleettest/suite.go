@@ -35,6 +35,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run("HostileAgentIDs", testHostileAgentIDs)
 	run("Notes", testNotes)
 	run("NotesBounded", testNotesBounded)
+	run("BatchOnce", testBatchOnce)
 }
 
 // testCompareAndSet checks that Commit succeeds only on the revision Load
@@ -290,5 +291,31 @@ func waitSubscribed(t *testing.T, f, g si.Fleet, got chan string) {
 		if time.Now().After(deadline) {
 			t.Fatal("the subscription heard nothing after 10s")
 		}
+	}
+}
+
+// testBatchOnce checks that a numbered delta sent twice (its answer lost)
+// is booked once, and that another replica's delta of the same number is
+// booked too.
+func testBatchOnce(t *testing.T, f, g si.Fleet) {
+	ctx := context.Background()
+	d := si.FleetDelta{AgentID: "a", Replica: "r1", Gen: 1, Batch: 1, Change: si.FleetCounts{Calls: 3, Failures: 1, LatencyNS: 30, SuccessLatencyNS: 20}}
+	for range 2 {
+		if _, err := f.Add(ctx, []si.FleetDelta{d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d2 := d
+	d2.Replica = "r2"
+	p, err := g.Add(ctx, []si.FleetDelta{d2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[0].Total.Calls != 6 || p[0].Change.Calls != 6 {
+		t.Fatalf("two replicas' deltas of 3 calls, one sent twice: the fleet counts %d calls (change %d), want 6", p[0].Total.Calls, p[0].Change.Calls)
+	}
+	d.Batch = 2
+	if p, err = f.Add(ctx, []si.FleetDelta{d}); err != nil || p[0].Total.Calls != 9 {
+		t.Fatalf("the next batch: %d calls, %v; want 9", p[0].Total.Calls, err)
 	}
 }

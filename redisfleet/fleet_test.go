@@ -20,6 +20,7 @@ import (
 // server is a redis-server the test started on a free loopback port.
 type server struct {
 	addr string
+	dir  string
 	cmd  *exec.Cmd
 }
 
@@ -49,7 +50,8 @@ func startRedis(t testing.TB) *server {
 
 func (s *server) start(t testing.TB, bin string, port int, dir string) {
 	t.Helper()
-	s.cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no")
+	s.dir = dir
+	s.cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no", "--enable-debug-command", "local")
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -169,3 +171,9 @@ func TestNotesPlanted(t *testing.T) {
 		t.Fatalf("the oversized hash has %d fields after a Note, want 1", n)
 	}
 }
+
+func redisfleetNew(c redis.UniversalClient, prefix string) (*redisfleet.Fleet, error) {
+	return redisfleet.New(c, redisfleet.Options{Prefix: prefix})
+}
+
+var fleettestRun = fleettest.Run

@@ -97,10 +97,15 @@ func (f *Fleet) Note(ctx context.Context, kind, name, reason string, until, now 
 	if !until.After(now) {
 		u = 0
 	}
-	n, err := noteScript.Run(ctx, f.c, []string{f.notesKey()}, noteField(kind, name), u, now.UnixMilli(),
-		failure.Bound(reason, 512), si.MaxFleetNotes).Int64()
+	var n int64
+	err := f.do(ctx, func(ctx context.Context) error {
+		var err error
+		n, err = noteScript.Run(ctx, f.c, []string{f.notesKey()}, noteField(kind, name), u, now.UnixMilli(),
+			failure.Bound(reason, 512), si.MaxFleetNotes).Int64()
+		return err
+	})
 	if err != nil {
-		return false, wrap("note", err)
+		return false, fail("note", err)
 	}
 	return n == 1, nil
 }
@@ -108,9 +113,14 @@ func (f *Fleet) Note(ctx context.Context, kind, name, reason string, until, now 
 // Notes returns the notes of kind in force at now, by name.
 func (f *Fleet) Notes(ctx context.Context, kind string, now time.Time) ([]si.DeadRoute, error) {
 	p := noteField(kind, "")
-	vals, err := notesScript.Run(ctx, f.c, []string{f.notesKey()}, p, now.UnixMilli(), si.MaxFleetNotes).StringSlice()
+	var vals []string
+	err := f.do(ctx, func(ctx context.Context) error {
+		var err error
+		vals, err = notesScript.Run(ctx, f.c, []string{f.notesKey()}, p, now.UnixMilli(), si.MaxFleetNotes).StringSlice()
+		return err
+	})
 	if err != nil {
-		return nil, wrap("notes", err)
+		return nil, fail("notes", err)
 	}
 	var out []si.DeadRoute
 	for i := 0; i+1 < len(vals) && len(out) < si.MaxFleetNotes; i += 2 {
