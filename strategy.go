@@ -20,7 +20,8 @@ import (
 //     the window's rate-limit failures asked for when longer (see
 //     FailureWait), up to MaxBackoff, and MaxAttempts + 1, up to
 //     MaxAttempts;
-//   - overloaded, network, empty_response: MaxAttempts + 1, up to
+//   - overloaded, network, empty_response, bad_output (an answer fn
+//     found bad; a new sample usually passes): MaxAttempts + 1, up to
 //     MaxAttempts;
 //   - first_token_timeout (a stream that stalled before its first token):
 //     never Timeout; FirstTokenTimeout × 1.5 when the agent's measured
