@@ -268,3 +268,36 @@ func numbered(src string) string {
 	}
 	return b.String()
 }
+
+// TestOneTokenVariable checks that the admin token has one environment
+// variable everywhere (issue 32): the code, the examples and the docs name
+// SELFIMPROVE_TOKEN, never another *_TOKEN of the loop's own (a chat
+// service's token, such as TELEGRAM_BOT_TOKEN, is the user's).
+func TestOneTokenVariable(t *testing.T) {
+	re := regexp.MustCompile(`\b[A-Z][A-Z0-9_]*_TOKEN\b`)
+	allowed := map[string]bool{"SELFIMPROVE_TOKEN": true, "TELEGRAM_BOT_TOKEN": true}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if ext := filepath.Ext(path); d.IsDir() || ext != ".go" && ext != ".md" && ext != ".py" && ext != ".sh" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range re.FindAllString(string(b), -1) {
+			if !allowed[m] {
+				t.Errorf("%s names %s; the admin token's variable is SELFIMPROVE_TOKEN", path, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -5,7 +5,7 @@
 // loop's metrics in the Prometheus text format.
 //
 //	mux.Handle("/selfimprove/", http.StripPrefix("/selfimprove",
-//		admin.Handler(loop, admin.Options{Token: os.Getenv("ADMIN_TOKEN")})))
+//		admin.Handler(loop, admin.Options{Token: os.Getenv("SELFIMPROVE_TOKEN")})))
 //
 // With a token, every endpoint needs "Authorization: Bearer <token>"
 // (unless Options open the reads or the metrics); without one, reads are

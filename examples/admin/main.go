@@ -4,7 +4,7 @@
 //
 //	go run ./examples/admin                 # serves until Ctrl-C
 //	go run ./examples/admin -for 2s         # serves for 2 seconds
-//	ADMIN_TOKEN=secret go run ./examples/admin   # mutations need the token
+//	SELFIMPROVE_TOKEN=secret go run ./examples/admin   # mutations need the token
 //
 // Then, for example:
 //
@@ -49,7 +49,7 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/selfimprove/", http.StripPrefix("/selfimprove",
-		admin.Handler(loop, admin.Options{Token: os.Getenv("ADMIN_TOKEN")})))
+		admin.Handler(loop, admin.Options{Token: os.Getenv("SELFIMPROVE_TOKEN")})))
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
