@@ -29,8 +29,18 @@ import (
 	"github.com/self-improving-loop/selfimprove"
 )
 
-// start is the simulation's first instant.
-var start = time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)
+// calls is how many calls the quick start makes, one every interval.
+const (
+	calls    = 75
+	interval = 10 * time.Minute
+)
+
+// simStart returns the simulation's first instant: its calls end now, so
+// that `selfimprove status` and the dashboard, which look at the window
+// before the current time, show them.
+func simStart() time.Time {
+	return time.Now().UTC().Truncate(time.Minute).Add(-calls * interval)
+}
 
 var errMirrorDown = errors.New("mirror: 503 service unavailable")
 
@@ -135,6 +145,7 @@ func run(w io.Writer, dir string) error {
 		dir = tmp
 	}
 
+	start := simStart()
 	clock := &simClock{t: start}
 	loop, err := selfimprove.New(
 		selfimprove.WithDir(dir),
@@ -150,13 +161,14 @@ func run(w io.Writer, dir string) error {
 	defer loop.Close()
 
 	up := &upstream{clock: clock}
-	t := &timeline{w: w}
+	t := &timeline{w: w, start: start}
 	fmt.Fprintln(w, "A simulated order-lookup agent, one call every 10 minutes.")
 	fmt.Fprintln(w, "Config v1: timeout 50ms, route primary. At this rate the agent is medium-frequency:")
 	fmt.Fprintln(w, "3 failures in 24h call for a tweak, then the loop waits 6h before it tries another,\n"+
 		"or 10 minutes after a rollback, to try the next candidate.")
+	fmt.Fprintln(w, "Times are since the first call; the simulated calls end now.")
 	fmt.Fprintln(w)
-	for i := range 75 {
+	for i := range calls {
 		if i == 12 {
 			up.primaryHung = true
 			t.flush()
@@ -164,7 +176,7 @@ func run(w io.Writer, dir string) error {
 		}
 		rep, _ := loop.ExecuteWithImprovement(context.Background(), "order-lookup", up.call)
 		t.add(clock.Now(), rep)
-		clock.Advance(10 * time.Minute)
+		clock.Advance(interval)
 	}
 	t.flush()
 
@@ -186,6 +198,7 @@ func run(w io.Writer, dir string) error {
 // timeline prints calls, folding runs of like calls into one line.
 type timeline struct {
 	w          io.Writer
+	start      time.Time
 	first      time.Time
 	last       time.Time
 	n          int
@@ -234,16 +247,21 @@ func (t *timeline) flush() {
 	if !t.ok {
 		outcome = "failed: " + t.errText
 	}
-	when := t.first.Format("Mon 15:04")
+	when := since(t.first.Sub(t.start))
 	if t.n > 1 {
-		when += "–" + t.last.Format("15:04")
+		when += "–" + since(t.last.Sub(t.start))
 	}
-	fmt.Fprintf(t.w, "  %-15s v%d  %2d call%s %s\n", when, t.version, t.n, plural(t.n), outcome)
+	fmt.Fprintf(t.w, "  %-10s v%d  %2d call%s %s\n", when, t.version, t.n, plural(t.n), outcome)
 	t.n, t.runStarted = 0, false
 }
 
 func (t *timeline) note(s string) {
-	fmt.Fprintf(t.w, "  %s %s\n", strings.Repeat(" ", 15), "» "+s)
+	fmt.Fprintf(t.w, "  %s %s\n", strings.Repeat(" ", 10), "» "+s)
+}
+
+// since formats d, a time since the first call, as h:mm.
+func since(d time.Duration) string {
+	return fmt.Sprintf("%d:%02d", int(d.Hours()), int(d.Minutes())%60)
 }
 
 func plural(n int) string {

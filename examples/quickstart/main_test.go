@@ -19,7 +19,7 @@ func TestQuickstartTimeline(t *testing.T) {
 		"Now running config v3 (route backup)",
 		// After the rollback the next candidate comes 10 minutes later
 		// (3 failures), not after the 6-hour cooldown (30).
-		"Mon 13:00–13:20 v1   3 calls failed",
+		"4:00–4:20  v1   3 calls failed",
 		`6× timeout    (tool_failure, new, cluster 31b623c915eec895) "context deadline exceeded"`,
 		`9× overloaded (tool_failure, new, cluster b3161b845720543d) "mirror: <n> service unavailable"`,
 	} {
