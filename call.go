@@ -86,6 +86,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			if c.probe, ok = l.admit(a); !ok || !l.claim(a, &c) {
 				rep.Err = l.failFast(ctx, a, c.att)
 				rep.ConfigVersion = a.cfg.Load().Version
+				rep.Version = rep.ConfigVersion
 				return rep, rep.Err
 			}
 		}
@@ -143,7 +144,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 // the primary when the call is a probe of it (see ProbePolicy).
 func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home string) {
 	inst := a.cfg.Load()
-	cfg, c.gen = &inst.Config, inst.gen
+	cfg, c.gen, rep.Version = &inst.Config, inst.gen, inst.Version
 	if inst.prev != nil {
 		if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
 			cfg = inst.prev
@@ -204,6 +205,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
 	if a == nil {
+		rep.Version = rep.ConfigVersion
 		if !rep.Success && !rep.Ignored {
 			l.leave(ctx, agentID, rep.Err)
 		}
@@ -223,6 +225,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	} else {
 		l.record(ctx, a, c, nil, rep)
 	}
+	rep.Version = a.cfg.Load().Version // after a change the call made
 	if b.homeProbe {
 		a.probing.Store(false) // booked: another call may probe when due
 	}
@@ -251,7 +254,7 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 			cfg = v.(*agent).cfg.Load().Config
 		}
 	}
-	rep.ConfigVersion = cfg.Version
+	rep.ConfigVersion, rep.Version = cfg.Version, cfg.Version
 	start := l.now()
 	rep.Err, rep.BudgetExhausted = l.run(ctx, &cfg, fn, &rep.Attempts, nil, att)
 	_, rep.Duration = l.since(start)

@@ -59,6 +59,11 @@ type Report struct {
 	Attempts int
 	// ConfigVersion is the version of the config fn ran under.
 	ConfigVersion int
+	// Version is the version of the agent's config in force when the call
+	// returned: the new one when this call applied a change (Improvement)
+	// or rolled one back (Rollback), else the version in force when it
+	// began, which is ConfigVersion except on a canary's control arm.
+	Version int
 	// Arm is the arm of a canary verification (MethodCanary) the call ran
 	// in: ArmChange under the change being verified, ArmControl under the
 	// config before it. It is ArmNone when no canary verification was
