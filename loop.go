@@ -50,6 +50,19 @@ type Report struct {
 	// own context ended (cancelled or past its deadline) before fn
 	// succeeded: that is the caller's choice, not the agent's failure.
 	Ignored bool
+	// ImprovementTriggered reports that this call's failure crossed the
+	// agent's threshold and the strategy ran (or, with no strategy, would
+	// have run).
+	ImprovementTriggered bool
+	// BudgetExhausted reports that retries stopped because the call's
+	// Budget was spent, or, with Attempts 0, that the call was refused
+	// before its first attempt (see Budget).
+	BudgetExhausted bool
+	// Arm is the arm of a canary verification (MethodCanary) the call ran
+	// in: ArmChange under the change being verified, ArmControl under the
+	// config before it. It is ArmNone when no canary verification was
+	// under way. The call is credited to its arm's version.
+	Arm Arm
 	// Err is fn's final error, unchanged (nil on success).
 	Err error
 	// Duration is the whole call: every attempt and the waits between.
@@ -64,19 +77,6 @@ type Report struct {
 	// or rolled one back (Rollback), else the version in force when it
 	// began, which is ConfigVersion except on a canary's control arm.
 	Version int
-	// Arm is the arm of a canary verification (MethodCanary) the call ran
-	// in: ArmChange under the change being verified, ArmControl under the
-	// config before it. It is ArmNone when no canary verification was
-	// under way. The call is credited to its arm's version.
-	Arm Arm
-	// ImprovementTriggered reports that this call's failure crossed the
-	// agent's threshold and the strategy ran (or, with no strategy, would
-	// have run).
-	ImprovementTriggered bool
-	// BudgetExhausted reports that retries stopped because the call's
-	// Budget was spent, or, with Attempts 0, that the call was refused
-	// before its first attempt (see Budget).
-	BudgetExhausted bool
 	// Improvement is the change applied during this call, else nil. It is
 	// also nil when the caller's context ended while the strategy was
 	// still running; the change then lands later, with its event.
@@ -257,6 +257,7 @@ func openStore(o *options, m *metrics) (Store, error) {
 			return nil, err
 		}
 		o.dir = d
+		o.logger.Info("selfimprove: keeping state in "+d+" (WithDir chooses where; WithStore(NewRAMStore()) keeps it in memory)", "dir", d)
 	}
 	o.fileOpts.Clock, o.fileOpts.Logger = o.clock, o.logger
 	o.fileOpts.OnError = func(error) { m.storeErrors.Add(1) }

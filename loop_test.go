@@ -19,7 +19,7 @@ import (
 func TestSuccessReport(t *testing.T) {
 	e := newEnv(t)
 	rep := e.call("a", nil, 5*time.Millisecond)
-	want := si.Report{Success: true, Duration: 5 * time.Millisecond, Attempts: 1, ConfigVersion: 1}
+	want := si.Report{Success: true, Duration: 5 * time.Millisecond, Attempts: 1, ConfigVersion: 1, Version: 1}
 	if diff := cmp.Diff(want, rep); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}

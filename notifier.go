@@ -141,16 +141,11 @@ type NotifierFunc func(ctx context.Context, e Event) error
 func (f NotifierFunc) Notify(ctx context.Context, e Event) error { return f(ctx, e) }
 
 // logNotifier is the loop's notifier unless WithNotifier is given: it logs
-// each event through the loop's logger, rollbacks and rollback failures
-// at level Warn, everything else at Info (as notify.Log does).
+// each event through the loop's logger at its Level (as notify.Log does).
 type logNotifier struct{ l *slog.Logger }
 
 func (n logNotifier) Notify(ctx context.Context, e Event) error {
-	level := slog.LevelInfo
-	if e.Type == EventRolledBack || e.Type == EventRollbackFailed {
-		level = slog.LevelWarn
-	}
-	n.l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
+	logEvent(ctx, n.l, e)
 	return nil
 }
 

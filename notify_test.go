@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -203,14 +204,16 @@ func TestWithNotifierValidates(t *testing.T) {
 }
 
 // Without WithNotifier, events are logged through the loop's logger with
-// their attributes (Event.LogValue), a rollback at level Warn.
+// their attributes (Event.LogValue), each at its Level: an operator's
+// action at Debug, a rollback at Warn, a digest as its events.
 func TestDefaultNotifierLogs(t *testing.T) {
 	synctest.Test(t, testDefaultNotifierLogs)
 }
 
 func testDefaultNotifierLogs(t *testing.T) {
 	logs := &looptest.Buffer{}
-	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithStrategy(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithStrategy(nil),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,20 +224,29 @@ func testDefaultNotifierLogs(t *testing.T) {
 	si.TestingEmit(l, si.Event{ID: "r1", Type: si.EventRolledBack, AgentID: "b", Message: "rolled back", Err: "boom",
 		Change: &si.Change{From: si.Config{Version: 1}, To: si.Config{Version: 2}}})
 	synctest.Wait()
+	si.TestingEmit(l, si.Event{ID: "d1", Type: si.EventDigest, Message: "2 events", Digest: []si.Event{
+		{ID: "c1", Type: si.EventChangeConfirmed, AgentID: "c", Message: "confirmed"},
+		{ID: "p1", Type: si.EventProposalFiled, AgentID: "c", Message: "filed"}}})
+	synctest.Wait()
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
+	if strings.Contains(out, "event=digest") || strings.Contains(out, "2 events") {
+		t.Errorf("a digest logged as one line:\n%s", out)
+	}
 	for _, want := range []string{
-		`level=INFO msg="selfimprove: agent \"a\": config set to v2 by operator" event=config_set agent=a id=`, "from_version=1 to_version=2\n",
+		`level=DEBUG msg="selfimprove: agent \"a\": config set to v2 by operator" event=config_set agent=a id=`, "from_version=1 to_version=2\n",
+		`level=INFO msg="selfimprove: confirmed" event=change_confirmed agent=c id=c1`,
+		`level=WARN msg="selfimprove: filed" event=proposal_filed agent=c id=p1`,
 		`level=WARN msg="selfimprove: rolled back" event=rolled_back agent=b id=r1 from_version=1 to_version=2 error=boom`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)
 		}
 	}
-	if m := l.Metrics(); m.Notified != 2 {
-		t.Errorf("notified %d, want 2", m.Notified)
+	if m := l.Metrics(); m.Notified != 3 {
+		t.Errorf("notified %d, want 3", m.Notified)
 	}
 }
 
@@ -342,4 +354,19 @@ func TestNotifiersRetryEachOnItsOwn(t *testing.T) {
 			t.Errorf("notified %d, errors %d; want 2, 0", m.Notified, m.NotifyErrors)
 		}
 	})
+}
+
+// Without WithDir, New says once where it keeps the state (issue 32).
+func TestDefaultDirIsLogged(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", dir)
+	logs := &looptest.Buffer{}
+	l, err := si.New(si.WithStrategy(nil), si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if want := "level=INFO msg=\"selfimprove: keeping state in " + filepath.Join(dir, "selfimprove"); strings.Count(logs.String(), want) != 1 {
+		t.Errorf("log lacks one %s:\n%s", want, logs.String())
+	}
 }

@@ -453,7 +453,7 @@ func TestLog(t *testing.T) {
 	out := logs.String()
 	for _, want := range []string{
 		`level=WARN msg="selfimprove: agent \"search <bot> & co\": rolled back config v2 to v1" event=rolled_back agent="search <bot> & co" id=e1 from_version=1 to_version=2` + "\n",
-		`level=INFO msg="selfimprove: filed" event=proposal_filed agent=b id=e2 proposal=p1 class=auth status=pending` + "\n",
+		`level=WARN msg="selfimprove: filed" event=proposal_filed agent=b id=e2 proposal=p1 class=auth status=pending` + "\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %s:\n%s", want, out)

@@ -179,8 +179,9 @@ func (n Webhook) Notify(ctx context.Context, e selfimprove.Event) error {
 
 // Log logs each event through Logger, as a Loop without WithNotifier
 // does through its own logger: the event's message, and its attributes
-// (selfimprove.Event.LogValue); rollbacks and rollback failures at level
-// Warn, everything else at Info. Use it to log events beside other
+// (selfimprove.Event.LogValue), at the event's Level (Warn for what may
+// need a person, Info for the loop's decisions, Debug for operator
+// actions), a digest as its events. Use it to log events beside other
 // senders.
 type Log struct {
 	// Logger is where events go; nil (the default) means slog.Default().
@@ -193,10 +194,14 @@ func (n Log) Notify(ctx context.Context, e selfimprove.Event) error {
 	if l == nil {
 		l = slog.Default()
 	}
-	level := slog.LevelInfo
-	if e.Type == selfimprove.EventRolledBack || e.Type == selfimprove.EventRollbackFailed {
-		level = slog.LevelWarn
+	if e.Type == selfimprove.EventDigest && len(e.Digest) > 0 {
+		for _, d := range e.Digest {
+			n.Notify(ctx, d)
+		}
+		return nil
 	}
-	l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
+	if level := e.Level(); l.Enabled(ctx, level) {
+		l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
+	}
 	return nil
 }
