@@ -490,13 +490,24 @@ func (m *memory) load(data []byte) error {
 // (an error message; it is scrubbed and signed first), best first. The
 // similarity is the cosine of the TF-IDF vectors of the signatures' words
 // (binary term frequency, idf = ln(1 + N/df) over the N remembered
-// clusters). Each Memory carries its fixes and how they ended, and a
-// Confidence that halves every MemoryOptions.HalfLife since the cluster
-// was last seen. Clusters that share no word with text are never
-// returned. It reads every remembered cluster: about 2 ms for 100,000 on
-// a 2-core VM; failures of new clusters wait for it.
+// clusters). When fewer than k clusters share a word with text, text may
+// also name a failure class as keywords ("timeout", "rate limit",
+// "quota"; see failure.Class): that class's clusters follow, the latest
+// seen first, with Similarity 0.5 (classMatch). Each Memory carries its
+// fixes and how they ended, and a Confidence that halves every
+// MemoryOptions.HalfLife since the cluster was last seen, rounded to
+// three decimals. It reads every remembered cluster: about 2 ms for
+// 100,000 on a 2-core VM; failures of new clusters wait for it.
 func (l *Loop) Similar(text string, k int) []Memory {
-	return l.mem.similar(text, k, l.clock.Now().UnixNano())
+	now := l.clock.Now().UnixNano()
+	out := l.mem.similar(text, k, now)
+	if c := classNamed(text); c != "" && len(out) < k {
+		out = append(out, l.mem.ofClass(c, k-len(out), now, out)...)
+	}
+	for i := range out {
+		out[i].Confidence = math.Round(out[i].Confidence*1000) / 1000
+	}
+	return out
 }
 
 // ExportMemory writes the whole failure memory to w as JSON, the clusters

@@ -503,38 +503,6 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 	})
 }
 
-func runSimilar(ctx context.Context, e *env, args []string) error {
-	if e.o.k < 1 || e.o.k > 100 {
-		return usageErr("-k: %d is not in 1..100", e.o.k)
-	}
-	return withClient(e, false, func(c *client) error {
-		list, err := similar(ctx, c, args[0], e.o.k)
-		if err != nil {
-			return err
-		}
-		if e.o.json {
-			return printJSON(e.stdout, list)
-		}
-		if len(list.Memories) == 0 {
-			fmt.Fprintln(e.stdout, "No similar failures remembered.")
-			return nil
-		}
-		tw := table(e.stdout)
-		fmt.Fprintln(tw, "SIMILARITY\tCLUSTER\tCLASS\tCOUNT\tAGENTS\tFIXES\tSIGNATURE")
-		for _, m := range list.Memories {
-			fmt.Fprintf(tw, "%.2f\t%s\t%s\t%d\t%d\t%d\t%s\n", m.Similarity, m.Cluster, m.Class, m.Count, len(m.Agents), len(m.Fixes), cell(m.Signature))
-		}
-		return tw.Flush()
-	})
-}
-
-func similar(ctx context.Context, c *client, text string, k int) (admin.SimilarList, error) {
-	var list admin.SimilarList
-	err := c.get(ctx, "/api/similar", url.Values{"q": {text}, "k": {strconv.Itoa(k)}}, &list)
-	list.Memories = nonNil(list.Memories)
-	return list, err
-}
-
 func runExport(_ context.Context, e *env, _ []string) error {
 	if e.o.url != "" {
 		return usageErr("export reads a state directory: use --dir (the admin API does not serve the whole memory)")

@@ -101,8 +101,9 @@ func checkSimilarAndEvents(t *testing.T, env []string, arg func(...string) []str
 	if len(sim.Memories) != len(wantSim) || len(wantSim) == 0 || sim.Memories[0].Cluster != wantSim[0].Cluster || len(sim.Memories[0].Fixes) != len(wantSim[0].Fixes) {
 		t.Errorf("similar = %+v, want %+v", sim.Memories, wantSim)
 	}
-	if text := ok(t, env, nil, arg("similar", "upstream 503")...); !strings.Contains(text, "SIMILARITY") {
-		t.Errorf("similar:\n%s", text)
+	if text := ok(t, env, nil, arg("similar", "upstream 503")...); !strings.Contains(text, "SIMILARITY") ||
+		len(wantSim[0].Fixes) > 0 && !strings.Contains(text, "  fix  ") || strings.Contains(text, "e-") {
+		t.Errorf("similar: want each fix on a line of its own, no exponent:\n%s", text)
 	}
 
 	var evs admin.EventList
