@@ -152,6 +152,7 @@ type Loop struct {
 	jitterN         atomic.Uint64 // draws of the seeded jitter
 
 	shared   shared        // failures by cluster and class across agents
+	circuits openCircuits  // the agents whose circuit is open, by cause
 	routes   routeBook     // the agents' route ladders
 	dead     deadBook      // routes found dead
 	causes   causeBook     // account-wide causes in force
