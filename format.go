@@ -111,7 +111,7 @@ type callsDoc struct {
 	Outages             []outageDoc  `json:"outages,omitempty"`
 }
 
-// outageDoc is a run of at least 5 failures in a row: when its latest
+// outageDoc is a run of at least 10 failures in a row: when its latest
 // failure ended, and how many it holds.
 type outageDoc struct {
 	End      time.Time `json:"end"`

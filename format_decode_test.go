@@ -259,7 +259,7 @@ func TestDecodeStateRejects(t *testing.T) {
 		{"a failure at 1970", set("calls.failures[0].end", "1970-01-01T00:00:00Z"), a.id, "calls.failures[0].end"},
 		{"a call at 1970", set("calls.latest[0].end", "1970-01-01T00:00:00Z"), a.id, "calls.latest[0].end"},
 		{"too many outages", set("calls.outages", many(maxOutages+1, map[string]any{"end": "2026-03-01T14:27:07Z", "failures": 5})), a.id, "calls.outages: 9 outages"},
-		{"an outage of 4 failures", set("calls.outages", []any{map[string]any{"end": "2026-03-01T14:27:07Z", "failures": 4}}), a.id, "calls.outages[0].failures: 4 out of range"},
+		{"an outage of 9 failures", set("calls.outages", []any{map[string]any{"end": "2026-03-01T14:27:07Z", "failures": 9}}), a.id, "calls.outages[0].failures: 9 out of range"},
 		{"an outage in 1969", set("calls.outages", []any{map[string]any{"end": "1969-12-31T00:00:00Z", "failures": 5}}), a.id, "calls.outages[0].end"},
 		{"a bad cluster ID", set("calls.failures[0].cluster", "xyz"), a.id, "calls.failures[0].cluster"},
 		{"a cluster ID not hex", set("clusters[0].id", "zzzzzzzzzzzzzzzz"), a.id, "clusters[0].id"},

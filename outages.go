@@ -8,8 +8,10 @@ package selfimprove
 // 20 % look like noise for as long as the outage stays in the window.
 
 const (
-	// longRun is how many failures in a row make an outage.
-	longRun = 5
+	// longRun is how many failures in a row make an outage: more than
+	// the 5-call flaps of the A/B table's "flapping 503s", which stay the
+	// agent's usual failures.
+	longRun = 10
 	// maxOutages is how many outages an agent's log keeps: the oldest
 	// goes first.
 	maxOutages = 8
