@@ -477,10 +477,11 @@ func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
 }
 
 // admit decides whether a call of a may run fn: it returns probe when the
-// call is the probe of a half-open circuit, and ok false when it must fail
-// fast.
+// call is the probe of a half-open circuit, or of a cause shared by open
+// circuits (see circuits.go), and ok false when it must fail fast.
 func (l *Loop) admit(a *agent) (probe, ok bool) {
-	if !l.breaker.admits(l.clock.Now().UnixNano(), a.openUntil.Load()) || !a.probing.CompareAndSwap(false, true) {
+	now := l.clock.Now().UnixNano()
+	if !l.breaker.admits(now, a.openUntil.Load()) && !l.circuits.turn(a, now) || !a.probing.CompareAndSwap(false, true) {
 		return false, false
 	}
 	return true, true
@@ -567,8 +568,15 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots
+	// The breaker's circuit opened by a failure, or closed by a probe (see
+	// circuits.go).
+	until := a.s.CircuitOpenUntil
+	moved := eff.circuit && !a.held() && (until != 0 && c.failed && c.cluster != 0 || until == 0 && c.probe && !c.failed)
 	a.reopenLocked()
 	a.mu.Unlock()
+	if moved {
+		l.circuitMoved(a, c, until)
+	}
 	if c.failed && !c.ignored && !c.nested() {
 		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())

@@ -31,15 +31,17 @@ type fleet struct {
 	rng    *rand.Rand
 	up     upstream
 	agents []string
-	// ok counts successes per agent and per call index.
-	ok map[string][]bool
+	// ok counts successes per agent and per call index; att, the
+	// attempts fn made (0 for a call that failed fast).
+	ok  map[string][]bool
+	att map[string][]int
 }
 
 // newFleet opens a loop with the built-in strategy (improve) or none,
 // with opts.
 func newFleet(t *testing.T, improve bool, agents []string, up upstream, opts ...si.Option) *fleet {
 	t.Helper()
-	f := &fleet{clk: fakeclock.New(t0), rng: rand.New(rand.NewPCG(19, 2026)), up: up, agents: agents, ok: map[string][]bool{}}
+	f := &fleet{clk: fakeclock.New(t0), rng: rand.New(rand.NewPCG(19, 2026)), up: up, agents: agents, ok: map[string][]bool{}, att: map[string][]int{}}
 	var strat si.Strategy
 	if improve {
 		strat = &si.BuiltinStrategy{}
@@ -65,6 +67,7 @@ func (f *fleet) run(n int, gap time.Duration) {
 				return err
 			})
 			f.ok[a] = append(f.ok[a], rep.Success)
+			f.att[a] = append(f.att[a], rep.Attempts)
 		}
 		f.clk.Advance(gap)
 	}

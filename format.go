@@ -108,6 +108,14 @@ type callsDoc struct {
 	Failures            []failureDoc `json:"failures,omitempty"`
 	Latest              []latestDoc  `json:"latest,omitempty"`
 	RingPos             ringPosDoc   `json:"ring_pos,omitzero"`
+	Outages             []outageDoc  `json:"outages,omitempty"`
+}
+
+// outageDoc is a run of at least 10 failures in a row: when its latest
+// failure ended, and how many it holds.
+type outageDoc struct {
+	End      time.Time `json:"end"`
+	Failures int64     `json:"failures"`
 }
 
 // windowDoc is the analysis window: its non-empty buckets, oldest first.
@@ -312,6 +320,7 @@ type ringsView struct {
 	callDur     []int64
 	callFailed  []bool
 	callPos     int
+	outages     []outage
 
 	consec, total, ignored int64
 }
@@ -324,7 +333,7 @@ func (t *tracker) view() ringsView {
 		failEnd: t.FailEnd[:], failGen: t.FailGen[:], failPos: int(t.FailPos),
 		recent: t.Recent[:], recPos: int(t.RecPos),
 		callEnd: t.CallEnd[:], callDur: t.CallDur[:], callFailed: make([]bool, len(t.CallEnd)), callPos: int(t.CallPos),
-		consec: int64(t.Consec), total: t.Total, ignored: t.Ignored,
+		consec: int64(t.Consec), total: t.Total, ignored: t.Ignored, outages: t.outages(),
 	}
 	for i := range v.callFailed {
 		v.callFailed[i] = t.CallFail&(1<<i) != 0
@@ -539,6 +548,13 @@ func callsToDoc(t ringsView, clamp bool, cluster func(lo uint32) string) (callsD
 			return d, err
 		}
 		d.Latest = append(d.Latest, c)
+	}
+	for k, o := range t.outages {
+		od := outageDoc{Failures: int64(o.Failures)}
+		if od.End, err = timeToDoc(elem("calls.outages", k).dot("end"), o.End); err != nil {
+			return d, err
+		}
+		d.Outages = append(d.Outages, od)
 	}
 	return d, nil
 }

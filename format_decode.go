@@ -204,7 +204,25 @@ func (c *checker) calls(d *callsDoc) tracker {
 	if c.failures(&t, d.Failures) {
 		c.latest(&t, d.Latest)
 	}
+	c.outages(&t, d.Outages)
 	return t
+}
+
+// outages checks the logged outages, oldest first, into t.
+func (c *checker) outages(t *tracker, ds []outageDoc) {
+	if len(ds) == 0 {
+		return
+	}
+	if len(ds) > maxOutages {
+		c.fail("calls.outages: %d outages, more than %d", len(ds), maxOutages)
+		return
+	}
+	t.Outages = new(outageLog)
+	for k, d := range ds {
+		f := elem("calls.outages", k)
+		t.Outages.Runs[k] = outage{End: c.time(f.dot("end"), d.End), Failures: uint32(c.num(f.dot("failures"), d.Failures, longRun, math.MaxUint32+1))}
+	}
+	t.Outages.N = uint8(len(ds))
 }
 
 // callWindow checks the analysis window's buckets and rebuilds w; false when

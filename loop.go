@@ -160,6 +160,7 @@ type Loop struct {
 
 	shared   shared         // failures by cluster and class across agents
 	lately   recentFailures // the latest failures nested in no attempt context
+	circuits openCircuits   // the agents whose circuit is open, by cause
 	routes   routeBook      // the agents' route ladders
 	dead     deadBook       // routes found dead
 	causes   causeBook      // account-wide causes in force

@@ -495,8 +495,8 @@ func (m *memory) load(data []byte) error {
 // "quota"; see failure.Class): that class's clusters follow, the latest
 // seen first, with Similarity 0.5 (classMatch). Each Memory carries its
 // fixes and how they ended, and a Confidence that halves every
-// MemoryOptions.HalfLife since the cluster was last seen, rounded to
-// three decimals. It reads every remembered cluster: about 2 ms for
+// MemoryOptions.HalfLife since the cluster was last seen; both are
+// rounded to three decimals. It reads every remembered cluster: about 2 ms for
 // 100,000 on a 2-core VM; failures of new clusters wait for it.
 func (l *Loop) Similar(text string, k int) []Memory {
 	now := l.clock.Now().UnixNano()
@@ -504,8 +504,9 @@ func (l *Loop) Similar(text string, k int) []Memory {
 	if c := classNamed(text); c != "" && len(out) < k {
 		out = append(out, l.mem.ofClass(c, k-len(out), now, out)...)
 	}
-	for i := range out {
-		out[i].Confidence = math.Round(out[i].Confidence*1000) / 1000
+	for i := range out { // figures to read, not 1.8e-9
+		out[i].Similarity = math.Round(out[i].Similarity*1000) / 1000
+		out[i].Confidence = min(math.Round(out[i].Confidence*1000)/1000, out[i].Similarity)
 	}
 	return out
 }

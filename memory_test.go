@@ -57,7 +57,7 @@ func TestSimilarRanksParaphrasesFirst(t *testing.T) {
 			t.Errorf("query %d %q: got %+v, want the cluster of %q first", i, c.query, got, failure.Signature(c.stored))
 			continue
 		}
-		if got[0].Similarity < 0.6 || got[0].Confidence > got[0].Similarity || got[0].Confidence < 0.999*got[0].Similarity {
+		if got[0].Similarity < 0.6 || got[0].Confidence > got[0].Similarity || got[0].Confidence < got[0].Similarity-0.001 {
 			t.Errorf("query %d: similarity %.2f, confidence %.2f", i, got[0].Similarity, got[0].Confidence)
 		}
 		for j := 1; j < len(got); j++ {

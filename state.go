@@ -334,28 +334,27 @@ func (s *agentState) unanswered(cl uint64, start int64) bool {
 // three times as many), the threshold's failures call for an analysis
 // only if the recent calls fail abnormally often for the agent: at least
 // as many failures among its last maxBeforeCalls calls as that baseline's
-// failure rate gives in fewer than noiseOdds of cases.
+// failure rate gives in fewer than noiseOdds of cases. The baseline
+// leaves outages out (see outages.go).
 const (
 	baselineCalls = 30
 	noiseOdds     = 0.01
 )
 
-// abnormal reports whether the agent's recent calls fail more often than
-// the older half of its analysis window explains (see noiseOdds); true
 // operatorThreshold reports whether an operator chose the agent's
 // threshold (SetThreshold or MarkCritical): then it is obeyed from the
 // first call, without the cold-start minimum of automatically profiled
 // agents (RollbackPolicy.MinBeforeCalls).
 func (s *agentState) operatorThreshold() bool { return s.Manual != nil || s.Critical }
 
-// while that half is too short to tell.
+// abnormal reports whether the agent's recent calls fail more often than
+// its baseline (see tracker.baseline) explains (see noiseOdds); true
+// while the baseline is too short to tell.
 func (s *agentState) abnormal(now int64) bool {
-	calls, failures := s.Tracker.Win.older(now)
-	if calls < baselineCalls {
-		// Too short: the whole window, once it holds three times as many.
-		if calls, failures, _ = s.Tracker.Win.sum(now); calls < 3*baselineCalls {
-			return true
-		}
+	calls, failures, whole := s.Tracker.baseline(now)
+	if whole && calls < 3*baselineCalls {
+		// Too short to tell.
+		return true
 	}
 	if 2*failures >= calls {
 		// A baseline where half the calls fail is no health to keep

@@ -270,6 +270,9 @@ type tracker struct {
 	Consec   int                   `json:"consecutive"`
 	Total    int64                 `json:"total"`
 	Ignored  int64                 `json:"ignored"`
+	// Outages logs the runs of at least longRun failures in a row (see
+	// outages.go); nil until the agent's first.
+	Outages *outageLog `json:"outages,omitempty"`
 }
 
 // record counts one call that started under config generation gen and
@@ -294,6 +297,7 @@ func (t *tracker) record(gen uint64, end int64, dur time.Duration, failed bool, 
 	}
 	s.Failures++
 	t.Consec++
+	t.noteRun(end)
 	t.FailEnd[t.FailPos], t.FailGen[t.FailPos] = end, uint32(gen)
 	t.FailPos = (t.FailPos + 1) % failRing
 	t.Recent[t.RecPos] = failRecord{End: end, Dur: int64(dur), Err: errText, Version: int32(version), Cl: cl}

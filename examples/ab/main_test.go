@@ -55,15 +55,23 @@ func TestABDeterministic(t *testing.T) {
 }
 
 // knownLosses are the (scenario, policy) pairs where the loop does no
-// better than no loop on the shared-outage scenario, with why. They are
+// better than no loop on a shared-outage scenario (or, for a later fault,
+// falls short of 90 % of the success before the outage), with why. They are
 // printed in the table like every other figure and described in
 // docs/performance.md; the test reports when one of them no longer loses.
-var knownLosses = map[string]string{}
+var knownLosses = map[string]string{
+	"a later fault after a shared outage/canary": "the canary verifies the route moved to the fallback during the outage for 184 calls, " +
+		"then its return to the primary for 160, on its control arm's tenth of the calls; no analysis runs while a change is verified, " +
+		"and by the end of it the fault's failures are the agent's usual ones",
+}
 
 // TestABPolicies asserts the policy table: healthy agents stay quiet
 // (every policy at most 1 config change per 1,000 calls, success at most
 // half a point below no loop); after the shared outage the mild fault is
-// fixed (success above no loop on every policy but the known losses);
+// fixed (success above no loop on every policy but the known losses), a
+// later fault of one agent recovers to at least 90 % of its success
+// before the outage, and with the breaker on, success after the outage is
+// at least 99.5 % of no loop's (every policy);
 // elsewhere the default policy does at least as well as no loop.
 func TestABPolicies(t *testing.T) {
 	for _, f := range families {
@@ -89,6 +97,20 @@ func TestABPolicies(t *testing.T) {
 				}
 			}
 			switch {
+			case f.before > 0:
+				// After a shared outage, a later fault recovers to at least
+				// 90 % of the success before it.
+				if why, known := knownLosses[f.name+"/"+p.name]; known && w < 90 {
+					t.Logf("%s, %s: known loss (%.1f%%): %s", f.name, p.name, w, why)
+				} else if w < 90 {
+					t.Errorf("%s, %s: agent 0 recovers to %.1f%% of its success before the outage, want at least 90%%", f.name, p.name, w)
+				}
+			case f.breaker:
+				// With the breaker on, success after the outage matches no
+				// loop (at least 99.5 % of it).
+				if w < 0.995*wo {
+					t.Errorf("%s, %s: success %.2f%% after the outage with the breaker, %.2f%% with no loop", f.name, p.name, w, wo)
+				}
 			case strings.HasPrefix(f.name, "healthy"):
 				if o.perThousand() > 1 {
 					t.Errorf("%s, %s: %.2f config changes per 1,000 calls, want at most 1", f.name, p.name, o.perThousand())

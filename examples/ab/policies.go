@@ -56,7 +56,12 @@ type family struct {
 	// start, healthy agents): the table also shows its config changes per
 	// 1,000 calls.
 	quiet bool
-	up    func(a attempt) (time.Duration, error)
+	// before, when set, counts agent 0 alone, as a share of its success
+	// rate over its calls [0, before).
+	before int
+	// breaker turns the circuit breaker on (with the loop only).
+	breaker bool
+	up      func(a attempt) (time.Duration, error)
 }
 
 var (
@@ -94,6 +99,20 @@ var families = []family{
 			}
 			return 100 * time.Millisecond, nil
 		},
+	},
+	{
+		// All 20 agents fail for 60 calls (200–259); from call 400, 20 %
+		// of agent 0's attempts fail, which one more attempt fixes.
+		// Counted: agent 0 from call 450, as a share of its success
+		// before the outage.
+		name: "a later fault after a shared outage", agents: 20, calls: 750, from: 450, before: 200,
+		up: outageThen(func(a attempt) bool { return a.agent == 0 && a.i >= 400 && a.rnd.Float64() < 0.2 }),
+	},
+	{
+		// The same outage, with the circuit breaker on: counted from the
+		// end of the outage.
+		name: "after a shared outage, breaker on", agents: 20, calls: 500, from: 260, breaker: true,
+		up: outageThen(func(attempt) bool { return false }),
 	},
 	{
 		// 40 % of attempts fail with 503 from call 200; from call 240 the
@@ -205,6 +224,20 @@ var families = []family{
 	},
 }
 
+// outageThen is an upstream where 1 % of attempts fail, every attempt of
+// calls 200–259, and those for which fault is true.
+func outageThen(fault func(a attempt) bool) func(a attempt) (time.Duration, error) {
+	return func(a attempt) (time.Duration, error) {
+		switch {
+		case a.i >= 200 && a.i < 260:
+			return 20 * time.Millisecond, err503
+		case fault(a) || a.rnd.Float64() < 0.01:
+			return 20 * time.Millisecond, err503
+		}
+		return 100 * time.Millisecond, nil
+	}
+}
+
 // harmfulUp is an upstream whose attempts fail at rate fault from call
 // 100, and whose route "cheap" fails a share harm of the calls.
 func harmfulUp(fault, harm float64) func(a attempt) (time.Duration, error) {
@@ -221,8 +254,9 @@ func harmfulUp(fault, harm float64) func(a attempt) (time.Duration, error) {
 
 // outcome is one run of a family.
 type outcome struct {
-	// Calls and Successes are counted over the calls [from, calls).
-	Calls, Successes int
+	// Calls and Successes are counted over the calls [from, calls);
+	// Before and BeforeOK over [0, before) (see family.before).
+	Calls, Successes, Before, BeforeOK int
 	// Changes counts every config change of the run, RolledBack those
 	// rolled back; AllCalls is every call of the run.
 	Changes, RolledBack, AllCalls int
@@ -232,7 +266,15 @@ type outcome struct {
 	Harmful, HarmfulRolledBack, HarmfulCalls, HarmfulMax int
 }
 
-func (o outcome) rate() float64 { return 100 * float64(o.Successes) / float64(o.Calls) }
+// rate is the success rate in per cent; with Before, as a share of the
+// success rate over those calls.
+func (o outcome) rate() float64 {
+	r := 100 * float64(o.Successes) / float64(o.Calls)
+	if o.Before > 0 {
+		r = r * float64(o.Before) / float64(o.BeforeOK)
+	}
+	return r
+}
 
 // perThousand is the config changes per 1,000 calls.
 func (o outcome) perThousand() float64 { return 1000 * float64(o.Changes) / float64(o.AllCalls) }
@@ -251,6 +293,9 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 			strat = f.strategy
 		}
 		opts = append(opts, si.WithStrategy(strat()), si.WithRollbackPolicy(*p))
+		if f.breaker {
+			opts = append(opts, si.WithCircuitBreaker(si.CircuitBreaker{}))
+		}
 	} else {
 		opts = append(opts, si.WithStrategy(nil))
 	}
@@ -277,12 +322,7 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 				return err
 			})
 			o.AllCalls++
-			if c >= f.from {
-				o.Calls++
-				if rep.Success {
-					o.Successes++
-				}
-			}
+			o.count(f, ai, c, rep.Success)
 		}
 		// Each round starts on its own minute, whatever the calls took.
 		clk.Advance(max(0, start0.Add(time.Duration(c+1)*time.Minute).Sub(clk.Now())))
@@ -304,6 +344,23 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 		}
 	}
 	return o, nil
+}
+
+// count counts agent ai's call c, a success if ok.
+func (o *outcome) count(f family, ai, c int, ok bool) {
+	n := 0
+	if ok {
+		n = 1
+	}
+	switch {
+	case f.before > 0 && ai != 0:
+	case c >= f.from:
+		o.Calls++
+		o.Successes += n
+	case c < f.before:
+		o.Before++
+		o.BeforeOK += n
+	}
 }
 
 // row is one family's figures: without the loop, then per policy.
