@@ -33,6 +33,7 @@ func TestReadmeBasics(t *testing.T) {
 		"go get github.com/self-improving-loop/selfimprove",
 		"go test -race ./...",
 		"go run ./examples/quickstart",
+		"(docs/glossary.md)",
 	} {
 		if !bytes.Contains(readme, []byte(want)) {
 			t.Errorf("README.md lacks %q", want)
@@ -299,5 +300,21 @@ func TestOneTokenVariable(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGlossaryCoversTheJargon checks that docs/glossary.md defines the
+// words a newcomer meets in the README, the CLI and the dashboard
+// without an explanation (issue 32).
+func TestGlossaryCoversTheJargon(t *testing.T) {
+	g, err := os.ReadFile("docs/glossary.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"route", "profile", "analysis window", "health", "proposal", "canary", "sequential",
+		"fixed", "quick test", "reference", "cluster", "cooldown", "transient floor", "probe", "fallback", "dead route"} {
+		if !regexp.MustCompile(`\*\*` + regexp.QuoteMeta(w) + `\*\*`).Match(g) {
+			t.Errorf("docs/glossary.md does not define %q", w)
+		}
 	}
 }
