@@ -73,7 +73,7 @@ func run(w io.Writer) error {
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithAPIKey("sk-demo"), option.WithBaseURL(srv.URL+"/v1/"))...)
 	routes := si.Routes{Primary: oldModel, Fallbacks: []string{newModel}}
 	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
-		si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		si.WithRoutes(routes)) // the default config: retries come from the transient floor
 	if err != nil {
 		return err
 	}
