@@ -69,6 +69,39 @@ func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 	}
 }
 
+// fleetView puts the fleet's shared state of agent id, which this
+// replica has not loaded, into st (read from the store: it keeps its call
+// statistics), so that a getter answers on any replica what the fleet
+// decided. It reports whether the fleet knows the agent. It asks the
+// fleet under the fleet timeout, and not while backing off; an
+// unreachable fleet or an invalid state leaves st as it was.
+func (l *Loop) fleetView(id string, st *agentState) bool {
+	if l.fleet.down.Load() {
+		return false
+	}
+	ctx, cancel := l.fleet.ctx()
+	rev, val, err := l.fleet.f.Load(ctx, id)
+	cancel()
+	if err != nil {
+		l.fleetErr(nil, err)
+		return false
+	}
+	l.fleetUp()
+	if rev == 0 {
+		return false
+	}
+	sh, err := decodeState(val, id)
+	if err != nil {
+		return false // reported, and replaced, by a replica that runs it
+	}
+	if st.AgentID == "" {
+		*st = newState(id, l.defaultConfig.clone())
+	}
+	st.adopt(&sh)
+	st.threshold(l.clock.Now().UnixNano())
+	return true
+}
+
 // fixesOf returns the outcomes of the decided changes in chs whose IDs
 // known does not hold, for the failure memory.
 func fixesOf(chs []Change, known map[string]bool) []fixNote {
