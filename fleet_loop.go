@@ -63,6 +63,7 @@ type fleetAgent struct {
 	notified     atomic.Uint64 // the newest revision a notification announced
 	resync       atomic.Bool   // the agent's state must be compared with the fleet's
 	rewrite      atomic.Bool   // the fleet lost the agent's state, or holds an invalid one: write it
+	judging      atomic.Bool   // a call under verification is sending the agent's counts (fleetJudge)
 	badAt        atomic.Int64  // Unix ns: the last report of the agent's invalid data in the fleet
 	// batch numbers the deltas sent (FleetDelta.Batch); pending is the
 	// delta whose answer was lost, sent again unchanged before any other.
@@ -231,7 +232,16 @@ func (l *Loop) fleetFlush() error {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
-	items := l.fleetItems(poll)
+	err := l.fleetSend(l.fleetItems(poll), nil)
+	l.fleetRewrite()
+	return err
+}
+
+// fleetSend sends the deltas of items in one Add and takes back the pooled
+// counts (fleetPooled; rep, when set, gets a decision they make). flushMu
+// is held.
+func (l *Loop) fleetSend(items []fleetItem, rep *Report) error {
+	fl := l.fleet
 	if len(items) == 0 {
 		return nil
 	}
@@ -269,47 +279,74 @@ func (l *Loop) fleetFlush() error {
 		if pools[i].Err != nil {
 			l.fleetBad(a, pools[i].Err)
 		}
-		l.fleetPooled(a, &items[i].d, &pools[i])
+		l.fleetPooled(a, &items[i].d, &pools[i], rep)
 	}
-	l.fleetRewrite()
 	return nil
+}
+
+// fleetJudge sends a's counts to the fleet at once, from the call under
+// verification that made them, and judges the change on the pooled
+// counts it gets back, before the call returns: every replica decides on
+// the fleet's calls as they come, not as the flushes bring them, so that
+// a harmful change is rolled back after as many calls fleet-wide as one
+// process needs. One call per agent and replica waits for it (the others
+// only count, and their counts go with the next); not while backing off.
+// rep gets the decision, if this call makes one.
+func (l *Loop) fleetJudge(a *agent, rep *Report) {
+	fl, fa := l.fleet, a.fl
+	if fl.down.Load() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
+		return
+	}
+	defer fa.judging.Store(false)
+	fl.flushMu.Lock()
+	defer fl.flushMu.Unlock()
+	if it, ok := l.fleetItemOf(a, false); ok {
+		l.fleetSend([]fleetItem{it}, rep)
+	}
 }
 
 // fleetItems returns the deltas of a flush: one per agent with calls, a
 // change under verification, a resync or rewrite due, or on a poll; an
 // agent's delta whose answer was lost goes again as it was.
 func (l *Loop) fleetItems(poll bool) []fleetItem {
-	fl := l.fleet
 	var items []fleetItem
 	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		fa := a.fl
-		if fa == nil {
-			return true
+		if it, ok := l.fleetItemOf(v.(*agent), poll); ok {
+			items = append(items, it)
 		}
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		switch {
-		case a.evicted:
-		case fa.pending != nil:
-			// Its answer was lost: the fleet may have booked it. Sent
-			// again as it was, it counts once (FleetDelta.Batch).
-			items = append(items, fleetItem{a, *fa.pending})
-		case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
-			t := fa.tally
-			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
-			for i := range d.Failures {
-				d.Failures[i].Replica = fl.replica
-			}
-			fa.batch++
-			d.Batch = fa.batch
-			fa.tally = fleetTally{gen: a.s.Gen}
-			items = append(items, fleetItem{a, d})
-		}
-		a.mu.Unlock()
 		return true
 	})
 	return items
+}
+
+// fleetItemOf returns a's delta for a flush, if it has one to send (see
+// fleetItems); flushMu is held.
+func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
+	fa := a.fl
+	if fa == nil {
+		return it, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.settleFleetLocked(l)
+	switch {
+	case a.evicted:
+	case fa.pending != nil:
+		// Its answer was lost: the fleet may have booked it. Sent again
+		// as it was, it counts once (FleetDelta.Batch).
+		return fleetItem{a, *fa.pending}, true
+	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
+		t := fa.tally
+		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+		for i := range d.Failures {
+			d.Failures[i].Replica = l.fleet.replica
+		}
+		fa.batch++
+		d.Batch = fa.batch
+		fa.tally = fleetTally{gen: a.s.Gen}
+		return fleetItem{a, d}, true
+	}
+	return it, false
 }
 
 // fleetRewrite writes the state of the agents whose state the fleet lost,
@@ -330,8 +367,9 @@ func (l *Loop) fleetRewrite() {
 	}
 }
 
-// fleetPooled takes the pooled counts p that answered a's delta d.
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
+// fleetPooled takes the pooled counts p that answered a's delta d; rep,
+// when set, gets the decision they make.
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) {
 	fa := a.fl
 	a.mu.Lock()
 	newer := p.Rev != fa.rev
@@ -407,8 +445,10 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	}
 	l.remember(fixes)
 	if eff.decided != nil {
-		var rep Report
-		l.carry(context.Background(), a, &eff, &rep)
+		if rep == nil {
+			rep = new(Report)
+		}
+		l.carry(context.Background(), a, &eff, rep)
 	}
 }
 
