@@ -265,9 +265,15 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 	}
 	fa.committing.Store(true)
 	ctx, cancel := l.fleet.ctx()
+	start := l.now()
 	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
+	_, took := l.since(start)
 	cancel()
 	fa.committing.Store(false)
+	l.m.fleetCommits.Add(1)
+	l.m.fleetCommitNS.Add(int64(took))
+	for m := l.m.fleetCommitMax.Load(); int64(took) > m && !l.m.fleetCommitMax.CompareAndSwap(m, int64(took)); m = l.m.fleetCommitMax.Load() {
+	}
 	switch {
 	case err == nil:
 		l.fleetUp()
@@ -329,11 +335,15 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 	defer cancel()
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
 	if err != nil {
+		l.m.fleetLeaseErrs.Add(1)
 		l.fleetErr(a, err)
 		return false
 	}
 	l.fleetUp()
-	if !ok {
+	if ok {
+		l.m.fleetLeases.Add(1)
+	} else {
+		l.m.fleetBusy.Add(1)
 		a.mu.Lock()
 		fa.leaseBusy = now + int64(ttl)
 		a.mu.Unlock()

@@ -41,6 +41,12 @@ type fleetLink struct {
 	out     outbox     // notes for the fleet (fleet_notes.go)
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
+	// The outage under way (fleetDown, fleetUp), guarded by outMu:
+	// when it began and when the fleet answered again (Unix ns; 0:
+	// none, or down). outages says one is under way.
+	outMu        sync.Mutex
+	outage, upAt int64
+	outages      atomic.Bool
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -176,39 +182,93 @@ func (l *Loop) fleetBad(a *agent, err error) {
 	}
 }
 
-// fleetDown notes that the fleet could not be reached: the first time,
-// with a log line and an EventFleetUnreachable.
+// fleetSettle is how long the fleet must answer after a failure for an
+// outage to be over: then its EventFleetRecovered is sent, and the next
+// failure is a new outage. A failure within it belongs to the same
+// outage, which sends no second event.
+const fleetSettle = time.Second
+
+// fleetDown notes that the fleet could not be reached: the replica backs
+// off until the flusher finds it again. At the first failure of an
+// outage, a log line and a stored EventFleetUnreachable.
 func (l *Loop) fleetDown(err error) {
 	l.m.fleetErrors.Add(1)
-	if l.fleet.down.CompareAndSwap(false, true) {
-		l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
-		now := l.clock.Now()
-		l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
-			Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
-	}
-}
-
-// fleetUp notes that the fleet answered: after it was down, with a log
-// line and an EventFleetRecovered, and every live agent is compared with
-// the fleet's state at the next flush.
-func (l *Loop) fleetUp() {
-	if !l.fleet.down.CompareAndSwap(true, false) {
+	fl := l.fleet
+	if !fl.down.CompareAndSwap(false, true) {
 		return
 	}
-	l.log.Info("selfimprove: fleet reachable again; resynchronising")
+	fl.outMu.Lock()
+	fl.upAt = 0
 	now := l.clock.Now()
-	l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
-		Message: "fleet reachable again: configs resynchronised, counts sent"})
-	l.agents.Range(func(_, v any) bool {
-		if fa := v.(*agent).fl; fa != nil {
-			fa.resync.Store(true)
-		}
-		return true
-	})
-	select {
-	case l.fleet.kick <- struct{}{}:
-	default:
+	first := fl.outage == 0
+	if first {
+		fl.outage = now.UnixNano()
+		fl.outages.Store(true)
 	}
+	fl.outMu.Unlock()
+	if !first {
+		return // the fleet had not answered for fleetSettle since the last failure
+	}
+	l.m.fleetOutages.Add(1)
+	l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
+	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
+		Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
+}
+
+// fleetUp notes that the fleet answered: after it was down, every live
+// agent is compared with the fleet's state at the next flush; once it
+// has answered for fleetSettle, the outage is over, with a log line and
+// a stored EventFleetRecovered.
+func (l *Loop) fleetUp() {
+	fl := l.fleet
+	if fl.down.CompareAndSwap(true, false) {
+		fl.outMu.Lock()
+		fl.upAt = l.clock.Now().UnixNano()
+		fl.outMu.Unlock()
+		l.agents.Range(func(_, v any) bool {
+			if fa := v.(*agent).fl; fa != nil {
+				fa.resync.Store(true)
+			}
+			return true
+		})
+		select {
+		case fl.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if !fl.outages.Load() {
+		return
+	}
+	fl.outMu.Lock()
+	now := l.clock.Now()
+	began, up := fl.outage, fl.upAt
+	over := began != 0 && up != 0 && !fl.down.Load() && now.UnixNano()-up >= int64(fleetSettle)
+	if over {
+		fl.outage, fl.upAt = 0, 0
+		fl.outages.Store(false)
+	}
+	fl.outMu.Unlock()
+	if !over {
+		return
+	}
+	d := time.Duration(up - began).Round(time.Millisecond)
+	l.log.Info("selfimprove: fleet reachable again; resynchronised", "outage", d)
+	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
+		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
+}
+
+// fleetEvent writes ev, an event of the fleet's link, to the store (it
+// concerns no agent, and no decision waits for it) and hands it on.
+func (l *Loop) fleetEvent(ev *Event) {
+	if l.enterWrite() {
+		if err := l.store.AppendEvents([]Event{*ev}); err != nil {
+			l.m.storeErrors.Add(1)
+			l.log.Error("selfimprove: cannot record event", "type", ev.Type, "error", err)
+		}
+		l.leaveWrite()
+	}
+	l.notify(ev)
 }
 
 // fleetItem is one agent's delta in a flush.
@@ -232,18 +292,22 @@ func (l *Loop) fleetFlush() error {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
-	err := l.fleetSend(l.fleetItems(poll), nil)
+	items := l.fleetItems(poll)
+	lag, err := l.fleetSend(items, nil)
+	if err == nil && len(items) > 0 {
+		l.m.fleetLag.Store(lag)
+	}
 	l.fleetRewrite()
 	return err
 }
 
 // fleetSend sends the deltas of items in one Add and takes back the pooled
-// counts (fleetPooled; rep, when set, gets a decision they make). flushMu
-// is held.
-func (l *Loop) fleetSend(items []fleetItem, rep *Report) error {
+// counts (fleetPooled; rep, when set, gets a decision they make). It
+// returns the most revisions an agent's copy was behind. flushMu is held.
+func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
 	fl := l.fleet
 	if len(items) == 0 {
-		return nil
+		return 0, nil
 	}
 	deltas := make([]FleetDelta, len(items))
 	for i := range items {
@@ -268,7 +332,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report) error {
 			}
 			it.a.mu.Unlock()
 		}
-		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 	}
 	l.fleetUp()
 	for i := range items {
@@ -279,9 +343,12 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report) error {
 		if pools[i].Err != nil {
 			l.fleetBad(a, pools[i].Err)
 		}
-		l.fleetPooled(a, &items[i].d, &pools[i], rep)
+		if n := l.fleetPooled(a, &items[i].d, &pools[i], rep); n > 0 {
+			l.m.fleetBehind.Add(1)
+			lag = max(lag, n)
+		}
 	}
-	return nil
+	return lag, nil
 }
 
 // fleetJudge sends a's counts to the fleet at once, from the call under
@@ -369,10 +436,19 @@ func (l *Loop) fleetRewrite() {
 
 // fleetPooled takes the pooled counts p that answered a's delta d; rep,
 // when set, gets the decision they make.
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) {
+// It returns how many revisions a's copy was behind the fleet's (0: in
+// step; 1 when it had none and the fleet has one).
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (lag int64) {
 	fa := a.fl
 	a.mu.Lock()
 	newer := p.Rev != fa.rev
+	switch {
+	case p.Rev <= fa.rev:
+	case fa.rev == 0:
+		lag = 1 // the fleet's first state of the agent: one commit at least
+	default:
+		lag = int64(min(p.Rev-fa.rev, 1<<53))
+	}
 	a.mu.Unlock()
 	if newer {
 		l.fleetRefresh(a)
@@ -384,7 +460,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) {
 	a.settleFleetLocked(l)
 	if a.evicted {
 		a.mu.Unlock()
-		return
+		return lag
 	}
 	fa.sent.Add(d.Change)
 	fa.sent.Add(d.Control)
@@ -450,6 +526,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) {
 		}
 		l.carry(context.Background(), a, &eff, rep)
 	}
+	return lag
 }
 
 // SyncFleet sends the counts of the calls not sent yet to the fleet
