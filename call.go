@@ -558,8 +558,10 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	a.tel.observeLatency(c.dur, c.failed, c.ignored)
 	var eff effects
 	a.s.record(c, sig, &l.rules, &eff)
+	judge := false
 	if a.fl != nil {
 		l.fleetCount(a, c)
+		judge = a.s.Verifying != nil && !c.ignored
 	}
 	if c.probe {
 		a.probing.Store(false) // the probe is over; another call may probe
@@ -586,5 +588,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
 		l.carry(ctx, a, &eff, rep)
+	} else if judge {
+		l.fleetJudge(a, rep)
 	}
 }

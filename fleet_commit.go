@@ -69,6 +69,39 @@ func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 	}
 }
 
+// fleetView puts the fleet's shared state of agent id, which this
+// replica has not loaded, into st (read from the store: it keeps its call
+// statistics), so that a getter answers on any replica what the fleet
+// decided. It reports whether the fleet knows the agent. It asks the
+// fleet under the fleet timeout, and not while backing off; an
+// unreachable fleet or an invalid state leaves st as it was.
+func (l *Loop) fleetView(id string, st *agentState) bool {
+	if l.fleet.down.Load() {
+		return false
+	}
+	ctx, cancel := l.fleet.ctx()
+	rev, val, err := l.fleet.f.Load(ctx, id)
+	cancel()
+	if err != nil {
+		l.fleetErr(nil, err)
+		return false
+	}
+	l.fleetUp()
+	if rev == 0 {
+		return false
+	}
+	sh, err := decodeState(val, id)
+	if err != nil {
+		return false // reported, and replaced, by a replica that runs it
+	}
+	if st.AgentID == "" {
+		*st = newState(id, l.defaultConfig.clone())
+	}
+	st.adopt(&sh)
+	st.threshold(l.clock.Now().UnixNano())
+	return true
+}
+
 // fixesOf returns the outcomes of the decided changes in chs whose IDs
 // known does not hold, for the failure memory.
 func fixesOf(chs []Change, known map[string]bool) []fixNote {
@@ -232,9 +265,15 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 	}
 	fa.committing.Store(true)
 	ctx, cancel := l.fleet.ctx()
+	start := l.now()
 	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
+	_, took := l.since(start)
 	cancel()
 	fa.committing.Store(false)
+	l.m.fleetCommits.Add(1)
+	l.m.fleetCommitNS.Add(int64(took))
+	for m := l.m.fleetCommitMax.Load(); int64(took) > m && !l.m.fleetCommitMax.CompareAndSwap(m, int64(took)); m = l.m.fleetCommitMax.Load() {
+	}
 	switch {
 	case err == nil:
 		l.fleetUp()
@@ -296,11 +335,15 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 	defer cancel()
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
 	if err != nil {
+		l.m.fleetLeaseErrs.Add(1)
 		l.fleetErr(a, err)
 		return false
 	}
 	l.fleetUp()
-	if !ok {
+	if ok {
+		l.m.fleetLeases.Add(1)
+	} else {
+		l.m.fleetBusy.Add(1)
 		a.mu.Lock()
 		fa.leaseBusy = now + int64(ttl)
 		a.mu.Unlock()

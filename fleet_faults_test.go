@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 )
@@ -99,5 +100,109 @@ func TestFleetInvalidStateReplaced(t *testing.T) {
 	e.wantVersions("a", v)
 	if m := e.reps[0].Metrics(); m.FleetErrors == 0 {
 		t.Fatalf("metrics %+v count no fleet error", m)
+	}
+}
+
+// TestFleetOutageEvents: an outage of the fleet is one
+// EventFleetUnreachable and one EventFleetRecovered, written to the
+// store; failures within a second of the fleet's return are the same
+// outage. The fleet's state is in Metrics.
+func TestFleetOutageEvents(t *testing.T) {
+	e := newFleetEnv(t, 0, nil, noFloor)
+	link := &faultyFleet{Fleet: e.mem}
+	e.fleet = link
+	store := si.NewRAMStore()
+	e.opts = append(e.opts, si.WithStore(store))
+	l := e.add()
+	e.call(0, "a", nil)
+	e.sync()
+	if m := l.Metrics(); m.FleetReplica == "" || m.FleetDown != 0 || m.FleetOutages != 0 {
+		t.Fatalf("metrics with the fleet up: %+v", m)
+	}
+	flap := func() {
+		link.down.Store(true)
+		l.SyncFleet(context.Background())
+		if m := l.Metrics(); m.FleetDown != 1 {
+			t.Fatalf("FleetDown %d while down", m.FleetDown)
+		}
+		link.down.Store(false)
+		e.sync()
+	}
+	for range 5 { // one outage: it flaps, and never settles
+		flap()
+		e.clk.Advance(300 * time.Millisecond)
+	}
+	e.clk.Advance(time.Second)
+	e.sync()
+	e.clk.Advance(time.Second)
+	flap() // a second outage
+	e.clk.Advance(time.Second)
+	e.sync()
+	count := func(evs []si.Event) (down, up int) {
+		for _, ev := range evs {
+			switch ev.Type {
+			case si.EventFleetUnreachable:
+				down++
+			case si.EventFleetRecovered:
+				up++
+			}
+		}
+		return down, up
+	}
+	if down, up := count(store.Events()); down != 2 || up != 2 {
+		t.Fatalf("stored %d unreachable and %d recovered events for 2 outages, want 2 and 2", down, up)
+	}
+	if down, up := count(l.Events(si.EventFilter{})); down != 2 || up != 2 {
+		t.Fatalf("recent events: %d unreachable, %d recovered, want 2 and 2", down, up)
+	}
+	if m := l.Metrics(); m.FleetDown != 0 || m.FleetOutages != 2 || m.FleetErrors < 6 {
+		t.Fatalf("metrics after 2 outages: %+v", m)
+	}
+}
+
+// deafFleet is a fleettest.Fleet whose notifications are lost.
+type deafFleet struct{ faultyFleet }
+
+func (f *deafFleet) Subscribe(func(string, uint64)) func() { return func() {} }
+
+// TestFleetLagMetric: a replica whose notifications are lost finds, at
+// its next flush, how many commits it missed (Metrics.FleetLag,
+// FleetBehind); commits and leases are counted.
+func TestFleetLagMetric(t *testing.T) {
+	e := newFleetEnv(t, 1, nil, noFloor)
+	e.fleet = &deafFleet{faultyFleet{Fleet: e.mem}}
+	deaf := e.add()
+	e.call(0, "a", nil)
+	e.call(1, "a", nil)
+	e.sync()
+	for i := range 3 {
+		if err := e.reps[0].SetConfig("a", si.Config{Route: string(rune('x' + i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.call(1, "a", nil)
+	if err := deaf.SyncFleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m := deaf.Metrics(); m.FleetLag != 1 || m.FleetBehind != 1 {
+		t.Fatalf("the deaf replica missed the first commits: lag %d, behind %d, want 1 and 1", m.FleetLag, m.FleetBehind)
+	}
+	for i := range 3 {
+		if err := e.reps[0].SetConfig("a", si.Config{Route: string(rune('a' + i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := deaf.SyncFleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m := deaf.Metrics(); m.FleetLag != 3 || m.FleetBehind != 2 {
+		t.Fatalf("the deaf replica missed 3 commits: lag %d, behind %d", m.FleetLag, m.FleetBehind)
+	}
+	e.sync()
+	if m := deaf.Metrics(); m.FleetLag != 0 {
+		t.Fatalf("lag %d once in step", m.FleetLag)
+	}
+	if m := e.reps[0].Metrics(); m.FleetCommits < 3 || m.FleetCommitNS < 0 || m.FleetCommitMaxNS*m.FleetCommits < m.FleetCommitNS {
+		t.Fatalf("commit metrics: %+v", m)
 	}
 }

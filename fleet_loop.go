@@ -41,6 +41,12 @@ type fleetLink struct {
 	out     outbox     // notes for the fleet (fleet_notes.go)
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
+	// The outage under way (fleetDown, fleetUp), guarded by outMu:
+	// when it began and when the fleet answered again (Unix ns; 0:
+	// none, or down). outages says one is under way.
+	outMu        sync.Mutex
+	outage, upAt int64
+	outages      atomic.Bool
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -63,6 +69,7 @@ type fleetAgent struct {
 	notified     atomic.Uint64 // the newest revision a notification announced
 	resync       atomic.Bool   // the agent's state must be compared with the fleet's
 	rewrite      atomic.Bool   // the fleet lost the agent's state, or holds an invalid one: write it
+	judging      atomic.Bool   // a call under verification is sending the agent's counts (fleetJudge)
 	badAt        atomic.Int64  // Unix ns: the last report of the agent's invalid data in the fleet
 	// batch numbers the deltas sent (FleetDelta.Batch); pending is the
 	// delta whose answer was lost, sent again unchanged before any other.
@@ -175,39 +182,93 @@ func (l *Loop) fleetBad(a *agent, err error) {
 	}
 }
 
-// fleetDown notes that the fleet could not be reached: the first time,
-// with a log line and an EventFleetUnreachable.
+// fleetSettle is how long the fleet must answer after a failure for an
+// outage to be over: then its EventFleetRecovered is sent, and the next
+// failure is a new outage. A failure within it belongs to the same
+// outage, which sends no second event.
+const fleetSettle = time.Second
+
+// fleetDown notes that the fleet could not be reached: the replica backs
+// off until the flusher finds it again. At the first failure of an
+// outage, a log line and a stored EventFleetUnreachable.
 func (l *Loop) fleetDown(err error) {
 	l.m.fleetErrors.Add(1)
-	if l.fleet.down.CompareAndSwap(false, true) {
-		l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
-		now := l.clock.Now()
-		l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
-			Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
-	}
-}
-
-// fleetUp notes that the fleet answered: after it was down, with a log
-// line and an EventFleetRecovered, and every live agent is compared with
-// the fleet's state at the next flush.
-func (l *Loop) fleetUp() {
-	if !l.fleet.down.CompareAndSwap(true, false) {
+	fl := l.fleet
+	if !fl.down.CompareAndSwap(false, true) {
 		return
 	}
-	l.log.Info("selfimprove: fleet reachable again; resynchronising")
+	fl.outMu.Lock()
+	fl.upAt = 0
 	now := l.clock.Now()
-	l.notify(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
-		Message: "fleet reachable again: configs resynchronised, counts sent"})
-	l.agents.Range(func(_, v any) bool {
-		if fa := v.(*agent).fl; fa != nil {
-			fa.resync.Store(true)
-		}
-		return true
-	})
-	select {
-	case l.fleet.kick <- struct{}{}:
-	default:
+	first := fl.outage == 0
+	if first {
+		fl.outage = now.UnixNano()
+		fl.outages.Store(true)
 	}
+	fl.outMu.Unlock()
+	if !first {
+		return // the fleet had not answered for fleetSettle since the last failure
+	}
+	l.m.fleetOutages.Add(1)
+	l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
+	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
+		Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
+}
+
+// fleetUp notes that the fleet answered: after it was down, every live
+// agent is compared with the fleet's state at the next flush; once it
+// has answered for fleetSettle, the outage is over, with a log line and
+// a stored EventFleetRecovered.
+func (l *Loop) fleetUp() {
+	fl := l.fleet
+	if fl.down.CompareAndSwap(true, false) {
+		fl.outMu.Lock()
+		fl.upAt = l.clock.Now().UnixNano()
+		fl.outMu.Unlock()
+		l.agents.Range(func(_, v any) bool {
+			if fa := v.(*agent).fl; fa != nil {
+				fa.resync.Store(true)
+			}
+			return true
+		})
+		select {
+		case fl.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if !fl.outages.Load() {
+		return
+	}
+	fl.outMu.Lock()
+	now := l.clock.Now()
+	began, up := fl.outage, fl.upAt
+	over := began != 0 && up != 0 && !fl.down.Load() && now.UnixNano()-up >= int64(fleetSettle)
+	if over {
+		fl.outage, fl.upAt = 0, 0
+		fl.outages.Store(false)
+	}
+	fl.outMu.Unlock()
+	if !over {
+		return
+	}
+	d := time.Duration(up - began).Round(time.Millisecond)
+	l.log.Info("selfimprove: fleet reachable again; resynchronised", "outage", d)
+	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
+		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
+}
+
+// fleetEvent writes ev, an event of the fleet's link, to the store (it
+// concerns no agent, and no decision waits for it) and hands it on.
+func (l *Loop) fleetEvent(ev *Event) {
+	if l.enterWrite() {
+		if err := l.store.AppendEvents([]Event{*ev}); err != nil {
+			l.m.storeErrors.Add(1)
+			l.log.Error("selfimprove: cannot record event", "type", ev.Type, "error", err)
+		}
+		l.leaveWrite()
+	}
+	l.notify(ev)
 }
 
 // fleetItem is one agent's delta in a flush.
@@ -232,8 +293,21 @@ func (l *Loop) fleetFlush() error {
 	}
 	l.fleetNotes(now, poll)
 	items := l.fleetItems(poll)
+	lag, err := l.fleetSend(items, nil)
+	if err == nil && len(items) > 0 {
+		l.m.fleetLag.Store(lag)
+	}
+	l.fleetRewrite()
+	return err
+}
+
+// fleetSend sends the deltas of items in one Add and takes back the pooled
+// counts (fleetPooled; rep, when set, gets a decision they make). It
+// returns the most revisions an agent's copy was behind. flushMu is held.
+func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
+	fl := l.fleet
 	if len(items) == 0 {
-		return nil
+		return 0, nil
 	}
 	deltas := make([]FleetDelta, len(items))
 	for i := range items {
@@ -258,7 +332,7 @@ func (l *Loop) fleetFlush() error {
 			}
 			it.a.mu.Unlock()
 		}
-		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 	}
 	l.fleetUp()
 	for i := range items {
@@ -269,47 +343,77 @@ func (l *Loop) fleetFlush() error {
 		if pools[i].Err != nil {
 			l.fleetBad(a, pools[i].Err)
 		}
-		l.fleetPooled(a, &items[i].d, &pools[i])
+		if n := l.fleetPooled(a, &items[i].d, &pools[i], rep); n > 0 {
+			l.m.fleetBehind.Add(1)
+			lag = max(lag, n)
+		}
 	}
-	l.fleetRewrite()
-	return nil
+	return lag, nil
+}
+
+// fleetJudge sends a's counts to the fleet at once, from the call under
+// verification that made them, and judges the change on the pooled
+// counts it gets back, before the call returns: every replica decides on
+// the fleet's calls as they come, not as the flushes bring them, so that
+// a harmful change is rolled back after as many calls fleet-wide as one
+// process needs. One call per agent and replica waits for it (the others
+// only count, and their counts go with the next); not while backing off.
+// rep gets the decision, if this call makes one.
+func (l *Loop) fleetJudge(a *agent, rep *Report) {
+	fl, fa := l.fleet, a.fl
+	if fl.down.Load() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
+		return
+	}
+	defer fa.judging.Store(false)
+	fl.flushMu.Lock()
+	defer fl.flushMu.Unlock()
+	if it, ok := l.fleetItemOf(a, false); ok {
+		l.fleetSend([]fleetItem{it}, rep)
+	}
 }
 
 // fleetItems returns the deltas of a flush: one per agent with calls, a
 // change under verification, a resync or rewrite due, or on a poll; an
 // agent's delta whose answer was lost goes again as it was.
 func (l *Loop) fleetItems(poll bool) []fleetItem {
-	fl := l.fleet
 	var items []fleetItem
 	l.agents.Range(func(_, v any) bool {
-		a := v.(*agent)
-		fa := a.fl
-		if fa == nil {
-			return true
+		if it, ok := l.fleetItemOf(v.(*agent), poll); ok {
+			items = append(items, it)
 		}
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		switch {
-		case a.evicted:
-		case fa.pending != nil:
-			// Its answer was lost: the fleet may have booked it. Sent
-			// again as it was, it counts once (FleetDelta.Batch).
-			items = append(items, fleetItem{a, *fa.pending})
-		case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
-			t := fa.tally
-			d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
-			for i := range d.Failures {
-				d.Failures[i].Replica = fl.replica
-			}
-			fa.batch++
-			d.Batch = fa.batch
-			fa.tally = fleetTally{gen: a.s.Gen}
-			items = append(items, fleetItem{a, d})
-		}
-		a.mu.Unlock()
 		return true
 	})
 	return items
+}
+
+// fleetItemOf returns a's delta for a flush, if it has one to send (see
+// fleetItems); flushMu is held.
+func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
+	fa := a.fl
+	if fa == nil {
+		return it, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.settleFleetLocked(l)
+	switch {
+	case a.evicted:
+	case fa.pending != nil:
+		// Its answer was lost: the fleet may have booked it. Sent again
+		// as it was, it counts once (FleetDelta.Batch).
+		return fleetItem{a, *fa.pending}, true
+	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
+		t := fa.tally
+		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+		for i := range d.Failures {
+			d.Failures[i].Replica = l.fleet.replica
+		}
+		fa.batch++
+		d.Batch = fa.batch
+		fa.tally = fleetTally{gen: a.s.Gen}
+		return fleetItem{a, d}, true
+	}
+	return it, false
 }
 
 // fleetRewrite writes the state of the agents whose state the fleet lost,
@@ -330,11 +434,21 @@ func (l *Loop) fleetRewrite() {
 	}
 }
 
-// fleetPooled takes the pooled counts p that answered a's delta d.
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
+// fleetPooled takes the pooled counts p that answered a's delta d; rep,
+// when set, gets the decision they make.
+// It returns how many revisions a's copy was behind the fleet's (0: in
+// step; 1 when it had none and the fleet has one).
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (lag int64) {
 	fa := a.fl
 	a.mu.Lock()
 	newer := p.Rev != fa.rev
+	switch {
+	case p.Rev <= fa.rev:
+	case fa.rev == 0:
+		lag = 1 // the fleet's first state of the agent: one commit at least
+	default:
+		lag = int64(min(p.Rev-fa.rev, 1<<53))
+	}
 	a.mu.Unlock()
 	if newer {
 		l.fleetRefresh(a)
@@ -346,7 +460,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	a.settleFleetLocked(l)
 	if a.evicted {
 		a.mu.Unlock()
-		return
+		return lag
 	}
 	fa.sent.Add(d.Change)
 	fa.sent.Add(d.Control)
@@ -407,9 +521,12 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool) {
 	}
 	l.remember(fixes)
 	if eff.decided != nil {
-		var rep Report
-		l.carry(context.Background(), a, &eff, &rep)
+		if rep == nil {
+			rep = new(Report)
+		}
+		l.carry(context.Background(), a, &eff, rep)
 	}
+	return lag
 }
 
 // SyncFleet sends the counts of the calls not sent yet to the fleet

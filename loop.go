@@ -107,6 +107,23 @@ type Metrics struct {
 	// FleetErrors counts the fleet's failed operations (WithFleet);
 	// FleetConflicts, the decisions another replica took first.
 	FleetErrors, FleetConflicts int64
+	// FleetReplica is this Loop's name in the fleet ("" without one).
+	// FleetDown is 1 while the fleet cannot be reached (the replica
+	// backs off), else 0; FleetOutages counts the outages (see
+	// EventFleetUnreachable).
+	FleetReplica            string
+	FleetDown, FleetOutages int64
+	// FleetCommits counts the decisions committed to the fleet (won or
+	// lost), FleetCommitNS the nanoseconds they took in all, and
+	// FleetCommitMaxNS the slowest.
+	FleetCommits, FleetCommitNS, FleetCommitMaxNS int64
+	// FleetLeases counts the leases a strategy run took, FleetLeasesBusy
+	// those another replica held, FleetLeaseErrors those that failed.
+	FleetLeases, FleetLeasesBusy, FleetLeaseErrors int64
+	// FleetLag is the most revisions one agent's copy was behind the
+	// fleet's at the latest flush (a commit announced late or lost; 0 in
+	// step); FleetBehind counts the times a flush found a copy behind.
+	FleetLag, FleetBehind int64
 }
 
 type metrics struct {
@@ -119,6 +136,10 @@ type metrics struct {
 	traces, tracesDropped                  atomic.Int64
 	agents, loads, evictions               atomic.Int64
 	fleetErrors, fleetConflicts            atomic.Int64
+	fleetOutages, fleetCommits             atomic.Int64
+	fleetCommitNS, fleetCommitMax          atomic.Int64
+	fleetLeases, fleetBusy, fleetLeaseErrs atomic.Int64
+	fleetLag, fleetBehind                  atomic.Int64
 }
 
 // Loop is the self-improvement loop. It is safe for concurrent use. Create
@@ -374,7 +395,7 @@ func (l *Loop) Close() error {
 // Metrics returns the loop's counters.
 func (l *Loop) Metrics() Metrics {
 	m := l.m
-	return Metrics{
+	out := Metrics{
 		Improvements: m.improvements.Load(), Confirmations: m.confirmations.Load(), Rollbacks: m.rollbacks.Load(),
 		StrategyRuns: m.strategyRuns.Load(), StrategyErrors: m.strategyErrors.Load(),
 		StrategyPanics: m.strategyPanics.Load(), StrategyTimeouts: m.strategyTimeouts.Load(),
@@ -384,7 +405,17 @@ func (l *Loop) Metrics() Metrics {
 		Traces: m.traces.Load(), TracesDropped: m.tracesDropped.Load(),
 		Agents: m.agents.Load(), Loads: m.loads.Load(), Evictions: m.evictions.Load(),
 		FleetErrors: m.fleetErrors.Load(), FleetConflicts: m.fleetConflicts.Load(),
+		FleetOutages: m.fleetOutages.Load(), FleetCommits: m.fleetCommits.Load(), FleetCommitNS: m.fleetCommitNS.Load(),
+		FleetCommitMaxNS: m.fleetCommitMax.Load(), FleetLeases: m.fleetLeases.Load(), FleetLeasesBusy: m.fleetBusy.Load(),
+		FleetLeaseErrors: m.fleetLeaseErrs.Load(), FleetLag: m.fleetLag.Load(), FleetBehind: m.fleetBehind.Load(),
 	}
+	if l.fleet != nil {
+		out.FleetReplica = l.fleet.replica
+		if l.fleet.down.Load() {
+			out.FleetDown = 1
+		}
+	}
+	return out
 }
 
 // newID returns a UUIDv7: 48 bits of Unix milliseconds, then random bits.

@@ -8,7 +8,8 @@ import (
 
 // The Loop's methods for operators and tools. Getters never create an
 // agent, never keep one loaded, and never write: an agent not in memory
-// is read from the store (before Close), and an unknown one gets the
+// is read from the store (before Close), with the fleet's shared state
+// of it under WithFleet (docs/fleet.md), and an unknown one gets the
 // documented answer for "no such agent". Setters load or create the
 // agent, and save what they did before they return.
 

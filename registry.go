@@ -291,7 +291,8 @@ func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 
 // view calls f with agent id's state, without creating or keeping the
 // agent: the live one, locked, or else a copy read from the store (not
-// after Close). It reports whether the agent is known.
+// after Close), with the fleet's shared state of it when there is one
+// (fleetView). It reports whether the agent is known.
 func (l *Loop) view(id string, f func(s *agentState)) bool {
 	if checkAgentID(id) != nil {
 		return false
@@ -315,6 +316,9 @@ func (l *Loop) view(id string, f func(s *agentState)) bool {
 		return false
 	}
 	st, found, _ := l.loadState(id)
+	if l.fleet != nil && l.fleetView(id, &st) {
+		found = true
+	}
 	if !found {
 		return false
 	}

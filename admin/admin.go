@@ -154,6 +154,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/events", http.MethodGet, read, s.listEvents)
 	route("/api/events/stream", http.MethodGet, read, s.stream)
 	route("/api/similar", http.MethodGet, read, s.similar)
+	route("/api/fleet", http.MethodGet, read, s.fleetStatus)
 	route("/metrics", http.MethodGet, metricsRead, s.metrics)
 	if s.o.Dashboard != nil {
 		route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)

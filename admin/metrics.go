@@ -167,6 +167,42 @@ func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 		e.family(c.name, c.typ, c.help)
 		e.sample(c.name, false, "", "", "", c.v)
 	}
+	if m.FleetReplica != "" {
+		e.fleetMetrics(m)
+	}
+}
+
+// fleetMetrics writes the fleet's families (a Loop with WithFleet).
+func (e *encoder) fleetMetrics(m selfimprove.Metrics) {
+	for _, c := range []struct {
+		name, typ, help string
+		v               int64
+	}{
+		{"selfimprove_fleet_up", "gauge", "1 while the fleet answers, 0 while this replica cannot reach it and backs off.", 1 - m.FleetDown},
+		{"selfimprove_fleet_outages_total", "counter", "Outages of the fleet seen by this replica (one unreachable and one recovered event each).", m.FleetOutages},
+		{"selfimprove_fleet_errors_total", "counter", "Failed operations on the fleet (unreachable, refused, invalid data).", m.FleetErrors},
+		{"selfimprove_fleet_conflicts_total", "counter", "Decisions another replica committed first.", m.FleetConflicts},
+		{"selfimprove_fleet_revision_lag", "gauge", "Most revisions an agent's copy was behind the fleet's at the latest flush (0: in step).", m.FleetLag},
+		{"selfimprove_fleet_behind_total", "counter", "Times a flush found an agent's copy behind the fleet's (a commit announced late or lost).", m.FleetBehind},
+	} {
+		e.family(c.name, c.typ, c.help)
+		e.sample(c.name, false, "", "", "", c.v)
+	}
+	e.family("selfimprove_fleet_commit_seconds", "summary", "Time commits of decisions to the fleet took (won or lost).")
+	e.w.WriteString("selfimprove_fleet_commit_seconds_sum ")
+	e.buf = strconv.AppendFloat(e.buf[:0], float64(m.FleetCommitNS)/1e9, 'g', -1, 64)
+	e.w.Write(e.buf)
+	e.w.WriteByte('\n')
+	e.sample("selfimprove_fleet_commit_seconds_count", false, "", "", "", m.FleetCommits)
+	e.family("selfimprove_fleet_commit_max_seconds", "gauge", "The slowest commit to the fleet since the loop started.")
+	e.w.WriteString("selfimprove_fleet_commit_max_seconds ")
+	e.buf = strconv.AppendFloat(e.buf[:0], float64(m.FleetCommitMaxNS)/1e9, 'g', -1, 64)
+	e.w.Write(e.buf)
+	e.w.WriteByte('\n')
+	e.family("selfimprove_fleet_leases_total", "counter", "Leases a strategy run asked for, by result: taken, busy (another replica held it), error.")
+	e.sample("selfimprove_fleet_leases_total", false, "", "result", "taken", m.FleetLeases)
+	e.sample("selfimprove_fleet_leases_total", false, "", "result", "busy", m.FleetLeasesBusy)
+	e.sample("selfimprove_fleet_leases_total", false, "", "result", "error", m.FleetLeaseErrors)
 }
 
 // add sums m into the aggregate s.

@@ -40,6 +40,8 @@ type Options struct {
 //	selfimprove.changes          counter  {result=applied|confirmed|rolled_back}
 //	selfimprove.notify.delivered, .failures, .dropped; selfimprove.store.errors;
 //	selfimprove.agents.loaded (gauge), selfimprove.agent.loads, selfimprove.agent.evictions  counters
+//	selfimprove.fleet.up, .commit.max, .revision.lag  gauges; selfimprove.fleet.outages, .errors,
+//	.conflicts, .commits, .commit.time (ns), .leases.taken, .leases.busy, .leases.errors, .behind  counters
 //
 // Call latency is a histogram, which OpenTelemetry cannot observe: Wrap
 // records it (selfimprove.call.duration) for the calls it runs.
@@ -77,6 +79,24 @@ var loopCounters = []loopCounter{
 	{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
 	{"selfimprove.agent.evictions", "Idle agents evicted from memory.", false, func(m si.Metrics) int64 { return m.Evictions }},
 	{"selfimprove.agents.loaded", "Agents in memory.", true, func(m si.Metrics) int64 { return m.Agents }},
+	// The fleet (WithFleet); 0 without one.
+	{"selfimprove.fleet.up", "1 while the fleet answers, 0 while this replica cannot reach it (or has no fleet).", true, func(m si.Metrics) int64 {
+		if m.FleetReplica == "" {
+			return 0
+		}
+		return 1 - m.FleetDown
+	}},
+	{"selfimprove.fleet.outages", "Outages of the fleet seen by this replica.", false, func(m si.Metrics) int64 { return m.FleetOutages }},
+	{"selfimprove.fleet.errors", "Failed operations on the fleet.", false, func(m si.Metrics) int64 { return m.FleetErrors }},
+	{"selfimprove.fleet.conflicts", "Decisions another replica committed first.", false, func(m si.Metrics) int64 { return m.FleetConflicts }},
+	{"selfimprove.fleet.commits", "Commits of decisions to the fleet.", false, func(m si.Metrics) int64 { return m.FleetCommits }},
+	{"selfimprove.fleet.commit.time", "Nanoseconds the commits to the fleet took in all (divide by selfimprove.fleet.commits).", false, func(m si.Metrics) int64 { return m.FleetCommitNS }},
+	{"selfimprove.fleet.commit.max", "Nanoseconds the slowest commit to the fleet took.", true, func(m si.Metrics) int64 { return m.FleetCommitMaxNS }},
+	{"selfimprove.fleet.leases.taken", "Leases a strategy run took.", false, func(m si.Metrics) int64 { return m.FleetLeases }},
+	{"selfimprove.fleet.leases.busy", "Leases another replica held.", false, func(m si.Metrics) int64 { return m.FleetLeasesBusy }},
+	{"selfimprove.fleet.leases.errors", "Lease requests that failed.", false, func(m si.Metrics) int64 { return m.FleetLeaseErrors }},
+	{"selfimprove.fleet.revision.lag", "Most revisions an agent's copy was behind the fleet's at the latest flush.", true, func(m si.Metrics) int64 { return m.FleetLag }},
+	{"selfimprove.fleet.behind", "Times a flush found an agent's copy behind the fleet's.", false, func(m si.Metrics) int64 { return m.FleetBehind }},
 }
 
 // instruments are the observable instruments of RegisterMetrics.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 	siotel "github.com/self-improving-loop/selfimprove/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -151,6 +152,37 @@ func checkSum(t *testing.T, got map[string]metricdata.Aggregation, name string, 
 	for k, v := range want {
 		if seen[k] != v {
 			t.Errorf("%s %s = %d, want %d (%v)", name, k, seen[k], v, seen)
+		}
+	}
+}
+
+// TestFleetMetrics: a Loop with a fleet shows it up, its commits and
+// leases.
+func TestFleetMetrics(t *testing.T) {
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithFleet(fleettest.New(clk)), si.WithFleetFlush(0, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reader := sdkmetric.NewManualReader()
+	if _, err := siotel.RegisterMetrics(l, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), siotel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	got := collectMetrics(t, reader)
+	if g, ok := got["selfimprove.fleet.up"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != 1 {
+		t.Errorf("fleet up: %v", got["selfimprove.fleet.up"])
+	}
+	if s, ok := got["selfimprove.fleet.commits"].(metricdata.Sum[int64]); !ok || s.DataPoints[0].Value != 1 {
+		t.Errorf("fleet commits: %v", got["selfimprove.fleet.commits"])
+	}
+	for _, name := range []string{"selfimprove.fleet.outages", "selfimprove.fleet.leases.taken", "selfimprove.fleet.revision.lag", "selfimprove.fleet.commit.time"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no %s", name)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,10 +102,15 @@ func (f *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 			return nil, err
 		}
 	}
-	run := func(ctx context.Context, eval bool) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(deltas))
+	// run sends the deltas of cmds[i] for each i in only (all when nil),
+	// by EVALSHA, or by EVAL.
+	run := func(ctx context.Context, only []int, eval bool) error {
 		pipe := f.c.Pipeline()
-		cmds := make([]*redis.Cmd, len(deltas))
 		for i := range deltas {
+			if only != nil && !slices.Contains(only, i) {
+				continue
+			}
 			keys, args := f.addArgs(&deltas[i])
 			if eval {
 				cmds[i] = addScript.Eval(ctx, pipe, keys, args...)
@@ -113,14 +119,21 @@ func (f *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 			}
 		}
 		_, err := pipe.Exec(ctx)
-		return cmds, err
+		return err
 	}
-	var cmds []*redis.Cmd
 	err := f.do(ctx, func(ctx context.Context) error {
-		var err error
-		cmds, err = run(ctx, false)
+		err := run(ctx, nil, false)
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			cmds, err = run(ctx, true)
+			// Sent again by EVAL: only the deltas whose node lacked the
+			// script (a Redis Cluster loads it node by node); the others
+			// were booked.
+			var again []int
+			for i, c := range cmds {
+				if c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+					again = append(again, i)
+				}
+			}
+			err = run(ctx, again, true)
 		}
 		if err != nil && !unreachable(err) {
 			err = nil // one agent's error: its pool says so

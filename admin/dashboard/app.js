@@ -297,6 +297,34 @@ async function loadPending() {
   }
 }
 
+// ---- the fleet (GET api/fleet): shown only when the loop has one
+
+const FLEET_MS = 5000; // how often the fleet's figures are read again
+
+async function loadFleet() {
+  let f;
+  try { f = await read("api/fleet"); } catch (e) { return; }
+  const box = $("fleet");
+  box.hidden = !f.attached;
+  if (!f.attached) return;
+  const st = $("fleet-state");
+  st.className = "badge " + (f.up ? "up" : "down");
+  st.textContent = f.up ? "up" : "unreachable";
+  const ms = (x) => x < 10 ? x.toFixed(2) + " ms" : Math.round(x) + " ms";
+  const facts = [
+    ["replica", f.replica],
+    ["outages", String(f.outages)],
+    ["commits", f.commits + (f.commits ? " · avg " + ms(f.commit_avg_ms) + " · max " + ms(f.commit_max_ms) : "")],
+    ["conflicts", String(f.conflicts)],
+    ["leases", f.leases_taken + " taken · " + f.leases_busy + " busy · " + f.lease_errors + " failed"],
+    ["revision lag", String(f.revision_lag) + (f.behind ? " (behind " + f.behind + "×)" : "")],
+    ["errors", String(f.errors)],
+  ];
+  $("fleet-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k }, el("dt", { text: k }), el("dd", { text: v }))));
+  const last = f.events.length ? f.events[f.events.length - 1] : null;
+  $("fleet-last").textContent = last ? when(last.time) + ": " + last.message : "No outage since the process started.";
+}
+
 // ---- the agent page
 
 function fmtVal(v) {
@@ -482,6 +510,7 @@ function handleEvent(type, data, id) {
   try { ev = JSON.parse(data); } catch (e) { return; }
   if (ev.agent_ref !== undefined) refreshAgent(ev.agent_ref);
   if (type.startsWith("proposal_") || type === "improvement_applied" || type === "rolled_back" || type === "change_confirmed") loadPending();
+  if (type === "fleet_unreachable" || type === "fleet_recovered") loadFleet();
 }
 
 async function startStream() {
@@ -551,7 +580,8 @@ function init() {
   }
   window.addEventListener("hashchange", route);
   route();
-  loadAgents().then(() => loadPending()).catch((e) => say("Could not read the agents: " + e.message, "error"));
+  loadAgents().then(() => { loadPending(); loadFleet(); }).catch((e) => say("Could not read the agents: " + e.message, "error"));
+  setInterval(loadFleet, FLEET_MS);
   startStream();
 }
 
