@@ -196,9 +196,11 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	a.mirrorLocked()
 	fixes := fixesOf(a.s.Changes, known)
 	props := a.s.snapshot().Proposals
+	landed := a.landedLocked(rev, val, known)
 	a.mu.Unlock()
 	l.remember(fixes)
 	l.props.note(a.id, props)
+	l.orphanLanded(a, landed)
 }
 
 // fleetNotified takes a commit another replica announced.
@@ -305,6 +307,9 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
 	default:
 		l.fleetErr(a, err)
+		if errors.Is(err, ErrFleetUnavailable) {
+			l.keepOrphan(a, rev, value, evs)
+		}
 		if base != nil {
 			l.fleetAdopt(a, rev, base, true)
 		}

@@ -206,3 +206,72 @@ func TestFleetLagMetric(t *testing.T) {
 		t.Fatalf("commit metrics: %+v", m)
 	}
 }
+
+// ghostFleet is a fleettest.Fleet whose Commit, while lose is set, lands
+// the commit and then reports the fleet unreachable: the answer was lost
+// after the script ran in time, the one case the commit's deadline cannot
+// rule out (docs/fleet.md, "No ghost commits").
+type ghostFleet struct {
+	faultyFleet
+	lose atomic.Bool
+}
+
+func (f *ghostFleet) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
+	n, err := f.faultyFleet.Commit(ctx, id, rev, v)
+	if err == nil && f.lose.Load() {
+		return 0, errUnreachable
+	}
+	return n, err
+}
+
+// TestFleetLandedCommitRecorded: SetConfig whose commit landed but whose
+// answer was lost returns an error; when the replica next reads the
+// fleet, it finds its decision in force and records its event after all,
+// so that no config is in force without one (issue 28, D2).
+func TestFleetLandedCommitRecorded(t *testing.T) {
+	e := newFleetEnv(t, 0, nil, noFloor)
+	link := &ghostFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
+	e.fleet = link
+	e.add()
+	e.fleet = e.mem
+	e.add()
+	e.call(0, "a", nil)
+	e.sync()
+	link.lose.Store(true)
+	if err := e.reps[0].SetConfig("a", si.Config{Route: "ghost"}); err == nil {
+		t.Fatal("SetConfig succeeded with its answer lost")
+	}
+	link.lose.Store(false)
+	e.sync()
+	e.sync()
+	for i := range 2 {
+		if r := e.reps[i].Config("a").Route; r != "ghost" {
+			t.Fatalf("replica %d runs route %q, want the commit that landed", i, r)
+		}
+	}
+	e.recs[0].waitFor(t, 1)
+	var set []si.Event
+	e.recs[0].mu.Lock()
+	for _, ev := range e.recs[0].events {
+		if ev.Type == si.EventConfigSet && ev.Change != nil && ev.Change.To.Route == "ghost" {
+			set = append(set, ev)
+		}
+	}
+	e.recs[0].mu.Unlock()
+	if len(set) != 1 {
+		t.Fatalf("%d config_set events for the landed commit, want 1", len(set))
+	}
+	evs, err := e.mem.Events(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == si.EventConfigSet && ev.Change != nil && ev.Change.To.Route == "ghost" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the fleet's event log has %d config_set events for the landed commit, want 1", n)
+	}
+}

@@ -75,6 +75,9 @@ type fleetAgent struct {
 	// delta whose answer was lost, sent again unchanged before any other.
 	batch   uint64
 	pending *FleetDelta
+	// orphan is a decision whose commit failed without an answer: it may
+	// still have landed (see fleetOrphan). Guarded by the agent's mu.
+	orphan *fleetOrphan
 }
 
 func newFleetLink(o *options) *fleetLink {
