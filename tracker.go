@@ -504,22 +504,26 @@ func (c counts) stats() Stats {
 // on: the call counts) or succeeds (the run is over): a success after the
 // run, such as the first call after an outage both configs shared, says
 // nothing about it. The tail is not kept across a restart.
+// The tail's counts are 32 bits (saturating), so that an agent stays in its
+// size class (TestAgentSizeClass).
 type streak struct {
 	Calls, Failures         int
-	tailCalls, tailFailures int
+	tailCalls, tailFailures int32
 }
 
 // add counts a call of the previous config into the tail.
 func (k *streak) add(failed bool) {
-	k.tailCalls++
-	if failed {
-		k.tailFailures++
+	if k.tailCalls < math.MaxInt32 {
+		k.tailCalls++
+		if failed {
+			k.tailFailures++
+		}
 	}
 }
 
 // extend counts the tail: the change failed again.
 func (k *streak) extend() {
-	k.Calls, k.Failures = k.Calls+k.tailCalls, k.Failures+k.tailFailures
+	k.Calls, k.Failures = k.Calls+int(k.tailCalls), k.Failures+int(k.tailFailures)
 	k.tailCalls, k.tailFailures = 0, 0
 }
 
