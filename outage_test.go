@@ -57,27 +57,40 @@ func (f *fleet) rateOf(agent string, from, to int) float64 {
 // (hours later, of the same kind) recovers to at least 90 % of the
 // agent's success before the outage, counted from 50 calls after the
 // fault began (an agent that never saw the outage needs 17 to 82 calls
-// to fix it over the same seeds), over 8 seeds: the outage's failures do not make the agent's usual failure
-// rate look high enough to hide the fault as noise. The A/B policy
-// table (examples/ab) checks every verification policy.
+// to fix it over the same seeds), over 8 seeds, under the default and
+// the canary policies, with and without a fallback route: the outage's
+// failures do not make the agent's usual failure rate look high enough
+// to hide the fault as noise, and no change made or verified during the
+// outage keeps the agent from being analysed when the fault comes. The
+// A/B policy table (examples/ab) checks every verification policy.
 func TestScenarioOutageLeavesNoScarOnALaterFault(t *testing.T) {
 	const from, end = mildAt + 50, mildAt + 350
-	for seed := uint64(1); seed <= 8; seed++ {
-		f := newFleet(t, true, outageAgents(), outageUp(true))
-		f.rng = rand.New(rand.NewPCG(seed, 2026))
-		f.run(end, time.Minute)
-		before, after := f.rateOf("agent-00", 0, outageFrom), f.rateOf("agent-00", from, end)
-		fixed := "never"
-		for _, ch := range f.l.Changes("agent-00") {
-			if ch.To.MaxAttempts > ch.From.MaxAttempts && ch.AppliedAt.After(t0.Add(mildAt*time.Minute)) {
-				fixed = fmt.Sprintf("%.0f calls", ch.AppliedAt.Sub(t0.Add(mildAt*time.Minute)).Minutes())
-				break
+	ladder := si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}})
+	for _, m := range []si.Method{si.MethodQuick, si.MethodCanary} {
+		for _, routes := range []bool{false, true} {
+			opts := []si.Option{si.WithRollbackPolicy(si.RollbackPolicy{Method: m})}
+			if routes {
+				opts = append(opts, ladder)
 			}
-		}
-		t.Logf("seed %d: agent-00 %.1f%% before the outage, %.1f%% in the mild fault (%.1f%% of before); one more attempt after %s",
-			seed, 100*before, 100*after, 100*after/before, fixed)
-		if after < 0.9*before {
-			t.Errorf("seed %d: after the outage, agent-00's mild fault recovers to %.1f%% of its success before the outage, want at least 90%%", seed, 100*after/before)
+			for seed := uint64(1); seed <= 8; seed++ {
+				f := newFleet(t, true, outageAgents(), outageUp(true), opts...)
+				f.rng = rand.New(rand.NewPCG(seed, 2026))
+				f.run(end, time.Minute)
+				before, after := f.rateOf("agent-00", 0, outageFrom), f.rateOf("agent-00", from, end)
+				fixed := "never"
+				for _, ch := range f.l.Changes("agent-00") {
+					if ch.To.MaxAttempts > ch.From.MaxAttempts && ch.AppliedAt.After(t0.Add(mildAt*time.Minute)) {
+						fixed = fmt.Sprintf("%.0f calls", ch.AppliedAt.Sub(t0.Add(mildAt*time.Minute)).Minutes())
+						break
+					}
+				}
+				t.Logf("%s, routes %v, seed %d: agent-00 %.1f%% before the outage, %.1f%% in the mild fault (%.1f%% of before); one more attempt after %s",
+					m, routes, seed, 100*before, 100*after, 100*after/before, fixed)
+				if after < 0.9*before {
+					t.Errorf("%s, routes %v, seed %d: after the outage, agent-00's mild fault recovers to %.1f%% of its success before the outage, want at least 90%%",
+						m, routes, seed, 100*after/before)
+				}
+			}
 		}
 	}
 }

@@ -41,8 +41,12 @@ import (
 // likely than 1 in 1,000 at that rate, at most four times as many; not
 // when that rate is 50 % or more, an outage). Under
 // MethodCanary they do so only if a call of the previous config succeeded
-// while they happened: a fault that hits both configs is not the change's
-// fault.
+// while they happened (between two of them): a fault that hits both
+// configs is not the change's fault. Not so the run of failures the
+// change was made in: a change applied after at least
+// MaxConsecutiveFailures failures in a row that fails every one of its
+// calls has not ended that run, and MaxConsecutiveFailures of them roll it
+// back under MethodCanary too.
 //
 // "Before" is the recent regime: the calls since the fault began (the oldest
 // failure within the agent's threshold window when the change was applied),
@@ -429,23 +433,28 @@ type Verdict struct {
 
 // Evidence is what a policy judges a change by. Of each Stats it uses
 // Calls, Failures, TotalLatency and SuccessLatency, and of After also
-// ConsecutiveFailures.
+// ConsecutiveFailures; MethodCanary also uses Window's
+// ConsecutiveFailures, the run of failures the change was made in.
 type Evidence struct {
 	// Before is the reference: the recent regime when the change was
 	// applied (the analysis window under SeedCompatible).
 	Before Stats
 	// Window is the analysis window's stats when the change was applied;
 	// the sequential tests pool Before with it, or shrink Before's success
-	// rate toward its rate.
+	// rate toward its rate. Its ConsecutiveFailures is the run of failures
+	// under way when the change was applied.
 	Window Stats
 	// After counts the calls that ran under the change.
 	After Stats
 	// Control counts the calls that ran under the previous config while
 	// the change was verified (MethodCanary only).
 	Control Stats
-	// StreakControl counts the calls of the previous config since the
-	// change's current run of consecutive failures began (MethodCanary
-	// only): a success among them lays the run on the change.
+	// StreakControl counts the calls of the previous config during the
+	// change's current run of consecutive failures, between two of its
+	// failures (MethodCanary only): a success among them lays the run on
+	// the change. One after the run's latest failure counts only once the
+	// change fails again: the first call after an outage both configs
+	// shared may be the previous config's.
 	StreakControl Stats
 	// Raised says the change raised a bound of the call: a longer
 	// Timeout, more attempts or a longer Backoff. Comparable then counts

@@ -220,7 +220,19 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	// be unlikely under it: its failure rate over the run, taken as
 	// (F+½)/(C+1), makes the run less likely than streakOdds (at most 10×
 	// MaxConsecutiveFailures). A fault that hits both arms is not blamed
-	// on the change.
+	// on the change. Not so the run the change was made for: applied
+	// during a run of at least MaxConsecutiveFailures failures (an outage,
+	// shared or not), a change that failed every one of its calls has not
+	// ended it, and MaxConsecutiveFailures of them roll it back, as under
+	// the other methods. Kept, it would be verified against the outage
+	// (and block the analysis of a later fault) for CanaryCalls calls of
+	// the previous config.
+	if a.ConsecutiveFailures == a.Calls && e.Window.ConsecutiveFailures >= p.MaxConsecutiveFailures {
+		if v, ok := consecutive(a, p.MaxConsecutiveFailures, 0); ok {
+			v.Reason += fmt.Sprintf(", applied during a run of %d failures that it has not ended", e.Window.ConsecutiveFailures)
+			return v
+		}
+	}
 	if sc.Calls > sc.Failures {
 		q := verdict.Smoothed(sc.Failures, sc.Calls)
 		limit := p.MaxConsecutiveFailures

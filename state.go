@@ -38,8 +38,8 @@ type agentState struct {
 	// Control counts the calls that ran the previous config while the
 	// change is verified by MethodCanary.
 	Control counts `json:"control,omitzero"`
-	// Streak counts the calls that ran the previous config since the
-	// change's current run of consecutive failures began (MethodCanary).
+	// Streak counts the calls that ran the previous config during the
+	// change's current run of consecutive failures (MethodCanary).
 	Streak  streak   `json:"streak,omitzero"`
 	Changes []Change `json:"changes,omitempty"` // decided changes, newest last, at most maxChanges
 
@@ -252,6 +252,8 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 			} else {
 				if !c.failed || s.Verify.Consec == 0 {
 					s.Streak = streak{} // a run of failures ends or begins
+				} else {
+					s.Streak.extend()
 				}
 				s.Verify.add(c.dur, c.failed)
 				if v := s.Verifying; !c.failed && servedAlike(v.From, v.To, c.attempts, c.dur) {
@@ -564,6 +566,10 @@ func (s *agentState) snapshot() agentState {
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v
+	}
+	if snap.Tracker.Outages != nil {
+		o := *snap.Tracker.Outages // the live state goes on writing its own
+		snap.Tracker.Outages = &o
 	}
 	return snap
 }

@@ -497,17 +497,34 @@ func (c counts) stats() Stats {
 	return s
 }
 
-// streak counts the calls of the previous config since the change's
-// current run of consecutive failures began (MethodCanary).
+// streak counts the calls of the previous config during the change's
+// current run of consecutive failures (MethodCanary): those between two of
+// its failures. A call of the previous config after the run's latest
+// failure waits in the tail until the change fails again (the run goes
+// on: the call counts) or succeeds (the run is over): a success after the
+// run, such as the first call after an outage both configs shared, says
+// nothing about it. The tail is not kept across a restart.
+// The tail's counts are 32 bits (saturating), so that an agent stays in its
+// size class (TestAgentSizeClass).
 type streak struct {
-	Calls, Failures int
+	Calls, Failures         int
+	tailCalls, tailFailures int32
 }
 
+// add counts a call of the previous config into the tail.
 func (k *streak) add(failed bool) {
-	k.Calls++
-	if failed {
-		k.Failures++
+	if k.tailCalls < math.MaxInt32 {
+		k.tailCalls++
+		if failed {
+			k.tailFailures++
+		}
 	}
+}
+
+// extend counts the tail: the change failed again.
+func (k *streak) extend() {
+	k.Calls, k.Failures = k.Calls+int(k.tailCalls), k.Failures+int(k.tailFailures)
+	k.tailCalls, k.tailFailures = 0, 0
 }
 
 func (k streak) stats() Stats { return newStats(k.Calls, k.Failures, 0) }

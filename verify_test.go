@@ -209,6 +209,35 @@ func TestDecideCanary(t *testing.T) {
 	}
 }
 
+// A change applied during a run of failures (an outage) that has failed
+// every one of its calls has not ended the run it was made for: under
+// MethodCanary too, MaxConsecutiveFailures of them roll it back, though
+// the previous config fails alike. A run that begins after the change
+// succeeded is a fault of both arms, not the change's.
+func TestDecideCanaryTheRunItWasMadeIn(t *testing.T) {
+	ms := time.Millisecond
+	p := si.RollbackPolicy{Method: si.MethodCanary}
+	tests := []struct {
+		name                   string
+		window, after, control si.Stats
+		want                   si.Decision
+	}{
+		{"made in a run of 17, 5 failures, control failing too", st(218, 20, ms, 17), st(5, 5, ms, 5), st(1, 1, ms, 1), si.DecisionRollback},
+		{"made in a run of 17, 5 failures, no control call", st(218, 20, ms, 17), st(5, 5, ms, 5), si.Stats{}, si.DecisionRollback},
+		{"made in a run of 17, 4 failures", st(218, 20, ms, 17), st(4, 4, ms, 4), st(1, 1, ms, 1), si.DecisionWait},
+		{"made in a run of 17, succeeded before its run", st(218, 20, ms, 17), st(30, 20, ms, 20), st(3, 3, ms, 3), si.DecisionWait},
+		{"made after 3 failures in a row", st(218, 20, ms, 3), st(20, 20, ms, 20), st(2, 2, ms, 2), si.DecisionWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := si.Evidence{Before: st(16, 16, ms, 0), Window: tt.window, After: tt.after, Control: tt.control, StreakControl: tt.control}
+			if got := p.Decide(e); got.Decision != tt.want {
+				t.Errorf("%v (%s), want %v", got.Decision, got.Reason, tt.want)
+			}
+		})
+	}
+}
+
 // canaryRun applies a change under MethodCanary with seed and makes n
 // calls; the change's route "b" and the previous config fail as told. It
 // returns the arm and version of each call and the last report.
