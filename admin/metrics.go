@@ -141,16 +141,27 @@ func (e *encoder) histogram(agents []series, name, help string, sparse bool, of 
 	}
 }
 
+// family is a family of one unlabelled sample.
+type family struct {
+	name, typ, help string
+	v               int64
+}
+
+// families writes families of one unlabelled sample each.
+func (e *encoder) families(fs []family) {
+	for _, c := range fs {
+		e.family(c.name, c.typ, c.help)
+		e.sample(c.name, false, "", "", "", c.v)
+	}
+}
+
 // loopMetrics writes the loop-wide families.
 func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 	e.family("selfimprove_changes_total", "counter", "Config changes applied, confirmed and rolled back since the loop started.")
 	e.sample("selfimprove_changes_total", false, "", "result", "applied", m.Improvements)
 	e.sample("selfimprove_changes_total", false, "", "result", "confirmed", m.Confirmations)
 	e.sample("selfimprove_changes_total", false, "", "result", "rolled_back", m.Rollbacks)
-	for _, c := range []struct {
-		name, typ, help string
-		v               int64
-	}{
+	e.families([]family{
 		{"selfimprove_strategy_runs_total", "counter", "Strategy runs.", m.StrategyRuns},
 		{"selfimprove_strategy_errors_total", "counter", "Strategy runs that failed (errors, panics, timeouts).", m.StrategyErrors},
 		{"selfimprove_rejected_tweaks_total", "counter", "Tweaks the loop refused to apply.", m.RejectedTweaks},
@@ -163,10 +174,7 @@ func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 		{"selfimprove_agents_loaded", "gauge", "Agents in memory.", m.Agents},
 		{"selfimprove_agent_loads_total", "counter", "Agents loaded from the store.", m.Loads},
 		{"selfimprove_agent_evictions_total", "counter", "Idle agents evicted from memory.", m.Evictions},
-	} {
-		e.family(c.name, c.typ, c.help)
-		e.sample(c.name, false, "", "", "", c.v)
-	}
+	})
 	if m.FleetReplica != "" {
 		e.fleetMetrics(m)
 	}
@@ -174,20 +182,14 @@ func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 
 // fleetMetrics writes the fleet's families (a Loop with WithFleet).
 func (e *encoder) fleetMetrics(m selfimprove.Metrics) {
-	for _, c := range []struct {
-		name, typ, help string
-		v               int64
-	}{
+	e.families([]family{
 		{"selfimprove_fleet_up", "gauge", "1 while the fleet answers, 0 while this replica cannot reach it and backs off.", 1 - m.FleetDown},
 		{"selfimprove_fleet_outages_total", "counter", "Outages of the fleet seen by this replica (one unreachable and one recovered event each).", m.FleetOutages},
 		{"selfimprove_fleet_errors_total", "counter", "Failed operations on the fleet (unreachable, refused, invalid data).", m.FleetErrors},
 		{"selfimprove_fleet_conflicts_total", "counter", "Decisions another replica committed first.", m.FleetConflicts},
 		{"selfimprove_fleet_revision_lag", "gauge", "Most revisions an agent's copy was behind the fleet's at the latest flush (0: in step).", m.FleetLag},
 		{"selfimprove_fleet_behind_total", "counter", "Times a flush found an agent's copy behind the fleet's (a commit announced late or lost).", m.FleetBehind},
-	} {
-		e.family(c.name, c.typ, c.help)
-		e.sample(c.name, false, "", "", "", c.v)
-	}
+	})
 	e.family("selfimprove_fleet_commit_seconds", "summary", "Time commits of decisions to the fleet took (won or lost).")
 	e.w.WriteString("selfimprove_fleet_commit_seconds_sum ")
 	e.buf = strconv.AppendFloat(e.buf[:0], float64(m.FleetCommitNS)/1e9, 'g', -1, 64)
