@@ -249,17 +249,21 @@ func TestFleetLandedCommitRecorded(t *testing.T) {
 			t.Fatalf("replica %d runs route %q, want the commit that landed", i, r)
 		}
 	}
-	e.recs[0].waitFor(t, 1)
-	var set []si.Event
-	e.recs[0].mu.Lock()
-	for _, ev := range e.recs[0].events {
-		if ev.Type == si.EventConfigSet && ev.Change != nil && ev.Change.To.Route == "ghost" {
-			set = append(set, ev)
+	ghosts := func() int { // the notifier delivers on its own goroutine
+		e.recs[0].mu.Lock()
+		defer e.recs[0].mu.Unlock()
+		n := 0
+		for _, ev := range e.recs[0].events {
+			if ev.Type == si.EventConfigSet && ev.Change != nil && ev.Change.To.Route == "ghost" {
+				n++
+			}
 		}
+		return n
 	}
-	e.recs[0].mu.Unlock()
-	if len(set) != 1 {
-		t.Fatalf("%d config_set events for the landed commit, want 1", len(set))
+	for deadline := time.Now().Add(10 * time.Second); ghosts() == 0 && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	}
+	if n := ghosts(); n != 1 {
+		t.Fatalf("%d config_set events for the landed commit, want 1", n)
 	}
 	evs, err := e.mem.Events(context.Background(), 100)
 	if err != nil {

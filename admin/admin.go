@@ -22,6 +22,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -71,6 +72,24 @@ type Options struct {
 	// Logger receives the loop errors behind 500 answers. Default
 	// slog.Default().
 	Logger *slog.Logger
+
+	// IntakeToken is a second bearer token that the outcome intake (POST
+	// /api/outcomes and GET /api/agents/{agent}/config) accepts besides
+	// Token, for agents that may report outcomes and read their config
+	// but not act as an operator. Default empty: Token alone. With
+	// neither token, the intake refuses outcomes with 403 like any
+	// mutation.
+	IntakeToken string
+	// MaxOutcomes bounds the outcomes of one POST /api/outcomes (which
+	// MaxBodyBytes bounds too). Default 500.
+	MaxOutcomes int
+	// OutcomeRate bounds the outcomes the intake books, a second, over
+	// all agents, with bursts of MaxOutcomes or one second's worth,
+	// whichever is more; a batch over it gets 429 with Retry-After and
+	// is not booked. Default 1,000.
+	OutcomeRate float64
+	// Now is the clock of the rate bound. Default time.Now.
+	Now func() time.Time
 }
 
 func (o Options) withDefaults() Options {
@@ -95,14 +114,25 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.MaxOutcomes <= 0 {
+		o.MaxOutcomes = 500
+	}
+	if !(o.OutcomeRate > 0) || math.IsInf(o.OutcomeRate, 1) {
+		o.OutcomeRate = 1000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return o
 }
 
 // server is the handler's state.
 type server struct {
-	l     *selfimprove.Loop
-	o     Options
-	token [32]byte // SHA-256 of Options.Token
+	l      *selfimprove.Loop
+	o      Options
+	token  [32]byte // SHA-256 of Options.Token
+	intake [32]byte // SHA-256 of Options.IntakeToken
+	rate   *rateBound
 }
 
 // access is what an endpoint needs to be served.
@@ -112,7 +142,9 @@ const (
 	read access = iota
 	metricsRead
 	mutate
-	public // the embedded dashboard's static files
+	public       // the embedded dashboard's static files
+	intakeRead   // a read of the intake: Token or IntakeToken
+	intakeMutate // a mutation of the intake: Token or IntakeToken
 )
 
 // Handler returns the HTTP handler of l's operator surface. The paths are
@@ -123,6 +155,7 @@ const (
 //	GET  /api/agents                     ?prefix= &unhealthy=true &limit= &after=
 //	GET  /api/agents/{agent}
 //	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
+//	GET  /api/agents/{agent}/config      the config in force, with an ETag (intake)
 //	POST /api/agents/{agent}/config      {"config": {…}}
 //	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
 //	POST /api/agents/{agent}/critical    {"critical": true}
@@ -132,12 +165,14 @@ const (
 //	GET  /api/events                     ?agent= &type= &since= &until= &after= &before= &limit=
 //	GET  /api/events/stream              server-sent events; Last-Event-ID resumes
 //	GET  /api/similar                    ?q= &k=
+//	POST /api/outcomes                   {"outcomes": [{"agent": "…", "success": false, …}]} (intake)
 //	GET  /metrics                        Prometheus text format 0.0.4
 //	GET  /                               the dashboard (Options.Dashboard)
 //
 // docs/admin.md shows each request and response.
 func Handler(l *selfimprove.Loop, opts Options) http.Handler {
-	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token))}
+	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken))}
+	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
 	mux := http.NewServeMux()
 	route := func(pattern, method string, a access, h http.HandlerFunc) {
 		mux.Handle(pattern, s.guard(method, a, h))
@@ -145,7 +180,14 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/agents", http.MethodGet, read, s.listAgents)
 	route("/api/agents/{agent}", http.MethodGet, read, s.getAgent)
 	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
-	route("/api/agents/{agent}/config", http.MethodPost, mutate, s.setConfig)
+	getConfig, setConfig := s.guard(http.MethodGet, intakeRead, s.agentConfig), s.guard(http.MethodPost, mutate, s.setConfig)
+	mux.HandleFunc("/api/agents/{agent}/config", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			getConfig.ServeHTTP(w, r)
+			return
+		}
+		setConfig.ServeHTTP(w, r)
+	})
 	route("/api/agents/{agent}/threshold", http.MethodPost, mutate, s.setThreshold)
 	route("/api/agents/{agent}/critical", http.MethodPost, mutate, s.markCritical)
 	route("/api/proposals", http.MethodGet, read, s.listProposals)
@@ -155,6 +197,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/events/stream", http.MethodGet, read, s.stream)
 	route("/api/similar", http.MethodGet, read, s.similar)
 	route("/api/fleet", http.MethodGet, read, s.fleetStatus)
+	route("/api/outcomes", http.MethodPost, intakeMutate, s.outcomes)
 	route("/metrics", http.MethodGet, metricsRead, s.metrics)
 	if s.o.Dashboard != nil {
 		route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)
@@ -183,7 +226,7 @@ func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler
 		if !s.authorized(w, r, a) {
 			return
 		}
-		if a == mutate {
+		if a == mutate || a == intakeMutate {
 			if !isJSON(r.Header.Get("Content-Type")) {
 				writeError(w, http.StatusUnsupportedMediaType, "", "the body must be JSON (Content-Type: application/json)")
 				return
@@ -197,17 +240,17 @@ func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler
 // authorized applies the token rules to a request needing a, and answers
 // it when it may not go on.
 func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) bool {
-	if a == public {
+	intake := a == intakeRead || a == intakeMutate
+	switch {
+	case a == public:
 		return true
-	}
-	if s.o.Token == "" {
-		if a == mutate {
+	case s.o.Token == "" && (!intake || s.o.IntakeToken == ""):
+		if a == mutate || a == intakeMutate {
 			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled (set admin.Options.Token)")
 			return false
 		}
 		return true
-	}
-	if a != mutate && s.o.OpenReads || a == metricsRead && s.o.OpenMetrics {
+	case (a == read || a == intakeRead) && s.o.OpenReads || a == metricsRead && (s.o.OpenReads || s.o.OpenMetrics):
 		return true
 	}
 	given, ok := bearer(r.Header.Get("Authorization"))
@@ -217,7 +260,9 @@ func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) bo
 		return false
 	}
 	sum := sha256.Sum256([]byte(given))
-	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+	okMain := s.o.Token != "" && subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
+	okIntake := intake && s.o.IntakeToken != "" && subtle.ConstantTimeCompare(sum[:], s.intake[:]) == 1
+	if !okMain && !okIntake {
 		writeError(w, http.StatusForbidden, "", "wrong token")
 		return false
 	}

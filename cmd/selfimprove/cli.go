@@ -50,6 +50,7 @@ type opts struct {
 	k            int
 	addr         string
 	readOnly     bool
+	create       bool
 	pollInterval time.Duration
 }
 

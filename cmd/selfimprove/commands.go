@@ -93,6 +93,7 @@ func init() {
 			flags: func(fs *flag.FlagSet, o *opts) {
 				fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 				fs.BoolVar(&o.readOnly, "read-only", false, "serve without the directory's lock, beside a live Loop; mutations are refused")
+				fs.BoolVar(&o.create, "create", false, "create the state directory when it does not exist (a sidecar for agents outside Go: docs/intake.md)")
 			}, run: runServe},
 		{name: "mcp", summary: "a Model Context Protocol server over stdio: the loop's failure memory, agents and proposals for agents",
 			example: "selfimprove mcp --dir ./state", nargs: [2]int{0, 0}, run: runMCP},

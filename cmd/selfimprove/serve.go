@@ -32,6 +32,14 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if e.o.create && e.o.readOnly {
+		return usageErr("--create and --read-only exclude each other")
+	}
+	if e.o.create {
+		if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o700); err != nil {
+			return fmt.Errorf("--create: %w", err)
+		}
+	}
 	h, l, err := serveHandler(dir, e.o.readOnly, token, logger)
 	if err != nil {
 		return err
@@ -76,7 +84,7 @@ func serveHandler(dir string, readOnly bool, token string, logger *slog.Logger) 
 		return &readOnlyHandler{dir: dir, opts: admin.Options{Logger: logger}}, nil, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
-		return nil, nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
+		return nil, nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR, or --create to make one", dir)
 	}
 	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
 	if errors.Is(err, selfimprove.ErrLocked) {

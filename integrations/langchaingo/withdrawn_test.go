@@ -1,0 +1,48 @@
+package langchaingo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	adapter "github.com/self-improving-loop/selfimprove/integrations/langchaingo"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// TestWithdrawnModelMovedToFallback: through the wrapped model, the
+// first call that meets a withdrawn primary succeeds on the fallback at
+// its next attempt, and the agent moves there: no call fails, and the
+// withdrawn model gets no more requests. (A withdrawn model is a dead
+// route, not returned to; the return to a primary that recovers from an
+// outage is TestScenarios/OverloadedPrimary.) The loop's clock is
+// simulated, a minute a call.
+func TestWithdrawnModelMovedToFallback(t *testing.T) {
+	s := newServer(t, func(model string, _ int) reply {
+		if model == "gpt-4.1" {
+			return apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4.1` does not exist or you do not have access to it.", nil)
+		}
+		return ok
+	})
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	routes := si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}}
+	l := newLoop(t, si.WithClock(clk), si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+	m := wrap(t, l, llm(t, s), adapter.Options{Routes: routes})
+	fails := 0
+	for range 120 {
+		if _, err := m.GenerateContent(context.Background(), hi); err != nil {
+			fails++
+		}
+		clk.Advance(time.Minute)
+	}
+	got := s.requests()
+	old := 0
+	for _, m := range got {
+		if m == "gpt-4.1" {
+			old++
+		}
+	}
+	if fails != 0 || got[0] != "gpt-4.1" || got[1] != "gpt-4o" || old > 2 || l.Config("a").Route != "gpt-4o" {
+		t.Errorf("%d calls failed; %d requests to the withdrawn model (first %q); route %q", fails, old, got[:2], l.Config("a").Route)
+	}
+}
