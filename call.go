@@ -102,6 +102,10 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	rep.LoopErr = err
 	rep.ConfigVersion = cfg.Version
 	c.version, c.arm = cfg.Version, rep.Arm
+	rctx, sc := ctx, (*scoreCtx)(nil)
+	if a != nil {
+		rctx, sc = carry(ctx, c.att)
+	}
 	start := l.now()
 	done := false
 	defer func() {
@@ -110,22 +114,34 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 				// Recorded, then raised again here, on top of fn's
 				// frames: the trace still shows where it panicked.
 				endN, dur := l.since(start)
+				if sc != nil {
+					c.q = sc.release()
+				}
+				if a != nil {
+					rep.ID = callID(endN, c.version)
+				}
 				l.finish(ctx, a, agentID, c, &rep, endN, dur, pv)
 				panic(pv)
 			}
 		}
 	}()
 	if c.homeProbe {
-		rep.Err, rep.BudgetExhausted = l.runProbe(ctx, cfg, home, fn, &rep.Attempts, &c)
+		rep.Err, rep.BudgetExhausted = l.runProbe(rctx, cfg, home, fn, &rep.Attempts, &c)
 	} else {
-		rep.Err, rep.BudgetExhausted = l.run(ctx, cfg, fn, &rep.Attempts, &c, c.att)
+		rep.Err, rep.BudgetExhausted = l.run(rctx, cfg, fn, &rep.Attempts, &c, c.att)
 	}
 	done = true
 	endN, dur := l.since(start)
+	if sc != nil {
+		c.q = sc.release()
+	}
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
-	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && a.fast.book(endN, int64(dur), &a.tel.live) {
+	if a != nil {
+		rep.ID = callID(endN, c.version)
+	}
+	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && !c.q.any() && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
@@ -188,6 +204,8 @@ type begun struct {
 	// Loop.cause).
 	att *callCtx
 	seq uint64
+	// q is what the call reported of itself (see scoreCtx).
+	q quality
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -196,7 +214,7 @@ type begun struct {
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
-		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute}
+		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
 	rep.Duration = dur
 	if pv != nil {
 		rep.Err = failure.Panic(pv)

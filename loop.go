@@ -43,6 +43,8 @@ import (
 )
 
 // Report says what one ExecuteWithImprovement call did.
+//
+// Its fields are laid out so that it stays 96 bytes (see TestReportSize).
 type Report struct {
 	// Success reports whether fn finally returned nil.
 	Success bool
@@ -50,6 +52,19 @@ type Report struct {
 	// own context ended (cancelled or past its deadline) before fn
 	// succeeded: that is the caller's choice, not the agent's failure.
 	Ignored bool
+	// ImprovementTriggered reports that this call's failure crossed the
+	// agent's threshold and the strategy ran (or, with no strategy, would
+	// have run).
+	ImprovementTriggered bool
+	// BudgetExhausted reports that retries stopped because the call's
+	// Budget was spent, or, with Attempts 0, that the call was refused
+	// before its first attempt (see Budget).
+	BudgetExhausted bool
+	// Arm is the arm of a canary verification (MethodCanary) the call ran
+	// in: ArmChange under the change being verified, ArmControl under the
+	// config before it. It is ArmNone when no canary verification was
+	// under way. The call is credited to its arm's version.
+	Arm Arm
 	// Err is fn's final error, unchanged (nil on success).
 	Err error
 	// Duration is the whole call: every attempt and the waits between.
@@ -59,19 +74,6 @@ type Report struct {
 	Attempts int
 	// ConfigVersion is the version of the config fn ran under.
 	ConfigVersion int
-	// Arm is the arm of a canary verification (MethodCanary) the call ran
-	// in: ArmChange under the change being verified, ArmControl under the
-	// config before it. It is ArmNone when no canary verification was
-	// under way. The call is credited to its arm's version.
-	Arm Arm
-	// ImprovementTriggered reports that this call's failure crossed the
-	// agent's threshold and the strategy ran (or, with no strategy, would
-	// have run).
-	ImprovementTriggered bool
-	// BudgetExhausted reports that retries stopped because the call's
-	// Budget was spent, or, with Attempts 0, that the call was refused
-	// before its first attempt (see Budget).
-	BudgetExhausted bool
 	// Improvement is the change applied during this call, else nil. It is
 	// also nil when the caller's context ended while the strategy was
 	// still running; the change then lands later, with its event.
@@ -81,6 +83,11 @@ type Report struct {
 	// Confirmed is the change whose verification passed during this call,
 	// else nil.
 	Confirmed *Change
+	// ID names the call for Loop.Score (CallID is its text form): its
+	// config version and the millisecond it ended. Two calls that end in
+	// the same millisecond under the same version share it, and a score
+	// of either counts for that version alike. 0 for an untracked call.
+	ID uint64
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error

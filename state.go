@@ -79,6 +79,8 @@ type agentState struct {
 	// Route is the agent's way back to its primary, its dead routes and
 	// its hold (state_routes.go); nil until it has any.
 	Route *routeState `json:"-"`
+	// Quality: scores and costs per config version; nil until any.
+	Quality *qualityBook `json:"-"`
 }
 
 // outageCooldown divides the cooldown after a strategy run that proposed
@@ -209,6 +211,8 @@ type call struct {
 	// from another call, unproven (see Loop.cause).
 	from    string
 	suspect bool
+	// q is the score and cost the call reported of itself.
+	q quality
 }
 
 // nested reports whether c's failure was, or looked, passed on from a
@@ -231,6 +235,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		tgen--
 	}
 	s.Tracker.record(tgen, endN, c.dur, c.failed, c.version, c.text, uint32(c.cluster))
+	if c.q.any() {
+		s.bookCall(c)
+	}
 	if c.failed {
 		if cl := s.observeCluster(c.cluster, sig, c.class, c.text, endN); !c.suspect {
 			cl.From = boundFrom(c.from)
@@ -258,12 +265,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 					s.Verify.alike(c.dur)
 				}
 			}
-			switch v := r.policy.Decide(s.evidence()); v.Decision {
-			case DecisionRollback:
-				s.rollback(c.end, v.Reason, r, eff)
-			case DecisionConfirm:
-				s.confirm(c.end, v.Reason, r, eff)
-			}
+			s.judge(c.end, r, eff)
 		}
 	} else if c.failed && !c.nested() && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
@@ -385,6 +387,7 @@ func (s *agentState) stats(now int64) Stats {
 	th, prof := s.threshold(now)
 	st := s.Tracker.stats(now)
 	st.Profile, st.Window = prof, th.Window
+	s.qualityOf(s.Config.Version).fill(&st)
 	return st
 }
 
@@ -435,8 +438,10 @@ func (an *Analysis) only(id string) {
 func (s *agentState) verifying() Change {
 	ch := *s.Verifying
 	ch.After = s.Verify.stats()
+	s.qualityOf(ch.To.Version).fill(&ch.After)
 	if s.Control.Calls > 0 {
 		c := s.Control.stats()
+		s.qualityOf(ch.From.Version).fill(&c)
 		ch.Control = &c
 	}
 	return ch
@@ -450,6 +455,7 @@ func (s *agentState) evidence() Evidence {
 	if w := v.Window; w != nil {
 		e.Window = *w
 	}
+	s.addQuality(&e)
 	return e
 }
 
@@ -562,6 +568,7 @@ func (s *agentState) snapshot() agentState {
 		r.Dead = slices.Clone(r.Dead)
 		snap.Route = &r
 	}
+	snap.Quality = snap.Quality.clone()
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v
