@@ -372,7 +372,7 @@ func (st *agentState) doc() (stateDoc, error) {
 		return d, err
 	}
 	if st.Quality != nil {
-		d.Quality = st.Quality.recs
+		d.Quality = st.Quality.Recs
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {
 		return d, err

@@ -460,7 +460,7 @@ func (c *checker) quality(recs []qualityRec) *qualityBook {
 			c.fail("%s: %v, not a cost", f.dot("cost"), r.Cost)
 		}
 	}
-	return &qualityBook{recs: recs}
+	return &qualityBook{Recs: recs}
 }
 
 // configs checks st's configs: the current one, the history, the change

@@ -161,7 +161,7 @@ const (
 // callID is the ID of a call that ended at endN (Unix ns) under version.
 func callID(endN int64, version int) uint64 {
 	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN/1e6)&(1<<idTimeBits-1))<<idVersionBits
-	return low | splitmix(low^idCheckKey)<<56
+	return low | splitmix(low^idCheckKey)>>56<<56
 }
 
 // parseCallID returns the low bits of the version of the call id names and
@@ -220,6 +220,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	}
 	var eff effects
 	version, route, ok := a.s.placeVersion(low)
+	ok = ok && a.s.Tracker.Total > 0 // an agent that made no call has none to score
 	if ok {
 		a.dirty = true
 		a.s.bookQuality(version, route, quality{score: score, scored: true}, false)

@@ -23,7 +23,7 @@ type qualityRec struct {
 // qualityBook is an agent's qualityRecs, at most maxQualityRecs, oldest
 // first.
 type qualityBook struct {
-	recs []qualityRec
+	Recs []qualityRec
 }
 
 // clone returns a copy of b (nil for nil).
@@ -31,7 +31,7 @@ func (b *qualityBook) clone() *qualityBook {
 	if b == nil {
 		return nil
 	}
-	return &qualityBook{recs: slices.Clone(b.recs)}
+	return &qualityBook{Recs: slices.Clone(b.Recs)}
 }
 
 // maxQualityRecs bounds the versions an agent keeps scores and costs for.
@@ -65,9 +65,9 @@ func (s *agentState) qualityOf(version int) *qualityRec {
 	if s.Quality == nil {
 		return nil
 	}
-	for i := range s.Quality.recs {
-		if s.Quality.recs[i].Version == version {
-			return &s.Quality.recs[i]
+	for i := range s.Quality.Recs {
+		if s.Quality.Recs[i].Version == version {
+			return &s.Quality.Recs[i]
 		}
 	}
 	return nil
@@ -84,18 +84,18 @@ func (s *agentState) bookQuality(version int, route string, q quality, failed bo
 			s.Quality = new(qualityBook)
 		}
 		b := s.Quality
-		if len(b.recs) >= maxQualityRecs {
+		if len(b.Recs) >= maxQualityRecs {
 			drop := 0
-			for i := range b.recs {
-				if v := b.recs[i].Version; v != s.Config.Version && (s.Verifying == nil || v != s.Verifying.From.Version) {
+			for i := range b.Recs {
+				if v := b.Recs[i].Version; v != s.Config.Version && (s.Verifying == nil || v != s.Verifying.From.Version) {
 					drop = i
 					break
 				}
 			}
-			b.recs = append(b.recs[:drop], b.recs[drop+1:]...)
+			b.Recs = append(b.Recs[:drop], b.Recs[drop+1:]...)
 		}
-		b.recs = append(b.recs, qualityRec{Version: version, Route: route})
-		r = &b.recs[len(b.recs)-1]
+		b.Recs = append(b.Recs, qualityRec{Version: version, Route: route})
+		r = &b.Recs[len(b.Recs)-1]
 	}
 	if q.scored {
 		r.Scored++
@@ -125,13 +125,13 @@ func (s *agentState) bookCall(c *call) {
 // qualityViews returns the quality and cost figures by config version and
 // by route (nil when none).
 func (s *agentState) qualityViews() (byVersion map[int]Stats, byRoute map[string]Stats) {
-	if s.Quality == nil || len(s.Quality.recs) == 0 {
+	if s.Quality == nil || len(s.Quality.Recs) == 0 {
 		return nil, nil
 	}
-	byVersion = make(map[int]Stats, len(s.Quality.recs))
+	byVersion = make(map[int]Stats, len(s.Quality.Recs))
 	sums := make(map[string]qualityRec)
-	for i := range s.Quality.recs {
-		r := &s.Quality.recs[i]
+	for i := range s.Quality.Recs {
+		r := &s.Quality.Recs[i]
 		byVersion[r.Version] = r.stats()
 		t := sums[r.Route]
 		t.Scored, t.Sum, t.Squares = t.Scored+r.Scored, t.Sum+r.Sum, t.Squares+r.Squares
@@ -169,7 +169,7 @@ func (s *agentState) placeVersion(low uint64) (version int, route string, ok boo
 		}
 	}
 	if s.Quality != nil {
-		for _, r := range s.Quality.recs {
+		for _, r := range s.Quality.Recs {
 			if uint64(r.Version)&(1<<idVersionBits-1) == low {
 				return r.Version, r.Route, true
 			}
