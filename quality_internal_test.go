@@ -19,7 +19,7 @@ func TestQualityStateRoundTrip(t *testing.T) {
 		t.Errorf("state file: %s", enc)
 	}
 	for _, bad := range []string{
-		`"score_sum":1.5` + "|" + `"score_sum":2.5`,         // more than one per scored call
+		`"score_sum":1.5` + "|" + `"score_sum":2.5`,           // more than one per scored call
 		`"score_squares":1.25` + "|" + `"score_squares":1.75`, // more than the sum
 		`"costed_successes":1` + "|" + `"costed_successes":3`, // more than the calls with a cost
 		`"version":1,"route"` + "|" + `"version":0,"route"`,
