@@ -148,11 +148,14 @@ func carry(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
 }
 
 // The call ID: the low idVersionBits of the config version, then the low
-// idTimeBits of the Unix millisecond the call ended, then a check byte.
+// idTimeBits of the time the call ended in units of 2^idTimeShift ns
+// (about a millisecond; they wrap after 52 days), then a check byte: a
+// shift and a multiplication on the success path.
 const (
 	idVersionBits = 24
 	idTimeBits    = 32
-	idCheckKey    = 0x5eed_c0de_9a1b_77e3
+	idTimeShift   = 20
+	idCheckKey    = 0x9e3779b97f4a7c15
 	// scoreSkew is how far in the future a call ID may end: the clocks of
 	// the loops that share a state directory may differ by this much.
 	scoreSkew = time.Minute
@@ -160,21 +163,24 @@ const (
 
 // callID is the ID of a call that ended at endN (Unix ns) under version.
 func callID(endN int64, version int) uint64 {
-	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN/1e6)&(1<<idTimeBits-1))<<idVersionBits
-	return low | splitmix(low^idCheckKey)>>56<<56
+	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<56-1)
+	return low | idCheck(low)
 }
+
+// idCheck is the check byte of an ID's low 56 bits, in place.
+func idCheck(low uint64) uint64 { return (low*idCheckKey + idCheckKey) >> 56 << 56 }
 
 // parseCallID returns the low bits of the version of the call id names and
 // how long ago, before now, it ended. It refuses an ID whose check byte is
 // wrong, or that ended in the future or more than ScoreHorizon ago.
 func parseCallID(id uint64, now time.Time) (version uint64, age time.Duration, err error) {
 	low := id & (1<<56 - 1)
-	if id>>56 != splitmix(low^idCheckKey)>>56 {
+	if id == 0 || id&^(1<<56-1) != idCheck(low) {
 		return 0, 0, fmt.Errorf("%w: ID %016x is not a call's", ErrUnknownCall, id)
 	}
-	ms := low >> idVersionBits
-	ago := int64(int32(uint32(uint64(now.UnixMilli())) - uint32(ms)))
-	age = time.Duration(ago) * time.Millisecond
+	units := low >> idVersionBits
+	ago := int64(int32(uint32(uint64(now.UnixNano())>>idTimeShift) - uint32(units)))
+	age = time.Duration(ago << idTimeShift)
 	switch {
 	case age < -scoreSkew:
 		return 0, 0, fmt.Errorf("%w: ID %016x ends %v in the future", ErrUnknownCall, id, -age)

@@ -95,7 +95,14 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 	if !(rise > p.MaxCostRise) {
 		return "", true
 	}
-	if verdict.GainScore(b.Calls, b.Failures, a.Calls, a.Failures) >= gainZ {
+	gain := verdict.GainScore(b.Calls, b.Failures, a.Calls, a.Failures)
+	if w := e.Window; w.Calls > 0 {
+		// A gain must hold against the analysis window too: a change
+		// made after a few failures is no fix of an agent that rarely
+		// fails.
+		gain = min(gain, verdict.GainScore(w.Calls, w.Failures, a.Calls, a.Failures))
+	}
+	if gain >= gainZ {
 		return "", true // a fix that turns failures into successes may cost more
 	}
 	if n, sum, sq := scoreSums(a); b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) {
