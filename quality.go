@@ -219,7 +219,6 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	if err != nil {
 		return err
 	}
-	carrying.Store(true)
 	a, err := l.lockAgent(nil, agentID, now.UnixNano())
 	if a == nil {
 		return err

@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -145,5 +146,45 @@ func TestQualitySimulation(t *testing.T) {
 		if share > rw.maxRate {
 			t.Errorf("%s: %.2f%% rolled back, want at most %.0f%%", rw.name, 100*share, 100*rw.maxRate)
 		}
+	}
+}
+
+// BenchmarkSuccessScored is a successful call that scores itself and
+// reports its cost: the score slot from the pool, the locked booking.
+func BenchmarkSuccessScored(b *testing.B) {
+	l := newLoop(b)
+	ctx := context.Background()
+	_ = l.AddScore(ctx, 1) // turns the slots on
+	fn := func(ctx context.Context, _ si.Config) error {
+		si.AddCost(ctx, 1)
+		return l.AddScore(ctx, 0.8)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = l.ExecuteWithImprovement(ctx, "agent", fn)
+	}
+}
+
+// BenchmarkScoreByID scores a call by its ID.
+func BenchmarkScoreByID(b *testing.B) {
+	l := newLoop(b)
+	rep, _ := l.ExecuteWithImprovement(context.Background(), "agent", work)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := l.Score("agent", rep.ID, 0.8); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSuccessSlots is the hot path once the process has turned the
+// score slots on, for a call that reports neither score nor cost.
+func BenchmarkSuccessSlots(b *testing.B) {
+	l := newLoop(b)
+	ctx := context.Background()
+	_ = l.AddScore(ctx, 1) // turns the slots on
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = l.ExecuteWithImprovement(ctx, "agent", work)
 	}
 }
