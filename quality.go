@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -24,23 +23,23 @@ import (
 
 // carrying is set once any code asked to score or cost a call from inside
 // it (AddScore, AddCost) and found no slot: from then on, every tracked
-// call of every Loop in the process carries one (a scoreCtx from a pool),
-// so that the later calls' scores and costs are booked.
+// call of every Loop in the process carries one (a scoreCtx, one small
+// allocation), so that the later calls' scores and costs are booked.
 var carrying atomic.Bool
 
 type scoreKey struct{}
 
-// scoreCtx is a call's context with its score and cost slot. It comes
-// from scorePool and goes back when the call is booked: fn must not score
-// or cost the call after it returned (Loop.Score does, by ID).
+// scoreCtx is a call's context with its score and cost slot. It is never
+// reused: fn, or a goroutine it started, may keep its context after it
+// returned (a stream read later), and that context must stay the call's.
+// A score or cost reported after the call was booked is lost (Loop.Score
+// scores a call by ID).
 type scoreCtx struct {
 	context.Context
 	score atomic.Uint64 // math.Float64bits of the score with the top bit set; 0: none
 	cost  atomic.Uint64 // math.Float64bits of the cost so far
 	paid  atomic.Bool   // AddCost reported a cost
 }
-
-var scorePool = sync.Pool{New: func() any { return new(scoreCtx) }}
 
 // Value returns c for scoreKey.
 func (c *scoreCtx) Value(k any) any {
@@ -70,7 +69,7 @@ type quality struct {
 // any reports whether q holds a score or a cost.
 func (q quality) any() bool { return q.scored || q.costed }
 
-// release takes what c holds and returns c to the pool.
+// release takes what c holds, once fn returned.
 func (c *scoreCtx) release() quality {
 	var q quality
 	if b := c.score.Load(); b != 0 {
@@ -79,11 +78,6 @@ func (c *scoreCtx) release() quality {
 	if c.paid.Load() {
 		q.cost, q.costed = math.Float64frombits(c.cost.Load()), true
 	}
-	c.score.Store(0)
-	c.cost.Store(0)
-	c.paid.Store(false)
-	c.Context = nil
-	scorePool.Put(c)
 	return q
 }
 
@@ -117,8 +111,8 @@ func checkScore(score float64) error {
 // The loop gives fn a context that can carry a score once any code of the
 // process has asked for one: the first AddScore (or AddCost) of a process
 // finds none, returns ErrUnknownCall, and turns the slots on for the calls
-// that follow, at no allocation (see docs/quality.md). Loop.Score, with
-// the Report's ID, scores any call.
+// that follow, at one small allocation a call (see docs/quality.md).
+// Loop.Score, with the Report's ID, scores any call and allocates nothing.
 func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	if err := checkScore(score); err != nil {
 		return err
@@ -139,8 +133,7 @@ func carry(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
 	if !carrying.Load() {
 		return ctx, nil
 	}
-	sc := scorePool.Get().(*scoreCtx)
-	sc.Context = ctx
+	sc := &scoreCtx{Context: ctx}
 	if att != nil {
 		att.Context = sc
 	}

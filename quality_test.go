@@ -238,3 +238,33 @@ func TestLateScoreCreditedAcrossRollbackAndRestart(t *testing.T) {
 		t.Errorf("v1's scores moved: %+v", v.Versions[1])
 	}
 }
+
+// TestKeptContextStaysTheCalls: fn may keep its context after it returns
+// (a stream read later); that context stays the call's, whatever the
+// calls after it do, and a score through it after the call is lost.
+func TestKeptContextStaysTheCalls(t *testing.T) {
+	e := newEnv(t)
+	scoringOn(t, e.l)
+	parent, cancel := context.WithCancel(context.Background())
+	var kept context.Context
+	e.l.ExecuteWithImprovement(parent, "a", func(ctx context.Context, _ si.Config) error {
+		kept = ctx
+		return nil
+	})
+	for range 10 {
+		e.scoredCall("a", 1, -1, time.Millisecond)
+	}
+	if kept.Err() != nil {
+		t.Fatal("the kept context ended before its parent")
+	}
+	cancel()
+	if kept.Err() == nil {
+		t.Error("the kept context did not end with its parent")
+	}
+	if err := e.l.AddScore(kept, 0); err != nil {
+		t.Errorf("AddScore after the call: %v", err)
+	}
+	if v, _ := e.l.View("a"); v.Versions[1].Scored != 10 || v.Versions[1].Quality != 1 {
+		t.Errorf("figures %+v", v.Versions[1])
+	}
+}
