@@ -73,6 +73,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
 			return rep, rep.Err
 		}
+		c.att.loop = l
 	}
 	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, c.att)
@@ -104,7 +105,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	c.version, c.arm = cfg.Version, rep.Arm
 	rctx, sc := ctx, (*scoreCtx)(nil)
 	if a != nil {
-		rctx, sc = carry(ctx, c.att)
+		rctx, sc = l.slot(ctx, c.att)
 	}
 	start := l.now()
 	done := false
@@ -338,7 +339,7 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun, att *callCtx) (err error, exhausted bool) {
 	*n = 1
 	if att == nil && (cfg.attempts() > 1 || b != nil && b.nests) {
-		att = &callCtx{Context: ctx}
+		att = &callCtx{Context: ctx, loop: l}
 	}
 	actx := ctx
 	if att != nil {
@@ -376,7 +377,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			return err, false
 		}
 		if att == nil { // a retry the transient floor adds: its hints from now on
-			att = &callCtx{Context: ctx}
+			att = &callCtx{Context: ctx, loop: l}
 			if b != nil {
 				b.att = att
 			}

@@ -21,12 +21,6 @@ import (
 // the configs the agent keeps, without a record of every call, so that
 // the success path writes nothing but the ID into its Report.
 
-// carrying is set once any code asked to score or cost a call from inside
-// it (AddScore, AddCost) and found no slot: from then on, every tracked
-// call of every Loop in the process carries one (a scoreCtx, one small
-// allocation), so that the later calls' scores and costs are booked.
-var carrying atomic.Bool
-
 type scoreKey struct{}
 
 // scoreCtx is a call's context with its score and cost slot. It is never
@@ -82,15 +76,17 @@ func (c *scoreCtx) release() quality {
 }
 
 // noteCost adds cost to the call ctx belongs to, if it carries a slot;
-// otherwise it turns the slots on for the calls to come (see carrying).
+// otherwise, when ctx is an attempt context of a loop's (the call has a
+// Budget, retries or nests calls), it turns that loop's slots on for the
+// calls to come (see Loop.slots).
 func noteCost(ctx context.Context, cost float64) {
 	if math.IsNaN(cost) || math.IsInf(cost, 0) || cost < 0 {
 		return
 	}
 	if c, _ := ctx.Value(scoreKey{}).(*scoreCtx); c != nil {
 		c.addCost(cost)
-	} else if !carrying.Load() {
-		carrying.Store(true)
+	} else if a, _ := ctx.Value(callKey{}).(*callCtx); a != nil && a.loop != nil && !a.loop.slots.Load() {
+		a.loop.slots.Store(true)
 	}
 }
 
@@ -108,29 +104,30 @@ func checkScore(score float64) error {
 // AddScore of the same call replaces the score. A score that is NaN or
 // outside [0, 1] returns ErrInvalidScore and changes nothing.
 //
-// The loop gives fn a context that can carry a score once any code of the
-// process has asked for one: the first AddScore (or AddCost) of a process
-// finds none, returns ErrUnknownCall, and turns the slots on for the calls
-// that follow, at one small allocation a call (see docs/quality.md).
-// Loop.Score, with the Report's ID, scores any call and allocates nothing.
+// The loop gives fn a context that can carry a score once it was asked for
+// one: l's first AddScore finds none, returns ErrUnknownCall, and turns
+// the slots on for the calls of l that follow, at one small allocation a
+// call (see docs/quality.md); AddScore(context.Background(), 0) at
+// start-up does it without losing a score. Loop.Score, with the Report's
+// ID, scores any call and allocates nothing.
 func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	if err := checkScore(score); err != nil {
 		return err
 	}
 	c, _ := ctx.Value(scoreKey{}).(*scoreCtx)
 	if c == nil {
-		carrying.Store(true)
+		l.slots.Store(true)
 		return fmt.Errorf("%w: the context carries no call to score (the calls that follow will)", ErrUnknownCall)
 	}
 	c.score.Store(math.Float64bits(score) | 1<<63)
 	return nil
 }
 
-// carry gives the call that runs with ctx a score slot when slots are on,
-// under its attempt context att if it has one; it returns the context to
-// run the call with, and the slot (nil when off).
-func carry(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
-	if !carrying.Load() {
+// slot gives the call that runs with ctx a score slot when l's slots are
+// on, under its attempt context att if it has one; it returns the context
+// to run the call with, and the slot (nil when off).
+func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
+	if !l.slots.Load() {
 		return ctx, nil
 	}
 	sc := &scoreCtx{Context: ctx}

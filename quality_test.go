@@ -268,3 +268,26 @@ func TestKeptContextStaysTheCalls(t *testing.T) {
 		t.Errorf("figures %+v", v.Versions[1])
 	}
 }
+
+// TestCostUnderBudgetTurnsSlotsOn: a Loop's first AddCost under a Budget
+// turns its slots on; its later calls' costs are booked, another Loop's
+// are not.
+func TestCostUnderBudgetTurnsSlotsOn(t *testing.T) {
+	e, other := newEnv(t), newEnv(t)
+	ctx := si.WithBudget(context.Background(), &si.Budget{Cost: 100})
+	cost := func(l *si.Loop) {
+		l.ExecuteWithImprovement(ctx, "a", func(ctx context.Context, _ si.Config) error {
+			si.AddCost(ctx, 3)
+			return nil
+		})
+	}
+	cost(e.l)
+	cost(e.l)
+	cost(other.l)
+	if v, _ := e.l.View("a"); v.Versions[1].Costed != 1 || v.Versions[1].CostPerSuccess != 3 {
+		t.Errorf("figures %+v, want the second call's cost", v.Versions[1])
+	}
+	if v, _ := other.l.View("a"); v.Versions != nil {
+		t.Errorf("another loop booked %+v", v.Versions)
+	}
+}
