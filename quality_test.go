@@ -291,3 +291,32 @@ func TestCostUnderBudgetTurnsSlotsOn(t *testing.T) {
 		t.Errorf("another loop booked %+v", v.Versions)
 	}
 }
+
+// TestLateScoresRollBack: scores that arrive by ID after the calls judge
+// the change under verification at once, and the rollback is saved and
+// notified like any.
+func TestLateScoresRollBack(t *testing.T) {
+	e := qualityEnv(t)
+	var ids []uint64
+	for range 30 {
+		ids = append(ids, e.scoredCall("a", -1, -1, time.Millisecond).ID)
+	}
+	if c := e.l.Config("a"); c.Version != 2 {
+		t.Fatalf("config v%d before the scores, want v2 still verified", c.Version)
+	}
+	for i, id := range ids {
+		if err := e.l.Score("a", id, 0.5); err != nil {
+			t.Fatal(err)
+		}
+		if c := e.l.Config("a"); c.Version == 1 {
+			t.Logf("rolled back on the %dth late score", i+1)
+			chs := e.l.Changes("a")
+			if ch := chs[len(chs)-1]; ch.State != si.ChangeRolledBack || !strings.Contains(ch.Verdict, "mean quality fell") {
+				t.Errorf("change %+v", ch)
+			}
+			e.rec.waitFor(t, 2) // applied, rolled back
+			return
+		}
+	}
+	t.Fatal("30 late scores of 0.5 against 0.9 did not roll the change back")
+}
