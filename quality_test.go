@@ -320,3 +320,28 @@ func TestLateScoresRollBack(t *testing.T) {
 	}
 	t.Fatal("30 late scores of 0.5 against 0.9 did not roll the change back")
 }
+
+// TestProposeOnly: with RollbackPolicy.ProposeOnly the loop files the
+// strategy's tweak as a proposal instead of applying it; the approved
+// proposal is verified like any change.
+func TestProposeOnly(t *testing.T) {
+	e := newEnv(t, si.WithStrategy(&tweakStrategy{tweaks: []si.Config{{Route: "b"}}}),
+		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1, ProposeOnly: true}))
+	e.call("a", errBoom, time.Millisecond)
+	if rep := e.call("a", errBoom, time.Millisecond); rep.Improvement != nil || !rep.ImprovementTriggered {
+		t.Fatalf("report %+v: want an analysis and no change", rep)
+	}
+	if c := e.l.Config("a"); c.Version != 1 {
+		t.Fatalf("config v%d applied in propose-only mode", c.Version)
+	}
+	ps := e.l.Proposals(func(p si.Proposal) bool { return p.AgentID == "a" && p.Status == si.ProposalPending })
+	if len(ps) != 1 || ps[0].Config.Route != "b" {
+		t.Fatalf("proposals %+v", ps)
+	}
+	if err := e.l.Approve(ps[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := e.l.View("a"); v.Config.Route != "b" || v.Change == nil || v.Change.State != si.ChangeVerifying {
+		t.Fatalf("after approval: config %+v, change %+v", v.Config, v.Change)
+	}
+}

@@ -192,6 +192,12 @@ type RollbackPolicy struct {
 	// +Inf: off.
 	MaxCostRise float64
 
+	// ProposeOnly makes the loop file every tweak a strategy proposes as
+	// a Proposal (as Tweak.Review does), with its analysis, instead of
+	// applying it: a person approves it (Loop.Approve), and an approved
+	// one is verified like any change. Default false.
+	ProposeOnly bool
+
 	// CanarySeed seeds the choice of the calls that run the previous
 	// config: with the same seed, the same sequence of calls runs the same
 	// arms. Default 0.
