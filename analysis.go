@@ -84,6 +84,10 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
 		}
 	}
+	if tw != nil && !tw.Review && l.rules.policy.ProposeOnly {
+		c := *tw // the strategy's own value stays as it made it
+		c.Review, tw = true, &c
+	}
 	if err == nil && (tw != nil && tw.Review || len(also) > 0) {
 		// Saved before the proposal is, so that the list of agents with
 		// proposals covers it.

@@ -139,7 +139,15 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // AddCost adds cost (tokens, cents: the unit is the caller's) to the
 // budget ctx carries; without one it does nothing. fn calls it with the
 // context it was given.
+//
+// The cost is also booked with the call, for its config version: its
+// mean per successful call is in AgentView, and a change that raises it
+// is judged by RollbackPolicy.MaxCostRise. A call's cost is booked once
+// its Loop gives calls a score slot: after the Loop's first AddScore, or
+// its first AddCost under a Budget (see docs/quality.md). A negative, NaN
+// or infinite cost is not booked.
 func AddCost(ctx context.Context, cost float64) {
+	noteCost(ctx, cost)
 	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
 		b.mu.Lock()
 		b.spent += cost

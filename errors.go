@@ -28,6 +28,18 @@ var (
 	// ErrInvalidThreshold is returned (wrapped, naming the field) by
 	// SetThreshold for a Threshold field outside its bound.
 	ErrInvalidThreshold = errors.New("selfimprove: invalid threshold")
+	// ErrInvalidScore is returned (wrapped) by Loop.Score and
+	// Loop.AddScore for a score that is NaN or outside [0, 1]; nothing is
+	// recorded.
+	ErrInvalidScore = errors.New("selfimprove: invalid score")
+	// ErrUnknownCall is returned (wrapped) by Loop.Score for a call ID the
+	// agent cannot place: malformed, from the future, or under a config
+	// version it no longer keeps; and by Loop.AddScore for a context that
+	// belongs to no call. Nothing is recorded.
+	ErrUnknownCall = errors.New("selfimprove: unknown call")
+	// ErrScoreTooLate is returned (wrapped) by Loop.Score for a call that
+	// ended more than ScoreHorizon ago; nothing is recorded.
+	ErrScoreTooLate = errors.New("selfimprove: score too late")
 	// ErrUnknownVersion is returned by Rewind for a version the agent's
 	// history no longer holds (or never had).
 	ErrUnknownVersion = errors.New("selfimprove: no such config version")

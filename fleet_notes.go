@@ -127,7 +127,7 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	if l.fleet == nil || (!c.probe && !c.homeProbe) || l.fleetClaim(a, c.homeProbe) {
 		return true
 	}
-	a.probing.Store(false)
+	a.set(flagProbing, false)
 	c.probe, c.homeProbe = false, false
 	return false
 }

@@ -85,6 +85,9 @@ type stateDoc struct {
 	Calls     callsDoc     `json:"calls"`
 	Clusters  []clusterDoc `json:"clusters,omitempty"`
 	Proposals []Proposal   `json:"proposals,omitempty"`
+	// Quality is the scores and costs booked per config version (see
+	// docs/quality.md); absent when none.
+	Quality []qualityRec `json:"quality,omitempty"`
 }
 
 // countsDoc is the calls credited to one side of a verification.
@@ -376,6 +379,9 @@ func (st *agentState) doc() (stateDoc, error) {
 	}
 	if d.Route, err = st.Route.doc(); err != nil {
 		return d, err
+	}
+	if st.Quality != nil {
+		d.Quality = st.Quality.Recs
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {
 		return d, err

@@ -38,4 +38,7 @@ const (
 	// of the agent's analysis window: a call a quarter of the window old
 	// weighs half as much as one made now.
 	HealthHalfLife = 0.25
+	// ScoreHorizon is how long after a call ended Loop.Score accepts a
+	// score for it (see docs/quality.md).
+	ScoreHorizon = time.Hour
 )

@@ -43,6 +43,9 @@ import (
 )
 
 // Report says what one ExecuteWithImprovement call did.
+//
+// Its fields are laid out so that its size stays a multiple of 16 bytes
+// (see TestReportSize).
 type Report struct {
 	// Success reports whether fn finally returned nil.
 	Success bool
@@ -86,9 +89,16 @@ type Report struct {
 	// Confirmed is the change whose verification passed during this call,
 	// else nil.
 	Confirmed *Change
+	// ID names the call for Loop.Score (CallID is its text form): its
+	// config version and the millisecond it ended. Two calls that end in
+	// the same millisecond under the same version share it, and a score
+	// of either counts for that version alike. 0 for an untracked call.
+	ID uint64
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error
+
+	_ [8]byte // to a multiple of 16 bytes: see TestReportSize
 }
 
 // Metrics counts what the loop's machinery did since New, including its
@@ -194,6 +204,11 @@ type Loop struct {
 	hub *hub // recent events and subscriptions (events.go)
 
 	fleet *fleetLink // nil without WithFleet
+
+	// slots is set once code asked to score or cost a call of this loop
+	// from inside it and found no slot (see Loop.AddScore): from then on
+	// every tracked call carries one.
+	slots atomic.Bool
 
 	// wmu admits writes to the store (read-locked around each) until
 	// Close seals the loop (write-locked).

@@ -19,7 +19,10 @@ import (
 func TestSuccessReport(t *testing.T) {
 	e := newEnv(t)
 	rep := e.call("a", nil, 5*time.Millisecond)
-	want := si.Report{Success: true, Duration: 5 * time.Millisecond, Attempts: 1, ConfigVersion: 1, Version: 1}
+	want := si.Report{Success: true, Duration: 5 * time.Millisecond, Attempts: 1, ConfigVersion: 1, Version: 1, ID: rep.ID}
+	if rep.ID == 0 {
+		t.Error("the report carries no call ID")
+	}
 	if diff := cmp.Diff(want, rep); diff != "" {
 		t.Errorf("report (-want +got):\n%s", diff)
 	}

@@ -44,6 +44,8 @@ type callCtx struct {
 	// still counts (see Budget).
 	budget *Budget
 	drawn  bool
+	// loop is the Loop of the call, for AddCost (see Loop.slots).
+	loop *Loop
 }
 
 // unbudget uncounts the attempt c's budget, if any, counted last: the
@@ -171,7 +173,7 @@ func (l *Loop) cause(a *agent, c *begun, err error) (from string, suspect bool) 
 		return boundFrom(c.att.from(err)), false
 	}
 	if l.lately.seen(a.id, err, c.seq) {
-		a.nests.Store(true)
+		a.set(flagNests, true)
 		return "", true
 	}
 	return "", false

@@ -29,16 +29,14 @@ type agent struct {
 	s       agentState
 	dirty   bool // window counts changed since the last save
 	evicted bool // removed from the registry: use a fresh agent
-	// gone mirrors evicted for the front caches, which read it without
-	// the lock.
-	gone atomic.Bool
-	// probing is set while a half-open circuit's probe, or a probe of
-	// the primary route, runs.
-	probing atomic.Bool
-	// nests is set once a failure of the agent looked passed on from a
-	// call nested in it: its calls run under an attempt context from
-	// then on (see callCtx).
-	nests atomic.Bool
+	// flags holds, read without the lock: flagGone, which mirrors
+	// evicted for the front caches; flagProbing, set while a half-open
+	// circuit's probe, or a probe of the primary route, runs; flagNests,
+	// set once a failure of the agent looked passed on from a call nested
+	// in it, so that its calls run under an attempt context from then on
+	// (see callCtx). One word for the three keeps an agent within its
+	// allocation size class (see TestAgentSizeClass).
+	flags atomic.Uint32
 	// openUntil mirrors s.CircuitOpenUntil for calls, which read it
 	// without the lock.
 	openUntil atomic.Int64
@@ -47,6 +45,28 @@ type agent struct {
 
 	tel *telemetry // calls by outcome and latency, for AgentView
 }
+
+// The bits of agent.flags.
+const (
+	flagGone uint32 = 1 << iota
+	flagProbing
+	flagNests
+)
+
+// has reports whether a's flag f is set.
+func (a *agent) has(f uint32) bool { return a.flags.Load()&f != 0 }
+
+// set sets (on) or clears a's flag f.
+func (a *agent) set(f uint32, on bool) {
+	if on {
+		a.flags.Or(f)
+	} else {
+		a.flags.And(^f)
+	}
+}
+
+// claimProbe sets flagProbing if it was clear, and reports whether it did.
+func (a *agent) claimProbe() bool { return a.flags.Or(flagProbing)&flagProbing == 0 }
 
 // queued is an event waiting for the log; notified is set when the
 // notifier already had it.
@@ -173,12 +193,12 @@ func (l *Loop) agent(id string) (*agent, error) {
 	key := addrOf(id)
 	at := &l.frontAt[atSlot(key)]
 	if at.key.Load() == key { // else a miss, without touching the agent
-		if a := at.a.Load(); a != nil && sameString(a.id, id) && !a.gone.Load() {
+		if a := at.a.Load(); a != nil && sameString(a.id, id) && !a.has(flagGone) {
 			return a, nil
 		}
 	}
 	slot := &l.front[maphash.String(l.seed, id)%frontSlots]
-	if a := slot.Load(); a != nil && a.id == id && !a.gone.Load() {
+	if a := slot.Load(); a != nil && a.id == id && !a.has(flagGone) {
 		// An agent enters the cache by address from the one by hash, and
 		// only for the very string it was created with, so that the
 		// agents of many or freshly built IDs stay out of it.
@@ -472,13 +492,13 @@ func (l *Loop) evict(a *agent) bool {
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
 	a.evicted = true
-	a.gone.Store(true)
+	a.set(flagGone, true)
 	a.mu.Unlock()
 	if err := l.saveState(a.id, &snap); err != nil {
 		l.m.storeErrors.Add(1)
 		a.mu.Lock()
 		a.evicted = false
-		a.gone.Store(false)
+		a.set(flagGone, false)
 		a.reopenLocked()
 		a.mu.Unlock()
 		return false

@@ -58,11 +58,11 @@ func TestFrontCaches(t *testing.T) {
 	for _, other := range []string{"a", "b", "c", "d"} {
 		call(other)
 	}
-	if !first.gone.Load() {
+	if !first.has(flagGone) {
 		t.Fatal("the agent was not evicted (test setup)")
 	}
 	again := call(id)
-	if again == first || again.gone.Load() {
+	if again == first || again.has(flagGone) {
 		t.Fatal("a front cache handed out an evicted agent")
 	}
 	if st := l.Stats(id); st.Calls != 5 {

@@ -188,6 +188,20 @@ type RollbackPolicy struct {
 	// waits for before it confirms a change. Default 2×MinCalls; at most
 	// 1,000,000.
 	CanaryCalls int
+	// MaxCostRise is the largest tolerated rise of the cost per
+	// successful call (see AddCost), in percent, for a change that brings
+	// no significant gain in quality or success: a change that raises it
+	// more is rolled back once both configs have 20 calls with a cost
+	// (see docs/quality.md). Default 20; at most 10,000; negative, NaN or
+	// +Inf: off.
+	MaxCostRise float64
+
+	// ProposeOnly makes the loop file every tweak a strategy proposes as
+	// a Proposal (as Tweak.Review does), with its analysis, instead of
+	// applying it: a person approves it (Loop.Approve), and an approved
+	// one is verified like any change. Default false.
+	ProposeOnly bool
+
 	// CanarySeed seeds the choice of the calls that run the previous
 	// config: with the same seed, the same sequence of calls runs the same
 	// arms. Default 0.
@@ -270,6 +284,7 @@ const (
 	DefaultCanaryFraction         = 0.1
 	DefaultRefuseFor              = 24 * time.Hour
 	DefaultBackstopCalls          = 60
+	DefaultMaxCostRise            = 20.0
 )
 
 const (
@@ -328,6 +343,7 @@ func (p RollbackPolicy) validate() error {
 		atMost("RefuseFor", p.RefuseFor, maxRefuseFor),
 		inRange("CanaryFraction", p.CanaryFraction, 0, maxCanaryFraction),
 		inRange("CanaryCalls", p.CanaryCalls, 0, maxPolicyCalls),
+		limit("MaxCostRise", p.MaxCostRise, maxLatencyPct),
 	)
 }
 
@@ -361,6 +377,9 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 	}
 	if p.MaxLatencyRise == 0 {
 		p.MaxLatencyRise = DefaultMaxLatencyRise
+	}
+	if p.MaxCostRise == 0 {
+		p.MaxCostRise = DefaultMaxCostRise
 	}
 	if p.MinLatencyRise == 0 {
 		p.MinLatencyRise = DefaultMinLatencyRise
@@ -432,9 +451,11 @@ type Verdict struct {
 }
 
 // Evidence is what a policy judges a change by. Of each Stats it uses
-// Calls, Failures, TotalLatency and SuccessLatency, and of After also
-// ConsecutiveFailures; MethodCanary also uses Window's
-// ConsecutiveFailures, the run of failures the change was made in.
+// Calls, Failures, TotalLatency and SuccessLatency, of After also
+// ConsecutiveFailures, and of Before and After the quality and cost
+// figures (Scored, Quality, QualitySD, Costed, CostPerSuccess);
+// MethodCanary also uses Window's ConsecutiveFailures, the run of
+// failures the change was made in.
 type Evidence struct {
 	// Before is the reference: the recent regime when the change was
 	// applied (the analysis window under SeedCompatible).
@@ -475,9 +496,17 @@ func (e *Evidence) like(p RollbackPolicy) *Stats {
 	return &e.Comparable
 }
 
-// Decide judges a change by p's Method. It is a pure function.
+// Decide judges a change by p's Method, then by quality and cost when
+// the Evidence has scores or costs (see docs/quality.md). It is a pure
+// function.
 func (p RollbackPolicy) Decide(e Evidence) Verdict {
 	p = p.withDefaults()
+	return p.withQuality(e, p.decide(e))
+}
+
+// decide judges a change on success and latency by p's Method; p has its
+// defaults.
+func (p RollbackPolicy) decide(e Evidence) Verdict {
 	switch p.Method {
 	case MethodQuick, MethodSequential:
 		return p.sequential(e)

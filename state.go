@@ -79,6 +79,8 @@ type agentState struct {
 	// Route is the agent's way back to its primary, its dead routes and
 	// its hold (state_routes.go); nil until it has any.
 	Route *routeState `json:"-"`
+	// Quality: scores and costs per config version; nil until any.
+	Quality *qualityBook `json:"-"`
 }
 
 // outageCooldown divides the cooldown after a strategy run that proposed
@@ -209,6 +211,8 @@ type call struct {
 	// from another call, unproven (see Loop.cause).
 	from    string
 	suspect bool
+	// q is the score and cost the call reported of itself.
+	q quality
 }
 
 // nested reports whether c's failure was, or looked, passed on from a
@@ -231,6 +235,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		tgen--
 	}
 	s.Tracker.record(tgen, endN, c.dur, c.failed, c.version, c.text, uint32(c.cluster))
+	if c.q.any() {
+		s.bookCall(c)
+	}
 	if c.failed {
 		if cl := s.observeCluster(c.cluster, sig, c.class, c.text, endN); !c.suspect {
 			cl.From = boundFrom(c.from)
@@ -260,12 +267,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 					s.Verify.alike(c.dur)
 				}
 			}
-			switch v := r.policy.Decide(s.evidence()); v.Decision {
-			case DecisionRollback:
-				s.rollback(c.end, v.Reason, r, eff)
-			case DecisionConfirm:
-				s.confirm(c.end, v.Reason, r, eff)
-			}
+			s.judge(c.end, r, eff)
 		}
 	} else if c.failed && !c.nested() && !s.analyzing && c.gen == s.Gen && (s.Tracker.Total >= int64(r.policy.MinBeforeCalls) || s.operatorThreshold()) &&
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
@@ -386,6 +388,7 @@ func (s *agentState) stats(now int64) Stats {
 	th, prof := s.threshold(now)
 	st := s.Tracker.stats(now)
 	st.Profile, st.Window = prof, th.Window
+	s.qualityOf(s.Config.Version).fill(&st)
 	return st
 }
 
@@ -432,98 +435,6 @@ func (an *Analysis) only(id string) {
 	an.Clusters = slices.DeleteFunc(an.Clusters, func(c Cluster) bool { return c.ID != id })
 }
 
-// verifying returns the change under verification with its counts so far.
-func (s *agentState) verifying() Change {
-	ch := *s.Verifying
-	ch.After = s.Verify.stats()
-	if s.Control.Calls > 0 {
-		c := s.Control.stats()
-		ch.Control = &c
-	}
-	return ch
-}
-
-// evidence is what the policy judges the change under verification by.
-func (s *agentState) evidence() Evidence {
-	v := s.Verifying
-	e := Evidence{Before: v.Before, After: s.Verify.stats(), Control: s.Control.stats(), StreakControl: s.Streak.stats(),
-		Raised: raisesBound(v.From, v.To), Comparable: newStats(int(s.Verify.Alike), 0, time.Duration(s.Verify.AlikeLatency))}
-	if w := v.Window; w != nil {
-		e.Window = *w
-	}
-	return e
-}
-
-// endVerify ends verification.
-func (s *agentState) endVerify() {
-	s.Verifying, s.Verify, s.Control, s.Streak = nil, counts{}, counts{}, streak{}
-}
-
-// install makes c the config in force, as a new generation.
-func (s *agentState) install(c Config, eff *effects) {
-	s.Config = c
-	s.Gen++
-	eff.publish = true
-}
-
-// decide closes the change under verification with state and reason.
-func (s *agentState) decide(now time.Time, state ChangeState, reason string, eff *effects) *Change {
-	ch := s.verifying()
-	ch.State, ch.Verdict, ch.DecidedAt = state, failure.Bound(reason, maxReason), now.UTC()
-	s.endVerify()
-	eff.remember(&ch, FixOutcome(state), ch.DecidedAt)
-	s.Changes = appendBounded(s.Changes, ch, maxChanges)
-	s.closeProposal(&ch, now)
-	return &ch
-}
-
-// rollback restores the config before the change under verification and
-// refuses the change from then on; when that config's route is dead, it
-// rolls forward instead (see rollForward). The next candidate for the
-// fault may follow after retryPause, not the whole cooldown.
-func (s *agentState) rollback(now time.Time, reason string, r *ruleBook, eff *effects) {
-	if s.rollForward(now, reason, r, eff) {
-		return
-	}
-	s.rollbackTo(now, reason, r, eff)
-}
-
-// retryPause is the longest wait after a rollback before the strategy
-// may run again for the agent.
-const retryPause = 10 * time.Minute
-
-// rollbackTo restores the config before the change under verification.
-// A rolled-back return to the primary is not refused: the probes' growing
-// interval spaces the next attempt.
-func (s *agentState) rollbackTo(now time.Time, reason string, r *ruleBook, eff *effects) {
-	returning := s.returning()
-	ch := s.decide(now, ChangeRolledBack, reason, eff)
-	s.install(ch.From.clone(), eff)
-	if n := len(s.History); n > 0 && s.History[n-1].Version == ch.From.Version {
-		s.History = s.History[:n-1]
-	}
-	s.moved(ch, ChangeRolledBack, now, r, eff)
-	if !returning {
-		rb := Tweak{Config: ch.To, Reason: failure.Bound(ch.Reason, maxReason), Cluster: ch.Cluster}
-		if r.policy.RefuseFor > 0 {
-			rb.Until = now.Add(r.policy.RefuseFor).UTC()
-		}
-		s.Rejected = appendBounded(s.Rejected, rb, maxRejected)
-		s.CooldownUntil = min(s.CooldownUntil, now.Add(retryPause).UnixNano())
-	}
-	eff.decided, eff.decision, eff.save = ch, EventRolledBack, true
-	eff.event(newEvent(r.newID(now), now, EventRolledBack, ch))
-}
-
-// confirm ends verification, keeping the change; under MethodCanary,
-// calls stop running the previous config.
-func (s *agentState) confirm(now time.Time, reason string, r *ruleBook, eff *effects) {
-	ch := s.decide(now, ChangeConfirmed, reason, eff)
-	s.moved(ch, ChangeConfirmed, now, r, eff)
-	eff.decided, eff.decision, eff.save, eff.publish = ch, EventChangeConfirmed, true, true
-	eff.event(newEvent(r.newID(now), now, EventChangeConfirmed, ch))
-}
-
 // moveCircuit moves the circuit after a counted call that ended at now:
 // a probe closes it or opens it again; consecutive failures under the
 // current config, with no change under verification, open it.
@@ -563,6 +474,7 @@ func (s *agentState) snapshot() agentState {
 		r.Dead = slices.Clone(r.Dead)
 		snap.Route = &r
 	}
+	snap.Quality = snap.Quality.clone()
 	if snap.Verifying != nil {
 		v := *snap.Verifying
 		snap.Verifying = &v

@@ -40,6 +40,20 @@ type Stats struct {
 	// counted calls, and calls cancelled by their caller.
 	TotalCalls int64 `json:"total_calls,omitempty"`
 	Ignored    int64 `json:"ignored,omitempty"`
+	// Scored counts the calls scored (Loop.Score, Loop.AddScore) under a
+	// config version, Quality is their mean score and QualitySD the
+	// scores' standard deviation (both 0 when none). Costed counts the
+	// calls that reported a cost (AddCost), Cost is their total, and
+	// CostPerSuccess is Cost over the successful calls among them (0 when
+	// none). They are those of one config version: the config in force
+	// for Loop.Stats, AgentView and Analysis, the versions compared for
+	// Evidence and Change.
+	Scored         int     `json:"scored,omitempty"`
+	Quality        float64 `json:"quality,omitempty"`
+	QualitySD      float64 `json:"quality_sd,omitempty"`
+	Costed         int     `json:"costed,omitempty"`
+	Cost           float64 `json:"cost,omitempty"`
+	CostPerSuccess float64 `json:"cost_per_success,omitempty"`
 }
 
 // newStats derives rates from counts.

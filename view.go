@@ -74,6 +74,12 @@ type AgentView struct {
 	// DeadRoutes are the routes dead for the agent now: its own finds and
 	// the Loop's.
 	DeadRoutes []DeadRoute
+	// Versions are the quality and cost figures (Stats's Scored to
+	// CostPerSuccess, the rest zero) of the config versions the agent
+	// has scored or costed calls for, by version, at most 16; Routes sums
+	// them by the versions' routes. nil when none (see docs/quality.md).
+	Versions map[int]Stats
+	Routes   map[string]Stats
 }
 
 // View returns what the loop knows of agentID, read at once, and whether
@@ -116,6 +122,7 @@ func (v *AgentView) fillLocked(s *agentState, now time.Time) {
 	n := now.UnixNano()
 	v.Config = s.Config.clone()
 	v.Stats = s.stats(n)
+	v.Versions, v.Routes = s.qualityViews()
 	v.Health = s.health(n)
 	v.Threshold, v.Profile = s.threshold(n)
 	v.Critical, v.Manual = s.Critical, s.Manual != nil

@@ -159,6 +159,7 @@ const (
 //	POST /api/agents/{agent}/config      {"config": {…}}
 //	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
 //	POST /api/agents/{agent}/critical    {"critical": true}
+//	POST /api/agents/{agent}/score       {"call_id": "…", "score": 0.8}
 //	GET  /api/proposals                  ?status= &agent=
 //	POST /api/proposals/{id}/approve     {}
 //	POST /api/proposals/{id}/reject      {"reason": "…"}
@@ -190,6 +191,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	})
 	route("/api/agents/{agent}/threshold", http.MethodPost, mutate, s.setThreshold)
 	route("/api/agents/{agent}/critical", http.MethodPost, mutate, s.markCritical)
+	route("/api/agents/{agent}/score", http.MethodPost, mutate, s.score)
 	route("/api/proposals", http.MethodGet, read, s.listProposals)
 	route("/api/proposals/{id}/approve", http.MethodPost, mutate, s.approve)
 	route("/api/proposals/{id}/reject", http.MethodPost, mutate, s.reject)

@@ -32,6 +32,12 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "config", strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrInvalidThreshold):
 		writeError(w, http.StatusBadRequest, "threshold", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrInvalidScore):
+		writeError(w, http.StatusBadRequest, "score", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrUnknownCall):
+		writeError(w, http.StatusNotFound, "call_id", strings.TrimPrefix(err.Error(), "selfimprove: "))
+	case errors.Is(err, selfimprove.ErrScoreTooLate):
+		writeError(w, http.StatusGone, "call_id", strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrInvalidAgentID):
 		writeError(w, http.StatusBadRequest, "agent", strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrTweakRejected), errors.Is(err, selfimprove.ErrVerifying), errors.Is(err, selfimprove.ErrProposalState):
@@ -147,6 +153,12 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
 		Next:      o.Next, NextAt: o.NextAt, Home: o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
 		FirstToken: firstToken(o.FirstToken),
+		Routes:     routeQuality(o.Routes),
+	}
+	for i := range d.Versions {
+		if q, ok := o.Versions[d.Versions[i].Version]; ok {
+			d.Versions[i].Quality = qualityOf(q)
+		}
 	}
 	writeJSON(w, http.StatusOK, d)
 }
@@ -187,6 +199,33 @@ func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply
 		return
 	}
 	s.done(w, o.AgentID, res)
+}
+
+// score serves POST /api/agents/{agent}/score.
+func (s *server) score(w http.ResponseWriter, r *http.Request) {
+	var req ScoreRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		s.fail(w, err)
+		return
+	}
+	id, err := strconv.ParseUint(req.CallID, 16, 64)
+	switch {
+	case len(req.CallID) != 16 || err != nil:
+		s.fail(w, bad("call_id", "call_id must be 16 hexadecimal digits (Report.CallID)"))
+		return
+	case req.Score == nil:
+		s.fail(w, bad("score", "score is required, in [0, 1]"))
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	if err := s.l.Score(o.AgentID, id, *req.Score); err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ScoreResult{Scored: true})
 }
 
 // rewind serves POST /api/agents/{agent}/rewind.

@@ -76,6 +76,16 @@ type CriticalRequest struct {
 	Critical *bool `json:"critical"`
 }
 
+// ScoreRequest is the body of POST /api/agents/{agent}/score: a score of
+// one call, for graders in other processes (selfimprove.Loop.Score).
+type ScoreRequest struct {
+	// CallID is the call's ID as selfimprove.Report.CallID gives it: 16
+	// hexadecimal digits. Required.
+	CallID string `json:"call_id"`
+	// Score is in [0, 1]. Required.
+	Score *float64 `json:"score"`
+}
+
 // ApproveRequest is the body of POST /api/proposals/{id}/approve: an
 // empty object (or no body).
 type ApproveRequest struct{}

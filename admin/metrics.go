@@ -47,6 +47,13 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 		maxAgents = 1000
 	}
 	agents, aggregated := agentSeries(l, maxAgents)
+	for i := range agents {
+		// The quality figures are read under the agent's lock: one short
+		// lock an agent a scrape.
+		if a := &agents[i]; a.label != otherAgents {
+			a.m.Stats = l.Stats(a.m.AgentID)
+		}
+	}
 	e := encoder{w: w}
 	e.agentMetrics(agents, aggregated)
 	e.loopMetrics(l.Metrics())
@@ -101,6 +108,7 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 			e.sample("selfimprove_config_version", true, a.label, "", "", int64(a.m.Config.Version))
 		}
 	}
+	e.qualityMetrics(agents)
 	e.family("selfimprove_circuit_open", "gauge", "1 when the agent's circuit breaker is open or half-open, else 0 (for _other: how many are).")
 	for i := range agents {
 		e.sample("selfimprove_circuit_open", true, agents[i].label, "", "", agents[i].open)
@@ -348,4 +356,27 @@ func sortedViews(l *selfimprove.Loop) []*selfimprove.AgentView {
 	}
 	slices.SortFunc(all, func(a, b *selfimprove.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
 	return all
+}
+
+// qualityMetrics writes the quality and cost of the config in force, by
+// agent that has any (not for _other).
+func (e *encoder) qualityMetrics(agents []series) {
+	e.family("selfimprove_quality_scored", "gauge", "Calls scored under the config in force, by agent that has any.")
+	for i := range agents {
+		if a := &agents[i]; a.label != otherAgents && a.m.Stats.Scored > 0 {
+			e.sample("selfimprove_quality_scored", true, a.label, "", "", int64(a.m.Stats.Scored))
+		}
+	}
+	e.family("selfimprove_quality_mean", "gauge", "Mean score (0 to 1) of the calls scored under the config in force, by agent that has any.")
+	for i := range agents {
+		if a := &agents[i]; a.label != otherAgents && a.m.Stats.Scored > 0 {
+			e.float("selfimprove_quality_mean", a.label, a.m.Stats.Quality)
+		}
+	}
+	e.family("selfimprove_cost_per_success", "gauge", "Mean cost (AddCost's unit) per successful call under the config in force, by agent that has any.")
+	for i := range agents {
+		if a := &agents[i]; a.label != otherAgents && a.m.Stats.CostPerSuccess > 0 {
+			e.float("selfimprove_cost_per_success", a.label, a.m.Stats.CostPerSuccess)
+		}
+	}
 }

@@ -91,6 +91,37 @@ type AgentDetail struct {
 	// FirstToken is the agent's time to first token since it was loaded
 	// in this process (selfimprove.AgentView.FirstToken).
 	FirstToken FirstTokenView `json:"first_token"`
+	// Routes are the quality and cost figures summed by route, over the
+	// versions scored or costed (selfimprove.AgentView.Routes); absent
+	// when none.
+	Routes map[string]*QualityView `json:"routes,omitempty"`
+}
+
+// QualityView is the quality and cost figures of a config version or a
+// route (see docs/quality.md): Scored calls scored, of mean score
+// Quality; Costed calls with a cost, whose total over the successful ones
+// among them is CostPerSuccess.
+type QualityView struct {
+	Scored         int     `json:"scored"`
+	Quality        float64 `json:"quality"`
+	Costed         int     `json:"costed"`
+	Cost           float64 `json:"cost"`
+	CostPerSuccess float64 `json:"cost_per_success"`
+}
+
+func qualityOf(s selfimprove.Stats) *QualityView {
+	return &QualityView{Scored: s.Scored, Quality: s.Quality, Costed: s.Costed, Cost: s.Cost, CostPerSuccess: s.CostPerSuccess}
+}
+
+func routeQuality(m map[string]selfimprove.Stats) map[string]*QualityView {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]*QualityView, len(m))
+	for r, s := range m {
+		out[r] = qualityOf(s)
+	}
+	return out
 }
 
 // FirstTokenView is an agent's time to first token: of each attempt whose
@@ -133,6 +164,9 @@ type Version struct {
 	// state, verdict, and the evidence (before and after stats); nil
 	// when not known.
 	Change *selfimprove.Change `json:"change,omitempty"`
+	// Quality is the version's quality and cost figures; absent when it
+	// has no scored or costed call the agent keeps.
+	Quality *QualityView `json:"quality,omitempty"`
 }
 
 // ProposalList is the answer of GET /api/proposals.
@@ -164,6 +198,11 @@ type Result struct {
 	Agent    *AgentSummary         `json:"agent,omitempty"`
 	Change   *selfimprove.Change   `json:"change,omitempty"`
 	Proposal *selfimprove.Proposal `json:"proposal,omitempty"`
+}
+
+// ScoreResult is the answer of POST /api/agents/{agent}/score.
+type ScoreResult struct {
+	Scored bool `json:"scored"`
 }
 
 // Ref returns the reference of an agent ID in URLs: the ID as one escaped

@@ -1,0 +1,70 @@
+package admin_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/admin"
+)
+
+// TestScore: a grader in another process scores calls over HTTP; bad
+// input gets a 4xx naming the field and changes nothing.
+func TestScore(t *testing.T) {
+	f := newFixture(t, admin.Options{Token: token, MaxBodyBytes: 1024})
+	rep, _ := f.l.ExecuteWithImprovement(context.Background(), "alpha", func(ctx context.Context, _ si.Config) error {
+		si.AddCost(ctx, 2) // not booked: the loop gives its calls no slot yet
+		return nil
+	})
+	body := func(id string, score string) string { return fmt.Sprintf(`{"call_id":%q,"score":%s}`, id, score) }
+	for _, c := range []struct {
+		name, path, body string
+		code             int
+		field            string
+	}{
+		{"not hex", "/api/agents/alpha/score", body("xyz", "0.5"), 400, "call_id"},
+		{"short", "/api/agents/alpha/score", body(rep.CallID()[1:], "0.5"), 400, "call_id"},
+		{"no score", "/api/agents/alpha/score", fmt.Sprintf(`{"call_id":%q}`, rep.CallID()), 400, "score"},
+		{"above 1", "/api/agents/alpha/score", body(rep.CallID(), "1.5"), 400, "score"},
+		{"negative", "/api/agents/alpha/score", body(rep.CallID(), "-0.5"), 400, "score"},
+		{"unknown call", "/api/agents/alpha/score", body(fmt.Sprintf("%016x", rep.ID^1<<60), "0.5"), 404, "call_id"},
+		{"unknown agent", "/api/agents/nobody/score", body(rep.CallID(), "0.5"), 404, "agent"},
+		{"unknown field", "/api/agents/alpha/score", `{"call_id":"00","score":1,"x":1}`, 400, "x"},
+		{"too big", "/api/agents/alpha/score", body(rep.CallID(), "0.5"+strings.Repeat(" ", 2000)), 413, ""},
+	} {
+		code, b := f.post(t, c.path, c.body)
+		errorOf(t, c.name, code, b, c.code, c.field)
+	}
+	if code, b := f.do(t, "POST", "/api/agents/alpha/score", "", "application/json", body(rep.CallID(), "0.5")); code != 401 {
+		t.Errorf("no token: %d %s", code, b)
+	}
+	if v, _ := f.l.View("alpha"); v.Versions != nil {
+		t.Fatalf("refused scores changed the figures: %+v", v.Versions)
+	}
+	if code, b := f.post(t, "/api/agents/alpha/score", body(rep.CallID(), "0.25")); code != 200 || !strings.Contains(string(b), `"scored":true`) {
+		t.Fatalf("score: %d %s", code, b)
+	}
+	var d admin.AgentDetail
+	f.get(t, "/api/agents/alpha", &d)
+	found := false
+	for _, v := range d.Versions {
+		if v.Version == rep.ConfigVersion {
+			found = v.Quality != nil && v.Quality.Scored == 1 && v.Quality.Quality == 0.25
+		}
+	}
+	if !found || d.Routes[""] == nil || d.Routes[""].Scored != 1 {
+		t.Errorf("versions %+v, routes %+v", d.Versions, d.Routes)
+	}
+	if rep.ConfigVersion == f.l.Config("alpha").Version {
+		m := httptestGet(admin.Handler(f.l, admin.Options{}), "/metrics")
+		if !strings.Contains(m, `selfimprove_quality_mean{agent="alpha"} 0.25`) || !strings.Contains(m, `selfimprove_quality_scored{agent="alpha"} 1`) {
+			t.Errorf("metrics lack the quality:\n%s", m)
+		}
+	}
+	f.clk.Advance(si.ScoreHorizon + time.Minute)
+	code, b := f.post(t, "/api/agents/alpha/score", body(rep.CallID(), "0.5"))
+	errorOf(t, "too late", code, b, 410, "call_id")
+}

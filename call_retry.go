@@ -1,0 +1,173 @@
+package selfimprove
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// run makes the attempts cfg allows, and the call's Budget, if any,
+// counting them in *n. It stops at the first success, at a failure the
+// retry policy does not retry, or when ctx ends. A panic in fn goes up to
+// the caller. A retry's context carries an Attempt (see AttemptInfo).
+// The attempts run under att, the call's attempt context (see callCtx),
+// made here when the call has none and its config allows retries or its
+// agent nests calls (one small allocation a call; a call of one attempt
+// otherwise allocates nothing).
+func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun, att *callCtx) (err error, exhausted bool) {
+	*n = 1
+	if att == nil && (cfg.attempts() > 1 || b != nil && b.nests) {
+		att = &callCtx{Context: ctx, loop: l}
+	}
+	actx := ctx
+	if att != nil {
+		actx = att
+		if b != nil {
+			b.att = att
+		}
+	}
+	err = l.runOnce(actx, cfg, fn, b)
+	if err == nil || ctx.Err() != nil || cfg.attempts() <= 1 && l.retryRules.floor <= 1 {
+		return err, false
+	}
+	return l.retry(ctx, att, cfg, fn, err, n, b)
+}
+
+// retry makes the attempts after a failed first one; see run. Each
+// attempt's context is att, which wraps ctx, with an Attempt about the one
+// before; a retry that only the transient floor allows makes att when the
+// call has none.
+func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
+	for {
+		status, hint, why := att.take()
+		f := l.describe(err, status, b)
+		class, text := f.Class, f.Text
+		limit := l.retryRules.attempts(cfg, class)
+		if *n >= limit {
+			break
+		}
+		acfg := cfg
+		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit); ok {
+			c := *cfg
+			c.Route, acfg = alt, &c
+			b.fellBack, b.fellClass, b.fellRoute, b.route = true, class, alt, alt
+		} else if !l.retryRules.retries(class) {
+			return err, false
+		}
+		if att == nil { // a retry the transient floor adds: its hints from now on
+			att = &callCtx{Context: ctx, loop: l}
+			if b != nil {
+				b.att = att
+			}
+		} else if att.budget != nil && !att.budget.take(att, *n+1) {
+			return err, true
+		}
+		wait, reason := l.wait(cfg, *n, err, hint, why, sdkRetried(class))
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
+				att.unbudget()
+				return err, false // the server's wait would pass the caller's deadline
+			}
+			if l.sleep(ctx, wait) != nil {
+				att.unbudget()
+				break
+			}
+		}
+		*n++
+		att.next()
+		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
+			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
+			LastStatus: status, Waited: wait, WaitReason: reason})
+		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil || acfg != cfg {
+			return err, false
+		}
+	}
+	return err, false
+}
+
+// wait returns how long to wait after the given failed attempt, and why:
+// the longer of the config's backoff and the wait the failure asks for
+// (the transport's header, else err's; see RetryPolicy), the latter
+// capped by the policy's MaxWait. A transient failure's retry that only
+// the transient floor allows waits at least transientBackoff doubled.
+func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string, transient bool) (time.Duration, string) {
+	base := cfg.Backoff
+	if attempt >= cfg.attempts() && transient {
+		base = max(base, transientBackoff) // a retry of the transient floor
+	}
+	d, reason := l.backoff(base, attempt), failure.WaitBackoff
+	if d == 0 {
+		reason = failure.WaitNone
+	}
+	if !l.retryRules.serverWait {
+		return d, reason
+	}
+	if hint > 0 {
+		why = failure.WaitHeader + " " + why
+	} else {
+		hint, why = failure.ErrorWait(err)
+	}
+	if hint = min(roundUpWait(hint), l.retryRules.maxWait); hint > 0 && hint >= d {
+		return hint, why
+	}
+	return d, reason
+}
+
+// attemptMemories is how many memories an Attempt carries.
+const attemptMemories = 3
+
+// runOnce runs fn once, under cfg's per-attempt deadline, and its
+// first-token deadline when it has one (see runWatched, which notes the
+// attempt in b).
+func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
+	if cfg.FirstTokenTimeout > 0 {
+		return l.runWatched(ctx, cfg, fn, b)
+	}
+	if cfg.Timeout > 0 {
+		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+		return fn(actx, *cfg)
+	}
+	return fn(ctx, *cfg)
+}
+
+// sleeper is the optional method of a Clock that waits (see Clock).
+type sleeper interface {
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// sleep waits d on the clock, or until ctx ends.
+func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
+	if s, ok := l.clock.(sleeper); ok {
+		return s.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// backoff returns the wait after the given attempt: uniform in [d/2, d]
+// with d = base×2^(attempt-1), capped at maxBackoff. The draw is random,
+// or the next of a fixed sequence under RetryPolicy.JitterSeed.
+func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	d := base
+	for i := 1; i < attempt && d < maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, maxBackoff)
+	half := d / 2
+	if l.jitterSeed != 0 {
+		return half + time.Duration(splitmix(l.jitterSeed+l.jitterN.Add(1)*0x9e3779b97f4a7c15)%uint64(d-half+1))
+	}
+	return half + rand.N(d-half+1)
+}

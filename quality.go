@@ -1,0 +1,238 @@
+package selfimprove
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Quality and cost (docs/quality.md).
+//
+// A call can be scored in [0, 1] inside fn (Loop.AddScore), or later by
+// the ID in its Report (Loop.Score); fn reports its cost with AddCost.
+// Scores and costs are booked per config version (qualityRec), in the
+// agent's state behind a pointer allocated at its first score or cost,
+// so that an agent that uses neither stays in its size class.
+//
+// A call's ID names the call's config version and the millisecond it
+// ended, with a check byte: Score finds the version, and its route, among
+// the configs the agent keeps, without a record of every call, so that
+// the success path writes nothing but the ID into its Report.
+
+type scoreKey struct{}
+
+// scoreCtx is a call's context with its score and cost slot. It is never
+// reused: fn, or a goroutine it started, may keep its context after it
+// returned (a stream read later), and that context must stay the call's.
+// A score or cost reported after the call was booked is lost (Loop.Score
+// scores a call by ID).
+type scoreCtx struct {
+	context.Context
+	score atomic.Uint64 // math.Float64bits of the score with the top bit set; 0: none
+	cost  atomic.Uint64 // math.Float64bits of the cost so far
+	paid  atomic.Bool   // AddCost reported a cost
+}
+
+// Value returns c for scoreKey.
+func (c *scoreCtx) Value(k any) any {
+	if k == (scoreKey{}) {
+		return c
+	}
+	return c.Context.Value(k)
+}
+
+// addCost adds cost to the call's.
+func (c *scoreCtx) addCost(cost float64) {
+	for {
+		old := c.cost.Load()
+		if c.cost.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+cost)) {
+			break
+		}
+	}
+	c.paid.Store(true)
+}
+
+// quality is what a call reported of itself: its score and its cost.
+type quality struct {
+	score, cost    float64
+	scored, costed bool
+}
+
+// any reports whether q holds a score or a cost.
+func (q quality) any() bool { return q.scored || q.costed }
+
+// release takes what c holds, once fn returned.
+func (c *scoreCtx) release() quality {
+	var q quality
+	if b := c.score.Load(); b != 0 {
+		q.score, q.scored = math.Float64frombits(b&^(1<<63)), true
+	}
+	if c.paid.Load() {
+		q.cost, q.costed = math.Float64frombits(c.cost.Load()), true
+	}
+	return q
+}
+
+// noteCost adds cost to the call ctx belongs to, if it carries a slot;
+// otherwise, when ctx is an attempt context of a loop's (the call has a
+// Budget, retries or nests calls), it turns that loop's slots on for the
+// calls to come (see Loop.slots).
+func noteCost(ctx context.Context, cost float64) {
+	if math.IsNaN(cost) || math.IsInf(cost, 0) || cost < 0 {
+		return
+	}
+	if c, _ := ctx.Value(scoreKey{}).(*scoreCtx); c != nil {
+		c.addCost(cost)
+	} else if a, _ := ctx.Value(callKey{}).(*callCtx); a != nil && a.loop != nil && !a.loop.slots.Load() {
+		a.loop.slots.Store(true)
+	}
+}
+
+// checkScore refuses NaN and scores outside [0, 1].
+func checkScore(score float64) error {
+	if !(score >= 0 && score <= 1) {
+		return fmt.Errorf("%w: %v, not in [0, 1]", ErrInvalidScore, score)
+	}
+	return nil
+}
+
+// AddScore scores, in [0, 1], the call whose fn was given ctx (or a
+// context derived from it): fn calls it before it returns, and the score
+// is booked with the call, for the config version it ran under. A later
+// AddScore of the same call replaces the score. A score that is NaN or
+// outside [0, 1] returns ErrInvalidScore and changes nothing.
+//
+// The loop gives fn a context that can carry a score once it was asked for
+// one: l's first AddScore finds none, returns ErrUnknownCall, and turns
+// the slots on for the calls of l that follow, at one small allocation a
+// call (see docs/quality.md); AddScore(context.Background(), 0) at
+// start-up does it without losing a score. Loop.Score, with the Report's
+// ID, scores any call and allocates nothing.
+func (l *Loop) AddScore(ctx context.Context, score float64) error {
+	if err := checkScore(score); err != nil {
+		return err
+	}
+	c, _ := ctx.Value(scoreKey{}).(*scoreCtx)
+	if c == nil {
+		l.slots.Store(true)
+		return fmt.Errorf("%w: the context carries no call to score (the calls that follow will)", ErrUnknownCall)
+	}
+	c.score.Store(math.Float64bits(score) | 1<<63)
+	return nil
+}
+
+// slot gives the call that runs with ctx a score slot when l's slots are
+// on, under its attempt context att if it has one; it returns the context
+// to run the call with, and the slot (nil when off).
+func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
+	if !l.slots.Load() {
+		return ctx, nil
+	}
+	sc := &scoreCtx{Context: ctx}
+	if att != nil {
+		att.Context = sc
+	}
+	return sc, sc
+}
+
+// The call ID: the low idVersionBits of the config version, then the low
+// idTimeBits of the time the call ended in units of 2^idTimeShift ns
+// (about a millisecond; they wrap after 52 days), then a check byte: a
+// shift and a multiplication on the success path.
+const (
+	idVersionBits = 24
+	idTimeBits    = 32
+	idTimeShift   = 20
+	idCheckKey    = 0x9e3779b97f4a7c15
+	// scoreSkew is how far in the future a call ID may end: the clocks of
+	// the loops that share a state directory may differ by this much.
+	scoreSkew = time.Minute
+)
+
+// callID is the ID of a call that ended at endN (Unix ns) under version.
+func callID(endN int64, version int) uint64 {
+	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<56-1)
+	return low | idCheck(low)
+}
+
+// idCheck is the check byte of an ID's low 56 bits, in place.
+func idCheck(low uint64) uint64 { return (low*idCheckKey + idCheckKey) >> 56 << 56 }
+
+// parseCallID returns the low bits of the version of the call id names and
+// how long ago, before now, it ended. It refuses an ID whose check byte is
+// wrong, or that ended in the future or more than ScoreHorizon ago.
+func parseCallID(id uint64, now time.Time) (version uint64, age time.Duration, err error) {
+	low := id & (1<<56 - 1)
+	if id == 0 || id&^(1<<56-1) != idCheck(low) {
+		return 0, 0, fmt.Errorf("%w: ID %016x is not a call's", ErrUnknownCall, id)
+	}
+	units := low >> idVersionBits
+	ago := int64(int32(uint32(uint64(now.UnixNano())>>idTimeShift) - uint32(units)))
+	age = time.Duration(ago << idTimeShift)
+	switch {
+	case age < -scoreSkew:
+		return 0, 0, fmt.Errorf("%w: ID %016x ends %v in the future", ErrUnknownCall, id, -age)
+	case age > ScoreHorizon:
+		return 0, 0, fmt.Errorf("%w: the call ended %v ago, more than %v", ErrScoreTooLate, age.Round(time.Second), ScoreHorizon)
+	}
+	return low & (1<<idVersionBits - 1), max(age, 0), nil
+}
+
+// CallID returns r.ID as Loop.Score's HTTP form takes it: 16 hex digits.
+func (r Report) CallID() string { return fmt.Sprintf("%016x", r.ID) }
+
+// Score scores, in [0, 1], the call of agentID whose Report carried
+// callID, up to ScoreHorizon (one hour) after it ended: for a grader or a
+// user's verdict that comes later. The score is credited to the config
+// version the call ran under, and to its route, also after that config was
+// replaced or rolled back and after a restart; a change under
+// verification is judged on it at once (see RollbackPolicy). A call may
+// be scored more than once: each score is a sample. A score that is NaN or
+// outside [0, 1] returns ErrInvalidScore, an ID the agent cannot place
+// ErrUnknownCall, one past the horizon ErrScoreTooLate, and none of them
+// changes anything. Scores are saved with the agent's state, at the next
+// flush or with the decision they lead to.
+func (l *Loop) Score(agentID string, callID uint64, score float64) error {
+	if err := checkScore(score); err != nil {
+		return err
+	}
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	now := l.clock.Now()
+	low, age, err := parseCallID(callID, now)
+	if err != nil {
+		return err
+	}
+	a, err := l.lockAgent(nil, agentID, now.UnixNano())
+	if a == nil {
+		return err
+	}
+	var eff effects
+	version, route, ok := a.s.placeVersion(low)
+	ok = ok && a.s.Tracker.Total > 0 // an agent that made no call has none to score
+	if ok {
+		a.dirty = true
+		a.s.bookQuality(version, route, quality{score: score, scored: true}, false)
+		a.s.judgeScored(version, now, &l.rules, &eff)
+		if eff.publish || len(eff.events) > 0 {
+			a.commitLocked(&eff, l.canaryCut > 0)
+		}
+	}
+	a.reopenLocked()
+	a.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
+	}
+	if eff.decided != nil || eff.save {
+		var rep Report
+		l.carry(context.Background(), a, &eff, &rep)
+		return rep.LoopErr
+	}
+	return nil
+}

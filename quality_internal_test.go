@@ -1,0 +1,104 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+func TestQualityStateRoundTrip(t *testing.T) {
+	st := newState("a", Config{Version: 1, Route: "r"})
+	st.bookQuality(1, "r", quality{score: 0.5, scored: true, cost: 2, costed: true}, false)
+	st.bookQuality(1, "r", quality{score: 1, scored: true, cost: 3, costed: true}, true)
+	enc := roundTrip(t, &st)
+	if !strings.Contains(string(enc), `"quality":[{"version":1,"route":"r","scored":2,"score_sum":1.5,"score_squares":1.25,"costed":2,"costed_successes":1,"cost":5}]`) {
+		t.Errorf("state file: %s", enc)
+	}
+	for _, bad := range []string{
+		`"score_sum":1.5` + "|" + `"score_sum":2.5`,           // more than one per scored call
+		`"score_squares":1.25` + "|" + `"score_squares":1.75`, // more than the sum
+		`"costed_successes":1` + "|" + `"costed_successes":3`, // more than the calls with a cost
+		`"version":1,"route"` + "|" + `"version":0,"route"`,
+		`"cost":5}` + "|" + `"cost":-5}`,
+	} {
+		from, to, _ := strings.Cut(bad, "|")
+		if _, err := decodeState([]byte(strings.Replace(string(enc), from, to, 1)), "a"); err == nil {
+			t.Errorf("%s: decoded", to)
+		}
+	}
+}
+
+// TestBookQualityBounded: an agent keeps the records of maxQualityRecs
+// versions, never dropping the config in force's.
+func TestBookQualityBounded(t *testing.T) {
+	st := newState("a", Config{Version: 1})
+	for v := 1; v <= 3*maxQualityRecs; v++ {
+		st.bookQuality(v, "", quality{score: 1, scored: true}, false)
+	}
+	if n := len(st.Quality.Recs); n != maxQualityRecs {
+		t.Fatalf("%d records, want %d", n, maxQualityRecs)
+	}
+	if st.qualityOf(1) == nil || st.qualityOf(3*maxQualityRecs) == nil || st.qualityOf(2) != nil {
+		t.Errorf("kept %+v", st.Quality.Recs)
+	}
+}
+
+func FuzzCallID(f *testing.F) {
+	f.Add(uint64(0), int64(0), int64(0))
+	f.Add(callID(1_700_000_000_000_000_000, 7), int64(1_700_000_000_000_000_000), int64(time.Minute))
+	f.Fuzz(func(t *testing.T, id uint64, endN, later int64) {
+		now := time.Unix(0, endN).Add(time.Duration(later))
+		v, age, err := parseCallID(id, now)
+		if err == nil && (age < 0 || age > ScoreHorizon || v >= 1<<idVersionBits) {
+			t.Fatalf("parseCallID(%x) = %d, %v", id, v, age)
+		}
+		// Every call's own ID parses, within the horizon.
+		version := int(uint32(id))
+		if later < 0 || later > int64(ScoreHorizon) || endN < 0 || version <= 0 {
+			return
+		}
+		own := callID(endN, version)
+		v, _, err = parseCallID(own, time.Unix(0, endN).Add(time.Duration(later)))
+		if err != nil || v != uint64(version)&(1<<idVersionBits-1) {
+			t.Fatalf("own ID %x of v%d: %d, %v", own, version, v, err)
+		}
+	})
+}
+
+// TestScoredCallAllocs: once the agent has its record, a call that scores
+// itself and reports its cost allocates its slot alone (a context that
+// fn may keep after it returns: never reused), and a score by ID
+// allocates nothing.
+func TestScoredCallAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations differ under the race detector")
+	}
+	clk := fakeclock.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	if err := l.AddScore(ctx, 1); !errors.Is(err, ErrUnknownCall) {
+		t.Fatalf("AddScore outside a call: %v", err)
+	}
+	fn := func(ctx context.Context, _ Config) error {
+		AddCost(ctx, 1)
+		return l.AddScore(ctx, 0.75)
+	}
+	rep, _ := l.ExecuteWithImprovement(ctx, "a", fn)
+	if n := testing.AllocsPerRun(100, func() { rep, _ = l.ExecuteWithImprovement(ctx, "a", fn) }); n != 1 {
+		t.Errorf("a scored call allocates %v times, want 1 (its slot)", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.5) }); n != 0 {
+		t.Errorf("Score allocates %v times", n)
+	}
+	if v, _ := l.View("a"); v.Versions[1].Scored != 203 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
+		t.Errorf("figures %+v", v.Versions[1])
+	}
+}

@@ -1,0 +1,113 @@
+package selfimprove
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
+)
+
+// Verification on quality and cost (docs/quality.md).
+const (
+	// qualityMinRef is the fewest scored calls of the config before a
+	// change that make its quality the change's reference.
+	qualityMinRef = 20
+	// qualityAlpha is the level of the anytime-valid test that rolls a
+	// change back when its mean score is below the reference's, lowered
+	// by qualityZ standard errors of the reference's mean (its own
+	// uncertainty).
+	qualityAlpha = 0.03
+	qualityZ     = 1.0
+	// qualityMargin and qualityBeta: a change is confirmed on quality
+	// once the same kind of test, at level qualityBeta, shows its mean
+	// score above the reference's less qualityMargin, or once it has
+	// qualityMaxScored scored calls.
+	qualityMargin    = 0.10
+	qualityBeta      = 0.02
+	qualityMaxScored = 400
+	// qualityWaitCalls times MaxCalls is the most calls a change waits
+	// for the scores and costs it needs: then it is judged without them.
+	qualityWaitCalls = 20
+	// costMinCalls is the fewest calls with a cost, before the change and
+	// under it, that the cost rule compares.
+	costMinCalls = 20
+)
+
+// scoreSums returns the count, the sum and the sum of squares of s's
+// scores.
+func scoreSums(s Stats) (n int, sum, squares float64) {
+	fn := float64(s.Scored)
+	return s.Scored, s.Quality * fn, fn * (s.QualitySD*s.QualitySD + s.Quality*s.Quality)
+}
+
+// reference is the mean score a change's scores are tested against: the
+// mean before it, moved by z standard errors of that mean.
+func reference(before Stats, z float64) float64 {
+	return before.Quality + z*before.QualitySD/math.Sqrt(float64(before.Scored))
+}
+
+// withQuality completes v, the verdict on success and latency, with the
+// rules on quality and cost: they may roll back a change v keeps, and
+// hold a change v would confirm until its scores and costs are in.
+func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
+	if v.Decision == DecisionRollback {
+		return v
+	}
+	waited := e.After.Calls >= qualityWaitCalls*p.MaxCalls
+	scored := e.Before.Scored >= qualityMinRef
+	n, sum, sq := scoreSums(e.After)
+	if scored && n > 0 && verdict.BelowMean(n, sum, sq, reference(e.Before, -qualityZ), qualityAlpha) {
+		return Verdict{DecisionRollback, fmt.Sprintf("mean quality fell from %.3f (%d scored calls) to %.3f (%d scored calls)",
+			e.Before.Quality, e.Before.Scored, e.After.Quality, e.After.Scored)}
+	}
+	costly, costKnown := p.costRise(e)
+	if costly != "" {
+		return Verdict{DecisionRollback, costly}
+	}
+	if v.Decision != DecisionConfirm {
+		return v
+	}
+	if scored {
+		if !waited && n < qualityMaxScored && !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ)-qualityMargin, qualityBeta) {
+			return Verdict{DecisionWait, ""}
+		}
+		v.Reason += fmt.Sprintf("; mean quality %.3f (%d scored calls) against %.3f (%d)", e.After.Quality, e.After.Scored, e.Before.Quality, e.Before.Scored)
+	}
+	if !costKnown && e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited {
+		return Verdict{DecisionWait, ""}
+	}
+	if costKnown {
+		v.Reason += fmt.Sprintf("; cost per successful call %.4g against %.4g", e.After.CostPerSuccess, e.Before.CostPerSuccess)
+	}
+	return v
+}
+
+// costRise returns the reason to roll back a change whose cost per
+// successful call rose by more than MaxCostRise percent without a
+// significant gain in quality or success ("" when there is none), and
+// whether the costs before and under the change are enough to compare.
+func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
+	b, a := e.Before, e.After
+	if !on(p.MaxCostRise) || b.Costed < costMinCalls || a.Costed < costMinCalls || !(b.CostPerSuccess > 0) {
+		return "", false
+	}
+	rise := (a.CostPerSuccess/b.CostPerSuccess - 1) * 100
+	if !(rise > p.MaxCostRise) {
+		return "", true
+	}
+	gain := verdict.GainScore(b.Calls, b.Failures, a.Calls, a.Failures)
+	if w := e.Window; w.Calls > 0 {
+		// A gain must hold against the analysis window too: a change
+		// made after a few failures is no fix of an agent that rarely
+		// fails.
+		gain = min(gain, verdict.GainScore(w.Calls, w.Failures, a.Calls, a.Failures))
+	}
+	if gain >= gainZ {
+		return "", true // a fix that turns failures into successes may cost more
+	}
+	if n, sum, sq := scoreSums(a); b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) {
+		return "", true // a better answer may cost more
+	}
+	return fmt.Sprintf("cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
+		rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true
+}

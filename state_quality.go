@@ -1,0 +1,202 @@
+package selfimprove
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// qualityRec is the scores and costs booked for one config version.
+type qualityRec struct {
+	Version int     `json:"version"`
+	Route   string  `json:"route,omitempty"`
+	Scored  int64   `json:"scored,omitempty"`
+	Sum     float64 `json:"score_sum,omitempty"`
+	Squares float64 `json:"score_squares,omitempty"`
+	// Costed counts the calls that reported a cost, CostOK the
+	// successful ones among them, and Cost is their total.
+	Costed int64   `json:"costed,omitempty"`
+	CostOK int64   `json:"costed_successes,omitempty"`
+	Cost   float64 `json:"cost,omitempty"`
+}
+
+// qualityBook is an agent's qualityRecs, at most maxQualityRecs, oldest
+// first.
+type qualityBook struct {
+	Recs []qualityRec
+}
+
+// clone returns a copy of b (nil for nil).
+func (b *qualityBook) clone() *qualityBook {
+	if b == nil {
+		return nil
+	}
+	return &qualityBook{Recs: slices.Clone(b.Recs)}
+}
+
+// maxQualityRecs bounds the versions an agent keeps scores and costs for.
+const maxQualityRecs = 16
+
+// stats returns r's figures as a Stats's quality and cost fields.
+func (r *qualityRec) stats() Stats {
+	var s Stats
+	r.fill(&s)
+	return s
+}
+
+// fill sets s's quality and cost fields from r (nil: none).
+func (r *qualityRec) fill(s *Stats) {
+	if r == nil {
+		return
+	}
+	s.Scored, s.Costed, s.Cost = int(r.Scored), int(r.Costed), r.Cost
+	if r.Scored > 0 {
+		n := float64(r.Scored)
+		s.Quality = r.Sum / n
+		s.QualitySD = math.Sqrt(max(r.Squares/n-s.Quality*s.Quality, 0))
+	}
+	if r.CostOK > 0 {
+		s.CostPerSuccess = r.Cost / float64(r.CostOK)
+	}
+}
+
+// qualityOf returns the record of version, nil when it has none.
+func (s *agentState) qualityOf(version int) *qualityRec {
+	if s.Quality == nil {
+		return nil
+	}
+	for i := range s.Quality.Recs {
+		if s.Quality.Recs[i].Version == version {
+			return &s.Quality.Recs[i]
+		}
+	}
+	return nil
+}
+
+// bookQuality books q, of a call that ran version on route (failed or
+// not), in version's record, making one when it has none: the oldest
+// record goes, but for those of the config in force and of the change
+// under verification.
+func (s *agentState) bookQuality(version int, route string, q quality, failed bool) {
+	r := s.qualityOf(version)
+	if r == nil {
+		if s.Quality == nil {
+			s.Quality = new(qualityBook)
+		}
+		b := s.Quality
+		if len(b.Recs) >= maxQualityRecs {
+			drop := 0
+			for i := range b.Recs {
+				if v := b.Recs[i].Version; v != s.Config.Version && (s.Verifying == nil || v != s.Verifying.From.Version) {
+					drop = i
+					break
+				}
+			}
+			b.Recs = append(b.Recs[:drop], b.Recs[drop+1:]...)
+		}
+		b.Recs = append(b.Recs, qualityRec{Version: version, Route: route})
+		r = &b.Recs[len(b.Recs)-1]
+	}
+	if q.scored {
+		r.Scored++
+		r.Sum += q.score
+		r.Squares += q.score * q.score
+	}
+	if q.costed {
+		r.Costed++
+		r.Cost += q.cost
+		if !failed {
+			r.CostOK++
+		}
+	}
+}
+
+// bookCall books the score and cost call c reported of itself, for the
+// config version it ran under (and that config's route, also when the
+// call fell back to another).
+func (s *agentState) bookCall(c *call) {
+	route := c.route
+	if c.fellBack {
+		_, route, _ = s.placeVersion(uint64(c.version) & (1<<idVersionBits - 1))
+	}
+	s.bookQuality(c.version, route, c.q, c.failed)
+}
+
+// qualityViews returns the quality and cost figures by config version and
+// by route (nil when none).
+func (s *agentState) qualityViews() (byVersion map[int]Stats, byRoute map[string]Stats) {
+	if s.Quality == nil || len(s.Quality.Recs) == 0 {
+		return nil, nil
+	}
+	byVersion = make(map[int]Stats, len(s.Quality.Recs))
+	sums := make(map[string]qualityRec)
+	for i := range s.Quality.Recs {
+		r := &s.Quality.Recs[i]
+		byVersion[r.Version] = r.stats()
+		t := sums[r.Route]
+		t.Scored, t.Sum, t.Squares = t.Scored+r.Scored, t.Sum+r.Sum, t.Squares+r.Squares
+		t.Costed, t.CostOK, t.Cost = t.Costed+r.Costed, t.CostOK+r.CostOK, t.Cost+r.Cost
+		sums[r.Route] = t
+	}
+	byRoute = make(map[string]Stats, len(sums))
+	for route, t := range sums {
+		byRoute[route] = t.stats()
+	}
+	return byVersion, byRoute
+}
+
+// placeVersion finds the config version whose low idVersionBits are low
+// among those the agent keeps (in force, under verification, backed up,
+// decided, scored) and returns it with its route.
+func (s *agentState) placeVersion(low uint64) (version int, route string, ok bool) {
+	match := func(c *Config) bool {
+		if uint64(c.Version)&(1<<idVersionBits-1) == low {
+			version, route, ok = c.Version, c.Route, true
+		}
+		return ok
+	}
+	if match(&s.Config) || s.Verifying != nil && (match(&s.Verifying.From) || match(&s.Verifying.To)) {
+		return
+	}
+	for i := len(s.History) - 1; i >= 0; i-- {
+		if match(&s.History[i]) {
+			return
+		}
+	}
+	for i := len(s.Changes) - 1; i >= 0; i-- {
+		if match(&s.Changes[i].To) || match(&s.Changes[i].From) {
+			return
+		}
+	}
+	if s.Quality != nil {
+		for _, r := range s.Quality.Recs {
+			if uint64(r.Version)&(1<<idVersionBits-1) == low {
+				return r.Version, r.Route, true
+			}
+		}
+	}
+	return 0, "", false
+}
+
+// judgeScored judges the change under verification after a score of
+// version arrived at now, when the score bears on it.
+func (s *agentState) judgeScored(version int, now time.Time, r *ruleBook, eff *effects) {
+	v := s.Verifying
+	if v == nil || version != v.To.Version && version != v.From.Version {
+		return
+	}
+	s.judge(now, r, eff)
+}
+
+// addQuality adds to e's Before and After (and Control) the scores and costs
+// of the versions before and under the change.
+func (s *agentState) addQuality(e *Evidence) {
+	v := s.Verifying
+	if s.Quality == nil || v == nil {
+		return
+	}
+	from, to := s.qualityOf(v.From.Version), s.qualityOf(v.To.Version)
+	from.fill(&e.Before)
+	to.fill(&e.After)
+	from.fill(&e.Control)
+}
