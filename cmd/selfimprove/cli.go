@@ -144,7 +144,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	code := exitCode(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := cell(err.Error())
 	if code == exitUsage {
 		msg += fmt.Sprintf(" (see selfimprove %s -h)", c.name)
 	}

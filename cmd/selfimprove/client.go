@@ -21,10 +21,15 @@ import (
 
 	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
+	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
 
 // maxAnswer bounds an answer of the admin API read by the client.
 const maxAnswer = 64 << 20
+
+// maxLogRead bounds what is read of the event log of --dir: its last
+// 128 MiB (twice the store's default MaxLogSize, at which it rotates).
+const maxLogRead = 128 << 20
 
 // client reaches a loop through the admin API: over HTTP (--url), or
 // in-process through admin.Handler on a Loop opened on a state directory
@@ -71,7 +76,21 @@ func openURL(raw, token string) (*client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErr("--url: %q is not an http(s) URL", raw)
 	}
-	return &client{base: strings.TrimSuffix(raw, "/"), hc: &http.Client{}, token: token}, nil
+	return &client{base: strings.TrimSuffix(raw, "/"), hc: &http.Client{CheckRedirect: sameOrigin}, token: token}, nil
+}
+
+// sameOrigin refuses a redirect to another origin (scheme, host and
+// port), to which the client would send the token, and more than 10
+// redirects.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	from := via[0].URL
+	if req.URL.Scheme != from.Scheme || !strings.EqualFold(req.URL.Host, from.Host) {
+		return fmt.Errorf("refused a redirect to another origin (%s://%s): give --url the admin handler's own URL", req.URL.Scheme, req.URL.Host)
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
 }
 
 // openDir opens dir: read-only without its lock, or, for a mutation,
@@ -292,7 +311,8 @@ func (c *client) events(ctx context.Context, f selfimprove.EventFilter, limit in
 // whole event, and returns the offset after the last whole line. A log
 // shorter than offset (rotated) is read from its start.
 func (c *client) readLog(offset int64, fn func(selfimprove.Event)) (int64, error) {
-	f, err := os.Open(filepath.Join(c.dir, "events.jsonl"))
+	// As the store opens it: never through a link, never waiting on a pipe.
+	f, err := fsx.OpenRegular(filepath.Join(c.dir, "events.jsonl"), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -304,11 +324,20 @@ func (c *client) readLog(offset int64, fn func(selfimprove.Event)) (int64, error
 	if err != nil {
 		return offset, fmt.Errorf("read the event log: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return offset, fmt.Errorf("read the event log: %s is not a regular file", f.Name())
-	}
 	if fi.Size() < offset {
 		offset = 0
+	}
+	// At most the last maxLogRead bytes, from the first whole line there.
+	if fi.Size()-offset > maxLogRead {
+		offset = fi.Size() - maxLogRead
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return offset, fmt.Errorf("read the event log: %w", err)
+		}
+		skipped, err := readLine(bufio.NewReaderSize(f, 64<<10), 1<<20)
+		if err != nil && !errors.Is(err, errLongLine) {
+			return offset, nil // no whole line in it
+		}
+		offset += int64(len(skipped))
 	}
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return offset, fmt.Errorf("read the event log: %w", err)
