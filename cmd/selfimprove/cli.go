@@ -51,6 +51,9 @@ type opts struct {
 	addr         string
 	readOnly     bool
 	pollInterval time.Duration
+	idleTimeout  time.Duration
+	maxStreams   int
+	allowHosts   multi
 }
 
 // multi is a repeatable string flag.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -43,6 +44,7 @@ type client struct {
 	// directly, since a Loop opened on it has no recent events.
 	dir  string
 	loop *selfimprove.Loop // with --dir
+	ro   *readOnlyHandler  // with --dir, read-only
 }
 
 // apiError is an error answer of the admin API.
@@ -110,9 +112,14 @@ func openDir(dir string, write bool) (*client, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	token := newToken()
 	opts := admin.Options{Token: token, Logger: logger}
-	c := &client{base: "http://selfimprove.local", token: token, dir: dir}
+	c := &client{base: "http://localhost", token: token, dir: dir} // in-process: a loopback Host
 	if !write {
-		c.hc = &http.Client{Transport: inProcess{&readOnlyHandler{dir: dir, opts: opts}}}
+		h, err := newReadOnlyHandler(dir, opts)
+		if err != nil {
+			return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		c.ro = h
+		c.hc = &http.Client{Transport: inProcess{h}}
 		return c, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
@@ -142,27 +149,92 @@ func openReadOnly(dir string, logger *slog.Logger) (*selfimprove.Loop, error) {
 // readOnlyHandler serves each request with admin.Handler on a Loop opened
 // read-only for it, so that a long-running reader (mcp, serve
 // --read-only) answers from the directory as it is now: a Loop keeps the
-// failure memory and the agents with proposals it read.
+// failure memory and the agents with proposals it read. The Loops share
+// one ReadOnlyStore (and its index of the agents). The event streams
+// share one Loop, opened at the first and closed by Close, and one
+// admin.Handler, whose Options.MaxStreams bounds them all. Mutations are
+// refused with 403.
 type readOnlyHandler struct {
-	dir  string
-	opts admin.Options
+	store *selfimprove.ReadOnlyStore
+	opts  admin.Options
+
+	mu     sync.Mutex
+	loop   *selfimprove.Loop // the streams' Loop
+	stream http.Handler
+}
+
+func newReadOnlyHandler(dir string, opts admin.Options) (*readOnlyHandler, error) {
+	ro, err := selfimprove.OpenReadOnlyStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &readOnlyHandler{store: ro, opts: opts}, nil
+}
+
+// open opens a Loop on the shared store.
+func (h *readOnlyHandler) open() (*selfimprove.Loop, error) {
+	return selfimprove.New(selfimprove.WithStore(h.store), selfimprove.WithNotifier(nil), selfimprove.WithLogger(h.opts.Logger))
 }
 
 func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	logger := h.opts.Logger
-	if logger == nil {
-		logger = slog.Default()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		refuse(w, http.StatusForbidden, "read-only: mutations are disabled (serve without --read-only, or use the Loop's own admin API)")
+		return
 	}
-	l, err := openReadOnly(h.dir, logger)
+	if r.URL.Path == "/api/events/stream" {
+		sh, err := h.streams()
+		if err != nil {
+			h.opts.Logger.Error("selfimprove: open the state directory", "error", err)
+			refuse(w, http.StatusInternalServerError, "cannot read the state directory")
+			return
+		}
+		sh.ServeHTTP(w, r)
+		return
+	}
+	l, err := h.open()
 	if err != nil {
-		logger.Error("selfimprove: open the state directory", "error", err)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		json.NewEncoder(w).Encode(admin.ErrorBody{Error: "cannot read the state directory", Status: http.StatusInternalServerError})
+		h.opts.Logger.Error("selfimprove: open the state directory", "error", err)
+		refuse(w, http.StatusInternalServerError, "cannot read the state directory")
 		return
 	}
 	defer l.Close()
 	admin.Handler(l, h.opts).ServeHTTP(w, r)
+}
+
+// streams returns the handler of the event streams, over the shared Loop.
+func (h *readOnlyHandler) streams() (http.Handler, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stream == nil {
+		l, err := h.open()
+		if err != nil {
+			return nil, err
+		}
+		h.loop, h.stream = l, admin.Handler(l, h.opts)
+	}
+	return h.stream, nil
+}
+
+// Close closes the streams' Loop, which ends the streams.
+func (h *readOnlyHandler) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loop == nil {
+		return nil
+	}
+	err := h.loop.Close()
+	h.loop = nil
+	return err
+}
+
+// refuse answers with status and an admin.ErrorBody.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(admin.ErrorBody{Error: msg, Status: status})
 }
 
 func newToken() string {
@@ -173,6 +245,9 @@ func newToken() string {
 
 // Close closes the Loop of --dir.
 func (c *client) Close() error {
+	if c.ro != nil {
+		return c.ro.Close()
+	}
 	if c.loop == nil {
 		return nil
 	}

@@ -4,6 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +19,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/admin"
 )
 
 // hostile holds C1 controls and bidi overrides, which a terminal obeys.
@@ -171,4 +176,138 @@ func TestServeReadOnlyToken(t *testing.T) {
 // overrides and isolates.
 func testBidi(r rune) bool {
 	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
+}
+
+// openFiles counts this process's open file descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// serveTest serves dir as serve does, with lim, on a loopback port.
+func serveTest(t *testing.T, dir string, readOnly bool, lim limits) string {
+	t.Helper()
+	h, closeH, err := serveHandler(dir, readOnly, adminOpts(lim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := newHTTPServer(h, lim, quiet())
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close(); closeH() })
+	return ln.Addr().String()
+}
+
+// TestServeIdleConnections: 1,000 idle keep-alive connections, and
+// slow-body POSTs, are closed within serve's timeouts (item 3).
+func TestServeIdleConnections(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	lim := defaultLimits
+	lim.idle, lim.read = 300*time.Millisecond, 300*time.Millisecond
+	addr := serveTest(t, dir, false, lim)
+	before := openFiles(t)
+	const n = 1000
+	conns := make([]net.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		if i%2 == 0 { // an idle keep-alive connection after a request for a public file
+			fmt.Fprintf(c, "GET /app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		} else { // a POST whose body never comes
+			fmt.Fprintf(c, "POST /api/agents/a/critical HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+		}
+	}
+	peak := openFiles(t)
+	start := time.Now()
+	for i, c := range conns {
+		c.SetReadDeadline(start.Add(5 * time.Second))
+		if _, err := io.Copy(io.Discard, c); err != nil {
+			t.Fatalf("connection %d still open %v after the 300ms idle and read timeouts: %v", i, time.Since(start), err)
+		}
+		c.Close()
+	}
+	took := time.Since(start)
+	deadline := time.Now().Add(5 * time.Second)
+	after := openFiles(t)
+	for after > before+10 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		after = openFiles(t)
+	}
+	t.Logf("%d connections: open files %d -> %d -> %d; all closed by the server within %v", n, before, peak, after, took)
+	if after > before+10 {
+		t.Errorf("open files %d after the connections closed, %d before", after, before)
+	}
+}
+
+// TestServeReadOnlyStreamsShareOneLoop: the event streams of serve
+// --read-only share one Loop: 200 streams cost little memory each
+// (item 3; a Loop each took about 100 KB).
+func TestServeReadOnlyStreamsShareOneLoop(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	n := 200
+	if s := os.Getenv("STREAMS"); s != "" {
+		fmt.Sscan(s, &n)
+	}
+	lim := defaultLimits
+	lim.maxStreams = n + 1
+	addr := serveTest(t, dir, true, lim)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var ms runtime.MemStats
+	mem := func() int64 {
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse + ms.StackInuse)
+	}
+	var heap0 int64
+	var g0 int
+	for i := range n + 1 {
+		if i == 1 { // after the first, which opens the shared Loop
+			heap0, g0 = mem(), runtime.NumGoroutine()
+		}
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET /api/events/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		br := bufio.NewReader(c)
+		if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+			t.Fatalf("stream: %q %v", line, err)
+		}
+	}
+	heap, g := mem(), runtime.NumGoroutine()
+	per := (heap - heap0) / int64(n)
+	t.Logf("%d read-only streams: heap and stacks in use %.1f -> %.1f MB (%d bytes a stream), goroutines %d -> %d",
+		n, float64(heap0)/1e6, float64(heap)/1e6, per, g0, g)
+	// A stream is its connection's goroutine and its background read; a
+	// Loop each would add the Loop's own.
+	if g-g0 > 2*n+10 {
+		t.Errorf("%d goroutines for %d read-only streams: a Loop each?", g-g0, n)
+	}
+}
+
+func adminOpts(lim limits) admin.Options {
+	return admin.Options{Logger: quiet(), MaxStreams: lim.maxStreams}
 }
