@@ -163,6 +163,9 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 			s.log.Info("selfimprove: removed temporary files left by a crash", "dir", d, "count", n)
 		}
 	}
+	if _, err := fs.Lstat(filepath.Join(agents, emptyIDFile)); err == nil {
+		s.refuseFile(emptyIDFile, fmt.Errorf("%w: empty", ErrInvalidAgentID))
+	}
 	if s.files, err = countAgentFiles(fs, agents); err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("selfimprove: agents directory: %w", err)

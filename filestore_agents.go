@@ -42,13 +42,33 @@ func fileName(id string) string {
 
 // ListAgents implements AgentLister: it reads the agent ID of each state
 // file in the agents directory (files set aside as corrupt, temporary
-// files, and files that cannot be read or parsed are passed over).
+// files, and files that cannot be read or parsed are passed over). A file
+// whose agent ID the loop refuses (the empty ID an older version could
+// write, see ErrInvalidAgentID) is set aside like a corrupt one and
+// logged as an error.
 func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
-	return listAgentFiles(s.fs, s.agents, yield)
+	return listAgentFiles(s.fs, s.agents, yield, s.refuseFile)
 }
 
-// listAgentFiles reads the agent ID of each state file in agents.
-func listAgentFiles(fsys fsx.FS, agents string, yield func(agentID string) bool) error {
+// emptyIDFile is the name of the empty agent ID's state file.
+var emptyIDFile = fileName("")
+
+// refuseFile sets aside agents/name, whose agent ID the loop refuses
+// (why), and logs it as an error.
+func (s *FileStore) refuseFile(name string, why error) {
+	aside, err := s.setAside(s.agents, name)
+	if err != nil {
+		s.log.Error("selfimprove: a state file holds an agent ID the loop refuses; setting it aside failed",
+			"file", filepath.Join("agents", name), "why", why, "error", err)
+		return
+	}
+	s.log.Error("selfimprove: a state file holds an agent ID the loop refuses: set aside, not listed",
+		"file", filepath.Join("agents", name), "why", why, "moved_to", filepath.Join("agents", aside))
+}
+
+// listAgentFiles reads the agent ID of each state file in agents; a file
+// whose ID the loop refuses goes to refused instead.
+func listAgentFiles(fsys fsx.FS, agents string, yield func(agentID string) bool, refused func(name string, why error)) error {
 	ents, err := fsys.ReadDir(agents)
 	if err != nil {
 		return fmt.Errorf("selfimprove: list agents: %w", err)
@@ -70,6 +90,10 @@ func listAgentFiles(fsys fsx.FS, agents string, yield func(agentID string) bool)
 		}
 		id, err := base64.StdEncoding.DecodeString(head.ID)
 		if err != nil || fileName(string(id)) != name {
+			continue
+		}
+		if err := checkAgentID(string(id)); err != nil {
+			refused(name, err)
 			continue
 		}
 		if !yield(string(id)) {

@@ -3,8 +3,10 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
@@ -26,6 +28,7 @@ type ReadOnlyStore struct {
 	fs        fsx.FS
 	dir       string
 	maxMemory int64
+	refused   sync.Map // names of the files of refused IDs, logged
 }
 
 // OpenReadOnlyStore opens dir read-only. It fails, wrapping
@@ -84,8 +87,16 @@ func (s *ReadOnlyStore) read(path string, limit int64, decode func([]byte) error
 }
 
 // ListAgents implements AgentLister, as FileStore.ListAgents does.
+// A file whose agent ID the loop refuses (see FileStore.ListAgents) is
+// not listed, and logged as an error (slog.Default), once for each
+// store.
 func (s *ReadOnlyStore) ListAgents(yield func(agentID string) bool) error {
-	return listAgentFiles(s.fs, filepath.Join(s.dir, "agents"), yield)
+	return listAgentFiles(s.fs, filepath.Join(s.dir, "agents"), yield, func(name string, why error) {
+		if _, dup := s.refused.LoadOrStore(name, true); !dup {
+			slog.Default().Error("selfimprove: a state file holds an agent ID the loop refuses: not listed (a Loop that owns the directory sets it aside)",
+				"file", filepath.Join(s.dir, "agents", name), "why", why)
+		}
+	})
 }
 
 // SaveAgent implements Store: it fails, wrapping ErrReadOnly.
