@@ -111,6 +111,7 @@ type FileStore struct {
 
 	filesMu sync.Mutex // guards files; held while pruning
 	files   int        // agent state files in agents/
+	idx     agentIndex // the agents' IDs, for ListAgents
 
 	traceMu  sync.Mutex // guards traceBuf and traceEnc, reused by every trace append
 	traceBuf []byte

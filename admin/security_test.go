@@ -3,12 +3,23 @@ package admin_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
 )
 
@@ -157,4 +168,96 @@ func FuzzPaths(f *testing.F) {
 			t.Fatalf("GET %s: 200 with %q", req.URL, rec.Header().Get("Content-Type"))
 		}
 	})
+}
+
+// agentDir writes a state directory of n agents ("agent-00000"...): one
+// real agent's state file, copied under each ID.
+func agentDir(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := si.New(si.WithDir(dir), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traffic(t, l, nil, "seed", 3, 0)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := filepath.Glob(filepath.Join(dir, "agents", "seed_*.json"))
+	b, err := os.ReadFile(seed[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(seed[0])
+	for i := range n {
+		id := fmt.Sprintf("agent-%05d", i)
+		sum := sha256.Sum256([]byte(id))
+		s := strings.ReplaceAll(string(b), `"seed"`, strconv.Quote(id))
+		s = strings.ReplaceAll(s, base64.StdEncoding.EncodeToString([]byte("seed")), base64.StdEncoding.EncodeToString([]byte(id)))
+		name := id + "_" + hex.EncodeToString(sum[:16]) + ".json"
+		if err := os.WriteFile(filepath.Join(dir, "agents", name), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// pageTime is the median time of GET /api/agents?limit=1 over dir: with a
+// Loop on the directory (serve), and with a Loop on a shared read-only
+// store for each request (serve --read-only).
+func pageTime(t *testing.T, dir string, want int) (owner, readOnly time.Duration) {
+	t.Helper()
+	median := func(h func() http.Handler) time.Duration {
+		var ds []time.Duration
+		for i := range 41 {
+			start := time.Now()
+			rec := httptest.NewRecorder()
+			h().ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/api/agents?limit=1", nil))
+			if i > 0 {
+				ds = append(ds, time.Since(start))
+			}
+			var list admin.AgentList
+			if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Agents) != 1 || list.Agents[0].ID != "agent-00000" || list.Next == "" {
+				t.Fatalf("over %d agents: %d %s", want, rec.Code, rec.Body)
+			}
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	l, err := si.New(si.WithDir(dir), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := admin.Handler(l, admin.Options{})
+	owner = median(func() http.Handler { return h })
+	l.Close()
+	ro, err := si.OpenReadOnlyStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly = median(func() http.Handler {
+		l, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return admin.Handler(l, admin.Options{})
+	})
+	return owner, readOnly
+}
+
+// TestAgentPageCost: a one-agent page over 10,000 agent files costs
+// within 5 times a page over 50: the listing reads an index of the IDs,
+// not every state file (issue 29, item 4: 0.47 s a request over 10,016).
+func TestAgentPageCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 10,000 files")
+	}
+	o50, r50 := pageTime(t, agentDir(t, 50), 50)
+	o10k, r10k := pageTime(t, agentDir(t, 10_000), 10_000)
+	t.Logf("GET /api/agents?limit=1, median: owner Loop %v over 50 agents, %v over 10,000 (%.1fx); read-only %v over 50, %v over 10,000 (%.1fx)",
+		o50, o10k, float64(o10k)/float64(o50), r50, r10k, float64(r10k)/float64(r50))
+	if o10k > 5*o50 || r10k > 5*r50 {
+		t.Errorf("a page over 10,000 agents costs more than 5 times one over 50")
+	}
 }
