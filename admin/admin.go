@@ -9,7 +9,9 @@
 //
 // With a token, every endpoint needs "Authorization: Bearer <token>"
 // (unless Options open the reads or the metrics); without one, reads are
-// open and every mutation is refused with 403. Mutations are POST with a
+// open and every mutation is refused with 403. A request whose Host is not
+// a loopback name or address, nor in Options.AllowedHosts, gets 421 (DNS
+// rebinding). Mutations are POST with a
 // JSON body. Errors are JSON (ErrorBody) with the HTTP status: 400 naming
 // the field for malformed input, 401/403 for authentication, 404 for an
 // unknown agent or proposal, 409 when the loop's state does not allow the
