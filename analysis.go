@@ -173,6 +173,11 @@ func (l *Loop) callStrategy(ctx context.Context, an *Analysis) (*Tweak, []Tweak,
 		if r.err != nil {
 			return nil, nil, fmt.Errorf("selfimprove: strategy: %w", r.err)
 		}
+		if r.tw != nil { // its texts as the loop keeps them, before they are logged or stored
+			tw := *r.tw
+			tw.Reason, tw.Rule = freeText(tw.Reason), freeText(tw.Rule)
+			r.tw = &tw
+		}
 		return r.tw, r.also, nil
 	case <-sctx.Done():
 		l.m.strategyTimeouts.Add(1)

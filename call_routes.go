@@ -108,9 +108,9 @@ func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time) {
 	var eff effects
 	th, prof := a.s.threshold(now.UnixNano())
 	an := a.s.analysis(now, th, prof)
-	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: id, Confidence: 1, Reason: failure.Bound(reason, maxReason), Rule: rules[h.class]}
+	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: id, Confidence: 1, Reason: freeText(reason), Rule: rules[h.class]}
 	p, isNew := a.s.file(an, tw, now, &l.rules)
-	ev := &Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: failure.Bound(reason, maxReason)}
+	ev := &Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: freeText(reason)}
 	eff.event(ev)
 	if isNew {
 		eff.proposals = append(eff.proposals, p.clone())

@@ -111,6 +111,7 @@ type FileStore struct {
 
 	filesMu sync.Mutex // guards files; held while pruning
 	files   int        // agent state files in agents/
+	idx     agentIndex // the agents' IDs, for ListAgents
 
 	traceMu  sync.Mutex // guards traceBuf and traceEnc, reused by every trace append
 	traceBuf []byte
@@ -162,6 +163,9 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 		} else if n > 0 {
 			s.log.Info("selfimprove: removed temporary files left by a crash", "dir", d, "count", n)
 		}
+	}
+	if _, err := fs.Lstat(filepath.Join(agents, emptyIDFile)); err == nil {
+		s.refuseFile(emptyIDFile, fmt.Errorf("%w: empty", ErrInvalidAgentID))
 	}
 	if s.files, err = countAgentFiles(fs, agents); err != nil {
 		lock.Release()

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -42,41 +42,70 @@ func fileName(id string) string {
 
 // ListAgents implements AgentLister: it reads the agent ID of each state
 // file in the agents directory (files set aside as corrupt, temporary
-// files, and files that cannot be read or parsed are passed over).
+// files, and files that cannot be read or parsed are passed over). A file
+// whose agent ID the loop refuses (the empty ID an older version could
+// write, see ErrInvalidAgentID) is set aside like a corrupt one and
+// logged as an error.
 func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
-	return listAgentFiles(s.fs, s.agents, yield)
+	ids, err := s.sortedAgentIDs()
+	for _, id := range ids {
+		if !yield(id) {
+			break
+		}
+	}
+	return err
 }
 
-// listAgentFiles reads the agent ID of each state file in agents.
-func listAgentFiles(fsys fsx.FS, agents string, yield func(agentID string) bool) error {
-	ents, err := fsys.ReadDir(agents)
+// sortedAgentIDs implements sortedLister, from the store's index.
+func (s *FileStore) sortedAgentIDs() ([]string, error) {
+	return s.idx.ids(s.fs, s.agents, s.refuseFile)
+}
+
+// emptyIDFile is the name of the empty agent ID's state file.
+var emptyIDFile = fileName("")
+
+// refuseFile sets aside agents/name, whose agent ID the loop refuses
+// (why), and logs it as an error.
+func (s *FileStore) refuseFile(name string, why error) {
+	s.idx.stale = true // s.idx.mu is held, or the store is opening
+	aside, err := s.setAside(s.agents, name)
 	if err != nil {
-		return fmt.Errorf("selfimprove: list agents: %w", err)
+		s.log.Error("selfimprove: a state file holds an agent ID the loop refuses; setting it aside failed",
+			"file", filepath.Join("agents", name), "why", why, "error", err)
+		return
 	}
-	for _, e := range ents {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
-			continue
-		}
-		data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
-		if err != nil {
-			continue // not a regular file, too large, unreadable: not an agent's
-		}
-		var head struct {
-			ID string `json:"agent_id_b64"`
-		}
-		if json.Unmarshal(data, &head) != nil {
-			continue
-		}
-		id, err := base64.StdEncoding.DecodeString(head.ID)
-		if err != nil || fileName(string(id)) != name {
-			continue
-		}
-		if !yield(string(id)) {
-			return nil
-		}
+	s.log.Error("selfimprove: a state file holds an agent ID the loop refuses: set aside, not listed",
+		"file", filepath.Join("agents", name), "why", why, "moved_to", filepath.Join("agents", aside))
+}
+
+// agentFileID reads the agent ID of the state file e in agents. Files
+// that are not agents' state files, cannot be read or parsed, or are
+// not named after the ID they hold are passed over (ok false); a file
+// whose ID the loop refuses goes to refused.
+func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name string, why error)) (string, bool) {
+	name := e.Name()
+	if e.IsDir() || !isAgentFile(name) {
+		return "", false
 	}
-	return nil
+	data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
+	if err != nil {
+		return "", false // not a regular file, too large, unreadable: not an agent's
+	}
+	var head struct {
+		ID string `json:"agent_id_b64"`
+	}
+	if json.Unmarshal(data, &head) != nil {
+		return "", false
+	}
+	id, err := base64.StdEncoding.DecodeString(head.ID)
+	if err != nil || fileName(string(id)) != name {
+		return "", false
+	}
+	if err := checkAgentID(string(id)); err != nil {
+		refused(name, err)
+		return "", false
+	}
+	return string(id), true
 }
 
 // defaultMaxAgentFiles is FileOptions.MaxAgentFiles's default.
@@ -102,6 +131,7 @@ func countAgentFiles(fs fsx.FS, dir string) (int, error) {
 // noteNewFile counts a new agent file, and prunes the files saved longest
 // ago when the count passes MaxAgentFiles.
 func (s *FileStore) noteNewFile() {
+	s.idx.touch()
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
 	s.files++
@@ -149,6 +179,7 @@ func (s *FileStore) prune(keep int) error {
 	}
 	s.files = len(all) - removed
 	if removed > 0 {
+		s.idx.touch()
 		errs = append(errs, s.fs.SyncDir(s.agents))
 	}
 	return errors.Join(errs...)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // What one replica learns of every agent, shared through the fleet's
@@ -109,7 +107,7 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 	}
 	l.fleetUp()
 	for _, d := range dead {
-		l.dead.mark(d.Route, d.Until.UnixNano(), failure.Bound(d.Reason, maxReason), now.UnixNano())
+		l.dead.mark(d.Route, d.Until.UnixNano(), freeText(d.Reason), now.UnixNano())
 	}
 }
 

@@ -307,7 +307,7 @@ func (m *memory) addFix(cluster string, f Fix) {
 	if err != nil {
 		return
 	}
-	f.Reason = failure.Bound(f.Reason, maxReason)
+	f.Reason = freeText(f.Reason)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	i, ok := m.byID[id]

@@ -3,8 +3,10 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
@@ -26,6 +28,8 @@ type ReadOnlyStore struct {
 	fs        fsx.FS
 	dir       string
 	maxMemory int64
+	refused   sync.Map // names of the files of refused IDs, logged
+	idx       agentIndex
 }
 
 // OpenReadOnlyStore opens dir read-only. It fails, wrapping
@@ -84,8 +88,28 @@ func (s *ReadOnlyStore) read(path string, limit int64, decode func([]byte) error
 }
 
 // ListAgents implements AgentLister, as FileStore.ListAgents does.
+// A file whose agent ID the loop refuses (see FileStore.ListAgents) is
+// not listed, and logged as an error (slog.Default), once for each
+// store.
 func (s *ReadOnlyStore) ListAgents(yield func(agentID string) bool) error {
-	return listAgentFiles(s.fs, filepath.Join(s.dir, "agents"), yield)
+	ids, err := s.sortedAgentIDs()
+	for _, id := range ids {
+		if !yield(id) {
+			break
+		}
+	}
+	return err
+}
+
+// sortedAgentIDs implements sortedLister, from the store's index of the
+// agents directory, read again when the directory changed.
+func (s *ReadOnlyStore) sortedAgentIDs() ([]string, error) {
+	return s.idx.ids(s.fs, filepath.Join(s.dir, "agents"), func(name string, why error) {
+		if _, dup := s.refused.LoadOrStore(name, true); !dup {
+			slog.Default().Error("selfimprove: a state file holds an agent ID the loop refuses: not listed (a Loop that owns the directory sets it aside)",
+				"file", filepath.Join(s.dir, "agents", name), "why", why)
+		}
+	})
 }
 
 // SaveAgent implements Store: it fails, wrapping ErrReadOnly.

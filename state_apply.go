@@ -126,7 +126,7 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		AgentID:   s.AgentID,
 		From:      s.Config,
 		To:        cfg,
-		Reason:    failure.Bound(tw.Reason, maxReason),
+		Reason:    freeText(tw.Reason),
 		Before:    before,
 		Window:    &win,
 		Cluster:   tw.Cluster,

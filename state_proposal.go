@@ -30,11 +30,11 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 		suggest = &c
 	}
 	p := Proposal{
-		AgentID: s.AgentID, Rule: failure.Bound(tw.Rule, maxReason), Config: suggest, Rationale: failure.Bound(tw.Reason, maxReason),
+		AgentID: s.AgentID, Rule: freeText(tw.Rule), Config: suggest, Rationale: freeText(tw.Reason),
 		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
 	}
 	if cl != nil {
-		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, failure.Bound(cl.Signature, maxReason)
+		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, freeText(cl.Signature)
 		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, failure.MaxText)
 	}
 	same := func(q *Proposal) bool {
@@ -158,7 +158,7 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	case p.Status != ProposalPending && !(p.Status == ProposalApproved && p.Config == nil):
 		return eff, fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
 	}
-	p.Status, p.Note, p.Updated = ProposalRejected, failure.Bound(reason, maxReason), now.UTC()
+	p.Status, p.Note, p.Updated = ProposalRejected, freeText(reason), now.UTC()
 	eff.save = true
 	eff.event(proposalEvent(r.newID(now), now, EventProposalRejected, p))
 	if p.Config != nil && p.ClusterID != "" {
@@ -172,8 +172,13 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 // strategy, a policy or an operator: a Tweak's Reason as kept in a Change
 // (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
 // memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
-// text is cut by Bound.
+// text is cut by Bound, after failure.Scrub (freeText).
 const maxReason = 512
+
+// freeText is a free text from a strategy, a policy or an operator as the
+// loop keeps it: scrubbed of secrets like an error's text (failure.Scrub),
+// then cut to maxReason bytes by failure.Bound.
+func freeText(s string) string { return failure.Bound(failure.Scrub(s), maxReason) }
 
 // boundTexts returns the first n texts of ss, each cut by failure.Bound
 // to each bytes: a new slice, nil when there are none.

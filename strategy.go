@@ -188,7 +188,7 @@ func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
 		switch {
 		case t.Review:
 			if tried := triedText(&a, t.Cluster); tried != "" {
-				t.Reason = failure.Bound(t.Reason+"; tried: "+tried, maxReason)
+				t.Reason = freeText(t.Reason + "; tried: " + tried)
 			}
 			reviews = append(reviews, t)
 		case tw == nil:

@@ -9,7 +9,9 @@
 //
 // With a token, every endpoint needs "Authorization: Bearer <token>"
 // (unless Options open the reads or the metrics); without one, reads are
-// open and every mutation is refused with 403. Mutations are POST with a
+// open and every mutation is refused with 403. A request whose Host is not
+// a loopback name or address, nor in Options.AllowedHosts, gets 421 (DNS
+// rebinding). Mutations are POST with a
 // JSON body. Errors are JSON (ErrorBody) with the HTTP status: 400 naming
 // the field for malformed input, 401/403 for authentication, 404 for an
 // unknown agent or proposal, 409 when the loop's state does not allow the
@@ -23,7 +25,10 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,6 +68,20 @@ type Options struct {
 	// WriteTimeout bounds each write to a stream client; a client that
 	// does not read for this long is disconnected. Default 10 seconds.
 	WriteTimeout time.Duration
+	// AllowedHosts lists the host names (without the port) that the Host
+	// header of a request may carry besides the loopback names and
+	// addresses ("localhost", "*.localhost", 127.0.0.0/8, ::1), which
+	// are always accepted: a request for any other host is refused with
+	// 421, so that a page of another site cannot read the API through
+	// DNS rebinding. List the names the handler is reached by (the
+	// server's name, the name a proxy forwards); an entry that starts
+	// with a dot accepts the subdomains of the name that follows; "*"
+	// accepts every host (for a proxy that checks Host itself). Default:
+	// none, loopback only.
+	AllowedHosts []string
+	// MaxStreams bounds the event streams served at once; one more gets
+	// 503 with Retry-After. Default 100.
+	MaxStreams int
 	// Dashboard serves GET / (the exact root), behind the token like the
 	// other reads. Default: the embedded dashboard (see Dashboard), whose
 	// page, script and style (GET /, /app.js, /app.css) are served
@@ -111,6 +130,9 @@ func (o Options) withDefaults() Options {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
+	if o.MaxStreams <= 0 {
+		o.MaxStreams = 100
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -128,11 +150,12 @@ func (o Options) withDefaults() Options {
 
 // server is the handler's state.
 type server struct {
-	l      *selfimprove.Loop
-	o      Options
-	token  [32]byte // SHA-256 of Options.Token
-	intake [32]byte // SHA-256 of Options.IntakeToken
-	rate   *rateBound
+	l       *selfimprove.Loop
+	o       Options
+	token   [32]byte // SHA-256 of Options.Token
+	intake  [32]byte // SHA-256 of Options.IntakeToken
+	rate    *rateBound
+	streams chan struct{} // a place for each stream served, Options.MaxStreams
 }
 
 // access is what an endpoint needs to be served.
@@ -174,6 +197,7 @@ const (
 func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
+	s.streams = make(chan struct{}, s.o.MaxStreams)
 	mux := http.NewServeMux()
 	route := func(pattern, method string, a access, h http.HandlerFunc) {
 		mux.Handle(pattern, s.guard(method, a, h))
@@ -212,7 +236,46 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint")
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			writeError(w, http.StatusMisdirectedRequest, "Host", "this handler does not serve the host "+strconv.Quote(r.Host)+
+				" (list it in admin.Options.AllowedHosts)")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// hostAllowed reports whether a request's Host header names a host the
+// handler serves: a loopback name or address, or one of
+// Options.AllowedHosts. An empty Host (a request made in-process, or over
+// HTTP/1.0) is allowed: no browser sends one.
+func (s *server) hostAllowed(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() {
+		return true
+	}
+	for _, a := range s.o.AllowedHosts {
+		a = strings.ToLower(strings.TrimSuffix(a, "."))
+		switch {
+		case a == "*", a == host:
+			return true
+		case strings.HasPrefix(a, ".") && strings.HasSuffix(host, a) && len(host) > len(a):
+			return true
+		}
+	}
+	return false
 }
 
 // guard checks the method, the token and, for a mutation, the body's

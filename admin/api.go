@@ -109,30 +109,37 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, bad("after", "after must be the next value of the previous page"))
 		return
 	}
-	var ids []string
-	for id := range s.l.Agents() {
-		if strings.HasPrefix(id, prefix) && id > after {
-			ids = append(ids, id)
-		}
+	// The page from the loop's index of IDs, in order: from the first ID
+	// after after (after+"\x00") or with the prefix, whichever is later.
+	from := max(prefix, after+"\x00")
+	if q.Get("after") == "" {
+		from = prefix
 	}
-	slices.Sort(ids)
 	out := AgentList{Agents: []AgentSummary{}}
-	for i, id := range ids {
-		if len(out.Agents) == n {
-			out.Next = Ref(ids[i-1])
-			break
+	for batch := n + 1; ; batch = min(4*batch, 4*maxPage) {
+		ids := s.l.AgentsFrom(from, batch)
+		for _, id := range ids {
+			if !strings.HasPrefix(id, prefix) {
+				writeJSON(w, http.StatusOK, out) // past the prefix
+				return
+			}
+			if len(out.Agents) == n {
+				out.Next = Ref(out.Agents[n-1].ID)
+				writeJSON(w, http.StatusOK, out)
+				return
+			}
+			if o, ok := s.l.View(id); ok { // else gone meanwhile
+				if v := s.summary(&o); !unhealthy || !v.Healthy {
+					out.Agents = append(out.Agents, v)
+				}
+			}
 		}
-		o, ok := s.l.View(id)
-		if !ok {
-			continue // gone meanwhile
+		if len(ids) < batch {
+			writeJSON(w, http.StatusOK, out)
+			return
 		}
-		v := s.summary(&o)
-		if unhealthy && v.Healthy {
-			continue
-		}
-		out.Agents = append(out.Agents, v)
+		from = ids[len(ids)-1] + "\x00"
 	}
-	writeJSON(w, http.StatusOK, out)
 }
 
 // getAgent serves GET /api/agents/{agent}.

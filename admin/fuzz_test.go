@@ -43,7 +43,7 @@ func FuzzRequests(f *testing.F) {
 			}
 		}
 		for _, p := range paths {
-			req := httptest.NewRequest("POST", p, strings.NewReader(body))
+			req := httptest.NewRequest("POST", "http://localhost"+p, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			check(req)
 		}

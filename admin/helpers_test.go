@@ -163,6 +163,6 @@ func errorOf(t testing.TB, what string, code int, b []byte, wantCode int, wantFi
 // httptestGet serves GET path with h and returns the body.
 func httptestGet(h http.Handler, path string) string {
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost"+path, nil))
 	return rec.Body.String()
 }

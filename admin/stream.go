@@ -30,7 +30,17 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, bad("Last-Event-ID", "Last-Event-ID is not an event ID"))
 		return
 	}
+	select {
+	case s.streams <- struct{}{}:
+		defer func() { <-s.streams }()
+	default:
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, "", "too many event streams (admin.Options.MaxStreams); retry later")
+		return
+	}
 	rc := http.NewResponseController(w)
+	// A stream outlives the server's read timeout: the request is read.
+	rc.SetReadDeadline(time.Time{})
 	sub := s.l.Subscribe(last, s.o.StreamBuffer)
 	defer sub.Close()
 	h := w.Header()

@@ -166,7 +166,7 @@ func TestStreamSlowClientDropped(t *testing.T) {
 	f := newFixture(t, admin.Options{Token: token, StreamBuffer: 1})
 	h := admin.Handler(f.l, admin.Options{Token: token, StreamBuffer: 1})
 	w := &blockingWriter{h: http.Header{}, writing: make(chan struct{}), release: make(chan struct{})}
-	req := httptest.NewRequest("GET", "/api/events/stream", nil)
+	req := httptest.NewRequest("GET", "http://localhost/api/events/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	done := make(chan struct{})
 	go func() {

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // A Failure is what the loop derives from a failed call's error: its
@@ -47,7 +48,7 @@ const memoSlots = 64
 
 // memoEntry is what a Memo derived from one raw error text.
 type memoEntry struct {
-	raw     string // the error's text, cut to maxScrubText bytes
+	raw     string // the error's text, cut to maxScrubText+utf8.UTFMax bytes
 	text    string // Text: scrubbed and cut to MaxText bytes
 	sig     string // its signature
 	cluster uint64 // ClusterOf(sig)
@@ -68,7 +69,7 @@ func (m *Memo) Describe(err error, status int) Failure {
 	if err == nil {
 		return Failure{Class: ClassOther}
 	}
-	e := m.derive(textN(err, maxScrubText))
+	e := m.derive(textN(err, maxScrubText+utf8.UTFMax))
 	class, st := classifyErr(err, e.text)
 	if st == 0 {
 		st = status
@@ -80,7 +81,8 @@ func (m *Memo) Describe(err error, status int) Failure {
 }
 
 // derive returns the entry of raw (a text from textN(err,
-// maxScrubText)), computing it on a miss.
+// maxScrubText+utf8.UTFMax)), computing it on a miss: more than
+// maxScrubText bytes when the text was cut (a rune is at most UTFMax).
 func (m *Memo) derive(raw string) *memoEntry {
 	slot := &m.slots[maphash.String(m.seed, raw)%memoSlots]
 	if e := slot.Load(); e != nil && e.raw == raw {

@@ -14,15 +14,22 @@ const MaxText = 200
 const maxScrubText = 1024
 
 // Text returns the text of err to keep: its first maxScrubText bytes,
-// scrubbed of secrets, cut to MaxText bytes at a rune boundary. A long
-// text is copied so that the kept part does not pin the rest in memory.
-func Text(err error) string { return keepText(textN(err, maxScrubText)) }
+// scrubbed of secrets, cut to MaxText bytes at a rune boundary. When the
+// text is longer, its last word before the cut (what follows the last
+// white space) is redacted with the secrets: it may be the start of one,
+// too short to be recognised. A long text is copied so that the kept part
+// does not pin the rest in memory.
+func Text(err error) string { return keepText(textN(err, maxScrubText+utf8.UTFMax)) }
 
-// keepText returns the first maxScrubText bytes of s, scrubbed, cut to
-// MaxText bytes and copied when cut.
+// keepText returns the first maxScrubText bytes of s, scrubbed (a last
+// word cut at maxScrubText redacted), cut to MaxText bytes and copied
+// when cut.
 func keepText(s string) string {
 	if len(s) > maxScrubText {
 		s = s[:cutAt(s, maxScrubText)]
+		if i := strings.LastIndexAny(s, " \t\r\n"); i < len(s)-1 {
+			s = s[:i+1] + Redacted
+		}
 	}
 	s = Scrub(s)
 	if len(s) <= MaxText {

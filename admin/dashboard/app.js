@@ -13,7 +13,7 @@ let token = "";            // the admin token: memory only
 let tokenWaiters = [];     // actions waiting for a token
 const agents = new Map();  // ref -> AgentSummary
 let sortKey = "id", sortDir = 1, page = 0;
-let current = null;        // ref of the agent page shown, or null
+let current = null;        // ID of the agent page shown, or null
 let detail = null;         // its AgentDetail
 let selectedMarker = -1;
 let lastEventID = "";
@@ -22,11 +22,37 @@ const pendingRefresh = new Map(); // ref -> timer
 
 const $ = (id) => document.getElementById(id);
 
+// vis shows the C1 controls (U+0080-U+009F) and the bidi controls, which
+// would reorder the text around them, as visible escapes ("\u202e").
+const CONTROLS = /[\u0080-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+function vis(s) {
+  return typeof s === "string" ? s.replace(CONTROLS, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0")) : s;
+}
+
+// seg encodes s as one path segment of an API path.
+function seg(s) { return encodeURIComponent(s); }
+
+// idOf decodes a ref (an escaped path segment, from the API or the
+// page's hash) into the ID it names; null when it is not one, or when no
+// path can carry it as a segment ("." and ".." would move the path).
+function idOf(ref) {
+  let id;
+  try { id = decodeURIComponent(ref); } catch (e) { return null; }
+  return id === "." || id === ".." ? null : id;
+}
+
+// agentPath is the API path of the agent named by ref, or null.
+function agentPath(ref) {
+  const id = idOf(ref);
+  return id === null ? null : "api/agents/" + seg(id);
+}
+
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k === "text") e.textContent = v;
+    if (k === "text") e.textContent = vis(v);
+    else if (k === "title") e.setAttribute(k, vis(String(v)));
     else if (k === "class") e.className = v;
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? "" : String(v));
@@ -39,7 +65,7 @@ const SVG = "http://www.w3.org/2000/svg";
 function svg(tag, attrs) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "text") e.textContent = v;
+    if (k === "text") e.textContent = vis(v);
     else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, String(v));
   }
@@ -50,7 +76,7 @@ function svg(tag, attrs) {
 
 function say(text, kind) {
   const m = $("msg");
-  m.textContent = text;
+  m.textContent = vis(text);
   m.className = kind || "";
 }
 
@@ -238,11 +264,13 @@ function refreshAgent(ref) {
   pendingRefresh.set(ref, setTimeout(async () => {
     pendingRefresh.delete(ref);
     try {
-      const d = await read("api/agents/" + ref);
+      const path = agentPath(ref);
+      if (path === null) return;
+      const d = await read(path);
       const { config, versions, changes, clusters, proposals, ...summary } = d;
       agents.set(ref, summary);
       renderTable();
-      if (current === ref) showDetail(d);
+      if (current !== null && current === idOf(ref)) showDetail(d);
     } catch (e) {
       if (e.status === 404) { agents.delete(ref); renderTable(); } else say("Could not refresh an agent: " + e.message, "error");
     }
@@ -259,7 +287,7 @@ function proposalCard(p, withAgent) {
     for (const b of buttons) b.disabled = true;
     try {
       const body = verb === "approve" ? {} : { reason: reason.value.trim() || "rejected in the dashboard" };
-      const res = await mutate("api/proposals/" + encodeURIComponent(p.id) + "/" + verb, body);
+      const res = await mutate("api/proposals/" + seg(p.id) + "/" + verb, body);
       status.textContent = res.proposal ? res.proposal.status : verb + "d";
       const a = res.agent;
       if (a) { agents.set(a.ref, a); renderTable(); }
@@ -449,7 +477,7 @@ function firstTokenText(d) {
 
 function showDetail(d) {
   detail = d;
-  $("agent-title").textContent = d.id;
+  $("agent-title").textContent = vis(d.id);
   const facts = [
     ["Health", pct(d.health)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
     ["Failures", String(d.stats.failures)], ["p95", dur(d.p95_latency_ns)], ["Config", "v" + d.config_version],
@@ -469,13 +497,19 @@ function showDetail(d) {
 }
 
 async function openAgent(ref) {
-  current = ref;
+  const path = agentPath(ref);
+  if (path === null) {
+    say("Not an agent this page can open: " + ref, "error");
+    current = null;
+    return;
+  }
+  current = idOf(ref);
   selectedMarker = -1;
   $("list-view").hidden = true;
   $("agent-view").hidden = false;
   $("marker-detail").replaceChildren(el("p", { class: "muted", text: "No marker selected." }));
   try {
-    showDetail(await read("api/agents/" + ref));
+    showDetail(await read(path));
   } catch (e) {
     say("Could not read the agent: " + e.message, "error");
   }
@@ -530,7 +564,7 @@ async function startStream() {
       }
       if (!res.ok || !res.body) throw new Error("HTTP " + res.status);
       setConn("live", "live");
-      if (!first) { loadAgents().catch(() => {}); loadPending(); if (current) refreshAgent(current); }
+      if (!first) { loadAgents().catch(() => {}); loadPending(); if (current !== null) refreshAgent(seg(current)); }
       first = false;
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "", type = "message", data = [], id = "";

@@ -52,6 +52,9 @@ type opts struct {
 	readOnly     bool
 	create       bool
 	pollInterval time.Duration
+	idleTimeout  time.Duration
+	maxStreams   int
+	allowHosts   multi
 }
 
 // multi is a repeatable string flag.
@@ -145,7 +148,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	code := exitCode(err)
-	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	msg := cell(err.Error())
 	if code == exitUsage {
 		msg += fmt.Sprintf(" (see selfimprove %s -h)", c.name)
 	}

@@ -17,14 +17,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
+	"github.com/self-improving-loop/selfimprove/internal/fsx"
 )
 
 // maxAnswer bounds an answer of the admin API read by the client.
 const maxAnswer = 64 << 20
+
+// maxLogRead bounds what is read of the event log of --dir: its last
+// 128 MiB (twice the store's default MaxLogSize, at which it rotates).
+const maxLogRead = 128 << 20
 
 // client reaches a loop through the admin API: over HTTP (--url), or
 // in-process through admin.Handler on a Loop opened on a state directory
@@ -38,6 +44,7 @@ type client struct {
 	// directly, since a Loop opened on it has no recent events.
 	dir  string
 	loop *selfimprove.Loop // with --dir
+	ro   *readOnlyHandler  // with --dir, read-only
 }
 
 // apiError is an error answer of the admin API.
@@ -71,7 +78,21 @@ func openURL(raw, token string) (*client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErr("--url: %q is not an http(s) URL", raw)
 	}
-	return &client{base: strings.TrimSuffix(raw, "/"), hc: &http.Client{}, token: token}, nil
+	return &client{base: strings.TrimSuffix(raw, "/"), hc: &http.Client{CheckRedirect: sameOrigin}, token: token}, nil
+}
+
+// sameOrigin refuses a redirect to another origin (scheme, host and
+// port), to which the client would send the token, and more than 10
+// redirects.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	from := via[0].URL
+	if req.URL.Scheme != from.Scheme || !strings.EqualFold(req.URL.Host, from.Host) {
+		return fmt.Errorf("refused a redirect to another origin (%s://%s): give --url the admin handler's own URL", req.URL.Scheme, req.URL.Host)
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
 }
 
 // openDir opens dir: read-only without its lock, or, for a mutation,
@@ -91,9 +112,14 @@ func openDir(dir string, write bool) (*client, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	token := newToken()
 	opts := admin.Options{Token: token, Logger: logger}
-	c := &client{base: "http://selfimprove.local", token: token, dir: dir}
+	c := &client{base: "http://localhost", token: token, dir: dir} // in-process: a loopback Host
 	if !write {
-		c.hc = &http.Client{Transport: inProcess{&readOnlyHandler{dir: dir, opts: opts}}}
+		h, err := newReadOnlyHandler(dir, opts)
+		if err != nil {
+			return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		}
+		c.ro = h
+		c.hc = &http.Client{Transport: inProcess{h}}
 		return c, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
@@ -123,27 +149,92 @@ func openReadOnly(dir string, logger *slog.Logger) (*selfimprove.Loop, error) {
 // readOnlyHandler serves each request with admin.Handler on a Loop opened
 // read-only for it, so that a long-running reader (mcp, serve
 // --read-only) answers from the directory as it is now: a Loop keeps the
-// failure memory and the agents with proposals it read.
+// failure memory and the agents with proposals it read. The Loops share
+// one ReadOnlyStore (and its index of the agents). The event streams
+// share one Loop, opened at the first and closed by Close, and one
+// admin.Handler, whose Options.MaxStreams bounds them all. Mutations are
+// refused with 403.
 type readOnlyHandler struct {
-	dir  string
-	opts admin.Options
+	store *selfimprove.ReadOnlyStore
+	opts  admin.Options
+
+	mu     sync.Mutex
+	loop   *selfimprove.Loop // the streams' Loop
+	stream http.Handler
+}
+
+func newReadOnlyHandler(dir string, opts admin.Options) (*readOnlyHandler, error) {
+	ro, err := selfimprove.OpenReadOnlyStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &readOnlyHandler{store: ro, opts: opts}, nil
+}
+
+// open opens a Loop on the shared store.
+func (h *readOnlyHandler) open() (*selfimprove.Loop, error) {
+	return selfimprove.New(selfimprove.WithStore(h.store), selfimprove.WithNotifier(nil), selfimprove.WithLogger(h.opts.Logger))
 }
 
 func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	logger := h.opts.Logger
-	if logger == nil {
-		logger = slog.Default()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		refuse(w, http.StatusForbidden, "read-only: mutations are disabled (serve without --read-only, or use the Loop's own admin API)")
+		return
 	}
-	l, err := openReadOnly(h.dir, logger)
+	if r.URL.Path == "/api/events/stream" {
+		sh, err := h.streams()
+		if err != nil {
+			h.opts.Logger.Error("selfimprove: open the state directory", "error", err)
+			refuse(w, http.StatusInternalServerError, "cannot read the state directory")
+			return
+		}
+		sh.ServeHTTP(w, r)
+		return
+	}
+	l, err := h.open()
 	if err != nil {
-		logger.Error("selfimprove: open the state directory", "error", err)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusInternalServerError)
-		json.NewEncoder(w).Encode(admin.ErrorBody{Error: "cannot read the state directory", Status: http.StatusInternalServerError})
+		h.opts.Logger.Error("selfimprove: open the state directory", "error", err)
+		refuse(w, http.StatusInternalServerError, "cannot read the state directory")
 		return
 	}
 	defer l.Close()
 	admin.Handler(l, h.opts).ServeHTTP(w, r)
+}
+
+// streams returns the handler of the event streams, over the shared Loop.
+func (h *readOnlyHandler) streams() (http.Handler, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stream == nil {
+		l, err := h.open()
+		if err != nil {
+			return nil, err
+		}
+		h.loop, h.stream = l, admin.Handler(l, h.opts)
+	}
+	return h.stream, nil
+}
+
+// Close closes the streams' Loop, which ends the streams.
+func (h *readOnlyHandler) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loop == nil {
+		return nil
+	}
+	err := h.loop.Close()
+	h.loop = nil
+	return err
+}
+
+// refuse answers with status and an admin.ErrorBody.
+func refuse(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(admin.ErrorBody{Error: msg, Status: status})
 }
 
 func newToken() string {
@@ -154,6 +245,9 @@ func newToken() string {
 
 // Close closes the Loop of --dir.
 func (c *client) Close() error {
+	if c.ro != nil {
+		return c.ro.Close()
+	}
 	if c.loop == nil {
 		return nil
 	}
@@ -292,7 +386,8 @@ func (c *client) events(ctx context.Context, f selfimprove.EventFilter, limit in
 // whole event, and returns the offset after the last whole line. A log
 // shorter than offset (rotated) is read from its start.
 func (c *client) readLog(offset int64, fn func(selfimprove.Event)) (int64, error) {
-	f, err := os.Open(filepath.Join(c.dir, "events.jsonl"))
+	// As the store opens it: never through a link, never waiting on a pipe.
+	f, err := fsx.OpenRegular(filepath.Join(c.dir, "events.jsonl"), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -304,11 +399,20 @@ func (c *client) readLog(offset int64, fn func(selfimprove.Event)) (int64, error
 	if err != nil {
 		return offset, fmt.Errorf("read the event log: %w", err)
 	}
-	if !fi.Mode().IsRegular() {
-		return offset, fmt.Errorf("read the event log: %s is not a regular file", f.Name())
-	}
 	if fi.Size() < offset {
 		offset = 0
+	}
+	// At most the last maxLogRead bytes, from the first whole line there.
+	if fi.Size()-offset > maxLogRead {
+		offset = fi.Size() - maxLogRead
+		if _, err := f.Seek(offset, io.SeekStart); err != nil {
+			return offset, fmt.Errorf("read the event log: %w", err)
+		}
+		skipped, err := readLine(bufio.NewReaderSize(f, 64<<10), 1<<20)
+		if err != nil && !errors.Is(err, errLongLine) {
+			return offset, nil // no whole line in it
+		}
+		offset += int64(len(skipped))
 	}
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return offset, fmt.Errorf("read the event log: %w", err)

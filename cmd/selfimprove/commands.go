@@ -94,6 +94,9 @@ func init() {
 				fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on")
 				fs.BoolVar(&o.readOnly, "read-only", false, "serve without the directory's lock, beside a live Loop; mutations are refused")
 				fs.BoolVar(&o.create, "create", false, "create the state directory when it does not exist (a sidecar for agents outside Go: docs/intake.md)")
+				fs.Var(&o.allowHosts, "allow-host", "a host name (besides loopback) the Host header may carry; .example.com for its subdomains (repeatable)")
+				fs.DurationVar(&o.idleTimeout, "idle-timeout", defaultLimits.idle, "close a keep-alive connection idle this long")
+				fs.IntVar(&o.maxStreams, "max-streams", defaultLimits.maxStreams, "event streams served at once")
 			}, run: runServe},
 		{name: "mcp", summary: "a Model Context Protocol server over stdio: the loop's failure memory, agents and proposals for agents",
 			example: "selfimprove mcp --dir ./state", nargs: [2]int{0, 0}, run: runMCP},
@@ -200,18 +203,37 @@ func eventTable(w io.Writer, evs []admin.EventView) error {
 }
 
 func eventRow(w io.Writer, ev admin.EventView) {
-	fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ev.Time.UTC().Format(time.RFC3339), ev.Type, dash(cell(ev.AgentID)), cell(ev.Message))
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ev.Time.UTC().Format(time.RFC3339), cell(string(ev.Type)), dash(cell(ev.AgentID)), cell(ev.Message))
 }
 
-// cell makes s fit a table cell: valid UTF-8, no tabs or newlines.
+// cell makes s fit a table cell and safe for a terminal: valid UTF-8; C0
+// controls and DEL (tabs, newlines, escapes) become spaces; C1 controls
+// (U+0080-U+009F) and the bidi controls, which a terminal would obey or
+// which reorder the text around them, become visible escapes (\u202e).
 func cell(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.Map(func(r rune) rune {
-		if r < ' ' || r == 0x7f {
-			return ' '
+	if !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r >= 0x7f && r <= 0x9f || isBidi(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < ' ' || r == 0x7f:
+			b.WriteByte(' ')
+		case r >= 0x80 && r <= 0x9f || isBidi(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
 		}
-		return r
-	}, s)
+	}
+	return b.String()
+}
+
+// isBidi reports the bidi controls: the marks (U+061C, U+200E, U+200F)
+// and the embeddings, overrides and isolates (U+202A-U+202E,
+// U+2066-U+2069).
+func isBidi(r rune) bool {
+	return r == 0x061c || r == 0x200e || r == 0x200f || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
 
 func dash(s string) string {
@@ -317,7 +339,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 			if !v.At.IsZero() {
 				at = v.At.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\n", v.Version, mark, v.MadeBy, at, state, dash(cell(v.Reason)))
+			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\n", v.Version, mark, cell(v.MadeBy), at, state, dash(cell(v.Reason)))
 		}
 		tw.Flush()
 
@@ -328,7 +350,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 			tw = table(w)
 			fmt.Fprintln(tw, "CLUSTER\tCLASS\tCOUNT\tSIGNATURE")
 			for _, cl := range d.Clusters {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", cl.ID, cl.Class, cl.Count, cell(cl.Signature))
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", cell(cl.ID), cell(string(cl.Class)), cl.Count, cell(cl.Signature))
 			}
 			tw.Flush()
 		}
@@ -401,7 +423,7 @@ func proposalTable(w io.Writer, ps []selfimprove.Proposal) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "ID\tAGENT\tSTATUS\tCLASS\tCOUNT\tCONFIDENCE\tRATIONALE")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%s\n", p.ID, cell(p.AgentID), p.Status, p.Class, p.Count, p.Confidence, dash(cell(p.Rationale)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.2f\t%s\n", cell(p.ID), cell(p.AgentID), cell(string(p.Status)), cell(string(p.Class)), p.Count, p.Confidence, dash(cell(p.Rationale)))
 	}
 	return tw.Flush()
 }

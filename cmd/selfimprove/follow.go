@@ -30,7 +30,7 @@ func follow(ctx context.Context, c *client, f selfimprove.EventFilter, e *env) e
 			}
 			out.Write(append(b, '\n'))
 		} else {
-			fmt.Fprintf(out, followFormat, ev.Time.UTC().Format(time.RFC3339), ev.Type, dash(cell(ev.AgentID)), cell(ev.Message))
+			fmt.Fprintf(out, followFormat, ev.Time.UTC().Format(time.RFC3339), cell(string(ev.Type)), dash(cell(ev.AgentID)), cell(ev.Message))
 		}
 		return out.Flush()
 	}

@@ -40,29 +40,25 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 			return fmt.Errorf("--create: %w", err)
 		}
 	}
-	h, l, err := serveHandler(dir, e.o.readOnly, token, logger)
+	if e.o.idleTimeout <= 0 || e.o.maxStreams <= 0 {
+		return usageErr("--idle-timeout and --max-streams must be positive")
+	}
+	lim := defaultLimits
+	lim.idle, lim.maxStreams = e.o.idleTimeout, e.o.maxStreams
+	opts := admin.Options{Token: token, Logger: logger, AllowedHosts: e.o.allowHosts, MaxStreams: lim.maxStreams}
+	h, closeH, err := serveHandler(dir, e.o.readOnly, opts)
 	if err != nil {
 		return err
 	}
-	closeLoop := func() error {
-		if l == nil {
-			return nil
-		}
-		return l.Close()
-	}
 	ln, err := net.Listen("tcp", e.o.addr)
 	if err != nil {
-		closeLoop()
+		closeH()
 		return fmt.Errorf("--addr: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(h, lim, logger)
 	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s)\n", dir, ln.Addr(), serveMode(e.o.readOnly, token))
 	err = serveUntil(ctx, srv, ln)
-	if cerr := closeLoop(); cerr != nil && err == nil {
+	if cerr := closeH(); cerr != nil && err == nil {
 		err = cerr
 	}
 	if errors.Is(err, http.ErrServerClosed) {
@@ -71,40 +67,70 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 	return err
 }
 
-// serveHandler returns what serve serves over dir. Read-only, it is a
-// handler that reads the directory for each request, with reads open and
-// mutations refused, and the Loop is nil. Otherwise it is admin.Handler
-// over a Loop that holds the directory's lock, with mutations behind token;
-// the caller closes the Loop.
-func serveHandler(dir string, readOnly bool, token string, logger *slog.Logger) (http.Handler, *selfimprove.Loop, error) {
+// limits are serve's bounds on connections.
+type limits struct {
+	readHeader time.Duration // to read a request's header
+	read       time.Duration // to read a whole request, body included
+	write      time.Duration // to write an answer (an event stream sets its own deadline at each write)
+	idle       time.Duration // a keep-alive connection waits this long for the next request
+	maxStreams int           // event streams at once
+}
+
+// defaultLimits are serve's defaults (--idle-timeout, --max-streams).
+var defaultLimits = limits{readHeader: 10 * time.Second, read: 30 * time.Second, write: 30 * time.Second,
+	idle: 60 * time.Second, maxStreams: 100}
+
+// newHTTPServer returns the server of h with lim's timeouts.
+func newHTTPServer(h http.Handler, lim limits, logger *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: lim.readHeader,
+		ReadTimeout:       lim.read,
+		WriteTimeout:      lim.write,
+		IdleTimeout:       lim.idle,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// serveHandler returns what serve serves over dir, and what closes it.
+// Read-only, it is a readOnlyHandler: a Loop on the directory for each
+// request, reads behind opts.Token when there is one, mutations refused.
+// Otherwise it is admin.Handler over a Loop that holds the directory's
+// lock, with every request behind opts.Token (reads are open, and
+// mutations refused, without one).
+func serveHandler(dir string, readOnly bool, opts admin.Options) (http.Handler, func() error, error) {
 	if readOnly {
-		if _, err := selfimprove.OpenReadOnlyStore(dir); err != nil {
+		h, err := newReadOnlyHandler(dir, opts)
+		if err != nil {
 			return nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
 		}
-		return &readOnlyHandler{dir: dir, opts: admin.Options{Logger: logger}}, nil, nil
+		return h, h.Close, nil
 	}
 	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
 		return nil, nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR, or --create to make one", dir)
 	}
-	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
+	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(opts.Logger))
 	if errors.Is(err, selfimprove.ErrLocked) {
 		return nil, nil, fmt.Errorf("state directory %s is in use by a running Loop: serve its admin API from that process, or pass --read-only", dir)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	return admin.Handler(l, admin.Options{Token: token, Logger: logger}), l, nil
+	return admin.Handler(l, opts), l.Close, nil
 }
 
 // serveMode describes, for the line serve prints, who may do what.
 func serveMode(readOnly bool, token string) string {
 	switch {
+	case readOnly && token == "":
+		return "read-only, no token: reads open to anyone who can reach the address, mutations refused"
 	case readOnly:
-		return "read-only"
+		return "read-only: reads need the token, mutations refused"
 	case token == "":
-		return "no token: reads open, mutations refused (set SELFIMPROVE_TOKEN or --token-file)"
+		return "no token: reads open to anyone who can reach the address, mutations refused (set SELFIMPROVE_TOKEN or --token-file)"
 	}
-	return "mutations need the token"
+	return "reads and mutations need the token"
 }
 
 // serveUntil serves srv on ln until srv fails or ctx is done; then requests
