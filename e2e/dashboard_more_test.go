@@ -381,7 +381,7 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
 	do("rollback shown", until(`document.querySelector("#timeline rect.marker.rollback") !== null &&
 		document.querySelector('#agent-facts [data-fact="change"] dd').textContent === "rolled back" &&
-		document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "10 ms · p90 10 ms"`))
+		document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "10 ms · p90 9.5 ms"`))
 	check()
 	shot(t, ctx, "1-agent-rolled-back")
 
