@@ -68,6 +68,21 @@ type Options struct {
 	// without the token: they hold no data, and the page asks for the
 	// token when the API wants one.
 	Dashboard http.Handler
+	// Now is the clock of the timelines' samples and of the answers'
+	// "now" (the dashboard's relative times); give the Loop's clock when
+	// it is not the real one. Default time.Now.
+	Now func() time.Time
+	// SampleEvery is how often the handler samples every agent's
+	// counters for the timelines (GET /api/agents/{agent}/series) and the
+	// overview (GET /api/overview), from the time Handler is called until
+	// the Loop closes; it also samples an agent at each change and at
+	// each read of its series, and every agent at a read of the overview
+	// when the last sample is older. Negative: only at those reads and
+	// changes. Default 1 minute.
+	SampleEvery time.Duration
+	// MaxTimelines bounds the agents with a timeline (about 5 KB each):
+	// the first ones sampled. Default 10,000.
+	MaxTimelines int
 	// Logger receives the loop errors behind 500 answers. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -92,6 +107,15 @@ func (o Options) withDefaults() Options {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 10 * time.Second
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = time.Minute
+	}
+	if o.MaxTimelines <= 0 {
+		o.MaxTimelines = 10000
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -103,6 +127,8 @@ type server struct {
 	l     *selfimprove.Loop
 	o     Options
 	token [32]byte // SHA-256 of Options.Token
+	// samples are the agents' timelines.
+	samples sampler
 }
 
 // access is what an endpoint needs to be served.
@@ -122,6 +148,8 @@ const (
 //
 //	GET  /api/agents                     ?prefix= &unhealthy=true &limit= &after=
 //	GET  /api/agents/{agent}
+//	GET  /api/agents/{agent}/series      ?range=hour|day|week
+//	GET  /api/overview                   ?limit= &offset=  (agents in trouble first)
 //	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
 //	POST /api/agents/{agent}/config      {"config": {…}}
 //	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
@@ -138,12 +166,18 @@ const (
 // docs/admin.md shows each request and response.
 func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token))}
+	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines
+	if s.o.SampleEvery > 0 {
+		go s.sampleLoop()
+	}
 	mux := http.NewServeMux()
 	route := func(pattern, method string, a access, h http.HandlerFunc) {
 		mux.Handle(pattern, s.guard(method, a, h))
 	}
 	route("/api/agents", http.MethodGet, read, s.listAgents)
 	route("/api/agents/{agent}", http.MethodGet, read, s.getAgent)
+	route("/api/agents/{agent}/series", http.MethodGet, read, s.getSeries)
+	route("/api/overview", http.MethodGet, read, s.overview)
 	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
 	route("/api/agents/{agent}/config", http.MethodPost, mutate, s.setConfig)
 	route("/api/agents/{agent}/threshold", http.MethodPost, mutate, s.setThreshold)

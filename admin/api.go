@@ -110,7 +110,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.Sort(ids)
-	out := AgentList{Agents: []AgentSummary{}}
+	out := AgentList{Now: s.o.Now().UTC(), Agents: []AgentSummary{}}
 	for i, id := range ids {
 		if len(out.Agents) == n {
 			out.Next = Ref(ids[i-1])
@@ -139,6 +139,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 	changes := s.l.Changes(id)
 	d := AgentDetail{
 		AgentSummary: s.summary(&o),
+		Now:          s.o.Now().UTC(),
 		Config:       o.Config,
 		Versions: versions(s.l.History(id), changes,
 			s.l.Events(selfimprove.EventFilter{AgentIDs: []string{id}, Types: []selfimprove.EventType{selfimprove.EventConfigSet}, Limit: 1 << 20})),

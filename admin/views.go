@@ -58,6 +58,8 @@ type ThresholdView struct {
 
 // AgentList is the answer of GET /api/agents: a page of agents, by ID.
 type AgentList struct {
+	// Now is the handler's time (Options.Now).
+	Now    time.Time      `json:"now"`
 	Agents []AgentSummary `json:"agents"`
 	// Next is the after= value of the next page; empty on the last page.
 	Next string `json:"next,omitempty"`
@@ -66,6 +68,8 @@ type AgentList struct {
 // AgentDetail is the answer of GET /api/agents/{agent}.
 type AgentDetail struct {
 	AgentSummary
+	// Now is the handler's time (Options.Now).
+	Now time.Time `json:"now"`
 	// Config is the config in force.
 	Config selfimprove.Config `json:"config"`
 	// Versions are the config versions the loop holds, oldest first, the
