@@ -601,8 +601,8 @@ async function loadSeries() {
   const ref = current;
   if (!ref) return;
   try {
-    const s = await read("api/agents/" + ref + "/series?range=" + (tlRange || "day"));
-    if (current !== ref || s.range !== tlRange) return;
+    const s = await read("api/agents/" + ref + "/series?range=" + (tlRange === "fit" ? "hour" : tlRange || "day"));
+    if (current !== ref || s.range !== (tlRange === "fit" ? "hour" : tlRange)) return;
     noteNow(s.now);
     tlSeries = s;
     if (detail) drawTimeAxis(detail);
@@ -615,8 +615,17 @@ async function loadSeries() {
 // change, the last day when it has none.
 function autoRange(d) {
   const ms = markers(d), last = ms.length ? ms[ms.length - 1].t : NaN, age = serverNow() - last;
-  tlRange = age < RANGES.hour * 0.9 ? "hour" : age < RANGES.day * 0.95 || isNaN(age) ? "day" : "week";
+  tlRange = age < RANGES.hour * 0.8 ? "fit" : age < RANGES.day * 0.95 || isNaN(age) ? "day" : "week";
   for (const b of document.querySelectorAll("#ranges button")) b.setAttribute("aria-pressed", String(b.dataset.range === tlRange));
+}
+
+// spanOf is the width of the timeline in ms: the range chosen, or for
+// "fit" from a little before the latest change to now.
+function spanOf(d) {
+  if (tlRange !== "fit") return RANGES[tlRange];
+  const ms = markers(d).filter((m) => m.kind === "change" || m.kind === "rewind");
+  const age = ms.length ? serverNow() - ms[ms.length - 1].t : RANGES.hour;
+  return Math.min(RANGES.hour, Math.max(2 * MIN, age * 1.25));
 }
 
 function setRange(r) {
@@ -628,21 +637,23 @@ function setRange(r) {
 }
 
 const MIN = 60e3, HOUR = 3600e3, DAY = 86400e3;
-const STEPS = [MIN, 2 * MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN, HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
+const STEPS = [5e3, 10e3, 15e3, 30e3, MIN, 2 * MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN, HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
 const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
 const two = (n) => String(n).padStart(2, "0");
 
 // ticks returns labelled ticks (UTC) between t0 and t1, at most n: the
 // time, and the date where the day changes.
 function ticks(t0, t1, n) {
-  const step = STEPS.find((s) => (t1 - t0) / s <= n) || 7 * DAY;
+  let i = STEPS.findIndex((s) => (t1 - t0) / s <= n);
+  if (i > 0 && (t1 - t0) / STEPS[i] < 3) i--; // three ticks at least
+  const step = i < 0 ? 7 * DAY : STEPS[i];
   const out = [];
   let lastDay = "";
   for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
     const d = new Date(t);
     const day = MONTHS[d.getUTCMonth()] + " " + d.getUTCDate();
-    const hm = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes());
-    out.push({ t, label: day !== lastDay && (step >= DAY || out.length === 0 || hm === "00:00") ? (step >= DAY ? day : day + " " + hm) : hm });
+    const hm = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + (step < MIN ? ":" + two(d.getUTCSeconds()) : "");
+    out.push({ t, label: day !== lastDay && (step >= DAY || out.length === 0 || hm.startsWith("00:00")) ? (step >= DAY ? day : day + " " + hm) : hm });
     lastDay = day;
   }
   return out;
@@ -656,7 +667,7 @@ function drawTimeAxis(d) {
   const g = $("timeline"), lg = $("latency");
   const W = Math.max(300, Math.round(g.getBoundingClientRect().width) || 800), H = 220, L = 44, R = 40, T = 14, B = 34;
   g.setAttribute("viewBox", "0 0 " + W + " " + H);
-  const t1 = serverNow(), t0 = t1 - RANGES[tlRange];
+  const t1 = serverNow(), t0 = t1 - spanOf(d);
   const x = (t) => L + (t - t0) / (t1 - t0) * (W - L - R);
   const y = (r) => T + (1 - r) * (H - T - B);
   const kids = [];
@@ -666,16 +677,17 @@ function drawTimeAxis(d) {
   }
   kids.push(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
   kids.push(svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
-  for (const k of ticks(t0, t1, Math.max(3, Math.floor((W - L - R) / 110)))) {
+  for (const k of ticks(t0, t1, Math.max(4, Math.floor((W - L - R) / 100)))) {
     const tx = x(k.t);
     kids.push(svg("line", { class: "tick", x1: tx, x2: tx, y1: H - B, y2: H - B + 5 }));
     kids.push(svg("text", { class: "tick-label", x: tx, y: H - B + 18, "text-anchor": "middle", "data-t": k.t, text: k.label }));
   }
   kids.push(svg("line", { id: "timeline-now", class: "now", "data-t": t1, x1: x(t1), x2: x(t1), y1: T, y2: H - B }));
   kids.push(svg("text", { x: x(t1) + 3, y: T + 8, text: "now" }));
-  const pts = (tlSeries && tlSeries.points || []).filter((p) => p.calls > 0);
+  let pts = (tlSeries && tlSeries.points || []).filter((p) => p.calls > 0);
   const step = tlSeries ? tlSeries.step_ns / 1e6 : 0;
   const mid = (p) => Math.min(t1, Date.parse(p.t) + step / 2);
+  pts = pts.filter((p) => mid(p) >= t0);
   for (const run of byVersion(pts)) {
     const xy = run.map((p) => [x(mid(p)), y(p.success_rate)]);
     kids.push(svg("polyline", { class: "series v" + (run[0].version % 2), "data-version": run[0].version, points: xy.map((p) => p.join(",")).join(" ") }));
