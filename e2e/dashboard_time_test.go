@@ -34,19 +34,18 @@ func timeLoop(t *testing.T) (*dashLoop, *httptest.Server) {
 		io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 	}
-	// The fleet: one failure at most per agent, under every threshold.
+	// The fleet: a call per agent every 20 minutes; one agent in 17 fails
+	// every other call, a third of the others once.
 	for chunk := range 10 {
-		for i := chunk * bigFleet / 10; i < (chunk+1)*bigFleet/10; i++ {
+		for i := range bigFleet {
 			id := fmt.Sprintf("%s-%04d", teams[i%len(teams)], i)
-			for c := range 2 + i%4 {
-				fail := i%3 == 0 && c == 0 || i%17 == 0 && c < 2
-				d.l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
-					if fail {
-						return errUpstream
-					}
-					return nil
-				})
-			}
+			fail := i%17 == 0 && (chunk+i)%2 == 0 || i%3 == 0 && chunk == i%10
+			d.l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+				if fail {
+					return errUpstream
+				}
+				return nil
+			})
 		}
 		get("/api/overview?limit=1") // samples every agent
 		d.clk.Advance(20 * time.Minute)

@@ -620,11 +620,11 @@ function autoRange(d) {
 }
 
 // spanOf is the width of the timeline in ms: the range chosen, or for
-// "fit" from a little before the latest change to now.
+// "fit" from a little before the oldest marker of the last hour to now.
 function spanOf(d) {
   if (tlRange !== "fit") return RANGES[tlRange];
-  const ms = markers(d).filter((m) => m.kind === "change" || m.kind === "rewind");
-  const age = ms.length ? serverNow() - ms[ms.length - 1].t : RANGES.hour;
+  const now = serverNow(), ms = markers(d).filter((m) => now - m.t < RANGES.hour);
+  const age = ms.length ? now - ms[0].t : RANGES.hour;
   return Math.min(RANGES.hour, Math.max(2 * MIN, age * 1.25));
 }
 
@@ -794,7 +794,11 @@ function sparkCard(a) {
   const n = a.day.length, xs = (i) => i / (n - 1) * W, ys = (r) => 2 + (1 - r) * (H - 4);
   const kids = [svg("line", { class: "grid-line", x1: 0, x2: W, y1: ys(0.9), y2: ys(0.9) })];
   let run = [];
-  const flush = () => { if (run.length) kids.push(svg("polyline", { class: "series", points: run.join(" ") })); run = []; };
+  const flush = () => {
+    if (run.length === 1) { const [cx, cy] = run[0].split(","); kids.push(svg("circle", { class: "dot", cx, cy, r: 2 })); }
+    if (run.length > 1) kids.push(svg("polyline", { class: "series", points: run.join(" ") }));
+    run = [];
+  };
   a.day.forEach((r, i) => { if (r < 0) flush(); else run.push(xs(i) + "," + ys(r)); });
   flush();
   g.replaceChildren(...kids);
