@@ -88,6 +88,22 @@ type Options struct {
 	// without the token: they hold no data, and the page asks for the
 	// token when the API wants one.
 	Dashboard http.Handler
+	// Now is the clock of the timelines' samples, of the answers' "now"
+	// (the dashboard's relative times) and of the intake's rate bound;
+	// give the Loop's clock when it is not the real one. Default
+	// time.Now.
+	Now func() time.Time
+	// SampleEvery is how often the handler samples every agent's
+	// counters for the timelines (GET /api/agents/{agent}/series) and the
+	// overview (GET /api/overview), from the time Handler is called until
+	// the Loop closes; it also samples an agent at each change and at
+	// each read of its series, and every agent at a read of the overview
+	// when the last sample is older. Negative: only at those reads and
+	// changes. Default 1 minute.
+	SampleEvery time.Duration
+	// MaxTimelines bounds the agents with a timeline (about 5 KB each):
+	// the first ones sampled. Default 10,000.
+	MaxTimelines int
 	// Logger receives the loop errors behind 500 answers. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -107,8 +123,6 @@ type Options struct {
 	// whichever is more; a batch over it gets 429 with Retry-After and
 	// is not booked. Default 1,000.
 	OutcomeRate float64
-	// Now is the clock of the rate bound. Default time.Now.
-	Now func() time.Time
 }
 
 func (o Options) withDefaults() Options {
@@ -133,6 +147,15 @@ func (o Options) withDefaults() Options {
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = 100
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.SampleEvery == 0 {
+		o.SampleEvery = time.Minute
+	}
+	if o.MaxTimelines <= 0 {
+		o.MaxTimelines = 10000
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -141,9 +164,6 @@ func (o Options) withDefaults() Options {
 	}
 	if !(o.OutcomeRate > 0) || math.IsInf(o.OutcomeRate, 1) {
 		o.OutcomeRate = 1000
-	}
-	if o.Now == nil {
-		o.Now = time.Now
 	}
 	return o
 }
@@ -156,6 +176,8 @@ type server struct {
 	intake  [32]byte // SHA-256 of Options.IntakeToken
 	rate    *rateBound
 	streams chan struct{} // a place for each stream served, Options.MaxStreams
+	// samples are the agents' timelines.
+	samples sampler
 }
 
 // access is what an endpoint needs to be served.
@@ -177,6 +199,8 @@ const (
 //
 //	GET  /api/agents                     ?prefix= &unhealthy=true &limit= &after=
 //	GET  /api/agents/{agent}
+//	GET  /api/agents/{agent}/series      ?range=hour|day|week
+//	GET  /api/overview                   ?limit= &offset=  (agents in trouble first)
 //	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
 //	GET  /api/agents/{agent}/config      the config in force, with an ETag (intake)
 //	POST /api/agents/{agent}/config      {"config": {…}}
@@ -198,12 +222,18 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
 	s.streams = make(chan struct{}, s.o.MaxStreams)
+	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines
+	if s.o.SampleEvery > 0 {
+		go s.sampleLoop()
+	}
 	mux := http.NewServeMux()
 	route := func(pattern, method string, a access, h http.HandlerFunc) {
 		mux.Handle(pattern, s.guard(method, a, h))
 	}
 	route("/api/agents", http.MethodGet, read, s.listAgents)
 	route("/api/agents/{agent}", http.MethodGet, read, s.getAgent)
+	route("/api/agents/{agent}/series", http.MethodGet, read, s.getSeries)
+	route("/api/overview", http.MethodGet, read, s.overview)
 	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
 	getConfig, setConfig := s.guard(http.MethodGet, intakeRead, s.agentConfig), s.guard(http.MethodPost, mutate, s.setConfig)
 	mux.HandleFunc("/api/agents/{agent}/config", func(w http.ResponseWriter, r *http.Request) {

@@ -115,7 +115,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 	if q.Get("after") == "" {
 		from = prefix
 	}
-	out := AgentList{Agents: []AgentSummary{}}
+	out := AgentList{Now: s.o.Now().UTC(), Agents: []AgentSummary{}}
 	for batch := n + 1; ; batch = min(4*batch, 4*maxPage) {
 		ids := s.l.AgentsFrom(from, batch)
 		for _, id := range ids {
@@ -152,6 +152,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 	changes := s.l.Changes(id)
 	d := AgentDetail{
 		AgentSummary: s.summary(&o),
+		Now:          s.o.Now().UTC(),
 		Config:       o.Config,
 		Versions: versions(s.l.History(id), changes,
 			s.l.Events(selfimprove.EventFilter{AgentIDs: []string{id}, Types: []selfimprove.EventType{selfimprove.EventConfigSet}, Limit: 1 << 20})),

@@ -3,6 +3,7 @@ package admin
 import (
 	"embed"
 	"io/fs"
+	"math"
 	"net/http"
 	"time"
 
@@ -41,23 +42,31 @@ func Dashboard() http.Handler {
 	})
 }
 
-// quantile returns the upper bound of the bucket of h holding quantile q;
-// the largest bound for calls over every bound.
+// quantile returns quantile q of h, interpolated inside its bucket as
+// if the bucket's calls spread evenly over it (a bucket spans from the
+// previous bound, or 0, to its own); the largest bound when it falls
+// among the calls over every bound; 0 for no calls.
 func quantile(h selfimprove.Histogram, q float64) time.Duration {
 	bounds := h.Bounds
-	rank := uint64(q*float64(h.Count) + 0.999999)
+	if h.Count == 0 || len(bounds) == 0 {
+		return 0
+	}
+	rank := q * float64(h.Count)
 	var seen uint64
 	for i, c := range h.Counts {
-		seen += c
-		if seen >= rank {
-			if i < len(bounds) {
-				return bounds[i]
-			}
+		if c == 0 || float64(seen+c) < rank {
+			seen += c
+			continue
+		}
+		if i >= len(bounds) {
 			break
 		}
-	}
-	if len(bounds) == 0 {
-		return 0
+		var lo time.Duration
+		if i > 0 {
+			lo = bounds[i-1]
+		}
+		f := max(0, (rank-float64(seen))/float64(c))
+		return lo + time.Duration(math.Round(f*float64(bounds[i]-lo)))
 	}
 	return bounds[len(bounds)-1]
 }

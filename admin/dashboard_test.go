@@ -73,7 +73,7 @@ func TestDashboardFiles(t *testing.T) {
 }
 
 // TestP95: the agent list and page carry the 95th percentile latency,
-// as the bound of its bucket.
+// interpolated inside its bucket (see TestQuantileInterpolated).
 func TestP95(t *testing.T) {
 	f := newFixture(t, admin.Options{})
 	// "slow": 19 calls of 40 ms and one of 2 minutes (beyond every bound).
@@ -90,7 +90,9 @@ func TestP95(t *testing.T) {
 	if err := json.Unmarshal(b, &list); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]time.Duration{"alpha": 25 * time.Millisecond, "beta": 25 * time.Millisecond, "slow": 50 * time.Millisecond, "idle": 0}
+	// alpha and beta: their 95th call in the bucket (10, 25] ms, short of
+	// its bound; slow: its 19th of 19 in (25, 50] ms, the bound.
+	want := map[string]time.Duration{"alpha": 24869565, "beta": 24250 * time.Microsecond, "slow": 50 * time.Millisecond, "idle": 0}
 	for _, a := range list.Agents {
 		if a.P95Latency != want[a.ID] {
 			t.Errorf("%s: p95 %v, want %v", a.ID, a.P95Latency, want[a.ID])

@@ -41,9 +41,10 @@ type AgentSummary struct {
 	// Loaded reports that the agent is in memory.
 	Loaded bool `json:"loaded"`
 	// P95Latency is the 95th percentile of the durations of the agent's
-	// calls since the process started, as the upper bound of its latency
-	// bucket (selfimprove.LatencyBuckets; the last bound when it is
-	// beyond them); 0 for an agent with no calls in this process.
+	// calls since the process started, interpolated inside its latency
+	// bucket (selfimprove.LatencyBuckets) as if the bucket's calls spread
+	// evenly over it; the last bound when it is beyond them; 0 for an
+	// agent with no calls in this process.
 	P95Latency time.Duration `json:"p95_latency_ns,omitempty"`
 }
 
@@ -57,6 +58,8 @@ type ThresholdView struct {
 
 // AgentList is the answer of GET /api/agents: a page of agents, by ID.
 type AgentList struct {
+	// Now is the handler's time (Options.Now).
+	Now    time.Time      `json:"now"`
 	Agents []AgentSummary `json:"agents"`
 	// Next is the after= value of the next page; empty on the last page.
 	Next string `json:"next,omitempty"`
@@ -65,6 +68,8 @@ type AgentList struct {
 // AgentDetail is the answer of GET /api/agents/{agent}.
 type AgentDetail struct {
 	AgentSummary
+	// Now is the handler's time (Options.Now).
+	Now time.Time `json:"now"`
 	// Config is the config in force.
 	Config selfimprove.Config `json:"config"`
 	// Versions are the config versions the loop holds, oldest first, the
@@ -130,9 +135,9 @@ func routeQuality(m map[string]selfimprove.Stats) map[string]*QualityView {
 type FirstTokenView struct {
 	// Count is how many attempts measured one; 0 for an agent with none.
 	Count uint64 `json:"count"`
-	// Mean is their mean, and P90 their 90th percentile as the upper
-	// bound of its bucket (selfimprove.LatencyBuckets; the last bound
-	// when it is beyond them); 0 when Count is 0.
+	// Mean is their mean, and P90 their 90th percentile, interpolated
+	// inside its bucket (selfimprove.LatencyBuckets; the last bound when
+	// it is beyond them); 0 when Count is 0.
 	Mean time.Duration `json:"mean_ns"`
 	P90  time.Duration `json:"p90_ns"`
 }

@@ -72,7 +72,7 @@ var teams = []string{"pay", "search", "review", "mail", "chat"}
 func TestDashboard5000Agents(t *testing.T) {
 	ctx := newBrowser(t)
 	d := bigFleetLoop(t)
-	srv := serve(t, d.l, admin.Options{Token: dashToken, OpenReads: true})
+	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
 	checkBigFleetLoads(t, ctx, srv, d.l)
 	desc := checkBigFleetSorted(t, ctx, d.l)
 	checkBigFleetFiltered(t, ctx, d.l, desc)
@@ -244,7 +244,7 @@ const noPageScroll = `document.documentElement.scrollWidth <= window.innerWidth 
 func TestDashboardNarrow(t *testing.T) {
 	ctx := newBrowser(t)
 	d := newDashLoop(t)
-	srv := serve(t, d.l, admin.Options{Token: dashToken, OpenReads: true})
+	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
 	do := doer(t, ctx)
 	do("narrow page",
 		chromedp.EmulateViewport(390, 844),
@@ -368,7 +368,7 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 	ctx := newBrowser(t)
 	d := newDashLoop(t)
 	l := d.l
-	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
+	srv := serve(t, l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
 	do := doer(t, ctx)
 	// The agent page while its change is rolled back.
 	do("agent page",
@@ -381,7 +381,7 @@ func TestDashboardNoLayoutJumps(t *testing.T) {
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
 	do("rollback shown", until(`document.querySelector("#timeline rect.marker.rollback") !== null &&
 		document.querySelector('#agent-facts [data-fact="change"] dd').textContent === "rolled back" &&
-		document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "10 ms · p90 10 ms"`))
+		document.querySelector('#agent-facts [data-fact="first token"] dd').textContent === "10 ms · p90 9.5 ms"`))
 	check()
 	shot(t, ctx, "1-agent-rolled-back")
 
@@ -427,7 +427,7 @@ func TestDashboardTokenReads(t *testing.T) {
 	for _, id := range []string{"alpha", "beta", "gamma"} {
 		d.calls(t, id, 4, nil)
 	}
-	srv := serve(t, l, admin.Options{Token: "t"})
+	srv := serve(t, l, admin.Options{Now: d.clk.Now, Token: "t"})
 	do := doer(t, ctx)
 
 	do("ask for the token",

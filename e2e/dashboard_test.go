@@ -254,7 +254,7 @@ func checkRows(t *testing.T, l *si.Loop, rows []row) {
 func TestDashboard(t *testing.T) {
 	ctx := newBrowser(t)
 	d := newDashLoop(t)
-	srv := serve(t, d.l, admin.Options{Token: dashToken, OpenReads: true})
+	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
 	checkDashboardTable(t, ctx, srv, d.l)
 	checkDashboardAgent(t, ctx, d.l)
 	checkDashboardRollback(t, ctx, d)

@@ -248,6 +248,7 @@ async function loadAgents() {
   for (;;) {
     const q = "api/agents?limit=" + FETCH_PAGE + (after ? "&after=" + encodeURIComponent(after) : "");
     const res = await read(q);
+    noteNow(res.now);
     for (const a of res.agents) { agents.set(a.ref, a); seen.add(a.ref); }
     loaded = true;
     renderTable();
@@ -308,7 +309,7 @@ function proposalCard(p, withAgent) {
     el("div", { class: "row" },
       withAgent ? el("a", { href: "#/agent/" + encodeURIComponent(p.agent_id), text: p.agent_id }) : null,
       status,
-      el("span", { class: "muted", text: (p.class || "") + " · " + (p.count || 0) + " failures · " + when(p.created) })),
+      el("span", { class: "muted", text: (p.class || "") + " · " + (p.count || 0) + " failures · " }, timeText(p.created))),
     el("div", { text: p.rationale || p.rule || "" }),
     cfg ? el("div", { class: "muted", text: "config: " + cfg }) : null,
     p.rule ? el("div", { class: "muted", text: "suggestion: " + p.rule }) : null,
@@ -396,53 +397,9 @@ function markers(d) {
   return out;
 }
 
-function series(d, ms) {
-  const pts = [];
-  for (const m of ms) {
-    if (m.kind === "change" || m.kind === "rewind") {
-      if (m.c.before && m.c.before.calls > 0) pts.push({ t: m.t, r: m.c.before.success_rate });
-    } else if (m.c.after && m.c.after.calls > 0) {
-      pts.push({ t: m.t, r: m.c.after.success_rate });
-    }
-  }
-  return pts;
-}
-
+// drawTimeline draws the agent's timeline (see drawTimeAxis).
 function drawTimeline(d) {
-  const g = $("timeline");
-  const W = 800, H = 220, L = 44, R = 16, T = 12, B = 28;
-  const ms = markers(d);
-  const pts = series(d, ms);
-  const times = ms.map((m) => m.t).concat(pts.map((p) => p.t)).filter((t) => !isNaN(t));
-  let t0 = times.length ? Math.min(...times) : 0, t1 = times.length ? Math.max(...times) : 1;
-  if (t1 - t0 < 1000) { t0 -= 30000; t1 += 30000; }
-  const span = t1 - t0;
-  const nowX = W - R;
-  const x = (t) => L + (t - t0) / span * (nowX - L - 40);
-  const y = (r) => T + (1 - r) * (H - T - B);
-  const kids = [];
-  for (const r of [0, 0.5, 0.9, 1]) {
-    kids.push(svg("line", { class: "grid-line", x1: L, x2: W - R, y1: y(r), y2: y(r) }));
-    kids.push(svg("text", { x: 4, y: y(r) + 4, text: (r * 100) + "%" }));
-  }
-  kids.push(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
-  kids.push(svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
-  kids.push(svg("text", { x: L, y: H - 8, text: when(t0) }));
-  kids.push(svg("text", { x: nowX - 28, y: H - 8, text: "now" }));
-  const all = pts.map((p) => [x(p.t), y(p.r)]);
-  all.push([nowX, y(d.stats.success_rate)]);
-  kids.push(svg("polyline", { class: "series", points: all.map((p) => p.join(",")).join(" ") }));
-  for (const p of all) kids.push(svg("circle", { class: "dot", cx: p[0], cy: p[1], r: 3 }));
-  ms.forEach((m, i) => {
-    const mx = x(m.t);
-    const sel = i === selectedMarker ? " selected" : "";
-    const show = () => { selectedMarker = i; showMarker(m); for (const e of g.querySelectorAll(".marker")) e.classList.toggle("selected", e.dataset.i === String(i)); };
-    kids.push(svg("line", { class: "marker " + m.kind + sel, "data-i": i, "data-kind": m.kind, x1: mx, x2: mx, y1: T, y2: H - B, onmouseenter: show, onclick: show }));
-    kids.push(svg("rect", { class: "marker " + m.kind + sel, "data-i": i, "data-kind": m.kind, x: mx - 6, y: T - 2, width: 12, height: 12, tabindex: 0,
-      onmouseenter: show, onclick: show, onkeydown: (e) => { if (e.key === "Enter") show(); } }));
-  });
-  g.replaceChildren(...kids);
-  if (selectedMarker >= 0 && selectedMarker < ms.length) showMarker(ms[selectedMarker]);
+  drawTimeAxis(d);
 }
 
 function showMarker(m) {
@@ -477,6 +434,7 @@ function firstTokenText(d) {
 
 function showDetail(d) {
   detail = d;
+  noteNow(d.now);
   $("agent-title").textContent = vis(d.id);
   const facts = [
     ["Health", pct(d.health)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
@@ -486,13 +444,14 @@ function showDetail(d) {
   ];
   $("agent-facts").replaceChildren(...facts.map(([k, v, title]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v, title: title || v }))));
   drawTimeline(d);
+  nextPanel(d);
   $("agent-proposals").replaceChildren(...(d.proposals.length ? d.proposals.slice().reverse().map((p) => proposalCard(p, false)) : [el("p", { class: "muted", text: "None." })]));
   $("clusters").tBodies[0].replaceChildren(...d.clusters.map((c) => el("tr", {},
     el("td", { class: "wrap", text: c.signature }), el("td", { text: c.class }), el("td", { class: "num", text: String(c.count) }),
-    el("td", { class: "num", text: String(c.total) }), el("td", { text: c.trend || "" }), el("td", { text: when(c.last_seen) }))));
+    el("td", { class: "num", text: String(c.total) }), el("td", { text: c.trend || "" }), timeCell(c.last_seen))));
   $("history").tBodies[0].replaceChildren(...d.versions.slice().reverse().map((v) => el("tr", { "data-version": v.version },
     el("td", { class: "num", text: "v" + v.version + (v.current ? " (current)" : "") }), el("td", { text: v.made_by }),
-    el("td", { text: when(v.at) }), el("td", { class: v.change ? "state-" + v.change.state : "", text: v.change ? stateText[v.change.state] || v.change.state : "" }),
+    timeCell(v.at), el("td", { class: v.change ? "state-" + v.change.state : "", text: v.change ? stateText[v.change.state] || v.change.state : "" }),
     el("td", { class: "wrap", text: v.reason || "" }), el("td", { class: "wrap", text: v.change && v.change.verdict || "" }))));
 }
 
@@ -505,11 +464,15 @@ async function openAgent(ref) {
   }
   current = idOf(ref);
   selectedMarker = -1;
+  tlSeries = null;
+  tlRange = ""; // chosen by its first drawing (autoRange)
+  $("overview-view").hidden = true;
   $("list-view").hidden = true;
   $("agent-view").hidden = false;
   $("marker-detail").replaceChildren(el("p", { class: "muted", text: "No marker selected." }));
   try {
     showDetail(await read(path));
+    loadSeries();
   } catch (e) {
     say("Could not read the agent: " + e.message, "error");
   }
@@ -519,8 +482,11 @@ function route() {
   const h = location.hash;
   if (h.startsWith("#/agent/")) {
     openAgent(h.slice("#/agent/".length));
+  } else if (h === "#/overview") {
+    showOverview();
   } else {
     current = null;
+    $("overview-view").hidden = true;
     $("agent-view").hidden = true;
     $("list-view").hidden = false;
     renderTable();
@@ -612,6 +578,7 @@ function init() {
       renderTable();
     });
   }
+  initTimeAxis();
   window.addEventListener("hashchange", route);
   route();
   loadAgents().then(() => { loadPending(); loadFleet(); }).catch((e) => say("Could not read the agents: " + e.message, "error"));
@@ -619,4 +586,278 @@ function init() {
   startStream();
 }
 
-init();
+
+// ---- times: relative, with the exact time on hover
+
+let skew = 0; // the handler's clock minus the browser's, in ms
+
+// noteNow records the handler's time ("now" in an answer): relative
+// times and the timeline's right edge follow the loop's clock.
+function noteNow(now) {
+  const t = Date.parse(now || "");
+  if (!isNaN(t)) skew = t - Date.now();
+}
+const serverNow = () => Date.now() + skew;
+
+// ago is a time relative to the handler's now: "4 min ago", "in 2 h".
+function ago(t) {
+  const ms = typeof t === "number" ? t : Date.parse(t || "");
+  if (isNaN(ms)) return "";
+  const d = ms - serverNow(), a = Math.abs(d);
+  let s;
+  if (a < 5000) return "just now";
+  if (a < 60000) s = Math.round(a / 1000) + " s";
+  else if (a < 3600000) s = Math.round(a / 60000) + " min";
+  else if (a < 86400000) s = (a < 36000000 ? (a / 3600000).toFixed(1).replace(/\.0$/, "") : Math.round(a / 3600000)) + " h";
+  else s = Math.round(a / 86400000) + " d";
+  return d < 0 ? s + " ago" : "in " + s;
+}
+
+// timeText is a span with a relative time, the exact one in its title;
+// refreshAgo keeps it current.
+function timeText(t, tag) {
+  if (!t) return el(tag || "span", { text: "" });
+  return el(tag || "span", { class: "time", "data-at": t, title: when(t), text: ago(t) });
+}
+function timeCell(t) { return timeText(t, "td"); }
+function refreshAgo() {
+  for (const e of document.querySelectorAll("[data-at]")) e.textContent = ago(e.dataset.at);
+}
+
+// ---- the timeline on a time axis: success and latency per version,
+// markers at their true times, zoomable to the last hour, day, week
+
+const RANGES = { hour: 3600e3, day: 86400e3, week: 7 * 86400e3 };
+let tlRange = "";     // "hour", "day", "week"; "" until autoRange chose
+let tlSeries = null; // the series of the agent shown, for tlRange
+
+async function loadSeries() {
+  const ref = current;
+  if (!ref) return;
+  try {
+    const s = await read("api/agents/" + ref + "/series?range=" + (tlRange === "fit" ? "hour" : tlRange || "day"));
+    if (current !== ref || s.range !== (tlRange === "fit" ? "hour" : tlRange)) return;
+    noteNow(s.now);
+    tlSeries = s;
+    if (detail) drawTimeAxis(detail);
+  } catch (e) {
+    say("Could not read the agent's timeline: " + e.message, "error");
+  }
+}
+
+// autoRange picks the shortest range that shows the agent's latest
+// change, the last day when it has none.
+function autoRange(d) {
+  const ms = markers(d), last = ms.length ? ms[ms.length - 1].t : NaN, age = serverNow() - last;
+  tlRange = age < RANGES.hour * 0.8 ? "fit" : age < RANGES.day * 0.95 || isNaN(age) ? "day" : "week";
+  for (const b of document.querySelectorAll("#ranges button")) b.setAttribute("aria-pressed", String(b.dataset.range === tlRange));
+}
+
+// spanOf is the width of the timeline in ms: the range chosen, or for
+// "fit" from a little before the oldest marker of the last hour to now.
+function spanOf(d) {
+  if (tlRange !== "fit") return RANGES[tlRange];
+  const now = serverNow(), ms = markers(d).filter((m) => now - m.t < RANGES.hour);
+  const age = ms.length ? now - ms[0].t : RANGES.hour;
+  return Math.min(RANGES.hour, Math.max(2 * MIN, age * 1.25));
+}
+
+function setRange(r) {
+  tlRange = r;
+  for (const b of document.querySelectorAll("#ranges button")) b.setAttribute("aria-pressed", String(b.dataset.range === r));
+  tlSeries = null;
+  if (detail) drawTimeAxis(detail);
+  loadSeries();
+}
+
+const MIN = 60e3, HOUR = 3600e3, DAY = 86400e3;
+const STEPS = [5e3, 10e3, 15e3, 30e3, MIN, 2 * MIN, 5 * MIN, 10 * MIN, 15 * MIN, 30 * MIN, HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const two = (n) => String(n).padStart(2, "0");
+
+// ticks returns labelled ticks (UTC) between t0 and t1, at most n: the
+// time, and the date where the day changes.
+function ticks(t0, t1, n) {
+  let i = STEPS.findIndex((s) => (t1 - t0) / s <= n);
+  if (i > 0 && (t1 - t0) / STEPS[i] < 3) i--; // three ticks at least
+  const step = i < 0 ? 7 * DAY : STEPS[i];
+  const out = [];
+  let lastDay = "";
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
+    const d = new Date(t);
+    const day = MONTHS[d.getUTCMonth()] + " " + d.getUTCDate();
+    const hm = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + (step < MIN ? ":" + two(d.getUTCSeconds()) : "");
+    out.push({ t, label: day !== lastDay && (step >= DAY || out.length === 0 || hm.startsWith("00:00")) ? (step >= DAY ? day : day + " " + hm) : hm });
+    lastDay = day;
+  }
+  return out;
+}
+
+// drawTimeAxis draws the success rate (top) and the latency p50/p95
+// (bottom) of the agent over the range chosen, a segment per config
+// version, and its changes' markers where they happened.
+function drawTimeAxis(d) {
+  if (!tlRange) autoRange(d);
+  const g = $("timeline"), lg = $("latency");
+  const W = Math.max(300, Math.round(g.getBoundingClientRect().width) || 800), H = 220, L = 44, R = 40, T = 14, B = 34;
+  g.setAttribute("viewBox", "0 0 " + W + " " + H);
+  const t1 = serverNow(), t0 = t1 - spanOf(d);
+  const x = (t) => L + (t - t0) / (t1 - t0) * (W - L - R);
+  const y = (r) => T + (1 - r) * (H - T - B);
+  const kids = [];
+  for (const r of [0, 0.5, 0.9, 1]) {
+    kids.push(svg("line", { class: "grid-line", x1: L, x2: W - R, y1: y(r), y2: y(r) }));
+    kids.push(svg("text", { x: 4, y: y(r) + 4, text: (r * 100) + "%" }));
+  }
+  kids.push(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }));
+  kids.push(svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }));
+  for (const k of ticks(t0, t1, Math.max(4, Math.floor((W - L - R) / 100)))) {
+    const tx = x(k.t);
+    kids.push(svg("line", { class: "tick", x1: tx, x2: tx, y1: H - B, y2: H - B + 5 }));
+    kids.push(svg("text", { class: "tick-label", x: tx, y: H - B + 18, "text-anchor": "middle", "data-t": k.t, text: k.label }));
+  }
+  kids.push(svg("line", { id: "timeline-now", class: "now", "data-t": t1, x1: x(t1), x2: x(t1), y1: T, y2: H - B }));
+  kids.push(svg("text", { x: x(t1) + 3, y: T + 8, text: "now" }));
+  let pts = (tlSeries && tlSeries.points || []).filter((p) => p.calls > 0);
+  const step = tlSeries ? tlSeries.step_ns / 1e6 : 0;
+  const mid = (p) => Math.min(t1, Date.parse(p.t) + step / 2);
+  pts = pts.filter((p) => mid(p) >= t0);
+  for (const run of byVersion(pts)) {
+    const xy = run.map((p) => [x(mid(p)), y(p.success_rate)]);
+    kids.push(svg("polyline", { class: "series v" + (run[0].version % 2), "data-version": run[0].version, points: xy.map((p) => p.join(",")).join(" ") }));
+    for (const [px, py] of xy) kids.push(svg("circle", { class: "dot v" + (run[0].version % 2), cx: px, cy: py, r: 2.5 }));
+    kids.push(svg("text", { class: "version-label", x: xy[0][0] + 3, y: H - B - 4, text: "v" + run[0].version }));
+  }
+  if (!pts.length) kids.push(svg("text", { x: L + 8, y: T + 24, text: tlSeries ? "no calls sampled in this range" : "reading…" }));
+  const ms = markers(d).filter((m) => m.t >= t0 && m.t <= t1 + 1000);
+  ms.forEach((m, i) => {
+    const mx = x(m.t);
+    const sel = i === selectedMarker ? " selected" : "";
+    const show = () => { selectedMarker = i; showMarker(m); for (const e of g.querySelectorAll(".marker")) e.classList.toggle("selected", e.dataset.i === String(i)); };
+    const title = svg("title", { text: m.kind + " · " + when(m.t) });
+    kids.push(svg("line", { class: "marker " + m.kind + sel, "data-i": i, "data-kind": m.kind, x1: mx, x2: mx, y1: T, y2: H - B, onmouseenter: show, onclick: show }));
+    const r = svg("rect", { class: "marker " + m.kind + sel, "data-i": i, "data-kind": m.kind, "data-t": m.t, x: mx - 6, y: T - 2 + (i % 2) * 4, width: 12, height: 12, tabindex: 0,
+      onmouseenter: show, onclick: show, onkeydown: (e) => { if (e.key === "Enter") show(); } });
+    r.append(title);
+    kids.push(r);
+  });
+  g.replaceChildren(...kids);
+  drawLatency(lg, pts, x, W, L, R, mid);
+  if (selectedMarker >= 0 && selectedMarker < ms.length) showMarker(ms[selectedMarker]);
+}
+
+// byVersion splits points into runs of one config version.
+function byVersion(pts) {
+  const runs = [];
+  for (const p of pts) {
+    const last = runs[runs.length - 1];
+    if (last && last[0].version === p.version) last.push(p); else runs.push([p]);
+  }
+  return runs;
+}
+
+// drawLatency draws p50 and p95 on the timeline's time axis.
+function drawLatency(lg, pts, x, W, L, R, mid) {
+  const H = 120, T = 10, B = 10;
+  lg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  const top = Math.max(1e6, ...pts.map((p) => p.p95_ns));
+  const y = (ns) => T + (1 - ns / top) * (H - T - B);
+  const kids = [svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }), svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+    svg("line", { class: "grid-line", x1: L, x2: W - R, y1: y(top), y2: y(top) }),
+    svg("text", { x: 2, y: y(top) + 4, text: dur(top) }), svg("text", { x: 2, y: H - B, text: "0" })];
+  for (const run of byVersion(pts)) {
+    for (const [k, cls] of [["p95_ns", "p95"], ["p50_ns", "p50"]]) {
+      kids.push(svg("polyline", { class: "lat " + cls, "data-version": run[0].version, points: run.map((p) => x(mid(p)) + "," + y(p[k])).join(" ") }));
+    }
+  }
+  lg.replaceChildren(...kids);
+}
+
+// ---- what comes next
+
+// nextPanel fills the agent's "what comes next": the next step and when,
+// the change under verification or the last one's outcome and what
+// follows a rollback, the probe schedule, dead routes and the proposals
+// waiting for a person.
+function nextPanel(d) {
+  const rows = [];
+  const add = (key, label, ...kids) => rows.push(el("div", { "data-next": key }, el("dt", { text: label }), el("dd", {}, ...kids)));
+  add("step", "Next step", d.next || "nothing planned", d.next_at ? " · " : "", d.next_at ? timeText(d.next_at) : null);
+  if ((d.next || "").startsWith("cooling down") && d.next_at) add("cooldown", "Cooldown until", timeText(d.next_at), " (" + when(d.next_at) + ")");
+  const ch = d.changes.length ? d.changes[d.changes.length - 1] : null;
+  if (d.change_state === "verifying") {
+    const v = d.versions.find((x) => x.current);
+    add("change", "Under verification", "v" + d.config_version + (v && v.at ? " since " : ""), v && v.at ? timeText(v.at) : null,
+      ": kept if its calls do as well as before, else rolled back");
+  } else if (d.change_state === "rolled_back" && ch) {
+    add("change", "After the rollback", "v" + ch.to.version + " was rolled back ", timeText(ch.decided_at), "; the agent runs v" + ch.from.version +
+      " again, that config is not tried again, and " + (d.next && d.next_at ? "after the cooldown " : "") + "the strategy answers the next failures that cross the threshold");
+  } else if (d.change_state === "confirmed" && ch) {
+    add("change", "Last change", "v" + ch.to.version + " confirmed ", timeText(ch.decided_at));
+  }
+  if (d.home) add("probe", "Probe schedule", "away from route \"" + d.home + "\"; a probe returns to it" + (d.next_at ? " " : ""), d.next_at ? timeText(d.next_at) : null);
+  if (d.held) add("held", "Held", "for " + d.held + ": one probe per interval");
+  if (d.dead_routes && d.dead_routes.length) add("dead", "Dead routes", d.dead_routes.map((r) => r.route).join(", ") + " until ", timeText(d.dead_routes[0].until));
+  const pend = d.proposals.filter((p) => p.status === "pending");
+  add("proposal", "Pending proposal", pend.length ? (pend[pend.length - 1].rationale || pend[pend.length - 1].rule || pend[pend.length - 1].id) + (pend.length > 1 ? " (+" + (pend.length - 1) + " more)" : "") + " · waits for a person" : "none");
+  $("next-panel").replaceChildren(...rows);
+}
+
+// ---- the overview: a sparkline of each agent's last day, in trouble first
+
+const OV_PAGE = 60;
+let ovPage = 0;
+
+async function loadOverview() {
+  try {
+    const res = await read("api/overview?limit=" + OV_PAGE + "&offset=" + ovPage * OV_PAGE);
+    noteNow(res.now);
+    const pages = Math.max(1, Math.ceil(res.total / OV_PAGE));
+    $("ov-info").textContent = res.total + " agents, in trouble first · page " + (ovPage + 1) + " of " + pages;
+    $("ov-prev").disabled = ovPage === 0;
+    $("ov-next").disabled = ovPage >= pages - 1;
+    $("ov-grid").replaceChildren(...res.agents.map(sparkCard));
+  } catch (e) {
+    say("Could not read the overview: " + e.message, "error");
+  }
+}
+
+function sparkCard(a) {
+  const W = 160, H = 36;
+  const g = svg("svg", { class: "spark", viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", role: "img", "aria-label": "success over the last day" });
+  const n = a.day.length, xs = (i) => i / (n - 1) * W, ys = (r) => 2 + (1 - r) * (H - 4);
+  const kids = [svg("line", { class: "grid-line", x1: 0, x2: W, y1: ys(0.9), y2: ys(0.9) })];
+  let run = [];
+  const flush = () => {
+    if (run.length === 1) { const [cx, cy] = run[0].split(","); kids.push(svg("circle", { class: "dot", cx, cy, r: 2 })); }
+    if (run.length > 1) kids.push(svg("polyline", { class: "series", points: run.join(" ") }));
+    run = [];
+  };
+  a.day.forEach((r, i) => { if (r < 0) flush(); else run.push(xs(i) + "," + ys(r)); });
+  flush();
+  g.replaceChildren(...kids);
+  return el("div", { class: "spark-card " + (a.healthy ? "ok" : "trouble"), "data-ref": a.ref, "data-health": a.health, "data-healthy": a.healthy },
+    el("a", { href: "#/agent/" + a.ref, title: a.id, text: a.id }),
+    el("span", { class: "num " + (a.healthy ? "good" : "bad"), text: pct(a.health) }),
+    g,
+    el("span", { class: "muted", text: pct(a.stats.success_rate) + " · " + a.stats.calls + " calls" + (a.change_state ? " · " + (stateText[a.change_state] || a.change_state) : "") }));
+}
+
+function showOverview() {
+  current = null;
+  $("agent-view").hidden = true;
+  $("list-view").hidden = true;
+  $("overview-view").hidden = false;
+  loadOverview();
+}
+
+function initTimeAxis() {
+  for (const b of document.querySelectorAll("#ranges button")) b.addEventListener("click", () => setRange(b.dataset.range));
+  $("ov-prev").addEventListener("click", () => { ovPage--; loadOverview(); });
+  $("ov-next").addEventListener("click", () => { ovPage++; loadOverview(); });
+  setInterval(refreshAgo, 15000);
+  setInterval(() => { if (current) loadSeries(); }, 30000);
+  window.addEventListener("resize", () => { if (detail && current) drawTimeAxis(detail); });
+}
+
+init(); // last: every declaration above is initialised

@@ -1,0 +1,346 @@
+package admin
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// The timelines' resolutions: the last hour by the minute, the last day
+// by the quarter hour, the last week by two hours. Each agent keeps 240
+// points of 20 bytes.
+var tiers = [...]struct {
+	name  string
+	width time.Duration
+	slots int
+}{{"hour", time.Minute, 60}, {"day", 15 * time.Minute, 96}, {"week", 2 * time.Hour, 84}}
+
+const nBuckets = 14 // len(selfimprove.LatencyBuckets()) + 1
+
+// cum is an agent's counters since it was loaded: successes, failures
+// and the latency histogram's counts.
+type cum struct {
+	ok, fail uint64
+	lat      [nBuckets]uint64
+}
+
+// less reports that c counts fewer calls than b: the agent was loaded
+// again and its counters started from zero.
+func (c *cum) less(b *cum) bool { return c.ok < b.ok || c.fail < b.fail }
+
+// point is one slot of a timeline: the calls that ended in it, their
+// latency quantiles, and the config version in force at its last sample
+// (0: the slot was never sampled).
+type point struct {
+	ok, fail uint32
+	p50, p95 uint32 // µs
+	version  int32
+}
+
+// ring is one resolution of an agent's timeline: slot i (time/width) at
+// slots[i%len(slots)], head the newest; base is the counters at the
+// start of the head slot.
+type ring struct {
+	head  int64
+	base  cum
+	slots []point
+}
+
+// timeline is an agent's timeline.
+type timeline struct {
+	last  cum
+	has   bool
+	rings [len(tiers)]ring
+}
+
+// sampler keeps the agents' timelines, sampled from their counters.
+type sampler struct {
+	mu       sync.Mutex
+	agents   map[string]*timeline
+	lastFull time.Time // the last sample of every agent
+	max      int
+}
+
+// add records the sample c, at version, taken at now.
+func (s *timeline) add(now time.Time, c *cum, version int) {
+	if s.has && c.less(&s.last) {
+		s.last = cum{}
+		for i := range s.rings {
+			s.rings[i].base = cum{}
+		}
+	}
+	for i, t := range tiers {
+		r := &s.rings[i]
+		if r.slots == nil {
+			r.slots = make([]point, t.slots)
+		}
+		idx := now.UnixNano() / int64(t.width)
+		switch {
+		case !s.has: // the calls before the first sample count in its slot
+			r.head, r.base = idx, cum{}
+		case idx < r.head:
+			continue // the clock went back
+		case idx > r.head:
+			advanceRing(r.slots, &r.head, idx)
+			r.base = s.last
+		}
+		d := cum{ok: c.ok - r.base.ok, fail: c.fail - r.base.fail}
+		h := selfimprove.Histogram{Bounds: selfimprove.LatencyBuckets(), Counts: make([]uint64, nBuckets)}
+		for k := range c.lat {
+			h.Counts[k] = c.lat[k] - min(c.lat[k], r.base.lat[k])
+			h.Count += h.Counts[k]
+		}
+		r.slots[idx%int64(t.slots)] = point{ok: uint32(d.ok), fail: uint32(d.fail),
+			p50: uint32(quantile(h, 0.5) / time.Microsecond), p95: uint32(quantile(h, 0.95) / time.Microsecond), version: int32(max(version, 1))}
+	}
+	s.last, s.has = *c, true
+}
+
+// advanceRing moves head forward to idx, clearing the slots it passes.
+func advanceRing(slots []point, head *int64, idx int64) {
+	n := int64(len(slots))
+	if idx-*head >= n {
+		clear(slots)
+	} else {
+		for i := *head + 1; i <= idx; i++ {
+			slots[i%n] = point{}
+		}
+	}
+	*head = idx
+}
+
+// sample records the counters of the agent of o at now; the agents over
+// the cap are not kept.
+func (p *sampler) sample(now time.Time, o *selfimprove.AgentView) {
+	c := cum{ok: uint64(o.Successes), fail: uint64(o.Failures)}
+	copy(c.lat[:], o.Latency.Counts)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.agents[o.AgentID]
+	if s == nil {
+		if len(p.agents) >= p.max {
+			return
+		}
+		s = new(timeline)
+		p.agents[o.AgentID] = s
+	}
+	s.add(now, &c, o.Config.Version)
+}
+
+// sampleAll samples every agent in memory, at most once per every on
+// the handler's clock unless force.
+func (s *server) sampleAll(force bool) {
+	now := s.o.Now()
+	s.samples.mu.Lock()
+	stale := force || now.Sub(s.samples.lastFull) >= s.o.SampleEvery
+	if stale {
+		s.samples.lastFull = now
+	}
+	s.samples.mu.Unlock()
+	if !stale {
+		return
+	}
+	for o := range s.l.Views() {
+		s.samples.sample(now, &o)
+	}
+}
+
+// sampleLoop samples every agent each Options.SampleEvery until the loop
+// closes.
+func (s *server) sampleLoop() {
+	tick := time.NewTicker(s.o.SampleEvery)
+	defer tick.Stop()
+	for {
+		sub := s.l.Subscribe("", 256)
+		for open := true; open; {
+			select {
+			case <-tick.C:
+				s.sampleAll(true)
+			case ev, ok := <-sub.C:
+				open = ok
+				if ok && ev.AgentID != "" && ev.Change != nil { // a version begins or ends: a point there
+					if o, found := s.l.View(ev.AgentID); found {
+						s.samples.sample(s.o.Now(), &o)
+					}
+				}
+			}
+		}
+		if sub.Err() != selfimprove.ErrSubscriberBehind {
+			return
+		}
+	}
+}
+
+// SeriesPoint is one point of an agent's timeline: the calls that ended
+// in the slot starting at T, their success rate and latency quantiles
+// (interpolated in the latency histogram's buckets), and the config
+// version in force at the slot's last sample.
+type SeriesPoint struct {
+	T           time.Time     `json:"t"`
+	Calls       int           `json:"calls"`
+	Failures    int           `json:"failures"`
+	SuccessRate float64       `json:"success_rate"`
+	P50         time.Duration `json:"p50_ns"`
+	P95         time.Duration `json:"p95_ns"`
+	Version     int           `json:"version"`
+}
+
+// Series is the answer of GET /api/agents/{agent}/series: the agent's
+// timeline over Range ("hour", "day" or "week") up to Now, in slots of
+// Step, oldest first; slots never sampled are left out (the handler
+// samples each agent every Options.SampleEvery, at each change and at
+// each read of its series).
+type Series struct {
+	Range  string        `json:"range"`
+	Now    time.Time     `json:"now"`
+	From   time.Time     `json:"from"`
+	Step   time.Duration `json:"step_ns"`
+	Points []SeriesPoint `json:"points"`
+}
+
+// tierOf returns the index of the named range; day when name is empty.
+func tierOf(name string) (int, error) {
+	if name == "" {
+		name = "day"
+	}
+	for i, t := range tiers {
+		if t.name == name {
+			return i, nil
+		}
+	}
+	return 0, bad("range", "range must be hour, day or week")
+}
+
+// points returns the sampled slots of ring i of s, oldest first.
+func (s *timeline) points(i int) []SeriesPoint {
+	t, r := tiers[i], &s.rings[i]
+	out := []SeriesPoint{}
+	for idx := r.head - int64(t.slots) + 1; idx <= r.head; idx++ {
+		p := r.slots[((idx%int64(t.slots))+int64(t.slots))%int64(t.slots)]
+		if p.version == 0 {
+			continue
+		}
+		sp := SeriesPoint{T: time.Unix(0, idx*int64(t.width)).UTC(), Calls: int(p.ok + p.fail), Failures: int(p.fail), SuccessRate: 1,
+			P50: time.Duration(p.p50) * time.Microsecond, P95: time.Duration(p.p95) * time.Microsecond, Version: int(p.version)}
+		if sp.Calls > 0 {
+			sp.SuccessRate = float64(p.ok) / float64(sp.Calls)
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// getSeries serves GET /api/agents/{agent}/series.
+func (s *server) getSeries(w http.ResponseWriter, r *http.Request) {
+	i, err := tierOf(r.URL.Query().Get("range"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	now := s.o.Now()
+	if o.Loaded {
+		s.samples.sample(now, &o)
+	}
+	t := tiers[i]
+	out := Series{Range: t.name, Now: now.UTC(), From: now.Add(-time.Duration(t.slots) * t.width).UTC(), Step: t.width, Points: []SeriesPoint{}}
+	s.samples.mu.Lock()
+	if sr := s.samples.agents[o.AgentID]; sr != nil {
+		out.Points = sr.points(i)
+	}
+	s.samples.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+// OverviewAgent is an agent of GET /api/overview with its success rate
+// over the last day, by quarter hour, oldest first (96 figures; -1 for a
+// quarter with no calls or no sample).
+type OverviewAgent struct {
+	AgentSummary
+	Day []float64 `json:"day"`
+}
+
+// Overview is the answer of GET /api/overview: the agents in trouble
+// first (unhealthy first, then by health, lowest first, then by ID), a
+// page of Limit from Offset; Total counts them all.
+type Overview struct {
+	Now    time.Time       `json:"now"`
+	Total  int             `json:"total"`
+	Agents []OverviewAgent `json:"agents"`
+}
+
+// maxOverview bounds a page of the overview.
+const maxOverview = 200
+
+// overview serves GET /api/overview.
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, off := 60, 0
+	if v := q.Get("limit"); v != "" {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < 1 || x > maxOverview {
+			s.fail(w, bad("limit", "limit must be a number in 1..%d", maxOverview))
+			return
+		}
+		n = x
+	}
+	if v := q.Get("offset"); v != "" {
+		x, err := strconv.Atoi(v)
+		if err != nil || x < 0 {
+			s.fail(w, bad("offset", "offset must be a number, 0 or more"))
+			return
+		}
+		off = x
+	}
+	s.sampleAll(false)
+	type entry struct {
+		id string
+		AgentSummary
+	}
+	var all []entry
+	for id := range s.l.Agents() {
+		if o, ok := s.l.View(id); ok {
+			all = append(all, entry{id, s.summary(&o)})
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		if a.Healthy != b.Healthy {
+			if a.Healthy {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(a.Health, b.Health), cmp.Compare(a.ID, b.ID), cmp.Compare(a.id, b.id))
+	})
+	now := s.o.Now()
+	out := Overview{Now: now.UTC(), Total: len(all), Agents: []OverviewAgent{}}
+	day := tiers[1]
+	head := now.UnixNano() / int64(day.width)
+	s.samples.mu.Lock()
+	for _, a := range all[min(off, len(all)):min(off+n, len(all))] {
+		v := OverviewAgent{AgentSummary: a.AgentSummary, Day: make([]float64, day.slots)}
+		sr := s.samples.agents[a.id]
+		for k := range v.Day {
+			v.Day[k] = -1
+			idx := head - int64(day.slots) + 1 + int64(k)
+			if sr == nil || idx > sr.rings[1].head || idx <= sr.rings[1].head-int64(day.slots) {
+				continue
+			}
+			p := sr.rings[1].slots[idx%int64(day.slots)]
+			if p.ok+p.fail > 0 {
+				v.Day[k] = float64(p.ok) / float64(p.ok+p.fail)
+			}
+		}
+		out.Agents = append(out.Agents, v)
+	}
+	s.samples.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
