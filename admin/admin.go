@@ -262,6 +262,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 		route("/{$}", http.MethodGet, public, d)
 		route("/app.js", http.MethodGet, public, d)
 		route("/app.css", http.MethodGet, public, d)
+		route("/glossary.md", http.MethodGet, public, d)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such endpoint")

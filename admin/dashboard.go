@@ -13,7 +13,7 @@ import (
 // dashboardFiles are the dashboard's static files: a page, its script and
 // its style, with no external resources and no build step.
 //
-//go:embed dashboard/index.html dashboard/app.js dashboard/app.css
+//go:embed dashboard/index.html dashboard/app.js dashboard/app.css dashboard/glossary.md
 var dashboardFiles embed.FS
 
 // dashboardCSP allows the dashboard's own script, style and API calls
@@ -21,7 +21,8 @@ var dashboardFiles embed.FS
 const dashboardCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Dashboard returns the handler of the embedded dashboard: GET / serves
-// the page, GET /app.js and /app.css its script and style. The files hold
+// the page, GET /app.js and /app.css its script and style, GET
+// /glossary.md the glossary it shows. The files hold
 // no data: the page reads the JSON API and the event stream with relative
 // URLs, so it works under http.StripPrefix, and asks for the token when
 // the API wants one. Handler serves it at its root unless

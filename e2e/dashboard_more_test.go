@@ -478,3 +478,31 @@ func TestDashboardTokenReads(t *testing.T) {
 	checkRows(t, l, rowsOf(t, ctx))
 	shot(t, ctx, "3-right-token")
 }
+
+// TestDashboardGlossary: the nav's Glossary link shows the glossary, one
+// term and definition a row of docs/glossary.md, links reduced to their
+// text, at 390 px with no sideways scroll (issue 32).
+func TestDashboardGlossary(t *testing.T) {
+	ctx := newBrowser(t)
+	d := newDashLoop(t)
+	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
+	do := doer(t, ctx)
+	do("glossary",
+		chromedp.EmulateViewport(390, 844),
+		chromedp.Navigate(srv.URL+"/si/"),
+		chromedp.WaitVisible(`#agents tbody tr`),
+		chromedp.Click(`nav a[href="#/glossary"]`),
+		until(`document.querySelectorAll("#glossary dt").length > 30`))
+	terms := eval[[]string](t, ctx, `[...document.querySelectorAll("#glossary dt")].map(e => e.textContent)`)
+	for _, want := range []string{"profile", "analysis window", "canary", "reference", "transient floor"} {
+		if !slices.Contains(terms, want) {
+			t.Errorf("the glossary lacks %q: %q", want, terms)
+		}
+	}
+	if eval[bool](t, ctx, `document.querySelector("#glossary").textContent.includes("](")`) {
+		t.Error("a markdown link shows as markdown")
+	}
+	if !eval[bool](t, ctx, noPageScroll) || eval[bool](t, ctx, `!document.querySelector("#list-view").hidden`) {
+		t.Error("the glossary scrolls sideways, or the agents list still shows")
+	}
+}

@@ -467,6 +467,7 @@ async function openAgent(ref) {
   tlSeries = null;
   tlRange = ""; // chosen by its first drawing (autoRange)
   $("overview-view").hidden = true;
+  $("glossary-view").hidden = true;
   $("list-view").hidden = true;
   $("agent-view").hidden = false;
   $("marker-detail").replaceChildren(el("p", { class: "muted", text: "No marker selected." }));
@@ -484,9 +485,12 @@ function route() {
     openAgent(h.slice("#/agent/".length));
   } else if (h === "#/overview") {
     showOverview();
+  } else if (h === "#/glossary") {
+    showGlossary();
   } else {
     current = null;
     $("overview-view").hidden = true;
+    $("glossary-view").hidden = true;
     $("agent-view").hidden = true;
     $("list-view").hidden = false;
     renderTable();
@@ -847,8 +851,38 @@ function showOverview() {
   current = null;
   $("agent-view").hidden = true;
   $("list-view").hidden = true;
+  $("glossary-view").hidden = true;
   $("overview-view").hidden = false;
   loadOverview();
+}
+
+// showGlossary shows the glossary (glossary.md, a copy of
+// docs/glossary.md): each table row "| **word** | meaning |" as a term
+// and its definition, links and code marks reduced to their text.
+async function showGlossary() {
+  current = null;
+  $("agent-view").hidden = true;
+  $("list-view").hidden = true;
+  $("overview-view").hidden = true;
+  $("glossary-view").hidden = false;
+  const dl = $("glossary");
+  if (dl.childElementCount > 0) return;
+  let text;
+  try {
+    const res = await fetch("glossary.md", { cache: "no-cache" });
+    if (!res.ok) throw new Error("HTTP " + res.status);
+    text = await res.text();
+  } catch (e) {
+    dl.replaceChildren(el("p", { class: "muted", text: "The glossary could not be loaded: " + e.message }));
+    return;
+  }
+  const plain = (s) => s.replace(/\[([^\]]*)\]\([^)]*\)/g, "$1").replace(/`/g, "").replace(/\*\*/g, "");
+  const items = [];
+  for (const line of text.split("\n")) {
+    const m = /^\| \*\*(.+?)\*\*(.*?) \| (.+) \|$/.exec(line);
+    if (m) items.push(el("dt", { text: plain(m[1] + m[2]) }), el("dd", { text: plain(m[3]) }));
+  }
+  dl.replaceChildren(...items);
 }
 
 function initTimeAxis() {
