@@ -395,7 +395,11 @@ func checkBatched(t *testing.T, s *server, cs []*child) {
 	sentN, tripsN := sent1-sent0, trips1-trips0
 	t.Logf("%d calls over 10 agents on three replicas in %v: the replicas sent %d Redis commands in %d round trips; Redis ran %d commands, with those of the scripts",
 		calls, took, sentN, tripsN, server)
-	if tripsN > calls/500 || sentN > calls/100 || server > calls/10 {
+	// Redis's own count includes the commands the scripts run: since
+	// the scripts check each value's type, length and range and each
+	// replica's batch number before they book it (issue 28), an agent's
+	// counts cost about a dozen of them a flush.
+	if tripsN > calls/500 || sentN > calls/100 || server > calls/5 {
 		t.Fatalf("%d calls took %d round trips, %d commands sent, %d run: counts are not batched", calls, tripsN, sentN, server)
 	}
 }
