@@ -1,0 +1,97 @@
+package eino_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/cloudwego/eino/adk"
+	si "github.com/self-improving-loop/selfimprove"
+	adapter "github.com/self-improving-loop/selfimprove/integrations/eino"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// ask runs the agent on q and returns its answer, or the error of its
+// run.
+func ask(ctx context.Context, r *adk.Runner, q string) (string, error) {
+	it := r.Query(ctx, q)
+	answer := ""
+	for {
+		ev, ok := it.Next()
+		if !ok {
+			return answer, nil
+		}
+		if ev.Err != nil {
+			return "", ev.Err
+		}
+		if ev.Output != nil && ev.Output.MessageOutput != nil {
+			m, err := ev.Output.MessageOutput.GetMessage()
+			if err != nil {
+				return "", err
+			}
+			answer = m.Content
+		}
+	}
+}
+
+// agent is an Eino ChatModelAgent on m, run by a Runner that streams or
+// not; Eino's own retries are off (ModelRetryConfig nil).
+func agent(t *testing.T, m *adapter.Model, streaming bool) *adk.Runner {
+	t.Helper()
+	a, err := adk.NewChatModelAgent(context.Background(), &adk.ChatModelAgentConfig{Name: "a", Description: "answers", Instruction: "Answer briefly.", Model: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adk.NewRunner(context.Background(), adk.RunnerConfig{Agent: a, EnableStreaming: streaming})
+}
+
+// TestWithdrawnModelMovedToFallback: an Eino ChatModelAgent on the
+// wrapped model, run by a Runner (streaming and not): the first call
+// that meets a withdrawn primary succeeds on the fallback at its next
+// attempt, and the agent moves there: no run fails, and the withdrawn
+// model gets no more requests. (A withdrawn model is a dead route, not
+// returned to; the return to a primary that recovers from an outage is
+// TestScenarios/OverloadedPrimary.) The loop's clock is simulated, a
+// minute a call.
+func TestWithdrawnModelMovedToFallback(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		var s *server
+		if streaming {
+			s = newSSEServer(t, func(model string, _ int) []string {
+				if model == "gpt-4.1" {
+					return []string{`data: {"error":{"message":"The model ` + "`gpt-4.1`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`}
+				}
+				return sse("hi")
+			})
+		} else {
+			s = newServer(t, func(model string, _ int) reply {
+				if model == "gpt-4.1" {
+					return apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4.1` does not exist or you do not have access to it.", nil)
+				}
+				return ok
+			})
+		}
+		clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		routes := si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}}
+		l := newLoop(t, si.WithClock(clk), si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		r := agent(t, wrap(t, l, chatModel(s.URL, nil), adapter.Options{Routes: routes}), streaming)
+		fails := 0
+		for range 60 {
+			if answer, err := ask(context.Background(), r, "hi"); err != nil || answer != "hi" {
+				t.Logf("%q %v", answer, err)
+				fails++
+			}
+			clk.Advance(time.Minute)
+		}
+		got := s.requests()
+		old := 0
+		for _, m := range got {
+			if m == "gpt-4.1" {
+				old++
+			}
+		}
+		if fails != 0 || got[0] != "gpt-4.1" || got[1] != "gpt-4o" || old > 2 || l.Config("a").Route != "gpt-4o" {
+			t.Errorf("streaming %v: %d runs failed; %d requests to the withdrawn model (first %q); route %q", streaming, fails, old, got[:2], l.Config("a").Route)
+		}
+	}
+}

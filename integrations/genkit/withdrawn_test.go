@@ -1,0 +1,68 @@
+package genkit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/firebase/genkit/go/ai"
+	si "github.com/self-improving-loop/selfimprove"
+	adapter "github.com/self-improving-loop/selfimprove/integrations/genkit"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// TestWithdrawnModelMovedToFallback: genkit.Generate with the
+// middleware (streaming and not): the first call that meets a withdrawn
+// primary succeeds on the fallback at its next attempt, and the agent
+// moves there: no call fails, and the withdrawn model gets no more
+// requests. (A withdrawn model is a dead route, not returned to; the
+// return to a primary that recovers from an outage is
+// TestScenarios/OverloadedPrimary.) The loop's clock is simulated, a
+// minute a call.
+func TestWithdrawnModelMovedToFallback(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		var s *server
+		if streaming {
+			s = newSSEServer(t, func(model string, _ int) []string {
+				if model == "gpt-4.1" {
+					return []string{`data: {"error":{"message":"The model ` + "`gpt-4.1`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`}
+				}
+				return sse("hi")
+			})
+		} else {
+			s = newServer(t, func(model string, _ int) reply {
+				if model == "gpt-4.1" {
+					return apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4.1` does not exist or you do not have access to it.", nil)
+				}
+				return ok
+			})
+		}
+		clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		g := newGenkit(s.URL, nil)
+		routes := si.Routes{Primary: "openai/gpt-4.1", Fallbacks: []string{"openai/gpt-4o"}}
+		l := newLoop(t, si.WithClock(clk), si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		mw := middleware(t, l, adapter.Options{Routes: routes, Genkit: g})
+		var cb ai.ModelStreamCallback
+		if streaming {
+			cb = func(context.Context, *ai.ModelResponseChunk) error { return nil }
+		}
+		fails := 0
+		for range 60 {
+			if text, err := generate(context.Background(), g, mw, cb); err != nil || text != "hi" {
+				t.Logf("%q %v", text, err)
+				fails++
+			}
+			clk.Advance(time.Minute)
+		}
+		got := s.requests()
+		old := 0
+		for _, m := range got {
+			if m == "gpt-4.1" {
+				old++
+			}
+		}
+		if fails != 0 || got[0] != "gpt-4.1" || got[1] != "gpt-4o" || old > 2 || l.Config("a").Route != "openai/gpt-4o" {
+			t.Errorf("streaming %v: %d calls failed; %d requests to the withdrawn model (first %q); route %q", streaming, fails, old, got[:2], l.Config("a").Route)
+		}
+	}
+}
