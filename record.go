@@ -28,8 +28,9 @@ const maxRecordDuration = 24 * time.Hour
 // earlier version counts in the agent's stats but neither triggers a
 // change nor judges the one in force, as a wrapped call that began before
 // the change. The returned Report is r completed as ExecuteWithImprovement
-// completes its own: Version (the version in force after the booking),
-// Arm, Improvement, Rollback, Confirmed, ImprovementTriggered and LoopErr.
+// completes its own: ID (for Loop.Score), Version (the version in force
+// after the booking), Arm, Improvement, Rollback, Confirmed,
+// ImprovementTriggered and LoopErr.
 // Nothing is booked, and Record returns an error wrapping
 // ErrInvalidAgentID, ErrClosed or ErrUnknownVersion (a version the agent
 // never had), when the agent ID is invalid, the loop is closed, or the
@@ -78,6 +79,7 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 	} else {
 		ctx = context.WithoutCancel(ctx)
 	}
+	r.ID = callID(end.UnixNano(), c.version)
 	l.finish(ctx, a, agentID, c, &r, end.UnixNano(), r.Duration, nil)
 	return r, nil
 }

@@ -66,9 +66,11 @@ type Outcome struct {
 	// it is counted as ignored, not as a failure. Optional; only with
 	// success false.
 	Canceled bool `json:"canceled,omitempty"`
-	// Quality is the answer's quality score in [0, 1], and Cost its cost
-	// (at least 0, in the caller's unit). Optional; they are checked and
-	// accepted, but not yet judged by the loop.
+	// Quality is the answer's quality score in [0, 1], booked as
+	// Loop.Score books a score by call ID: credited to the version the
+	// call ran under and judged like any (docs/quality.md). Cost is its
+	// cost (at least 0, in the caller's unit), checked and accepted but
+	// not yet booked. Optional.
 	Quality *float64 `json:"quality,omitempty"`
 	Cost    *float64 `json:"cost,omitempty"`
 }
@@ -241,6 +243,13 @@ func (s *server) outcomes(w http.ResponseWriter, r *http.Request) {
 			}
 			s.fail(w, err)
 			return
+		}
+		if q := b.Outcomes[i].Quality; q != nil {
+			// Scored by the call's ID, as a grader would: credited to the
+			// version it ran under, and judged like any score.
+			if err := s.l.Score(id, rep.ID, *q); err != nil {
+				s.o.Logger.Warn("selfimprove admin: an outcome's quality was not booked", "agent", id, "error", err)
+			}
 		}
 		out.Booked++
 		if j, ok := seen[id]; ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -121,7 +122,7 @@ func TestIntakeDecides(t *testing.T) {
 			t.Cleanup(srv.Close)
 			r := &remote{t: t, srv: srv}
 			var versions []int
-			for i := range 60 {
+			for i := range 150 { // the quality scores are judged too: a confirmation waits for them
 				r.refresh("py")
 				if n := len(versions); n == 0 || versions[n-1] != r.cfg.Version {
 					versions = append(versions, r.cfg.Version)
@@ -267,5 +268,23 @@ func TestIntakeConfigETag(t *testing.T) {
 	r.refresh("new agent")
 	if r.tag == first || r.read != 2 || r.cfg.Timeout != 3*time.Second || r.cfg.Version != 2 {
 		t.Errorf("after SetConfig: tag %s (was %s), %+v", r.tag, first, r.cfg)
+	}
+}
+
+// TestIntakeScores: an outcome's quality is booked as a score of its call,
+// credited to the version it ran under (issues 30 and 31).
+func TestIntakeScores(t *testing.T) {
+	l, clk := newLoop(t)
+	srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken}))
+	t.Cleanup(srv.Close)
+	r := &remote{t: t, srv: srv}
+	r.refresh("py")
+	for i := range 10 {
+		q := 0.5 + 0.1*float64(i%2) // 0.5 and 0.6
+		r.report(fmt.Sprintf(`{"agent": "py", "success": true, "duration_ms": 10, "config_version": %d, "quality": %g}`, r.cfg.Version, q))
+		clk.Advance(time.Second)
+	}
+	if s := l.Stats("py"); s.Scored != 10 || math.Abs(s.Quality-0.55) > 1e-9 {
+		t.Fatalf("stats: %d scored, quality %v; want 10 at 0.55", s.Scored, s.Quality)
 	}
 }
