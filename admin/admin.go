@@ -118,8 +118,10 @@ type Options struct {
 	// MaxOutcomes bounds the outcomes of one POST /api/outcomes (which
 	// MaxBodyBytes bounds too). Default 500.
 	MaxOutcomes int
-	// OutcomeRate bounds the outcomes the intake books, a second, over
-	// all agents, with bursts of MaxOutcomes or one second's worth,
+	// OutcomeRate bounds the outcomes the intake books and the scores
+	// POST /api/agents/{agent}/score books, a second, over all agents
+	// (a score counts as one outcome), with bursts of MaxOutcomes or one
+	// second's worth,
 	// whichever is more; a batch over it gets 429 with Retry-After and
 	// is not booked. Default 1,000.
 	OutcomeRate float64

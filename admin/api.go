@@ -2,6 +2,8 @@ package admin
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -227,6 +229,12 @@ func (s *server) score(w http.ResponseWriter, r *http.Request) {
 	}
 	o, ok := s.agentOf(w, r)
 	if !ok {
+		return
+	}
+	if wait, ok := s.rate.take(1, s.o.Now()); !ok { // scores share the intake's bound
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		writeError(w, http.StatusTooManyRequests, "score",
+			fmt.Sprintf("over %g outcomes and scores a second: retry in %v", s.o.OutcomeRate, wait.Round(time.Millisecond)))
 		return
 	}
 	if err := s.l.Score(o.AgentID, id, *req.Score); err != nil {

@@ -68,3 +68,16 @@ func TestScore(t *testing.T) {
 	code, b := f.post(t, "/api/agents/alpha/score", body(rep.CallID(), "0.5"))
 	errorOf(t, "too late", code, b, 410, "call_id")
 }
+
+// TestScoreRateBound: scores share the intake's rate bound (issue 30: the
+// score endpoint is rate-bounded).
+func TestScoreRateBound(t *testing.T) {
+	f := newFixture(t, admin.Options{Token: token, OutcomeRate: 1, MaxOutcomes: 1})
+	rep, _ := f.l.ExecuteWithImprovement(context.Background(), "alpha", func(context.Context, si.Config) error { return nil })
+	body := fmt.Sprintf(`{"call_id":%q,"score":0.5}`, rep.CallID())
+	if code, b := f.post(t, "/api/agents/alpha/score", body); code != 200 {
+		t.Fatalf("first score: %d %s", code, b)
+	}
+	code, b := f.post(t, "/api/agents/alpha/score", body)
+	errorOf(t, "second score in the same second", code, b, 429, "score")
+}
