@@ -15,7 +15,8 @@ import (
 // compared with the beta-binomial distribution that rate gives for its
 // calls (the predictive distribution), not with a binomial at a point
 // estimate. A failure count that distribution reaches in at most
-// FalseRollbacks of cases rolls the change back.
+// backstopOdds of cases (canaryBackstopOdds under MethodCanary) rolls the
+// change back.
 //
 // At the default 60 calls and a 90 % reference estimated from 200 calls,
 // a change that costs 30 points is rolled back by it in more than 99.9 %
@@ -47,7 +48,7 @@ func (p RollbackPolicy) backstopRuns(calls int) bool {
 // backstop applies the backstop test to a, the change's calls, against
 // the reference p0 estimated from m calls (see backstopRef): it rolls back when a's
 // failures are at least as many as the predictive distribution reaches in
-// at most FalseRollbacks of cases. ref describes the reference for the
+// at most backstopOdds of cases (canaryBackstopOdds under MethodCanary). ref describes the reference for the
 // verdict; shared is how many of the change's failures were left out
 // (MethodCanary's runs of failures on both arms).
 func (p RollbackPolicy) backstop(a Stats, e Evidence, shared int) (Verdict, bool) {

@@ -165,8 +165,8 @@ type RollbackPolicy struct {
 	// change has run this many calls under verification (of both arms,
 	// under MethodCanary), its failures are compared with the reference
 	// before it, the reference's own uncertainty included, and a count
-	// that reference gives in at most FalseRollbacks of cases rolls it
-	// back. MethodQuick and MethodSequential end their test there (a
+	// that reference gives in at most 1 % of cases (2 % under
+	// MethodCanary) rolls it back. MethodQuick and MethodSequential end their test there (a
 	// change not rolled back is judged on latency); MethodFixed confirms
 	// there a change it did not roll back on MinCalls calls; MethodCanary
 	// applies it on every call from there while it compares its arms.

@@ -4,9 +4,10 @@ package failure
 // failed the caller's validation or parsing, or was a refusal. Classify
 // gives ClassBadOutput for it, whatever err's text says; errors.Is and
 // errors.As see err through it, and its text is err's. Another sample
-// usually passes, so the loop retries it by default (at once, with no
-// backoff) and counts it toward the agent's health; the built-in strategy
-// answers with more attempts, then another route. BadOutput(nil) is nil.
+// usually passes, so the loop retries it by default (after the config's
+// Backoff: at once by default) and counts it toward the agent's health; the built-in strategy
+// answers with more attempts, then a proposal (another route, or the
+// output format stated in the prompt). BadOutput(nil) is nil.
 //
 // Without it, an error of the caller's own (no HTTP status in its chain
 // or text) whose text says the output did not match a schema, could not
