@@ -135,6 +135,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	endN, dur := l.since(start)
 	if sc != nil {
 		c.q = sc.release()
+		rep.Cost = c.q.cost
 	}
 	// The Report is complete before the booking, whose atomic operation
 	// commits the writes: the caller then reads it without stalling.

@@ -97,8 +97,10 @@ type Report struct {
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error
-
-	_ [8]byte // to a multiple of 16 bytes: see TestReportSize
+	// Cost is the cost the call reported with AddCost, over its attempts;
+	// 0 when it reported none (or its Loop gave it no slot yet: see
+	// AddCost). Record books it for a call that ran elsewhere.
+	Cost float64
 }
 
 // Metrics counts what the loop's machinery did since New, including its

@@ -10,6 +10,10 @@ import (
 // booked as this long.
 const maxRecordDuration = 24 * time.Hour
 
+// maxRecordCost bounds a recorded call's cost: a larger one, as a NaN or
+// a negative one, is not booked.
+const maxRecordCost = 1e12
+
 // Record books a call that ran outside the loop, as ExecuteWithImprovement
 // books the calls it runs: an agent in another process or language
 // reports what its call did (the admin package's outcome intake calls
@@ -18,8 +22,9 @@ const maxRecordDuration = 24 * time.Hour
 // FailureClass method or its text), Duration (cut to 24 hours), Attempts
 // (0 counts as 1), ConfigVersion (the version of the config the call ran
 // under, as Config returned it; 0: the version in force) and Ignored (the
-// caller gave up: counted as ignored, not as a failure). Its other fields
-// are not read.
+// caller gave up: counted as ignored, not as a failure) and Cost (the
+// call's cost, booked per config version and route as AddCost's; 0, a
+// negative or a NaN one: none). Its other fields are not read.
 //
 // The call counts exactly as a wrapped one: a failure may trigger the
 // strategy and apply a change; a call under the version being verified
@@ -78,6 +83,11 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 		ctx = cctx
 	} else {
 		ctx = context.WithoutCancel(ctx)
+	}
+	if r.Cost > 0 && r.Cost <= maxRecordCost {
+		c.q = quality{cost: r.Cost, costed: true}
+	} else {
+		r.Cost = 0
 	}
 	r.ID = callID(end.UnixNano(), c.version)
 	l.finish(ctx, a, agentID, c, &r, end.UnixNano(), r.Duration, nil)

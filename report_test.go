@@ -68,3 +68,26 @@ func TestReportVersionAndString(t *testing.T) {
 		t.Errorf("a success: %q, version %d", got, ok.Version)
 	}
 }
+
+// TestReportCost: Report.Cost is what the call reported with AddCost,
+// once its Loop gives calls a slot (its first AddCost or AddScore turns
+// them on; see AddCost).
+func TestReportCost(t *testing.T) {
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_ = l.AddScore(context.Background(), 0) // turns the slots on
+	rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+		si.AddCost(ctx, 0.25)
+		si.AddCost(ctx, 0.5)
+		return nil
+	})
+	if rep.Cost != 0.75 {
+		t.Fatalf("Report.Cost = %v, want 0.75", rep.Cost)
+	}
+	if s := l.Stats("a"); s.Costed != 1 || s.Cost != 0.75 {
+		t.Errorf("stats: %d costed, cost %v; want 1 at 0.75", s.Costed, s.Cost)
+	}
+}

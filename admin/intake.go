@@ -69,8 +69,8 @@ type Outcome struct {
 	// Quality is the answer's quality score in [0, 1], booked as
 	// Loop.Score books a score by call ID: credited to the version the
 	// call ran under and judged like any (docs/quality.md). Cost is its
-	// cost (at least 0, in the caller's unit), checked and accepted but
-	// not yet booked. Optional.
+	// cost (at least 0, in the caller's unit), booked as AddCost's. Both
+	// optional.
 	Quality *float64 `json:"quality,omitempty"`
 	Cost    *float64 `json:"cost,omitempty"`
 }
@@ -183,6 +183,9 @@ func (o *Outcome) check(i int, maxVersion func(id string) int) (selfimprove.Repo
 	}
 	r.Duration = time.Duration(*o.DurationMS * float64(time.Millisecond))
 	r.Attempts, r.ConfigVersion, r.Ignored = o.Attempts, o.ConfigVersion, o.Canceled
+	if o.Cost != nil {
+		r.Cost = *o.Cost
+	}
 	return r, nil
 }
 

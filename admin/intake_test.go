@@ -272,7 +272,8 @@ func TestIntakeConfigETag(t *testing.T) {
 }
 
 // TestIntakeScores: an outcome's quality is booked as a score of its call,
-// credited to the version it ran under (issues 30 and 31).
+// and its cost as AddCost's, credited to the version it ran under (issues
+// 30 and 31).
 func TestIntakeScores(t *testing.T) {
 	l, clk := newLoop(t)
 	srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken}))
@@ -286,5 +287,10 @@ func TestIntakeScores(t *testing.T) {
 	}
 	if s := l.Stats("py"); s.Scored != 10 || math.Abs(s.Quality-0.55) > 1e-9 {
 		t.Fatalf("stats: %d scored, quality %v; want 10 at 0.55", s.Scored, s.Quality)
+	}
+	r.report(fmt.Sprintf(`{"agent": "py", "success": true, "duration_ms": 10, "config_version": %d, "cost": 0.25}`, r.cfg.Version))
+	r.report(fmt.Sprintf(`{"agent": "py", "success": true, "duration_ms": 10, "config_version": %d, "cost": 0.75}`, r.cfg.Version))
+	if s := l.Stats("py"); s.Costed != 2 || math.Abs(s.CostPerSuccess-0.5) > 1e-9 {
+		t.Fatalf("stats: %d costed, %v a success; want 2 at 0.5", s.Costed, s.CostPerSuccess)
 	}
 }
