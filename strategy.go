@@ -168,6 +168,9 @@ func (s *BuiltinStrategy) Analyze(_ context.Context, a Analysis) (*Tweak, error)
 // in also. A second safe tweak waits for the next analysis: one change
 // is verified at a time.
 func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
+	if a.QualityDrop.Scored > 0 {
+		return qualityAnswer(&a), nil
+	}
 	var reviews []*Tweak
 	for i, k := range rank(a.Clusters) {
 		p := s.plan(&a, k)
