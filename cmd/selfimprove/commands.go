@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -327,7 +329,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 
 		fmt.Fprintln(w, "\nVersions:")
 		tw = table(w)
-		fmt.Fprintln(tw, "VERSION\tMADE BY\tAT\tSTATE\tREASON")
+		fmt.Fprintln(tw, "VERSION\tMADE BY\tAT\tSTATE\tQUALITY\tCOST/SUCCESS\tREASON")
 		for _, v := range d.Versions {
 			mark, state, at := "", "-", "-"
 			if v.Current {
@@ -339,9 +341,11 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 			if !v.At.IsZero() {
 				at = v.At.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\n", v.Version, mark, cell(v.MadeBy), at, state, dash(cell(v.Reason)))
+			quality, cost := qualityText(v.Quality)
+			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Version, mark, cell(v.MadeBy), at, state, quality, cost, dash(cell(v.Reason)))
 		}
 		tw.Flush()
+		routesTable(w, d.Routes)
 
 		fmt.Fprintln(w, "\nFailure clusters:")
 		if len(d.Clusters) == 0 {
@@ -586,4 +590,39 @@ func plural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// qualityText is a version's or a route's mean score and cost per
+// successful call, each with its count of calls ("-" when none).
+func qualityText(q *admin.QualityView) (quality, cost string) {
+	quality, cost = "-", "-"
+	if q == nil {
+		return
+	}
+	if q.Scored > 0 {
+		quality = fmt.Sprintf("%.3f (%d scored)", q.Quality, q.Scored)
+	}
+	if q.Costed > 0 {
+		cost = fmt.Sprintf("%.4g (%d costed)", q.CostPerSuccess, q.Costed)
+	}
+	return
+}
+
+// routesTable prints the quality and cost figures by route, when any.
+func routesTable(w io.Writer, routes map[string]*admin.QualityView) {
+	if len(routes) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nRoutes:")
+	tw := table(w)
+	fmt.Fprintln(tw, "ROUTE\tQUALITY\tCOST/SUCCESS")
+	for _, r := range slices.Sorted(maps.Keys(routes)) {
+		quality, cost := qualityText(routes[r])
+		name := r
+		if name == "" {
+			name = "(default)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", cell(name), quality, cost)
+	}
+	tw.Flush()
 }
