@@ -64,18 +64,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		}
 		defer l.fleetRelease(a)
 	}
-	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
-	an.Routes = l.Routes(a.id)
-	an.TransientAttempts = l.retryRules.floor
-	an.FirstToken = a.tel.firstTokens()
-	for _, d := range l.dead.list(an.Time.UnixNano()) {
-		if !an.dead(d.Route) {
-			an.DeadRoutes = append(an.DeadRoutes, d)
-		}
-	}
-	if top := largest(an.Clusters); top != nil {
-		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
-	}
+	l.gather(a, an)
 	if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
 		tw, also, err = l.callStrategy(ctx, an)
@@ -121,23 +110,47 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		return nil, errors.Join(terr, perr)
 	}
 	if perr != nil {
-		// A change that cannot be recorded is not made.
-		a.mu.Lock()
-		a.settleLocked(l.clock.Now().UnixNano())
-		a.dropQueued(func(ev *Event) bool {
-			return ev.Type == EventImprovementApplied && ev.Change != nil && ev.Change.ID == ch.ID
-		})
-		if a.s.unapply(ch) {
-			a.publishLocked(l.canaryCut > 0)
-		}
-		a.mu.Unlock()
-		return nil, fmt.Errorf("selfimprove: change not applied: %w", perr)
+		return nil, l.unmake(a, ch, perr)
 	}
 	l.m.improvements.Add(1)
 	if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
 		l.mem.addFix(f.cluster, f.fix)
 	}
 	return ch, nil
+}
+
+// gather completes an, the analysis of a, with what the whole loop knows:
+// the causes shared with other agents, the routes and the dead ones, the
+// transient floor, the times to first token, and the failure memory's
+// clusters most like the largest.
+func (l *Loop) gather(a *agent, an *Analysis) {
+	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
+	an.Routes = l.Routes(a.id)
+	an.TransientAttempts = l.retryRules.floor
+	an.FirstToken = a.tel.firstTokens()
+	for _, d := range l.dead.list(an.Time.UnixNano()) {
+		if !an.dead(d.Route) {
+			an.DeadRoutes = append(an.DeadRoutes, d)
+		}
+	}
+	if top := largest(an.Clusters); top != nil {
+		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
+	}
+}
+
+// unmake takes back the change ch that could not be saved (perr): a
+// change that cannot be recorded is not made.
+func (l *Loop) unmake(a *agent, ch *Change, perr error) error {
+	a.mu.Lock()
+	a.settleLocked(l.clock.Now().UnixNano())
+	a.dropQueued(func(ev *Event) bool {
+		return ev.Type == EventImprovementApplied && ev.Change != nil && ev.Change.ID == ch.ID
+	})
+	if a.s.unapply(ch) {
+		a.publishLocked(l.canaryCut > 0)
+	}
+	a.mu.Unlock()
+	return fmt.Errorf("selfimprove: change not applied: %w", perr)
 }
 
 // callStrategy calls the strategy in its own goroutine, so that a strategy

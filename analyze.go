@@ -70,6 +70,12 @@ type Analysis struct {
 	// since it was loaded (AgentView.FirstToken): how soon its streams
 	// begin when they do not stall.
 	FirstToken Histogram
+	// QualityDrop, when a fall of the mean score started the analysis
+	// rather than failures (see RollbackPolicy.QualityDrop), holds the
+	// scores that fell (Scored, Quality, QualitySD; zero otherwise), and
+	// Stats the config's scores in all; Failures and Clusters are then
+	// empty.
+	QualityDrop Stats
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest own cluster (From empty) in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and

@@ -77,32 +77,10 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, c.att)
 	}
-	a, err := l.agent(agentID)
-	var cfg *Config
-	var home string // the route a probe of the primary runs on
-	if a != nil {
-		if a.openUntil.Load() != 0 { // set with a breaker or a hold
-			var ok bool
-			if c.probe, ok = l.admit(a); !ok || !l.claim(a, &c) {
-				rep.Err = l.failFast(ctx, a, c.att)
-				rep.ConfigVersion = a.cfg.Load().Version
-				rep.Version = rep.ConfigVersion
-				return rep, rep.Err
-			}
-		}
-		if c.nests = a.has(flagNests); !c.nests {
-			c.seq = l.lately.seq.Load()
-		}
-		cfg, home = l.configFor(a, &c, &rep)
-	} else {
-		// The agent's state cannot be read: run fn untracked under the
-		// default config rather than fail the call.
-		d := l.defaultConfig
-		cfg = &d
+	a, cfg, home, refused := l.prepare(ctx, agentID, &c, &rep)
+	if refused {
+		return rep, rep.Err
 	}
-	rep.LoopErr = err
-	rep.ConfigVersion = cfg.Version
-	c.version, c.arm = cfg.Version, rep.Arm
 	rctx, sc := ctx, (*scoreCtx)(nil)
 	if a != nil {
 		rctx, sc = l.slot(ctx, c.att)
@@ -155,6 +133,38 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	}
 	l.finish(ctx, a, agentID, c, &rep, endN, dur, nil)
 	return rep, rep.Err
+}
+
+// prepare finds the agent of a call and the config it runs under (with
+// the route of the primary when the call probes it: see ProbePolicy),
+// noting them in c and rep. It reports refused when an open circuit or a
+// hold fails the call fast: rep is then the call's answer.
+func (l *Loop) prepare(ctx context.Context, agentID string, c *begun, rep *Report) (a *agent, cfg *Config, home string, refused bool) {
+	a, err := l.agent(agentID)
+	if a != nil {
+		if a.openUntil.Load() != 0 { // set with a breaker or a hold
+			var ok bool
+			if c.probe, ok = l.admit(a); !ok || !l.claim(a, c) {
+				rep.Err = l.failFast(ctx, a, c.att)
+				rep.ConfigVersion = a.cfg.Load().Version
+				rep.Version = rep.ConfigVersion
+				return a, nil, "", true
+			}
+		}
+		if c.nests = a.has(flagNests); !c.nests {
+			c.seq = l.lately.seq.Load()
+		}
+		cfg, home = l.configFor(a, c, rep)
+	} else {
+		// The agent's state cannot be read: run fn untracked under the
+		// default config rather than fail the call.
+		d := l.defaultConfig
+		cfg = &d
+	}
+	rep.LoopErr = err
+	rep.ConfigVersion = cfg.Version
+	c.version, c.arm = cfg.Version, rep.Arm
+	return a, cfg, home, false
 }
 
 // configFor returns the config a call of a runs under, and the route of

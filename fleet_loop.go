@@ -465,23 +465,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		a.mu.Unlock()
 		return lag
 	}
-	fa.sent.Add(d.Change)
-	fa.sent.Add(d.Control)
-	others := p.Total.sub(fa.sent)
-	if others.negative() {
-		// The fleet's counts started again (lost, or set aside): from
-		// this delta on.
-		fa.sent = FleetCounts{}
-		fa.sent.Add(d.Change)
-		fa.sent.Add(d.Control)
-		others = p.Total.sub(fa.sent)
-		fa.others = others
-	}
-	fresh := others.sub(fa.others)
-	if fresh.negative() {
-		fresh = FleetCounts{}
-	}
-	fa.others = others
+	fresh := fa.book(d, p)
 	var fails []FleetFailure
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
@@ -530,6 +514,30 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		l.carry(context.Background(), a, &eff, rep)
 	}
 	return lag
+}
+
+// book books this replica's delta d in fa, and returns the other
+// replicas' calls in the pool p that fa had not seen. The agent's mu is
+// held.
+func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
+	fa.sent.Add(d.Change)
+	fa.sent.Add(d.Control)
+	others := p.Total.sub(fa.sent)
+	if others.negative() {
+		// The fleet's counts started again (lost, or set aside): from
+		// this delta on.
+		fa.sent = FleetCounts{}
+		fa.sent.Add(d.Change)
+		fa.sent.Add(d.Control)
+		others = p.Total.sub(fa.sent)
+		fa.others = others
+	}
+	fresh := others.sub(fa.others)
+	if fresh.negative() {
+		fresh = FleetCounts{}
+	}
+	fa.others = others
+	return fresh
 }
 
 // SyncFleet sends the counts of the calls not sent yet to the fleet

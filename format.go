@@ -88,6 +88,8 @@ type stateDoc struct {
 	// Quality is the scores and costs booked per config version (see
 	// docs/quality.md); absent when none.
 	Quality []qualityRec `json:"quality,omitempty"`
+	// QualityWatch is the watch of the mean score (state_quality_watch.go).
+	QualityWatch *qualityWatch `json:"quality_watch,omitempty"`
 }
 
 // countsDoc is the calls credited to one side of a verification.
@@ -382,6 +384,9 @@ func (st *agentState) doc() (stateDoc, error) {
 	}
 	if st.Quality != nil {
 		d.Quality = st.Quality.Recs
+		if w := st.Quality.Watch; w != (qualityWatch{}) {
+			d.QualityWatch = &w
+		}
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {
 		return d, err

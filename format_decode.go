@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/self-improving-loop/selfimprove/failure"
 )
@@ -449,36 +448,9 @@ func (c *checker) cooldowns(d *stateDoc, st *agentState) {
 	if d.Route != nil {
 		st.Route = c.route(d.Route)
 	}
-	if len(d.Quality) > 0 {
-		st.Quality = c.quality(d.Quality)
+	if len(d.Quality) > 0 || d.QualityWatch != nil {
+		st.Quality = c.quality(d.Quality, d.QualityWatch)
 	}
-}
-
-// quality checks the scores and costs booked per config version.
-func (c *checker) quality(recs []qualityRec) *qualityBook {
-	if len(recs) > maxQualityRecs {
-		c.fail("quality: %d versions, at most %d", len(recs), maxQualityRecs)
-		return nil
-	}
-	for i := range recs {
-		r, f := &recs[i], elem("quality", i)
-		c.num(f.dot("version"), int64(r.Version), 1, c.maxVer+1)
-		if len(r.Route) > maxRouteLen || !utf8.ValidString(r.Route) {
-			c.fail("%s: not a route", f.dot("route"))
-		}
-		n := c.num(f.dot("scored"), r.Scored, 0, maxCount)
-		costed := c.num(f.dot("costed"), r.Costed, 0, maxCount)
-		c.num(f.dot("costed_successes"), r.CostOK, 0, costed+1)
-		// Scores are in [0, 1]: their sum is in [0, n], their squares'
-		// in [0, sum] (with room for rounding).
-		if !(r.Sum >= 0 && r.Sum <= float64(n)*(1+1e-9)) || !(r.Squares >= 0 && r.Squares <= r.Sum*(1+1e-9)+1e-9) {
-			c.fail("%s: score sums out of range", f)
-		}
-		if !(r.Cost >= 0 && r.Cost <= math.MaxFloat64) {
-			c.fail("%s: %v, not a cost", f.dot("cost"), r.Cost)
-		}
-	}
-	return &qualityBook{Recs: recs}
 }
 
 // configs checks st's configs: the current one, the history, the change

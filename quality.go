@@ -220,6 +220,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		a.dirty = true
 		a.s.bookQuality(version, route, quality{score: score, scored: true}, false)
 		a.s.judgeScored(version, now, &l.rules, &eff)
+		a.s.watchScore(version, score, now, &l.rules, &eff)
 		if eff.publish || len(eff.events) > 0 {
 			a.commitLocked(&eff, l.canaryCut > 0)
 		}
@@ -229,7 +230,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	if !ok {
 		return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
 	}
-	if eff.decided != nil || eff.save {
+	if eff.decided != nil || eff.save || eff.analysis != nil {
 		var rep Report
 		l.carry(context.Background(), a, &eff, &rep)
 		return rep.LoopErr

@@ -102,3 +102,29 @@ func TestScoredCallAllocs(t *testing.T) {
 		t.Errorf("figures %+v", v.Versions[1])
 	}
 }
+
+// TestQualityWatchRoundTrip: the watch of the mean score (its run, its
+// cooldown, the reference of the change it led to) survives a restart,
+// and a watch out of range is refused.
+func TestQualityWatchRoundTrip(t *testing.T) {
+	st := newState("a", Config{Version: 2, Route: "r"})
+	st.MaxVersion = 2
+	st.bookQuality(2, "r", quality{score: 0.5, scored: true}, false)
+	st.Quality.Watch = qualityWatch{Version: 2, N: 2, Sum: 1, Squares: 0.5, Mean: 0.7, Until: 4e18,
+		Ref: qualityRec{Version: 2, Scored: 3, Sum: 1.5, Squares: 1}}
+	enc := roundTrip(t, &st)
+	if !strings.Contains(string(enc), `"quality_watch":{"version":2,"scored":2,"score_sum":1,"score_squares":0.5,"mean":0.7,"cooldown_until_ns":4000000000000000000,"change_reference":{"version":2,"scored":3,"score_sum":1.5,"score_squares":1}}`) {
+		t.Errorf("state file: %s", enc)
+	}
+	for _, bad := range []string{
+		`"mean":0.7` + "|" + `"mean":1.7`,
+		`"score_sum":1,` + "|" + `"score_sum":3,`,
+		`"change_reference":{"version":2` + "|" + `"change_reference":{"version":9`,
+		`"cooldown_until_ns":4000000000000000000` + "|" + `"cooldown_until_ns":-1`,
+	} {
+		from, to, _ := strings.Cut(bad, "|")
+		if _, err := decodeState([]byte(strings.Replace(string(enc), from, to, 1)), "a"); err == nil {
+			t.Errorf("%s: decoded", to)
+		}
+	}
+}

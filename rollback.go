@@ -195,6 +195,16 @@ type RollbackPolicy struct {
 	// (see docs/quality.md). Default 20; at most 10,000; negative, NaN or
 	// +Inf: off.
 	MaxCostRise float64
+	// QualityDrop is how far the mean score of the config in force
+	// must fall, below its established mean, to start an analysis as
+	// failures do, once per QualityCooldown: an anytime-valid test of
+	// its recent scores at a false-alarm rate of one in 1,000 scored
+	// calls (see docs/quality.md). Default 0.10; at most 1; negative, NaN
+	// or +Inf: off.
+	QualityDrop float64
+	// QualityCooldown is the least time between two analyses started by
+	// a fall of quality. Default 1 hour; at most 366 days.
+	QualityCooldown time.Duration
 
 	// ProposeOnly makes the loop file every tweak a strategy proposes as
 	// a Proposal (as Tweak.Review does), with its analysis, instead of
@@ -248,21 +258,6 @@ const (
 	MethodFixed
 )
 
-// String returns "quick", "sequential", "canary" or "fixed".
-func (m Method) String() string {
-	switch m {
-	case MethodQuick:
-		return "quick"
-	case MethodFixed:
-		return "fixed"
-	case MethodSequential:
-		return "sequential"
-	case MethodCanary:
-		return "canary"
-	}
-	return fmt.Sprintf("Method(%d)", int(m))
-}
-
 // The default policy values, the defaults of the RollbackPolicy fields
 // they are named after (DefaultVerifyCalls is MinCalls's,
 // DefaultSequentialMaxCalls is MaxCalls's). DefaultFalseRollbacks and
@@ -285,6 +280,8 @@ const (
 	DefaultRefuseFor              = 24 * time.Hour
 	DefaultBackstopCalls          = 60
 	DefaultMaxCostRise            = 20.0
+	DefaultQualityDrop            = 0.05
+	DefaultQualityCooldown        = time.Hour
 )
 
 const (
@@ -344,6 +341,8 @@ func (p RollbackPolicy) validate() error {
 		inRange("CanaryFraction", p.CanaryFraction, 0, maxCanaryFraction),
 		inRange("CanaryCalls", p.CanaryCalls, 0, maxPolicyCalls),
 		limit("MaxCostRise", p.MaxCostRise, maxLatencyPct),
+		limit("QualityDrop", p.QualityDrop, 1),
+		inRange("QualityCooldown", p.QualityCooldown, 0, maxRefuseFor),
 	)
 }
 
@@ -380,6 +379,12 @@ func (p RollbackPolicy) withDefaults() RollbackPolicy {
 	}
 	if p.MaxCostRise == 0 {
 		p.MaxCostRise = DefaultMaxCostRise
+	}
+	if p.QualityDrop == 0 {
+		p.QualityDrop = DefaultQualityDrop
+	}
+	if p.QualityCooldown == 0 {
+		p.QualityCooldown = DefaultQualityCooldown
 	}
 	if p.MinLatencyRise == 0 {
 		p.MinLatencyRise = DefaultMinLatencyRise

@@ -285,3 +285,18 @@ func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
 	return Verdict{DecisionRollback, fmt.Sprintf("clearly harmful: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
 		a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }
+
+// String returns "quick", "sequential", "canary" or "fixed".
+func (m Method) String() string {
+	switch m {
+	case MethodQuick:
+		return "quick"
+	case MethodFixed:
+		return "fixed"
+	case MethodSequential:
+		return "sequential"
+	case MethodCanary:
+		return "canary"
+	}
+	return fmt.Sprintf("Method(%d)", int(m))
+}

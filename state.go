@@ -273,6 +273,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		(endN >= s.CooldownUntil || !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster) {
 		s.trigger(c, endN, eff)
 	}
+	if c.q.scored && c.gen == s.Gen && c.arm != ArmControl {
+		s.watchScore(c.version, c.q.score, c.end, r, eff)
+	}
 }
 
 // trigger asks for an analysis when the failed call c, ended at endN,

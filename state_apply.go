@@ -17,6 +17,30 @@ import (
 // restart does not run the strategy again at once.
 func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
 	s.analyzing = false
+	if an.QualityDrop.Scored == 0 {
+		s.coolDown(now, an, th, tw, err) // a fall of quality has its own (see watchScore)
+	}
+	eff.save = true
+	switch {
+	case err != nil || tw == nil:
+		return eff, err
+	case tw.Review:
+		return eff, s.fileReview(now, an, tw, r, &eff)
+	}
+	ch, err := s.apply(now, an, tw, r)
+	if err != nil {
+		eff.rejected = errors.Is(err, ErrTweakRejected)
+		return eff, err
+	}
+	s.qualityAnswered(an, ch)
+	eff.applied, eff.publish = ch, true
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	return eff, nil
+}
+
+// coolDown starts the cooldown after the analysis an of failures, whose
+// answer was tw (or err).
+func (s *agentState) coolDown(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error) {
 	s.CooldownUntil = now.UnixNano() + int64(th.Cooldown)
 	if _, cl, _ := dominant(an.Clusters); tw == nil && err == nil && sharedOutage(an, cl, defaultOutageAgents) {
 		// Nothing to do during an upstream outage: look again soon after.
@@ -41,21 +65,6 @@ func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, t
 			s.leftOpen, most = uint32(v), c.Count
 		}
 	}
-	eff.save = true
-	switch {
-	case err != nil || tw == nil:
-		return eff, err
-	case tw.Review:
-		return eff, s.fileReview(now, an, tw, r, &eff)
-	}
-	ch, err := s.apply(now, an, tw, r)
-	if err != nil {
-		eff.rejected = errors.Is(err, ErrTweakRejected)
-		return eff, err
-	}
-	eff.applied, eff.publish = ch, true
-	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
-	return eff, nil
 }
 
 // fileReview files tw, a reviewed tweak, as a proposal (or folds it into

@@ -23,7 +23,8 @@ type qualityRec struct {
 // qualityBook is an agent's qualityRecs, at most maxQualityRecs, oldest
 // first.
 type qualityBook struct {
-	Recs []qualityRec
+	Recs  []qualityRec
+	Watch qualityWatch // the watch of the mean score (state_quality_watch.go)
 }
 
 // clone returns a copy of b (nil for nil).
@@ -31,7 +32,7 @@ func (b *qualityBook) clone() *qualityBook {
 	if b == nil {
 		return nil
 	}
-	return &qualityBook{Recs: slices.Clone(b.Recs)}
+	return &qualityBook{Recs: slices.Clone(b.Recs), Watch: b.Watch}
 }
 
 // maxQualityRecs bounds the versions an agent keeps scores and costs for.
@@ -195,8 +196,13 @@ func (s *agentState) addQuality(e *Evidence) {
 	if s.Quality == nil || v == nil {
 		return
 	}
-	from, to := s.qualityOf(v.From.Version), s.qualityOf(v.To.Version)
-	from.fill(&e.Before)
-	to.fill(&e.After)
-	from.fill(&e.Control)
+	s.qualityOf(v.From.Version).fill(&e.Before)
+	if s.qualityMove(v) {
+		// Judged against the fall of quality it answers, not against
+		// the config's whole past.
+		r := s.Quality.Watch.Ref.stats()
+		e.Before.Scored, e.Before.Quality, e.Before.QualitySD = r.Scored, r.Quality, r.QualitySD
+	}
+	s.qualityOf(v.To.Version).fill(&e.After)
+	s.qualityOf(v.From.Version).fill(&e.Control)
 }

@@ -284,8 +284,8 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	if _, dead := s.deadAt(ch.From.Route, n, r); dead {
 		return
 	}
-	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) {
-		return
+	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) || s.qualityMove(ch) {
+		return // no probe of the old route can tell that its answers are good again
 	}
 	rs := s.route()
 	rs.Home, rs.Away = ch.From.Route, true

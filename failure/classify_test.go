@@ -60,17 +60,18 @@ type (
 
 // classifyCases are the errors TestClassify classifies, each with the
 // class it must get.
-func classifyCases() []struct {
+// classifyCase is a row of TestClassify.
+type classifyCase struct {
 	name string
 	err  error
 	want failure.Class
-} {
+}
+
+func classifyCases() []classifyCase { return append(classifyCasesA(), classifyCasesB()...) }
+
+func classifyCasesA() []classifyCase {
 	e := errors.New
-	return []struct {
-		name string
-		err  error
-		want failure.Class
-	}{
+	return []classifyCase{
 		// Go's own signals.
 		{"nil", nil, failure.ClassOther},
 		{"deadline", context.DeadlineExceeded, failure.ClassTimeout},
@@ -120,6 +121,12 @@ func classifyCases() []struct {
 		{"resource exhausted", e("rpc error: code = ResourceExhausted desc = limit"), failure.ClassRateLimit},
 		{"timed out", e("the request timed out"), failure.ClassTimeout},
 		{"deadline text", e("context deadline exceeded (Client.Timeout exceeded while awaiting headers)"), failure.ClassTimeout},
+	}
+}
+
+func classifyCasesB() []classifyCase {
+	e := errors.New
+	return []classifyCase{
 		{"i/o timeout beats dial", e("dial tcp 10.0.0.1:443: i/o timeout"), failure.ClassTimeout},
 		{"gateway timeout is overloaded", e("504 Gateway Timeout"), failure.ClassOverloaded},
 		{"overloaded", e("Overloaded"), failure.ClassOverloaded},

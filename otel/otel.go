@@ -38,6 +38,8 @@ type Options struct {
 //	selfimprove.config.version   gauge    {agent}
 //	selfimprove.circuit.open     gauge    {agent}  1 open or half-open, else 0
 //	selfimprove.changes          counter  {result=applied|confirmed|rolled_back}
+//	selfimprove.quality.scored, .quality.mean, selfimprove.cost.per_success  gauges {agent}
+//	                             of the config in force, for the agents that have any
 //	selfimprove.notify.delivered, .failures, .dropped; selfimprove.store.errors;
 //	selfimprove.agents.loaded (gauge), selfimprove.agent.loads, selfimprove.agent.evictions  counters
 //	selfimprove.fleet.up, .commit.max, .revision.lag  gauges; selfimprove.fleet.outages, .errors,
@@ -106,6 +108,11 @@ type instruments struct {
 	circuit metric.Int64ObservableGauge
 	changes metric.Int64ObservableCounter
 	loop    []metric.Int64Observable // one for each of loopCounters
+	// The quality and cost of the config in force, by agent that has
+	// any (see docs/quality.md), as /metrics exports them.
+	scored      metric.Int64ObservableGauge
+	qualityMean metric.Float64ObservableGauge
+	costPer     metric.Float64ObservableGauge
 }
 
 // newInstruments creates the instruments on m.
@@ -128,6 +135,9 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := in.newQuality(m); err != nil {
+		return nil, err
+	}
 	in.loop = make([]metric.Int64Observable, len(loopCounters))
 	for i, c := range loopCounters {
 		if c.gauge {
@@ -144,7 +154,7 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 
 // observables returns every instrument, for RegisterCallback.
 func (in *instruments) observables() []metric.Observable {
-	obs := []metric.Observable{in.calls, in.version, in.circuit, in.changes}
+	obs := []metric.Observable{in.calls, in.version, in.circuit, in.changes, in.scored, in.qualityMean, in.costPer}
 	for _, inst := range in.loop {
 		obs = append(obs, inst)
 	}
@@ -176,6 +186,9 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 		in.observeCalls(o, agent, a)
 		o.ObserveInt64(in.version, int64(a.Config.Version), metric.WithAttributes(agent))
 		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
+		// Read under the agent's lock: one short lock an agent a
+		// collection, as /metrics does.
+		in.observeQuality(o, agent, l.Stats(a.AgentID))
 	}
 	if otherN > 0 {
 		agent := attribute.String("agent", otherAgents)
@@ -296,4 +309,29 @@ func sortedViews(l *si.Loop) []*si.AgentView {
 	}
 	slices.SortFunc(all, func(a, b *si.AgentView) int { return strings.Compare(a.AgentID, b.AgentID) })
 	return all
+}
+
+// newQuality creates the quality and cost gauges on m.
+func (in *instruments) newQuality(m metric.Meter) (err error) {
+	in.scored, err = m.Int64ObservableGauge("selfimprove.quality.scored", metric.WithDescription("Calls scored under the config in force, by agent that has any."), metric.WithUnit("{call}"))
+	if err != nil {
+		return err
+	}
+	in.qualityMean, err = m.Float64ObservableGauge("selfimprove.quality.mean", metric.WithDescription("Mean score (0 to 1) of the calls scored under the config in force, by agent that has any."))
+	if err != nil {
+		return err
+	}
+	in.costPer, err = m.Float64ObservableGauge("selfimprove.cost.per_success", metric.WithDescription("Mean cost (AddCost's unit) per successful call under the config in force, by agent that has any."))
+	return err
+}
+
+// observeQuality observes an agent's quality and cost, when it has any.
+func (in *instruments) observeQuality(o metric.Observer, agent attribute.KeyValue, s si.Stats) {
+	if s.Scored > 0 {
+		o.ObserveInt64(in.scored, int64(s.Scored), metric.WithAttributes(agent))
+		o.ObserveFloat64(in.qualityMean, s.Quality, metric.WithAttributes(agent))
+	}
+	if s.CostPerSuccess > 0 {
+		o.ObserveFloat64(in.costPer, s.CostPerSuccess, metric.WithAttributes(agent))
+	}
 }

@@ -48,13 +48,15 @@ func TestSpansAndMetrics(t *testing.T) {
 	}
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
 	boom := errors.New("upstream 503 api_key=sk-abcdefghijklmnopqrstuvwxyz123456")
+	l.AddScore(context.Background(), 0) // score slots on
 	for i := range 4 {
-		_, err := w.Execute(ctx, "a", func(context.Context, si.Config) error {
+		_, err := w.Execute(ctx, "a", func(ctx context.Context, _ si.Config) error {
 			clk.Advance(30 * time.Millisecond)
 			if i == 3 {
 				return boom
 			}
-			return nil
+			si.AddCost(ctx, 2)
+			return l.AddScore(ctx, 0.5)
 		})
 		if (i == 3) != (err == boom) {
 			t.Fatalf("call %d: %v", i, err)
@@ -73,6 +75,14 @@ func TestSpansAndMetrics(t *testing.T) {
 	}
 	if g, ok := got["selfimprove.config.version"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 1 {
 		t.Errorf("config version: %v", got["selfimprove.config.version"])
+	}
+	if g, ok := got["selfimprove.quality.scored"].(metricdata.Gauge[int64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != 3 {
+		t.Errorf("quality scored: %v", got["selfimprove.quality.scored"])
+	}
+	for name, want := range map[string]float64{"selfimprove.quality.mean": 0.5, "selfimprove.cost.per_success": 2} {
+		if g, ok := got[name].(metricdata.Gauge[float64]); !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != want {
+			t.Errorf("%s: %v, want %v for agent a", name, got[name], want)
+		}
 	}
 	h, ok := got["selfimprove.call.duration"].(metricdata.Histogram[float64])
 	if !ok {

@@ -460,38 +460,7 @@ func TestHostileKeys(t *testing.T) {
 			t.Errorf("replica %d: agent \"neg\" has average latency %v, total %v", i, st.AvgLatency, st.TotalLatency)
 		}
 	}
-	// The next decision replaces each bad state, on every replica.
-	for _, id := range hostile {
-		var err error
-		for try := 0; try < 3; try++ {
-			if err = ff.ls[try%2].SetConfig(id, si.Config{Route: "fixed"}); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			t.Errorf("agent %q: SetConfig fails 3 times: %v", id, err)
-			continue
-		}
-		v := ff.ls[0].Config(id).Version
-		if v2 := ff.ls[1].Config(id); v2.Route != "fixed" && !waitFor(2*time.Second, func() bool { return ff.ls[1].Config(id).Route == "fixed" && ff.ls[0].Config(id).Route == "fixed" }) {
-			t.Errorf("agent %q: replica 0 runs version %d, replica 1 %+v", id, v, ff.ls[1].Config(id))
-		}
-	}
-}
-
-// plantHostile plants, under prefix, the hostile values of
-// TestHostileKeys.
-func plantHostile(t *testing.T, admin *redis.Client, prefix string) {
-	key := func(id, part string) string { return agentKey(prefix, id, part) }
-	bump := `redis.call('HINCRBY', KEYS[1], 'rev', 1) `
-	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', string.rep('x', 100 * 1024 * 1024), 'len', '10')`, key("big", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '4611686018427387904')`, key("rev62", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'rev', '18446744073709551615')`, key("revmax", "s"))
-	plant(t, admin, bump+`redis.call('HSET', KEYS[1], 'val', '{not json')`, key("json", "s"))
-	plant(t, admin, `redis.call('DEL', KEYS[1]) redis.call('SET', KEYS[1], 'x')`, key("type", "s"))
-	plant(t, admin, `redis.call('HSET', KEYS[1], 'tl', '-9000000000000000000', 'tc', '5')`, key("neg", "n"))
-	plant(t, admin, `redis.call('RPUSH', KEYS[1], 'x', '1 {not json', '2 {"gen":1,"text":"`+
-		`'..string.rep('y', 10000)..'"}', '3 {"gen":1,"duration_ns":-5,"end_ns":-1,"class":"bogus","text":"z"}')`, key("fails", "f"))
+	checkReplaced(t, ff.ls, hostile)
 }
 
 // waitFor polls cond until it holds, or d passed.

@@ -327,7 +327,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 
 		fmt.Fprintln(w, "\nVersions:")
 		tw = table(w)
-		fmt.Fprintln(tw, "VERSION\tMADE BY\tAT\tSTATE\tREASON")
+		fmt.Fprintln(tw, "VERSION\tMADE BY\tAT\tSTATE\tQUALITY\tCOST/SUCCESS\tREASON")
 		for _, v := range d.Versions {
 			mark, state, at := "", "-", "-"
 			if v.Current {
@@ -339,9 +339,11 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 			if !v.At.IsZero() {
 				at = v.At.UTC().Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\n", v.Version, mark, cell(v.MadeBy), at, state, dash(cell(v.Reason)))
+			quality, cost := qualityText(v.Quality)
+			fmt.Fprintf(tw, "v%d%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Version, mark, cell(v.MadeBy), at, state, quality, cost, dash(cell(v.Reason)))
 		}
 		tw.Flush()
+		routesTable(w, d.Routes)
 
 		fmt.Fprintln(w, "\nFailure clusters:")
 		if len(d.Clusters) == 0 {

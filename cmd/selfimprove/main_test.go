@@ -79,13 +79,18 @@ func writeState(t *testing.T, dir string) time.Time {
 	t.Helper()
 	l, clk := openLoop(t, dir, time.Now().Add(-30*time.Minute))
 	th := si.Threshold{Failures: 3, Window: time.Hour, Cooldown: time.Minute}
+	l.AddScore(context.Background(), 0) // score slots on: alpha's calls score themselves and report a cost
 	for _, id := range []string{"alpha", "beta", "gamma"} {
 		if err := l.SetThreshold(id, th); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 24 {
-			l.ExecuteWithImprovement(context.Background(), id, func(context.Context, si.Config) error {
+			l.ExecuteWithImprovement(context.Background(), id, func(ctx context.Context, _ si.Config) error {
 				clk.Advance(20 * time.Millisecond)
+				if id == "alpha" && i < 20 {
+					si.AddCost(ctx, 0.002)
+					return l.AddScore(ctx, 0.75)
+				}
 				if i >= 20 {
 					return errBoom
 				}

@@ -61,7 +61,8 @@ func checkAgentAlpha(t *testing.T, env []string, arg func(...string) []string, l
 			d.Config.Version, d.Critical, len(d.Changes), len(d.Clusters), l.Config("alpha").Version, len(l.Changes("alpha")))
 	}
 	text := ok(t, env, nil, arg("agent", "alpha")...)
-	for _, s := range []string{"Agent:", "Versions:", "v2 (current)", "strategy", "Failure clusters:", "upstream <n>"} {
+	for _, s := range []string{"Agent:", "Versions:", "v2 (current)", "strategy", "Failure clusters:", "upstream <n>",
+		"QUALITY", "0.750 (20 scored)", "0.002 (20 costed)", "Routes:"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("agent alpha: no %q in\n%s", s, text)
 		}

@@ -1,0 +1,58 @@
+package selfimprove
+
+import (
+	"math"
+	"unicode/utf8"
+)
+
+// Decoding the scores, costs and the quality watch of an agent's state.
+
+// quality checks the scores and costs booked per config version.
+func (c *checker) quality(recs []qualityRec, w *qualityWatch) *qualityBook {
+	if len(recs) > maxQualityRecs {
+		c.fail("quality: %d versions, at most %d", len(recs), maxQualityRecs)
+		return nil
+	}
+	for i := range recs {
+		r, f := &recs[i], elem("quality", i)
+		c.num(f.dot("version"), int64(r.Version), 1, c.maxVer+1)
+		if len(r.Route) > maxRouteLen || !utf8.ValidString(r.Route) {
+			c.fail("%s: not a route", f.dot("route"))
+		}
+		c.scoreSums(f, r.Scored, r.Sum, r.Squares)
+		costed := c.num(f.dot("costed"), r.Costed, 0, maxCount)
+		c.num(f.dot("costed_successes"), r.CostOK, 0, costed+1)
+		if !(r.Cost >= 0 && r.Cost <= math.MaxFloat64) {
+			c.fail("%s: %v, not a cost", f.dot("cost"), r.Cost)
+		}
+	}
+	b := &qualityBook{Recs: recs}
+	if w != nil {
+		c.qualityWatch(w)
+		b.Watch = *w
+	}
+	return b
+}
+
+// qualityWatch checks a saved watch.
+func (c *checker) qualityWatch(w *qualityWatch) {
+	f := path("quality_watch")
+	c.num(f.dot("version"), int64(w.Version), 0, c.maxVer+1)
+	c.num(f.dot("cooldown_until_ns"), w.Until, 0, maxNanos)
+	if !(w.Mean >= 0 && w.Mean <= 1) {
+		c.fail("%s: %v, not a mean score", f.dot("mean"), w.Mean)
+	}
+	c.scoreSums(f, w.N, w.Sum, w.Squares)
+	r := &w.Ref
+	c.num(f.dot("change_reference").dot("version"), int64(r.Version), 0, c.maxVer+1)
+	c.scoreSums(f.dot("change_reference"), r.Scored, r.Sum, r.Squares)
+}
+
+// scoreSums checks n scores' sums: scores are in [0, 1], so their sum is
+// in [0, n] and their squares' in [0, sum] (with room for rounding).
+func (c *checker) scoreSums(f field, n int64, sum, squares float64) {
+	n = c.num(f.dot("scored"), n, 0, maxCount)
+	if !(sum >= 0 && sum <= float64(n)*(1+1e-9)) || !(squares >= 0 && squares <= sum*(1+1e-9)+1e-9) {
+		c.fail("%s: score sums out of range", f)
+	}
+}

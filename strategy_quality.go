@@ -1,0 +1,33 @@
+package selfimprove
+
+import (
+	"fmt"
+	"slices"
+)
+
+// qualityRule is the rule filed when a fall of quality has no route left
+// to move to.
+const qualityRule = "The answers got worse without failing (a provider's silent model update, a changed prompt or input): compare recent answers with older ones, pin the model version, or add a fallback route or a candidate config."
+
+// qualityAnswer is the built-in strategy's answer to a fall of the mean
+// score (Analysis.QualityDrop): the route moves down the ladder to the
+// next live route (not dead, not rolled back before), verified on quality
+// like any change; with none, a proposal for a person.
+func qualityAnswer(a *Analysis) *Tweak {
+	why := qualityWatchReason(a)
+	if !a.Routes.empty() {
+		ladder := a.Routes.ladder()
+		cur := a.Routes.name(a.Config.Route)
+		for _, r := range ladder[slices.Index(ladder, cur)+1:] {
+			next := a.Config.clone()
+			next.Route = r
+			if a.dead(r) || slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
+				return t.Config.Equal(next) || repeats(a.Config, next, t.Config)
+			}) {
+				continue
+			}
+			return &Tweak{Config: next, Reason: fmt.Sprintf("%s: route %q → %q", why, cur, r), Confidence: 1}
+		}
+	}
+	return &Tweak{Config: a.Config, Review: true, Reason: why + ": no route left to move to", Rule: qualityRule}
+}
