@@ -14,7 +14,8 @@
 //     loop classifies and paces each failure as for the SDK adapters;
 //   - a streamed call (llms.WithStreamingFunc) reports its first chunk to
 //     the loop (stream.FirstToken), so Config.FirstTokenTimeout bounds the
-//     wait for it;
+//     wait for it; through HTTPClient, a stream that ends without
+//     "data: [DONE]" or carries an error event is a failure, retried;
 //   - Options.Check fails an answer the caller cannot use as a bad output
 //     (failure.BadOutput), which the loop retries.
 //
