@@ -14,7 +14,8 @@
 //     loop classifies and paces each failure as for the SDK adapters;
 //   - a streamed call (llms.WithStreamingFunc) reports its first chunk to
 //     the loop (stream.FirstToken), so Config.FirstTokenTimeout bounds the
-//     wait for it;
+//     wait for it; through HTTPClient, a stream that ends without
+//     "data: [DONE]" or carries an error event is a failure, retried;
 //   - Options.Check fails an answer the caller cannot use as a bad output
 //     (failure.BadOutput), which the loop retries.
 //
@@ -24,14 +25,10 @@
 package langchaingo
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
-	"net/http"
 	"slices"
 	"sync"
-	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -121,10 +118,16 @@ func (m *Model) Call(ctx context.Context, prompt string, options ...llms.CallOpt
 }
 
 // Generate makes one attempt: inner's GenerateContent on model (none: the
-// caller's), with the first streamed chunk reported to the loop and the
-// error mapped as an *Error when the transport of HTTPClient saw an HTTP
-// error. It is what Model runs in the loop's fn; use it in a fn of your
-// own.
+// caller's), with the first streamed chunk reported to the loop
+// (stream.FirstToken), and the error mapped as an *Error when the
+// transport of HTTPClient saw an HTTP error. A streamed attempt
+// (llms.WithStreamingFunc or WithStreamingReasoningFunc) ends as the SDK
+// adapters' Stream helpers end (stream.End); through HTTPClient, one the
+// server closed without "data: [DONE]" fails with stream.ErrTruncated,
+// and one that carried an error event fails with the provider's error
+// (an *Error of Status 200), both retried by their class. An error of
+// the caller's streaming function is returned as it is. Generate is what
+// Model runs in the loop's fn; use it in a fn of your own.
 func Generate(ctx context.Context, inner llms.Model, model string, messages []llms.MessageContent, options ...llms.CallOption) (*llms.ContentResponse, error) {
 	var co llms.CallOptions
 	for _, o := range options {
@@ -134,96 +137,92 @@ func Generate(ctx context.Context, inner llms.Model, model string, messages []ll
 	if model != "" {
 		opts = append(opts, llms.WithModel(model))
 	}
-	if f := co.StreamingFunc; f != nil {
-		var once sync.Once
-		opts = append(opts, llms.WithStreamingFunc(func(ctx2 context.Context, chunk []byte) error {
-			if len(chunk) > 0 {
-				once.Do(func() { stream.FirstToken(ctx) })
-			}
-			return f(ctx2, chunk)
-		}))
+	c := &capture{stream: co.StreamingFunc != nil || co.StreamingReasoningFunc != nil}
+	if !c.stream {
+		resp, err := inner.GenerateContent(c.context(ctx), messages, opts...)
+		if err != nil {
+			return nil, c.wrap(err)
+		}
+		return resp, nil
 	}
-	c := &capture{}
-	resp, err := inner.GenerateContent(context.WithValue(ctx, captureKey{}, c), messages, opts...)
-	if err != nil {
-		return nil, c.wrap(err)
+	cb := &callbacks{ctx: ctx, f: co.StreamingFunc, rf: co.StreamingReasoningFunc}
+	if cb.f != nil {
+		opts = append(opts, llms.WithStreamingFunc(cb.chunk))
+	}
+	if cb.rf != nil {
+		opts = append(opts, llms.WithStreamingReasoningFunc(cb.reasoning))
+	}
+	resp, err := inner.GenerateContent(c.context(ctx), messages, opts...)
+	if err = end(ctx, c, cb, err); err != nil {
+		return nil, err
 	}
 	return resp, nil
 }
 
-// Error is a provider's HTTP error as the loop understands it: a
-// failure.APIError whose Provider is "langchaingo", read from the
-// response the transport of HTTPClient saw. It wraps langchaingo's error.
-type Error = failure.APIError
-
-// HTTPClient returns the HTTP client to give langchaingo's provider
-// client (openai.WithHTTPClient): its transport is selfimprove.Transport
-// over base (nil: http.DefaultTransport), and keeps the status, headers
-// and error body (its first 64 KiB) of a failed response for the error
-// Generate returns.
-func HTTPClient(base http.RoundTripper) *http.Client {
-	return &http.Client{Transport: &captureTransport{base: si.Transport(base)}}
-}
-
-type captureKey struct{}
-
-// capture is what the transport saw of an attempt's failed response.
-type capture struct {
-	mu     sync.Mutex
-	status int
-	header http.Header
-	body   []byte
-}
-
-// captureTransport notes a failed response in the request's capture.
-type captureTransport struct{ base http.RoundTripper }
-
-// maxErrorBody bounds the error body a capture keeps.
-const maxErrorBody = 64 << 10
-
-// RoundTrip implements http.RoundTripper.
-func (t *captureTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(req)
-	c, _ := req.Context().Value(captureKey{}).(*capture)
-	if c == nil || resp == nil || resp.StatusCode < 400 {
-		return resp, err
+// end returns the error of a streamed attempt that ended with err.
+func end(ctx context.Context, c *capture, cb *callbacks, err error) error {
+	if cerr := cb.failed(); cerr != nil && errors.Is(err, cerr) {
+		return err // the caller stopped the stream
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	c.mu.Lock()
-	c.status, c.header, c.body = resp.StatusCode, resp.Header.Clone(), body
-	c.mu.Unlock()
-	return resp, err
-}
-
-// wrap returns err as an *Error when the transport saw an HTTP error,
-// else unchanged.
-func (c *capture) wrap(err error) error {
-	c.mu.Lock()
-	status, header, body := c.status, c.header, c.body
-	c.mu.Unlock()
-	if status == 0 {
+	w := c.watched()
+	if w == nil { // no HTTPClient, or an HTTP error
+		err = c.wrap(err)
+		if err != nil && ctx.Err() != nil {
+			err = stream.End(ctx, err, false)
+		}
 		return err
 	}
-	h := &httpFailure{err: err, status: status, body: string(body)}
-	pe, _ := failure.ProviderErrorOf(h)
-	e := &Error{Provider: "langchaingo", Err: err, Status: status, Code: pe.Code, Type: pe.Type, Class: failure.Classify(h), Message: pe.Message}
-	if e.Wait, _ = failure.HeaderWait(header, status, time.Now()); e.Wait == 0 {
-		e.Wait, _ = failure.ErrorWait(h)
+	final, event := w.result()
+	if event != nil {
+		return eventError(event)
 	}
-	return e
+	if err == nil && !final && ctx.Err() != nil {
+		// langchaingo's OpenAI client returns what it has, without an
+		// error, when the context ends as it reads the stream.
+		err = ctx.Err()
+	}
+	return stream.End(ctx, err, final)
 }
 
-// httpFailure is langchaingo's error with the response it flattened, for
-// package failure to read: the status and the provider's error body.
-type httpFailure struct {
-	err    error
-	status int
-	body   string
+// callbacks are the caller's streaming functions, wrapped to report the
+// first chunk to the loop and note the error they return.
+type callbacks struct {
+	ctx   context.Context // the attempt's
+	f     func(context.Context, []byte) error
+	rf    func(context.Context, []byte, []byte) error
+	first sync.Once
+	mu    sync.Mutex
+	err   error
 }
 
-func (e *httpFailure) Error() string   { return e.err.Error() }
-func (e *httpFailure) Unwrap() error   { return e.err }
-func (e *httpFailure) StatusCode() int { return e.status }
-func (e *httpFailure) RawJSON() string { return e.body }
+func (cb *callbacks) chunk(ctx context.Context, chunk []byte) error {
+	if len(chunk) > 0 {
+		cb.first.Do(func() { stream.FirstToken(cb.ctx) })
+	}
+	return cb.note(cb.f(ctx, chunk))
+}
+
+func (cb *callbacks) reasoning(ctx context.Context, reasoningChunk, chunk []byte) error {
+	if len(reasoningChunk) > 0 || len(chunk) > 0 {
+		cb.first.Do(func() { stream.FirstToken(cb.ctx) })
+	}
+	return cb.note(cb.rf(ctx, reasoningChunk, chunk))
+}
+
+// note keeps the first error a streaming function returned.
+func (cb *callbacks) note(err error) error {
+	if err != nil {
+		cb.mu.Lock()
+		if cb.err == nil {
+			cb.err = err
+		}
+		cb.mu.Unlock()
+	}
+	return err
+}
+
+func (cb *callbacks) failed() error {
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	return cb.err
+}
