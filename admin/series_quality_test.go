@@ -16,7 +16,8 @@ import (
 // TestSeriesQuality: a point of the timeline carries the mean of the
 // scores booked in its slot (by Loop.Score, minutes after the call, or
 // AddScore inside it) and the cost of the calls booked in it per
-// successful one; an agent with neither has no such fields.
+// successful one, also when the slot was sampled by the overview (every
+// agent); an agent with neither has no such fields.
 func TestSeriesQuality(t *testing.T) {
 	l, clk := newLoop(t)
 	if err := l.AddScore(context.Background(), 0); !errors.Is(err, si.ErrUnknownCall) { // turns the places on
@@ -24,27 +25,12 @@ func TestSeriesQuality(t *testing.T) {
 	}
 	h := admin.Handler(l, admin.Options{Now: clk.Now, SampleEvery: -1})
 	call := func(id string, cost float64, fail bool, score float64) uint64 {
-		rep, _ := l.ExecuteWithImprovement(context.Background(), id, func(ctx context.Context, _ si.Config) error {
-			clk.Advance(30 * time.Millisecond)
-			if cost > 0 {
-				si.AddCost(ctx, cost)
-			}
-			if score >= 0 {
-				if err := l.AddScore(ctx, score); err != nil {
-					t.Errorf("AddScore: %v", err)
-				}
-			}
-			if fail {
-				return errors.New("upstream 400: bad request")
-			}
-			return nil
-		})
-		return rep.ID
+		return costedCall(t, l, clk, id, cost, fail, score)
 	}
 	start := clk.Now().Truncate(time.Minute)
 	clk.Advance(start.Add(time.Minute).Sub(clk.Now()))
 	var late []uint64
-	for m := range 4 {
+	for m := range 5 {
 		for i := range 10 {
 			switch m {
 			case 0: // every call scored 0.8 inside it, cost 1, all succeed
@@ -58,18 +44,24 @@ func TestSeriesQuality(t *testing.T) {
 				}
 			case 3: // neither
 				call("q", 0, false, -1)
+			case 4: // scored 1 inside, sampled by the overview's sample of every agent
+				call("q", 0, false, 1)
 			}
 			call("calm", 0, false, -1)
 		}
-		httptestGet(h, "/api/agents/q/series?range=hour")
-		httptestGet(h, "/api/agents/calm/series?range=hour")
+		if m == 4 {
+			httptestGet(h, "/api/overview")
+		} else {
+			httptestGet(h, "/api/agents/q/series?range=hour")
+			httptestGet(h, "/api/agents/calm/series?range=hour")
+		}
 		clk.Advance(time.Minute - 600*time.Millisecond)
 	}
 	var s admin.Series
 	if err := json.Unmarshal([]byte(httptestGet(h, "/api/agents/q/series?range=hour")), &s); err != nil {
 		t.Fatal(err)
 	}
-	if len(s.Points) != 5 { // and the minute of the read
+	if len(s.Points) != 6 { // and the minute of the read
 		t.Fatalf("%d points: %+v", len(s.Points), s.Points)
 	}
 	type q struct {
@@ -78,7 +70,7 @@ func TestSeriesQuality(t *testing.T) {
 		costed  int
 		cps     float64 // -1: none
 	}
-	for m, want := range []q{{10, 0.8, 10, 1}, {0, 0, 10, 20.0 / 9}, {10, 0.4, 0, -1}, {0, 0, 0, -1}} {
+	for m, want := range []q{{10, 0.8, 10, 1}, {0, 0, 10, 20.0 / 9}, {10, 0.4, 0, -1}, {0, 0, 0, -1}, {10, 1, 0, -1}, {0, 0, 0, -1}} {
 		p := s.Points[m]
 		cps := -1.0
 		if p.CostPerSuccess != nil {
@@ -96,3 +88,26 @@ func TestSeriesQuality(t *testing.T) {
 
 // near: a point keeps its figures in float32.
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Abs(b) }
+
+// costedCall makes a call of agent id, 30 ms long, with cost (none: 0)
+// and score given inside it (none: negative), failed or not; it returns
+// the call's ID.
+func costedCall(t *testing.T, l *si.Loop, clk interface{ Advance(time.Duration) }, id string, cost float64, fail bool, score float64) uint64 {
+	t.Helper()
+	rep, _ := l.ExecuteWithImprovement(context.Background(), id, func(ctx context.Context, _ si.Config) error {
+		clk.Advance(30 * time.Millisecond)
+		if cost > 0 {
+			si.AddCost(ctx, cost)
+		}
+		if score >= 0 {
+			if err := l.AddScore(ctx, score); err != nil {
+				t.Errorf("AddScore: %v", err)
+			}
+		}
+		if fail {
+			return errors.New("upstream 400: bad request")
+		}
+		return nil
+	})
+	return rep.ID
+}
