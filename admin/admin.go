@@ -101,7 +101,7 @@ type Options struct {
 	// when the last sample is older. Negative: only at those reads and
 	// changes. Default 1 minute.
 	SampleEvery time.Duration
-	// MaxTimelines bounds the agents with a timeline (about 5 KB each):
+	// MaxTimelines bounds the agents with a timeline (about 10 KB each):
 	// the first ones sampled. Default 10,000.
 	MaxTimelines int
 	// Logger receives the loop errors behind 500 answers. Default

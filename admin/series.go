@@ -13,7 +13,7 @@ import (
 
 // The timelines' resolutions: the last hour by the minute, the last day
 // by the quarter hour, the last week by two hours. Each agent keeps 240
-// points of 20 bytes.
+// points of 36 bytes.
 var tiers = [...]struct {
 	name  string
 	width time.Duration
@@ -27,6 +27,7 @@ const nBuckets = 14 // len(selfimprove.LatencyBuckets()) + 1
 type cum struct {
 	ok, fail uint64
 	lat      [nBuckets]uint64
+	q        qcum // the sum of the timeline's qualityIncs
 }
 
 // less reports that c counts fewer calls than b: the agent was loaded
@@ -34,12 +35,16 @@ type cum struct {
 func (c *cum) less(b *cum) bool { return c.ok < b.ok || c.fail < b.fail }
 
 // point is one slot of a timeline: the calls that ended in it, their
-// latency quantiles, and the config version in force at its last sample
-// (0: the slot was never sampled).
+// latency quantiles, the config version in force at its last sample
+// (0: the slot was never sampled), the scores and costs booked in it:
+// their count and mean, the calls with a cost and their cost per
+// success (NaN: none of them succeeded).
 type point struct {
-	ok, fail uint32
-	p50, p95 uint32 // µs
-	version  int32
+	ok, fail       uint32
+	p50, p95       uint32 // µs
+	version        int32
+	scored, costed uint32
+	quality, cps   float32
 }
 
 // ring is one resolution of an agent's timeline: slot i (time/width) at
@@ -51,11 +56,17 @@ type ring struct {
 	slots []point
 }
 
-// timeline is an agent's timeline.
+// timeline is an agent's timeline; qv is the config version in force at
+// the last sample of quality and cost figures, qraw its counters then,
+// qmax the highest version sampled, qon that the agent has scores or
+// costs (see qualityInc).
 type timeline struct {
-	last  cum
-	has   bool
-	rings [len(tiers)]ring
+	last      cum
+	has       bool
+	rings     [len(tiers)]ring
+	qv, qmax  int
+	qraw      qcum
+	qhas, qon bool
 }
 
 // sampler keeps the agents' timelines, sampled from their counters.
@@ -66,14 +77,16 @@ type sampler struct {
 	max      int
 }
 
-// add records the sample c, at version, taken at now.
-func (s *timeline) add(now time.Time, c *cum, version int) {
+// add records the sample c, at version, taken at now, with q, the scores
+// and costs booked since the last sample.
+func (s *timeline) add(now time.Time, c *cum, version int, q qcum) {
 	if s.has && c.less(&s.last) {
 		s.last = cum{}
 		for i := range s.rings {
 			s.rings[i].base = cum{}
 		}
 	}
+	c.q = s.last.q.plus(q)
 	for i, t := range tiers {
 		r := &s.rings[i]
 		if r.slots == nil {
@@ -95,8 +108,10 @@ func (s *timeline) add(now time.Time, c *cum, version int) {
 			h.Counts[k] = c.lat[k] - min(c.lat[k], r.base.lat[k])
 			h.Count += h.Counts[k]
 		}
-		r.slots[idx%int64(t.slots)] = point{ok: uint32(d.ok), fail: uint32(d.fail),
+		p := &r.slots[idx%int64(t.slots)]
+		*p = point{ok: uint32(d.ok), fail: uint32(d.fail),
 			p50: uint32(quantile(h, 0.5) / time.Microsecond), p95: uint32(quantile(h, 0.95) / time.Microsecond), version: int32(max(version, 1))}
+		fillQuality(p, c.q.minus(r.base.q))
 	}
 	s.last, s.has = *c, true
 }
@@ -114,9 +129,10 @@ func advanceRing(slots []point, head *int64, idx int64) {
 	*head = idx
 }
 
-// sample records the counters of the agent of o at now; the agents over
+// sample records the counters of the agent of o at now, and its scores
+// and costs when o has them (full: o is from Loop.View); the agents over
 // the cap are not kept.
-func (p *sampler) sample(now time.Time, o *selfimprove.AgentView) {
+func (p *sampler) sample(now time.Time, o *selfimprove.AgentView, full bool) {
 	c := cum{ok: uint64(o.Successes), fail: uint64(o.Failures)}
 	copy(c.lat[:], o.Latency.Counts)
 	p.mu.Lock()
@@ -129,7 +145,11 @@ func (p *sampler) sample(now time.Time, o *selfimprove.AgentView) {
 		s = new(timeline)
 		p.agents[o.AgentID] = s
 	}
-	s.add(now, &c, o.Config.Version)
+	var q qcum
+	if full {
+		q = s.qualityInc(o)
+	}
+	s.add(now, &c, o.Config.Version, q)
 }
 
 // sampleAll samples every agent in memory, at most once per every on
@@ -146,7 +166,11 @@ func (s *server) sampleAll(force bool) {
 		return
 	}
 	for o := range s.l.Views() {
-		s.samples.sample(now, &o)
+		full := false
+		if s.samples.wantsQuality(now, o.AgentID) {
+			o, full = s.l.View(o.AgentID)
+		}
+		s.samples.sample(now, &o, full)
 	}
 }
 
@@ -165,7 +189,7 @@ func (s *server) sampleLoop() {
 				open = ok
 				if ok && ev.AgentID != "" && ev.Change != nil { // a version begins or ends: a point there
 					if o, found := s.l.View(ev.AgentID); found {
-						s.samples.sample(s.o.Now(), &o)
+						s.samples.sample(s.o.Now(), &o, true)
 					}
 				}
 			}
@@ -180,14 +204,26 @@ func (s *server) sampleLoop() {
 // in the slot starting at T, their success rate and latency quantiles
 // (interpolated in the latency histogram's buckets), and the config
 // version in force at the slot's last sample.
+//
+// Scored is the scores booked in the slot for the config version in
+// force (by Loop.AddScore or Loop.Score, in the slot they were given,
+// not that of their call; docs/quality.md) and Quality their mean, not
+// the version's running mean; Costed is the calls with a cost booked in
+// the slot, and CostPerSuccess their total cost over the successful ones
+// among them (nil when none succeeded). All four are absent from the
+// JSON when zero (nil).
 type SeriesPoint struct {
-	T           time.Time     `json:"t"`
-	Calls       int           `json:"calls"`
-	Failures    int           `json:"failures"`
-	SuccessRate float64       `json:"success_rate"`
-	P50         time.Duration `json:"p50_ns"`
-	P95         time.Duration `json:"p95_ns"`
-	Version     int           `json:"version"`
+	T              time.Time     `json:"t"`
+	Calls          int           `json:"calls"`
+	Failures       int           `json:"failures"`
+	SuccessRate    float64       `json:"success_rate"`
+	P50            time.Duration `json:"p50_ns"`
+	P95            time.Duration `json:"p95_ns"`
+	Version        int           `json:"version"`
+	Scored         int           `json:"scored,omitempty"`
+	Quality        float64       `json:"quality,omitempty"`
+	Costed         int           `json:"costed,omitempty"`
+	CostPerSuccess *float64      `json:"cost_per_success,omitempty"`
 }
 
 // Series is the answer of GET /api/agents/{agent}/series: the agent's
@@ -230,6 +266,7 @@ func (s *timeline) points(i int) []SeriesPoint {
 		if sp.Calls > 0 {
 			sp.SuccessRate = float64(p.ok) / float64(sp.Calls)
 		}
+		setQuality(&sp, &p)
 		out = append(out, sp)
 	}
 	return out
@@ -248,7 +285,7 @@ func (s *server) getSeries(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.o.Now()
 	if o.Loaded {
-		s.samples.sample(now, &o)
+		s.samples.sample(now, &o, true)
 	}
 	t := tiers[i]
 	out := Series{Range: t.name, Now: now.UTC(), From: now.Add(-time.Duration(t.slots) * t.width).UTC(), Step: t.width, Points: []SeriesPoint{}}

@@ -722,10 +722,10 @@ function drawTimeAxis(d) {
   }
   kids.push(svg("line", { id: "timeline-now", class: "now", "data-t": t1, x1: x(t1), x2: x(t1), y1: T, y2: H - B }));
   kids.push(svg("text", { x: x(t1) + 3, y: T + 8, text: "now" }));
-  let pts = (tlSeries && tlSeries.points || []).filter((p) => p.calls > 0);
   const step = tlSeries ? tlSeries.step_ns / 1e6 : 0;
   const mid = (p) => Math.min(t1, Date.parse(p.t) + step / 2);
-  pts = pts.filter((p) => mid(p) >= t0);
+  const all = (tlSeries && tlSeries.points || []).filter((p) => mid(p) >= t0);
+  const pts = all.filter((p) => p.calls > 0);
   for (const run of byVersion(pts)) {
     const xy = run.map((p) => [x(mid(p)), y(p.success_rate)]);
     kids.push(svg("polyline", { class: "series v" + (run[0].version % 2), "data-version": run[0].version, points: xy.map((p) => p.join(",")).join(" ") }));
@@ -747,6 +747,7 @@ function drawTimeAxis(d) {
   });
   g.replaceChildren(...kids);
   drawLatency(lg, pts, x, W, L, R, mid);
+  drawQuality(d, all, x, W, L, R, mid);
   if (selectedMarker >= 0 && selectedMarker < ms.length) showMarker(ms[selectedMarker]);
 }
 
@@ -775,6 +776,41 @@ function drawLatency(lg, pts, x, W, L, R, mid) {
     }
   }
   lg.replaceChildren(...kids);
+}
+
+// drawQuality draws, below the latency, the mean quality of the scores
+// booked in each slot (0–1) and the cost per successful call (its own
+// axis), each only for an agent that has scores or costs for one of the
+// versions the loop keeps (so a panel, once there, stays for the agent:
+// the layout does not jump with the range or between reads).
+function drawQuality(d, all, x, W, L, R, mid) {
+  const has = (k) => d.versions.some((v) => v.quality && v.quality[k] > 0);
+  const panel = (id, on, pts, val, top, label) => {
+    $(id + "-panel").hidden = !on;
+    const g = $(id);
+    if (!on) { g.replaceChildren(); return; }
+    const H = 120, T = 10, B = 10;
+    g.setAttribute("viewBox", "0 0 " + W + " " + H);
+    const y = (v) => T + (1 - v / top) * (H - T - B);
+    const kids = [svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }), svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
+      svg("line", { class: "grid-line", x1: L, x2: W - R, y1: y(top), y2: y(top) }),
+      svg("text", { x: 2, y: y(top) + 4, text: label(top) }), svg("text", { x: 2, y: H - B, text: "0" })];
+    for (const run of byVersion(pts)) {
+      const cls = " v" + (run[0].version % 2);
+      kids.push(svg("polyline", { class: "series" + cls, "data-version": run[0].version, points: run.map((p) => x(mid(p)) + "," + y(val(p))).join(" ") }));
+      for (const p of run) {
+        const c = svg("circle", { class: "dot" + cls, cx: x(mid(p)), cy: y(val(p)), r: 2.5 });
+        c.append(svg("title", { text: "v" + p.version + " · " + when(p.t) + " · " + label(val(p)) + " (" + (id === "quality" ? p.scored + " scored" : p.costed + " with a cost") + ")" }));
+        kids.push(c);
+      }
+    }
+    kids.push(svg("text", { x: L + 8, y: T + 14, text: pts.length ? (id === "quality" ? "mean quality" : "cost per successful call") :
+      (id === "quality" ? "no scored calls in this range" : "no call with a cost succeeded in this range") }));
+    g.replaceChildren(...kids);
+  };
+  const q = all.filter((p) => p.scored > 0), c = all.filter((p) => p.cost_per_success !== undefined);
+  panel("quality", has("scored"), q, (p) => p.quality || 0, 1, (v) => String(+v.toFixed(2)));
+  panel("cost", has("costed"), c, (p) => p.cost_per_success, Math.max(1e-9, ...c.map((p) => p.cost_per_success)), (v) => String(+v.toPrecision(3)));
 }
 
 // ---- what comes next
