@@ -172,7 +172,15 @@ func checkTimeAxis(t *testing.T, ctx context.Context, srv *httptest.Server, d *d
 	if !eval[bool](t, ctx, noPageScroll) {
 		t.Errorf("the agent page scrolls sideways at %s px", width)
 	}
-	do("a marker", chromedp.Click(`#timeline rect.marker.rollback`), until(`document.querySelector("#marker-detail").textContent.includes("rolled back")`))
+	// Clicked from the page, again until its detail shows: the timeline
+	// may redraw between a query and a click (a sample, a relative time),
+	// which left chromedp's click with a node that was gone.
+	do("a marker", until(`(() => {
+		if (document.querySelector("#marker-detail").textContent.includes("rolled back")) return true;
+		const m = document.querySelector("#timeline rect.marker.rollback");
+		if (m) m.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+		return false;
+	})()`))
 	shot(t, ctx, "agent-"+width)
 }
 
