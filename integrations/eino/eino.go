@@ -43,6 +43,7 @@ import (
 	"github.com/cloudwego/eino/schema"
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/oaicompat"
 	"github.com/self-improving-loop/selfimprove/stream"
 )
 
@@ -211,10 +212,10 @@ func withModel(opts []model.Option, name string) []model.Option {
 // error. It is what Model runs in the loop's fn; use it in a fn of your
 // own.
 func Generate(ctx context.Context, inner model.BaseChatModel, modelName string, input []*schema.Message, opts ...model.Option) (*schema.Message, error) {
-	c := &capture{}
-	msg, err := inner.Generate(c.context(ctx), input, withModel(opts, modelName)...)
+	c := &oaicompat.Capture{}
+	msg, err := inner.Generate(c.Context(ctx), input, withModel(opts, modelName)...)
 	if err != nil {
-		return nil, c.wrap(err)
+		return nil, wrap(c, err)
 	}
 	return msg, nil
 }
@@ -237,10 +238,10 @@ func Generate(ctx context.Context, inner model.BaseChatModel, modelName string, 
 //   - otherwise, for a stream that broke mid-way, the error wrapped with
 //     stream.ErrInterrupted.
 func Stream(ctx context.Context, inner model.BaseChatModel, modelName string, input []*schema.Message, onChunk func(*schema.Message), opts ...model.Option) ([]*schema.Message, error) {
-	c := &capture{}
-	sr, err := inner.Stream(c.context(ctx), input, withModel(opts, modelName)...)
+	c := &oaicompat.Capture{Stream: true}
+	sr, err := inner.Stream(c.Context(ctx), input, withModel(opts, modelName)...)
 	if err != nil {
-		if err = c.wrap(err); ctx.Err() != nil {
+		if err = wrap(c, err); ctx.Err() != nil {
 			return nil, stream.End(ctx, err, false)
 		}
 		return nil, err
@@ -251,10 +252,10 @@ func Stream(ctx context.Context, inner model.BaseChatModel, modelName string, in
 	for {
 		msg, err := sr.Recv()
 		if errors.Is(err, io.EOF) {
-			return chunks, stream.End(ctx, nil, c.final())
+			return chunks, stream.End(ctx, nil, c.Watched().Final())
 		}
 		if err != nil {
-			return chunks, stream.End(ctx, c.wrap(err), false)
+			return chunks, stream.End(ctx, wrap(c, err), false)
 		}
 		if !first && hasToken(msg) {
 			first = true

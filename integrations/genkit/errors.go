@@ -1,18 +1,16 @@
 package genkit
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/oaicompat"
 )
 
 // Error is a provider's error as the loop understands it: a
@@ -35,32 +33,12 @@ func ClientOptions(base http.RoundTripper) []option.RequestOption {
 	}
 }
 
-type watchKey struct{}
-
-// watch is the body of an attempt's streamed response, when a client
-// made with ClientOptions got one.
-type watch struct {
-	mu   sync.Mutex
-	body *doneBody
-}
-
-func (w *watch) get() *doneBody {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.body
-}
-
-// watchBody wraps a 2xx response's body, for a streamed attempt, to
-// note "data: [DONE]".
+// watchBody watches a 2xx response's body, for a streamed attempt
+// (oaicompat.Capture.Watch), to note "data: [DONE]".
 func watchBody(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	res, err := next(req)
-	w, _ := req.Context().Value(watchKey{}).(*watch)
-	if w != nil && res != nil && res.Body != nil && res.StatusCode < 300 {
-		b := &doneBody{ReadCloser: res.Body}
-		res.Body = b
-		w.mu.Lock()
-		w.body = b
-		w.mu.Unlock()
+	if c := oaicompat.From(req.Context()); c != nil {
+		c.Watch(res)
 	}
 	return res, err
 }
@@ -110,39 +88,3 @@ type eventError struct {
 func (e *eventError) Error() string   { return e.err.Error() }
 func (e *eventError) Unwrap() error   { return e.err }
 func (e *eventError) RawJSON() string { return e.body }
-
-// doneBody is a response body that notes a line "data: [DONE]" (or
-// "data:[DONE]") as it is read.
-type doneBody struct {
-	io.ReadCloser
-	mu   sync.Mutex
-	line []byte // the start of the current line, up to len(doneLine)
-	done bool
-}
-
-const doneLine = "data: [DONE]"
-
-func (b *doneBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, c := range p[:n] {
-		switch {
-		case c == '\n' || c == '\r':
-			b.line = b.line[:0]
-		case len(b.line) < len(doneLine):
-			b.line = append(b.line, c)
-			if bytes.Equal(b.line, []byte(doneLine)) || bytes.Equal(b.line, []byte("data:[DONE]")) {
-				b.done = true
-			}
-		}
-	}
-	return n, err
-}
-
-// seen reports whether the body carried "data: [DONE]".
-func (b *doneBody) seen() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.done
-}

@@ -37,6 +37,7 @@ import (
 	"github.com/firebase/genkit/go/genkit"
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/oaicompat"
 	"github.com/self-improving-loop/selfimprove/stream"
 )
 
@@ -142,9 +143,9 @@ func Generate(ctx context.Context, fn ai.ModelFunc, req *ai.ModelRequest, cb ai.
 		resp, err := fn(ctx, req, nil)
 		return resp, Wrap(err)
 	}
-	w := &watch{}
+	w := &oaicompat.Capture{Stream: true}
 	first := false
-	resp, err := fn(context.WithValue(ctx, watchKey{}, w), req, func(ctx2 context.Context, c *ai.ModelResponseChunk) error {
+	resp, err := fn(w.Context(ctx), req, func(ctx2 context.Context, c *ai.ModelResponseChunk) error {
 		if !first && len(c.Content) > 0 {
 			first = true
 			stream.FirstToken(ctx)
@@ -152,14 +153,14 @@ func Generate(ctx context.Context, fn ai.ModelFunc, req *ai.ModelRequest, cb ai.
 		return cb(ctx2, c)
 	})
 	err = Wrap(err)
-	body := w.get()
+	body := w.Watched()
 	if body == nil {
 		if err != nil && ctx.Err() != nil {
 			err = stream.End(ctx, err, false)
 		}
 		return resp, err
 	}
-	if err = stream.End(ctx, err, body.seen()); err != nil {
+	if err = stream.End(ctx, err, body.Final()); err != nil {
 		return nil, err
 	}
 	return resp, nil

@@ -9,6 +9,7 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/genkit"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/oaifake"
 )
 
 // TestWithdrawnModelMovedToFallback: genkit.Generate with the
@@ -21,20 +22,20 @@ import (
 // minute a call.
 func TestWithdrawnModelMovedToFallback(t *testing.T) {
 	for _, streaming := range []bool{false, true} {
-		var s *server
+		var s *oaifake.Server
 		if streaming {
-			s = newSSEServer(t, func(model string, _ int) []string {
+			s = oaifake.NewSSEServer(t, func(model string, _ int) []string {
 				if model == "gpt-4.1" {
-					return []string{`data: {"error":{"message":"The model ` + "`gpt-4.1`" + ` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}`}
+					return []string{oaifake.ModelNotFoundEvent("gpt-4.1")}
 				}
-				return sse("hi")
+				return oaifake.SSE("hi")
 			})
 		} else {
-			s = newServer(t, func(model string, _ int) reply {
+			s = oaifake.NewServer(t, func(model string, _ int) oaifake.Reply {
 				if model == "gpt-4.1" {
-					return apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4.1` does not exist or you do not have access to it.", nil)
+					return oaifake.ModelNotFound("gpt-4.1")
 				}
-				return ok
+				return oaifake.OK("hi")
 			})
 		}
 		clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -54,7 +55,7 @@ func TestWithdrawnModelMovedToFallback(t *testing.T) {
 			}
 			clk.Advance(time.Minute)
 		}
-		got := s.requests()
+		got := s.Requests()
 		old := 0
 		for _, m := range got {
 			if m == "gpt-4.1" {

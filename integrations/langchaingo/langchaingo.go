@@ -32,6 +32,7 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/oaicompat"
 	"github.com/self-improving-loop/selfimprove/stream"
 	"github.com/tmc/langchaingo/llms"
 )
@@ -137,11 +138,11 @@ func Generate(ctx context.Context, inner llms.Model, model string, messages []ll
 	if model != "" {
 		opts = append(opts, llms.WithModel(model))
 	}
-	c := &capture{stream: co.StreamingFunc != nil || co.StreamingReasoningFunc != nil}
-	if !c.stream {
-		resp, err := inner.GenerateContent(c.context(ctx), messages, opts...)
+	c := &oaicompat.Capture{Stream: co.StreamingFunc != nil || co.StreamingReasoningFunc != nil}
+	if !c.Stream {
+		resp, err := inner.GenerateContent(c.Context(ctx), messages, opts...)
 		if err != nil {
-			return nil, c.wrap(err)
+			return nil, c.Wrap("langchaingo", err)
 		}
 		return resp, nil
 	}
@@ -152,7 +153,7 @@ func Generate(ctx context.Context, inner llms.Model, model string, messages []ll
 	if cb.rf != nil {
 		opts = append(opts, llms.WithStreamingReasoningFunc(cb.reasoning))
 	}
-	resp, err := inner.GenerateContent(c.context(ctx), messages, opts...)
+	resp, err := inner.GenerateContent(c.Context(ctx), messages, opts...)
 	if err = end(ctx, c, cb, err); err != nil {
 		return nil, err
 	}
@@ -160,19 +161,19 @@ func Generate(ctx context.Context, inner llms.Model, model string, messages []ll
 }
 
 // end returns the error of a streamed attempt that ended with err.
-func end(ctx context.Context, c *capture, cb *callbacks, err error) error {
+func end(ctx context.Context, c *oaicompat.Capture, cb *callbacks, err error) error {
 	if cerr := cb.failed(); cerr != nil && errors.Is(err, cerr) {
 		return err // the caller stopped the stream
 	}
-	w := c.watched()
+	w := c.Watched()
 	if w == nil { // no HTTPClient, or an HTTP error
-		err = c.wrap(err)
+		err = c.Wrap("langchaingo", err)
 		if err != nil && ctx.Err() != nil {
 			err = stream.End(ctx, err, false)
 		}
 		return err
 	}
-	final, event := w.result()
+	final, event := w.Result()
 	if event != nil {
 		return eventError(event)
 	}

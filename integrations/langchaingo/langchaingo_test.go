@@ -4,90 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/langchaingo"
+	"github.com/self-improving-loop/selfimprove/internal/oaifake"
 	"github.com/tmc/langchaingo/llms"
 	"github.com/tmc/langchaingo/llms/openai"
 )
 
-// reply is one answer of the fake OpenAI server.
-type reply struct {
-	status  int
-	headers map[string]string
-	body    string
-}
-
-// apiErr is OpenAI's error body, as the API sends it.
-func apiErr(status int, typ, code, msg string, headers map[string]string) reply {
-	var c any
-	if code != "" {
-		c = code
-	}
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}})
-	return reply{status, headers, string(b)}
-}
-
-func okReply(content string) reply {
-	b, _ := json.Marshal(content)
-	return reply{status: 200, body: `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":` +
-		string(b) + `},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`}
-}
-
-var ok = okReply("hi")
-
-// server is a fake OpenAI API: answer picks the reply for a request's
-// model and number; it notes the models and when each request came.
-type server struct {
-	*httptest.Server
-	mu     sync.Mutex
-	at     []time.Time
-	models []string
-}
-
-func newServer(t *testing.T, answer func(model string, n int) reply) *server {
-	s := &server{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Model string `json:"model"`
-		}
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		json.Unmarshal(body, &req)
-		s.mu.Lock()
-		s.at = append(s.at, time.Now())
-		s.models = append(s.models, req.Model)
-		n := len(s.at)
-		s.mu.Unlock()
-		rep := answer(req.Model, n)
-		for k, v := range rep.headers {
-			w.Header().Set(k, v)
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rep.status)
-		io.WriteString(w, rep.body)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *server) requests() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.models...)
-}
-
 // llm is langchaingo's OpenAI client at s, through the adapter's
 // HTTPClient.
-func llm(t *testing.T, s *server) *openai.LLM {
+func llm(t *testing.T, s *oaifake.Server) *openai.LLM {
 	t.Helper()
 	m, err := openai.New(openai.WithToken("sk-test"), openai.WithBaseURL(s.URL+"/v1"), openai.WithModel("gpt-4o"),
 		openai.WithHTTPClient(adapter.HTTPClient(nil)))
@@ -127,30 +59,17 @@ var hi = []llms.MessageContent{llms.TextParts(llms.ChatMessageTypeHuman, "hi")}
 // the error Model returns carries the status, the provider's code and
 // the wait, and its class is the one the SDK adapters give.
 func TestClassification(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		reply reply
-		want  failure.Class
-		wait  time.Duration
-	}{
-		{"rate_limit_exceeded", apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 20s.",
-			map[string]string{"retry-after": "2", "x-ratelimit-reset-requests": "20s", "x-ratelimit-remaining-requests": "0"}), failure.ClassRateLimit, 2 * time.Second},
-		{"insufficient_quota", apiErr(429, "insufficient_quota", "insufficient_quota", "You exceeded your current quota, please check your plan and billing details.", nil), failure.ClassQuota, 0},
-		{"server_error 503", apiErr(503, "server_error", "", "The server is overloaded or not ready yet.", map[string]string{"retry-after": "1"}), failure.ClassOverloaded, time.Second},
-		{"model_not_found", apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4-0314` does not exist or you do not have access to it.", nil), failure.ClassModelUnavailable, 0},
-		{"context_length_exceeded", apiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130567 tokens.", nil), failure.ClassContextLength, 0},
-		{"invalid_api_key", apiErr(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided: sk-test.", nil), failure.ClassAuth, 0},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := newServer(t, func(string, int) reply { return c.reply })
+	for _, c := range oaifake.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			s := oaifake.NewServer(t, func(string, int) oaifake.Reply { return c.Reply })
 			l := newLoop(t, si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1}))
 			_, err := wrap(t, l, llm(t, s), adapter.Options{}).GenerateContent(context.Background(), hi)
 			var e *adapter.Error
-			if !errors.As(err, &e) || e.Status != c.reply.status || e.Wait != c.wait || failure.Classify(err) != c.want {
-				t.Fatalf("err %v (%#v): want status %d, class %s, wait %v", err, e, c.reply.status, c.want, c.wait)
+			if !errors.As(err, &e) || e.Status != c.Reply.Status || e.Wait != c.Wait || failure.Classify(err) != c.Class {
+				t.Fatalf("err %v (%#v): want status %d, class %s, wait %v", err, e, c.Reply.Status, c.Class, c.Wait)
 			}
-			if !strings.Contains(err.Error(), "langchaingo") || len(s.requests()) != 1 {
-				t.Errorf("%q after %d requests", err, len(s.requests()))
+			if !strings.Contains(err.Error(), "langchaingo") || len(s.Requests()) != 1 {
+				t.Errorf("%q after %d requests", err, len(s.Requests()))
 			}
 		})
 	}
@@ -159,11 +78,11 @@ func TestClassification(t *testing.T) {
 // TestRouteAndRetryAfter: Config.Route picks the model through the
 // ladder; a 429's Retry-After is waited before the next attempt.
 func TestRouteAndRetryAfter(t *testing.T) {
-	s := newServer(t, func(_ string, n int) reply {
+	s := oaifake.NewServer(t, func(_ string, n int) oaifake.Reply {
 		if n == 1 {
-			return apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after": "1"})
+			return oaifake.APIError(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after": "1"})
 		}
-		return ok
+		return oaifake.OK("hi")
 	})
 	routes := si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}, Models: map[string]string{"eu": "gpt-4o-eu"}}
 	l := newLoop(t, si.WithRoutes(routes), si.WithDefaultConfig(si.Config{Route: "eu", MaxAttempts: 2}))
@@ -171,10 +90,10 @@ func TestRouteAndRetryAfter(t *testing.T) {
 	if err != nil || resp.Choices[0].Content != "hi" {
 		t.Fatalf("%v, %+v", err, resp)
 	}
-	if got := s.requests(); len(got) != 2 || got[0] != "gpt-4o-eu" || got[1] != "gpt-4o-eu" {
+	if got := s.Requests(); len(got) != 2 || got[0] != "gpt-4o-eu" || got[1] != "gpt-4o-eu" {
 		t.Errorf("models requested: %q", got)
 	}
-	if gap := s.at[1].Sub(s.at[0]); gap < time.Second {
+	if gap := s.At()[1].Sub(s.At()[0]); gap < time.Second {
 		t.Errorf("second request %v after the first, before the 1s the server asked", gap)
 	}
 }
@@ -182,16 +101,16 @@ func TestRouteAndRetryAfter(t *testing.T) {
 // TestStormRespectsDeadline: a 429 asking for 10 s is not waited past
 // the caller's deadline: the call returns at once.
 func TestStormRespectsDeadline(t *testing.T) {
-	s := newServer(t, func(string, int) reply {
-		return apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after": "10"})
+	s := oaifake.NewServer(t, func(string, int) oaifake.Reply {
+		return oaifake.APIError(429, "requests", "rate_limit_exceeded", "Rate limit reached.", map[string]string{"retry-after": "10"})
 	})
 	l := newLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, err := wrap(t, l, llm(t, s), adapter.Options{}).GenerateContent(ctx, hi)
-	if failure.Classify(err) != failure.ClassRateLimit || len(s.requests()) != 1 || time.Since(start) > 300*time.Millisecond {
-		t.Errorf("err %v, %d requests in %v; want 1 request, at once", err, len(s.requests()), time.Since(start))
+	if failure.Classify(err) != failure.ClassRateLimit || len(s.Requests()) != 1 || time.Since(start) > 300*time.Millisecond {
+		t.Errorf("err %v, %d requests in %v; want 1 request, at once", err, len(s.Requests()), time.Since(start))
 	}
 }
 
@@ -199,11 +118,11 @@ func TestStormRespectsDeadline(t *testing.T) {
 // bad output; the loop retries it at once, and the caller gets the good
 // answer.
 func TestBadOutputRetried(t *testing.T) {
-	s := newServer(t, func(_ string, n int) reply {
+	s := oaifake.NewServer(t, func(_ string, n int) oaifake.Reply {
 		if n == 1 {
-			return okReply(`{"answer": 4`)
+			return oaifake.OK(`{"answer": 4`)
 		}
-		return okReply(`{"answer": 42}`)
+		return oaifake.OK(`{"answer": 42}`)
 	})
 	l := newLoop(t)
 	check := func(r *llms.ContentResponse) error {
@@ -212,8 +131,8 @@ func TestBadOutputRetried(t *testing.T) {
 	}
 	start := time.Now()
 	resp, err := wrap(t, l, llm(t, s), adapter.Options{Check: check}).GenerateContent(context.Background(), hi)
-	if err != nil || resp.Choices[0].Content != `{"answer": 42}` || len(s.requests()) != 2 || time.Since(start) > 300*time.Millisecond {
-		t.Fatalf("%v, %+v after %d requests in %v", err, resp, len(s.requests()), time.Since(start))
+	if err != nil || resp.Choices[0].Content != `{"answer": 42}` || len(s.Requests()) != 2 || time.Since(start) > 300*time.Millisecond {
+		t.Fatalf("%v, %+v after %d requests in %v", err, resp, len(s.Requests()), time.Since(start))
 	}
 	cl := l.Clusters("a")
 	if len(cl) != 0 || l.Stats("a").Failures != 0 {
@@ -224,7 +143,7 @@ func TestBadOutputRetried(t *testing.T) {
 // TestAgentIDs: calls are booked under Options.AgentID, or the ID the
 // context names.
 func TestAgentIDs(t *testing.T) {
-	s := newServer(t, func(string, int) reply { return ok })
+	s := oaifake.NewServer(t, func(string, int) oaifake.Reply { return oaifake.OK("hi") })
 	l := newLoop(t)
 	m := wrap(t, l, llm(t, s), adapter.Options{AgentID: "chain"})
 	if _, err := m.Call(context.Background(), "hi"); err != nil {

@@ -8,6 +8,7 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/langchaingo"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/oaifake"
 )
 
 // TestWithdrawnModelMovedToFallback: through the wrapped model, the
@@ -18,11 +19,11 @@ import (
 // outage is TestScenarios/OverloadedPrimary.) The loop's clock is
 // simulated, a minute a call.
 func TestWithdrawnModelMovedToFallback(t *testing.T) {
-	s := newServer(t, func(model string, _ int) reply {
+	s := oaifake.NewServer(t, func(model string, _ int) oaifake.Reply {
 		if model == "gpt-4.1" {
-			return apiErr(404, "invalid_request_error", "model_not_found", "The model `gpt-4.1` does not exist or you do not have access to it.", nil)
+			return oaifake.ModelNotFound("gpt-4.1")
 		}
-		return ok
+		return oaifake.OK("hi")
 	})
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	routes := si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}}
@@ -35,7 +36,7 @@ func TestWithdrawnModelMovedToFallback(t *testing.T) {
 		}
 		clk.Advance(time.Minute)
 	}
-	got := s.requests()
+	got := s.Requests()
 	old := 0
 	for _, m := range got {
 		if m == "gpt-4.1" {

@@ -1,16 +1,15 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/oaicompat"
 	"github.com/self-improving-loop/selfimprove/stream"
 )
 
@@ -97,44 +96,17 @@ func (e *eventError) RawJSON() string { return string(e.Event.Data) }
 func (e *eventError) Unwrap() error { return e.StreamError }
 
 // doneWatch notes whether a response body carried "data: [DONE]".
-type doneWatch struct{ body *doneBody }
+type doneWatch struct{ body *oaicompat.Body }
 
 // middleware wraps the response's body to watch it.
 func (w *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	res, err := next(req)
 	if res != nil && res.Body != nil && res.StatusCode < 300 {
-		w.body = &doneBody{ReadCloser: res.Body}
+		w.body = &oaicompat.Body{ReadCloser: res.Body}
 		res.Body = w.body
 	}
 	return res, err
 }
 
 // seen reports whether the body carried "data: [DONE]".
-func (w *doneWatch) seen() bool { return w.body != nil && w.body.done }
-
-// doneBody is a response body that notes a line "data: [DONE]" (or
-// "data:[DONE]", the space being optional in server-sent events) as it
-// is read.
-type doneBody struct {
-	io.ReadCloser
-	line []byte // the start of the current line, up to len(doneLine)
-	done bool
-}
-
-const doneLine = "data: [DONE]"
-
-func (b *doneBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	for _, c := range p[:n] {
-		switch {
-		case c == '\n' || c == '\r':
-			b.line = b.line[:0]
-		case len(b.line) < len(doneLine):
-			b.line = append(b.line, c)
-			if bytes.Equal(b.line, []byte(doneLine)) || bytes.Equal(b.line, []byte("data:[DONE]")) {
-				b.done = true
-			}
-		}
-	}
-	return n, err
-}
+func (w *doneWatch) seen() bool { return w.body != nil && w.body.Final() }

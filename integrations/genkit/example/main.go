@@ -8,21 +8,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync/atomic"
-	"time"
 
 	"github.com/firebase/genkit/go/ai"
 	"github.com/firebase/genkit/go/genkit"
 	"github.com/firebase/genkit/go/plugins/compat_oai"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/genkit"
+	"github.com/self-improving-loop/selfimprove/internal/oaidemo"
 )
 
 func main() {
@@ -31,49 +27,15 @@ func main() {
 	}
 }
 
-const (
-	oldModel = "gpt-4-0314"
-	newModel = "gpt-4o"
-	provider = "openai/"
-)
-
-// fakeServer answers chat completions as OpenAI does: oldModel is
-// withdrawn after 5 requests; the request after storm is set gets a 429
-// with retry-after: 1; the request after bad is set gets broken JSON.
-func fakeServer(storm, bad *atomic.Bool) *httptest.Server {
-	var n atomic.Int64
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Model string `json:"model"`
-		}
-		json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req)
-		w.Header().Set("Content-Type", "application/json")
-		content := `{\"answer\": 42}`
-		switch {
-		case req.Model == oldModel && n.Add(1) > 5:
-			w.WriteHeader(404)
-			io.WriteString(w, `{"error":{"message":"The model `+"`"+oldModel+"`"+` has been deprecated, learn more here: https://platform.openai.com/docs/deprecations","type":"invalid_request_error","param":null,"code":"model_not_found"}}`)
-			return
-		case storm.CompareAndSwap(true, false):
-			w.Header().Set("retry-after", "1")
-			w.Header().Set("x-ratelimit-remaining-requests", "0")
-			w.WriteHeader(429)
-			io.WriteString(w, `{"error":{"message":"Rate limit reached for `+newModel+` in organization org-demo on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
-			return
-		case bad.CompareAndSwap(true, false):
-			content = `{\"answer\": 4`
-		}
-		io.WriteString(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"`+req.Model+`","choices":[{"index":0,"message":{"role":"assistant","content":"`+content+`"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
-	}))
-}
+// provider names the models of Genkit's OpenAI-compatible plugin.
+const provider = "openai/"
 
 func run(w io.Writer) error {
-	var storm, bad atomic.Bool
-	srv := fakeServer(&storm, &bad)
+	srv := oaidemo.NewServer()
 	defer srv.Close()
 	ctx := context.Background()
 
-	routes := si.Routes{Primary: provider + oldModel, Fallbacks: []string{provider + newModel}}
+	routes := si.Routes{Primary: provider + oaidemo.OldModel, Fallbacks: []string{provider + oaidemo.NewModel}}
 	loop, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)),
 		si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
 	if err != nil {
@@ -95,29 +57,13 @@ func run(w io.Writer) error {
 		return err
 	}
 	ask := func() (string, error) {
-		resp, err := genkit.Generate(ctx, g, ai.WithModelName(provider+oldModel), ai.WithPrompt("What is the answer? Reply in JSON."), ai.WithMiddleware(mw))
+		resp, err := genkit.Generate(ctx, g, ai.WithModelName(provider+oaidemo.OldModel), ai.WithPrompt("What is the answer? Reply in JSON."), ai.WithMiddleware(mw))
 		if err != nil {
 			return "", err
 		}
 		return resp.Text(), nil
 	}
 
-	fmt.Fprintf(w, "model %s withdrawn after 5 requests:\n", oldModel)
-	for i := 1; i <= 10; i++ {
-		if _, err := ask(); err != nil {
-			fmt.Fprintf(w, "  call %2d: %v\n", i, err)
-		}
-	}
-	fmt.Fprintf(w, "  route now %q; every call succeeded\n", loop.Config("writer").Route)
-
-	for _, c := range []struct {
-		what string
-		flag *atomic.Bool
-	}{{"a 429 with retry-after: 1", &storm}, {"an answer that is not JSON", &bad}} {
-		c.flag.Store(true)
-		start := time.Now()
-		answer, err := ask()
-		fmt.Fprintf(w, "%s: %q, error %v, after %v\n", c.what, answer, err, time.Since(start).Round(time.Second))
-	}
+	srv.Script(w, "call", ask, func() string { return loop.Config("writer").Route })
 	return nil
 }
