@@ -2,7 +2,6 @@ package selfimprove_test
 
 import (
 	"context"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,34 +11,8 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/scoresim"
 )
-
-// betaScore draws a score of mean m and standard deviation sd from a
-// beta law (Marsaglia & Tsang's gamma draws).
-func betaScore(r *rand.Rand, m, sd float64) float64 {
-	k := m*(1-m)/(sd*sd) - 1
-	x, y := gammaScore(r, m*k), gammaScore(r, (1-m)*k)
-	return x / (x + y)
-}
-
-func gammaScore(r *rand.Rand, a float64) float64 {
-	if a < 1 {
-		return gammaScore(r, a+1) * math.Pow(r.Float64(), 1/a)
-	}
-	d := a - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := r.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		if math.Log(r.Float64()) < 0.5*x*x+d-d*v+d*math.Log(v) {
-			return d * v
-		}
-	}
-}
 
 // qualityWorld runs the calls of agent "bot", one every 10 seconds, each
 // scored with probability share, with scores of mean quality(route) and
@@ -68,7 +41,7 @@ func (w *qualityWorld) call() si.Report {
 			route = "primary"
 		}
 		if w.r.Float64() < w.share {
-			return w.e.l.AddScore(ctx, betaScore(w.r, w.quality[route], 0.25))
+			return w.e.l.AddScore(ctx, scoresim.Beta(w.r, w.quality[route], 0.25))
 		}
 		return nil
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/scoresim"
 )
 
 // The quality simulation: deterministic seeds, no loop, no clock. It runs
@@ -26,34 +27,6 @@ import (
 
 // qualityRef is how many scored calls the reference has.
 const qualityRef = 500
-
-// gammaDraw draws from Gamma(a, 1) (Marsaglia & Tsang).
-func gammaDraw(r *rand.Rand, a float64) float64 {
-	if a < 1 {
-		return gammaDraw(r, a+1) * math.Pow(r.Float64(), 1/a)
-	}
-	d := a - 1.0/3
-	c := 1 / math.Sqrt(9*d)
-	for {
-		x := r.NormFloat64()
-		v := 1 + c*x
-		if v <= 0 {
-			continue
-		}
-		v = v * v * v
-		if math.Log(r.Float64()) < 0.5*x*x+d-d*v+d*math.Log(v) {
-			return d * v
-		}
-	}
-}
-
-// scoreDraw draws a score of mean m and standard deviation sd from a beta
-// law.
-func scoreDraw(r *rand.Rand, m, sd float64) float64 {
-	k := m*(1-m)/(sd*sd) - 1
-	x, y := gammaDraw(r, m*k), gammaDraw(r, (1-m)*k)
-	return x / (x + y)
-}
 
 // scoreStats sets s's quality figures from n scores of sum and squares.
 func scoreStats(s *si.Stats, n int, sum, squares float64) {
@@ -73,7 +46,7 @@ func qualityTrial(r *rand.Rand, p si.RollbackPolicy, drop, cost float64) (rolled
 	var e si.Evidence
 	var sum, sq float64
 	for range qualityRef {
-		x := scoreDraw(r, 0.85, 0.25)
+		x := scoresim.Beta(r, 0.85, 0.25)
 		sum, sq = sum+x, sq+x*x
 	}
 	e.Before = si.Stats{Calls: 16, SuccessRate: 1, TotalLatency: 1600 * ms, SuccessLatency: 1600 * ms,
@@ -87,7 +60,7 @@ func qualityTrial(r *rand.Rand, p si.RollbackPolicy, drop, cost float64) (rolled
 		e.After.TotalLatency += d
 		e.After.SuccessLatency += d
 		e.After.SuccessRate = 1
-		x := scoreDraw(r, 0.85-drop, 0.25)
+		x := scoresim.Beta(r, 0.85-drop, 0.25)
 		sum, sq = sum+x, sq+x*x
 		scoreStats(&e.After, n, sum, sq)
 		e.After.Costed, e.After.Cost = n, e.After.Cost+cost
