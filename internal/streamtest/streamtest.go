@@ -100,8 +100,14 @@ func newEnv(t *testing.T, p Provider, attempts int, r reply) *env {
 }
 
 // call runs one call of agent "a" in the background; the result comes on
-// the channel.
+// the channel. The tokens of the calls before it, which have ended, are
+// dropped first, so that the next value on e.tokens is this call's: a
+// stale one let a case advance the clock past this call's first-token
+// deadline before its token came (a flaky stall, 1 run in ~20).
 func (e *env) call() <-chan result {
+	for len(e.tokens) > 0 {
+		<-e.tokens
+	}
 	out := make(chan result, 1)
 	go func() {
 		var text string
