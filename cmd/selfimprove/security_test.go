@@ -378,3 +378,32 @@ func TestServeFlags(t *testing.T) {
 	}
 	t.Logf("a keep-alive connection closed by serve %v after its request (--idle-timeout 200ms)", time.Since(start))
 }
+
+// TestDirEventLogBounded: with --dir, at most the last 128 MiB of
+// events.jsonl are read (item 8, "size-bounded"): of a log whose events
+// are written twice, 130 MiB apart (a sparse file), only the last copy is
+// read.
+func TestDirEventLogBounded(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	log := filepath.Join(dir, "events.jsonl")
+	evs, err := os.ReadFile(log)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("the fixture's event log: %d bytes, %v", len(evs), err)
+	}
+	once := strings.Count(ok(t, nil, nil, "events", "--dir", dir, "--limit", "1000"), "\n")
+	f, err := os.OpenFile(log, os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gap = 130 << 20 // zeros: one long line, ended just before the second copy
+	if _, err := f.WriteAt(append([]byte("\n"), evs...), int64(len(evs))+gap); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(ok(t, nil, nil, "events", "--dir", dir, "--limit", "1000"), "\n"); n != once {
+		t.Errorf("events over a 130 MiB log whose events are written twice: %d lines, %d over the events once", n, once)
+	}
+}
