@@ -407,3 +407,34 @@ func TestDirEventLogBounded(t *testing.T) {
 		t.Errorf("events over a 130 MiB log whose events are written twice: %d lines, %d over the events once", n, once)
 	}
 }
+
+// TestServeStartupLine: the line serve prints says whether reads are open,
+// in each mode (item 1), and a read answers as it says.
+func TestServeStartupLine(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+		read int
+	}{
+		{nil, nil, "reads open to anyone who can reach the address", http.StatusOK},
+		{nil, []string{"--read-only"}, "read-only, no token: reads open to anyone", http.StatusOK},
+		{[]string{"SELFIMPROVE_TOKEN=" + token}, nil, "reads and mutations need the token", http.StatusUnauthorized},
+		{[]string{"SELFIMPROVE_TOKEN=" + token}, []string{"--read-only"}, "read-only: reads need the token", http.StatusUnauthorized},
+	} {
+		dir := t.TempDir() // an owner holds the lock until the test ends
+		writeState(t, dir)
+		u, line := startServe(t, c.env, append([]string{"--dir", dir}, c.args...)...)
+		if !strings.Contains(line, c.want) {
+			t.Errorf("serve %q with %q: %q, want %q", c.args, c.env, line, c.want)
+		}
+		res, err := http.Get(u + "/api/agents")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.read {
+			t.Errorf("serve %q with %q: GET /api/agents without a token %d, want %d", c.args, c.env, res.StatusCode, c.read)
+		}
+	}
+}
