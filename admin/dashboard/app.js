@@ -636,11 +636,11 @@ let tlRange = "";     // "hour", "day", "week"; "" until autoRange chose
 let tlSeries = null; // the series of the agent shown, for tlRange
 
 async function loadSeries() {
-  const ref = current;
-  if (!ref) return;
+  const id = current;
+  if (id === null) return;
   try {
-    const s = await read("api/agents/" + ref + "/series?range=" + (tlRange === "fit" ? "hour" : tlRange || "day"));
-    if (current !== ref || s.range !== (tlRange === "fit" ? "hour" : tlRange)) return;
+    const s = await read("api/agents/" + seg(id) + "/series?range=" + (tlRange === "fit" ? "hour" : tlRange || "day"));
+    if (current !== id || s.range !== (tlRange === "fit" ? "hour" : tlRange)) return;
     noteNow(s.now);
     tlSeries = s;
     if (detail) drawTimeAxis(detail);
@@ -926,8 +926,8 @@ function initTimeAxis() {
   $("ov-prev").addEventListener("click", () => { ovPage--; loadOverview(); });
   $("ov-next").addEventListener("click", () => { ovPage++; loadOverview(); });
   setInterval(refreshAgo, 15000);
-  setInterval(() => { if (current) loadSeries(); }, 30000);
-  window.addEventListener("resize", () => { if (detail && current) drawTimeAxis(detail); });
+  setInterval(() => { if (current !== null) loadSeries(); }, 30000);
+  window.addEventListener("resize", () => { if (detail && current !== null) drawTimeAxis(detail); });
 }
 
 init(); // last: every declaration above is initialised

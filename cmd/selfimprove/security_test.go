@@ -311,3 +311,130 @@ func TestServeReadOnlyStreamsShareOneLoop(t *testing.T) {
 func adminOpts(lim limits) admin.Options {
 	return admin.Options{Logger: quiet(), MaxStreams: lim.maxStreams}
 }
+
+// startServe runs the built command's serve on a loopback port with args
+// and env, and returns its URL (without a trailing slash) and the line it
+// printed.
+func startServe(t *testing.T, env []string, args ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait(); cancel() })
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || !strings.Contains(line, "http://") {
+		t.Fatalf("serve %q: %q %v", args, line, err)
+	}
+	return strings.TrimSuffix(strings.Fields(line[strings.Index(line, "http://"):])[0], "/"), line
+}
+
+// TestServeFlags: the serve binary's Host check (--allow-host), stream
+// bound (--max-streams) and idle timeout (--idle-timeout) hold on the
+// wire (issue 29, items 2 and 3: `curl -H 'Host: rebind.attacker.example:
+// PORT' 127.0.0.1:PORT/api/proposals?status=pending` answered).
+func TestServeFlags(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	u, _ := startServe(t, nil, "--dir", dir, "--allow-host", "admin.example.com", "--max-streams", "1", "--idle-timeout", "200ms")
+	port := u[strings.LastIndex(u, ":")+1:]
+	get := func(host, path string) *http.Response {
+		req, _ := http.NewRequest("GET", u+path, nil)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for host, want := range map[string]int{"rebind.attacker.example:" + port: http.StatusMisdirectedRequest,
+		"admin.example.com:" + port: http.StatusOK, "127.0.0.1:" + port: http.StatusOK} {
+		res := get(host, "/api/proposals?status=pending")
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET /api/proposals?status=pending with Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
+	s1 := get("127.0.0.1:"+port, "/api/events/stream")
+	defer s1.Body.Close()
+	s2 := get("127.0.0.1:"+port, "/api/events/stream")
+	s2.Body.Close()
+	if s1.StatusCode != http.StatusOK || s2.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("two streams with --max-streams 1: %d, %d; want 200, 503", s1.StatusCode, s2.StatusCode)
+	}
+	c, err := net.Dial("tcp", u[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	start := time.Now()
+	c.SetReadDeadline(start.Add(10 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("a keep-alive connection still open %v after --idle-timeout 200ms: %v", time.Since(start), err)
+	}
+	t.Logf("a keep-alive connection closed by serve %v after its request (--idle-timeout 200ms)", time.Since(start))
+}
+
+// TestDirEventLogBounded: with --dir, at most the last 128 MiB of
+// events.jsonl are read (item 8, "size-bounded"): of a log whose events
+// are written twice, 130 MiB apart (a sparse file), only the last copy is
+// read.
+func TestDirEventLogBounded(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	log := filepath.Join(dir, "events.jsonl")
+	evs, err := os.ReadFile(log)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("the fixture's event log: %d bytes, %v", len(evs), err)
+	}
+	once := strings.Count(ok(t, nil, nil, "events", "--dir", dir, "--limit", "1000"), "\n")
+	f, err := os.OpenFile(log, os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gap = 130 << 20 // zeros: one long line, ended just before the second copy
+	if _, err := f.WriteAt(append([]byte("\n"), evs...), int64(len(evs))+gap); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(ok(t, nil, nil, "events", "--dir", dir, "--limit", "1000"), "\n"); n != once {
+		t.Errorf("events over a 130 MiB log whose events are written twice: %d lines, %d over the events once", n, once)
+	}
+}
+
+// TestServeStartupLine: the line serve prints says whether reads are open,
+// in each mode (item 1), and a read answers as it says.
+func TestServeStartupLine(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+		read int
+	}{
+		{nil, nil, "reads open to anyone who can reach the address", http.StatusOK},
+		{nil, []string{"--read-only"}, "read-only, no token: reads open to anyone", http.StatusOK},
+		{[]string{"SELFIMPROVE_TOKEN=" + token}, nil, "reads and mutations need the token", http.StatusUnauthorized},
+		{[]string{"SELFIMPROVE_TOKEN=" + token}, []string{"--read-only"}, "read-only: reads need the token", http.StatusUnauthorized},
+	} {
+		dir := t.TempDir() // an owner holds the lock until the test ends
+		writeState(t, dir)
+		u, line := startServe(t, c.env, append([]string{"--dir", dir}, c.args...)...)
+		if !strings.Contains(line, c.want) {
+			t.Errorf("serve %q with %q: %q, want %q", c.args, c.env, line, c.want)
+		}
+		res, err := http.Get(u + "/api/agents")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.read {
+			t.Errorf("serve %q with %q: GET /api/agents without a token %d, want %d", c.args, c.env, res.StatusCode, c.read)
+		}
+	}
+}
