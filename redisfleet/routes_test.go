@@ -154,3 +154,66 @@ func TestReplicasShareAccountCause(t *testing.T) {
 		t.Fatalf("%d ends of the cause over 3 replicas, want 1", n)
 	}
 }
+
+// An agent moved off its primary on one replica is away on every replica,
+// and the probe of the primary is the fleet's: one request to the primary
+// per probe interval while 9 callers on 3 replicas run at once. When the
+// primary answers again, one replica's probe brings the agent home on
+// all.
+func TestReplicasShareProbeOfPrimary(t *testing.T) {
+	ls, clk := routeReplicas(t, startRedis(t), 3)
+	var down atomic.Bool
+	down.Store(true)
+	var sent, toPrimary atomic.Int64
+	up := func(route string) error {
+		if route == "" || route == "primary" {
+			toPrimary.Add(1)
+			if down.Load() {
+				return err503
+			}
+		}
+		return nil
+	}
+	away := func(l *si.Loop) bool { v, _ := l.View("a"); return v.Home != "" }
+	for i := 0; !away(ls[0]); i++ { // moved, and the move verified
+		if i == 200 {
+			t.Fatalf("not away on the backup after 200 calls: %+v", ls[0].Changes("a"))
+		}
+		callRoute(ls[0], "a", &sent, up)
+		clk.Advance(100 * time.Millisecond)
+	}
+	clk.Advance(2 * time.Second) // a poll is due
+	syncAll(t, ls)
+	for i, l := range ls {
+		if v, _ := l.View("a"); l.Config("a").Route != "backup" || v.Home != "primary" {
+			t.Fatalf("replica %d: route %q, home %q, next %q; want away on the backup; changes %+v", i, l.Config("a").Route, v.Home, v.Next, l.Changes("a"))
+		}
+	}
+	toPrimary.Store(0)
+	for range 30 { // 10 intervals of 300 ms
+		clk.Advance(100 * time.Millisecond)
+		var wg sync.WaitGroup
+		for _, l := range ls {
+			for range 3 {
+				wg.Go(func() { callRoute(l, "a", &sent, up) })
+			}
+		}
+		wg.Wait()
+		syncAll(t, ls)
+	}
+	t.Logf("%d requests to the primary from 3 replicas, 9 callers at once, in 10 probe intervals", toPrimary.Load())
+	if n := toPrimary.Load(); n == 0 || n > 10+1 {
+		t.Fatalf("%d requests to the primary in 10 intervals, want at least 1 and at most one per interval", n)
+	}
+	down.Store(false)
+	for i := 0; i < 200 && ls[2].Config("a").Route == "backup"; i++ {
+		clk.Advance(100 * time.Millisecond)
+		callRoute(ls[i%3], "a", &sent, up)
+		syncAll(t, ls)
+	}
+	for i, l := range ls {
+		if r := l.Config("a").Route; r != "" && r != "primary" {
+			t.Errorf("replica %d: route %q after the primary recovered, want home", i, r)
+		}
+	}
+}
