@@ -188,6 +188,9 @@ func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
 		if t == nil {
 			t = p.propose()
 		}
+		if i == 0 && t.Review {
+			t = p.candidateOr(t)
+		}
 		switch {
 		case t.Review:
 			if tried := triedText(&a, t.Cluster); tried != "" {
