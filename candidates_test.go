@@ -335,3 +335,44 @@ func TestExplorationNoGain(t *testing.T) {
 	m, p90, hi := pct(after)
 	t.Logf("equal quality and cost: rolled back for no gain after median %d calls, 90th percentile %d, max %d, in %d trials", m, p90, hi, len(after))
 }
+
+// TestFailuresMoveThroughCandidates: an agent whose requests begin to
+// fail validation (bad_request, no safe move of the strategy's own) half
+// the time, after 1,000 healthy calls, tries its candidates one at a
+// time, in order: the first does not help (the verification keeps it or
+// not: it does no worse than the fault), the second fixes the fault and
+// is confirmed.
+func TestFailuresMoveThroughCandidates(t *testing.T) {
+	e := newEnv(t, si.WithStrategy(&si.BuiltinStrategy{}), si.WithRollbackPolicy(si.RollbackPolicy{}),
+		si.WithCandidates(si.Candidate{Name: "v2", Params: map[string]string{"prompt": "v2"}}, si.Candidate{Name: "v3", Params: map[string]string{"prompt": "v3"}}))
+	r := rand.New(rand.NewPCG(1, 32))
+	var applied []string
+	done := 0
+	for i := 0; i < 20_000 && done == 0; i++ {
+		e.clk.Advance(10 * time.Second)
+		rep, _ := e.l.ExecuteWithImprovement(context.Background(), "bot", func(_ context.Context, cfg si.Config) error {
+			e.clk.Advance(100 * time.Millisecond)
+			fails := 0.02
+			if i >= 1000 && cfg.Params["prompt"] != "v3" {
+				fails = 0.5 // the provider's new validation rejects the older prompts
+			}
+			if r.Float64() < fails {
+				return classed{failure.ClassBadRequest}
+			}
+			return nil
+		})
+		if c := rep.Improvement; c != nil {
+			applied = append(applied, c.To.Params["prompt"])
+			if !strings.Contains(c.Reason, "no safe move left for bad_request: candidate") {
+				t.Errorf("applied %q: %s", c.To.Params["prompt"], c.Reason)
+			}
+		}
+		if c := rep.Confirmed; c != nil && c.To.Params["prompt"] == "v3" {
+			done = i
+		}
+	}
+	if !slices.Equal(applied, []string{"v2", "v3"}) || done == 0 || e.l.Config("bot").Params["prompt"] != "v3" {
+		t.Errorf("applied %q, v3 confirmed at call %d, prompt now %q; want v2 then v3, confirmed", applied, done, e.l.Config("bot").Params["prompt"])
+	}
+	t.Logf("v3 confirmed at call %d, %d calls after the fault began", done, done-1000)
+}
