@@ -65,7 +65,9 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		defer l.fleetRelease(a)
 	}
 	l.gather(a, an)
-	if l.strategy != nil {
+	if an.explore {
+		tw = exploreTweak(an)
+	} else if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
 		tw, also, err = l.callStrategy(ctx, an)
 		if err != nil {
@@ -126,6 +128,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 func (l *Loop) gather(a *agent, an *Analysis) {
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
 	an.Routes = l.Routes(a.id)
+	an.Candidates = l.Candidates(a.id)
 	an.TransientAttempts = l.retryRules.floor
 	an.FirstToken = a.tel.firstTokens()
 	for _, d := range l.dead.list(an.Time.UnixNano()) {

@@ -76,6 +76,9 @@ type Analysis struct {
 	// Stats the config's scores in all; Failures and Clusters are then
 	// empty.
 	QualityDrop Stats
+	// Candidates are the agent's candidate configs, in the order to try
+	// them (see Loop.SetCandidates).
+	Candidates []Candidate
 	// Memories are the remembered failure clusters most similar to the
 	// agent's largest own cluster (From empty) in the window (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and
@@ -83,6 +86,8 @@ type Analysis struct {
 	Memories []Memory
 	// Time is when the analysis started.
 	Time time.Time
+
+	explore bool // the loop explores the candidates (see Exploration): no strategy runs
 }
 
 // Tweak is a proposed config: the whole config to run under, not a diff.

@@ -90,6 +90,8 @@ type stateDoc struct {
 	Quality []qualityRec `json:"quality,omitempty"`
 	// QualityWatch is the watch of the mean score (state_quality_watch.go).
 	QualityWatch *qualityWatch `json:"quality_watch,omitempty"`
+	// Exploration is the exploration of the candidates (candidates.go).
+	Exploration *exploreMark `json:"exploration,omitempty"`
 }
 
 // countsDoc is the calls credited to one side of a verification.
@@ -386,6 +388,9 @@ func (st *agentState) doc() (stateDoc, error) {
 		d.Quality = st.Quality.Recs
 		if w := st.Quality.Watch; w != (qualityWatch{}) {
 			d.QualityWatch = &w
+		}
+		if x := st.Quality.Explore; x != (exploreMark{}) {
+			d.Exploration = &x
 		}
 	}
 	if d.Calls, err = callsToDoc(st.Tracker.view(), true, st.clusterName); err != nil {

@@ -448,8 +448,9 @@ func (c *checker) cooldowns(d *stateDoc, st *agentState) {
 	if d.Route != nil {
 		st.Route = c.route(d.Route)
 	}
-	if len(d.Quality) > 0 || d.QualityWatch != nil {
+	if len(d.Quality) > 0 || d.QualityWatch != nil || d.Exploration != nil {
 		st.Quality = c.quality(d.Quality, d.QualityWatch)
+		c.exploration(st.Quality, d.Exploration)
 	}
 }
 

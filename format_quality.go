@@ -56,3 +56,14 @@ func (c *checker) scoreSums(f field, n int64, sum, squares float64) {
 		c.fail("%s: score sums out of range", f)
 	}
 }
+
+// exploration checks a saved exploration mark, and keeps it in b.
+func (c *checker) exploration(b *qualityBook, x *exploreMark) {
+	if x == nil || b == nil {
+		return
+	}
+	f := path("exploration")
+	c.num(f.dot("version"), int64(x.Version), 0, c.maxVer+1)
+	c.num(f.dot("next_at_call"), x.Next, 0, maxCount)
+	b.Explore = *x
+}

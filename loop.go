@@ -195,6 +195,7 @@ type Loop struct {
 	lately   recentFailures // the latest failures nested in no attempt context
 	circuits openCircuits   // the agents whose circuit is open, by cause
 	routes   routeBook      // the agents' route ladders
+	cands    candidateBook  // the agents' candidate configs
 	dead     deadBook       // routes found dead
 	causes   causeBook      // account-wide causes in force
 	props    proposalIndex  // where proposals are
@@ -276,6 +277,7 @@ func New(opts ...Option) (*Loop, error) {
 	}
 	l.rules.dead, l.rules.routes = &l.dead, &l.routes
 	l.routes.def = o.routes
+	l.rules.cands, l.cands.def, l.rules.explore = &l.cands, o.candidates, o.exploration.withDefaults()
 	if pol := l.rules.policy; pol.Method == MethodCanary {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))
 	}

@@ -36,6 +36,8 @@ type options struct {
 	policy          RollbackPolicy
 	probes          ProbePolicy
 	routes          *Routes
+	candidates      []Candidate
+	exploration     Exploration
 	defaultConfig   Config
 	strategyTimeout time.Duration
 	flushInterval   time.Duration
@@ -131,6 +133,8 @@ func (o *options) validatePolicies() error {
 		{"WithRollbackPolicy", o.policy.validate()},
 		{"WithProbes", o.probes.validate()},
 		{"WithRoutes", routes},
+		{"WithCandidates", checkCandidates(o.candidates)},
+		{"WithExploration", o.exploration.validate()},
 		{"WithDefaultConfig", firstErr(o.defaultConfig.validate(), checkVersion(o.defaultConfig.Version, 1))},
 	} {
 		if p.err != nil {

@@ -490,6 +490,9 @@ type Evidence struct {
 	// compares them alone with the successes before.
 	Raised     bool
 	Comparable Stats
+	// Exploring says the change explores a candidate (see Exploration):
+	// it is confirmed only with a gain in cost, quality or success.
+	Exploring bool
 }
 
 // like is the change's successes the latency rule compares, when it

@@ -79,6 +79,9 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 	if costKnown {
 		v.Reason += fmt.Sprintf("; cost per successful call %.4g against %.4g", e.After.CostPerSuccess, e.Before.CostPerSuccess)
 	}
+	if e.Exploring {
+		return p.exploreVerdict(e, v, waited)
+	}
 	return v
 }
 

@@ -123,6 +123,8 @@ type ruleBook struct {
 	probes  ProbePolicy            // with its defaults
 	dead    *deadBook              // the Loop's dead routes; nil: none
 	routes  *routeBook             // the agents' ladders; nil: none
+	cands   *candidateBook         // the agents' candidates; nil: none
+	explore Exploration            // with its defaults
 	breaker CircuitBreaker         // off when Failures is 0
 	newID   func(time.Time) string // unique IDs of changes, events, proposals
 }
@@ -275,6 +277,9 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	}
 	if c.q.scored && c.gen == s.Gen && c.arm != ArmControl {
 		s.watchScore(c.version, c.q.score, c.end, r, eff)
+	}
+	if c.q.any() && c.gen == s.Gen && c.arm != ArmControl {
+		s.exploreDue(c.end, r, eff)
 	}
 }
 

@@ -17,17 +17,19 @@ import (
 // restart does not run the strategy again at once.
 func (s *agentState) finishAnalysis(now time.Time, an *Analysis, th Threshold, tw *Tweak, err error, r *ruleBook) (eff effects, _ error) {
 	s.analyzing = false
-	if an.QualityDrop.Scored == 0 {
+	if an.QualityDrop.Scored == 0 && !an.explore {
 		s.coolDown(now, an, th, tw, err) // a fall of quality has its own (see watchScore)
 	}
 	eff.save = true
 	switch {
 	case err != nil || tw == nil:
+		s.exploreDone(an, nil, r)
 		return eff, err
 	case tw.Review:
 		return eff, s.fileReview(now, an, tw, r, &eff)
 	}
 	ch, err := s.apply(now, an, tw, r)
+	s.exploreDone(an, ch, r)
 	if err != nil {
 		eff.rejected = errors.Is(err, ErrTweakRejected)
 		return eff, err

@@ -25,6 +25,8 @@ type qualityRec struct {
 type qualityBook struct {
 	Recs  []qualityRec
 	Watch qualityWatch // the watch of the mean score (state_quality_watch.go)
+	// Explore is the exploration of the agent's candidates (candidates.go).
+	Explore exploreMark
 }
 
 // clone returns a copy of b (nil for nil).
@@ -32,7 +34,7 @@ func (b *qualityBook) clone() *qualityBook {
 	if b == nil {
 		return nil
 	}
-	return &qualityBook{Recs: slices.Clone(b.Recs), Watch: b.Watch}
+	return &qualityBook{Recs: slices.Clone(b.Recs), Watch: b.Watch, Explore: b.Explore}
 }
 
 // maxQualityRecs bounds the versions an agent keeps scores and costs for.
@@ -197,6 +199,7 @@ func (s *agentState) addQuality(e *Evidence) {
 		return
 	}
 	s.qualityOf(v.From.Version).fill(&e.Before)
+	e.Exploring = s.explores(v)
 	if s.qualityMove(v) {
 		// Judged against the fall of quality it answers, not against
 		// the config's whole past.

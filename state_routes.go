@@ -284,7 +284,7 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	if _, dead := s.deadAt(ch.From.Route, n, r); dead {
 		return
 	}
-	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) || s.qualityMove(ch) {
+	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) || s.qualityMove(ch) || s.explores(ch) {
 		return // no probe of the old route can tell that its answers are good again
 	}
 	rs := s.route()

@@ -72,6 +72,14 @@ import (
 // waits for the next analysis. Confidence is the class's share of the
 // window's failures.
 //
+// With candidates (Analysis.Candidates, see Loop.SetCandidates), the
+// dominant class's proposal, when it has no safe move left, gives way to
+// the next candidate: the first that changes the config, runs on no dead
+// route and repeats no tweak refused for the cluster (not for auth,
+// panic and canceled failures). A fall of the mean score
+// (Analysis.QualityDrop) is answered by the next candidate first, then by
+// the ladder's next live route, then by a proposal (docs/quality.md).
+//
 // It weighs the agent's own clusters only: a cluster whose failures were
 // passed on from a call nested in the agent's (Cluster.From) belongs to
 // that call's agent, and is named in the evidence as left to it. With no
@@ -187,6 +195,9 @@ func (s *BuiltinStrategy) answers(a Analysis) (tw *Tweak, also []Tweak) {
 		}
 		if t == nil {
 			t = p.propose()
+		}
+		if i == 0 && t.Review {
+			t = p.candidateOr(t)
 		}
 		switch {
 		case t.Review:

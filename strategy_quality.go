@@ -15,6 +15,9 @@ const qualityRule = "The answers got worse without failing (a provider's silent 
 // like any change; with none, a proposal for a person.
 func qualityAnswer(a *Analysis) *Tweak {
 	why := qualityWatchReason(a)
+	if next, name, ok := a.nextCandidate(""); ok {
+		return &Tweak{Config: next, Reason: fmt.Sprintf("%s: candidate %q", why, name), Confidence: 1}
+	}
 	if !a.Routes.empty() {
 		ladder := a.Routes.ladder()
 		cur := a.Routes.name(a.Config.Route)
