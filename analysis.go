@@ -75,7 +75,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
 		}
 	}
-	if tw != nil && !tw.Review && l.rules.policy.ProposeOnly {
+	if tw != nil && !tw.Review && l.proposeOnly(a) {
 		c := *tw // the strategy's own value stays as it made it
 		c.Review, tw = true, &c
 	}

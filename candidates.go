@@ -230,7 +230,8 @@ func (p *plan) candidateOr(t *Tweak) *Tweak {
 // (or found no candidate to try, as if it ran MinSamples), the next one
 // waits until the agent has made n × (1 − Share) / Share more calls, so
 // that at most Share of its calls, in the long run, run a candidate under
-// exploration. Under RollbackPolicy.ProposeOnly the loop explores nothing.
+// exploration. Under RollbackPolicy.ProposeOnly, and for an agent in
+// propose-only mode (Loop.SetProposeOnly), the loop explores nothing.
 type Exploration struct {
 	// Share is the most share of an agent's calls that run a candidate
 	// under exploration. Default 0: off; at most 0.5.
@@ -283,7 +284,7 @@ type exploreMark struct {
 // score, that booked a score or a cost.
 func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 	x := &r.explore
-	if !(x.Share > 0) || s.Verifying != nil || s.analyzing || eff.analysis != nil || s.Quality == nil || r.policy.ProposeOnly {
+	if !(x.Share > 0) || s.Verifying != nil || s.analyzing || eff.analysis != nil || s.Quality == nil || r.proposeOnly(s) {
 		return
 	}
 	m := &s.Quality.Explore

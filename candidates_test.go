@@ -376,3 +376,33 @@ func TestFailuresMoveThroughCandidates(t *testing.T) {
 	}
 	t.Logf("v3 confirmed at call %d, %d calls after the fault began", done, done-1000)
 }
+
+// TestExplorationNotUnderProposeOnly: an agent put in propose-only mode
+// on its own (Loop.SetProposeOnly) is not explored, as under a loop-wide
+// RollbackPolicy.ProposeOnly: its config never changes.
+func TestExplorationNotUnderProposeOnly(t *testing.T) {
+	w := newCandWorld(t, 1, 1, si.WithExploration(si.Exploration{Share: 0.5}),
+		si.WithCandidates(si.Candidate{Name: "cheap", Route: "small"}))
+	w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "small": 0.5}[c.Route] }
+	w.call() // the agent exists
+	if err := w.e.l.SetProposeOnly("bot", true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		if rep := w.call(); rep.Improvement != nil || w.e.l.Config("bot").Route != "" {
+			t.Fatalf("call %d applied %+v under propose-only", i, rep.Improvement)
+		}
+	}
+	if ps := w.e.l.Proposals(nil); len(ps) != 0 {
+		t.Fatalf("%d proposals filed under propose-only, the first %q: want none (nothing explored)", len(ps), ps[0].Rationale)
+	}
+	if err := w.e.l.SetProposeOnly("bot", false); err != nil {
+		t.Fatal(err)
+	}
+	for range 2000 {
+		if w.call(); w.e.l.Config("bot").Route == "small" {
+			return
+		}
+	}
+	t.Fatal("not explored once out of propose-only mode")
+}

@@ -303,6 +303,10 @@ type Change struct {
 	Cluster string `json:"cluster,omitempty"`
 	// ProposalID names the approved proposal the change applies, if any.
 	ProposalID string `json:"proposal_id,omitempty"`
+	// CostAccepted says a person approved the change knowing it raised
+	// the cost per successful call (a Proposal with CostRise): the cost
+	// rule (RollbackPolicy.MaxCostRise) does not judge it.
+	CostAccepted bool `json:"cost_accepted,omitempty"`
 }
 
 // repeats reports whether moving from cur to next repeats the rolled-back

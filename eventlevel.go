@@ -23,7 +23,7 @@ func (e Event) Level() slog.Level {
 	case EventRolledBack, EventRollbackFailed, EventProposalFiled, EventCircuitOpened, EventRouteDead,
 		EventAccountCause, EventFleetUnreachable:
 		return slog.LevelWarn
-	case EventConfigSet, EventThresholdSet, EventCriticalSet, EventRejectedCleared, EventProposalApproved, EventProposalRejected:
+	case EventConfigSet, EventThresholdSet, EventCriticalSet, EventProposeOnlySet, EventRejectedCleared, EventProposalApproved, EventProposalRejected:
 		return slog.LevelDebug
 	case EventDigest:
 		level := slog.LevelDebug

@@ -52,9 +52,18 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 	if s.Verifying == nil {
 		return
 	}
-	switch v := r.policy.Decide(s.evidence()); v.Decision {
+	p := r.policy
+	if s.Verifying.CostAccepted {
+		p.MaxCostRise = -1 // a person accepted the cost
+	}
+	e := s.evidence()
+	switch v := p.Decide(e); v.Decision {
 	case DecisionRollback:
+		id := s.Verifying.ID
 		s.rollback(now, v.Reason, r, eff)
+		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack && p.costOnly(e, v) {
+			s.fileCostRise(now, ch, r, eff)
+		}
 	case DecisionConfirm:
 		s.confirm(now, v.Reason, r, eff)
 	}

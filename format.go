@@ -80,7 +80,9 @@ type stateDoc struct {
 
 	Threshold *thresholdJSON `json:"threshold,omitempty"`
 	Critical  bool           `json:"critical,omitempty"`
-	Rejected  []Tweak        `json:"rejected,omitempty"`
+	// ProposeOnly: see Loop.SetProposeOnly; absent when false.
+	ProposeOnly bool    `json:"propose_only,omitempty"`
+	Rejected    []Tweak `json:"rejected,omitempty"`
 
 	Calls     callsDoc     `json:"calls"`
 	Clusters  []clusterDoc `json:"clusters,omitempty"`
@@ -353,22 +355,23 @@ func (t *tracker) view() ringsView {
 // that lasts beyond the last storable time as lasting until then.
 func (st *agentState) doc() (stateDoc, error) {
 	d := stateDoc{
-		Format:     stateFormatV2,
-		AgentID:    st.AgentID,
-		AgentIDB64: base64.StdEncoding.EncodeToString([]byte(st.AgentID)),
-		Config:     st.Config,
-		History:    st.History,
-		MaxVersion: int64(st.MaxVersion),
-		Generation: int64(min(st.Gen, math.MaxInt64)),
-		Verifying:  st.Verifying,
-		Verify:     countsToDoc(st.Verify, true),
-		Control:    countsToDoc(st.Control, true),
-		Streak:     countsDoc{Calls: int64(st.Streak.Calls), Failures: int64(st.Streak.Failures)},
-		Changes:    st.Changes,
-		Threshold:  st.Manual,
-		Critical:   st.Critical,
-		Rejected:   st.Rejected,
-		Proposals:  st.Proposals,
+		Format:      stateFormatV2,
+		AgentID:     st.AgentID,
+		AgentIDB64:  base64.StdEncoding.EncodeToString([]byte(st.AgentID)),
+		Config:      st.Config,
+		History:     st.History,
+		MaxVersion:  int64(st.MaxVersion),
+		Generation:  int64(min(st.Gen, math.MaxInt64)),
+		Verifying:   st.Verifying,
+		Verify:      countsToDoc(st.Verify, true),
+		Control:     countsToDoc(st.Control, true),
+		Streak:      countsDoc{Calls: int64(st.Streak.Calls), Failures: int64(st.Streak.Failures)},
+		Changes:     st.Changes,
+		Threshold:   st.Manual,
+		Critical:    st.Critical,
+		ProposeOnly: st.ProposeOnly,
+		Rejected:    st.Rejected,
+		Proposals:   st.Proposals,
 	}
 	if st.CooldownCluster != 0 {
 		d.CooldownCluster = failure.FormatClusterID(st.CooldownCluster)

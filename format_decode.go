@@ -388,20 +388,21 @@ func (d *stateDoc) state(id string) (agentState, error) {
 	c := &checker{maxVer: maxVersionLimit}
 	c.maxVer = c.num(path("max_version"), d.MaxVersion, 1, maxVersionLimit+1)
 	st := agentState{
-		AgentID:    id,
-		Config:     d.Config,
-		History:    d.History,
-		MaxVersion: int(c.maxVer),
-		Verifying:  d.Verifying,
-		Verify:     c.counts(path("verify"), d.Verify),
-		Control:    c.counts(path("control"), d.Control),
-		Streak:     c.streak(path("streak"), d.Streak),
-		Changes:    d.Changes,
-		Gen:        uint64(c.num(path("generation"), d.Generation, 0, maxCount)),
-		Manual:     d.Threshold,
-		Critical:   d.Critical,
-		Rejected:   d.Rejected,
-		Proposals:  d.Proposals,
+		AgentID:     id,
+		Config:      d.Config,
+		History:     d.History,
+		MaxVersion:  int(c.maxVer),
+		Verifying:   d.Verifying,
+		Verify:      c.counts(path("verify"), d.Verify),
+		Control:     c.counts(path("control"), d.Control),
+		Streak:      c.streak(path("streak"), d.Streak),
+		Changes:     d.Changes,
+		Gen:         uint64(c.num(path("generation"), d.Generation, 0, maxCount)),
+		Manual:      d.Threshold,
+		Critical:    d.Critical,
+		ProposeOnly: d.ProposeOnly,
+		Rejected:    d.Rejected,
+		Proposals:   d.Proposals,
 	}
 	st.ownChanges(id)
 	c.cooldowns(d, &st)

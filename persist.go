@@ -37,6 +37,11 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
 			l.m.confirmations.Add(1)
 			rep.Confirmed = eff.decided
 		}
+		if len(eff.proposals) > 0 {
+			// Listed before the proposal is saved (see Loop.analyze).
+			rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
+			l.props.note(a.id, eff.proposals)
+		}
 		if err := l.persist(a); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 			if isFleetErr(err) {

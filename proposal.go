@@ -71,6 +71,10 @@ type Proposal struct {
 	Rationale  string         `json:"rationale"`
 	Confidence float64        `json:"confidence"`
 	Status     ProposalStatus `json:"status"`
+	// CostRise says the proposal applies again a change rolled back for
+	// its cost alone (RollbackPolicy.ProposeCostRise): approving it
+	// accepts the cost, and the change it makes is not judged on cost.
+	CostRise bool `json:"cost_rise,omitempty"`
 	// ChangeID names the change that applied it; Note says why it was
 	// rejected, or the verdict on its change, at most 512 bytes (cut like
 	// Signature). Both are empty until then.

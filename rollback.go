@@ -211,6 +211,11 @@ type RollbackPolicy struct {
 	// applying it: a person approves it (Loop.Approve), and an approved
 	// one is verified like any change. Default false.
 	ProposeOnly bool
+	// ProposeCostRise also files a change MaxCostRise alone rolls back as
+	// a Proposal (CostRise) to apply it again; approved, it is verified
+	// but not on cost (Change.CostAccepted; docs/quality.md). Default
+	// false: rolled back and refused like any other.
+	ProposeCostRise bool
 
 	// CanarySeed seeds the choice of the calls that run the previous
 	// config: with the same seed, the same sequence of calls runs the same

@@ -50,6 +50,9 @@ type agentState struct {
 	CooldownCluster uint64 `json:"cooldown_cluster,omitempty,string"`
 	CooldownEarly   bool   `json:"cooldown_early,omitempty"`
 	Critical        bool   `json:"critical,omitempty"`
+	// ProposeOnly: the agent's tweaks are filed for approval
+	// (Loop.SetProposeOnly).
+	ProposeOnly bool `json:"propose_only,omitempty"`
 	// analyzing is set while a strategy runs for the agent, early when
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool

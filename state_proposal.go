@@ -43,8 +43,8 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 	}
 	for i := range s.Proposals {
 		q := &s.Proposals[i]
-		if q.ClusterID != p.ClusterID {
-			continue
+		if q.ClusterID != p.ClusterID || q.CostRise {
+			continue // a cost rise's proposal is a person's call of its own
 		}
 		switch {
 		case q.Status == ProposalPending:
@@ -58,6 +58,13 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 		}
 	}
 	p.ID, p.Created = r.newID(now), now.UTC()
+	return s.addProposal(p), true
+}
+
+// addProposal appends p to the agent's proposals, dropping the oldest
+// closed one (or else the oldest pending one) beyond maxProposals, and
+// returns it as kept.
+func (s *agentState) addProposal(p Proposal) *Proposal {
 	s.Proposals = append(s.Proposals, p)
 	if len(s.Proposals) > maxProposals {
 		i := slices.IndexFunc(s.Proposals, func(q Proposal) bool { return !q.Status.open() })
@@ -70,7 +77,7 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 			s.Proposals = s.Proposals[1:]
 		}
 	}
-	return &s.Proposals[len(s.Proposals)-1], true
+	return &s.Proposals[len(s.Proposals)-1]
 }
 
 // proposal returns the agent's proposal with the ID, or nil.
@@ -125,11 +132,17 @@ func (s *agentState) approve(now time.Time, id string, r *ruleBook) (*Change, ef
 		return nil, eff, fmt.Errorf("%w: approve %s after change %s is decided", ErrVerifying, id, s.Verifying.ID)
 	}
 	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
+	rejected := s.Rejected
+	if p.CostRise {
+		s.Rejected = nil // it was refused for its cost, which the person accepts
+	}
 	ch, err := s.apply(now, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale, Cluster: p.ClusterID}, r)
+	s.Rejected = rejected
 	if err != nil {
 		return nil, eff, err
 	}
 	s.Verifying.ProposalID, ch.ProposalID = p.ID, p.ID
+	s.Verifying.CostAccepted, ch.CostAccepted = p.CostRise, p.CostRise
 	p.Status, p.ChangeID, p.Updated = ProposalApplied, ch.ID, now.UTC()
 	eff.applied, eff.publish, eff.save = ch, true, true
 	eff.event(proposalEvent(r.newID(now), now, EventProposalApproved, p))

@@ -32,6 +32,9 @@ type AgentView struct {
 	Profile   Profile
 	Critical  bool
 	Manual    bool
+	// ProposeOnly reports the mode SetProposeOnly set for the agent
+	// (not the loop-wide RollbackPolicy.ProposeOnly).
+	ProposeOnly bool
 	// Change is the change under verification, else the latest decided
 	// change; nil when the agent has had none.
 	Change *Change
@@ -125,7 +128,7 @@ func (v *AgentView) fillLocked(s *agentState, now time.Time) {
 	v.Versions, v.Routes = s.qualityViews()
 	v.Health = s.health(n)
 	v.Threshold, v.Profile = s.threshold(n)
-	v.Critical, v.Manual = s.Critical, s.Manual != nil
+	v.Critical, v.Manual, v.ProposeOnly = s.Critical, s.Manual != nil, s.ProposeOnly
 	if s.Verifying != nil {
 		ch := s.verifying()
 		v.Change = &ch

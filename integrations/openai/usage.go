@@ -1,0 +1,110 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/usage"
+)
+
+// WithPrices returns a client option (add it after ClientOptions) that
+// reports the token usage of each successful response, priced by prices,
+// as the cost of the loop's call whose context made the request
+// (selfimprove.AddCost): a chat completion's usage, a streamed one's
+// from its last chunk (set params.StreamOptions.IncludeUsage, or the API
+// sends none), a Responses API response's, streamed or not. A model
+// missing from prices reports nothing. The cost is booked once the
+// client has read the response, before the SDK call returns (a stream:
+// once it ends or is closed), so within fn. See docs/quality.md for the
+// one call a program makes at start-up so that costs are booked.
+func WithPrices(prices si.Prices) option.RequestOption {
+	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		if err == nil && len(prices) > 0 {
+			t := &tally{}
+			usage.Watch(res, t.note, func() { t.report(req.Context(), prices) })
+		}
+		return res, err
+	})
+}
+
+// UsageOf returns the usage a chat completion counted, as
+// selfimprove.Prices prices it.
+func UsageOf(u oai.CompletionUsage) si.Usage {
+	return si.Usage{Input: u.PromptTokens, CachedInput: u.PromptTokensDetails.CachedTokens, Output: u.CompletionTokens}
+}
+
+// ResponseUsageOf returns the usage a Responses API response counted.
+func ResponseUsageOf(u responses.ResponseUsage) si.Usage {
+	return si.Usage{Input: u.InputTokens, CachedInput: u.InputTokensDetails.CachedTokens, Output: u.OutputTokens}
+}
+
+// tally is the usage one response reported.
+type tally struct {
+	mu    sync.Mutex
+	model string
+	u     si.Usage
+	seen  bool
+}
+
+// note reads one JSON document of the response: a chat completion or a
+// chunk of one, a response or a stream event that carries one.
+func (t *tally) note(data []byte) {
+	var head struct {
+		Object string          `json:"object"`
+		Type   string          `json:"type"`
+		Resp   json.RawMessage `json:"response"`
+	}
+	if json.Unmarshal(data, &head) != nil {
+		return
+	}
+	var (
+		model string
+		u     si.Usage
+	)
+	switch {
+	case head.Object == "chat.completion":
+		var c oai.ChatCompletion
+		if json.Unmarshal(data, &c) != nil || c.JSON.Usage.Raw() == "" || c.JSON.Usage.Raw() == "null" {
+			return
+		}
+		model, u = c.Model, UsageOf(c.Usage)
+	case head.Object == "chat.completion.chunk":
+		var c oai.ChatCompletionChunk
+		if json.Unmarshal(data, &c) != nil || c.JSON.Usage.Raw() == "" || c.JSON.Usage.Raw() == "null" {
+			return
+		}
+		model, u = c.Model, UsageOf(c.Usage)
+	case head.Object == "response" || head.Type == "response.completed" || head.Type == "response.incomplete":
+		raw := data
+		if head.Object != "response" {
+			raw = head.Resp
+		}
+		var r responses.Response
+		if json.Unmarshal(raw, &r) != nil || r.JSON.Usage.Raw() == "" || r.JSON.Usage.Raw() == "null" {
+			return
+		}
+		model, u = string(r.Model), ResponseUsageOf(r.Usage)
+	default:
+		return
+	}
+	t.mu.Lock()
+	t.model, t.u, t.seen = model, u, true // the last report is the whole response's
+	t.mu.Unlock()
+}
+
+// report books the usage noted, if any.
+func (t *tally) report(ctx context.Context, prices si.Prices) {
+	t.mu.Lock()
+	model, u, seen := t.model, t.u, t.seen
+	t.mu.Unlock()
+	if seen {
+		prices.AddUsage(ctx, model, u)
+	}
+}

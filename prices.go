@@ -1,0 +1,95 @@
+package selfimprove
+
+import (
+	"context"
+	"strings"
+)
+
+// Price is what a model costs per million tokens, in the unit the
+// program books its costs in (dollars, cents, credits).
+type Price struct {
+	// Input is the price of a million input (prompt) tokens.
+	Input float64
+	// Output is the price of a million output (completion) tokens,
+	// reasoning tokens included.
+	Output float64
+	// CachedInput is the price of a million input tokens read from the
+	// provider's prompt cache. Default 0: priced as Input.
+	CachedInput float64
+}
+
+// Prices maps a model name, as the provider's response names it, to its
+// price. A name with a date suffix ("gpt-4o-mini-2024-07-18",
+// "claude-3-5-haiku-20241022") that is not in the table takes the price
+// of the name without it ("gpt-4o-mini"). The integrations
+// (integrations/openai, anthropic, goopenai) report each call's token
+// usage priced by it with AddCost; see docs/quality.md.
+type Prices map[string]Price
+
+// Usage is the tokens one response counted.
+type Usage struct {
+	// Input counts all the input tokens, CachedInput those of them read
+	// from the provider's prompt cache (at most Input).
+	Input, CachedInput int64
+	// Output counts the output tokens.
+	Output int64
+}
+
+// Lookup returns the price of model: its own, else that of its name
+// without a date suffix ("-2024-07-18", "-20241022"); false when it has
+// none.
+func (p Prices) Lookup(model string) (Price, bool) {
+	if pr, ok := p[model]; ok {
+		return pr, true
+	}
+	for _, n := range [...]int{len("-2024-07-18"), len("-20241022")} {
+		if base, ok := cutDate(model, n); ok {
+			if pr, ok := p[base]; ok {
+				return pr, true
+			}
+		}
+	}
+	return Price{}, false
+}
+
+// cutDate returns model without a date suffix of n bytes: a dash, then
+// digits and, in the longer form, dashes where a date has them.
+func cutDate(model string, n int) (string, bool) {
+	if len(model) <= n || model[len(model)-n] != '-' {
+		return "", false
+	}
+	for i, c := range model[len(model)-n+1:] {
+		dash := n == len("-2024-07-18") && (i == 4 || i == 7)
+		if dash != (c == '-') || !dash && (c < '0' || c > '9') {
+			return "", false
+		}
+	}
+	return strings.TrimSuffix(model, model[len(model)-n:]), true
+}
+
+// Cost returns what u cost on model: (Input − CachedInput) × Input +
+// CachedInput × CachedInput (Input when 0) + Output × Output, per
+// million; false when model has no price. Negative counts count as 0.
+func (p Prices) Cost(model string, u Usage) (float64, bool) {
+	pr, ok := p.Lookup(model)
+	if !ok {
+		return 0, false
+	}
+	in, cached, out := max(u.Input, 0), min(max(u.CachedInput, 0), max(u.Input, 0)), max(u.Output, 0)
+	cp := pr.CachedInput
+	if cp == 0 {
+		cp = pr.Input
+	}
+	return (float64(in-cached)*pr.Input + float64(cached)*cp + float64(out)*pr.Output) / 1e6, true
+}
+
+// AddUsage reports u, priced for model, as the cost of the call whose
+// context is ctx (AddCost), and returns that cost; a model with no price
+// reports nothing and returns false.
+func (p Prices) AddUsage(ctx context.Context, model string, u Usage) (float64, bool) {
+	c, ok := p.Cost(model, u)
+	if ok {
+		AddCost(ctx, c)
+	}
+	return c, ok
+}
