@@ -3,6 +3,7 @@ package selfimprove_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	si "github.com/self-improving-loop/selfimprove"
@@ -55,5 +56,30 @@ func TestBadOutputIsRetried(t *testing.T) {
 	})
 	if rep.Success || sent != 1 {
 		t.Fatalf("a provider's 400: %d requests", sent)
+	}
+}
+
+// Issue 27 item 1: the built-in strategy answers bad outputs with one
+// more attempt (another sample), and once attempts are at their cap with
+// a proposal that names another model, the temperature or the output
+// format: never bad_request's "fix the request the agent builds".
+func TestBuiltinStrategyAnswersBadOutputs(t *testing.T) {
+	s := &si.BuiltinStrategy{}
+	bad := clusters(failure.ClassBadOutput, 3)
+	tw, err := s.Analyze(context.Background(), si.Analysis{Config: si.Config{MaxAttempts: 2}, Clusters: bad})
+	if err != nil || tw == nil || tw.Review || tw.Config.MaxAttempts != 3 {
+		t.Fatalf("bad outputs under 2 attempts: %+v, %v; want a safe tweak to 3 attempts", tw, err)
+	}
+	tw, err = s.Analyze(context.Background(), si.Analysis{Config: si.Config{MaxAttempts: 5}, Clusters: bad})
+	if err != nil || tw == nil || !tw.Review {
+		t.Fatalf("bad outputs at the attempts' cap: %+v, %v; want a proposal", tw, err)
+	}
+	for _, want := range []string{"another model", "temperature", "output format"} {
+		if !strings.Contains(tw.Rule, want) {
+			t.Errorf("the proposal's rule %q does not name %q", tw.Rule, want)
+		}
+	}
+	if strings.Contains(tw.Rule, "Fix the request") {
+		t.Errorf("the proposal's rule %q blames the request", tw.Rule)
 	}
 }

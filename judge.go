@@ -25,19 +25,21 @@ import (
 // (and at least MinLatencyRise) rolls it back whatever the success rate
 // did, as the calls that gained cannot explain it.
 
-// raisesBound reports whether to, replacing from, raised a bound of the
-// call: a longer Timeout (or none where from had one), more attempts, or
-// a longer Backoff.
 // gainSlack is how many times MaxLatencyRise the successes a change
 // raising a bound shares with the previous config may slow down when the
 // change raised the success rate significantly: their average over a few
 // calls is noisy, and a fix is worth a little noise, not a slowdown.
 const gainSlack = 2.5
 
+// raisesBound reports whether to, replacing from, raised a bound of the
+// call: a longer Timeout (or none where from had one), more attempts, or
+// a longer Backoff.
 func raisesBound(from, to Config) bool {
 	return raisesTimeout(from, to) || to.attempts() > from.attempts() || to.Backoff > from.Backoff
 }
 
+// raisesTimeout reports whether to, replacing from, raised the Timeout:
+// a longer one, or none where from had one.
 func raisesTimeout(from, to Config) bool {
 	return from.Timeout > 0 && (to.Timeout > from.Timeout || to.Timeout <= 0)
 }
