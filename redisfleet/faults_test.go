@@ -517,6 +517,10 @@ func TestDataLoss(t *testing.T) {
 		if !back || took > 1500*time.Millisecond {
 			t.Errorf("persistence %v: the agents' states were not in Redis %v after it came back (want 1 s + a flush)", persist, took)
 		}
+		// A decision waits for its replica to have found Redis again (it
+		// backs off until its flusher does; the states of a Redis that
+		// kept its data are there at once).
+		waitFor(2*time.Second, func() bool { return ff.ls[1].Metrics().FleetDown == 0 })
 		if err := ff.ls[1].SetConfig("idle1", si.Config{Route: fmt.Sprint("after", persist)}); err != nil {
 			if err = ff.ls[1].SetConfig("idle1", si.Config{Route: fmt.Sprint("after", persist)}); err != nil {
 				t.Errorf("persistence %v: SetConfig after the restart: %v", persist, err)
