@@ -2,6 +2,8 @@ package selfimprove_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -277,5 +279,58 @@ func TestFleetLandedCommitRecorded(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("the fleet's event log has %d config_set events for the landed commit, want 1", n)
+	}
+}
+
+// badCountsFleet is a fleettest.Fleet whose pools of agent "bad" say the
+// fleet found invalid values in its counts (FleetPool.Err), at every
+// flush.
+type badCountsFleet struct{ faultyFleet }
+
+func (f *badCountsFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool, error) {
+	p, err := f.faultyFleet.Add(ctx, d)
+	for i := range p {
+		if i < len(d) && d[i].AgentID == "bad" {
+			p[i].Err = errors.New("redisfleet: add: invalid counts, set aside")
+		}
+	}
+	return p, err
+}
+
+// TestFleetBadReportedOnceAMinute: invalid data of an agent in the fleet,
+// found at every flush, is logged once a minute per agent (issue 28, D4:
+// thousands of lines a second), counted each time in
+// Metrics.FleetErrors, raises no event, and leaves the other agents'
+// counting alone.
+func TestFleetBadReportedOnceAMinute(t *testing.T) {
+	lines := &logLines{}
+	e := newFleetEnv(t, 0, nil, noFloor, si.WithLogger(slog.New(slog.NewJSONHandler(lines, nil))))
+	e.fleet = &badCountsFleet{faultyFleet{Fleet: e.mem}}
+	l := e.add()
+	flushes := func(n int, every time.Duration) {
+		for range n {
+			e.call(0, "bad", nil)
+			e.call(0, "good", nil)
+			e.sync()
+			e.clk.Advance(every)
+		}
+	}
+	flushes(50, time.Second) // 50 flushes within a minute (and 0.5 s of calls)
+	if got := lines.take(t); len(got) != 1 || got[0]["agent"] != "bad" {
+		t.Fatalf("%d log lines for 50 flushes finding invalid data within a minute, want 1 naming the agent: %v", len(got), got)
+	}
+	e.clk.Advance(10 * time.Second)
+	flushes(1, 0) // more than a minute since the line
+	if got := lines.take(t); len(got) != 1 {
+		t.Fatalf("%d log lines a minute on, want 1: %v", len(got), got)
+	}
+	if m := l.Metrics(); m.FleetErrors != 51 || m.FleetDown != 0 || m.FleetOutages != 0 {
+		t.Fatalf("metrics after 51 flushes with invalid data: FleetErrors %d (want 51), down %d, outages %d", m.FleetErrors, m.FleetDown, m.FleetOutages)
+	}
+	if evs := l.Events(si.EventFilter{}); len(evs) != 0 {
+		t.Fatalf("events for invalid data in the fleet: %v", evs)
+	}
+	if got := e.pooled("good"); got != 51 {
+		t.Fatalf("the fleet counts %d calls of the other agent, 51 were made", got)
 	}
 }
