@@ -274,3 +274,34 @@ func TestFallbackFailureMarksItsOwnRoute(t *testing.T) {
 		t.Fatalf("dead routes %+v, want the backup alone", ds)
 	}
 }
+
+// TestNextCandidateSoonAfterRollback: issue 26's stuck agent, with a
+// candidate left: after its first tweak (one more attempt, which makes
+// an overloaded upstream worse) is rolled back, the next candidate is
+// applied within 15 minutes at the high-frequency profile, not after
+// the 3-hour profile cooldown, and it fixes the agent.
+func TestNextCandidateSoonAfterRollback(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithRoutes(si.Routes{}), si.WithCandidates(si.Candidate{Name: "gentle", Params: map[string]string{"prompt": "v2"}}))
+	n := 0
+	for range 6 * 60 * 2 { // two hours, a call every 10 s
+		l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
+			clk.Advance(50 * time.Millisecond)
+			n++
+			if cfg.Params["prompt"] != "v2" && (cfg.MaxAttempts > 1 || n%3 == 0) {
+				return err503
+			}
+			return nil
+		})
+		clk.Advance(10 * time.Second)
+	}
+	chs := l.Changes("a")
+	if len(chs) != 2 || chs[0].State != si.ChangeRolledBack || chs[1].To.Params["prompt"] != "v2" || chs[1].State != si.ChangeConfirmed {
+		t.Fatalf("changes %+v: want a rollback, then the candidate confirmed", chs)
+	}
+	if d := chs[1].AppliedAt.Sub(chs[0].DecidedAt); d > 15*time.Minute {
+		t.Fatalf("the candidate came %v after the rollback, want within 15 minutes", d)
+	} else {
+		t.Logf("rollback at %s; the candidate %v later: %s", chs[0].DecidedAt.Format("15:04:05"), d, chs[1].Reason)
+	}
+}
