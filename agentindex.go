@@ -129,7 +129,7 @@ func (l *Loop) storedFrom(from string, n int) []string {
 	switch s := l.store.(type) {
 	case sortedLister:
 		all, err = s.sortedAgentIDs()
-	case AgentLister:
+	case agentLister:
 		err = s.ListAgents(func(id string) bool {
 			if id >= from {
 				all = append(all, id)

@@ -18,7 +18,7 @@ const (
 // WithRecentEvents sets how many of the latest events the loop keeps in
 // memory for Events and Subscribe, in 1..1,048,576. Default 1,000. The
 // event log (events.jsonl, see ReadEvents) keeps them all; New starts the
-// recent events with the newest of the store's (see EventHistory), so
+// recent events with the newest of the store's (see eventHistory), so
 // they reach back past a restart.
 func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents = n } }
 

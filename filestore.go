@@ -260,7 +260,7 @@ func (s *FileStore) SaveAgent(id string, state []byte) error {
 	return nil
 }
 
-// LoadMeta implements MetaStore: the document is <dir>/<name>.json. One
+// LoadMeta implements metaStore: the document is <dir>/<name>.json. One
 // that is not a regular file, is larger than its bound (MaxMemorySize for
 // the memory, 16 MiB for others) or does not decode is set aside (renamed
 // to <name>.json.corrupt-<time>) and the error wraps ErrCorruptState.
@@ -283,7 +283,7 @@ func (s *FileStore) LoadMeta(name string, decode func([]byte) error) error {
 	return fmt.Errorf("%w: %s: %v (moved to %s)", ErrCorruptState, name, derr, aside)
 }
 
-// SaveMeta implements MetaStore. A document larger than its bound, which
+// SaveMeta implements metaStore. A document larger than its bound, which
 // LoadMeta would set aside, is refused and the saved one kept.
 func (s *FileStore) SaveMeta(name string, doc []byte) error {
 	if err := checkMetaName(name); err != nil {
@@ -387,7 +387,7 @@ func (s *FileStore) Close() error {
 // reads at most.
 const recentEventsTail = 4 << 20
 
-// RecentEvents implements EventHistory: up to n of the newest events of
+// RecentEvents implements eventHistory: up to n of the newest events of
 // the current event log (events.jsonl, not its archives), oldest first,
 // read from its last 4 MiB at most.
 func (s *FileStore) RecentEvents(n int) ([]Event, error) {

@@ -40,7 +40,7 @@ func fileName(id string) string {
 	return string(append(b, ".json"...))
 }
 
-// ListAgents implements AgentLister: it reads the agent ID of each state
+// ListAgents implements agentLister: it reads the agent ID of each state
 // file in the agents directory (files set aside as corrupt, temporary
 // files, and files that cannot be read or parsed are passed over). A file
 // whose agent ID the loop refuses (the empty ID an older version could

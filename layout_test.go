@@ -95,7 +95,7 @@ func isMember(obj types.Object) bool {
 func TestPackagesPointDown(t *testing.T) {
 	const mod = "github.com/self-improving-loop/selfimprove"
 	rules := map[string][]string{
-		".":        {mod + "/admin", mod + "/notify"},
+		".":        {mod + "/admin", mod + "/notify", mod + "/price"},
 		"failure":  {mod, mod + "/admin", mod + "/notify"},
 		"internal": {mod, mod + "/admin", mod + "/notify"},
 		"stream":   {mod, mod + "/admin", mod + "/notify"},

@@ -3,8 +3,7 @@ package selfimprove
 import "time"
 
 // The defaults that a zero option field takes, for a program that wants
-// to name them. RollbackPolicy's are DefaultVerifyCalls and those
-// declared with it, and DefaultBackstopCalls.
+// to name them.
 const (
 	// DefaultMemoryClusters is MemoryOptions.MaxClusters's default;
 	// DefaultMemoryHalfLife, MemoryOptions.HalfLife's.
@@ -15,6 +14,29 @@ const (
 	DefaultFleetTimeout  = 500 * time.Millisecond
 	DefaultFleetInterval = 200 * time.Millisecond
 	DefaultFleetCalls    = 1024
+	// The default policy values, the defaults of the RollbackPolicy fields
+	// they are named after (DefaultVerifyCalls is MinCalls's,
+	// DefaultSequentialMaxCalls is MaxCalls's). DefaultFalseRollbacks and
+	// DefaultMissedRollbacks are MethodSequential's; QuickFalseRollbacks and
+	// QuickMissedRollbacks are MethodQuick's.
+	DefaultVerifyCalls            = 10
+	DefaultMinBeforeCalls         = 10
+	DefaultMaxSuccessDrop         = 10.0
+	DefaultMaxLatencyRise         = 20.0
+	DefaultMaxLatencyRiseOnGain   = 400.0
+	DefaultMinLatencyRise         = time.Millisecond
+	DefaultMaxConsecutiveFailures = 5
+	DefaultFalseRollbacks         = 0.004
+	DefaultMissedRollbacks        = 0.02
+	QuickFalseRollbacks           = 0.05
+	QuickMissedRollbacks          = 0.02
+	DefaultSequentialMaxCalls     = 100
+	DefaultCanaryFraction         = 0.1
+	DefaultRefuseFor              = 24 * time.Hour
+	DefaultBackstopCalls          = 60
+	DefaultMaxCostRise            = 20.0
+	DefaultQualityDrop            = 0.05
+	DefaultQualityCooldown        = time.Hour
 )
 
 // The loop's fixed bounds and constants.

@@ -319,7 +319,7 @@ func (l *Loop) restore(recent int) {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot read the failure memory; will retry", "error", err)
 	}
-	if h, ok := l.store.(EventHistory); ok && recent > 0 {
+	if h, ok := l.store.(eventHistory); ok && recent > 0 {
 		// Loop.Events and a resumed stream reach back past a restart.
 		evs, err := h.RecentEvents(recent)
 		if err != nil {

@@ -522,7 +522,7 @@ func (l *Loop) ExportMemory(w io.Writer) error {
 // saveMemory saves the memory through the store, if it changed, at most
 // once every memorySaveEvery unless the loop is closing.
 func (l *Loop) saveMemory(closing bool) error {
-	ms, ok := l.store.(MetaStore)
+	ms, ok := l.store.(metaStore)
 	if !ok {
 		return nil
 	}
@@ -552,7 +552,7 @@ func (l *Loop) saveMemory(closing bool) error {
 // already in it are kept as they are). A corrupt document is logged and
 // replaced at the next save.
 func (l *Loop) loadMemory() error {
-	ms, ok := l.store.(MetaStore)
+	ms, ok := l.store.(metaStore)
 	if !ok {
 		l.memLoaded.Store(true)
 		return nil

@@ -33,6 +33,9 @@ const (
 	EventThresholdSet EventType = "threshold_set"
 	// EventCriticalSet: an operator marked an agent critical, or not.
 	EventCriticalSet EventType = "critical_set"
+	// EventProposeOnlySet: an operator put an agent in propose-only
+	// mode, or took it out (Loop.SetProposeOnly).
+	EventProposeOnlySet EventType = "propose_only_set"
 	// EventRejectedCleared: an operator cleared an agent's rejected tweaks.
 	EventRejectedCleared EventType = "rejected_cleared"
 	// EventProposalFiled: the strategy filed a proposal for review.

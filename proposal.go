@@ -101,7 +101,7 @@ const maxProposals = 16
 // Proposals returns the proposals that keep reports true for (all of
 // them when keep is nil), oldest first. It covers every agent with
 // proposals: those in memory, and, with a Store that implements
-// MetaStore (FileStore and RAMStore do), those not loaded yet.
+// metaStore (FileStore and RAMStore do), those not loaded yet.
 func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 	l.loadProposalAgents()
 	var out []Proposal
@@ -213,7 +213,7 @@ func (l *Loop) lockProposal(id string) (*agent, error) {
 }
 
 // proposalIndex maps proposal IDs to agents, and remembers which agents
-// have proposals. The list of agents is saved (through MetaStore) before
+// have proposals. The list of agents is saved (through metaStore) before
 // an agent's first proposal is, so that the saved list always covers
 // every agent with proposals.
 type proposalIndex struct {
@@ -256,7 +256,7 @@ func (x *proposalIndex) note(agentID string, ps []Proposal) {
 // addAgent makes sure agentID is in the saved list of agents with
 // proposals.
 func (l *Loop) addProposalAgent(agentID string) error {
-	ms, ok := l.store.(MetaStore)
+	ms, ok := l.store.(metaStore)
 	x := &l.props
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -301,7 +301,7 @@ func (l *Loop) loadProposalAgents() {
 		if x.agents == nil {
 			x.agents = map[string]struct{}{}
 		}
-		if ms, ok := l.store.(MetaStore); ok {
+		if ms, ok := l.store.(metaStore); ok {
 			err := ms.LoadMeta(proposalsDoc, func(data []byte) error {
 				var doc struct {
 					Agents []string `json:"agents_b64"`

@@ -2,10 +2,6 @@ package selfimprove
 
 import "fmt"
 
-// EventProposeOnlySet: an operator put an agent in propose-only mode, or
-// took it out (Loop.SetProposeOnly).
-const EventProposeOnlySet EventType = "propose_only_set"
-
 // SetProposeOnly puts agentID in propose-only mode (on) or takes it out:
 // every tweak a strategy proposes for it is filed as a Proposal, with its
 // analysis, instead of applied, as RollbackPolicy.ProposeOnly does for

@@ -59,7 +59,7 @@ func (m *RAMStore) SaveAgent(id string, state []byte) error {
 	return nil
 }
 
-// LoadMeta implements MetaStore.
+// LoadMeta implements metaStore.
 func (m *RAMStore) LoadMeta(name string, decode func([]byte) error) error {
 	if err := checkMetaName(name); err != nil {
 		return err
@@ -76,7 +76,7 @@ func (m *RAMStore) LoadMeta(name string, decode func([]byte) error) error {
 	return nil
 }
 
-// SaveMeta implements MetaStore.
+// SaveMeta implements metaStore.
 func (m *RAMStore) SaveMeta(name string, doc []byte) error {
 	if err := checkMetaName(name); err != nil {
 		return err
@@ -138,7 +138,7 @@ func (m *RAMStore) Traces() []Trace {
 // Close implements Store; a RAMStore keeps its content.
 func (m *RAMStore) Close() error { return nil }
 
-// ListAgents implements AgentLister.
+// ListAgents implements agentLister.
 func (m *RAMStore) ListAgents(yield func(agentID string) bool) error {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.states))

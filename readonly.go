@@ -23,7 +23,7 @@ import (
 // Agents, Changes, Proposals, Similar, ExportMemory...) from the
 // directory; its mutations fail, wrapping ErrReadOnly, and its Close then
 // reports the state it could not save. It implements
-// Store, MetaStore and AgentLister.
+// Store, metaStore and agentLister.
 type ReadOnlyStore struct {
 	fs        fsx.FS
 	dir       string
@@ -58,7 +58,7 @@ func (s *ReadOnlyStore) LoadAgent(id string, decode func([]byte) error) error {
 	return nil
 }
 
-// LoadMeta implements MetaStore.
+// LoadMeta implements metaStore.
 func (s *ReadOnlyStore) LoadMeta(name string, decode func([]byte) error) error {
 	if err := checkMetaName(name); err != nil {
 		return err
@@ -87,7 +87,7 @@ func (s *ReadOnlyStore) read(path string, limit int64, decode func([]byte) error
 	return nil
 }
 
-// ListAgents implements AgentLister, as FileStore.ListAgents does.
+// ListAgents implements agentLister, as FileStore.ListAgents does.
 // A file whose agent ID the loop refuses (see FileStore.ListAgents) is
 // not listed, and logged as an error (slog.Default), once for each
 // store.
@@ -117,7 +117,7 @@ func (s *ReadOnlyStore) SaveAgent(id string, _ []byte) error {
 	return fmt.Errorf("selfimprove: save agent %q: %w", id, ErrReadOnly)
 }
 
-// SaveMeta implements MetaStore: it fails, wrapping ErrReadOnly.
+// SaveMeta implements metaStore: it fails, wrapping ErrReadOnly.
 func (s *ReadOnlyStore) SaveMeta(name string, _ []byte) error {
 	return fmt.Errorf("selfimprove: save %s: %w", name, ErrReadOnly)
 }

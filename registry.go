@@ -360,9 +360,9 @@ func (l *Loop) eachAgent(f func(a *agent)) {
 	})
 }
 
-// AgentLister is implemented by a Store that can list the agents it keeps
+// agentLister is implemented by a Store that can list the agents it keeps
 // state for. FileStore and RAMStore implement it.
-type AgentLister interface {
+type agentLister interface {
 	// ListAgents calls yield with each agent ID, in no particular order,
 	// until yield returns false.
 	ListAgents(yield func(agentID string) bool) error
@@ -370,7 +370,7 @@ type AgentLister interface {
 
 // Agents returns the IDs of the agents the loop knows, each once and in no
 // particular order: those in memory, then those only in the store (when
-// it implements AgentLister; not after Close). It creates no agent; a
+// it implements agentLister; not after Close). It creates no agent; a
 // store that cannot be listed is logged and counted in
 // Metrics.StoreErrors.
 func (l *Loop) Agents() iter.Seq[string] {
@@ -383,7 +383,7 @@ func (l *Loop) Agents() iter.Seq[string] {
 			stop = !yield(id)
 			return !stop
 		})
-		lister, ok := l.store.(AgentLister)
+		lister, ok := l.store.(agentLister)
 		if stop || !ok || l.isClosed.Load() {
 			return
 		}

@@ -263,32 +263,6 @@ const (
 	MethodFixed
 )
 
-// The default policy values, the defaults of the RollbackPolicy fields
-// they are named after (DefaultVerifyCalls is MinCalls's,
-// DefaultSequentialMaxCalls is MaxCalls's). DefaultFalseRollbacks and
-// DefaultMissedRollbacks are MethodSequential's; QuickFalseRollbacks and
-// QuickMissedRollbacks are MethodQuick's.
-const (
-	DefaultVerifyCalls            = 10
-	DefaultMinBeforeCalls         = 10
-	DefaultMaxSuccessDrop         = 10.0
-	DefaultMaxLatencyRise         = 20.0
-	DefaultMaxLatencyRiseOnGain   = 400.0
-	DefaultMinLatencyRise         = time.Millisecond
-	DefaultMaxConsecutiveFailures = 5
-	DefaultFalseRollbacks         = 0.004
-	DefaultMissedRollbacks        = 0.02
-	QuickFalseRollbacks           = 0.05
-	QuickMissedRollbacks          = 0.02
-	DefaultSequentialMaxCalls     = 100
-	DefaultCanaryFraction         = 0.1
-	DefaultRefuseFor              = 24 * time.Hour
-	DefaultBackstopCalls          = 60
-	DefaultMaxCostRise            = 20.0
-	DefaultQualityDrop            = 0.05
-	DefaultQualityCooldown        = time.Hour
-)
-
 const (
 	// maxBeforeCalls is how many recent calls each agent keeps for the
 	// recent regime: the largest BeforeCalls.

@@ -17,6 +17,24 @@ import (
 // FileStore is the default; RAMStore keeps everything in memory. A
 // Store shared by several machines (Redis, a database) implements the same
 // five methods.
+//
+// A Store may also have these optional methods, which the loop finds by a
+// type assertion (FileStore and RAMStore have the first three):
+//
+//   - ListAgents(yield func(agentID string) bool) error calls yield with
+//     each agent ID it keeps state for, in no particular order, until
+//     yield returns false: Loop.Agents and the admin API's listing then
+//     include the agents not loaded.
+//   - LoadMeta(name string, decode func(doc []byte) error) error and
+//     SaveMeta(name string, doc []byte) error keep small loop-wide
+//     documents (LoadMeta's error wraps fs.ErrNotExist when there is none;
+//     SaveMeta replaces atomically and durably): the loop keeps there the
+//     list of agents that have proposals, so that Proposals and Approve
+//     find them after a restart before the agents are loaded.
+//   - RecentEvents(n int) ([]Event, error) returns up to n of the newest
+//     events, oldest first: New seeds the recent events (Loop.Events,
+//     Loop.Subscribe, WithRecentEvents) with them, so that they reach back
+//     past a restart. FileStore has it.
 type Store interface {
 	// LoadAgent reads agentID's state and passes it to decode. It returns
 	// an error wrapping fs.ErrNotExist when there is none. When decode
@@ -33,12 +51,12 @@ type Store interface {
 	Close() error
 }
 
-// MetaStore is implemented by a Store that also keeps small loop-wide
+// metaStore is implemented by a Store that also keeps small loop-wide
 // documents. The loop keeps there the list of agents that have proposals,
 // so that Proposals and Approve find them after a restart before the
 // agents are loaded. FileStore (as <dir>/<name>.json) and RAMStore
 // implement it.
-type MetaStore interface {
+type metaStore interface {
 	// LoadMeta reads the document name and passes it to decode; it
 	// returns an error wrapping fs.ErrNotExist when there is none.
 	LoadMeta(name string, decode func(doc []byte) error) error
@@ -46,11 +64,11 @@ type MetaStore interface {
 	SaveMeta(name string, doc []byte) error
 }
 
-// EventHistory is implemented by a Store that can return its newest
+// eventHistory is implemented by a Store that can return its newest
 // events. New seeds the recent events (Loop.Events, Loop.Subscribe,
 // WithRecentEvents) with them, so that they reach back past a restart.
 // FileStore implements it.
-type EventHistory interface {
+type eventHistory interface {
 	// RecentEvents returns up to n of the newest events, oldest first.
 	RecentEvents(n int) ([]Event, error)
 }

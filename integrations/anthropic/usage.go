@@ -8,8 +8,8 @@ import (
 
 	ant "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // WithPrices returns a client option (add it after ClientOptions) that
@@ -23,7 +23,7 @@ import (
 // returns (a stream: once it ends or is closed), so within fn. See
 // docs/quality.md for the one call a program makes at start-up so that
 // costs are booked.
-func WithPrices(prices si.Prices) option.RequestOption {
+func WithPrices(prices price.Table) option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil && len(prices) > 0 {
@@ -34,17 +34,17 @@ func WithPrices(prices si.Prices) option.RequestOption {
 	})
 }
 
-// UsageOf returns the usage a message counted, as selfimprove.Prices
+// UsageOf returns the usage a message counted, as price.Table
 // prices it.
-func UsageOf(u ant.Usage) si.Usage {
-	return si.Usage{Input: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CachedInput: u.CacheReadInputTokens, Output: u.OutputTokens}
+func UsageOf(u ant.Usage) price.Usage {
+	return price.Usage{Input: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CachedInput: u.CacheReadInputTokens, Output: u.OutputTokens}
 }
 
 // tally is the usage one response reported.
 type tally struct {
 	mu    sync.Mutex
 	model string
-	u     si.Usage
+	u     price.Usage
 	seen  bool
 }
 
@@ -85,11 +85,11 @@ func (t *tally) note(data []byte) {
 }
 
 // report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices si.Prices) {
+func (t *tally) report(ctx context.Context, prices price.Table) {
 	t.mu.Lock()
 	model, u, seen := t.model, t.u, t.seen
 	t.mu.Unlock()
 	if seen {
-		prices.AddUsage(ctx, model, u)
+		prices.Add(ctx, model, u)
 	}
 }

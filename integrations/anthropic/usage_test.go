@@ -13,6 +13,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/anthropic"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // Bodies as the Anthropic API sends them (the API reference's examples).
@@ -50,7 +51,7 @@ func TestWithPricesBooksTokenCosts(t *testing.T) {
 	}
 	defer l.Close()
 	l.AddScore(context.Background(), 0) // give calls a place for their cost
-	prices := si.Prices{"claude-3-5-haiku": {Input: 0.8, Output: 4, CachedInput: 0.08}, "claude-sonnet-4-5": {Input: 3, Output: 15, CachedInput: 0.3}}
+	prices := price.Table{"claude-3-5-haiku": {Input: 0.8, Output: 4, CachedInput: 0.08}, "claude-sonnet-4-5": {Input: 3, Output: 15, CachedInput: 0.3}}
 	client := ant.NewClient(append(adapter.ClientOptions(nil), option.WithBaseURL(srv.URL), option.WithAPIKey("k"), adapter.WithPrices(prices))...)
 	params := ant.MessageNewParams{Model: "claude-3-5-haiku-latest", MaxTokens: 64, Messages: []ant.MessageParam{ant.NewUserMessage(ant.NewTextBlock("hi"))}}
 	calls := map[string]func(ctx context.Context) error{

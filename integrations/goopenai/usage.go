@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	goai "github.com/sashabaranov/go-openai"
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // PricedTransport returns a RoundTripper over base (nil:
@@ -22,7 +22,7 @@ import (
 // once the client has read the response (a stream: once it ends or is
 // closed), so within fn. See docs/quality.md for the one call a program
 // makes at start-up so that costs are booked.
-func PricedTransport(prices si.Prices, base http.RoundTripper) http.RoundTripper {
+func PricedTransport(prices price.Table, base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
@@ -30,7 +30,7 @@ func PricedTransport(prices si.Prices, base http.RoundTripper) http.RoundTripper
 }
 
 type priced struct {
-	prices si.Prices
+	prices price.Table
 	base   http.RoundTripper
 }
 
@@ -45,9 +45,9 @@ func (p priced) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // UsageOf returns the usage a chat completion counted, as
-// selfimprove.Prices prices it.
-func UsageOf(u goai.Usage) si.Usage {
-	s := si.Usage{Input: int64(u.PromptTokens), Output: int64(u.CompletionTokens)}
+// price.Table prices it.
+func UsageOf(u goai.Usage) price.Usage {
+	s := price.Usage{Input: int64(u.PromptTokens), Output: int64(u.CompletionTokens)}
 	if u.PromptTokensDetails != nil {
 		s.CachedInput = int64(u.PromptTokensDetails.CachedTokens)
 	}
@@ -58,7 +58,7 @@ func UsageOf(u goai.Usage) si.Usage {
 type tally struct {
 	mu    sync.Mutex
 	model string
-	u     si.Usage
+	u     price.Usage
 	seen  bool
 }
 
@@ -77,11 +77,11 @@ func (t *tally) note(data []byte) {
 }
 
 // report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices si.Prices) {
+func (t *tally) report(ctx context.Context, prices price.Table) {
 	t.mu.Lock()
 	model, u, seen := t.model, t.u, t.seen
 	t.mu.Unlock()
 	if seen {
-		prices.AddUsage(ctx, model, u)
+		prices.Add(ctx, model, u)
 	}
 }

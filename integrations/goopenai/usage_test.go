@@ -13,6 +13,7 @@ import (
 	goai "github.com/sashabaranov/go-openai"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/goopenai"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // Bodies as the OpenAI API sends them (the API reference's examples).
@@ -52,7 +53,7 @@ func TestPricedTransportBooksTokenCosts(t *testing.T) {
 	}
 	defer l.Close()
 	l.AddScore(context.Background(), 0) // give calls a place for their cost
-	prices := si.Prices{"gpt-4o": {Input: 2.5, Output: 10, CachedInput: 1.25}, "gpt-4o-mini": {Input: 0.15, Output: 0.6}}
+	prices := price.Table{"gpt-4o": {Input: 2.5, Output: 10, CachedInput: 1.25}, "gpt-4o-mini": {Input: 0.15, Output: 0.6}}
 	cfg := adapter.ClientConfig("k", adapter.PricedTransport(prices, nil))
 	cfg.BaseURL = srv.URL + "/v1"
 	client := goai.NewClientWithConfig(cfg)

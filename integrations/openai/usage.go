@@ -9,8 +9,8 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // WithPrices returns a client option (add it after ClientOptions) that
@@ -23,7 +23,7 @@ import (
 // client has read the response, before the SDK call returns (a stream:
 // once it ends or is closed), so within fn. See docs/quality.md for the
 // one call a program makes at start-up so that costs are booked.
-func WithPrices(prices si.Prices) option.RequestOption {
+func WithPrices(prices price.Table) option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil && len(prices) > 0 {
@@ -35,21 +35,21 @@ func WithPrices(prices si.Prices) option.RequestOption {
 }
 
 // UsageOf returns the usage a chat completion counted, as
-// selfimprove.Prices prices it.
-func UsageOf(u oai.CompletionUsage) si.Usage {
-	return si.Usage{Input: u.PromptTokens, CachedInput: u.PromptTokensDetails.CachedTokens, Output: u.CompletionTokens}
+// price.Table prices it.
+func UsageOf(u oai.CompletionUsage) price.Usage {
+	return price.Usage{Input: u.PromptTokens, CachedInput: u.PromptTokensDetails.CachedTokens, Output: u.CompletionTokens}
 }
 
 // ResponseUsageOf returns the usage a Responses API response counted.
-func ResponseUsageOf(u responses.ResponseUsage) si.Usage {
-	return si.Usage{Input: u.InputTokens, CachedInput: u.InputTokensDetails.CachedTokens, Output: u.OutputTokens}
+func ResponseUsageOf(u responses.ResponseUsage) price.Usage {
+	return price.Usage{Input: u.InputTokens, CachedInput: u.InputTokensDetails.CachedTokens, Output: u.OutputTokens}
 }
 
 // tally is the usage one response reported.
 type tally struct {
 	mu    sync.Mutex
 	model string
-	u     si.Usage
+	u     price.Usage
 	seen  bool
 }
 
@@ -66,7 +66,7 @@ func (t *tally) note(data []byte) {
 	}
 	var (
 		model string
-		u     si.Usage
+		u     price.Usage
 	)
 	switch {
 	case head.Object == "chat.completion":
@@ -100,11 +100,11 @@ func (t *tally) note(data []byte) {
 }
 
 // report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices si.Prices) {
+func (t *tally) report(ctx context.Context, prices price.Table) {
 	t.mu.Lock()
 	model, u, seen := t.model, t.u, t.seen
 	t.mu.Unlock()
 	if seen {
-		prices.AddUsage(ctx, model, u)
+		prices.Add(ctx, model, u)
 	}
 }

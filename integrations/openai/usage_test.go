@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/openai"
+	"github.com/self-improving-loop/selfimprove/price"
 )
 
 // Bodies as the OpenAI API sends them (the API reference's examples).
@@ -34,7 +35,7 @@ data: [DONE]
 )
 
 // prices in dollars per million tokens.
-var prices = si.Prices{
+var prices = price.Table{
 	"gpt-4o":      {Input: 2.5, Output: 10, CachedInput: 1.25},
 	"gpt-4o-mini": {Input: 0.15, Output: 0.6},
 	"gpt-4.1":     {Input: 2, Output: 8},
@@ -118,7 +119,7 @@ func TestWithPricesUnknownModel(t *testing.T) {
 	defer l.Close()
 	l.AddScore(context.Background(), 0)
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithBaseURL(srv.URL), option.WithAPIKey("k"),
-		adapter.WithPrices(si.Prices{"gpt-4o-mini": {Input: 1, Output: 1}}))...)
+		adapter.WithPrices(price.Table{"gpt-4o-mini": {Input: 1, Output: 1}}))...)
 	l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
 		_, err := client.Chat.Completions.New(ctx, oai.ChatCompletionNewParams{Model: "gpt-4o", Messages: []oai.ChatCompletionMessageParamUnion{oai.UserMessage("hi")}})
 		return err

@@ -1,5 +1,5 @@
 // Package usage watches a response body, as its client reads it, for the
-// token usage it reports: the integrations price it (selfimprove.Prices)
+// token usage it reports: the integrations price it (price.Table)
 // and report it as the call's cost.
 package usage
 

@@ -1,8 +1,16 @@
-package selfimprove
+// Package price turns the token usage of an LLM response into a cost,
+// with a table of per-model prices the program supplies, and reports it
+// as the call's cost (selfimprove.AddCost): the loop then books it per
+// config version and route, and verifies changes on cost per successful
+// call (docs/quality.md). The SDK adapters (integrations/openai,
+// anthropic, goopenai) take a Table and report every response's usage.
+package price
 
 import (
 	"context"
 	"strings"
+
+	"github.com/self-improving-loop/selfimprove"
 )
 
 // Price is what a model costs per million tokens, in the unit the
@@ -18,13 +26,13 @@ type Price struct {
 	CachedInput float64
 }
 
-// Prices maps a model name, as the provider's response names it, to its
+// Table maps a model name, as the provider's response names it, to its
 // price. A name with a date suffix ("gpt-4o-mini-2024-07-18",
 // "claude-3-5-haiku-20241022") that is not in the table takes the price
 // of the name without it ("gpt-4o-mini"). The integrations
 // (integrations/openai, anthropic, goopenai) report each call's token
 // usage priced by it with AddCost; see docs/quality.md.
-type Prices map[string]Price
+type Table map[string]Price
 
 // Usage is the tokens one response counted.
 type Usage struct {
@@ -38,7 +46,7 @@ type Usage struct {
 // Lookup returns the price of model: its own, else that of its name
 // without a date suffix ("-2024-07-18", "-20241022"); false when it has
 // none.
-func (p Prices) Lookup(model string) (Price, bool) {
+func (p Table) Lookup(model string) (Price, bool) {
 	if pr, ok := p[model]; ok {
 		return pr, true
 	}
@@ -70,7 +78,7 @@ func cutDate(model string, n int) (string, bool) {
 // Cost returns what u cost on model: (Input − CachedInput) × Input +
 // CachedInput × CachedInput (Input when 0) + Output × Output, per
 // million; false when model has no price. Negative counts count as 0.
-func (p Prices) Cost(model string, u Usage) (float64, bool) {
+func (p Table) Cost(model string, u Usage) (float64, bool) {
 	pr, ok := p.Lookup(model)
 	if !ok {
 		return 0, false
@@ -83,13 +91,13 @@ func (p Prices) Cost(model string, u Usage) (float64, bool) {
 	return (float64(in-cached)*pr.Input + float64(cached)*cp + float64(out)*pr.Output) / 1e6, true
 }
 
-// AddUsage reports u, priced for model, as the cost of the call whose
-// context is ctx (AddCost), and returns that cost; a model with no price
+// Add reports u, priced for model, as the cost of the call whose
+// context is ctx (selfimprove.AddCost), and returns that cost; a model with no price
 // reports nothing and returns false.
-func (p Prices) AddUsage(ctx context.Context, model string, u Usage) (float64, bool) {
+func (p Table) Add(ctx context.Context, model string, u Usage) (float64, bool) {
 	c, ok := p.Cost(model, u)
 	if ok {
-		AddCost(ctx, c)
+		selfimprove.AddCost(ctx, c)
 	}
 	return c, ok
 }
