@@ -64,6 +64,15 @@ type Options struct {
 	// a bad output (failure.BadOutput), which the loop retries at once.
 	// Default nil: every answer is taken.
 	Check func(*schema.Message) error
+	// ToolPrefix, when set, makes the Middleware of NewMiddleware run
+	// each tool call of the agent through the loop (its
+	// WrapInvokableToolCall and WrapStreamableToolCall hooks, and their
+	// Enhanced forms), as the agent ToolPrefix followed by the tool's
+	// name ("tool:" and "search" give "tool:search"): each tool has its
+	// own stats, threshold and config, a failed call is retried under
+	// that config and recorded. Default "": tool calls run as Eino calls
+	// them. New ignores it (use ToolMiddleware).
+	ToolPrefix string
 }
 
 // Model is a model.ToolCallingChatModel whose calls run under the
