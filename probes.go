@@ -43,7 +43,10 @@ import (
 // for DeadFor, with an EventRouteDead. No
 // strategy move, rollback or return installs a dead route: a rollback
 // whose target is dead moves on to the next live route of the ladder, or
-// keeps the config under verification and files a proposal.
+// keeps the config under verification and files a proposal. A move off a
+// dead route is temporary all the same: the first probe of the route
+// waits until it is no longer dead (a withdrawn model may be reinstated);
+// a probe that finds it dead again marks it for another DeadFor.
 type ProbePolicy struct {
 	// Every is the first interval between probes. Default 1 minute; at
 	// most 24 hours.

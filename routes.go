@@ -20,7 +20,7 @@ import (
 // can fix, probes the primary while it is away, and returns to it once it
 // answers again (see ProbePolicy). A route that answered "no such model"
 // is dead for ProbePolicy.DeadFor: no strategy move, rollback or return
-// installs it.
+// installs it, and the probes of it wait until that time has passed.
 //
 // The zero Routes is an empty ladder: the loop never changes a route.
 type Routes struct {

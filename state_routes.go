@@ -99,18 +99,26 @@ func (s *agentState) routeName(route string, r *ruleBook) string {
 // deadAt returns why route is dead at now (Unix ns), for this agent or
 // loop-wide, and whether it is.
 func (s *agentState) deadAt(route string, now int64, r *ruleBook) (string, bool) {
+	d, ok := s.deadUntil(route, now, r)
+	return d.Why, ok
+}
+
+// deadUntil returns route's dead entry at now (Unix ns) that ends last,
+// for this agent or loop-wide, and whether route is dead.
+func (s *agentState) deadUntil(route string, now int64, r *ruleBook) (deadRoute, bool) {
 	name := s.routeName(route, r)
+	var out deadRoute
 	for _, d := range s.deadList() {
-		if d.Route == name && d.Until > now {
-			return d.Why, true
+		if d.Route == name && d.Until > now && d.Until > out.Until {
+			out = deadRoute{Until: d.Until, Why: d.Why}
 		}
 	}
 	if r.dead != nil {
-		if d, ok := r.dead.dead(name, now); ok {
-			return d.Why, true
+		if d, ok := r.dead.dead(name, now); ok && d.Until > out.Until {
+			out = d
 		}
 	}
-	return "", false
+	return out, out.Until > now
 }
 
 // deadClass reports whether a failure of class on route means the route
@@ -181,7 +189,9 @@ func (s *agentState) markDead(route string, class failure.Class, text string, no
 	eff.dead = append(eff.dead, deadNote{name, until, why})
 	eff.save = true
 	if rs.Away && s.routeName(rs.Home, r) == name {
-		rs.Away, rs.ProbeAt = false, 0 // never go back to a dead route
+		// No probe of a dead route: the next once it has expired (a
+		// withdrawn model may be reinstated).
+		rs.ProbeAt, rs.Every = max(rs.ProbeAt, until), int64(r.probes.Every)
 		eff.probe = true
 	}
 	if !was {
@@ -281,16 +291,18 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	if s.away() {
 		return // moved on down the ladder: still away from the same home
 	}
-	if _, dead := s.deadAt(ch.From.Route, n, r); dead {
-		return
-	}
-	if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) || s.qualityMove(ch) || s.explores(ch) {
+	probeAt := n + int64(r.probes.Every)
+	if d, dead := s.deadUntil(ch.From.Route, n, r); dead {
+		// A move off a dead route (a withdrawn model) is temporary too:
+		// its first probe waits for the route's dead time to end.
+		probeAt = d.Until
+	} else if cl := s.clusterByID(ch.Cluster); cl != nil && !transient(cl.Class) || s.qualityMove(ch) || s.explores(ch) {
 		return // no probe of the old route can tell that its answers are good again
 	}
 	rs := s.route()
 	rs.Home, rs.Away = ch.From.Route, true
 	rs.Every = int64(r.probes.Every)
-	rs.ProbeAt = n + rs.Every
+	rs.ProbeAt = probeAt
 	eff.probe = true
 }
 

@@ -26,9 +26,10 @@
 // Eino runs its callbacks around the wrapper, not around each attempt
 // (see Model.IsCallbacksEnabled).
 //
-// Eino v0.7 has no model middleware for ChatModelAgent (no
-// ChatModelAgentMiddleware.WrapModel): the wrapper is the model itself,
-// which is where Eino's own ModelRetryConfig wraps it too.
+// Eino's hook for a ChatModelAgent's model calls (since v0.8) is
+// adk.ChatModelAgentMiddleware's WrapModel: NewMiddleware returns one,
+// for ChatModelAgentConfig.Handlers. New (the wrapped model) serves a
+// react agent, a compose graph or a ChatModelAgent alike.
 package eino
 
 import (
@@ -63,14 +64,29 @@ type Options struct {
 	// a bad output (failure.BadOutput), which the loop retries at once.
 	// Default nil: every answer is taken.
 	Check func(*schema.Message) error
+	// ToolPrefix, when set, makes the Middleware of NewMiddleware run
+	// each tool call of the agent through the loop (its
+	// WrapInvokableToolCall and WrapStreamableToolCall hooks, and their
+	// Enhanced forms), as the agent ToolPrefix followed by the tool's
+	// name ("tool:" and "search" give "tool:search"): each tool has its
+	// own stats, threshold and config, a failed call is retried under
+	// that config and recorded. Default "": tool calls run as Eino calls
+	// them. New ignores it (use ToolMiddleware).
+	ToolPrefix string
 }
 
 // Model is a model.ToolCallingChatModel whose calls run under the
 // selfimprove loop.
 type Model struct {
 	loop  *si.Loop
-	inner model.ToolCallingChatModel
+	inner model.BaseChatModel
+	// bound is inner with WithTools, nil for the model of
+	// Middleware.WrapModel.
+	bound model.ToolCallingChatModel
 	o     Options
+	// callbacks keeps the call's callback handlers for inner's attempts
+	// (Middleware.WrapModel).
+	callbacks bool
 }
 
 var _ model.ToolCallingChatModel = (*Model)(nil)
@@ -86,7 +102,7 @@ func New(loop *si.Loop, inner model.ToolCallingChatModel, o Options) (*Model, er
 	if o.AgentID == "" {
 		return nil, ErrNoAgentID
 	}
-	return &Model{loop: loop, inner: inner, o: o}, nil
+	return &Model{loop: loop, inner: inner, bound: inner, o: o}, nil
 }
 
 type agentKey struct{}
@@ -103,6 +119,9 @@ func (m *Model) start(ctx context.Context) (context.Context, string) {
 	id, _ := ctx.Value(agentKey{}).(string)
 	if id == "" {
 		id = m.o.AgentID
+	}
+	if m.callbacks {
+		return ctx, id
 	}
 	return callbacks.InitCallbacks(ctx, nil), id
 }
@@ -176,12 +195,20 @@ func (m *Model) Stream(ctx context.Context, input []*schema.Message, opts ...mod
 // WithTools returns the inner model with tools bound (its WithTools),
 // wrapped as m is.
 func (m *Model) WithTools(tools []*schema.ToolInfo) (model.ToolCallingChatModel, error) {
-	inner, err := m.inner.WithTools(tools)
+	if m.bound == nil {
+		return nil, ErrNoTools
+	}
+	inner, err := m.bound.WithTools(tools)
 	if err != nil {
 		return nil, err
 	}
-	return &Model{loop: m.loop, inner: inner, o: m.o}, nil
+	return &Model{loop: m.loop, inner: inner, bound: inner, o: m.o, callbacks: m.callbacks}, nil
 }
+
+// ErrNoTools is the error of WithTools on the model of
+// Middleware.WrapModel, to which Eino binds no tools (it binds them to
+// the agent's model).
+var ErrNoTools = errors.New("eino adapter: the model of Middleware.WrapModel binds no tools")
 
 // IsCallbacksEnabled returns false: Eino runs its callbacks around the
 // wrapper (in a graph or agent), so that they see each call once, with

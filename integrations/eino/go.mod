@@ -3,7 +3,7 @@ module github.com/self-improving-loop/selfimprove/integrations/eino
 go 1.26.0
 
 require (
-	github.com/cloudwego/eino v0.7.36
+	github.com/cloudwego/eino v0.8.5
 	github.com/cloudwego/eino-ext/components/model/openai v0.1.7
 	github.com/meguminnnnnnnnn/go-openai v0.1.1
 	github.com/self-improving-loop/selfimprove v0.0.0

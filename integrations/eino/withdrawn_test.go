@@ -50,10 +50,9 @@ func agent(t *testing.T, m *adapter.Model, streaming bool) *adk.Runner {
 // wrapped model, run by a Runner (streaming and not): the first call
 // that meets a withdrawn primary succeeds on the fallback at its next
 // attempt, and the agent moves there: no run fails, and the withdrawn
-// model gets no more requests. (A withdrawn model is a dead route, not
-// returned to; the return to a primary that recovers from an outage is
-// TestScenarios/OverloadedPrimary.) The loop's clock is simulated, a
-// minute a call.
+// model gets no more requests. (The return once it is reinstated is
+// TestWithdrawnModelMovedToFallbackAndBack.) The loop's clock is
+// simulated, a minute a call.
 func TestWithdrawnModelMovedToFallback(t *testing.T) {
 	for _, streaming := range []bool{false, true} {
 		var s *oaifake.Server
@@ -94,5 +93,23 @@ func TestWithdrawnModelMovedToFallback(t *testing.T) {
 		if fails != 0 || got[0] != "gpt-4.1" || got[1] != "gpt-4o" || old > 2 || l.Config("a").Route != "gpt-4o" {
 			t.Errorf("streaming %v: %d runs failed; %d requests to the withdrawn model (first %q); route %q", streaming, fails, old, got[:2], l.Config("a").Route)
 		}
+	}
+}
+
+// TestWithdrawnModelMovedToFallbackAndBack: an agent whose model calls go
+// through the Middleware hook, run by a real adk.Runner (streaming and
+// not) against the fake OpenAI server, on which the primary is withdrawn
+// (404 model_not_found) for 30 hours, then reinstated: the agent moves to
+// the fallback at once, with no run failing, sends the withdrawn model at
+// most a request a day, and is back on it after the second day's probe
+// (oaifake.Withdrawal). The loop's clock is simulated.
+func TestWithdrawnModelMovedToFallbackAndBack(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		w := oaifake.NewWithdrawal(t, "gpt-4.1", streaming)
+		clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		routes := si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}}
+		l := newLoop(t, si.WithClock(clk), si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		r := hooked(t, l, w.Server.URL, adapter.Options{Routes: routes}, streaming, adk.ToolsConfig{})
+		w.Run(t, clk, l, "a", "gpt-4.1", "gpt-4o", func(ctx context.Context) (string, error) { return ask(ctx, r, "hi") })
 	}
 }

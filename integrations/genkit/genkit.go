@@ -1,9 +1,9 @@
 // Package genkit runs Genkit Go (github.com/firebase/genkit/go) model
-// calls under the selfimprove loop. Middleware returns an
-// ai.ModelMiddleware, given to genkit.Generate (or a prompt, or a flow's
-// calls) with ai.WithMiddleware: each call of the model, each turn of a
-// tool loop included, runs through Loop.ExecuteWithImprovement, under
-// the agent's config:
+// calls under the selfimprove loop. Middleware returns an ai.Middleware
+// (Genkit's middleware interface since v1.7), given to genkit.Generate
+// (or a prompt) with ai.WithUse: its WrapModel hook runs each call of the
+// model, each turn of a tool loop included, through
+// Loop.ExecuteWithImprovement, under the agent's config:
 //
 //   - Config.Route picks the model, through Options.Routes (the route
 //     ladder): a route that names a model calls that model of
@@ -18,14 +18,15 @@
 //     it; through ClientOptions, a stream that ends without "data: [DONE]"
 //     is a failure, retried;
 //   - Options.Check fails an answer the caller cannot use as a bad output
-//     (failure.BadOutput), which the loop retries.
+//     (failure.BadOutput), which the loop retries;
+//   - with Options.ToolPrefix, its WrapTool hook runs each tool call
+//     through the loop too, as an agent of its own per tool.
 //
 // The agent ID is Options.AgentID, one per middleware (make one per
 // agent or flow), unless the call's context names another (WithAgentID).
 //
-// Genkit v1.4 (the newest the module proxy has) has no ai.Middleware
-// with WrapModel nor WithUse; ai.ModelMiddleware with ai.WithMiddleware
-// is its hook for model calls.
+// Genkit deprecates ai.ModelMiddleware (ai.WithMiddleware) for
+// ai.Middleware; the adapter offers only the latter.
 package genkit
 
 import (
@@ -60,6 +61,13 @@ type Options struct {
 	// attempt as a bad output (failure.BadOutput), which the loop
 	// retries at once. Default nil: every answer is taken.
 	Check func(*ai.ModelResponse) error
+	// ToolPrefix, when set, runs each tool call of the Generate calls the
+	// middleware is given to through the loop, as the agent ToolPrefix
+	// followed by the tool's name ("tool:" and "search" give
+	// "tool:search"): each tool has its own stats, threshold and config,
+	// a failed call is retried under that config and recorded. Default
+	// "": tool calls are not run through the loop.
+	ToolPrefix string
 }
 
 // ErrNoAgentID is returned by Middleware for Options without an AgentID.
@@ -77,37 +85,86 @@ func WithAgentID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
 }
 
-// Middleware returns the ai.ModelMiddleware that runs each model call
-// through loop. Put it last in ai.WithMiddleware: a route that names
-// another model calls that model directly, not the middleware after it.
-// A streamed call hands the callback each attempt's chunks: a retried
-// attempt streams again from the start.
-func Middleware(loop *si.Loop, o Options) (ai.ModelMiddleware, error) {
+// Name is the name the middleware of Middleware gives Genkit
+// (ai.Middleware's Name).
+const Name = "selfimprove/loop"
+
+// Middleware returns the ai.Middleware, given to genkit.Generate (or a
+// prompt) with ai.WithUse, whose WrapModel hook runs each model call
+// through loop, and whose WrapTool hook runs each tool call through it
+// when Options.ToolPrefix is set. Put it last in ai.WithUse: a route that
+// names another model calls that model directly, not the middleware
+// after it. A streamed call hands the callback each attempt's chunks: a
+// retried attempt streams again from the start.
+func Middleware(loop *si.Loop, o Options) (ai.Middleware, error) {
 	if o.AgentID == "" {
 		return nil, ErrNoAgentID
 	}
-	return func(next ai.ModelFunc) ai.ModelFunc {
-		return func(ctx context.Context, req *ai.ModelRequest, cb ai.ModelStreamCallback) (*ai.ModelResponse, error) {
-			id, _ := ctx.Value(agentKey{}).(string)
-			if id == "" {
-				id = o.AgentID
+	return &middleware{loop: loop, o: o}, nil
+}
+
+// middleware is the ai.Middleware of Middleware.
+type middleware struct {
+	loop *si.Loop
+	o    Options
+}
+
+// Name returns Name.
+func (*middleware) Name() string { return Name }
+
+// New returns the hooks of one Generate call: WrapModel, and WrapTool
+// when Options.ToolPrefix is set.
+func (m *middleware) New(context.Context) (*ai.Hooks, error) {
+	h := &ai.Hooks{WrapModel: m.wrapModel}
+	if m.o.ToolPrefix != "" {
+		h.WrapTool = m.wrapTool
+	}
+	return h, nil
+}
+
+// wrapModel runs the model call of p through the loop.
+func (m *middleware) wrapModel(ctx context.Context, p *ai.ModelParams, next ai.ModelNext) (*ai.ModelResponse, error) {
+	id, _ := ctx.Value(agentKey{}).(string)
+	if id == "" {
+		id = m.o.AgentID
+	}
+	fn := func(ctx context.Context, req *ai.ModelRequest, cb ai.ModelStreamCallback) (*ai.ModelResponse, error) {
+		return next(ctx, &ai.ModelParams{Request: req, Callback: cb})
+	}
+	var out *ai.ModelResponse
+	_, err := m.loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
+		resp, err := m.o.attempt(ctx, fn, cfg, p.Request, p.Callback)
+		if err == nil && m.o.Check != nil {
+			if cerr := m.o.Check(resp); cerr != nil {
+				return failure.BadOutput(cerr)
 			}
-			var out *ai.ModelResponse
-			_, err := loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
-				resp, err := o.attempt(ctx, next, cfg, req, cb)
-				if err == nil && o.Check != nil {
-					if cerr := o.Check(resp); cerr != nil {
-						return failure.BadOutput(cerr)
-					}
-				}
-				if err == nil {
-					out = resp
-				}
-				return err
-			})
-			return out, err
 		}
-	}, nil
+		if err == nil {
+			out = resp
+		}
+		return err
+	})
+	return out, err
+}
+
+// wrapTool runs the tool call of p through the loop as the agent
+// Options.ToolPrefix followed by the tool's name. A tool's interrupt
+// (ai.IsToolInterruptError) is no failure of the tool: it is booked as a
+// success and returned as it is, not retried.
+func (m *middleware) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.ToolNext) (*ai.MultipartToolResponse, error) {
+	var interrupt error
+	out, _, err := si.Execute(ctx, m.loop, m.o.ToolPrefix+p.Tool.Name(), func(ctx context.Context, _ si.Config) (*ai.MultipartToolResponse, error) {
+		resp, err := next(ctx, p)
+		if ok, _ := ai.IsToolInterruptError(err); ok {
+			interrupt = err
+			return resp, nil
+		}
+		return resp, err
+	})
+	if interrupt != nil {
+		return out, interrupt
+	}
+	return out, err
 }
 
 // attempt makes one call: on the model the config's route names, else

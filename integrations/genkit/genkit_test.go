@@ -37,7 +37,7 @@ func newLoop(t *testing.T, opts ...si.Option) *si.Loop {
 	return l
 }
 
-func middleware(t *testing.T, l *si.Loop, o adapter.Options) ai.ModelMiddleware {
+func middleware(t *testing.T, l *si.Loop, o adapter.Options) ai.Middleware {
 	t.Helper()
 	if o.AgentID == "" {
 		o.AgentID = "a"
@@ -51,8 +51,8 @@ func middleware(t *testing.T, l *si.Loop, o adapter.Options) ai.ModelMiddleware 
 
 // generate is genkit.Generate on "openai/gpt-4o" with the prompt "hi"
 // and mw, streaming to cb when not nil.
-func generate(ctx context.Context, g *genkit.Genkit, mw ai.ModelMiddleware, cb ai.ModelStreamCallback) (string, error) {
-	opts := []ai.GenerateOption{ai.WithModelName("openai/gpt-4o"), ai.WithPrompt("hi"), ai.WithMiddleware(mw)}
+func generate(ctx context.Context, g *genkit.Genkit, mw ai.Middleware, cb ai.ModelStreamCallback) (string, error) {
+	opts := []ai.GenerateOption{ai.WithModelName("openai/gpt-4o"), ai.WithPrompt("hi"), ai.WithUse(mw)}
 	if cb != nil {
 		opts = append(opts, ai.WithStreaming(cb))
 	}

@@ -4,10 +4,12 @@ go 1.26.0
 
 require github.com/self-improving-loop/selfimprove v0.0.0
 
+require github.com/coder/websocket v1.8.14 // indirect
+
 require (
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/buger/jsonparser v1.1.1 // indirect
-	github.com/firebase/genkit/go v1.4.0
+	github.com/firebase/genkit/go v1.11.0
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/goccy/go-yaml v1.17.1 // indirect

@@ -11,8 +11,10 @@ import (
 // as the agent agentID (say "tool:" and the tool's name): the tool has
 // its own stats, threshold and config, a failed call is retried under
 // that config (its transient floor included) and recorded, and the
-// function sees the config's Timeout in its context. Genkit v1.4 has no
-// tool middleware: give the wrapped function to genkit.DefineTool.
+// function sees the config's Timeout in its context. Within
+// genkit.Generate, Options.ToolPrefix does the same for every tool
+// through the middleware's WrapTool hook; WrapTool is for a tool function
+// called elsewhere too: give the wrapped function to genkit.DefineTool.
 //
 //	genkit.DefineTool(g, "search", "searches the web", adapter.WrapTool(loop, "tool:search", search))
 func WrapTool[In, Out any](loop *si.Loop, agentID string, fn ai.ToolFunc[In, Out]) ai.ToolFunc[In, Out] {

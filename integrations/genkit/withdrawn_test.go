@@ -16,10 +16,9 @@ import (
 // middleware (streaming and not): the first call that meets a withdrawn
 // primary succeeds on the fallback at its next attempt, and the agent
 // moves there: no call fails, and the withdrawn model gets no more
-// requests. (A withdrawn model is a dead route, not returned to; the
-// return to a primary that recovers from an outage is
-// TestScenarios/OverloadedPrimary.) The loop's clock is simulated, a
-// minute a call.
+// requests. (The return once it is reinstated is
+// TestWithdrawnModelMovedToFallbackAndBack.) The loop's clock is
+// simulated, a minute a call.
 func TestWithdrawnModelMovedToFallback(t *testing.T) {
 	for _, streaming := range []bool{false, true} {
 		var s *oaifake.Server
@@ -65,5 +64,28 @@ func TestWithdrawnModelMovedToFallback(t *testing.T) {
 		if fails != 0 || got[0] != "gpt-4.1" || got[1] != "gpt-4o" || old > 2 || l.Config("a").Route != "openai/gpt-4o" {
 			t.Errorf("streaming %v: %d calls failed; %d requests to the withdrawn model (first %q); route %q", streaming, fails, old, got[:2], l.Config("a").Route)
 		}
+	}
+}
+
+// TestWithdrawnModelMovedToFallbackAndBack: genkit.Generate with the
+// middleware (streaming and not) against the fake OpenAI server, on
+// which the primary is withdrawn (404 model_not_found) for 30 hours,
+// then reinstated: the agent moves to the fallback at once, with no call
+// failing, sends the withdrawn model at most a request a day, and is
+// back on it after the second day's probe (oaifake.Withdrawal). The
+// loop's clock is simulated.
+func TestWithdrawnModelMovedToFallbackAndBack(t *testing.T) {
+	for _, streaming := range []bool{false, true} {
+		w := oaifake.NewWithdrawal(t, "gpt-4.1", streaming)
+		clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		g := newGenkit(w.Server.URL, nil)
+		routes := si.Routes{Primary: "openai/gpt-4.1", Fallbacks: []string{"openai/gpt-4o"}}
+		l := newLoop(t, si.WithClock(clk), si.WithRoutes(routes), si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+		mw := middleware(t, l, adapter.Options{Routes: routes, Genkit: g})
+		var cb ai.ModelStreamCallback
+		if streaming {
+			cb = func(context.Context, *ai.ModelResponseChunk) error { return nil }
+		}
+		w.Run(t, clk, l, "a", "openai/gpt-4.1", "openai/gpt-4o", func(ctx context.Context) (string, error) { return generate(ctx, g, mw, cb) })
 	}
 }

@@ -57,7 +57,7 @@ func run(w io.Writer) error {
 		return err
 	}
 	ask := func() (string, error) {
-		resp, err := genkit.Generate(ctx, g, ai.WithModelName(provider+oaidemo.OldModel), ai.WithPrompt("What is the answer? Reply in JSON."), ai.WithMiddleware(mw))
+		resp, err := genkit.Generate(ctx, g, ai.WithModelName(provider+oaidemo.OldModel), ai.WithPrompt("What is the answer? Reply in JSON."), ai.WithUse(mw))
 		if err != nil {
 			return "", err
 		}
