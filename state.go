@@ -57,9 +57,11 @@ type agentState struct {
 	// that run ended a cooldown early; they are not saved.
 	analyzing, early bool
 	// leftOpen is the largest cluster the last analysis saw and left
-	// unanswered (see unanswered), by the low 32 bits of its ID as the
-	// tracker keeps them; 0: none. Not saved.
-	leftOpen uint32
+	// unanswered (see unanswered), by the low 16 bits of its ID (a
+	// filter: unanswered checks the cluster itself); 0: none. Not
+	// saved. 16 bits, so that an agent stays in its 3456-byte size class
+	// (TestAgentSizeClass).
+	leftOpen uint16
 	// CircuitOpenUntil is when the agent's open circuit lets a probe
 	// through (Unix ns; 0 when closed).
 	CircuitOpenUntil int64 `json:"circuit_open_until_ns,omitempty"`
@@ -304,7 +306,7 @@ func (s *agentState) trigger(c *call, endN int64, eff *effects) {
 		due = s.Tracker.failuresOf(c.gen, start) >= th.Failures
 	} else if !s.CooldownEarly && c.cluster != 0 && c.cluster != s.CooldownCluster {
 		due = s.Tracker.clusterFailures(uint32(c.cluster), s.Config.Version, start) >= min(th.Failures, recentRing) ||
-			s.leftOpen != 0 && uint32(c.cluster) == s.leftOpen && s.unanswered(c.cluster, start)
+			s.leftOpen != 0 && uint16(c.cluster) == s.leftOpen && s.unanswered(c.cluster, start)
 		early, alone = due, due
 	}
 	if due && prof != ProfileManual && prof != ProfileCritical && !s.abnormal(endN) {

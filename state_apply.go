@@ -64,7 +64,7 @@ func (s *agentState) coolDown(now time.Time, an *Analysis, th Threshold, tw *Twe
 	most := 0
 	for _, c := range an.Clusters {
 		if v, perr := failure.ParseClusterID(c.ID); perr == nil && v != s.CooldownCluster && c.Count > most {
-			s.leftOpen, most = uint32(v), c.Count
+			s.leftOpen, most = uint16(v), c.Count
 		}
 	}
 }
@@ -79,7 +79,7 @@ func (s *agentState) fileReview(now time.Time, an *Analysis, tw *Tweak, r *ruleB
 		eff.rejected = true
 		return err
 	}
-	if v, err := failure.ParseClusterID(tw.Cluster); err == nil && uint32(v) == s.leftOpen {
+	if v, err := failure.ParseClusterID(tw.Cluster); err == nil && uint16(v) == s.leftOpen {
 		s.leftOpen = 0 // answered
 	}
 	if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {

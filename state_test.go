@@ -98,11 +98,11 @@ func TestStateRecordTrigger(t *testing.T) {
 		}, []bool{true, true}, false},
 		{"in cooldown for another cluster: one the analysis left unanswered triggers at the secondary bar", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
-			s.leftOpen = uint32(failure.ClusterOf([]byte("upstream <n>")))
+			s.leftOpen = uint16(failure.ClusterOf([]byte("upstream <n>")))
 		}, []bool{true, true}, true},
 		{"in cooldown for another cluster: left unanswered, then proposed", func(s *agentState) {
 			s.CooldownUntil, s.CooldownCluster = st0.Add(time.Hour).UnixNano(), failure.ClusterOf([]byte("other"))
-			s.leftOpen = uint32(failure.ClusterOf([]byte("upstream <n>")))
+			s.leftOpen = uint16(failure.ClusterOf([]byte("upstream <n>")))
 			s.Proposals = []Proposal{{ClusterID: failure.FormatClusterID(failure.ClusterOf([]byte("upstream <n>")))}}
 		}, []bool{true, true}, false},
 		{"in cooldown for another cluster, ended early once already", func(s *agentState) {
