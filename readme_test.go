@@ -317,4 +317,7 @@ func TestGlossaryCoversTheJargon(t *testing.T) {
 			t.Errorf("docs/glossary.md does not define %q", w)
 		}
 	}
+	if readme, err := os.ReadFile("README.md"); err != nil || !strings.Contains(string(readme), "](docs/glossary.md)") {
+		t.Errorf("README.md does not link the glossary (%v)", err)
+	}
 }

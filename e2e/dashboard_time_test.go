@@ -88,6 +88,7 @@ func TestDashboardTimeAxis(t *testing.T) {
 			do := doer(t, ctx)
 			do("viewport", chromedp.EmulateViewport(int64(w.width), int64(w.height)))
 			checkTimeAxis(t, ctx, srv, d, ch, w.name)
+			checkReadable(t, ctx, w.name)
 			checkOverview(t, ctx, srv, d.l, w.name)
 			do("list", chromedp.Navigate(srv.URL+"/si/#"), until(`document.querySelector("#count").textContent.startsWith("5064 of 5064")`))
 			checkNoTruncatedTimes(t, ctx, "list")
@@ -137,8 +138,8 @@ func checkTimeAxis(t *testing.T, ctx context.Context, srv *httptest.Server, d *d
 	// Labelled ticks, left to right; the zoom buttons change the range.
 	span := func() float64 {
 		ts := eval[[]float64](t, ctx, `[...document.querySelectorAll("#timeline .tick-label")].map(e => +e.dataset.t)`)
-		if len(ts) < 3 || !slices.IsSorted(ts) {
-			t.Errorf("ticks %v: want 3 or more, in order", ts)
+		if len(ts) < 3 || !slices.IsSorted(ts) || !checkTicksApart(t, ctx, width) {
+			t.Errorf("ticks %v: want 3 or more, in order, apart", ts)
 			return 0
 		}
 		return ts[len(ts)-1] - ts[0]
@@ -266,4 +267,42 @@ func checkOverview(t *testing.T, ctx context.Context, srv *httptest.Server, l *s
 	do("overview page 2", chromedp.Click(`#ov-next`), until(`document.querySelector("#ov-info").textContent.includes("page 2 of 85")`))
 	do("overview page 1", chromedp.Click(`#ov-prev`), until(`document.querySelector("#ov-info").textContent.includes("page 1 of 85")`))
 	shot(t, ctx, "overview-"+width)
+}
+
+// checkTicksApart reports whether the timeline's tick labels (and the
+// dates under them) leave each other room: at 390 px the first label,
+// with its date, ran into the next.
+func checkTicksApart(t *testing.T, ctx context.Context, width string) bool {
+	t.Helper()
+	overlaps := eval[[]string](t, ctx, `(() => { const out = [];
+		for (const cls of ["tick-label", "tick-date"]) {
+			const bs = [...document.querySelectorAll("#timeline ." + cls)].map(e => [e.textContent, e.getBoundingClientRect()]);
+			for (let i = 1; i < bs.length; i++) if (bs[i][1].left < bs[i-1][1].right + 2) out.push(bs[i-1][0] + " | " + bs[i][0]);
+		}
+		return out; })()`)
+	if len(overlaps) > 0 {
+		t.Errorf("%s px: tick labels overlap: %q", width, overlaps)
+	}
+	return len(overlaps) == 0
+}
+
+// checkReadable checks, on the agent page, that the latency shows a
+// point where a version's run has one slot (a polyline of one point
+// draws nothing: the panel was empty after a rollback) and that the
+// "what comes next" panel shows all it says without scrolling.
+func checkReadable(t *testing.T, ctx context.Context, width string) {
+	t.Helper()
+	type seen struct {
+		Success, P50, P95      int
+		NextScroll, NextClient float64
+	}
+	s := eval[seen](t, ctx, `({Success: document.querySelectorAll("#timeline circle.dot").length,
+		P50: document.querySelectorAll("#latency circle.lat-dot.p50").length, P95: document.querySelectorAll("#latency circle.lat-dot.p95").length,
+		NextScroll: document.querySelector("#next-panel").scrollHeight, NextClient: document.querySelector("#next-panel").clientHeight})`)
+	if s.Success == 0 || s.P50 != s.Success || s.P95 != s.Success {
+		t.Errorf("%s px: %d success points, %d p50 and %d p95 points shown: want one of each per point", width, s.Success, s.P50, s.P95)
+	}
+	if s.NextScroll > s.NextClient+1 {
+		t.Errorf("%s px: the next panel is cut: %v px of content in %v", width, s.NextScroll, s.NextClient)
+	}
 }

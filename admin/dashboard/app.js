@@ -691,7 +691,10 @@ function ticks(t0, t1, n) {
     const d = new Date(t);
     const day = MONTHS[d.getUTCMonth()] + " " + d.getUTCDate();
     const hm = two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + (step < MIN ? ":" + two(d.getUTCSeconds()) : "");
-    out.push({ t, label: day !== lastDay && (step >= DAY || out.length === 0 || hm.startsWith("00:00")) ? (step >= DAY ? day : day + " " + hm) : hm });
+    // The date goes on a line of its own under the time (the first tick
+    // and where the day changes), so that at 390 px labels never overlap.
+    const newDay = day !== lastDay && (step >= DAY || out.length === 0 || hm.startsWith("00:00"));
+    out.push({ t, label: step >= DAY ? day : hm, date: newDay && step < DAY ? day : "" });
     lastDay = day;
   }
   return out;
@@ -718,7 +721,8 @@ function drawTimeAxis(d) {
   for (const k of ticks(t0, t1, Math.max(4, Math.floor((W - L - R) / 100)))) {
     const tx = x(k.t);
     kids.push(svg("line", { class: "tick", x1: tx, x2: tx, y1: H - B, y2: H - B + 5 }));
-    kids.push(svg("text", { class: "tick-label", x: tx, y: H - B + 18, "text-anchor": "middle", "data-t": k.t, text: k.label }));
+    kids.push(svg("text", { class: "tick-label", x: tx, y: H - B + 16, "text-anchor": "middle", "data-t": k.t, text: k.label }));
+    if (k.date) kids.push(svg("text", { class: "tick-date", x: tx, y: H - B + 29, "text-anchor": "middle", text: k.date }));
   }
   kids.push(svg("line", { id: "timeline-now", class: "now", "data-t": t1, x1: x(t1), x2: x(t1), y1: T, y2: H - B }));
   kids.push(svg("text", { x: x(t1) + 3, y: T + 8, text: "now" }));
@@ -773,6 +777,12 @@ function drawLatency(lg, pts, x, W, L, R, mid) {
   for (const run of byVersion(pts)) {
     for (const [k, cls] of [["p95_ns", "p95"], ["p50_ns", "p50"]]) {
       kids.push(svg("polyline", { class: "lat " + cls, "data-version": run[0].version, points: run.map((p) => x(mid(p)) + "," + y(p[k])).join(" ") }));
+      // A dot per point, so that a slot alone in its run shows too.
+      for (const p of run) {
+        const c = svg("circle", { class: "lat-dot " + cls, cx: x(mid(p)), cy: y(p[k]), r: 2.5 });
+        c.append(svg("title", { text: cls + " v" + p.version + " · " + when(p.t) + " · " + dur(p[k]) }));
+        kids.push(c);
+      }
     }
   }
   lg.replaceChildren(...kids);

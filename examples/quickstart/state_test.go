@@ -1,0 +1,45 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/self-improving-loop/selfimprove"
+)
+
+// TestQuickStartStateIsCurrent keeps the quick start's state directory
+// and reads it as `selfimprove status --dir` does (a read-only store,
+// the real clock): the window holds the calls the quick start printed,
+// as its simulated calls end at the current time (issue 32: they ran in
+// May and status showed CALLS 0).
+func TestQuickStartStateIsCurrent(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	if err := run(&b, dir); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`window: (\d+) calls, (\d+)% success`).FindStringSubmatch(b.String())
+	if m == nil {
+		t.Fatalf("no window line in:\n%s", b.String())
+	}
+	want, _ := strconv.Atoi(m[1])
+	ro, err := selfimprove.OpenReadOnlyStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil),
+		selfimprove.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := l.Stats("order-lookup")
+	if s.Calls != want || want == 0 || strconv.Itoa(int(100*s.SuccessRate+0.5)) != m[2] {
+		t.Errorf("read back at the current time: %d calls, %.0f%% success; the quick start printed %s calls, %s%%",
+			s.Calls, 100*s.SuccessRate, m[1], m[2])
+	}
+}
