@@ -52,7 +52,7 @@ type Fleet interface {
 	// Add adds the counts of one replica's calls to the fleet's, and
 	// returns, for each delta in order, the agent's counts pooled over the
 	// fleet for the delta's generation and the agent's current revision.
-	// A delta with no calls only reads.
+	// A delta with no calls, scores or costs only reads.
 	Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool, error)
 	// Lease gives agentID's lease to owner for ttl, or renews it when
 	// owner holds it; it reports false when another owner holds it.

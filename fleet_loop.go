@@ -511,7 +511,12 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
 	}
 	l.remember(fixes)
-	l.fleetCarry(a, &eff, rep)
+	if eff.decided != nil {
+		if rep == nil {
+			rep = new(Report)
+		}
+		l.carry(context.Background(), a, &eff, rep)
+	}
 	return lag
 }
 

@@ -1,9 +1,6 @@
 package selfimprove
 
-import (
-	"context"
-	"time"
-)
+import "time"
 
 // Scores and costs in a fleet (docs/fleet.md): each replica sends the
 // scores and costs of its calls, and those given later by Loop.Score,
@@ -131,7 +128,7 @@ func (s *agentState) bookPooled(gen uint64, fresh [2]FleetCounts, now time.Time,
 		rec.CostOK += q.CostOK
 		rec.Cost += max(q.Cost, 0)
 		if i == 0 && q.Scored > 0 {
-			s.watchScores(c.Version, q.Scored, max(q.Sum, 0), max(q.Squares, 0), now, r, eff)
+			s.watchScores(c.Version, q.Scored, max(q.Sum, 0), max(q.Squares, 0), now, false, r, eff)
 		}
 	}
 }
@@ -143,21 +140,5 @@ func (l *Loop) fleetPooledQuality(a *agent, d *FleetDelta, p *FleetPool, now tim
 	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
 		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
 		a.dirty = true
-	}
-}
-
-// fleetCarry carries out what the pooled counts decided (rep, when set,
-// gets it): a decision on the change under verification, or an analysis
-// the watch of the mean score started on the other replicas' scores,
-// which runs on its own, not in the flush.
-func (l *Loop) fleetCarry(a *agent, eff *effects, rep *Report) {
-	switch {
-	case eff.decided != nil:
-		if rep == nil {
-			rep = new(Report)
-		}
-		l.carry(context.Background(), a, eff, rep)
-	case eff.analysis != nil:
-		go l.carry(context.Background(), a, eff, new(Report))
 	}
 }

@@ -2,11 +2,13 @@ package selfimprove_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/scoresim"
 )
 
 // scored makes one successful call of id on replica r that scores itself
@@ -122,5 +124,64 @@ func TestFleetPoolsScoresAndCosts(t *testing.T) {
 				t.Fatalf("three replicas rolled back after %d scored calls, one after %d: scores are not pooled", three, one)
 			}
 		})
+	}
+}
+
+// watchedFall runs, round robin over the replicas of a new fleetEnv of
+// n, healthy calls of agent "bot" on route "primary" scored with mean
+// 0.85 (σ 0.25), then calls scored with mean 0.60, a sync after each,
+// until the agent leaves the primary. It returns the calls after the fall.
+func watchedFall(t *testing.T, n int, seed uint64) int {
+	t.Helper()
+	e := newFleetEnv(t, n, &si.BuiltinStrategy{}, si.WithRollbackPolicy(si.RollbackPolicy{}),
+		si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"fallback"}}))
+	for _, l := range e.reps {
+		scoringOn(t, l)
+	}
+	r := rand.New(rand.NewPCG(seed, 30))
+	mean := 0.85
+	call := func(i int) {
+		e.clk.Advance(10 * time.Second)
+		l := e.reps[i%n]
+		score := scoresim.Beta(r, mean, 0.25)
+		if _, err := l.ExecuteWithImprovement(context.Background(), "bot", func(ctx context.Context, _ si.Config) error {
+			e.clk.Advance(100 * time.Millisecond)
+			return l.AddScore(ctx, score)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		e.sync()
+	}
+	for i := range 500 {
+		call(i)
+	}
+	if e.reps[0].Config("bot").Version != 1 {
+		t.Fatalf("seed %d: healthy calls changed the config", seed)
+	}
+	mean = 0.60
+	for i := range 1000 {
+		call(500 + i)
+		if e.reps[0].Config("bot").Route == "fallback" {
+			return i + 1
+		}
+	}
+	t.Fatalf("seed %d: %d replicas: no move after 1000 calls at 0.60", seed, n)
+	return 0
+}
+
+// TestFleetWatchesPooledScores: the watch of the mean score sees the
+// fleet's scores: three replicas, each scoring a third of the calls,
+// leave a primary whose quality fell after as many calls in all as one
+// loop alone, give or take the call that brings the others' scores.
+func TestFleetWatchesPooledScores(t *testing.T) {
+	const seeds = 5
+	var one, three int
+	for seed := range uint64(seeds) {
+		a, b := watchedFall(t, 1, seed+1), watchedFall(t, 3, seed+1)
+		t.Logf("seed %d: moved after %d calls on one replica, %d over three", seed+1, a, b)
+		one, three = one+a, three+b
+	}
+	if three > one+seeds {
+		t.Fatalf("three replicas moved after %d calls in all (5 seeds), one after %d: the watch does not see the fleet's scores", three, one)
 	}
 }

@@ -14,8 +14,10 @@ import (
 
 // sharedPart returns s without what stays with each replica: the call
 // statistics (tracker, clusters), the verification counts, and the
-// scores and costs per version with the watch's run of scores, which the
-// fleet pools separately (fleet_quality.go). It is the value a Fleet
+// scores and costs per version with the watch of the mean score but for
+// the fall a change answers (Watch.Ref): the fleet pools the scores
+// separately (fleet_quality.go), and each replica watches them; the
+// lease makes one of those the watch fires on run the strategy. It is the value a Fleet
 // stores, in the state file format.
 func (s *agentState) sharedPart() agentState {
 	sh := s.snapshot()
@@ -26,13 +28,13 @@ func (s *agentState) sharedPart() agentState {
 	if q := sh.Quality; q != nil {
 		w := q.Watch
 		q.Recs = nil
-		q.Watch = qualityWatch{Until: w.Until, Ref: w.Ref}
+		q.Watch = qualityWatch{Ref: w.Ref}
 	}
 	return sh
 }
 
-// ownQuality puts s's own scores and costs per version, and its watch's
-// run of scores, into b (the quality book of a state taken from the
+// ownQuality puts s's own scores and costs per version, and its watch
+// (but for Ref), into b (the quality book of a state taken from the
 // fleet, which holds neither): see sharedPart.
 func (s *agentState) ownQuality(b **qualityBook) {
 	own := s.Quality
@@ -45,7 +47,7 @@ func (s *agentState) ownQuality(b **qualityBook) {
 	q := *b
 	q.Recs = own.Recs
 	w := own.Watch
-	w.Until, w.Ref = q.Watch.Until, q.Watch.Ref
+	w.Ref = q.Watch.Ref
 	q.Watch = w
 }
 

@@ -54,13 +54,15 @@ type qualityWatch struct {
 // watch, and starts an analysis when the watch fires (see RollbackPolicy.
 // QualityDrop). The score is already booked.
 func (s *agentState) watchScore(version int, score float64, now time.Time, r *ruleBook, eff *effects) {
-	s.watchScores(version, 1, score, score*score, now, r, eff)
+	s.watchScores(version, 1, score, score*score, now, true, r, eff)
 }
 
 // watchScores feeds n scores of version, summing sum with squares
 // summing squares, to the watch (see watchScore): one call's, or those of
-// other replicas that a fleet's pool brought. They are already booked.
-func (s *agentState) watchScores(version int, n int64, sum, squares float64, now time.Time, r *ruleBook, eff *effects) {
+// other replicas that a fleet's pool brought, which do not fire it (fire
+// false): the replica's next scored call does, as its next failure
+// answers the failures the pool brought. They are already booked.
+func (s *agentState) watchScores(version int, n int64, sum, squares float64, now time.Time, fire bool, r *ruleBook, eff *effects) {
 	p := &r.policy
 	if !on(p.QualityDrop) || version != s.Config.Version || s.Verifying != nil || eff.analysis != nil || s.Quality == nil {
 		return
@@ -90,7 +92,7 @@ func (s *agentState) watchScores(version int, n int64, sum, squares float64, now
 		return
 	}
 	endN := now.UnixNano()
-	if lw < -math.Log(qualityWatchAlpha) || s.analyzing || endN < w.Until ||
+	if !fire || lw < -math.Log(qualityWatchAlpha) || s.analyzing || endN < w.Until ||
 		s.Tracker.Total < int64(p.MinBeforeCalls) && !s.operatorThreshold() {
 		return
 	}

@@ -91,11 +91,18 @@ func TestPooledScores(t *testing.T) {
 	}
 	for r, l := range ls {
 		v, _ := l.View(id)
-		if got := v.Versions[1]; got.Scored != int(scored) || got.Costed != int(costed) || !near(got.Quality, sum/float64(scored)) ||
-			!near(got.Cost, costs) {
-			t.Fatalf("replica %d's record of version 1: %d scores (mean %v), %d costs (%v); want %d (%v), %d (%v)",
-				r, got.Scored, got.Quality, got.Costed, got.Cost, scored, sum/float64(scored), costed, costs)
-		}
+		wantRecord(t, r, v.Versions[1], scored, costed, sum, costs)
+	}
+}
+
+// wantRecord fails the test unless got, replica r's record of a version,
+// holds the scored scores summing sum and the costed costs summing costs.
+func wantRecord(t *testing.T, r int, got si.Stats, scored, costed int64, sum, costs float64) {
+	t.Helper()
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*(1+math.Abs(b)) }
+	if got.Scored != int(scored) || got.Costed != int(costed) || !near(got.Quality, sum/float64(scored)) || !near(got.Cost, costs) {
+		t.Fatalf("replica %d's record of version 1: %d scores (mean %v), %d costs (%v); want %d (%v), %d (%v)",
+			r, got.Scored, got.Quality, got.Costed, got.Cost, scored, sum/float64(scored), costed, costs)
 	}
 }
 
