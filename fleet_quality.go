@@ -18,6 +18,13 @@ type fleetArms struct {
 	// sent is this replica's counts of the arms (change, control) the
 	// fleet has; seen, the other replicas' it has booked.
 	sent, seen [2]FleetCounts
+	// started says a pool was booked. stored says the agent's records
+	// came from the store, under generation storedGen: when the first
+	// pool is of it, what the fleet had counted of it before is not
+	// booked, since the records may hold it already (this replica's
+	// scores before a restart, and those it had booked of the others).
+	started, stored bool
+	storedGen       uint64
 }
 
 // score books, for the fleet, a score given later to a call of
@@ -66,18 +73,19 @@ func (l *Loop) fleetScored(a *agent, version int, score float64) {
 // pool p that fa had not booked. The agent's mu is held.
 func (fa *fleetAgent) bookArms(d *FleetDelta, p *FleetPool) (fresh [2]FleetCounts) {
 	ar := &fa.arms
-	if d.Gen != ar.gen {
+	restart := !ar.started && ar.stored && d.Gen == ar.storedGen
+	if d.Gen != ar.gen || !ar.started {
 		if d.Gen < ar.gen {
 			return fresh
 		}
-		*ar = fleetArms{gen: d.Gen}
+		*ar = fleetArms{gen: d.Gen, started: true}
 	}
 	mine := [2]FleetCounts{d.Change, d.Control}
 	pooled := [2]FleetCounts{p.Change, p.Control}
 	for i := range ar.sent {
 		ar.sent[i].Add(mine[i])
 		others := pooled[i].sub(ar.sent[i])
-		if others.negative() {
+		if restart || others.negative() {
 			// The fleet's counts of the generation started again, or it
 			// counts a later one: from this delta on.
 			ar.sent[i] = mine[i]

@@ -185,3 +185,39 @@ func TestFleetWatchesPooledScores(t *testing.T) {
 		t.Fatalf("three replicas moved after %d calls in all (5 seeds), one after %d: the watch does not see the fleet's scores", three, one)
 	}
 }
+
+// TestFleetScoresAfterRestart: a replica restarted on its store in the
+// middle of a generation does not book again the scores its records
+// already hold (its own before the restart, and the others' it had
+// booked); a new replica books the others' scores of the generation.
+func TestFleetScoresAfterRestart(t *testing.T) {
+	e := newFleetEnv(t, 2, nil)
+	for _, l := range e.reps {
+		scoringOn(t, l)
+	}
+	for i := range 20 {
+		e.scored(i%2, "a", 0.8, 1, false)
+		e.sync()
+	}
+	store := si.NewRAMStore()
+	e.opts = []si.Option{si.WithStore(store)}
+	e.add() // a new replica, on a store of its own
+	scoringOn(t, e.reps[2])
+	e.scored(2, "a", 0.8, 1, false)
+	e.sync()
+	e.sync()
+	if err := e.reps[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.reps[2] = e.add() // restarted on the same store
+	e.reps = e.reps[:3]
+	scoringOn(t, e.reps[2])
+	e.scored(2, "a", 0.8, 1, false)
+	e.sync()
+	e.sync()
+	for r, l := range e.reps {
+		if v, _ := l.View("a"); v.Versions[1].Scored != 22 || v.Versions[1].Costed != 22 {
+			t.Errorf("replica %d's record: %d scores, %d costs; 22 were made", r, v.Versions[1].Scored, v.Versions[1].Costed)
+		}
+	}
+}
