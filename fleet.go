@@ -52,7 +52,7 @@ type Fleet interface {
 	// Add adds the counts of one replica's calls to the fleet's, and
 	// returns, for each delta in order, the agent's counts pooled over the
 	// fleet for the delta's generation and the agent's current revision.
-	// A delta with no calls only reads.
+	// A delta with no calls, scores or costs only reads.
 	Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool, error)
 	// Lease gives agentID's lease to owner for ttl, or renews it when
 	// owner holds it; it reports false when another owner holds it.
@@ -93,6 +93,15 @@ type FleetCounts struct {
 	// is the fleet's run as the deltas arrive: a delta with a success
 	// starts it again (see Add).
 	Consecutive int64
+	// Scored counts the scores in [0, 1] the calls were given (in the
+	// call or later, by Loop.Score), ScoreSum sums them and
+	// ScoreSquares their squares. Costed counts the calls that reported
+	// a cost, CostOK the successful ones among them, and Cost is their
+	// total. A delta may carry scores and costs without calls: those of
+	// earlier calls of the same arm.
+	Scored, Costed, CostOK int64
+	ScoreSum, ScoreSquares float64
+	Cost                   float64
 }
 
 // Add adds the later counts o to c: the sums add up, and the run of
@@ -102,6 +111,12 @@ func (c *FleetCounts) Add(o FleetCounts) {
 	c.Failures += o.Failures
 	c.LatencyNS += o.LatencyNS
 	c.SuccessLatencyNS += o.SuccessLatencyNS
+	c.Scored += o.Scored
+	c.ScoreSum += o.ScoreSum
+	c.ScoreSquares += o.ScoreSquares
+	c.Costed += o.Costed
+	c.CostOK += o.CostOK
+	c.Cost += o.Cost
 	if o.Calls > o.Failures {
 		c.Consecutive = o.Consecutive
 	} else {
@@ -109,15 +124,42 @@ func (c *FleetCounts) Add(o FleetCounts) {
 	}
 }
 
-// negative reports whether a sum of c is below zero.
+// negative reports whether a sum of c is below zero (a float sum by more
+// than its rounding: c is a difference of sums).
 func (c FleetCounts) negative() bool {
-	return c.Calls < 0 || c.Failures < 0 || c.LatencyNS < 0 || c.SuccessLatencyNS < 0
+	const tol = -1e-9
+	return c.Calls < 0 || c.Failures < 0 || c.LatencyNS < 0 || c.SuccessLatencyNS < 0 ||
+		c.Scored < 0 || c.Costed < 0 || c.CostOK < 0 ||
+		c.ScoreSum < tol*float64(c.Scored+1) || c.ScoreSquares < tol*float64(c.Scored+1) || c.Cost < tol*(c.Cost+1)
 }
 
 // sub returns c's sums minus o's.
 func (c FleetCounts) sub(o FleetCounts) FleetCounts {
 	return FleetCounts{Calls: c.Calls - o.Calls, Failures: c.Failures - o.Failures, LatencyNS: c.LatencyNS - o.LatencyNS,
-		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS}
+		SuccessLatencyNS: c.SuccessLatencyNS - o.SuccessLatencyNS,
+		Scored:           c.Scored - o.Scored, ScoreSum: c.ScoreSum - o.ScoreSum, ScoreSquares: c.ScoreSquares - o.ScoreSquares,
+		Costed: c.Costed - o.Costed, CostOK: c.CostOK - o.CostOK, Cost: c.Cost - o.Cost}
+}
+
+// quality returns c's scores and costs as a qualityRec's.
+func (c FleetCounts) quality() qualityRec {
+	return qualityRec{Scored: c.Scored, Sum: c.ScoreSum, Squares: c.ScoreSquares, Costed: c.Costed, CostOK: c.CostOK, Cost: c.Cost}
+}
+
+// addQuality adds the score and cost of one call (failed or not) to c.
+func (c *FleetCounts) addQuality(q quality, failed bool) {
+	if q.scored {
+		c.Scored++
+		c.ScoreSum += q.score
+		c.ScoreSquares += q.score * q.score
+	}
+	if q.costed {
+		c.Costed++
+		c.Cost += q.cost
+		if !failed {
+			c.CostOK++
+		}
+	}
 }
 
 // FleetFailure is one failed call, as replicas tell each other of it.

@@ -20,6 +20,11 @@ func (l *Loop) fleetAttach(a *agent) {
 	fa := &fleetAgent{}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
+	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {
+		// The store's records may hold this replica's scores of the
+		// generation, which the fleet's arms hold too (see bookArms).
+		fa.arms.stored, fa.arms.storedGen = true, a.s.Gen
+	}
 	fa.base, _ = encodeShared(&a.s)
 	if l.fleet.down.Load() {
 		// Backing off: the flusher finds when the fleet is back.

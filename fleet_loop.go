@@ -75,6 +75,9 @@ type fleetAgent struct {
 	// delta whose answer was lost, sent again unchanged before any other.
 	batch   uint64
 	pending *FleetDelta
+	// arms is what was sent and booked of the generation's arms: the
+	// scores and costs (fleet_quality.go).
+	arms fleetArms
 	// orphan is a decision whose commit failed without an answer: it may
 	// still have landed (see fleetOrphan). Guarded by the agent's mu.
 	orphan *fleetOrphan
@@ -466,6 +469,8 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		return lag
 	}
 	fresh := fa.book(d, p)
+	var eff effects
+	l.fleetPooledQuality(a, d, p, now, &eff)
 	var fails []FleetFailure
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
@@ -485,7 +490,6 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		// Fixes attach to the clusters the failure memory knows.
 		fixes = fixesOf(a.s.Changes, nil)
 	}
-	var eff effects
 	if a.s.Verifying != nil && p.Gen == a.s.Gen {
 		var unsent, unsentControl FleetCounts
 		if fa.tally.gen == p.Gen {
@@ -493,9 +497,9 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		}
 		a.s.pool(p.Change, p.Control, unsent, unsentControl)
 		a.s.judge(now, &l.rules, &eff)
-		if eff.publish || eff.circuit || len(eff.events) > 0 {
-			a.commitLocked(&eff, l.canaryCut > 0)
-		}
+	}
+	if eff.publish || eff.circuit || len(eff.events) > 0 {
+		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	a.mu.Unlock()
 	for i := range fails {

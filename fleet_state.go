@@ -13,16 +13,42 @@ import (
 // clock, no lock.
 
 // sharedPart returns s without what stays with each replica: the call
-// statistics (tracker, clusters) and the verification counts, which the
-// fleet pools separately. It is the value a Fleet stores, in the state
-// file format.
+// statistics (tracker, clusters), the verification counts, and the
+// scores and costs per version with the watch of the mean score but for
+// the fall a change answers (Watch.Ref): the fleet pools the scores
+// separately (fleet_quality.go), and each replica watches them; the
+// lease makes one of those the watch fires on run the strategy. It is the value a Fleet
+// stores, in the state file format.
 func (s *agentState) sharedPart() agentState {
 	sh := s.snapshot()
 	sh.Tracker = tracker{Win: window{Width: slotWidth(profiles[len(profiles)-1].threshold.Window)}}
 	sh.Clusters = nil
 	sh.Verify, sh.Control, sh.Streak = counts{}, counts{}, streak{}
 	sh.analyzing, sh.early, sh.leftOpen = false, false, 0
+	if q := sh.Quality; q != nil {
+		w := q.Watch
+		q.Recs = nil
+		q.Watch = qualityWatch{Ref: w.Ref}
+	}
 	return sh
+}
+
+// ownQuality puts s's own scores and costs per version, and its watch
+// (but for Ref), into b (the quality book of a state taken from the
+// fleet, which holds neither): see sharedPart.
+func (s *agentState) ownQuality(b **qualityBook) {
+	own := s.Quality
+	if own == nil {
+		return
+	}
+	if *b == nil {
+		*b = new(qualityBook)
+	}
+	q := *b
+	q.Recs = own.Recs
+	w := own.Watch
+	w.Ref = q.Watch.Ref
+	q.Watch = w
 }
 
 // encodeShared encodes s's shared part.
@@ -32,13 +58,15 @@ func encodeShared(s *agentState) ([]byte, error) {
 }
 
 // adopt takes the shared part of sh (decoded from the fleet), keeping s's
-// own call statistics, and its verification counts while the same change
+// own call statistics, its scores and costs per version, and its verification counts while the same change
 // is verified under the same generation.
 func (s *agentState) adopt(sh *agentState) {
 	keep := s.Verifying != nil && sh.Verifying != nil && s.Verifying.ID == sh.Verifying.ID && s.Gen == sh.Gen
 	tr, cl, an, early, open := s.Tracker, s.Clusters, s.analyzing, s.early, s.leftOpen
 	v, c, k := s.Verify, s.Control, s.Streak
-	*s = sh.snapshot()
+	next := sh.snapshot()
+	s.ownQuality(&next.Quality)
+	*s = next
 	s.Tracker, s.Clusters, s.analyzing, s.early, s.leftOpen = tr, cl, an, early, open
 	s.Verify, s.Control, s.Streak = counts{}, counts{}, streak{}
 	if keep {
@@ -146,6 +174,9 @@ func (t *fleetTally) count(c *call) {
 	}
 	side.Calls++
 	side.LatencyNS += int64(c.dur)
+	if c.q.any() {
+		side.addQuality(c.q, c.failed)
+	}
 	if c.failed {
 		side.Failures++
 		side.Consecutive++

@@ -219,6 +219,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	if ok {
 		a.dirty = true
 		a.s.bookQuality(version, route, quality{score: score, scored: true}, false)
+		l.fleetScored(a, version, score)
 		a.s.judgeScored(version, now, &l.rules, &eff)
 		a.s.watchScore(version, score, now, &l.rules, &eff)
 		a.s.exploreDue(now, &l.rules, &eff)

@@ -81,6 +81,25 @@ func (s *agentState) qualityOf(version int) *qualityRec {
 // record goes, but for those of the config in force and of the change
 // under verification.
 func (s *agentState) bookQuality(version int, route string, q quality, failed bool) {
+	r := s.recordOf(version, route)
+	if q.scored {
+		r.Scored++
+		r.Sum += q.score
+		r.Squares += q.score * q.score
+	}
+	if q.costed {
+		r.Costed++
+		r.Cost += q.cost
+		if !failed {
+			r.CostOK++
+		}
+	}
+}
+
+// recordOf returns version's record, making one (for route) when it has
+// none: the oldest record goes, but for those of the config in force and
+// of the change under verification.
+func (s *agentState) recordOf(version int, route string) *qualityRec {
 	r := s.qualityOf(version)
 	if r == nil {
 		if s.Quality == nil {
@@ -100,18 +119,7 @@ func (s *agentState) bookQuality(version int, route string, q quality, failed bo
 		b.Recs = append(b.Recs, qualityRec{Version: version, Route: route})
 		r = &b.Recs[len(b.Recs)-1]
 	}
-	if q.scored {
-		r.Scored++
-		r.Sum += q.score
-		r.Squares += q.score * q.score
-	}
-	if q.costed {
-		r.Costed++
-		r.Cost += q.cost
-		if !failed {
-			r.CostOK++
-		}
-	}
+	return r
 }
 
 // bookCall books the score and cost call c reported of itself, for the

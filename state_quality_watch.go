@@ -54,6 +54,15 @@ type qualityWatch struct {
 // watch, and starts an analysis when the watch fires (see RollbackPolicy.
 // QualityDrop). The score is already booked.
 func (s *agentState) watchScore(version int, score float64, now time.Time, r *ruleBook, eff *effects) {
+	s.watchScores(version, 1, score, score*score, now, true, r, eff)
+}
+
+// watchScores feeds n scores of version, summing sum with squares
+// summing squares, to the watch (see watchScore): one call's, or those of
+// other replicas that a fleet's pool brought, which do not fire it (fire
+// false): the replica's next scored call does, as its next failure
+// answers the failures the pool brought. They are already booked.
+func (s *agentState) watchScores(version int, n int64, sum, squares float64, now time.Time, fire bool, r *ruleBook, eff *effects) {
 	p := &r.policy
 	if !on(p.QualityDrop) || version != s.Config.Version || s.Verifying != nil || eff.analysis != nil || s.Quality == nil {
 		return
@@ -64,26 +73,26 @@ func (s *agentState) watchScore(version int, score float64, now time.Time, r *ru
 	}
 	if w.N == 0 {
 		rec := s.qualityOf(version)
-		n := float64(rec.Scored - 1) // the scores before this one
-		if n < qualityWatchMin {
+		before := float64(rec.Scored - n) // the scores before these
+		if before < qualityWatchMin {
 			return
 		}
-		mean := (rec.Sum - score) / n
-		sd := math.Sqrt(max((rec.Squares-score*score)/n-mean*mean, 0))
-		if w.Mean = mean - sd/math.Sqrt(n) - p.QualityDrop; !(w.Mean > 0) {
+		mean := (rec.Sum - sum) / before
+		sd := math.Sqrt(max((rec.Squares-squares)/before-mean*mean, 0))
+		if w.Mean = mean - sd/math.Sqrt(before) - p.QualityDrop; !(w.Mean > 0) {
 			return // no fall to watch for
 		}
 	}
-	w.N++
-	w.Sum += score
-	w.Squares += score * score
+	w.N += n
+	w.Sum += sum
+	w.Squares += squares
 	lw := verdict.LogWealth(int(w.N), w.Sum, w.Squares, w.Mean)
 	if lw <= 0 {
 		w.N, w.Sum, w.Squares = 0, 0, 0
 		return
 	}
 	endN := now.UnixNano()
-	if lw < -math.Log(qualityWatchAlpha) || s.analyzing || endN < w.Until ||
+	if !fire || lw < -math.Log(qualityWatchAlpha) || s.analyzing || endN < w.Until ||
 		s.Tracker.Total < int64(p.MinBeforeCalls) && !s.operatorThreshold() {
 		return
 	}

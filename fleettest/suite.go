@@ -29,6 +29,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run("RacingCommits", testRacingCommits)
 	run("Notifications", testNotifications)
 	run("PooledCounts", testPooledCounts)
+	run("PooledScores", testPooledScores)
 	run("FailuresBounded", testFailuresBounded)
 	run("Lease", testLease)
 	run("Events", testEvents)

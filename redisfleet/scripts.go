@@ -88,35 +88,47 @@ redis.call('HSET', KEYS[1], 'rev', s, 'val', ARGV[2], 'id', ARGV[3], 'len', stri
 return nrev
 `)
 
-// countFields are the fields of the counts hash n: the generation, the
-// failure sequence, and calls, failures, latency, success latency and
-// consecutive failures for the change (c), the control (k) and all
-// generations (t).
-var countFields = `{'gen', 'seq', 'cc', 'cf', 'cl', 'co', 'ck', 'kc', 'kf', 'kl', 'ko', 'kk', 'tc', 'tf', 'tl', 'to', 'tk'}`
+// countFields are the integer fields of the counts hash n: the
+// generation, the failure sequence, and calls, failures, latency, success
+// latency, consecutive failures, scores (n), calls with a cost (x) and
+// successful ones among them (y) for the change (c), the control (k) and
+// all generations (t). sumFields are its float fields: the scores' sum
+// (s), their squares' (q) and the cost (z).
+var countFields = `{'gen', 'seq', 'cc', 'cf', 'cl', 'co', 'ck', 'cn', 'cx', 'cy', 'kc', 'kf', 'kl', 'ko', 'kk', 'kn', 'kx', 'ky',
+  'tc', 'tf', 'tl', 'to', 'tk', 'tn', 'tx', 'ty'}`
+var sumFields = `{'cs', 'cq', 'cz', 'ks', 'kq', 'kz', 'ts', 'tq', 'tz'}`
 
 // addScript adds one delta: KEYS n, f, s, b, n-bad, f-bad; ARGV gen,
 // change (5), control (5), ttl ms, failure count, failures..., cap,
-// replica, batch, max value.
+// replica, batch, max value, change's scores and costs (6), control's
+// (6).
 //
-// It first checks the counts (n: a hash of at most 32 fields, each of our
-// fields an integer from 0 to 4e18, failures at most calls, success
-// latency at most latency, the run at most the failures) and the
+// It first checks the counts (n: a hash of at most 64 fields, each of our
+// integer fields from 0 to 4e18, failures at most calls, success
+// latency at most latency, the run at most the failures; each float
+// field a number from 0 to 1e300, the scores' sum at most their count
+// and their squares' at most their sum, with room for rounding; calls
+// with a cost and a success at most those with a cost) and the
 // failures (f: a list of at most twice the cap, each "<seq> {...}" of at
 // most 4 KiB), and sets aside what fails. A batch (replica, number) the
 // fleet has booked (b: each replica's latest batch) is not booked again:
 // a delta sent again after its answer was lost counts once. It returns
-// {rev or "bad", same generation, counts (15), failures, server time
-// {s, µs}, what was set aside}.
+// {rev or "bad", same generation, counts (33: the 5 counts and 6 scores
+// and costs of the change, the control and the total), failures, server
+// time {s, µs}, what was set aside}.
 var addScript = redis.NewScript(luaLib + `
 local n, fl, b = KEYS[1], KEYS[2], KEYS[4]
-local F = ` + countFields + `
+local F, FS = ` + countFields + `, ` + sumFields + `
 local aside = ''
 local function countsOK()
   local t = typeOf(n)
   if t == 'none' then return true end
-  if t ~= 'hash' or redis.call('HLEN', n) > 32 then return false end
+  if t ~= 'hash' or redis.call('HLEN', n) > 64 then return false end
   for _, f in ipairs(F) do
     if redis.call('HSTRLEN', n, f) > 19 then return false end
+  end
+  for _, f in ipairs(FS) do
+    if redis.call('HSTRLEN', n, f) > 32 then return false end
   end
   local v = redis.call('HMGET', n, unpack(F))
   local x = {}
@@ -130,9 +142,16 @@ local function countsOK()
       x[F[i]] = 0
     end
   end
+  for i, s in ipairs(redis.call('HMGET', n, unpack(FS))) do
+    local num = 0
+    if s then num = tonumber(s) end
+    if num == nil or not (num >= 0 and num <= 1e300) then return false end
+    x[FS[i]] = num
+  end
   if x['gen'] >= MAXREV then return false end
   for _, p in ipairs({'c', 'k', 't'}) do
     if x[p..'f'] > x[p..'c'] or x[p..'o'] > x[p..'l'] or x[p..'k'] > x[p..'f'] then return false end
+    if x[p..'s'] > x[p..'n'] * (1 + 1e-9) + 1e-9 or x[p..'q'] > x[p..'s'] * (1 + 1e-9) + 1e-9 or x[p..'y'] > x[p..'x'] then return false end
   end
   return true
 end
@@ -165,7 +184,11 @@ if batch ~= '0' then
 end
 local gen = tonumber(ARGV[1])
 local cur = tonumber(redis.call('HGET', n, 'gen') or '0')
-local function add(p, i)
+local function addSum(f, a)
+  local v = tonumber(redis.call('HGET', n, f) or '0') + tonumber(a)
+  redis.call('HSET', n, f, string.format('%.17g', v))
+end
+local function add(p, i, j)
   local calls, fails = tonumber(ARGV[i]), tonumber(ARGV[i+1])
   redis.call('HINCRBY', n, p..'c', calls)
   redis.call('HINCRBY', n, p..'f', fails)
@@ -176,18 +199,30 @@ local function add(p, i)
   else
     redis.call('HINCRBY', n, p..'k', fails)
   end
+  if ARGV[j] ~= '0' then
+    redis.call('HINCRBY', n, p..'n', ARGV[j])
+    addSum(p..'s', ARGV[j+1])
+    addSum(p..'q', ARGV[j+2])
+  end
+  if ARGV[j+3] ~= '0' then
+    redis.call('HINCRBY', n, p..'x', ARGV[j+3])
+    redis.call('HINCRBY', n, p..'y', ARGV[j+4])
+    addSum(p..'z', ARGV[j+5])
+  end
 end
+local q = 18 + nf
 if not dup then
   if gen > cur then
-    redis.call('HDEL', n, 'cc', 'cf', 'cl', 'co', 'ck', 'kc', 'kf', 'kl', 'ko', 'kk')
+    redis.call('HDEL', n, 'cc', 'cf', 'cl', 'co', 'ck', 'cn', 'cs', 'cq', 'cx', 'cy', 'cz',
+      'kc', 'kf', 'kl', 'ko', 'kk', 'kn', 'ks', 'kq', 'kx', 'ky', 'kz')
     redis.call('HSET', n, 'gen', gen)
     cur = gen
   end
-  add('t', 2)
-  add('t', 7)
+  add('t', 2, q)
+  add('t', 7, q + 6)
   if gen == cur then
-    add('c', 2)
-    add('k', 7)
+    add('c', 2, q)
+    add('k', 7, q + 6)
   end
   for i = 1, nf do
     local seq = redis.call('HINCRBY', n, 'seq', 1)
@@ -203,7 +238,8 @@ local rev = stateOf(KEYS[3], tonumber(ARGV[17 + nf]))
 local revS = 'bad'
 if rev == 0 then revS = '0' elseif rev then revS = redis.call('HGET', KEYS[3], 'rev') end
 return {revS, same,
-  redis.call('HMGET', n, 'cc', 'cf', 'cl', 'co', 'ck', 'kc', 'kf', 'kl', 'ko', 'kk', 'tc', 'tf', 'tl', 'to', 'tk'),
+  redis.call('HMGET', n, 'cc', 'cf', 'cl', 'co', 'ck', 'cn', 'cs', 'cq', 'cx', 'cy', 'cz', 'kc', 'kf', 'kl', 'ko', 'kk',
+    'kn', 'ks', 'kq', 'kx', 'ky', 'kz', 'tc', 'tf', 'tl', 'to', 'tk', 'tn', 'ts', 'tq', 'tx', 'ty', 'tz'),
   redis.call('LRANGE', fl, 0, -1), redis.call('TIME'), aside}
 `)
 

@@ -167,12 +167,27 @@ func checkDelta(d *si.FleetDelta) error {
 	ok := d.Gen < maxRev && len(d.Replica) <= 64 && len(d.AgentID) <= maxAgentID
 	for _, c := range []si.FleetCounts{d.Change, d.Control} {
 		ok = ok && c.Calls >= 0 && c.Failures >= 0 && c.Failures <= c.Calls && c.LatencyNS >= 0 &&
-			c.SuccessLatencyNS >= 0 && c.SuccessLatencyNS <= c.LatencyNS && c.Consecutive >= 0 && c.Consecutive <= c.Calls
+			c.SuccessLatencyNS >= 0 && c.SuccessLatencyNS <= c.LatencyNS && c.Consecutive >= 0 && c.Consecutive <= c.Calls &&
+			sumsOK(c)
 	}
 	if !ok {
 		return fmt.Errorf("redisfleet: add: invalid delta of agent %q: %+v %+v", d.AgentID, d.Change, d.Control)
 	}
 	return nil
+}
+
+// maxSum bounds the float sums of counts (the scripts refuse larger).
+const maxSum = 1e300
+
+// sumsOK reports whether c's scores and costs are in range: counts from 0
+// to 4e18, the scores' sum at most their count and their squares' at
+// most their sum (with room for rounding), successes with a cost at most
+// the calls with one, the cost a number from 0 to maxSum.
+func sumsOK(c si.FleetCounts) bool {
+	const most = 4e18
+	return c.Scored >= 0 && c.Scored <= most && c.Costed >= 0 && c.Costed <= most && c.CostOK >= 0 && c.CostOK <= c.Costed &&
+		c.ScoreSum >= 0 && c.ScoreSum <= float64(c.Scored)*(1+1e-9)+1e-9 &&
+		c.ScoreSquares >= 0 && c.ScoreSquares <= c.ScoreSum*(1+1e-9)+1e-9 && c.Cost >= 0 && c.Cost <= maxSum
 }
 
 // addArgs returns addScript's keys and arguments for d.
@@ -193,6 +208,9 @@ func (f *Fleet) addArgs(d *si.FleetDelta) ([]string, []any) {
 		args = append(args, b)
 	}
 	args = append(args, si.MaxFleetFailures, d.Replica, d.Batch, MaxValue)
+	for _, c := range []si.FleetCounts{d.Change, d.Control} {
+		args = append(args, c.Scored, c.ScoreSum, c.ScoreSquares, c.Costed, c.CostOK, c.Cost)
+	}
 	return []string{k + "n", k + "f", k + "s", k + "b", k + "n-bad", k + "f-bad"}, args
 }
 
@@ -228,8 +246,8 @@ func (f *Fleet) parsePool(v any, at time.Time) si.FleetPool {
 	}
 	same, _ := a[1].(int64)
 	vals, _ := a[2].([]any)
-	if len(vals) != 15 {
-		vals = make([]any, 15)
+	if len(vals) != 33 {
+		vals = make([]any, 33)
 	}
 	num := func(i int) int64 {
 		s, _ := vals[i].(string)
@@ -239,13 +257,27 @@ func (f *Fleet) parsePool(v any, at time.Time) si.FleetPool {
 		}
 		return n
 	}
+	sum := func(i int) float64 {
+		s, _ := vals[i].(string)
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(x >= 0 && x <= maxSum) {
+			return 0
+		}
+		return x
+	}
 	counts := func(i int) si.FleetCounts {
-		return si.FleetCounts{Calls: num(i), Failures: num(i + 1), LatencyNS: num(i + 2), SuccessLatencyNS: num(i + 3), Consecutive: num(i + 4)}
+		c := si.FleetCounts{Calls: num(i), Failures: num(i + 1), LatencyNS: num(i + 2), SuccessLatencyNS: num(i + 3), Consecutive: num(i + 4),
+			Scored: num(i + 5), ScoreSum: sum(i + 6), ScoreSquares: sum(i + 7), Costed: num(i + 8), CostOK: num(i + 9), Cost: sum(i + 10)}
+		if !sumsOK(c) {
+			c.Scored, c.ScoreSum, c.ScoreSquares, c.Costed, c.CostOK, c.Cost = 0, 0, 0, 0, 0, 0
+			bad = append(bad, "invalid scores or costs left out")
+		}
+		return c
 	}
 	if same == 1 {
-		p.Change, p.Control = counts(0), counts(5)
+		p.Change, p.Control = counts(0), counts(11)
 	}
-	p.Total = counts(10)
+	p.Total = counts(22)
 	list, _ := a[3].([]any)
 	skipped := 0
 	for _, e := range list[max(0, len(list)-si.MaxFleetFailures):] {
