@@ -47,6 +47,8 @@ type fleetLink struct {
 	outMu        sync.Mutex
 	outage, upAt int64
 	outages      atomic.Bool
+
+	replicas replicaBook // the replicas seen (fleet_replicas.go)
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -104,6 +106,7 @@ func (l *Loop) closeFleet() error {
 		close(fl.stop)
 		<-fl.done
 		err = l.fleetFlush()
+		l.fleetGone()
 		fl.unsub()
 	})
 	return err
@@ -295,6 +298,7 @@ func (l *Loop) fleetFlush() error {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
+	l.fleetSeen(now)
 	items := l.fleetItems(poll)
 	lag, err := l.fleetSend(items, nil)
 	if err == nil && len(items) > 0 {
