@@ -546,7 +546,9 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 
 // SyncFleet sends the counts of the calls not sent yet to the fleet
 // (WithFleet) and takes the fleet's newer state of every agent in memory,
-// as the background flush does every WithFleetFlush interval. It returns
+// as the background flush does every WithFleetFlush interval; it also
+// tells the fleet this replica is alive and reads the replicas seen
+// (FleetReplicas). It returns
 // nil at once without a fleet, and ErrClosed after Close.
 func (l *Loop) SyncFleet(ctx context.Context) error {
 	if l.fleet == nil {
@@ -564,6 +566,7 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 		}
 		return true
 	})
+	l.fleet.replicas.now.Store(true)
 	return l.fleetFlush()
 }
 

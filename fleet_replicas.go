@@ -27,6 +27,7 @@ const (
 type replicaBook struct {
 	at   time.Time                   // the last note; guarded by flushMu
 	seen atomic.Pointer[[]DeadRoute] // the latest read: Route is a replica's name, Until its note's end
+	now  atomic.Bool                 // the next flush notes and reads at once (SyncFleet)
 }
 
 // fleetSeen notes this replica in the fleet, and reads the replicas
@@ -34,7 +35,7 @@ type replicaBook struct {
 func (l *Loop) fleetSeen(now time.Time) {
 	fl := l.fleet
 	b := &fl.replicas
-	if !b.at.IsZero() && !now.Before(b.at) && now.Sub(b.at) < replicaEvery {
+	if !b.now.Swap(false) && !b.at.IsZero() && !now.Before(b.at) && now.Sub(b.at) < replicaEvery {
 		return
 	}
 	b.at = now
@@ -69,8 +70,8 @@ func (l *Loop) fleetGone() {
 // Metrics.FleetReplica), with when each last told the fleet it was
 // alive. Each replica does so every 5 seconds from its background flush
 // (every WithFleetFlush interval; with an interval of 0, at its flushes
-// only), and reads the others' on the same cadence: the answer is up to
-// 5 seconds old. A replica closed drops out at once, one that died
+// only), and at SyncFleet, and reads the others' on the same cadence:
+// the answer is up to 5 seconds old. A replica closed drops out at once, one that died
 // without Close 20 seconds after it was last seen. The fleet keeps at
 // most MaxFleetNotes of them. It returns nil without a fleet, or before
 // the first read.
