@@ -56,9 +56,13 @@ func (l *Loop) fleetSeen(now time.Time) {
 	b.seen.Store(&seen)
 }
 
-// fleetGone ends this replica's note, at Close.
+// fleetGone ends this replica's note, at Close; not while the replica
+// backs off (its note then ends on its own, replicaTTL after the last).
 func (l *Loop) fleetGone() {
 	fl := l.fleet
+	if fl.down.Load() {
+		return
+	}
 	now := l.clock.Now()
 	ctx, cancel := fl.ctx()
 	defer cancel()
