@@ -1,10 +1,16 @@
 package selfimprove_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
 )
 
 // seen returns the replicas replica r sees, by index in names, and
@@ -73,4 +79,55 @@ func TestFleetReplicasSeen(t *testing.T) {
 			t.Fatalf("replica %d sees %s 20 s after replica 2 stopped, want [0 1]", r, got)
 		}
 	}
+}
+
+// replicaNotes counts the replica notes sent to a fleet.
+type replicaNotes struct {
+	*fleettest.Fleet
+	n atomic.Int64
+}
+
+func (f *replicaNotes) Note(ctx context.Context, kind, name, reason string, until, now time.Time) (bool, error) {
+	if kind == "replica" {
+		f.n.Add(1)
+	}
+	return f.Fleet.Note(ctx, kind, name, reason, until, now)
+}
+
+// TestFleetReplicasCadence: with the default flush (every 200 ms), each
+// replica notes itself every 5 s, not at every flush, and sees the other
+// within 5 s; a closed one is gone within 5 s.
+func TestFleetReplicasCadence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &replicaNotes{Fleet: fleettest.New(nil)}
+		var ls []*si.Loop
+		for range 2 {
+			l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithStrategy(nil), si.WithFleet(f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		defer ls[0].Close()
+		time.Sleep(5100 * time.Millisecond) // flushes at 0.2 s (a note each), 0.4 s, ..., 5.2 s (the next)
+		if n := f.n.Load(); n != 2 {
+			t.Errorf("%d replica notes in 5.1 s of flushes every 200 ms, want 2 (one each)", n)
+		}
+		time.Sleep(200 * time.Millisecond)
+		for i, l := range ls {
+			if n := l.Metrics().FleetReplicas; n != 2 {
+				t.Errorf("replica %d sees %d replicas after 5.3 s, want 2", i, n)
+			}
+		}
+		if err := ls[1].Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second)
+		if got := ls[0].FleetReplicas(); len(got) != 1 {
+			t.Errorf("replica 0 sees %v 5 s after replica 1 closed, want itself alone", got)
+		}
+		if n := f.n.Load(); n != 6 {
+			t.Errorf("%d replica notes, want 6: 2 at 0.2 s and at 5.2 s, 1 at 10.2 s, and replica 1's end at Close", n)
+		}
+	})
 }
