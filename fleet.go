@@ -70,13 +70,16 @@ type Fleet interface {
 	// Events returns up to limit of the latest events, oldest first.
 	Events(ctx context.Context, limit int) ([]Event, error)
 	// Note records, for every replica, that the route name is dead
-	// (kind "route") or that the account-wide cause whose cluster ID is
-	// name is in force (kind "cause"), until until, for reason (at most
-	// 512 bytes). A later until extends a note in force, an earlier one
-	// leaves it; an until not after now ends it. Note reports whether a
-	// note of kind and name was in force at now, so that one replica
-	// alone raises a cause, or its end. A fleet keeps at most
-	// MaxFleetNotes notes, dropping the one that ends first.
+	// (kind "route"), that the account-wide cause whose cluster ID is
+	// name is in force (kind "cause"), or that the replica name is alive
+	// (kind "replica", see Loop.FleetReplicas), until until, for reason
+	// (at most 512 bytes). A later until extends a note in force, an
+	// earlier one leaves it; an until not after now ends it. Note reports
+	// whether a note of kind and name was in force at now, so that one
+	// replica alone raises a cause, or its end. A fleet keeps at most
+	// MaxFleetNotes notes: beyond, it drops the note that ends first of
+	// the kind with the most notes, so that one kind's many notes (a
+	// large fleet's replicas) never push out another's few.
 	Note(ctx context.Context, kind, name, reason string, until, now time.Time) (was bool, err error)
 	// Notes returns the notes of kind in force at now, at most
 	// MaxFleetNotes, as DeadRoutes whose Route is the note's name.

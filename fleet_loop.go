@@ -47,6 +47,8 @@ type fleetLink struct {
 	outMu        sync.Mutex
 	outage, upAt int64
 	outages      atomic.Bool
+
+	replicas replicaBook // the replicas seen (fleet_replicas.go)
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -107,6 +109,7 @@ func (l *Loop) closeFleet() error {
 		close(fl.stop)
 		<-fl.done
 		err = l.fleetFlush()
+		l.fleetGone()
 		fl.unsub()
 	})
 	return err
@@ -298,6 +301,7 @@ func (l *Loop) fleetFlush() error {
 		fl.polled = now
 	}
 	l.fleetNotes(now, poll)
+	l.fleetSeen(now)
 	items := l.fleetItems(poll)
 	lag, err := l.fleetSend(items, nil)
 	if err == nil && len(items) > 0 {
@@ -546,7 +550,9 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 
 // SyncFleet sends the counts of the calls not sent yet to the fleet
 // (WithFleet) and takes the fleet's newer state of every agent in memory,
-// as the background flush does every WithFleetFlush interval. It returns
+// as the background flush does every WithFleetFlush interval; it also
+// tells the fleet this replica is alive and reads the replicas seen
+// (FleetReplicas). It returns
 // nil at once without a fleet, and ErrClosed after Close.
 func (l *Loop) SyncFleet(ctx context.Context) error {
 	if l.fleet == nil {
@@ -564,6 +570,7 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 		}
 		return true
 	})
+	l.fleet.replicas.now.Store(true)
 	return l.fleetFlush()
 }
 

@@ -136,6 +136,9 @@ type Metrics struct {
 	// fleet's at the latest flush (a commit announced late or lost; 0 in
 	// step); FleetBehind counts the times a flush found a copy behind.
 	FleetLag, FleetBehind int64
+	// FleetReplicas is how many replicas of the fleet are seen alive,
+	// this one among them (see Loop.FleetReplicas; 0 without a fleet).
+	FleetReplicas int64
 }
 
 type metrics struct {
@@ -430,6 +433,7 @@ func (l *Loop) Metrics() Metrics {
 	}
 	if l.fleet != nil {
 		out.FleetReplica = l.fleet.replica
+		out.FleetReplicas = l.fleet.fleetReplicas(l.clock.Now())
 		if l.fleet.down.Load() {
 			out.FleetDown = 1
 		}

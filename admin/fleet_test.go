@@ -104,3 +104,44 @@ func TestFleetVisible(t *testing.T) {
 		t.Error("/metrics: the fleet not up once back")
 	}
 }
+
+// TestFleetReplicasListed: GET /api/fleet lists the replicas seen, this
+// one marked, and /metrics counts them.
+func TestFleetReplicasListed(t *testing.T) {
+	f := fleettest.New(nil)
+	other, _ := newLoop(t, si.WithFleet(f), si.WithFleetFlush(0, 1<<20))
+	l, _ := newLoop(t, si.WithFleet(f), si.WithFleetFlush(0, 1<<20))
+	for _, x := range []*si.Loop{other, l} {
+		if err := x.SyncFleet(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := admin.Handler(l, admin.Options{Token: token})
+	get := func(path string) string {
+		req := httptest.NewRequest("GET", "http://localhost"+path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	var st admin.FleetStatus
+	if err := json.Unmarshal([]byte(get("/api/fleet")), &st); err != nil || len(st.Replicas) != 2 {
+		t.Fatalf("/api/fleet: replicas %+v %v, want 2", st.Replicas, err)
+	}
+	names := map[string]bool{}
+	for _, r := range st.Replicas {
+		names[r.Name] = r.Self
+		if !r.LastSeen.Equal(t0) {
+			t.Errorf("replica %s last seen %v, want %v", r.Name, r.LastSeen, t0)
+		}
+	}
+	if self, ok := names[st.Replica]; !ok || !self || names[other.Metrics().FleetReplica] {
+		t.Fatalf("/api/fleet: replicas %+v: want %s (self) and %s", st.Replicas, st.Replica, other.Metrics().FleetReplica)
+	}
+	if m := get("/metrics"); !strings.Contains(m, "selfimprove_fleet_replicas 2\n") {
+		t.Error("/metrics: selfimprove_fleet_replicas is not 2")
+	}
+}

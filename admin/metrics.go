@@ -196,6 +196,7 @@ func (e *encoder) fleetMetrics(m selfimprove.Metrics) {
 		{"selfimprove_fleet_errors_total", "counter", "Failed operations on the fleet (unreachable, refused, invalid data).", m.FleetErrors},
 		{"selfimprove_fleet_conflicts_total", "counter", "Decisions another replica committed first.", m.FleetConflicts},
 		{"selfimprove_fleet_revision_lag", "gauge", "Most revisions an agent's copy was behind the fleet's at the latest flush (0: in step).", m.FleetLag},
+		{"selfimprove_fleet_replicas", "gauge", "Replicas of the fleet seen alive, this one among them (each tells the fleet every 5 s; gone when closed or 20 s unseen).", m.FleetReplicas},
 		{"selfimprove_fleet_behind_total", "counter", "Times a flush found an agent's copy behind the fleet's (a commit announced late or lost).", m.FleetBehind},
 	})
 	e.family("selfimprove_fleet_commit_seconds", "summary", "Time commits of decisions to the fleet took (won or lost).")

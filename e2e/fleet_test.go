@@ -57,16 +57,24 @@ func TestDashboardFleet(t *testing.T) {
 	if err := l.SetConfig("checkout", si.Config{Route: "main"}); err != nil {
 		t.Fatal(err)
 	}
-	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
+	other := fleetReplica(t, clk, f) // a second replica: the panel shows both seen
+	l.SyncFleet(context.Background())
+	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true, Now: clk.Now})
 	do("open the page",
 		chromedp.Navigate(srv.URL+"/si/"),
 		chromedp.WaitVisible(`#conn.live`),
 		chromedp.WaitVisible(`#fleet`),
 		until(`document.querySelector("#fleet-state").textContent === "up"`))
 	facts := strings.ReplaceAll(text(t, ctx, "#fleet-facts"), "\n", "")
-	for _, want := range []string{"replica" + l.Metrics().FleetReplica, "commits1 · avg", "outages0", "revision lag0"} {
+	for _, want := range []string{"replica" + l.Metrics().FleetReplica, "commits1 · avg", "outages0", "revision lag0", "replicas seen2"} {
 		if !strings.Contains(facts, want) {
 			t.Errorf("fleet facts %q: missing %q", facts, want)
+		}
+	}
+	reps := text(t, ctx, "#fleet-replicas")
+	for _, want := range []string{l.Metrics().FleetReplica + " this replica · seen just now", other + " · seen just now"} {
+		if !strings.Contains(reps, want) {
+			t.Errorf("replicas seen %q: missing %q", reps, want)
 		}
 	}
 	shot(t, ctx, "fleet-up")
@@ -88,4 +96,20 @@ func TestDashboardFleet(t *testing.T) {
 	do("the fleet back",
 		until(`document.querySelector("#fleet-state").textContent === "up"`),
 		until(`document.querySelector("#fleet-last").textContent.includes("reachable again")`))
+}
+
+// fleetReplica starts another replica on fleet f, tells the fleet it is
+// alive, and returns its name.
+func fleetReplica(t *testing.T, clk *fakeclock.Clock, f si.Fleet) string {
+	t.Helper()
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithFleet(f), si.WithFleetFlush(0, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := l.SyncFleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return l.Metrics().FleetReplica
 }

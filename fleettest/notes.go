@@ -59,16 +59,31 @@ func (m *Fleet) Note(ctx context.Context, kind, name, reason string, until, now 
 		}
 	}
 	for len(m.notes) > si.MaxFleetNotes {
-		var first noteKey
-		var end time.Time
-		for k, n := range m.notes {
-			if end.IsZero() || n.until.Before(end) {
-				first, end = k, n.until
-			}
-		}
-		delete(m.notes, first)
+		m.dropNote()
 	}
 	return was, nil
+}
+
+// dropNote drops the note that ends first of the kind with the most
+// notes (of those kinds, the one whose note ends first), so that one
+// kind's many notes never push out another's few. m.mu is held.
+func (m *Fleet) dropNote() {
+	count := map[string]int{}
+	for k := range m.notes {
+		count[k.kind]++
+	}
+	most := 0
+	for _, c := range count {
+		most = max(most, c)
+	}
+	var first noteKey
+	var end time.Time
+	for k, n := range m.notes {
+		if count[k.kind] == most && (end.IsZero() || n.until.Before(end)) {
+			first, end = k, n.until
+		}
+	}
+	delete(m.notes, first)
 }
 
 // Notes returns the notes of kind in force at now, by name.

@@ -36,6 +36,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run("HostileAgentIDs", testHostileAgentIDs)
 	run("Notes", testNotes)
 	run("NotesBounded", testNotesBounded)
+	run("NotesKindsApart", testNotesKindsApart)
 	run("BatchOnce", testBatchOnce)
 }
 

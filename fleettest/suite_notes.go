@@ -94,3 +94,32 @@ func testNotesBounded(t *testing.T, f, g si.Fleet) {
 		}
 	}
 }
+
+// testNotesKindsApart checks that one kind's many notes do not push out
+// another kind's few, even those that end first: a fleet of more
+// replicas than MaxFleetNotes (kind "replica") keeps its dead routes.
+func testNotesKindsApart(t *testing.T, f, g si.Fleet) {
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := f.Note(ctx, "route", fmt.Sprint("r", i), "", notesT0.Add(time.Duration(i+1)*time.Second), notesT0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range si.MaxFleetNotes + 10 {
+		if _, err := g.Note(ctx, "replica", fmt.Sprint("p", i), "", notesT0.Add(time.Minute+time.Duration(i)*time.Second), notesT0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := notes(t, g, "route", notesT0), `"r0"=1s;"r1"=2s;"r2"=3s;`; got != want {
+		t.Fatalf("routes %s, want %s", got, want)
+	}
+	ns, err := f.Notes(ctx, "replica", notesT0)
+	if err != nil || len(ns) != si.MaxFleetNotes-3 {
+		t.Fatalf("%d replica notes (%v), want %d", len(ns), err, si.MaxFleetNotes-3)
+	}
+	for _, x := range ns {
+		if x.Until.Before(notesT0.Add(time.Minute + 13*time.Second)) {
+			t.Fatalf("kept %q until +%v, not the replica notes that end last", x.Route, x.Until.Sub(notesT0))
+		}
+	}
+}

@@ -98,6 +98,7 @@ var loopCounters = []loopCounter{
 	{"selfimprove.fleet.leases.busy", "Leases another replica held.", false, func(m si.Metrics) int64 { return m.FleetLeasesBusy }},
 	{"selfimprove.fleet.leases.errors", "Lease requests that failed.", false, func(m si.Metrics) int64 { return m.FleetLeaseErrors }},
 	{"selfimprove.fleet.revision.lag", "Most revisions an agent's copy was behind the fleet's at the latest flush.", true, func(m si.Metrics) int64 { return m.FleetLag }},
+	{"selfimprove.fleet.replicas", "Replicas of the fleet seen alive, this one among them.", true, func(m si.Metrics) int64 { return m.FleetReplicas }},
 	{"selfimprove.fleet.behind", "Times a flush found an agent's copy behind the fleet's.", false, func(m si.Metrics) int64 { return m.FleetBehind }},
 }
 

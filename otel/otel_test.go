@@ -183,7 +183,13 @@ func TestFleetMetrics(t *testing.T) {
 	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	if err := l.SyncFleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	got := collectMetrics(t, reader)
+	if g, ok := got["selfimprove.fleet.replicas"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != 1 {
+		t.Errorf("fleet replicas: %v", got["selfimprove.fleet.replicas"])
+	}
 	if g, ok := got["selfimprove.fleet.up"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != 1 {
 		t.Errorf("fleet up: %v", got["selfimprove.fleet.up"])
 	}

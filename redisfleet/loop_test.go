@@ -123,3 +123,37 @@ func TestRedisRestart(t *testing.T) {
 		t.Fatalf("replica 1 counted no fleet error: %+v", m)
 	}
 }
+
+// TestReplicasSeen checks that replicas sharing a Redis fleet see each
+// other (Loop.FleetReplicas), and that a closed one drops out.
+func TestReplicasSeen(t *testing.T) {
+	s := startRedis(t)
+	ls := replicas(t, s, 3)
+	sync := func(ls []*si.Loop) {
+		for _, l := range ls {
+			if err := l.SyncFleet(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sync(ls)
+	sync(ls)
+	for i, l := range ls {
+		got := l.FleetReplicas()
+		for _, o := range ls {
+			if at, ok := got[o.Metrics().FleetReplica]; !ok || time.Since(at) > 20*time.Second {
+				t.Fatalf("replica %d sees %v: not %s", i, got, o.Metrics().FleetReplica)
+			}
+		}
+		if len(got) != 3 || l.Metrics().FleetReplicas != 3 {
+			t.Fatalf("replica %d sees %d replicas (Metrics %d), want 3", i, len(got), l.Metrics().FleetReplicas)
+		}
+	}
+	if err := ls[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	sync(ls[:2])
+	if got := ls[0].FleetReplicas(); len(got) != 2 || ls[0].Metrics().FleetReplicas != 2 {
+		t.Fatalf("after one replica closed, replica 0 sees %v", got)
+	}
+}

@@ -17,7 +17,8 @@ import (
 // The fleet's notes (selfimprove.Fleet.Note): one hash, <prefix>notes,
 // whose field is <length of kind>:<kind><name> and whose value is
 // "<until, Unix ms> <reason>". The scripts keep it to
-// selfimprove.MaxFleetNotes fields and values of at most maxNoteValue
+// selfimprove.MaxFleetNotes fields (beyond, the note that ends first of
+// the kind with the most notes goes: see selfimprove.Fleet.Note) and values of at most maxNoteValue
 // bytes; a hash found larger than twice that (not written by them) is
 // dropped whole, so that reading it stays bounded.
 
@@ -47,17 +48,32 @@ if was == 1 and untilMs <= oldUntil then return was end
 redis.call('HSET', h, f, ARGV[2] .. ' ' .. ARGV[4])
 if redis.call('HLEN', h) > cap then
   local all = redis.call('HGETALL', h)
-  local keep = {}
+  local keep, count = {}, {}
   for i = 1, #all, 2 do
     local u = untilOf(all[i + 1])
     if not u or u <= now then
       redis.call('HDEL', h, all[i])
     else
-      keep[#keep + 1] = {all[i], u}
+      local c = string.find(all[i], ':', 1, true) or 1
+      local k = string.sub(all[i], 1, c + (tonumber(string.sub(all[i], 1, c - 1)) or 0))
+      keep[#keep + 1] = {all[i], u, k}
+      count[k] = (count[k] or 0) + 1
     end
   end
   table.sort(keep, function(a, b) return a[2] < b[2] end)
-  for i = 1, #keep - cap do redis.call('HDEL', h, keep[i][1]) end
+  for _ = 1, #keep - cap do
+    local most = 0
+    for _, c in pairs(count) do if c > most then most = c end end
+    for i = 1, #keep do
+      local e = keep[i]
+      if e[2] and count[e[3]] == most then
+        redis.call('HDEL', h, e[1])
+        count[e[3]] = most - 1
+        e[2] = nil
+        break
+      end
+    end
+  end
 end
 return was
 `)

@@ -346,10 +346,15 @@ async function loadFleet() {
     ["commits", f.commits + (f.commits ? " · avg " + ms(f.commit_avg_ms) + " · max " + ms(f.commit_max_ms) : "")],
     ["conflicts", String(f.conflicts)],
     ["leases", f.leases_taken + " taken · " + f.leases_busy + " busy · " + f.lease_errors + " failed"],
+    ["replicas seen", String((f.replicas || []).length)],
     ["revision lag", String(f.revision_lag) + (f.behind ? " (behind " + f.behind + "×)" : "")],
     ["errors", String(f.errors)],
   ];
   $("fleet-facts").replaceChildren(...facts.map(([k, v]) => el("div", { "data-fact": k }, el("dt", { text: k }), el("dd", { text: v }))));
+  // The replicas seen alive, each with when it last told the fleet so.
+  $("fleet-replicas").replaceChildren(...(f.replicas || []).map((r) => el("li", { "data-replica": r.name },
+    el("code", { text: r.name }), r.self ? el("span", { class: "muted", text: " this replica" }) : null,
+    el("span", { class: "muted", text: " · seen " }), timeText(r.last_seen))));
   const last = f.events.length ? f.events[f.events.length - 1] : null;
   $("fleet-last").textContent = last ? when(last.time) + ": " + last.message : "No outage since the process started.";
 }
