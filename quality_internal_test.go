@@ -95,7 +95,7 @@ func TestScoredCallAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { rep, _ = l.ExecuteWithImprovement(ctx, "a", fn) }); n != 1 {
 		t.Errorf("a scored call allocates %v times, want 1 (its slot)", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.5) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.75) }); n != 0 {
 		t.Errorf("Score allocates %v times", n)
 	}
 	if v, _ := l.View("a"); v.Versions[1].Scored != 203 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
