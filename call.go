@@ -452,7 +452,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		l.routeEffects(a, &eff, c.end)
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
-		l.carry(ctx, a, &eff, rep)
+		l.carry(ctx, a, &eff, rep, nil)
 	} else if judge {
 		l.fleetJudge(a, rep)
 	}

@@ -165,7 +165,7 @@ func (l *Loop) fleetClaim(a *agent, home bool) bool {
 	if !ok || err != nil {
 		return ok
 	}
-	return !errors.Is(l.fleetSwap(a, rev, base, value, nil), ErrFleetConflict)
+	return !errors.Is(l.fleetSwap(a, rev, base, value, nil, nil), ErrFleetConflict)
 }
 
 // claimProbe moves the next probe, of the primary (home) or of the hold,
