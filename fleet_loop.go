@@ -372,16 +372,19 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int6
 // process needs. One call per agent and replica waits for it (the others
 // only count, and their counts go with the next); not while backing off.
 // rep gets the decision, if this call makes one.
-func (l *Loop) fleetJudge(a *agent, rep *Report) {
+// Its waits on the fleet are of the call's chain w (nil: its own).
+func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
 	fl, fa := l.fleet, a.fl
 	if fl.down.Load() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
 		return
 	}
 	defer fa.judging.Store(false)
-	fl.flushMu.Lock()
+	if !fl.flushMu.TryLock() {
+		return // a flush is under way: the counts go with it, or with the next, which judge them
+	}
 	defer fl.flushMu.Unlock()
 	if it, ok := l.fleetItemOf(a, false); ok {
-		l.fleetSend([]fleetItem{it}, rep, fl.wait(nil))
+		l.fleetSend([]fleetItem{it}, rep, fl.wait(w))
 	}
 }
 
