@@ -36,9 +36,9 @@ type fleetLink struct {
 	done    chan struct{}
 	unsub   func()
 	down    atomic.Bool
-	flushMu sync.Mutex // serialises flushes
-	polled  time.Time  // the last flush that asked for every agent; guarded by flushMu
-	out     outbox     // notes for the fleet (fleet_notes.go)
+	flushMu saveLock  // serialises flushes
+	polled  time.Time // the last flush that asked for every agent; guarded by flushMu
+	out     outbox    // notes for the fleet (fleet_notes.go)
 	evMu    sync.Mutex
 	evs     []Event // events for the fleet's log (fleetLog), guarded by evMu
 	once    sync.Once
@@ -379,12 +379,17 @@ func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
 		return
 	}
 	defer fa.judging.Store(false)
-	if !fl.flushMu.TryLock() {
-		return // a flush is under way: the counts go with it, or with the next, which judge them
+	// A flush under way sends the counts too: the call waits for it
+	// within its fleet time, and otherwise leaves its counts to it.
+	w = fl.wait(w)
+	start := time.Now()
+	if !fl.flushMu.lockWithin(time.Duration(w.left.Load())) {
+		return
 	}
+	w.spend(time.Since(start))
 	defer fl.flushMu.Unlock()
 	if it, ok := l.fleetItemOf(a, false); ok {
-		l.fleetSend([]fleetItem{it}, rep, fl.wait(w))
+		l.fleetSend([]fleetItem{it}, rep, w)
 	}
 }
 

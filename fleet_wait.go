@@ -137,20 +137,34 @@ type saveLock struct {
 }
 
 // Lock takes the lock.
-func (s *saveLock) Lock() {
+func (s *saveLock) Lock() { s.lockWithin(-1) }
+
+// lockWithin takes the lock if it can within d (d < 0: however long it
+// takes), and reports whether it did.
+func (s *saveLock) lockWithin(d time.Duration) bool {
+	var expired <-chan time.Time
 	for {
 		s.mu.Lock()
 		if !s.held {
 			s.held = true
 			s.mu.Unlock()
-			return
+			return true
 		}
 		if s.free == nil {
 			s.free = make(chan struct{})
 		}
 		free := s.free
 		s.mu.Unlock()
-		<-free
+		if d >= 0 && expired == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-free:
+		case <-expired:
+			return false
+		}
 	}
 }
 
