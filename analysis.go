@@ -11,7 +11,7 @@ const analysisMemories = 5
 
 // startAnalysis runs the strategy for a in the background and waits for it
 // while ctx lasts. The strategy's own deadline bounds the wait.
-func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report) {
+func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report, w *fleetWait) {
 	l.bgMu.Lock()
 	if l.closed {
 		l.bgMu.Unlock()
@@ -29,7 +29,7 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 	done := make(chan result, 1)
 	go func() {
 		defer l.bg.Done()
-		ch, err := l.analyze(ctx, a, an, th)
+		ch, err := l.analyze(ctx, a, an, th, w)
 		done <- result{ch, err}
 	}()
 	select {
@@ -47,14 +47,17 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 // analyze runs the strategy under its deadline, then has the agent's
 // state take its answer (start the cooldown, apply the tweak or file the
 // proposal) and saves it. A change that cannot be saved is taken back.
-func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold) (*Change, error) {
+// With a fleet, the lease, the reload, the commit and the release are one
+// chain of waits on it (w; nil: a chain of its own).
+func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w *fleetWait) (*Change, error) {
 	var (
 		tw   *Tweak
 		also []Tweak
 		err  error
 	)
 	if a.fl != nil {
-		if !l.fleetLease(a, an) {
+		w = l.fleet.wait(w)
+		if !l.fleetLease(a, an, w) {
 			// Another replica runs the strategy for this trigger, or the
 			// fleet cannot be reached: nothing new is applied.
 			a.mu.Lock()
@@ -62,7 +65,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 			a.mu.Unlock()
 			return nil, nil
 		}
-		defer l.fleetRelease(a)
+		defer l.fleetRelease(a, w)
 	}
 	l.gather(a, an)
 	if an.explore {
@@ -106,7 +109,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	for _, p := range eff.proposals {
 		l.props.note(a.id, []Proposal{p})
 	}
-	perr := l.persist(a)
+	perr := l.persistWait(a, w)
 	ch := eff.applied
 	if ch == nil {
 		return nil, errors.Join(terr, perr)

@@ -188,6 +188,9 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 
 // begun is what a call knows when fn starts: the config it runs under.
 type begun struct {
+	// fw is the call's fleet time, once a probe's claim used some (nil:
+	// untouched; see fleetWait).
+	fw      *fleetWait
 	gen     uint64 // the config generation
 	version int    // the config version
 	arm     Arm
@@ -224,7 +227,7 @@ type begun struct {
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
-	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
+	c := &call{fw: b.fw, gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
 	rep.Duration = dur
@@ -452,8 +455,8 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		l.routeEffects(a, &eff, c.end)
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
-		l.carry(ctx, a, &eff, rep)
+		l.carry(ctx, a, &eff, rep, c.fw)
 	} else if judge {
-		l.fleetJudge(a, rep)
+		l.fleetJudge(a, rep, c.fw)
 	}
 }

@@ -25,7 +25,8 @@ import (
 // agent: dead routes and account-wide causes (see ProbePolicy).
 //
 // Every method must be safe for concurrent use, must return by ctx's
-// deadline (the Loop gives each call one, WithFleetTimeout), must wrap
+// deadline (the Loop gives each operation what is left of the
+// WithFleetTimeout of the call or method it serves), must wrap
 // ErrFleetUnavailable in its errors when the fleet cannot be reached (and
 // only then), must not let a Commit that returned an error land later,
 // and must treat the agent ID as data: any bytes, up to MaxAgentIDLen.
@@ -227,8 +228,11 @@ type FleetPool struct {
 // to itself.
 func WithFleet(f Fleet) Option { return func(o *options) { o.fleet = f } }
 
-// WithFleetTimeout bounds each operation on the fleet. Default
-// DefaultFleetTimeout (500 ms); it must be positive.
+// WithFleetTimeout bounds what one call or operator method waits on the
+// fleet in all: the operations of one decision (lease, reload, commit,
+// release), its tries and its wait for another save of the agent share
+// it; each background operation (a flush) has its own. Default
+// DefaultFleetTimeout (500 ms); it must be positive. See docs/fleet.md.
 func WithFleetTimeout(d time.Duration) Option { return func(o *options) { o.fleetTimeout = d } }
 
 // WithFleetFlush sets how often the counts of the calls go to the fleet:

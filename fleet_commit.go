@@ -123,9 +123,18 @@ func fixesOf(chs []Change, known map[string]bool) []fixNote {
 
 // fleetRefresh loads a's state from the fleet and takes it if it is newer
 // than a's. It reports whether it could ask.
-func (l *Loop) fleetRefresh(a *agent) bool {
-	ctx, cancel := l.fleet.ctx()
-	defer cancel()
+func (l *Loop) fleetRefresh(a *agent) bool { return l.fleetRefreshWait(a, nil) }
+
+// fleetRefreshWait is fleetRefresh as an operation of the chain w (nil: a
+// chain of its own). When w's time is spent it does not ask, and the
+// flusher compares a with the fleet's state later.
+func (l *Loop) fleetRefreshWait(a *agent, w *fleetWait) bool {
+	ctx, done, ok := l.fleet.op(l.fleet.wait(w))
+	if !ok {
+		a.fl.resync.Store(true)
+		return false
+	}
+	defer done()
 	return l.fleetRefreshCtx(ctx, a)
 }
 
@@ -243,7 +252,8 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 // ErrFleetConflict; when the fleet cannot be reached, a goes back to the
 // fleet's last state it knew and the error wraps ErrFleetUnavailable. In
 // both cases the decisions did not happen.
-func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
+// It waits on the fleet as part of the chain w (nil: a chain of its own).
+func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued, w *fleetWait) error {
 	value, err := encodeShared(snap)
 	if err != nil {
 		return err
@@ -255,27 +265,31 @@ func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued) error {
 	if bytes.Equal(value, base) {
 		return nil
 	}
-	return l.fleetSwap(a, rev, base, value, evs)
+	return l.fleetSwap(a, rev, base, value, evs, w)
 }
 
 // fleetSwap commits value as a's shared state if the fleet is still at
-// rev, whose state was base; see fleetCommit.
-func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued) error {
-	fa := a.fl
-	if l.fleet.down.Load() {
+// rev, whose state was base; see fleetCommit. The decision's events go to
+// the fleet's log with the next flush, off the caller's path.
+func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued, w *fleetWait) error {
+	fa, fl := a.fl, l.fleet
+	w = fl.wait(w)
+	if fl.down.Load() {
 		// Backing off until the flusher finds the fleet again: the
 		// decision is taken back at once.
-		if base != nil {
-			l.fleetAdopt(a, rev, base, true)
-		}
+		l.takeBack(a, rev, base)
 		return fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
 	}
+	ctx, done, ok := fl.op(w)
+	if !ok {
+		l.takeBack(a, rev, base) // never sent: it cannot land
+		return errFleetSlow
+	}
 	fa.committing.Store(true)
-	ctx, cancel := l.fleet.ctx()
 	start := l.now()
-	nrev, err := l.fleet.f.Commit(ctx, a.id, rev, value)
+	nrev, err := fl.f.Commit(ctx, a.id, rev, value)
 	_, took := l.since(start)
-	cancel()
+	done()
 	fa.committing.Store(false)
 	l.m.fleetCommits.Add(1)
 	l.m.fleetCommitNS.Add(int64(took))
@@ -290,34 +304,26 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 			fa.rev, fa.base = nrev, value
 		}
 		a.mu.Unlock()
-		if len(evs) > 0 {
-			events := make([]Event, len(evs))
-			for i, q := range evs {
-				events[i] = *q.ev
-			}
-			ctx, cancel := l.fleet.ctx()
-			if err := l.fleet.f.AppendEvents(ctx, events); err != nil {
-				l.fleetErr(a, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(events), err))
-			}
-			cancel()
-		}
+		l.fleetLog(evs)
 		if fa.notified.Load() > nrev {
-			l.fleetRefresh(a)
+			l.fleetRefreshWait(a, w)
 		}
 		return nil
 	case errors.Is(err, ErrFleetConflict):
 		l.fleetUp()
 		l.m.fleetConflicts.Add(1)
-		l.fleetRefresh(a)
+		if !l.fleetRefreshWait(a, w) {
+			// The winner's state is taken later (the flusher); the
+			// decision is taken back now.
+			l.takeBack(a, rev, base)
+		}
 		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
 	default:
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			l.keepOrphan(a, rev, value, evs)
 		}
-		if base != nil {
-			l.fleetAdopt(a, rev, base, true)
-		}
+		l.takeBack(a, rev, base)
 		if !errors.Is(err, ErrFleetUnavailable) {
 			return fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
@@ -325,10 +331,19 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued)
 	}
 }
 
+// takeBack puts a's shared state back to base, the fleet's state at rev
+// (nil: none known), taking back the decisions made since.
+func (l *Loop) takeBack(a *agent, rev uint64, base []byte) {
+	if base != nil {
+		l.fleetAdopt(a, rev, base, true)
+	}
+}
+
 // fleetLease takes the agent's lease for the strategy run an, and checks
 // that no other replica acted on the trigger meanwhile. It reports
 // whether this replica runs the strategy.
-func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
+// Its operations are of the chain w.
+func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 	fl, fa := l.fleet, a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
@@ -339,11 +354,15 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 		return false // taken, or backing off since the fleet's last failure
 	}
 	ttl := l.strategyTimeout + 4*fl.timeout
-	// The lease and the reload share one deadline: the call that
-	// crossed the threshold waits on the fleet for one timeout at most.
-	ctx, cancel := fl.ctx()
-	defer cancel()
+	// The lease, the reload and the commit of the decision are one
+	// chain: the call that crossed the threshold waits on the fleet for
+	// one timeout at most.
+	ctx, done, ok := fl.op(w)
+	if !ok {
+		return false
+	}
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
+	done()
 	if err != nil {
 		l.m.fleetLeaseErrs.Add(1)
 		l.fleetErr(a, err)
@@ -359,8 +378,8 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 		a.mu.Unlock()
 		return false
 	}
-	if !l.fleetRefreshCtx(ctx, a) {
-		l.fleetRelease(a)
+	if !l.fleetRefreshWait(a, w) {
+		l.fleetRelease(a, w)
 		return false
 	}
 	a.mu.Lock()
@@ -368,19 +387,23 @@ func (l *Loop) fleetLease(a *agent, an *Analysis) bool {
 	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
 	a.mu.Unlock()
 	if acted {
-		l.fleetRelease(a)
+		l.fleetRelease(a, w)
 		return false
 	}
 	return true
 }
 
-// fleetRelease gives the agent's lease back.
-func (l *Loop) fleetRelease(a *agent) {
+// fleetRelease gives the agent's lease back, as an operation of the
+// chain w; not when the fleet is down or w's time is spent: it expires.
+func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
 	if l.fleet.down.Load() {
-		return // it expires
+		return
 	}
-	ctx, cancel := l.fleet.ctx()
-	defer cancel()
+	ctx, done, ok := l.fleet.op(w)
+	if !ok {
+		return
+	}
+	defer done()
 	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
 		l.fleetErr(a, err)
 	}

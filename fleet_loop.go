@@ -36,9 +36,11 @@ type fleetLink struct {
 	done    chan struct{}
 	unsub   func()
 	down    atomic.Bool
-	flushMu sync.Mutex // serialises flushes
-	polled  time.Time  // the last flush that asked for every agent; guarded by flushMu
-	out     outbox     // notes for the fleet (fleet_notes.go)
+	flushMu saveLock  // serialises flushes
+	polled  time.Time // the last flush that asked for every agent; guarded by flushMu
+	out     outbox    // notes for the fleet (fleet_notes.go)
+	evMu    sync.Mutex
+	evs     []Event // events for the fleet's log (fleetLog), guarded by evMu
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
 	// The outage under way (fleetDown, fleetUp), guarded by outMu:
@@ -303,10 +305,11 @@ func (l *Loop) fleetFlush() error {
 	l.fleetNotes(now, poll)
 	l.fleetSeen(now)
 	items := l.fleetItems(poll)
-	lag, err := l.fleetSend(items, nil)
+	lag, err := l.fleetSend(items, nil, nil)
 	if err == nil && len(items) > 0 {
 		l.m.fleetLag.Store(lag)
 	}
+	l.fleetSendEvents()
 	l.fleetRewrite()
 	return err
 }
@@ -314,7 +317,9 @@ func (l *Loop) fleetFlush() error {
 // fleetSend sends the deltas of items in one Add and takes back the pooled
 // counts (fleetPooled; rep, when set, gets a decision they make). It
 // returns the most revisions an agent's copy was behind. flushMu is held.
-func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
+// Its waits on the fleet, and those of the decisions the counts make, are
+// of the chain w (nil: the Add and each decision a chain of its own).
+func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int64, _ error) {
 	fl := l.fleet
 	if len(items) == 0 {
 		return 0, nil
@@ -323,14 +328,19 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
 	for i := range items {
 		deltas[i] = items[i].d
 	}
-	ctx, cancel := fl.ctx()
-	pools, err := fl.f.Add(ctx, deltas)
-	cancel()
+	var pools []FleetPool
+	err := errFleetSlow
+	if ctx, done, ok := fl.op(w); ok {
+		pools, err = fl.f.Add(ctx, deltas)
+		done()
+	}
 	if err == nil && len(pools) != len(items) {
 		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
 	}
 	if err != nil {
-		l.fleetErr(nil, err)
+		if err != errFleetSlow {
+			l.fleetErr(nil, err)
+		}
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
 		again := errors.Is(err, ErrFleetUnavailable)
@@ -353,7 +363,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
 		if pools[i].Err != nil {
 			l.fleetBad(a, pools[i].Err)
 		}
-		if n := l.fleetPooled(a, &items[i].d, &pools[i], rep); n > 0 {
+		if n := l.fleetPooled(a, &items[i].d, &pools[i], rep, w); n > 0 {
 			l.m.fleetBehind.Add(1)
 			lag = max(lag, n)
 		}
@@ -369,16 +379,24 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report) (lag int64, _ error) {
 // process needs. One call per agent and replica waits for it (the others
 // only count, and their counts go with the next); not while backing off.
 // rep gets the decision, if this call makes one.
-func (l *Loop) fleetJudge(a *agent, rep *Report) {
+// Its waits on the fleet are of the call's chain w (nil: its own).
+func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
 	fl, fa := l.fleet, a.fl
 	if fl.down.Load() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
 		return
 	}
 	defer fa.judging.Store(false)
-	fl.flushMu.Lock()
+	// A flush under way sends the counts too: the call waits for it
+	// within its fleet time, and otherwise leaves its counts to it.
+	w = fl.wait(w)
+	start := time.Now()
+	if !fl.flushMu.lockWithin(time.Duration(w.left.Load())) {
+		return
+	}
+	w.spend(time.Since(start))
 	defer fl.flushMu.Unlock()
 	if it, ok := l.fleetItemOf(a, false); ok {
-		l.fleetSend([]fleetItem{it}, rep)
+		l.fleetSend([]fleetItem{it}, rep, w)
 	}
 }
 
@@ -448,7 +466,7 @@ func (l *Loop) fleetRewrite() {
 // when set, gets the decision they make.
 // It returns how many revisions a's copy was behind the fleet's (0: in
 // step; 1 when it had none and the fleet has one).
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (lag int64) {
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *fleetWait) (lag int64) {
 	fa := a.fl
 	a.mu.Lock()
 	newer := p.Rev != fa.rev
@@ -461,7 +479,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 	}
 	a.mu.Unlock()
 	if newer {
-		l.fleetRefresh(a)
+		l.fleetRefreshWait(a, w)
 	} else {
 		fa.resync.Store(false)
 	}
@@ -519,7 +537,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report) (
 		if rep == nil {
 			rep = new(Report)
 		}
-		l.carry(context.Background(), a, &eff, rep)
+		l.carry(context.Background(), a, &eff, rep, w)
 	}
 	return lag
 }

@@ -122,7 +122,11 @@ func (l *Loop) causeEnded(a *agent, h *holdNote, c string, now time.Time) {
 // call, and claim returns false for a held agent's probe: the call fails
 // fast.
 func (l *Loop) claim(a *agent, c *begun) bool {
-	if l.fleet == nil || (!c.probe && !c.homeProbe) || l.fleetClaim(a, c.homeProbe) {
+	if l.fleet == nil || (!c.probe && !c.homeProbe) {
+		return true
+	}
+	c.fw = l.fleet.wait(nil) // the claim and the call's decision share it
+	if l.fleetClaim(a, c.homeProbe, c.fw) {
 		return true
 	}
 	a.set(flagProbing, false)
@@ -136,7 +140,7 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 // wait. It reports false when another replica claimed it first, or no
 // probe is due any more. Without a fleet, or with the fleet unreachable,
 // the replica probes on its own.
-func (l *Loop) fleetClaim(a *agent, home bool) bool {
+func (l *Loop) fleetClaim(a *agent, home bool, w *fleetWait) bool {
 	if a.fl == nil || l.fleet.down.Load() {
 		return true
 	}
@@ -165,7 +169,7 @@ func (l *Loop) fleetClaim(a *agent, home bool) bool {
 	if !ok || err != nil {
 		return ok
 	}
-	return !errors.Is(l.fleetSwap(a, rev, base, value, nil), ErrFleetConflict)
+	return !errors.Is(l.fleetSwap(a, rev, base, value, nil, w), ErrFleetConflict)
 }
 
 // claimProbe moves the next probe, of the primary (home) or of the hold,

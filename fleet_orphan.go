@@ -70,11 +70,7 @@ func (l *Loop) orphanLanded(a *agent, evs []queued) {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
 	}
-	ctx, cancel := l.fleet.ctx()
-	if err := l.fleet.f.AppendEvents(ctx, events); err != nil {
-		l.fleetErr(a, err)
-	}
-	cancel()
+	l.fleetLog(evs)
 	for _, q := range evs {
 		if !q.notified {
 			l.notify(q.ev)

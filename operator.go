@@ -210,6 +210,10 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
+	var w *fleetWait // the method's waits on the fleet, every try's
+	if l.fleet != nil {
+		w = l.fleet.wait(nil)
+	}
 	for try := 0; ; try++ {
 		a, err := l.lockAgent(nil, agentID, 0)
 		if a == nil {
@@ -221,7 +225,7 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 		if err != nil {
 			return err
 		}
-		err = l.persist(a)
+		err = l.persistWait(a, w)
 		if errors.Is(err, ErrFleetConflict) && try < 3 {
 			continue // another replica decided first: again, on its state
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 )
 
 // enterWrite admits one write to the store; it fails once Close has
@@ -24,8 +25,9 @@ func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
 
 // carry carries out the effects of a call's transition, after the agent's
 // lock was released: it records fix outcomes, saves a decision and
-// reports it, or starts an analysis.
-func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
+// reports it, or starts an analysis. Its waits on the fleet are of the
+// chain w (nil: a chain of its own).
+func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w *fleetWait) {
 	l.remember(eff.fixes)
 	switch {
 	case eff.decided != nil:
@@ -42,7 +44,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
 			rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
 			l.props.note(a.id, eff.proposals)
 		}
-		if err := l.persist(a); err != nil {
+		if err := l.persistWait(a, w); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 			if isFleetErr(err) {
 				// Another replica decided first, or the fleet cannot be
@@ -59,9 +61,9 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report) {
 		}
 	case eff.analysis != nil:
 		rep.ImprovementTriggered = true
-		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep)
+		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep, w)
 	case eff.save:
-		if err := l.persist(a); err != nil {
+		if err := l.persistWait(a, w); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 		} else if eff.applied != nil {
 			rep.Improvement = eff.applied // the loop's own route change
@@ -95,17 +97,31 @@ func (l *Loop) remember(fixes []fixNote) {
 // log follows the order of decisions. Events that could not be logged go
 // back to the head of the queue for the next save. After Close has sealed
 // the loop it writes nothing and returns ErrClosed.
-func (l *Loop) persist(a *agent) error {
+func (l *Loop) persist(a *agent) error { return l.persistWait(a, nil) }
+
+// persistWait is persist, whose wait on the fleet is part of the chain w
+// (nil: a chain of its own; see fleetWait).
+func (l *Loop) persistWait(a *agent, w *fleetWait) error {
 	if !l.enterWrite() {
 		return ErrClosed
 	}
 	defer l.leaveWrite()
-	return l.save(a)
+	return l.save(a, w)
 }
 
-// save is persist, for a caller that was admitted to write.
-func (l *Loop) save(a *agent) error {
-	a.saveMu.Lock()
+// save is persistWait, for a caller that was admitted to write. The wait
+// of a caller's chain w for another save of the agent (which holds the
+// lock for one chain at most) is part of w's: a save that finds its time
+// spent once it has the lock takes its decisions back (fleetSwap). A
+// background save (nil w) starts its chain once it has the lock.
+func (l *Loop) save(a *agent, w *fleetWait) error {
+	if a.fl != nil && w != nil {
+		start := time.Now()
+		a.saveMu.Lock()
+		w.spend(time.Since(start))
+	} else {
+		a.saveMu.Lock()
+	}
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
 	if a.evicted {
@@ -120,7 +136,7 @@ func (l *Loop) save(a *agent) error {
 	a.mu.Unlock()
 
 	if a.fl != nil {
-		if err := l.fleetCommit(a, &snap, evs); err != nil {
+		if err := l.fleetCommit(a, &snap, evs, w); err != nil {
 			// The fleet did not take the decisions: their events go.
 			return err
 		}
@@ -199,7 +215,7 @@ func (l *Loop) flushAdmitted() error {
 		dirty := a.dirty
 		a.mu.Unlock()
 		if dirty {
-			if err := l.save(a); err != nil {
+			if err := l.save(a, nil); err != nil {
 				errs = append(errs, err)
 			}
 		}

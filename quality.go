@@ -234,7 +234,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	}
 	if eff.decided != nil || eff.save || eff.analysis != nil {
 		var rep Report
-		l.carry(context.Background(), a, &eff, &rep)
+		l.carry(context.Background(), a, &eff, &rep, nil)
 		return rep.LoopErr
 	}
 	return nil

@@ -18,7 +18,7 @@ type agent struct {
 	id  string
 	cfg atomic.Pointer[installed] // current config, immutable
 
-	saveMu sync.Mutex // serialises saves: held while snapshotting and writing
+	saveMu saveLock // serialises saves: held while snapshotting and writing
 
 	slot int32 // index in the eviction ring; guarded by the ring's mu
 

@@ -189,8 +189,9 @@ func fixNoteOf(ch *Change, state FixOutcome, at time.Time) (_ fixNote, ok bool) 
 
 // call is one finished call, as the state machine books it.
 type call struct {
-	gen     uint64 // the config generation it started under
-	version int    // the config version it ran
+	fw      *fleetWait // the call's fleet time, once a probe's claim used some (nil: untouched)
+	gen     uint64     // the config generation it started under
+	version int        // the config version it ran
 	arm     Arm
 	probe   bool   // it was a half-open circuit's probe
 	route   string // the route it ran (Config.Route)

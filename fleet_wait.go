@@ -1,0 +1,180 @@
+package selfimprove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// What one call or operator method may wait on the fleet, in all
+// (docs/fleet.md, "The timeout holds"): WithFleetTimeout, shared by every
+// operation of the chain it starts (the lease and the reload of a
+// strategy run, the commit of its decision, the reload after a conflict
+// or a notification, the sending of the counts under verification and
+// the commit of the decision they make), and by its wait for the agent's
+// save behind another decision's. Events for the fleet's log are sent by
+// the flusher, off every caller's path.
+
+// fleetWait is the fleet time left to one chain of operations; safe for
+// concurrent use. A nil *fleetWait stands for a fresh chain (fleetLink.wait).
+type fleetWait struct {
+	left atomic.Int64 // ns
+}
+
+// errFleetSlow: the chain's fleet time is spent; the operation was not
+// tried, and the fleet is not marked down (it answered, slowly).
+var errFleetSlow = fmt.Errorf("%w: the fleet timeout of the call is spent (the fleet answers slowly)", ErrFleetUnavailable)
+
+// wait returns w, or a fresh chain's allowance (the fleet timeout) when w
+// is nil.
+func (fl *fleetLink) wait(w *fleetWait) *fleetWait {
+	if w == nil {
+		w = new(fleetWait)
+		w.left.Store(int64(fl.timeout))
+	}
+	return w
+}
+
+// op returns the context for the chain w's next operation on the fleet,
+// bounded by the time w has left, and done, which books the time it
+// took; ok is false, and nothing is to be tried, when less than a tenth
+// of the fleet timeout is left (errFleetSlow). A nil w is a fresh chain.
+func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool) {
+	w = fl.wait(w)
+	left := time.Duration(w.left.Load())
+	if left < fl.timeout/10 {
+		return nil, nil, false
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), left)
+	return ctx, func() {
+		cancel()
+		w.left.Add(-int64(time.Since(start)))
+	}, true
+}
+
+// spend books d of the chain's time (a wait for the agent's save).
+func (w *fleetWait) spend(d time.Duration) { w.left.Add(-int64(d)) }
+
+// maxFleetEvents bounds the events waiting for the flusher to go to the
+// fleet's log; beyond it the oldest are dropped (they are in the store).
+const maxFleetEvents = 4096
+
+// fleetLog queues events for the fleet's log, sent by the next flush
+// (fleetSendEvents), and asks for one.
+func (l *Loop) fleetLog(evs []queued) {
+	if len(evs) == 0 {
+		return
+	}
+	fl := l.fleet
+	fl.evMu.Lock()
+	for _, q := range evs {
+		fl.evs = append(fl.evs, *q.ev)
+	}
+	if n := len(fl.evs) - maxFleetEvents; n > 0 {
+		fl.evs = append(fl.evs[:0], fl.evs[n:]...)
+		l.m.fleetErrors.Add(1)
+		l.log.Error("selfimprove: events for the fleet's log dropped: the fleet has not taken them", "count", n)
+	}
+	fl.evMu.Unlock()
+	select {
+	case fl.kick <- struct{}{}:
+	default:
+	}
+}
+
+// fleetSendEvents sends the queued events to the fleet's log; while the
+// fleet cannot be reached they wait for the next flush, a refusal drops
+// them. flushMu is held.
+func (l *Loop) fleetSendEvents() {
+	fl := l.fleet
+	fl.evMu.Lock()
+	evs := fl.evs
+	fl.evs = nil
+	fl.evMu.Unlock()
+	if len(evs) == 0 || fl.down.Load() {
+		fl.requeue(evs)
+		return
+	}
+	ctx, cancel := fl.ctx()
+	err := fl.f.AppendEvents(ctx, evs)
+	cancel()
+	switch {
+	case err == nil:
+		l.fleetUp()
+	case errors.Is(err, ErrFleetUnavailable):
+		l.fleetErr(nil, err)
+		fl.requeue(evs)
+	default:
+		l.fleetErr(nil, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(evs), err))
+	}
+}
+
+// requeue puts evs back before the events queued since.
+func (fl *fleetLink) requeue(evs []Event) {
+	if len(evs) == 0 {
+		return
+	}
+	fl.evMu.Lock()
+	fl.evs = append(evs, fl.evs...)
+	if n := len(fl.evs) - maxFleetEvents; n > 0 {
+		fl.evs = fl.evs[n:]
+	}
+	fl.evMu.Unlock()
+}
+
+// saveLock is a mutex whose waiters wait on a channel (a wait the
+// scheduler, and testing/synctest, see as blocked on the holder); the
+// zero value is unlocked. A holder with a fleet holds it for one chain
+// of waits on the fleet at most (fleetWait).
+type saveLock struct {
+	mu   sync.Mutex
+	held bool
+	free chan struct{} // closed at the next Unlock; made by a waiter
+}
+
+// Lock takes the lock.
+func (s *saveLock) Lock() { s.lockWithin(-1) }
+
+// lockWithin takes the lock if it can within d (d < 0: however long it
+// takes), and reports whether it did.
+func (s *saveLock) lockWithin(d time.Duration) bool {
+	var expired <-chan time.Time
+	for {
+		s.mu.Lock()
+		if !s.held {
+			s.held = true
+			s.mu.Unlock()
+			return true
+		}
+		if s.free == nil {
+			s.free = make(chan struct{})
+		}
+		free := s.free
+		s.mu.Unlock()
+		if d >= 0 && expired == nil {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-free:
+		case <-expired:
+			return false
+		}
+	}
+}
+
+// Unlock releases the lock.
+func (s *saveLock) Unlock() {
+	s.mu.Lock()
+	s.held = false
+	if s.free != nil {
+		close(s.free)
+		s.free = nil
+	}
+	s.mu.Unlock()
+}
