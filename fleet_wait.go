@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -129,12 +128,17 @@ func (fl *fleetLink) requeue(evs []Event) {
 // saveLock is a mutex whose waiters wait on a channel (a wait the
 // scheduler, and testing/synctest, see as blocked on the holder); the
 // zero value is unlocked. A holder with a fleet holds it for one chain
-// of waits on the fleet at most (fleetWait).
+// of waits on the fleet at most (fleetWait). It is one word, so that an
+// agent stays in its 3456-byte size class (TestAgentSizeClass): nil when
+// unlocked, lockedAlone when held with no waiter, else the channel the
+// waiters wait on, closed at the next Unlock (the only allocation, and
+// only under contention).
 type saveLock struct {
-	mu   sync.Mutex
-	held bool
-	free chan struct{} // closed at the next Unlock; made by a waiter
+	p atomic.Pointer[chan struct{}]
 }
+
+// lockedAlone marks a saveLock held with no waiter; it is never closed.
+var lockedAlone = make(chan struct{})
 
 // Lock takes the lock.
 func (s *saveLock) Lock() { s.lockWithin(-1) }
@@ -144,37 +148,36 @@ func (s *saveLock) Lock() { s.lockWithin(-1) }
 func (s *saveLock) lockWithin(d time.Duration) bool {
 	var expired <-chan time.Time
 	for {
-		s.mu.Lock()
-		if !s.held {
-			s.held = true
-			s.mu.Unlock()
+		if s.p.CompareAndSwap(nil, &lockedAlone) {
 			return true
 		}
-		if s.free == nil {
-			s.free = make(chan struct{})
+		cur := s.p.Load()
+		if cur == nil {
+			continue
 		}
-		free := s.free
-		s.mu.Unlock()
+		if cur == &lockedAlone {
+			free := make(chan struct{})
+			if !s.p.CompareAndSwap(cur, &free) {
+				continue
+			}
+			cur = &free
+		}
 		if d >= 0 && expired == nil {
 			t := time.NewTimer(d)
 			defer t.Stop()
 			expired = t.C
 		}
 		select {
-		case <-free:
+		case <-*cur:
 		case <-expired:
 			return false
 		}
 	}
 }
 
-// Unlock releases the lock.
+// Unlock releases the lock, and wakes its waiters.
 func (s *saveLock) Unlock() {
-	s.mu.Lock()
-	s.held = false
-	if s.free != nil {
-		close(s.free)
-		s.free = nil
+	if c := s.p.Swap(nil); c != nil && c != &lockedAlone {
+		close(*c)
 	}
-	s.mu.Unlock()
 }
