@@ -9,6 +9,7 @@ package price
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"github.com/self-improving-loop/selfimprove"
 )
@@ -100,4 +101,46 @@ func (p Table) Add(ctx context.Context, model string, u Usage) (float64, bool) {
 		selfimprove.AddCost(ctx, c)
 	}
 	return c, ok
+}
+
+// Tally is the token usage of one response as an adapter reads it (a
+// whole message, or the events of a stream, each of which may set or
+// update it); the zero value has none. Its methods may be called
+// concurrently.
+type Tally struct {
+	mu    sync.Mutex
+	model string
+	u     Usage
+	seen  bool
+}
+
+// Set records model's usage u: the last one set is the response's.
+func (t *Tally) Set(model string, u Usage) {
+	t.Update(func(m *string, v *Usage) bool {
+		*m, *v = model, u
+		return true
+	})
+}
+
+// Update lets f change the model and the usage recorded, under the
+// tally's lock; f reports whether the response has now reported a
+// usage (Report reports nothing until it has).
+func (t *Tally) Update(f func(model *string, u *Usage) bool) {
+	t.mu.Lock()
+	if f(&t.model, &t.u) {
+		t.seen = true
+	}
+	t.mu.Unlock()
+}
+
+// Report prices the usage recorded, if the response reported one, with
+// p and reports it as the cost of the call whose context is ctx
+// (Table.Add).
+func (t *Tally) Report(ctx context.Context, p Table) {
+	t.mu.Lock()
+	model, u, seen := t.model, t.u, t.seen
+	t.mu.Unlock()
+	if seen {
+		p.Add(ctx, model, u)
+	}
 }

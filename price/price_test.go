@@ -1,9 +1,11 @@
 package price_test
 
 import (
+	"context"
 	"math"
 	"testing"
 
+	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/price"
 )
 
@@ -31,4 +33,41 @@ func TestTable(t *testing.T) {
 			t.Errorf("Cost(%q, %+v) = %g, %v; want %g, %v", tt.model, tt.u, got, ok, tt.want, tt.ok)
 		}
 	}
+}
+
+// TestTally: a tally reports nothing until a usage was set; an update
+// that reports none (a stream's delta without its start) changes the
+// counts but reports nothing by itself; the last usage set is reported,
+// priced, once per Report.
+func TestTally(t *testing.T) {
+	p := price.Table{"m": {Input: 1e6, Output: 2e6}}
+	var tl price.Tally
+	if c, ok := booked(&tl, p); ok {
+		t.Fatalf("empty tally booked %v", c)
+	}
+	tl.Update(func(_ *string, u *price.Usage) bool { u.Output = 5; return false })
+	if c, ok := booked(&tl, p); ok {
+		t.Fatalf("a delta alone booked %v", c)
+	}
+	tl.Set("m", price.Usage{Input: 1, Output: 1})
+	tl.Update(func(_ *string, u *price.Usage) bool { u.Output = 3; return false })
+	if c, ok := booked(&tl, p); !ok || c != 1+3*2 {
+		t.Fatalf("booked %v, %v: want 7", c, ok)
+	}
+}
+
+// booked runs tl.Report in a call of a fresh Loop and returns the cost
+// the call booked.
+func booked(tl *price.Tally, p price.Table) (float64, bool) {
+	l, err := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithStrategy(nil), selfimprove.WithNotifier(nil))
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	_ = l.AddScore(context.Background(), 0) // calls get a place for their cost
+	rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ selfimprove.Config) error {
+		tl.Report(ctx, p)
+		return nil
+	})
+	return rep.Cost, rep.Cost != 0
 }

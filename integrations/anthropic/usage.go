@@ -1,10 +1,8 @@
 package anthropic
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"sync"
 
 	ant "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
@@ -27,8 +25,8 @@ func WithPrices(prices price.Table) option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil && len(prices) > 0 {
-			t := &tally{}
-			usage.Watch(res, t.note, func() { t.report(req.Context(), prices) })
+			t := &price.Tally{}
+			usage.Watch(res, func(data []byte) { note(t, data) }, func() { t.Report(req.Context(), prices) })
 		}
 		return res, err
 	})
@@ -40,35 +38,25 @@ func UsageOf(u ant.Usage) price.Usage {
 	return price.Usage{Input: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, CachedInput: u.CacheReadInputTokens, Output: u.OutputTokens}
 }
 
-// tally is the usage one response reported.
-type tally struct {
-	mu    sync.Mutex
-	model string
-	u     price.Usage
-	seen  bool
-}
-
-// note reads one JSON document of the response: a message, or a stream
+// note reads into t one JSON document of the response: a message, or a stream
 // event that carries a usage.
-func (t *tally) note(data []byte) {
+func note(t *price.Tally, data []byte) {
 	var head struct {
 		Type string `json:"type"`
 	}
 	if json.Unmarshal(data, &head) != nil {
 		return
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch head.Type {
 	case "message":
 		var m ant.Message
 		if json.Unmarshal(data, &m) == nil {
-			t.model, t.u, t.seen = string(m.Model), UsageOf(m.Usage), true
+			t.Set(string(m.Model), UsageOf(m.Usage))
 		}
 	case "message_start":
 		var ev ant.MessageStartEvent
 		if json.Unmarshal(data, &ev) == nil {
-			t.model, t.u, t.seen = string(ev.Message.Model), UsageOf(ev.Message.Usage), true
+			t.Set(string(ev.Message.Model), UsageOf(ev.Message.Usage))
 		}
 	case "message_delta":
 		// Its counts are the message's so far: the output's, and the
@@ -76,20 +64,13 @@ func (t *tally) note(data []byte) {
 		var ev ant.MessageDeltaEvent
 		if json.Unmarshal(data, &ev) == nil {
 			d := ev.Usage
-			if in := d.InputTokens + d.CacheCreationInputTokens + d.CacheReadInputTokens; in > 0 {
-				t.u.Input, t.u.CachedInput = in, d.CacheReadInputTokens
-			}
-			t.u.Output = max(t.u.Output, d.OutputTokens)
+			t.Update(func(_ *string, u *price.Usage) bool {
+				if in := d.InputTokens + d.CacheCreationInputTokens + d.CacheReadInputTokens; in > 0 {
+					u.Input, u.CachedInput = in, d.CacheReadInputTokens
+				}
+				u.Output = max(u.Output, d.OutputTokens)
+				return false // a delta alone, without its message_start, names no model
+			})
 		}
-	}
-}
-
-// report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices price.Table) {
-	t.mu.Lock()
-	model, u, seen := t.model, t.u, t.seen
-	t.mu.Unlock()
-	if seen {
-		prices.Add(ctx, model, u)
 	}
 }

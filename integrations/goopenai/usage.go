@@ -1,10 +1,8 @@
 package goopenai
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"sync"
 
 	goai "github.com/sashabaranov/go-openai"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
@@ -38,8 +36,8 @@ type priced struct {
 func (p priced) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := p.base.RoundTrip(req)
 	if err == nil && len(p.prices) > 0 {
-		t := &tally{}
-		usage.Watch(res, t.note, func() { t.report(req.Context(), p.prices) })
+		t := &price.Tally{}
+		usage.Watch(res, func(data []byte) { note(t, data) }, func() { t.Report(req.Context(), p.prices) })
 	}
 	return res, err
 }
@@ -54,16 +52,8 @@ func UsageOf(u goai.Usage) price.Usage {
 	return s
 }
 
-// tally is the usage one response reported.
-type tally struct {
-	mu    sync.Mutex
-	model string
-	u     price.Usage
-	seen  bool
-}
-
-// note reads a chat completion, or a chunk of one, that carries a usage.
-func (t *tally) note(data []byte) {
+// note reads into t a chat completion, or a chunk of one, that carries a usage.
+func note(t *price.Tally, data []byte) {
 	var c struct {
 		Model string      `json:"model"`
 		Usage *goai.Usage `json:"usage"`
@@ -71,17 +61,5 @@ func (t *tally) note(data []byte) {
 	if json.Unmarshal(data, &c) != nil || c.Usage == nil {
 		return
 	}
-	t.mu.Lock()
-	t.model, t.u, t.seen = c.Model, UsageOf(*c.Usage), true
-	t.mu.Unlock()
-}
-
-// report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices price.Table) {
-	t.mu.Lock()
-	model, u, seen := t.model, t.u, t.seen
-	t.mu.Unlock()
-	if seen {
-		prices.Add(ctx, model, u)
-	}
+	t.Set(c.Model, UsageOf(*c.Usage))
 }

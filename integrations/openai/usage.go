@@ -1,10 +1,8 @@
 package openai
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"sync"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -27,8 +25,8 @@ func WithPrices(prices price.Table) option.RequestOption {
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil && len(prices) > 0 {
-			t := &tally{}
-			usage.Watch(res, t.note, func() { t.report(req.Context(), prices) })
+			t := &price.Tally{}
+			usage.Watch(res, func(data []byte) { note(t, data) }, func() { t.Report(req.Context(), prices) })
 		}
 		return res, err
 	})
@@ -45,17 +43,9 @@ func ResponseUsageOf(u responses.ResponseUsage) price.Usage {
 	return price.Usage{Input: u.InputTokens, CachedInput: u.InputTokensDetails.CachedTokens, Output: u.OutputTokens}
 }
 
-// tally is the usage one response reported.
-type tally struct {
-	mu    sync.Mutex
-	model string
-	u     price.Usage
-	seen  bool
-}
-
-// note reads one JSON document of the response: a chat completion or a
+// note reads into t one JSON document of the response: a chat completion or a
 // chunk of one, a response or a stream event that carries one.
-func (t *tally) note(data []byte) {
+func note(t *price.Tally, data []byte) {
 	var head struct {
 		Object string          `json:"object"`
 		Type   string          `json:"type"`
@@ -94,17 +84,5 @@ func (t *tally) note(data []byte) {
 	default:
 		return
 	}
-	t.mu.Lock()
-	t.model, t.u, t.seen = model, u, true // the last report is the whole response's
-	t.mu.Unlock()
-}
-
-// report books the usage noted, if any.
-func (t *tally) report(ctx context.Context, prices price.Table) {
-	t.mu.Lock()
-	model, u, seen := t.model, t.u, t.seen
-	t.mu.Unlock()
-	if seen {
-		prices.Add(ctx, model, u)
-	}
+	t.Set(model, u) // the last report is the whole response's
 }
