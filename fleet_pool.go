@@ -1,0 +1,111 @@
+package selfimprove
+
+import (
+	"context"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+)
+
+// fleetPooled takes the pooled counts p that answered a's delta d; rep,
+// when set, gets the decision they make.
+// It returns how many revisions a's copy was behind the fleet's (0: in
+// step; 1 when it had none and the fleet has one).
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *fleetWait) (lag int64) {
+	fa := a.fl
+	a.mu.Lock()
+	newer := p.Rev != fa.rev
+	switch {
+	case p.Rev <= fa.rev:
+	case fa.rev == 0:
+		lag = 1 // the fleet's first state of the agent: one commit at least
+	default:
+		lag = int64(min(p.Rev-fa.rev, 1<<53))
+	}
+	a.mu.Unlock()
+	if newer {
+		l.fleetRefreshWait(a, w)
+	} else {
+		fa.resync.Store(false)
+	}
+	now := l.clock.Now()
+	a.mu.Lock()
+	a.settleFleetLocked(l)
+	if a.evicted {
+		a.mu.Unlock()
+		return lag
+	}
+	fresh := fa.book(d, p)
+	var eff effects
+	l.fleetPooledQuality(a, d, p, now, &eff)
+	var fails []FleetFailure
+	for _, f := range p.Failures {
+		if f.Seq > fa.seq {
+			fa.seq = f.Seq
+			if f.Replica != l.fleet.replica {
+				fails = append(fails, f)
+			}
+		}
+	}
+	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(fails) > 0 {
+		a.s.replay(now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
+		a.dirty = true
+	}
+	var fixes []fixNote
+	window := a.s.Tracker.Win.Width * windowSlots
+	if len(fails) > 0 {
+		// Fixes attach to the clusters the failure memory knows.
+		fixes = fixesOf(a.s.Changes, nil)
+	}
+	if a.s.Verifying != nil && p.Gen == a.s.Gen {
+		var unsent, unsentControl FleetCounts
+		if fa.tally.gen == p.Gen {
+			unsent, unsentControl = fa.tally.change, fa.tally.control
+		}
+		a.s.pool(p.Change, p.Control, unsent, unsentControl)
+		a.s.judge(now, &l.rules, &eff)
+	}
+	if eff.publish || eff.circuit || len(eff.events) > 0 {
+		a.commitLocked(&eff, l.canaryCut > 0)
+	}
+	a.mu.Unlock()
+	for i := range fails {
+		f := &fails[i]
+		var buf [4 * failure.MaxSignature]byte
+		sig := failure.AppendSignature(buf[:0], f.Text)
+		cl := failure.ClusterOf(sig)
+		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, window)
+		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
+	}
+	l.remember(fixes)
+	if eff.decided != nil {
+		if rep == nil {
+			rep = new(Report)
+		}
+		l.carry(context.Background(), a, &eff, rep, w)
+	}
+	return lag
+}
+
+// book books this replica's delta d in fa, and returns the other
+// replicas' calls in the pool p that fa had not seen. The agent's mu is
+// held.
+func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
+	fa.sent.Add(d.Change)
+	fa.sent.Add(d.Control)
+	others := p.Total.sub(fa.sent)
+	if others.negative() {
+		// The fleet's counts started again (lost, or set aside): from
+		// this delta on.
+		fa.sent = FleetCounts{}
+		fa.sent.Add(d.Change)
+		fa.sent.Add(d.Control)
+		others = p.Total.sub(fa.sent)
+		fa.others = others
+	}
+	fresh := others.sub(fa.others)
+	if fresh.negative() {
+		fresh = FleetCounts{}
+	}
+	fa.others = others
+	return fresh
+}
