@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,7 +203,9 @@ func figuresOf(outs []outcome, measured func(outcome) bool, primary string) figu
 func (s *sim) compare(t *testing.T, name string, loop, base figures) {
 	t.Helper()
 	s.mu.Lock()
-	s.rows = append(s.rows, fmt.Sprintf("| %s | %.1f %% | %.1f %% | %.2f | %.2f |", name, 100*loop.success, 100*base.success, loop.perCall, base.perCall))
+	// t is Run's test's subtest all/<scenario> (see sim.rows).
+	_, sub, _ := strings.Cut(t.Name(), "/")
+	s.rows[sub] = fmt.Sprintf("| %s | %.1f %% | %.1f %% | %.2f | %.2f |", name, 100*loop.success, 100*base.success, loop.perCall, base.perCall)
 	s.mu.Unlock()
 	t.Logf("%s: loop success %.2f%%, %.2f requests/call; baseline success %.2f%%, %.2f requests/call",
 		name, 100*loop.success, loop.perCall, 100*base.success, base.perCall)
