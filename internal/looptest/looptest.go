@@ -1,5 +1,5 @@
 // Package looptest holds the helpers that the tests of the root package
-// and of the packages built on it (notify) share: a Loop opened for a
+// and of the packages and modules built on it (notify, cmd, e2e) share: a Loop opened for a
 // test, a log destination safe for concurrent writes, and a Loop whose
 // notifier a test watches.
 package looptest
