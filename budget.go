@@ -143,9 +143,13 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // The cost is also booked with the call, for its config version: its
 // mean per successful call is in AgentView, and a change that raises it
 // is judged by RollbackPolicy.MaxCostRise. A call's cost is booked once
-// its Loop gives calls a score slot: after the Loop's first AddScore, or
-// its first AddCost under a Budget (see docs/quality.md). A negative, NaN
-// or infinite cost is not booked.
+// its Loop gives calls a score slot: after the Loop's first AddScore or
+// its first AddCost under a Budget, and in every Loop of the process
+// after an AddCost that no Loop could book (one in a call made before the
+// slots were on, or outside any call: AddCost(context.Background(), 0) at
+// start-up turns them on and books nothing; the price integrations do it
+// when they are set up). See docs/quality.md. A negative, NaN or infinite
+// cost is not booked.
 func AddCost(ctx context.Context, cost float64) {
 	noteCost(ctx, cost)
 	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {

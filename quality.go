@@ -75,18 +75,30 @@ func (c *scoreCtx) release() quality {
 	return q
 }
 
+// costSlots is set once AddCost found neither a call's slot nor a loop's
+// attempt context in its context: a cost was reported that no loop could
+// book, so the calls of every Loop of the process carry a slot from then
+// on. The price integrations report a cost of 0 outside any call when
+// they are set up, so that none of their costs is lost.
+var costSlots atomic.Bool
+
 // noteCost adds cost to the call ctx belongs to, if it carries a slot;
 // otherwise, when ctx is an attempt context of a loop's (the call has a
 // Budget, retries or nests calls), it turns that loop's slots on for the
-// calls to come (see Loop.slots).
+// calls to come (see Loop.slots), and else those of every loop
+// (costSlots).
 func noteCost(ctx context.Context, cost float64) {
 	if math.IsNaN(cost) || math.IsInf(cost, 0) || cost < 0 {
 		return
 	}
 	if c, _ := ctx.Value(scoreKey{}).(*scoreCtx); c != nil {
 		c.addCost(cost)
-	} else if a, _ := ctx.Value(callKey{}).(*callCtx); a != nil && a.loop != nil && !a.loop.slots.Load() {
-		a.loop.slots.Store(true)
+	} else if a, _ := ctx.Value(callKey{}).(*callCtx); a != nil && a.loop != nil {
+		if !a.loop.slots.Load() {
+			a.loop.slots.Store(true)
+		}
+	} else if !costSlots.Load() {
+		costSlots.Store(true)
 	}
 }
 
@@ -127,7 +139,7 @@ func (l *Loop) AddScore(ctx context.Context, score float64) error {
 // on, under its attempt context att if it has one; it returns the context
 // to run the call with, and the slot (nil when off).
 func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
-	if !l.slots.Load() {
+	if !l.slots.Load() && !costSlots.Load() {
 		return ctx, nil
 	}
 	sc := &scoreCtx{Context: ctx}

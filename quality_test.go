@@ -273,6 +273,7 @@ func TestKeptContextStaysTheCalls(t *testing.T) {
 // turns its slots on; its later calls' costs are booked, another Loop's
 // are not.
 func TestCostUnderBudgetTurnsSlotsOn(t *testing.T) {
+	defer si.TestingCostSlotsOff()()
 	e, other := newEnv(t), newEnv(t)
 	ctx := si.WithBudget(context.Background(), &si.Budget{Cost: 100})
 	cost := func(l *si.Loop) {
@@ -289,6 +290,31 @@ func TestCostUnderBudgetTurnsSlotsOn(t *testing.T) {
 	}
 	if v, _ := other.l.View("a"); v.Versions != nil {
 		t.Errorf("another loop booked %+v", v.Versions)
+	}
+}
+
+// TestCostNoLoopBooksTurnsSlotsOn: an AddCost that no Loop can book (one
+// outside any call, as the price integrations make when set up, or in a
+// plain call before the slots were on) turns on the slots of every Loop:
+// the plain calls that follow have their costs booked.
+func TestCostNoLoopBooksTurnsSlotsOn(t *testing.T) {
+	defer si.TestingCostSlotsOff()()
+	e := newEnv(t)
+	cost := func() {
+		e.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+			si.AddCost(ctx, 2)
+			return nil
+		})
+	}
+	cost()
+	if v, _ := e.l.View("a"); v.Versions[1].Costed != 0 {
+		t.Fatalf("figures %+v: a plain call's cost booked with the slots off", v.Versions[1])
+	}
+	si.AddCost(context.Background(), 0)
+	cost()
+	cost()
+	if v, _ := e.l.View("a"); v.Versions[1].Costed != 2 || v.Versions[1].CostPerSuccess != 2 {
+		t.Errorf("figures %+v, want the 2 calls after the start-up AddCost", v.Versions[1])
 	}
 }
 
