@@ -9,6 +9,12 @@ func TestingEmit(l *Loop, e Event) { l.notify(&e) }
 // the allocations of a call without one; it returns a func that puts the
 // flag back.
 func TestingCostSlotsOff() (restore func()) {
+	slotLoops.Lock()
 	was := costSlots.Swap(false)
-	return func() { costSlots.Store(was) }
+	slotLoops.Unlock()
+	return func() {
+		slotLoops.Lock()
+		costSlots.Store(was)
+		slotLoops.Unlock()
+	}
 }

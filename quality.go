@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 )
 
 // Quality and cost (docs/quality.md).
@@ -79,8 +81,54 @@ func (c *scoreCtx) release() quality {
 // attempt context in its context: a cost was reported that no loop could
 // book, so the calls of every Loop of the process carry a slot from then
 // on. The price integrations report a cost of 0 outside any call when
-// they are set up, so that none of their costs is lost.
-var costSlots atomic.Bool
+// they are set up, so that none of their costs is lost. slotLoops holds
+// the Loops to turn on (weakly: a Loop no longer used is collected), so
+// that a call checks its own Loop's flag only.
+var (
+	costSlots atomic.Bool
+	slotLoops struct {
+		sync.Mutex
+		live []weak.Pointer[Loop]
+		kept int // len(live) after the last sweep of the collected
+	}
+)
+
+// slotsFollow has l's slots follow costSlots: on now if it is set, else
+// once it is.
+func (l *Loop) slotsFollow() {
+	slotLoops.Lock()
+	defer slotLoops.Unlock()
+	if costSlots.Load() {
+		l.slots.Store(true)
+		return
+	}
+	if len(slotLoops.live) >= 2*slotLoops.kept+16 {
+		live := slotLoops.live[:0]
+		for _, w := range slotLoops.live {
+			if w.Value() != nil {
+				live = append(live, w)
+			}
+		}
+		clear(slotLoops.live[len(live):])
+		slotLoops.live, slotLoops.kept = live, len(live)
+	}
+	slotLoops.live = append(slotLoops.live, weak.Make(l))
+}
+
+// allSlotsOn sets costSlots and turns on the slots of every Loop.
+func allSlotsOn() {
+	slotLoops.Lock()
+	defer slotLoops.Unlock()
+	if costSlots.Swap(true) {
+		return
+	}
+	for _, w := range slotLoops.live {
+		if l := w.Value(); l != nil {
+			l.slots.Store(true)
+		}
+	}
+	slotLoops.live, slotLoops.kept = nil, 0
+}
 
 // noteCost adds cost to the call ctx belongs to, if it carries a slot;
 // otherwise, when ctx is an attempt context of a loop's (the call has a
@@ -98,7 +146,7 @@ func noteCost(ctx context.Context, cost float64) {
 			a.loop.slots.Store(true)
 		}
 	} else if !costSlots.Load() {
-		costSlots.Store(true)
+		allSlotsOn()
 	}
 }
 
@@ -139,7 +187,7 @@ func (l *Loop) AddScore(ctx context.Context, score float64) error {
 // on, under its attempt context att if it has one; it returns the context
 // to run the call with, and the slot (nil when off).
 func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
-	if !l.slots.Load() && !costSlots.Load() {
+	if !l.slots.Load() {
 		return ctx, nil
 	}
 	sc := &scoreCtx{Context: ctx}

@@ -316,6 +316,14 @@ func TestCostNoLoopBooksTurnsSlotsOn(t *testing.T) {
 	if v, _ := e.l.View("a"); v.Versions[1].Costed != 2 || v.Versions[1].CostPerSuccess != 2 {
 		t.Errorf("figures %+v, want the 2 calls after the start-up AddCost", v.Versions[1])
 	}
+	later := newEnv(t) // a Loop made after: its slots are on from the start
+	later.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+		si.AddCost(ctx, 5)
+		return nil
+	})
+	if v, _ := later.l.View("a"); v.Versions[1].Costed != 1 {
+		t.Errorf("a later Loop's figures %+v, want its call's cost", v.Versions[1])
+	}
 }
 
 // TestLateScoresRollBack: scores that arrive by ID after the calls judge
