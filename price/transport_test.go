@@ -6,12 +6,11 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
 )
 
@@ -141,12 +140,7 @@ func TestTransportBooksNothing(t *testing.T) {
 // places of every Loop (run in a child process, as the places, once on,
 // stay on).
 func TestTransportTurnsSlotsOn(t *testing.T) {
-	if os.Getenv("PRICE_TRANSPORT_CHILD") == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestTransportTurnsSlotsOn$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "PRICE_TRANSPORT_CHILD=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("child: %v\n%s", err, out)
-		}
+	if looptest.FreshProcess(t) {
 		return
 	}
 	if n, _ := bookedVia(t, served(t, 200, "application/json", chatBody), prices, readAll); n != 1 {
