@@ -2,7 +2,6 @@ package genkit_test
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	"github.com/firebase/genkit/go/ai"
@@ -37,11 +36,7 @@ func TestTokenCosts(t *testing.T) {
 	if a := s.AskedUsage(); len(a) != 2 || !a[0] || a[1] {
 		t.Errorf("streams asked for their usage: %v; want [true false]", a)
 	}
-	for id, want := range map[string]float64{"generate": oaifake.ChatCost, "stream": oaifake.StreamCost} {
-		if st := l.Stats(id); st.Costed != 1 || math.Abs(st.CostPerSuccess-want) > 1e-15 {
-			t.Errorf("%s: costed %d at %g per success; want 1 at %g", id, st.Costed, st.CostPerSuccess, want)
-		}
-	}
+	oaifake.CheckCosts(t, l)
 	if st := l.Stats("stream without usage"); st.Costed != 0 {
 		t.Errorf("a stream that did not ask for its usage costed %d calls", st.Costed)
 	}

@@ -2,7 +2,6 @@ package langchaingo_test
 
 import (
 	"context"
-	"math"
 	"testing"
 
 	adapter "github.com/self-improving-loop/selfimprove/integrations/langchaingo"
@@ -36,9 +35,5 @@ func TestTokenCosts(t *testing.T) {
 	if a := s.AskedUsage(); len(a) != 1 || !a[0] {
 		t.Errorf("streams asked for their usage: %v", a)
 	}
-	for id, want := range map[string]float64{"generate": oaifake.ChatCost, "stream": oaifake.StreamCost} {
-		if st := l.Stats(id); st.Costed != 1 || math.Abs(st.CostPerSuccess-want) > 1e-15 {
-			t.Errorf("%s: costed %d at %g per success; want 1 at %g", id, st.Costed, st.CostPerSuccess, want)
-		}
-	}
+	oaifake.CheckCosts(t, l)
 }

@@ -3,11 +3,13 @@ package oaifake
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 
+	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/price"
 )
 
@@ -86,4 +88,15 @@ func (s *UsageServer) AskedUsage() []bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]bool(nil), s.asked...)
+}
+
+// CheckCosts fails t unless l's agent "generate" booked one call at
+// ChatCost and its agent "stream" one at StreamCost.
+func CheckCosts(t testing.TB, l *si.Loop) {
+	t.Helper()
+	for id, want := range map[string]float64{"generate": ChatCost, "stream": StreamCost} {
+		if st := l.Stats(id); st.Costed != 1 || math.Abs(st.CostPerSuccess-want) > 1e-15 {
+			t.Errorf("%s: costed %d at %g per success; want 1 at %g", id, st.Costed, st.CostPerSuccess, want)
+		}
+	}
 }
