@@ -2,8 +2,11 @@
 // with a table of per-model prices the program supplies, and reports it
 // as the call's cost (selfimprove.AddCost): the loop then books it per
 // config version and route, and verifies changes on cost per successful
-// call (docs/quality.md). The SDK adapters (integrations/openai,
-// anthropic, goopenai) take a Table and report every response's usage.
+// call (docs/quality.md). Transport does it for any OpenAI-compatible
+// API reached through an http.Client (the framework adapters eino,
+// genkit and langchaingo take it as their HTTP client's base), and the
+// SDK adapters (integrations/openai, anthropic, goopenai) take a Table
+// and report every response's usage.
 package price
 
 import (
@@ -30,9 +33,10 @@ type Price struct {
 // Table maps a model name, as the provider's response names it, to its
 // price. A name with a date suffix ("gpt-4o-mini-2024-07-18",
 // "claude-3-5-haiku-20241022") that is not in the table takes the price
-// of the name without it ("gpt-4o-mini"). The integrations
-// (integrations/openai, anthropic, goopenai) report each call's token
-// usage priced by it with AddCost; see docs/quality.md.
+// of the name without it ("gpt-4o-mini"). Transport and the
+// integrations (integrations/openai, anthropic, goopenai, and eino,
+// genkit, langchaingo through Transport) report each call's token usage
+// priced by it with AddCost; see docs/quality.md.
 type Table map[string]Price
 
 // Usage is the tokens one response counted.

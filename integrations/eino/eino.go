@@ -17,7 +17,9 @@
 //     it, and a stream that ends without its final event is a failure,
 //     retried;
 //   - Options.Check fails an answer the caller cannot use as a bad output
-//     (failure.BadOutput), which the loop retries.
+//     (failure.BadOutput), which the loop retries;
+//   - HTTPClient(price.Transport(nil, prices)) books each answer's token
+//     usage, priced by a price.Table, as the call's cost.
 //
 // The agent ID is Options.AgentID, one per wrapped model (wrap the model
 // once per agent, under the agent's Name), unless the call's context

@@ -23,7 +23,11 @@ type Error = failure.APIError
 // selfimprove.Transport over base (nil: http.DefaultTransport); it keeps
 // the status, headers and error body (its first 64 KiB) of a failed
 // response for the error the wrapper returns, and notes whether a
-// stream carried its final event ("data: [DONE]").
+// stream carried its final event ("data: [DONE]"). With
+// price.Transport(nil, prices) as base, each answer's token usage (a
+// completion's, a stream's usage chunk, which Eino's OpenAI model asks
+// for) is booked, priced by prices, as the cost of the loop's call that
+// made it.
 func HTTPClient(base http.RoundTripper) *http.Client {
 	return &http.Client{Transport: oaicompat.Transport(si.Transport(base))}
 }

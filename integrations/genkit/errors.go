@@ -24,7 +24,13 @@ type Error = failure.APIError
 // the caller's: openai-go's own retries off (the loop retries), its HTTP
 // client's transport selfimprove.Transport over base (nil:
 // http.DefaultTransport), and a watch on each stream for its final
-// "data: [DONE]".
+// "data: [DONE]". With price.Transport(nil, prices) as base, each
+// answer's token usage is booked, priced by prices, as the cost of the
+// loop's call that made it: a completion's, and a stream's usage chunk,
+// which the plugin does not ask for: give the request the config
+// &openai.ChatCompletionNewParams{StreamOptions:
+// openai.ChatCompletionStreamOptionsParam{IncludeUsage:
+// openai.Bool(true)}} (ai.WithConfig), or the stream books no cost.
 func ClientOptions(base http.RoundTripper) []option.RequestOption {
 	return []option.RequestOption{
 		option.WithMaxRetries(0),

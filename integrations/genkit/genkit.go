@@ -20,7 +20,10 @@
 //   - Options.Check fails an answer the caller cannot use as a bad output
 //     (failure.BadOutput), which the loop retries;
 //   - with Options.ToolPrefix, its WrapTool hook runs each tool call
-//     through the loop too, as an agent of its own per tool.
+//     through the loop too, as an agent of its own per tool;
+//   - ClientOptions(price.Transport(nil, prices)) books each answer's
+//     token usage, priced by a price.Table, as the call's cost (a stream's
+//     once its request asks for it: see ClientOptions).
 //
 // The agent ID is Options.AgentID, one per middleware (make one per
 // agent or flow), unless the call's context names another (WithAgentID).

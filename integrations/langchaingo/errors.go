@@ -20,7 +20,10 @@ type Error = failure.APIError
 // over base (nil: http.DefaultTransport); it keeps the status, headers
 // and error body (its first 64 KiB) of a failed response for the error
 // Generate returns, and watches a streamed answer for its final event
-// ("data: [DONE]") and for an error event.
+// ("data: [DONE]") and for an error event. With price.Transport(nil,
+// prices) as base, each answer's token usage (a completion's, a
+// stream's usage chunk, which langchaingo's OpenAI client asks for) is
+// booked, priced by prices, as the cost of the loop's call that made it.
 func HTTPClient(base http.RoundTripper) *http.Client {
 	return &http.Client{Transport: oaicompat.Transport(si.Transport(base))}
 }

@@ -17,7 +17,9 @@
 //     wait for it; through HTTPClient, a stream that ends without
 //     "data: [DONE]" or carries an error event is a failure, retried;
 //   - Options.Check fails an answer the caller cannot use as a bad output
-//     (failure.BadOutput), which the loop retries.
+//     (failure.BadOutput), which the loop retries;
+//   - HTTPClient(price.Transport(nil, prices)) books each answer's token
+//     usage, priced by a price.Table, as the call's cost.
 //
 // The agent ID is Options.AgentID, one per wrapped model, unless the
 // call's context names another (WithAgentID): give each step of a chain

@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	si "github.com/self-improving-loop/selfimprove"
 	adapter "github.com/self-improving-loop/selfimprove/integrations/openai"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 	"github.com/self-improving-loop/selfimprove/price"
 )
 
@@ -46,6 +47,9 @@ var prices = price.Table{
 // book their tokens' price as the call's cost, by the model the response
 // names (dated, priced by its undated name), cached input at its price.
 func TestWithPricesBooksTokenCosts(t *testing.T) {
+	if looptest.FreshProcess(t) { // with no start-up call: the first call's cost is booked
+		return
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		switch {
@@ -66,7 +70,6 @@ func TestWithPricesBooksTokenCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.AddScore(context.Background(), 0) // give calls a place for their cost
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithBaseURL(srv.URL), option.WithAPIKey("k"), adapter.WithPrices(prices))...)
 	calls := map[string]func(ctx context.Context) error{
 		"chat": func(ctx context.Context) error {
