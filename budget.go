@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -130,9 +131,25 @@ func (b *Budget) giveBackLocked(c *callCtx) {
 
 type budgetKey struct{}
 
+// budgets is set once WithBudget was called: until then no context can
+// carry a Budget, and a call does not look for one.
+var budgets atomic.Bool
+
+// budgetOf returns the Budget ctx carries, or nil.
+func budgetOf(ctx context.Context) *Budget {
+	if !budgets.Load() {
+		return nil
+	}
+	b, _ := ctx.Value(budgetKey{}).(*Budget)
+	return b
+}
+
 // WithBudget returns a context that carries b to the calls made with it,
 // and to the calls nested in them (see Budget).
 func WithBudget(ctx context.Context, b *Budget) context.Context {
+	if !budgets.Load() {
+		budgets.Store(true)
+	}
 	return context.WithValue(ctx, budgetKey{}, b)
 }
 
@@ -152,7 +169,7 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // cost is not booked.
 func AddCost(ctx context.Context, cost float64) {
 	noteCost(ctx, cost)
-	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+	if b := budgetOf(ctx); b != nil {
 		b.mu.Lock()
 		b.spent += cost
 		b.mu.Unlock()

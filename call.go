@@ -67,7 +67,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		return rep, ErrNilFunc
 	}
 	c := begun{id: agentID}
-	if b, _ := ctx.Value(budgetKey{}).(*Budget); b != nil {
+	if b := budgetOf(ctx); b != nil {
 		if c.att = b.open(ctx, agentID); c.att == nil {
 			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
 			return rep, rep.Err
