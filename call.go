@@ -434,7 +434,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}
-	if eff.publish || eff.circuit || eff.probe || len(eff.events) > 0 {
+	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots

@@ -169,14 +169,15 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
 	}
 	if rev > 0 {
-		l.fleetAdopt(a, rev, val, false)
+		l.fleetAdopt(a, rev, val, false, errTakenOver)
 	}
 	return true
 }
 
 // fleetAdopt makes the shared state val, at revision rev, a's: when it is
-// newer than a's, or always with force. a keeps its call statistics.
-func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
+// newer than a's, or always with force. a keeps its call statistics; the
+// decisions not committed yet are taken back for why (fleet_batch.go).
+func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why error) {
 	sh, err := decodeState(val, a.id)
 	fa := a.fl
 	if err != nil {
@@ -198,6 +199,7 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	for _, ch := range a.s.Changes {
 		known[ch.ID] = true
 	}
+	a.takenBackLocked(why)
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
 	fa.rev = rev
@@ -277,12 +279,13 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 	if fl.down.Load() {
 		// Backing off until the flusher finds the fleet again: the
 		// decision is taken back at once.
-		l.takeBack(a, rev, base)
-		return fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
+		err := fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
+		l.takeBack(a, rev, base, err)
+		return err
 	}
 	ctx, done, ok := fl.op(w)
 	if !ok {
-		l.takeBack(a, rev, base) // never sent: it cannot land
+		l.takeBack(a, rev, base, errFleetSlow) // never sent: it cannot land
 		return errFleetSlow
 	}
 	fa.committing.Store(true)
@@ -312,30 +315,31 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 	case errors.Is(err, ErrFleetConflict):
 		l.fleetUp()
 		l.m.fleetConflicts.Add(1)
+		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
 		if !l.fleetRefreshWait(a, w) {
 			// The winner's state is taken later (the flusher); the
 			// decision is taken back now.
-			l.takeBack(a, rev, base)
+			l.takeBack(a, rev, base, err)
 		}
-		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
+		return err
 	default:
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			l.keepOrphan(a, rev, value, evs)
+			err = fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		} else {
+			err = fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
-		l.takeBack(a, rev, base)
-		if !errors.Is(err, ErrFleetUnavailable) {
-			return fmt.Errorf("%w: %w", errFleetRefused, err)
-		}
-		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		l.takeBack(a, rev, base, err)
+		return err
 	}
 }
 
 // takeBack puts a's shared state back to base, the fleet's state at rev
-// (nil: none known), taking back the decisions made since.
-func (l *Loop) takeBack(a *agent, rev uint64, base []byte) {
+// (nil: none known), taking back the decisions made since for why.
+func (l *Loop) takeBack(a *agent, rev uint64, base []byte, why error) {
 	if base != nil {
-		l.fleetAdopt(a, rev, base, true)
+		l.fleetAdopt(a, rev, base, true, why)
 	}
 }
 

@@ -83,6 +83,10 @@ type fleetAgent struct {
 	// orphan is a decision whose commit failed without an answer: it may
 	// still have landed (see fleetOrphan). Guarded by the agent's mu.
 	orphan *fleetOrphan
+	// decided is the batch of the decisions made on the agent's copy
+	// since a save last took it (fleet_batch.go). Guarded by the agent's
+	// mu.
+	decided *fleetBatch
 }
 
 func newFleetLink(o *options) *fleetLink {

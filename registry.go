@@ -73,6 +73,7 @@ func (a *agent) claimProbe() bool { return a.flags.Or(flagProbing)&flagProbing =
 type queued struct {
 	ev       *Event
 	notified bool
+	batch    *fleetBatch // the decision's, with a fleet (fleet_batch.go)
 }
 
 // eventQueue is an agent's events not yet logged. The agent holds it
@@ -131,8 +132,9 @@ func (a *agent) publishLocked(canary bool) {
 }
 
 // commitLocked carries out the effects that belong under a's lock:
-// publishing the config, mirroring the circuit, and queueing the events
-// in decision order.
+// publishing the config, mirroring the circuit, giving a decision to save
+// its batch (with a fleet: fleet_batch.go), and queueing the events in
+// decision order.
 func (a *agent) commitLocked(eff *effects, canary bool) {
 	if eff.publish {
 		a.publishLocked(canary)
@@ -143,8 +145,11 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 	if eff.circuit {
 		a.mirrorLocked()
 	}
+	if eff.save {
+		eff.batch = a.decidedLocked()
+	}
 	for _, ev := range eff.events {
-		a.queue(queued{ev: ev})
+		a.queue(queued{ev: ev, batch: eff.batch})
 	}
 }
 
