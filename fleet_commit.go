@@ -351,7 +351,7 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 	fl, fa := l.fleet, a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
-	busy := now < fa.leaseBusy
+	busy := now < fa.leaseBusy || fa.releasing
 	cooldown := a.s.CooldownUntil
 	a.mu.Unlock()
 	if busy || fl.down.Load() {
@@ -398,17 +398,74 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 }
 
 // fleetRelease gives the agent's lease back, as an operation of the
-// chain w; not when the fleet is down or w's time is spent: it expires.
+// chain w; not when the fleet is down (it expires). When w's time is
+// spent, the flusher gives it back, off the caller's path
+// (fleetReleaseLater).
 func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
 	if l.fleet.down.Load() {
 		return
 	}
 	ctx, done, ok := l.fleet.op(w)
 	if !ok {
+		l.fleetReleaseLater(a)
 		return
 	}
 	defer done()
 	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
 		l.fleetErr(a, err)
+	}
+}
+
+// fleetReleaseLater asks the flusher to give a's lease back: the call
+// that held it had spent its fleet time.
+func (l *Loop) fleetReleaseLater(a *agent) {
+	fl := l.fleet
+	fl.relMu.Lock()
+	if len(fl.rel) < maxFleetReleases {
+		fl.rel = append(fl.rel, a)
+	}
+	fl.relMu.Unlock()
+	select {
+	case fl.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maxFleetReleases bounds the leases waiting for the flusher to give
+// them back; beyond it they expire.
+const maxFleetReleases = 1024
+
+// fleetReleases gives back the leases fleetReleaseLater queued, all
+// within one fleet timeout (best effort: a lease not given back expires).
+// A lease of an agent whose strategy runs again here is left to that
+// run, which holds it; while one is given back, the agent takes no lease
+// (fleetLease). flushMu is held.
+func (l *Loop) fleetReleases() {
+	fl := l.fleet
+	fl.relMu.Lock()
+	rel := fl.rel
+	fl.rel = nil
+	fl.relMu.Unlock()
+	if len(rel) == 0 || fl.down.Load() {
+		return
+	}
+	ctx, cancel := fl.ctx()
+	defer cancel()
+	for _, a := range rel {
+		a.mu.Lock()
+		run := a.s.analyzing
+		a.fl.releasing = !run
+		a.mu.Unlock()
+		if run {
+			continue
+		}
+		err := fl.f.Release(ctx, a.id, fl.replica)
+		a.mu.Lock()
+		a.fl.releasing = false
+		a.mu.Unlock()
+		if err != nil {
+			l.fleetErr(a, err)
+			return
+		}
 	}
 }
