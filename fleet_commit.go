@@ -14,9 +14,10 @@ import (
 
 // fleetAttach links a new agent to the fleet and takes the fleet's state
 // of it, if any; the agent is not published yet. When the fleet cannot
-// be reached the agent runs on what the store had, and is compared with
-// the fleet's state once it is back.
-func (l *Loop) fleetAttach(a *agent) {
+// be reached, or the chain w (nil: a load of its own) has no time left,
+// the agent runs on what the store had, and is compared with the fleet's
+// state by the flusher.
+func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 	fa := &fleetAgent{}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
@@ -31,9 +32,13 @@ func (l *Loop) fleetAttach(a *agent) {
 		fa.resync.Store(true)
 		return
 	}
-	ctx, cancel := l.fleet.ctx()
+	ctx, done, ok := l.fleet.op(w)
+	if !ok {
+		fa.resync.Store(true)
+		return
+	}
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	cancel()
+	done()
 	if err != nil {
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
