@@ -128,14 +128,14 @@ func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
 	}
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
+	if err := b.takenBack(); err != nil {
+		a.mu.Unlock()
+		return err // before the eviction's check: an evicted agent may have had it
+	}
 	if a.evicted {
 		// Saved when it was evicted; its successor owns the state now.
 		a.mu.Unlock()
 		return nil
-	}
-	if err := b.takenBack(); err != nil {
-		a.mu.Unlock()
-		return err
 	}
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
