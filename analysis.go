@@ -109,7 +109,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	for _, p := range eff.proposals {
 		l.props.note(a.id, []Proposal{p})
 	}
-	perr := l.persistWait(a, w)
+	perr := l.persistWait(a, w, eff.batch)
 	ch := eff.applied
 	if ch == nil {
 		return nil, errors.Join(terr, perr)

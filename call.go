@@ -140,7 +140,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 // noting them in c and rep. It reports refused when an open circuit or a
 // hold fails the call fast: rep is then the call's answer.
 func (l *Loop) prepare(ctx context.Context, agentID string, c *begun, rep *Report) (a *agent, cfg *Config, home string, refused bool) {
-	a, err := l.agent(agentID)
+	a, err := l.agentIn(agentID, &c.fw)
 	if a != nil {
 		if a.openUntil.Load() != 0 { // set with a breaker or a hold
 			var ok bool
@@ -434,7 +434,7 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}
-	if eff.publish || eff.circuit || eff.probe || len(eff.events) > 0 {
+	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots
@@ -452,10 +452,10 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
 	}
 	if eff.dead != nil || eff.hold != nil {
-		l.routeEffects(a, &eff, c.end)
+		l.routeEffects(a, &eff, c.end, l.callWait(a, c))
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
-		l.carry(ctx, a, &eff, rep, c.fw)
+		l.carry(ctx, a, &eff, rep, l.callWait(a, c))
 	} else if judge {
 		l.fleetJudge(a, rep, c.fw)
 	}

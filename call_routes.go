@@ -69,8 +69,9 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 // causes: it marks dead routes loop-wide, and raises an account-wide
 // cause once, with one proposal, or ends it. With a fleet, dead routes
 // and causes go to the fleet's notes too, and the fleet says which
-// replica raises a cause or its end.
-func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
+// replica raises a cause or its end. The call's waits on the fleet are
+// of its chain w (fleetWait).
+func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *fleetWait) {
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
 		l.posted(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
@@ -90,13 +91,14 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time) {
 	}
 	n := noteItem{kind: noteCause, name: id, reason: h.text, until: now.Add(l.rules.probes.causeTTL()), now: now, a: a, h: h}
 	if l.causes.join(id, h.class, a.id, now.UnixNano()) && !l.posted(n) {
-		l.accountCause(a, h, id, now)
+		l.accountCause(a, h, id, now, w)
 	}
 }
 
 // accountCause raises a new account-wide cause: one event, and one
-// proposal on the agent that found it.
-func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time) {
+// proposal on the agent that found it. Its save waits on the fleet as
+// part of the chain w (nil: its own).
+func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *fleetWait) {
 	reason := fmt.Sprintf("account-wide %s: agent %q and any other agent with this failure are held, one probe each per interval (%v, doubling to %v): %s",
 		h.class, a.id, l.rules.probes.Every, l.rules.probes.MaxEvery, h.text)
 	agentID := a.id
@@ -123,7 +125,7 @@ func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time) {
 		errs = append(errs, l.addProposalAgent(a.id))
 		l.props.note(a.id, eff.proposals)
 	}
-	errs = append(errs, l.persist(a))
+	errs = append(errs, l.persistWait(a, w, eff.batch))
 	if err := errors.Join(errs...); err != nil {
 		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", err)
 	}

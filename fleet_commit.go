@@ -14,9 +14,10 @@ import (
 
 // fleetAttach links a new agent to the fleet and takes the fleet's state
 // of it, if any; the agent is not published yet. When the fleet cannot
-// be reached the agent runs on what the store had, and is compared with
-// the fleet's state once it is back.
-func (l *Loop) fleetAttach(a *agent) {
+// be reached, or the chain w (nil: a load of its own) has no time left,
+// the agent runs on what the store had, and is compared with the fleet's
+// state by the flusher.
+func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 	fa := &fleetAgent{}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
@@ -31,9 +32,13 @@ func (l *Loop) fleetAttach(a *agent) {
 		fa.resync.Store(true)
 		return
 	}
-	ctx, cancel := l.fleet.ctx()
+	ctx, done, ok := l.fleet.op(w)
+	if !ok {
+		fa.resync.Store(true)
+		return
+	}
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	cancel()
+	done()
 	if err != nil {
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
@@ -169,14 +174,15 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
 	}
 	if rev > 0 {
-		l.fleetAdopt(a, rev, val, false)
+		l.fleetAdopt(a, rev, val, false, errTakenOver)
 	}
 	return true
 }
 
 // fleetAdopt makes the shared state val, at revision rev, a's: when it is
-// newer than a's, or always with force. a keeps its call statistics.
-func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
+// newer than a's, or always with force. a keeps its call statistics; the
+// decisions not committed yet are taken back for why (fleet_batch.go).
+func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why error) {
 	sh, err := decodeState(val, a.id)
 	fa := a.fl
 	if err != nil {
@@ -198,6 +204,7 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool) {
 	for _, ch := range a.s.Changes {
 		known[ch.ID] = true
 	}
+	a.takenBackLocked(why)
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
 	fa.rev = rev
@@ -277,12 +284,13 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 	if fl.down.Load() {
 		// Backing off until the flusher finds the fleet again: the
 		// decision is taken back at once.
-		l.takeBack(a, rev, base)
-		return fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
+		err := fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
+		l.takeBack(a, rev, base, err)
+		return err
 	}
 	ctx, done, ok := fl.op(w)
 	if !ok {
-		l.takeBack(a, rev, base) // never sent: it cannot land
+		l.takeBack(a, rev, base, errFleetSlow) // never sent: it cannot land
 		return errFleetSlow
 	}
 	fa.committing.Store(true)
@@ -312,30 +320,31 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 	case errors.Is(err, ErrFleetConflict):
 		l.fleetUp()
 		l.m.fleetConflicts.Add(1)
+		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
 		if !l.fleetRefreshWait(a, w) {
 			// The winner's state is taken later (the flusher); the
 			// decision is taken back now.
-			l.takeBack(a, rev, base)
+			l.takeBack(a, rev, base, err)
 		}
-		return fmt.Errorf("selfimprove: another replica decided first: %w", err)
+		return err
 	default:
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			l.keepOrphan(a, rev, value, evs)
+			err = fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		} else {
+			err = fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
-		l.takeBack(a, rev, base)
-		if !errors.Is(err, ErrFleetUnavailable) {
-			return fmt.Errorf("%w: %w", errFleetRefused, err)
-		}
-		return fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		l.takeBack(a, rev, base, err)
+		return err
 	}
 }
 
 // takeBack puts a's shared state back to base, the fleet's state at rev
-// (nil: none known), taking back the decisions made since.
-func (l *Loop) takeBack(a *agent, rev uint64, base []byte) {
+// (nil: none known), taking back the decisions made since for why.
+func (l *Loop) takeBack(a *agent, rev uint64, base []byte, why error) {
 	if base != nil {
-		l.fleetAdopt(a, rev, base, true)
+		l.fleetAdopt(a, rev, base, true, why)
 	}
 }
 
@@ -347,7 +356,7 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 	fl, fa := l.fleet, a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
-	busy := now < fa.leaseBusy
+	busy := now < fa.leaseBusy || fa.releasing
 	cooldown := a.s.CooldownUntil
 	a.mu.Unlock()
 	if busy || fl.down.Load() {
@@ -394,17 +403,74 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 }
 
 // fleetRelease gives the agent's lease back, as an operation of the
-// chain w; not when the fleet is down or w's time is spent: it expires.
+// chain w; not when the fleet is down (it expires). When w's time is
+// spent, the flusher gives it back, off the caller's path
+// (fleetReleaseLater).
 func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
 	if l.fleet.down.Load() {
 		return
 	}
 	ctx, done, ok := l.fleet.op(w)
 	if !ok {
+		l.fleetReleaseLater(a)
 		return
 	}
 	defer done()
 	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
 		l.fleetErr(a, err)
+	}
+}
+
+// fleetReleaseLater asks the flusher to give a's lease back: the call
+// that held it had spent its fleet time.
+func (l *Loop) fleetReleaseLater(a *agent) {
+	fl := l.fleet
+	fl.relMu.Lock()
+	if len(fl.rel) < maxFleetReleases {
+		fl.rel = append(fl.rel, a)
+	}
+	fl.relMu.Unlock()
+	select {
+	case fl.kick <- struct{}{}:
+	default:
+	}
+}
+
+// maxFleetReleases bounds the leases waiting for the flusher to give
+// them back; beyond it they expire.
+const maxFleetReleases = 1024
+
+// fleetReleases gives back the leases fleetReleaseLater queued, all
+// within one fleet timeout (best effort: a lease not given back expires).
+// A lease of an agent whose strategy runs again here is left to that
+// run, which holds it; while one is given back, the agent takes no lease
+// (fleetLease). flushMu is held.
+func (l *Loop) fleetReleases() {
+	fl := l.fleet
+	fl.relMu.Lock()
+	rel := fl.rel
+	fl.rel = nil
+	fl.relMu.Unlock()
+	if len(rel) == 0 || fl.down.Load() {
+		return
+	}
+	ctx, cancel := fl.ctx()
+	defer cancel()
+	for _, a := range rel {
+		a.mu.Lock()
+		run := a.s.analyzing
+		a.fl.releasing = !run
+		a.mu.Unlock()
+		if run {
+			continue
+		}
+		err := fl.f.Release(ctx, a.id, fl.replica)
+		a.mu.Lock()
+		a.fl.releasing = false
+		a.mu.Unlock()
+		if err != nil {
+			l.fleetErr(a, err)
+			return
+		}
 	}
 }

@@ -39,6 +39,8 @@ type fleetLink struct {
 	out     outbox    // notes for the fleet (fleet_notes.go)
 	evMu    sync.Mutex
 	evs     []Event // events for the fleet's log (fleetLog), guarded by evMu
+	relMu   sync.Mutex
+	rel     []*agent // leases for the flusher to give back (fleetReleaseLater), guarded by relMu
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
 	// The outage under way (fleetDown, fleetUp), guarded by outMu:
@@ -83,6 +85,13 @@ type fleetAgent struct {
 	// orphan is a decision whose commit failed without an answer: it may
 	// still have landed (see fleetOrphan). Guarded by the agent's mu.
 	orphan *fleetOrphan
+	// decided is the batch of the decisions made on the agent's copy
+	// since a save last took it (fleet_batch.go). Guarded by the agent's
+	// mu.
+	decided *fleetBatch
+	// releasing is set while the flusher gives the agent's lease back
+	// (fleetReleases). Guarded by the agent's mu.
+	releasing bool
 }
 
 func newFleetLink(o *options) *fleetLink {
@@ -308,6 +317,7 @@ func (l *Loop) fleetFlush() error {
 		l.m.fleetLag.Store(lag)
 	}
 	l.fleetSendEvents()
+	l.fleetReleases()
 	l.fleetRewrite()
 	return err
 }

@@ -92,7 +92,7 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 		case n.h.ended && (was || err != nil):
 			l.causeEnded(n.a, n.h, n.name, now)
 		case !n.h.ended && (!was || err != nil):
-			l.accountCause(n.a, n.h, n.name, n.now)
+			l.accountCause(n.a, n.h, n.name, n.now, nil)
 		}
 	}
 	if !poll {

@@ -64,7 +64,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 		a.s.pool(p.Change, p.Control, unsent, unsentControl)
 		a.s.judge(now, &l.rules, &eff)
 	}
-	if eff.publish || eff.circuit || len(eff.events) > 0 {
+	if eff.publish || eff.circuit || eff.save || len(eff.events) > 0 {
 		a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	a.mu.Unlock()

@@ -55,6 +55,18 @@ func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool
 	}, true
 }
 
+// callWait returns the fleet time of the call c of a, which its load of
+// the agent, a probe's claim, its decision's save (the wait for the
+// agent's save included) and its counts under verification share; it
+// starts it if the call has not waited on the fleet yet. Nil without a
+// fleet.
+func (l *Loop) callWait(a *agent, c *call) *fleetWait {
+	if a.fl != nil && c.fw == nil {
+		c.fw = l.fleet.wait(nil)
+	}
+	return c.fw
+}
+
 // spend books d of the chain's time (a wait for the agent's save).
 func (w *fleetWait) spend(d time.Duration) { w.left.Add(-int64(d)) }
 

@@ -225,7 +225,7 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 		if err != nil {
 			return err
 		}
-		err = l.persistWait(a, w)
+		err = l.persistWait(a, w, eff.batch)
 		if errors.Is(err, ErrFleetConflict) && try < 3 {
 			continue // another replica decided first: again, on its state
 		}

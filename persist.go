@@ -44,7 +44,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w
 			rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
 			l.props.note(a.id, eff.proposals)
 		}
-		if err := l.persistWait(a, w); err != nil {
+		if err := l.persistWait(a, w, eff.batch); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 			if isFleetErr(err) {
 				// Another replica decided first, or the fleet cannot be
@@ -63,7 +63,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w
 		rep.ImprovementTriggered = true
 		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep, w)
 	case eff.save:
-		if err := l.persistWait(a, w); err != nil {
+		if err := l.persistWait(a, w, eff.batch); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 		} else if eff.applied != nil {
 			rep.Improvement = eff.applied // the loop's own route change
@@ -78,7 +78,7 @@ func (l *Loop) rollbackUnsaved(a *agent, ch *Change, err error) {
 	ev := newEvent(newID(l.clock.Now()), l.clock.Now(), EventRollbackFailed, ch)
 	ev.Err = err.Error()
 	a.mu.Lock()
-	a.queue(queued{ev, true})
+	a.queue(queued{ev: ev, notified: true})
 	a.mu.Unlock()
 	l.notify(ev)
 }
@@ -97,24 +97,28 @@ func (l *Loop) remember(fixes []fixNote) {
 // log follows the order of decisions. Events that could not be logged go
 // back to the head of the queue for the next save. After Close has sealed
 // the loop it writes nothing and returns ErrClosed.
-func (l *Loop) persist(a *agent) error { return l.persistWait(a, nil) }
+func (l *Loop) persist(a *agent) error { return l.persistWait(a, nil, nil) }
 
 // persistWait is persist, whose wait on the fleet is part of the chain w
-// (nil: a chain of its own; see fleetWait).
-func (l *Loop) persistWait(a *agent, w *fleetWait) error {
+// (nil: a chain of its own; see fleetWait), for the caller of a decision
+// of batch b (effects.batch; nil: none), which fails if its decision was
+// taken back before its turn (fleet_batch.go).
+func (l *Loop) persistWait(a *agent, w *fleetWait, b *fleetBatch) error {
 	if !l.enterWrite() {
 		return ErrClosed
 	}
 	defer l.leaveWrite()
-	return l.save(a, w)
+	return l.save(a, w, b)
 }
 
 // save is persistWait, for a caller that was admitted to write. The wait
 // of a caller's chain w for another save of the agent (which holds the
 // lock for one chain at most) is part of w's: a save that finds its time
 // spent once it has the lock takes its decisions back (fleetSwap). A
-// background save (nil w) starts its chain once it has the lock.
-func (l *Loop) save(a *agent, w *fleetWait) error {
+// background save (nil w) starts its chain once it has the lock. The
+// decision of batch b that the previous save took back with its own is
+// not reported done: save returns why (fleet_batch.go).
+func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
 	if a.fl != nil && w != nil {
 		start := time.Now()
 		a.saveMu.Lock()
@@ -124,6 +128,10 @@ func (l *Loop) save(a *agent, w *fleetWait) error {
 	}
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
+	if err := b.takenBack(); err != nil {
+		a.mu.Unlock()
+		return err // before the eviction's check: an evicted agent may have had it
+	}
 	if a.evicted {
 		// Saved when it was evicted; its successor owns the state now.
 		a.mu.Unlock()
@@ -132,12 +140,17 @@ func (l *Loop) save(a *agent, w *fleetWait) error {
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
 	evs := a.takeQueued()
+	taken := a.takeBatchLocked()
 	a.dirty = false
 	a.mu.Unlock()
 
 	if a.fl != nil {
 		if err := l.fleetCommit(a, &snap, evs, w); err != nil {
-			// The fleet did not take the decisions: their events go.
+			// The fleet did not take the decisions: their events go, and
+			// their callers waiting for the save are told.
+			a.mu.Lock()
+			taken.fail(err)
+			a.mu.Unlock()
 			return err
 		}
 	}
@@ -215,7 +228,7 @@ func (l *Loop) flushAdmitted() error {
 		dirty := a.dirty
 		a.mu.Unlock()
 		if dirty {
-			if err := l.save(a, nil); err != nil {
+			if err := l.save(a, nil, nil); err != nil {
 				errs = append(errs, err)
 			}
 		}

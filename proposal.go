@@ -143,7 +143,7 @@ func (l *Loop) Approve(id string) error {
 		}
 		return err
 	}
-	if err := l.persist(a); err != nil {
+	if err := l.persistWait(a, nil, eff.batch); err != nil {
 		if ch != nil && !isFleetErr(err) {
 			// A change that cannot be recorded is not made. (The fleet's
 			// errors have already put back the fleet's state.)
@@ -186,7 +186,7 @@ func (l *Loop) Reject(id, reason string) error {
 		return err
 	}
 	l.remember(eff.fixes)
-	return l.persist(a)
+	return l.persistWait(a, nil, eff.batch)
 }
 
 // lockProposal finds proposal id and returns its agent, locked.

@@ -283,7 +283,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		a.s.judgeScored(version, now, &l.rules, &eff)
 		a.s.watchScore(version, score, now, &l.rules, &eff)
 		a.s.exploreDue(now, &l.rules, &eff)
-		if eff.publish || len(eff.events) > 0 {
+		if eff.publish || eff.save || len(eff.events) > 0 {
 			a.commitLocked(&eff, l.canaryCut > 0)
 		}
 	}

@@ -73,6 +73,7 @@ func (a *agent) claimProbe() bool { return a.flags.Or(flagProbing)&flagProbing =
 type queued struct {
 	ev       *Event
 	notified bool
+	batch    *fleetBatch // the decision's, with a fleet (fleet_batch.go)
 }
 
 // eventQueue is an agent's events not yet logged. The agent holds it
@@ -131,8 +132,9 @@ func (a *agent) publishLocked(canary bool) {
 }
 
 // commitLocked carries out the effects that belong under a's lock:
-// publishing the config, mirroring the circuit, and queueing the events
-// in decision order.
+// publishing the config, mirroring the circuit, giving a decision to save
+// its batch (with a fleet: fleet_batch.go), and queueing the events in
+// decision order.
 func (a *agent) commitLocked(eff *effects, canary bool) {
 	if eff.publish {
 		a.publishLocked(canary)
@@ -143,8 +145,11 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 	if eff.circuit {
 		a.mirrorLocked()
 	}
+	if eff.save {
+		eff.batch = a.decidedLocked()
+	}
 	for _, ev := range eff.events {
-		a.queue(queued{ev: ev})
+		a.queue(queued{ev: ev, batch: eff.batch})
 	}
 }
 
@@ -184,7 +189,12 @@ func atSlot(addr uintptr) int { return int(uint64(addr) * 0x9e3779b97f4a7c15 >> 
 // file it returns a fresh agent and the error. When the new agent takes
 // the live agents over the cap, the caller evicts idle ones first, so that
 // eviction keeps up with creation whatever the rate of new IDs.
-func (l *Loop) agent(id string) (*agent, error) {
+func (l *Loop) agent(id string) (*agent, error) { return l.agentIn(id, nil) }
+
+// agentIn is agent for a call whose fleet time is *fw (see fleetWait;
+// fw nil: a load of its own): loading the agent from the fleet is part
+// of it, and *fw is set when it was nil.
+func (l *Loop) agentIn(id string, fw **fleetWait) (*agent, error) {
 	// The front caches: the agents called last, first by the address of
 	// the ID's bytes (a caller usually passes the same string each time: a
 	// constant, a field), then by hash of the ID, so that a call of a busy
@@ -213,7 +223,7 @@ func (l *Loop) agent(id string) (*agent, error) {
 		slot.Store(a)
 		return a, nil
 	}
-	a, created, err := l.create(id)
+	a, created, err := l.create(id, fw)
 	if a != nil {
 		slot.Store(a)
 	}
@@ -225,10 +235,20 @@ func (l *Loop) agent(id string) (*agent, error) {
 }
 
 // create loads or creates agent id, unless another call did meanwhile;
-// created reports that this call did.
-func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
+// created reports that this call did. With a fleet and fw, its wait for
+// another call's load, and its own, are of the chain *fw (agentIn).
+func (l *Loop) create(id string, fw **fleetWait) (_ *agent, created bool, _ error) {
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
-	mu.Lock()
+	var w *fleetWait
+	if l.fleet != nil && fw != nil {
+		*fw = l.fleet.wait(*fw)
+		w = *fw
+		start := time.Now()
+		mu.Lock()
+		w.spend(time.Since(start))
+	} else {
+		mu.Lock()
+	}
 	defer mu.Unlock()
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), false, nil
@@ -245,7 +265,7 @@ func (l *Loop) create(id string) (_ *agent, created bool, _ error) {
 		l.props.note(id, a.s.Proposals)
 	}
 	if l.fleet != nil {
-		l.fleetAttach(a)
+		l.fleetAttach(a, w)
 	}
 	a.used.Store(true)
 	a.mirrorLocked()

@@ -154,6 +154,8 @@ type effects struct {
 	publish  bool // the config in force, or its canary arm, changed
 	circuit  bool // the circuit opened or closed
 	save     bool // the state must be saved before the caller returns
+	// batch is the decision's with a fleet, for its save (fleet_batch.go).
+	batch    *fleetBatch
 	rejected bool // a tweak was refused
 	probe    bool // the probe schedule of the primary changed
 	// dead are routes to mark dead loop-wide; hold a hold that began or

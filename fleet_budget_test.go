@@ -1,0 +1,77 @@
+package selfimprove_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+)
+
+// budgetFleet is two replicas on a fleet with a 100 ms timeout, whose
+// operations take the delay the test sets, with a circuit breaker that
+// opens at the first failure and agent "a"'s threshold never crossed.
+func budgetFleet(t *testing.T) (*fleetEnv, *slowFleet) {
+	clk := fakeclock.New(t0)
+	mem := fleettest.New(clk)
+	slow := &slowFleet{Fleet: mem}
+	e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: &countingStrategy{}, opts: []si.Option{
+		si.WithFleetTimeout(100 * time.Millisecond), si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1})}}
+	e.add()
+	e.add()
+	if err := e.reps[0].SetThreshold("a", manual(50)); err != nil {
+		t.Fatal(err)
+	}
+	e.sync()
+	return e, slow
+}
+
+// TestFleetCallWithinTimeout: what a call waits on the fleet, in all, is
+// one fleet timeout (issue 28, item 1), also when the call loads an agent
+// new to the replica and when its decision waits for another's save.
+//   - new: replica 1's first call of an agent the fleet knows loads it
+//     (60 ms of the 100 ms), then fails and opens the circuit, whose
+//     commit has 40 ms left, times out, and is taken back
+//     (ErrFleetUnavailable in the Report). Before, the load had a
+//     timeout of its own: 120 ms.
+//   - queued: a call on replica 0 opens the circuit while a SetConfig's
+//     commit holds the agent's save (60 ms): the call waits for the save
+//     50 ms, then commits with 50 ms left. Before, its wait for the save
+//     was not counted: 110 ms.
+func TestFleetCallWithinTimeout(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	t.Run("new", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e, slow := budgetFleet(t)
+			slow.delay.Store(int64(timeout * 6 / 10))
+			start := time.Now()
+			rep := e.call(1, "a", errBoom) // replica 1's first call of "a": it loads the agent
+			if d := time.Since(start); d > timeout || !errors.Is(rep.LoopErr, si.ErrFleetUnavailable) {
+				t.Errorf("the call waited %v on the fleet (timeout %v), LoopErr %v; want ErrFleetUnavailable within the timeout", d, timeout, rep.LoopErr)
+			}
+		})
+	})
+	t.Run("queued", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			e, slow := budgetFleet(t)
+			slow.delay.Store(int64(timeout * 6 / 10))
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				if err := e.reps[0].SetConfig("a", si.Config{Route: "x"}); err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(timeout / 10)
+			start := time.Now()
+			rep := e.call(0, "a", errBoom) // opens the circuit
+			if d := time.Since(start); d > timeout || rep.LoopErr != nil && !errors.Is(rep.LoopErr, si.ErrFleetUnavailable) {
+				t.Errorf("the call that opened the circuit waited %v on the fleet (timeout %v), LoopErr %v", d, timeout, rep.LoopErr)
+			}
+			wg.Wait()
+		})
+	})
+}
