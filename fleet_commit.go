@@ -38,6 +38,7 @@ func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 		return
 	}
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	err = cut(ctx, err)
 	done()
 	if err != nil {
 		l.fleetErr(a, err)
@@ -146,6 +147,7 @@ func (l *Loop) fleetRefreshWait(a *agent, w *fleetWait) bool {
 // fleetRefreshCtx is fleetRefresh under ctx.
 func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	err = cut(ctx, err)
 	fa := a.fl
 	if err != nil {
 		l.fleetErr(a, err)
@@ -296,6 +298,7 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 	fa.committing.Store(true)
 	start := l.now()
 	nrev, err := fl.f.Commit(ctx, a.id, rev, value)
+	err = cut(ctx, err)
 	_, took := l.since(start)
 	done()
 	fa.committing.Store(false)
@@ -371,6 +374,7 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 		return false
 	}
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
+	err = cut(ctx, err)
 	done()
 	if err != nil {
 		l.m.fleetLeaseErrs.Add(1)
@@ -416,7 +420,7 @@ func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
 		return
 	}
 	defer done()
-	if err := l.fleet.f.Release(ctx, a.id, l.fleet.replica); err != nil {
+	if err := cut(ctx, l.fleet.f.Release(ctx, a.id, l.fleet.replica)); err != nil {
 		l.fleetErr(a, err)
 	}
 }

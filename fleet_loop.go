@@ -169,9 +169,12 @@ func (l *Loop) fleetCount(a *agent, c *call) {
 // the fleet could not be reached (fleetDown), or it refused or held
 // invalid data (fleetBad).
 func (l *Loop) fleetErr(a *agent, err error) {
-	if errors.Is(err, ErrFleetUnavailable) {
+	switch {
+	case errors.Is(err, errFleetSlow):
+		l.m.fleetErrors.Add(1) // the fleet answers slowly: not down (see cut)
+	case errors.Is(err, ErrFleetUnavailable):
 		l.fleetDown(err)
-	} else {
+	default:
 		l.fleetBad(a, err)
 	}
 }
@@ -340,15 +343,14 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int6
 	err := errFleetSlow
 	if ctx, done, ok := fl.op(w); ok {
 		pools, err = fl.f.Add(ctx, deltas)
+		err = cut(ctx, err)
 		done()
 	}
 	if err == nil && len(pools) != len(items) {
 		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
 	}
 	if err != nil {
-		if err != errFleetSlow {
-			l.fleetErr(nil, err)
-		}
+		l.fleetErr(nil, err)
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
 		again := errors.Is(err, ErrFleetUnavailable)

@@ -49,10 +49,32 @@ func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), left)
+	if left < fl.timeout {
+		ctx = context.WithValue(ctx, shortOp{}, true)
+	}
 	return ctx, func() {
 		cancel()
 		w.left.Add(-int64(time.Since(start)))
 	}, true
+}
+
+// shortOp marks the context of an operation given less than the fleet
+// timeout: what was left of its chain's, after earlier operations.
+type shortOp struct{}
+
+// cut returns err, the error of an operation run under ctx (from op), as
+// errFleetSlow when the operation ran out of the time its chain had left,
+// less than the fleet timeout: the fleet answered the chain's earlier
+// operations, slowly, and is not marked down for it (fleetErr); an
+// operation given the whole timeout that runs out of it, and the
+// flusher's, which always are, mark it down. Other errors are returned
+// as they are.
+func cut(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, ErrFleetUnavailable) && !errors.Is(err, errFleetSlow) &&
+		errors.Is(ctx.Err(), context.DeadlineExceeded) && ctx.Value(shortOp{}) != nil {
+		return fmt.Errorf("%w: %w", errFleetSlow, err)
+	}
+	return err
 }
 
 // callWait returns the fleet time of the call c of a, which its load of
