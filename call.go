@@ -77,10 +77,22 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, c.att)
 	}
-	a, cfg, home, refused := l.prepare(ctx, agentID, &c, &rep)
-	if refused {
-		return rep, rep.Err
+	// The agent and the config the call runs under, found here rather
+	// than in a function of their own: a call less on the success path.
+	a, err := l.agentIn(agentID, &c.fw)
+	var cfg *Config
+	var home string // the primary's route, when the call probes it
+	if a != nil {
+		if a.openUntil.Load() != 0 && l.refused(ctx, a, &c, &rep) { // set with a breaker or a hold
+			return rep, rep.Err
+		}
+		cfg, home = l.configFor(a, &c, &rep)
+	} else {
+		cfg = l.untrackedConfig()
 	}
+	rep.LoopErr = err
+	rep.ConfigVersion = cfg.Version
+	c.version, c.arm = cfg.Version, rep.Arm
 	rctx, sc := ctx, (*scoreCtx)(nil)
 	if a != nil {
 		rctx, sc = l.slot(ctx, c.att)
@@ -92,14 +104,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			if pv := recover(); pv != nil {
 				// Recorded, then raised again here, on top of fn's
 				// frames: the trace still shows where it panicked.
-				endN, dur := l.since(start)
-				if sc != nil {
-					c.q = sc.release()
-				}
-				if a != nil {
-					rep.ID = callID(endN, c.version)
-				}
-				l.finish(ctx, a, agentID, c, &rep, endN, dur, pv)
+				l.panicked(ctx, a, c, &rep, start, sc, pv)
 				panic(pv)
 			}
 		}
@@ -135,41 +140,47 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	return rep, rep.Err
 }
 
-// prepare finds the agent of a call and the config it runs under (with
-// the route of the primary when the call probes it: see ProbePolicy),
-// noting them in c and rep. It reports refused when an open circuit or a
-// hold fails the call fast: rep is then the call's answer.
-func (l *Loop) prepare(ctx context.Context, agentID string, c *begun, rep *Report) (a *agent, cfg *Config, home string, refused bool) {
-	a, err := l.agentIn(agentID, &c.fw)
-	if a != nil {
-		if a.openUntil.Load() != 0 { // set with a breaker or a hold
-			var ok bool
-			if c.probe, ok = l.admit(a); !ok || !l.claim(a, c) {
-				rep.Err = l.failFast(ctx, a, c.att)
-				rep.ConfigVersion = a.cfg.Load().Version
-				rep.Version = rep.ConfigVersion
-				return a, nil, "", true
-			}
-		}
-		if c.nests = a.has(flagNests); !c.nests {
-			c.seq = l.lately.seq.Load()
-		}
-		cfg, home = l.configFor(a, c, rep)
-	} else {
-		// The agent's state cannot be read: run fn untracked under the
-		// default config rather than fail the call.
-		d := l.defaultConfig
-		cfg = &d
+// refused reports whether the open circuit or the hold of a fails the
+// call c fast (a half-open circuit lets a probe through): rep is then the
+// call's answer.
+func (l *Loop) refused(ctx context.Context, a *agent, c *begun, rep *Report) bool {
+	var ok bool
+	if c.probe, ok = l.admit(a); ok && l.claim(a, c) {
+		return false
 	}
-	rep.LoopErr = err
-	rep.ConfigVersion = cfg.Version
-	c.version, c.arm = cfg.Version, rep.Arm
-	return a, cfg, home, false
+	rep.Err = l.failFast(ctx, a, c.att)
+	rep.ConfigVersion = a.cfg.Load().Version
+	rep.Version = rep.ConfigVersion
+	return true
+}
+
+// untrackedConfig is the config of a call whose agent's state cannot be
+// read: fn runs untracked under the default config rather than fail.
+func (l *Loop) untrackedConfig() *Config {
+	d := l.defaultConfig
+	return &d
+}
+
+// panicked records the call c, whose fn panicked with pv after it
+// started at start; sc is its score slot (nil: none).
+func (l *Loop) panicked(ctx context.Context, a *agent, c begun, rep *Report, start reading, sc *scoreCtx, pv any) {
+	endN, dur := l.since(start)
+	if sc != nil {
+		c.q = sc.release()
+	}
+	if a != nil {
+		rep.ID = callID(endN, c.version)
+	}
+	l.finish(ctx, a, c.id, c, rep, endN, dur, pv)
 }
 
 // configFor returns the config a call of a runs under, and the route of
-// the primary when the call is a probe of it (see ProbePolicy).
+// the primary when the call is a probe of it (see ProbePolicy); it notes
+// in c whether the agent nests calls, and else the loop's failures so far.
 func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home string) {
+	if c.nests = a.has(flagNests); !c.nests {
+		c.seq = l.lately.seq.Load()
+	}
 	inst := a.cfg.Load()
 	cfg, c.gen, rep.Version = &inst.Config, inst.gen, inst.Version
 	if inst.prev != nil {
