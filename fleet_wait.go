@@ -49,7 +49,7 @@ func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), left)
-	if left < fl.timeout {
+	if left <= fl.timeout/2 {
 		ctx = context.WithValue(ctx, shortOp{}, true)
 	}
 	return ctx, func() {
@@ -58,17 +58,19 @@ func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool
 	}, true
 }
 
-// shortOp marks the context of an operation given less than the fleet
-// timeout: what was left of its chain's, after earlier operations.
+// shortOp marks the context of an operation given at most half the fleet
+// timeout: what was left of its chain's, after earlier operations or its
+// wait for the agent's save.
 type shortOp struct{}
 
 // cut returns err, the error of an operation run under ctx (from op), as
 // errFleetSlow when the operation ran out of the time its chain had left,
-// less than the fleet timeout: the fleet answered the chain's earlier
-// operations, slowly, and is not marked down for it (fleetErr); an
-// operation given the whole timeout that runs out of it, and the
-// flusher's, which always are, mark it down. Other errors are returned
-// as they are.
+// at most half the fleet timeout: the chain's earlier operations took the
+// rest, so the fleet answers slowly, and it is not marked down for it
+// (fleetErr). An operation given more than half the timeout that gets no
+// answer in it (the first of a chain, every one of the flusher's) marks
+// it down: a hang that begins in a chain is told apart from a slow fleet
+// by the time the operation had. Other errors are returned as they are.
 func cut(ctx context.Context, err error) error {
 	if err != nil && errors.Is(err, ErrFleetUnavailable) && !errors.Is(err, errFleetSlow) &&
 		errors.Is(ctx.Err(), context.DeadlineExceeded) && ctx.Value(shortOp{}) != nil {

@@ -192,3 +192,43 @@ func queued(t *testing.T, e *fleetEnv, slow *slowFleet, timeout time.Duration) {
 		t.Fatalf("SetConfigs returned %v, replica 1 runs %q; want nil and ErrFleetUnavailable, and q0", errs, got)
 	}
 }
+
+// TestFleetHangMarksDown: a commit that had more than half its chain's
+// time and got no answer in it (a hang) marks the fleet down at once, as
+// a refusal does, though the chain's wait for the agent's save spent some
+// of that time: only an operation left half the timeout or less is taken
+// for a slow fleet (see TestFleetChainWithinTimeout). Here the second
+// SetConfig waits 30 ms for the first's save, then its commit hangs.
+func TestFleetHangMarksDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		clk := fakeclock.New(t0)
+		mem := fleettest.New(clk)
+		slow := &slowFleet{Fleet: mem}
+		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: &countingStrategy{}, opts: []si.Option{si.WithFleetTimeout(timeout)}}
+		e.add()
+		if err := e.reps[0].SetConfig("a", si.Config{Route: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		slow.delay.Store(int64(timeout * 3 / 10))
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				errs[i] = e.reps[0].SetConfig("a", si.Config{Route: fmt.Sprint("h", i)})
+			})
+		}
+		time.Sleep(timeout / 10)
+		slow.delay.Store(int64(10 * timeout)) // hangs from now on
+		wg.Wait()
+		if errs[0] != nil || !errors.Is(errs[1], si.ErrFleetUnavailable) {
+			t.Fatalf("SetConfigs returned %v; want nil, then ErrFleetUnavailable", errs)
+		}
+		if m := e.reps[0].Metrics(); m.FleetDown != 1 || m.FleetOutages != 1 {
+			t.Errorf("after a hung commit with 70 ms of 100 left: FleetDown %d, FleetOutages %d; want the fleet down", m.FleetDown, m.FleetOutages)
+		}
+		slow.delay.Store(0)
+		time.Sleep(timeout)
+	})
+}
