@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // analysisMemories is how many memories an Analysis carries.
@@ -72,7 +73,11 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		tw = exploreTweak(an)
 	} else if l.strategy != nil {
 		l.m.strategyRuns.Add(1)
+		began := time.Now()
 		tw, also, err = l.callStrategy(ctx, an)
+		if w != nil {
+			w.exclude(time.Since(began)) // the strategy has its own timeout
+		}
 		if err != nil {
 			l.m.strategyErrors.Add(1)
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)

@@ -241,6 +241,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	c := &call{fw: b.fw, gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
+	if b.fw != nil {
+		b.fw.resume() // the chain began before fn (a load, a probe's claim)
+	}
 	rep.Duration = dur
 	if pv != nil {
 		rep.Err = failure.Panic(pv)

@@ -1,6 +1,7 @@
 package selfimprove_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -73,5 +74,71 @@ func TestFleetCallWithinTimeout(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	})
+}
+
+// TestFleetSlowFnNotCounted: a call's fleet time is a deadline, paused
+// while fn runs. Replica 1's first call of an agent loads it (30 ms of
+// the 100 ms), then fn runs 300 ms and fails, and the circuit it opens
+// is committed (30 ms): the commit has the 70 ms the load left it. With
+// fn's time counted, the commit would not be tried (ErrFleetUnavailable).
+func TestFleetSlowFnNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		e, slow := budgetFleet(t)
+		slow.delay.Store(int64(timeout * 3 / 10))
+		rep, _ := e.reps[1].ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error {
+			time.Sleep(3 * timeout)
+			return errBoom
+		})
+		if rep.LoopErr != nil {
+			t.Fatalf("LoopErr %v: the decision after a slow fn had no fleet time left", rep.LoopErr)
+		}
+		slow.delay.Store(0)
+		e.sync()
+		if _, err := e.reps[0].ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil }); !errors.Is(err, si.ErrCircuitOpen) {
+			t.Errorf("replica 0: %v, want the circuit replica 1 opened", err)
+		}
+	})
+}
+
+// TestFleetSlowStrategyNotCounted: the strategy's run is not counted in
+// the fleet time of the call that crossed the threshold (it has its own
+// timeout). Every fleet operation takes 30 ms of the 100 ms; the
+// strategy answers after 300 ms; the lease, the reload and the commit
+// fit in the call's time. Counting the strategy, the change was taken
+// back (the commit not tried).
+func TestFleetSlowStrategyNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const timeout = 100 * time.Millisecond
+		clk := fakeclock.New(t0)
+		mem := fleettest.New(clk)
+		slow := &slowFleet{Fleet: mem}
+		strat := &countingStrategy{tweak: si.Config{Route: "backup"}, gate: make(chan struct{})}
+		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: strat, opts: []si.Option{si.WithFleetTimeout(timeout)}}
+		e.add()
+		e.add()
+		if err := e.reps[0].SetThreshold("a", manual(3)); err != nil {
+			t.Fatal(err)
+		}
+		e.sync()
+		slow.delay.Store(int64(timeout * 3 / 10))
+		go func() {
+			time.Sleep(3 * timeout)
+			close(strat.gate)
+		}()
+		var rep si.Report
+		for range 3 {
+			rep = e.call(0, "a", errBoom)
+		}
+		if rep.Improvement == nil || rep.LoopErr != nil {
+			t.Fatalf("the call that crossed the threshold: change %v, LoopErr %v; want the change made", rep.Improvement, rep.LoopErr)
+		}
+		slow.delay.Store(0)
+		time.Sleep(timeout)
+		e.sync()
+		if c := e.reps[1].Config("a"); c.Route != "backup" {
+			t.Errorf("replica 1 runs %+v, want the change", c)
+		}
 	})
 }

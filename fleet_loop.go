@@ -399,11 +399,9 @@ func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
 	// A flush under way sends the counts too: the call waits for it
 	// within its fleet time, and otherwise leaves its counts to it.
 	w = fl.wait(w)
-	start := time.Now()
-	if !fl.flushMu.lockWithin(time.Duration(w.left.Load())) {
+	if !fl.flushMu.lockWithin(w.left()) {
 		return
 	}
-	w.spend(time.Since(start))
 	defer fl.flushMu.Unlock()
 	if it, ok := l.fleetItemOf(a, false); ok {
 		l.fleetSend([]fleetItem{it}, rep, w)

@@ -125,8 +125,11 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	if l.fleet == nil || (!c.probe && !c.homeProbe) {
 		return true
 	}
-	c.fw = l.fleet.wait(nil) // the claim and the call's decision share it
-	if l.fleetClaim(a, c.homeProbe, c.fw) {
+	c.fw = l.fleet.wait(c.fw) // the load of a new agent, the claim and the call's decision share it
+	c.fw.resume()
+	ok := l.fleetClaim(a, c.homeProbe, c.fw)
+	c.fw.pause() // fn runs now: its time is its own (resumed in finish)
+	if ok {
 		return true
 	}
 	a.set(flagProbing, false)

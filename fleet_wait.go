@@ -9,19 +9,44 @@ import (
 )
 
 // What one call or operator method may wait on the fleet, in all
-// (docs/fleet.md, "The timeout holds"): WithFleetTimeout, shared by every
-// operation of the chain it starts (the lease and the reload of a
+// (docs/fleet.md, "The timeout holds"): WithFleetTimeout, from the start
+// of the chain of operations it starts (the lease and the reload of a
 // strategy run, the commit of its decision, the reload after a conflict
 // or a notification, the sending of the counts under verification and
-// the commit of the decision they make), and by its wait for the agent's
-// save behind another decision's. Events for the fleet's log are sent by
-// the flusher, off every caller's path.
+// the commit of the decision they make) to its end, whatever it waits on
+// in between: the agent's lock, its save behind another decision's, a
+// flush under way. Only the strategy's own run and fn's (a chain started
+// by a call's load of a new agent, or by a probe's claim, is paused while
+// fn runs) are not counted: they have timeouts of their own. Events for the
+// fleet's log are sent by the flusher, off every caller's path.
 
-// fleetWait is the fleet time left to one chain of operations; safe for
-// concurrent use. A nil *fleetWait stands for a fresh chain (fleetLink.wait).
+// fleetWait is the fleet time of one chain of operations: the fleet
+// timeout from start, plus the time excluded since; safe for concurrent
+// use. A nil *fleetWait stands for a fresh chain (fleetLink.wait).
 type fleetWait struct {
-	left atomic.Int64 // ns
+	start  time.Time    // monotonic
+	budget atomic.Int64 // ns
+	paused atomic.Int64 // 1 + ns from start to the pause, while paused; 0: not
 }
+
+// pause stops w's clock: fn runs (see resume).
+func (w *fleetWait) pause() { w.paused.Store(1 + int64(time.Since(w.start))) }
+
+// resume starts w's clock again after a pause, not counting the pause.
+func (w *fleetWait) resume() {
+	if p := w.paused.Swap(0); p != 0 {
+		w.exclude(time.Since(w.start) - time.Duration(p-1))
+	}
+}
+
+// left returns the time w has left.
+func (w *fleetWait) left() time.Duration {
+	return time.Duration(w.budget.Load()) - time.Since(w.start)
+}
+
+// exclude does not count d, a time the chain spent on what has its own
+// timeout (the strategy's run, fn's), in its fleet time.
+func (w *fleetWait) exclude(d time.Duration) { w.budget.Add(int64(d)) }
 
 // errFleetSlow: the chain's fleet time is spent; the operation was not
 // tried, and the fleet is not marked down (it answered, slowly).
@@ -31,31 +56,26 @@ var errFleetSlow = fmt.Errorf("%w: the fleet timeout of the call is spent (the f
 // is nil.
 func (fl *fleetLink) wait(w *fleetWait) *fleetWait {
 	if w == nil {
-		w = new(fleetWait)
-		w.left.Store(int64(fl.timeout))
+		w = &fleetWait{start: time.Now()}
+		w.budget.Store(int64(fl.timeout))
 	}
 	return w
 }
 
 // op returns the context for the chain w's next operation on the fleet,
-// bounded by the time w has left, and done, which books the time it
-// took; ok is false, and nothing is to be tried, when less than a tenth
-// of the fleet timeout is left (errFleetSlow). A nil w is a fresh chain.
+// bounded by the time w has left, and done, which ends it; ok is false,
+// and nothing is to be tried, when less than a tenth of the fleet timeout
+// is left (errFleetSlow). A nil w is a fresh chain.
 func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool) {
-	w = fl.wait(w)
-	left := time.Duration(w.left.Load())
+	left := fl.wait(w).left()
 	if left < fl.timeout/10 {
 		return nil, nil, false
 	}
-	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), left)
 	if left <= fl.timeout/2 {
 		ctx = context.WithValue(ctx, shortOp{}, true)
 	}
-	return ctx, func() {
-		cancel()
-		w.left.Add(-int64(time.Since(start)))
-	}, true
+	return ctx, cancel, true
 }
 
 // shortOp marks the context of an operation given at most half the fleet
@@ -90,9 +110,6 @@ func (l *Loop) callWait(a *agent, c *call) *fleetWait {
 	}
 	return c.fw
 }
-
-// spend books d of the chain's time (a wait for the agent's save).
-func (w *fleetWait) spend(d time.Duration) { w.left.Add(-int64(d)) }
 
 // maxFleetEvents bounds the events waiting for the flusher to go to the
 // fleet's log; beyond it the oldest are dropped (they are in the store).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 )
 
 // enterWrite admits one write to the store; it fails once Close has
@@ -119,13 +118,7 @@ func (l *Loop) persistWait(a *agent, w *fleetWait, b *fleetBatch) error {
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
 func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
-	if a.fl != nil && w != nil {
-		start := time.Now()
-		a.saveMu.Lock()
-		w.spend(time.Since(start))
-	} else {
-		a.saveMu.Lock()
-	}
+	a.saveMu.Lock() // its wait counts in w's time
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
 	if err := b.takenBack(); err != nil {

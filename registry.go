@@ -241,14 +241,10 @@ func (l *Loop) create(id string, fw **fleetWait) (_ *agent, created bool, _ erro
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
 	var w *fleetWait
 	if l.fleet != nil && fw != nil {
-		*fw = l.fleet.wait(*fw)
+		*fw = l.fleet.wait(*fw) // the wait for mu counts in its time
 		w = *fw
-		start := time.Now()
-		mu.Lock()
-		w.spend(time.Since(start))
-	} else {
-		mu.Lock()
 	}
+	mu.Lock()
 	defer mu.Unlock()
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), false, nil
@@ -266,6 +262,9 @@ func (l *Loop) create(id string, fw **fleetWait) (_ *agent, created bool, _ erro
 	}
 	if l.fleet != nil {
 		l.fleetAttach(a, w)
+		if w != nil {
+			w.pause() // fn runs now: its time is its own (resumed in finish)
+		}
 	}
 	a.used.Store(true)
 	a.mirrorLocked()
