@@ -152,6 +152,9 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 	if err != nil {
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
+			if errors.Is(err, errFleetSlow) {
+				fa.resync.Store(true) // not down: the flusher compares it with the fleet
+			}
 			return false
 		}
 		fa.resync.Store(false)
@@ -422,6 +425,9 @@ func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
 	defer done()
 	if err := cut(ctx, l.fleet.f.Release(ctx, a.id, l.fleet.replica)); err != nil {
 		l.fleetErr(a, err)
+		if errors.Is(err, errFleetSlow) {
+			l.fleetReleaseLater(a) // not down: the flusher gives it back
+		}
 	}
 }
 

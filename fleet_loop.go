@@ -350,7 +350,9 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int6
 		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
 	}
 	if err != nil {
-		l.fleetErr(nil, err)
+		if err != errFleetSlow { // not tried: no error of the fleet's
+			l.fleetErr(nil, err)
+		}
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
 		again := errors.Is(err, ErrFleetUnavailable)
@@ -399,8 +401,8 @@ func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
 	// A flush under way sends the counts too: the call waits for it
 	// within its fleet time, and otherwise leaves its counts to it.
 	w = fl.wait(w)
-	if !fl.flushMu.lockWithin(w.left()) {
-		return
+	if left := w.left(); left < fl.timeout/10 || !fl.flushMu.lockWithin(left) {
+		return // its time is spent (lockWithin would wait without end)
 	}
 	defer fl.flushMu.Unlock()
 	if it, ok := l.fleetItemOf(a, false); ok {

@@ -73,27 +73,37 @@ func (fl *fleetLink) op(w *fleetWait) (ctx context.Context, done func(), ok bool
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), left)
 	if left <= fl.timeout/2 {
-		ctx = context.WithValue(ctx, shortOp{}, true)
+		ctx = context.WithValue(ctx, shortOp{}, left)
 	}
 	return ctx, cancel, true
 }
 
 // shortOp marks the context of an operation given at most half the fleet
-// timeout: what was left of its chain's, after earlier operations or its
-// wait for the agent's save.
+// timeout (its value: the time it was given), what was left of its
+// chain's after earlier operations or its wait for the agent's save.
 type shortOp struct{}
 
 // cut returns err, the error of an operation run under ctx (from op), as
-// errFleetSlow when the operation ran out of the time its chain had left,
-// at most half the fleet timeout: the chain's earlier operations took the
-// rest, so the fleet answers slowly, and it is not marked down for it
-// (fleetErr). An operation given more than half the timeout that gets no
-// answer in it (the first of a chain, every one of the flusher's) marks
-// it down: a hang that begins in a chain is told apart from a slow fleet
-// by the time the operation had. Other errors are returned as they are.
+// errFleetSlow when the operation had what its chain had left, at most
+// half the fleet timeout, and failed at its deadline, or within the reply
+// allowance before it (a commit Redis ran too late to land answers so):
+// the chain's earlier operations took the rest, so the fleet answers
+// slowly, and it is not marked down for it (fleetErr). An operation given
+// more than half the timeout that gets no answer in it (the first of a
+// chain, every one of the flusher's), and one that fails at once (a
+// refused connection), mark it down: a hang that begins in a chain is
+// told apart from a slow fleet by the time the operation had. Other
+// errors are returned as they are (TestCut).
 func cut(ctx context.Context, err error) error {
-	if err != nil && errors.Is(err, ErrFleetUnavailable) && !errors.Is(err, errFleetSlow) &&
-		errors.Is(ctx.Err(), context.DeadlineExceeded) && ctx.Value(shortOp{}) != nil {
+	if err == nil || !errors.Is(err, ErrFleetUnavailable) || errors.Is(err, errFleetSlow) {
+		return err
+	}
+	left, short := ctx.Value(shortOp{}).(time.Duration)
+	dl, _ := ctx.Deadline()
+	// The deadline passed, or the answer came within the reply allowance
+	// before it (a commit Redis ran too late to land answers so: see
+	// docs/fleet.md), rather than at once (a refused connection).
+	if short && time.Until(dl) <= left/10+time.Millisecond {
 		return fmt.Errorf("%w: %w", errFleetSlow, err)
 	}
 	return err

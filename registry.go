@@ -224,6 +224,9 @@ func (l *Loop) agentIn(id string, fw **fleetWait) (*agent, error) {
 		return a, nil
 	}
 	a, created, err := l.create(id, fw)
+	if fw != nil && *fw != nil {
+		(*fw).pause() // fn runs now: its time is its own (resumed in finish)
+	}
 	if a != nil {
 		slot.Store(a)
 	}
@@ -262,9 +265,6 @@ func (l *Loop) create(id string, fw **fleetWait) (_ *agent, created bool, _ erro
 	}
 	if l.fleet != nil {
 		l.fleetAttach(a, w)
-		if w != nil {
-			w.pause() // fn runs now: its time is its own (resumed in finish)
-		}
 	}
 	a.used.Store(true)
 	a.mirrorLocked()
