@@ -199,8 +199,9 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 
 // begun is what a call knows when fn starts: the config it runs under.
 type begun struct {
-	// fw is the call's fleet time, once a probe's claim used some (nil:
-	// untouched; see fleetWait).
+	// fw is the call's fleet time, once its load of a new agent or a
+	// probe's claim started it, paused while fn runs (nil: untouched; see
+	// fleetWait).
 	fw      *fleetWait
 	gen     uint64 // the config generation
 	version int    // the config version

@@ -191,7 +191,7 @@ func fixNoteOf(ch *Change, state FixOutcome, at time.Time) (_ fixNote, ok bool) 
 
 // call is one finished call, as the state machine books it.
 type call struct {
-	fw      *fleetWait // the call's fleet time, once a probe's claim used some (nil: untouched)
+	fw      *fleetWait // the call's fleet time, once its load of a new agent or a probe's claim started it (nil: untouched)
 	gen     uint64     // the config generation it started under
 	version int        // the config version it ran
 	arm     Arm
