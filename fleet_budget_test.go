@@ -9,21 +9,13 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/fleettest"
-	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // budgetFleet is two replicas on a fleet with a 100 ms timeout, whose
 // operations take the delay the test sets, with a circuit breaker that
 // opens at the first failure and agent "a"'s threshold never crossed.
 func budgetFleet(t *testing.T) (*fleetEnv, *slowFleet) {
-	clk := fakeclock.New(t0)
-	mem := fleettest.New(clk)
-	slow := &slowFleet{Fleet: mem}
-	e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: &countingStrategy{}, opts: []si.Option{
-		si.WithFleetTimeout(100 * time.Millisecond), si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1})}}
-	e.add()
-	e.add()
+	e, slow := slowEnv(t, 2, &countingStrategy{}, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1}))
 	if err := e.reps[0].SetThreshold("a", manual(50)); err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +102,9 @@ func TestFleetSlowFnNotCounted(t *testing.T) {
 // back (the commit not tried).
 func TestFleetSlowStrategyNotCounted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 100 * time.Millisecond
-		clk := fakeclock.New(t0)
-		mem := fleettest.New(clk)
-		slow := &slowFleet{Fleet: mem}
+		const timeout = slowTimeout
 		strat := &countingStrategy{tweak: si.Config{Route: "backup"}, gate: make(chan struct{})}
-		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: strat, opts: []si.Option{si.WithFleetTimeout(timeout)}}
-		e.add()
-		e.add()
+		e, slow := slowEnv(t, 2, strat)
 		if err := e.reps[0].SetThreshold("a", manual(3)); err != nil {
 			t.Fatal(err)
 		}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/fleettest"
-	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // TestFleetLeaseGivenBackAfterSpentBudget: the call that crosses the
@@ -22,13 +20,8 @@ import (
 // strategy timeout plus four fleet timeouts: 30.4 s here).
 func TestFleetLeaseGivenBackAfterSpentBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 100 * time.Millisecond
-		clk := fakeclock.New(t0)
-		mem := fleettest.New(clk)
-		slow := &slowFleet{Fleet: mem}
-		strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
-		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: strat, opts: []si.Option{si.WithFleetTimeout(timeout)}}
-		e.add()
+		const timeout = slowTimeout
+		e, slow := slowEnv(t, 1, &countingStrategy{tweak: si.Config{Route: "backup"}})
 		if err := e.reps[0].SetThreshold("a", manual(3)); err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +37,7 @@ func TestFleetLeaseGivenBackAfterSpentBudget(t *testing.T) {
 		}
 		time.Sleep(timeout) // the flusher's release, within one timeout
 		slow.delay.Store(0)
-		ok, err := mem.Lease(context.Background(), "a", "another replica", time.Minute)
+		ok, err := e.mem.Lease(context.Background(), "a", "another replica", time.Minute)
 		if err != nil || !ok {
 			t.Fatalf("another replica's Lease = %v, %v after one fleet timeout; want the lease given back", ok, err)
 		}
@@ -69,14 +62,9 @@ func TestFleetProbeClaimWithinTimeout(t *testing.T) {
 }
 
 func probeClaim(t *testing.T, pct int64) {
-	const timeout = 100 * time.Millisecond
-	clk := fakeclock.New(t0)
-	mem := fleettest.New(clk)
-	slow := &slowFleet{Fleet: mem}
-	e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, opts: []si.Option{si.WithFleetTimeout(timeout),
-		si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}), si.WithDefaultConfig(si.Config{MaxAttempts: 2})}}
-	e.add()
-	e.add()
+	const timeout = slowTimeout
+	e, slow := slowEnv(t, 2, nil,
+		si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}), si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
 	quota := func(string) error { return errQuota }
 	e.callRoutes(0, "a", quota)
 	e.callRoutes(0, "a", quota)
@@ -84,7 +72,7 @@ func probeClaim(t *testing.T, pct int64) {
 	if _, err := e.reps[1].ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil }); !errors.Is(err, si.ErrCircuitOpen) {
 		t.Fatalf("replica 1 does not hold the agent: %v", err)
 	}
-	clk.Advance(time.Minute) // the probe is due
+	e.clk.Advance(time.Minute) // the probe is due
 	slow.delay.Store(int64(timeout) * pct / 100)
 	start := time.Now()
 	rep := e.callRoutes(0, "a", func(string) error { return nil })
@@ -93,7 +81,7 @@ func probeClaim(t *testing.T, pct int64) {
 	}
 	slow.delay.Store(0)
 	time.Sleep(timeout)
-	clk.Advance(2 * time.Second) // the back-off, if any, is over
+	e.clk.Advance(2 * time.Second) // the back-off, if any, is over
 	e.sync()
 	_, err := e.reps[1].ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { return nil })
 	switch {

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
-	"github.com/self-improving-loop/selfimprove/fleettest"
-	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // TestFleetTakenBackNotReported: two SetConfigs on one agent and
@@ -35,13 +33,8 @@ func TestFleetTakenBackNotReported(t *testing.T) {
 // committed unseen: the first's commit loses the race, and the replica
 // takes replica 1's state; operator methods then try again).
 func takenBack(t *testing.T, fault string) {
-	const timeout = 100 * time.Millisecond
-	clk := fakeclock.New(t0)
-	mem := fleettest.New(clk)
-	slow := &slowFleet{Fleet: mem}
-	e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: &countingStrategy{}, opts: []si.Option{si.WithFleetTimeout(timeout)}}
-	e.add()
-	e.add()
+	const timeout = slowTimeout
+	e, slow := slowEnv(t, 2, &countingStrategy{})
 	if err := e.reps[0].SetConfig("a", si.Config{Route: "base"}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +58,7 @@ func takenBack(t *testing.T, fault string) {
 	wg.Wait()
 	slow.delay.Store(0)
 	time.Sleep(timeout)
-	clk.Advance(2 * time.Second) // the back-off is over
+	e.clk.Advance(2 * time.Second) // the back-off is over
 	e.sync()
 	e.sync()
 	if fault == "unanswered" && !errors.Is(errs[0], si.ErrFleetUnavailable) {

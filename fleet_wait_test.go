@@ -42,6 +42,24 @@ func (f *slowFleet) wait(ctx context.Context) error {
 
 func (f *slowFleet) Subscribe(func(string, uint64)) func() { return func() {} }
 
+// slowTimeout is the fleet timeout of the tests on a slowFleet.
+const slowTimeout = 100 * time.Millisecond
+
+// slowEnv is n replicas, with strat (nil: none) and opts, on a slowFleet
+// with a fleet timeout of slowTimeout, whose operations take the delay
+// the test sets (none at first).
+func slowEnv(t *testing.T, n int, strat si.Strategy, opts ...si.Option) (*fleetEnv, *slowFleet) {
+	t.Helper()
+	clk := fakeclock.New(t0)
+	mem := fleettest.New(clk)
+	slow := &slowFleet{Fleet: mem}
+	e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: strat, opts: append([]si.Option{si.WithFleetTimeout(slowTimeout)}, opts...)}
+	for range n {
+		e.add()
+	}
+	return e, slow
+}
+
 func (f *slowFleet) Load(ctx context.Context, id string) (uint64, []byte, error) {
 	if err := f.wait(ctx); err != nil {
 		return 0, nil, err
@@ -95,14 +113,9 @@ func (f *slowFleet) AppendEvents(ctx context.Context, evs []si.Event) error {
 // with their events in its log.
 func TestFleetChainWithinTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 100 * time.Millisecond
-		clk := fakeclock.New(t0)
-		mem := fleettest.New(clk)
-		slow := &slowFleet{Fleet: mem}
-		strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
-		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: strat, opts: []si.Option{si.WithFleetTimeout(timeout)}}
-		e.add()
-		e.add()
+		const timeout = slowTimeout
+		e, slow := slowEnv(t, 2, &countingStrategy{tweak: si.Config{Route: "backup"}})
+		mem := e.mem
 		if err := e.reps[0].SetThreshold("a", manual(3)); err != nil {
 			t.Fatal(err)
 		}
@@ -201,12 +214,8 @@ func queued(t *testing.T, e *fleetEnv, slow *slowFleet, timeout time.Duration) {
 // SetConfig waits 30 ms for the first's save, then its commit hangs.
 func TestFleetHangMarksDown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const timeout = 100 * time.Millisecond
-		clk := fakeclock.New(t0)
-		mem := fleettest.New(clk)
-		slow := &slowFleet{Fleet: mem}
-		e := &fleetEnv{t: t, clk: clk, fleet: slow, mem: mem, strat: &countingStrategy{}, opts: []si.Option{si.WithFleetTimeout(timeout)}}
-		e.add()
+		const timeout = slowTimeout
+		e, slow := slowEnv(t, 1, &countingStrategy{})
 		if err := e.reps[0].SetConfig("a", si.Config{Route: "x"}); err != nil {
 			t.Fatal(err)
 		}
