@@ -53,8 +53,16 @@ type Fleet interface {
 	// Add adds the counts of one replica's calls to the fleet's, and
 	// returns, for each delta in order, the agent's counts pooled over the
 	// fleet for the delta's generation and the agent's current revision.
-	// A delta with no calls, scores or costs only reads.
+	// A delta with no calls, scores or costs only reads. The Stats of a
+	// delta the fleet books replace the agent's (the last one booked is
+	// kept, for as long as the counts).
 	Add(ctx context.Context, deltas []FleetDelta) ([]FleetPool, error)
+	// LoadStats returns the Stats of agentID's delta the fleet booked
+	// last; nil when it has none. An error that does not wrap
+	// ErrFleetUnavailable says the value held is invalid (it is set
+	// aside). It must not download a value over the size limit of a
+	// state to find that out.
+	LoadStats(ctx context.Context, agentID string) ([]byte, error)
 	// Lease gives agentID's lease to owner for ttl, or renews it when
 	// owner holds it; it reports false when another owner holds it.
 	Lease(ctx context.Context, agentID, owner string, ttl time.Duration) (bool, error)
@@ -201,6 +209,16 @@ type FleetDelta struct {
 	// numbered). A fleet books a numbered delta once, however often it
 	// is sent: a delta whose answer was lost is sent again, unchanged.
 	Batch uint64
+	// Stats, when set, are the agent's call statistics as the replica
+	// holds them (its own calls and those the fleet brought it): its
+	// analysis window, call counters, failure clusters and scores and
+	// costs per config version, in the agent state format
+	// (docs/format.md) without the shared state, at most 256 KiB. A
+	// replica sends them with a delta of its own calls or scores, at
+	// most every 2 seconds per agent; the fleet keeps the last ones, so
+	// that a replica that has not loaded the agent answers Loop.Stats,
+	// Health, Clusters and View with the fleet's calls (LoadStats).
+	Stats []byte
 }
 
 // FleetPool is an agent's counts pooled over the fleet, returned by Add.

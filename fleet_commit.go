@@ -83,16 +83,19 @@ func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 // fleetView puts the fleet's shared state of agent id, which this
 // replica has not loaded, into st (read from the store: it keeps its call
 // statistics), so that a getter answers on any replica what the fleet
-// decided. It reports whether the fleet knows the agent. It asks the
-// fleet under the fleet timeout, and not while backing off; an
-// unreachable fleet or an invalid state leaves st as it was.
-func (l *Loop) fleetView(id string, st *agentState) bool {
+// decided; with stats, the fleet's call statistics of the agent too
+// (fleetViewStats), in place of this replica's. It reports whether the
+// fleet knows the agent. Its operations ask the fleet under one fleet
+// timeout, and not while backing off; an unreachable fleet or an invalid
+// state leaves st as it was.
+func (l *Loop) fleetView(id string, st *agentState, stats bool) bool {
 	if l.fleet.down.Load() {
 		return false
 	}
-	ctx, cancel := l.fleet.ctx()
+	w := l.fleet.wait(nil)
+	ctx, done, _ := l.fleet.op(w)
 	rev, val, err := l.fleet.f.Load(ctx, id)
-	cancel()
+	done()
 	if err != nil {
 		l.fleetErr(nil, err)
 		return false
@@ -109,6 +112,9 @@ func (l *Loop) fleetView(id string, st *agentState) bool {
 		*st = newState(id, l.defaultConfig.clone())
 	}
 	st.adopt(&sh)
+	if stats {
+		l.fleetViewStats(id, st, w)
+	}
 	st.threshold(l.clock.Now().UnixNano())
 	return true
 }

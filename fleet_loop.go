@@ -92,6 +92,12 @@ type fleetAgent struct {
 	// releasing is set while the flusher gives the agent's lease back
 	// (fleetReleases). Guarded by the agent's mu.
 	releasing bool
+	// statsAt is when the agent's statistics were last sent (Unix ns),
+	// statsMark their statsMark then; statsOwed: calls of this
+	// replica's were sent since (fleet_stats.go). Guarded by the agent's
+	// mu.
+	statsAt, statsMark int64
+	statsOwed          bool
 }
 
 func newFleetLink(o *options) *fleetLink {
@@ -315,6 +321,7 @@ func (l *Loop) fleetFlush() error {
 	l.fleetNotes(now, poll)
 	l.fleetSeen(now)
 	items := l.fleetItems(poll)
+	l.fleetStats(items)
 	lag, err := l.fleetSend(items, nil, nil)
 	if err == nil && len(items) > 0 {
 		l.m.fleetLag.Store(lag)

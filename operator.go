@@ -29,7 +29,7 @@ func (l *Loop) Config(agentID string) Config {
 func (l *Loop) Stats(agentID string) Stats {
 	now := l.clock.Now().UnixNano()
 	var st Stats
-	if !l.view(agentID, func(s *agentState) { st = s.stats(now) }) {
+	if !l.viewStats(agentID, func(s *agentState) { st = s.stats(now) }) {
 		fresh := newState(agentID, l.defaultConfig)
 		st = fresh.stats(now)
 	}
@@ -42,7 +42,7 @@ func (l *Loop) Stats(agentID string) Stats {
 func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
 	now := l.clock.Now().UnixNano()
 	th, prof := thresholdFor(nil, false, 0)
-	l.view(agentID, func(s *agentState) { th, prof = s.threshold(now) })
+	l.viewStats(agentID, func(s *agentState) { th, prof = s.threshold(now) })
 	return th, prof
 }
 
@@ -54,7 +54,7 @@ func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
 func (l *Loop) Health(agentID string) float64 {
 	now := l.clock.Now().UnixNano()
 	h := 1.0
-	l.view(agentID, func(s *agentState) { h = s.health(now) })
+	l.viewStats(agentID, func(s *agentState) { h = s.health(now) })
 	return h
 }
 
@@ -63,7 +63,7 @@ func (l *Loop) Health(agentID string) float64 {
 func (l *Loop) Clusters(agentID string) []Cluster {
 	now := l.clock.Now().UnixNano()
 	var out []Cluster
-	l.view(agentID, func(s *agentState) { out = s.clustersLocked(now) })
+	l.viewStats(agentID, func(s *agentState) { out = s.clustersLocked(now) })
 	return out
 }
 

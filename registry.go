@@ -332,7 +332,14 @@ func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 // agent: the live one, locked, or else a copy read from the store (not
 // after Close), with the fleet's shared state of it when there is one
 // (fleetView). It reports whether the agent is known.
-func (l *Loop) view(id string, f func(s *agentState)) bool {
+func (l *Loop) view(id string, f func(s *agentState)) bool { return l.viewOf(id, false, f) }
+
+// viewStats is view for a getter that reports calls: an agent not
+// loaded here has the fleet's call statistics, when the fleet has them.
+func (l *Loop) viewStats(id string, f func(s *agentState)) bool { return l.viewOf(id, true, f) }
+
+// viewOf is view, with the fleet's call statistics when stats is set.
+func (l *Loop) viewOf(id string, stats bool, f func(s *agentState)) bool {
 	if checkAgentID(id) != nil {
 		return false
 	}
@@ -355,7 +362,7 @@ func (l *Loop) view(id string, f func(s *agentState)) bool {
 		return false
 	}
 	st, found, _ := l.loadState(id)
-	if l.fleet != nil && l.fleetView(id, &st) {
+	if l.fleet != nil && l.fleetView(id, &st, stats) {
 		found = true
 	}
 	if !found {

@@ -91,7 +91,7 @@ type AgentView struct {
 func (l *Loop) View(agentID string) (AgentView, bool) {
 	now := l.clock.Now()
 	v := AgentView{AgentID: agentID}
-	known := l.view(agentID, func(s *agentState) {
+	known := l.viewStats(agentID, func(s *agentState) {
 		v.fillLocked(s, now)
 		v.routesLocked(s, now, &l.rules)
 	})

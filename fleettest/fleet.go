@@ -48,6 +48,7 @@ type memFleetAgent struct {
 	lease      string
 	leaseUntil time.Time
 	batches    map[string]uint64 // each replica's latest numbered delta booked
+	stats      []byte            // the Stats of the last delta booked with some
 }
 
 // New returns an empty Fleet whose leases expire by c (nil: the system
@@ -132,6 +133,9 @@ func (m *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 		if d.Gen > a.gen {
 			a.gen, a.change, a.control = d.Gen, si.FleetCounts{}, si.FleetCounts{}
 		}
+		if d.Stats != nil {
+			a.stats = slices.Clone(d.Stats)
+		}
 		a.total.Add(d.Change)
 		a.total.Add(d.Control)
 		for _, f := range d.Failures[:min(len(d.Failures), si.MaxFleetFailures)] {
@@ -152,6 +156,19 @@ func (m *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 		out[i] = p
 	}
 	return out, nil
+}
+
+// LoadStats returns the Stats of agentID's delta booked last.
+func (m *Fleet) LoadStats(ctx context.Context, agentID string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.agents[agentID]; a != nil {
+		return slices.Clone(a.stats), nil
+	}
+	return nil, nil
 }
 
 // Lease gives agentID's lease to owner for ttl.

@@ -38,6 +38,7 @@ func Run(t *testing.T, newFleet func(t *testing.T) (si.Fleet, si.Fleet)) {
 	run("NotesBounded", testNotesBounded)
 	run("NotesKindsApart", testNotesKindsApart)
 	run("BatchOnce", testBatchOnce)
+	run("Stats", testStats)
 }
 
 // testCompareAndSet checks that Commit succeeds only on the revision Load

@@ -15,7 +15,9 @@
 //	           at most 200 bytes); expires with :n
 //	:l  string the strategy lease, with its expiry
 //	:b  hash   each replica's latest batch of counts booked; expires with :n
-//	:s-bad, :n-bad, :f-bad  a key set aside because it held what no
+//	:t  hash   val (the statistics sent last, at most MaxStats bytes), id;
+//	           expires with :n
+//	:s-bad, :n-bad, :f-bad, :t-bad  a key set aside because it held what no
 //	           replica writes; expires after a day
 //
 // and, for the whole prefix, the stream <prefix>events (capped at about

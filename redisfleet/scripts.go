@@ -98,10 +98,10 @@ var countFields = `{'gen', 'seq', 'cc', 'cf', 'cl', 'co', 'ck', 'cn', 'cx', 'cy'
   'tc', 'tf', 'tl', 'to', 'tk', 'tn', 'tx', 'ty'}`
 var sumFields = `{'cs', 'cq', 'cz', 'ks', 'kq', 'kz', 'ts', 'tq', 'tz'}`
 
-// addScript adds one delta: KEYS n, f, s, b, n-bad, f-bad; ARGV gen,
+// addScript adds one delta: KEYS n, f, s, b, n-bad, f-bad, t; ARGV gen,
 // change (5), control (5), ttl ms, failure count, failures..., cap,
 // replica, batch, max value, change's scores and costs (6), control's
-// (6).
+// (6), statistics ("": none), agent ID.
 //
 // It first checks the counts (n: a hash of at most 64 fields, each of our
 // integer fields from 0 to 4e18, failures at most calls, success
@@ -115,7 +115,8 @@ var sumFields = `{'cs', 'cq', 'cz', 'ks', 'kq', 'kz', 'ts', 'tq', 'tz'}`
 // a delta sent again after its answer was lost counts once. It returns
 // {rev or "bad", same generation, counts (33: the 5 counts and 6 scores
 // and costs of the change, the control and the total), failures, server
-// time {s, µs}, what was set aside}.
+// time {s, µs}, what was set aside}. The statistics of a delta it books
+// replace the agent's (t: a hash {val, id}, whatever was there before).
 var addScript = redis.NewScript(luaLib + `
 local n, fl, b = KEYS[1], KEYS[2], KEYS[4]
 local F, FS = ` + countFields + `, ` + sumFields + `
@@ -229,6 +230,11 @@ if not dup then
     redis.call('RPUSH', fl, seq .. ' ' .. ARGV[13 + i])
   end
   redis.call('LTRIM', fl, -tonumber(ARGV[14 + nf]), -1)
+  if ARGV[q + 12] ~= '' then
+    redis.call('DEL', KEYS[7])
+    redis.call('HSET', KEYS[7], 'val', ARGV[q + 12], 'id', ARGV[q + 13])
+    redis.call('PEXPIRE', KEYS[7], ARGV[12])
+  end
 end
 redis.call('PEXPIRE', n, ARGV[12])
 redis.call('PEXPIRE', fl, ARGV[12])
@@ -241,6 +247,25 @@ return {revS, same,
   redis.call('HMGET', n, 'cc', 'cf', 'cl', 'co', 'ck', 'cn', 'cs', 'cq', 'cx', 'cy', 'cz', 'kc', 'kf', 'kl', 'ko', 'kk',
     'kn', 'ks', 'kq', 'kx', 'ky', 'kz', 'tc', 'tf', 'tl', 'to', 'tk', 'tn', 'ts', 'tq', 'tx', 'ty', 'tz'),
   redis.call('LRANGE', fl, 0, -1), redis.call('TIME'), aside}
+`)
+
+// statsScript is LoadStats: KEYS t, t-bad; ARGV agent ID, max value. It
+// returns {"1", value}, {"0"} without statistics, or {"bad", why} after
+// it set a value that is not valid statistics aside, unread.
+var statsScript = redis.NewScript(luaLib + `
+local t = typeOf(KEYS[1])
+if t == 'none' then return {'0'} end
+if t ~= 'hash' or redis.call('HLEN', KEYS[1]) > 2 or redis.call('HSTRLEN', KEYS[1], 'val') > tonumber(ARGV[2])
+  or redis.call('HSTRLEN', KEYS[1], 'id') > ` + strconv.Itoa(maxAgentID) + ` then
+  setAside(KEYS[1], KEYS[2])
+  return {'bad', 'not valid statistics (type or size); set aside'}
+end
+local v = redis.call('HMGET', KEYS[1], 'val', 'id')
+if v[2] ~= ARGV[1] or not v[1] then
+  setAside(KEYS[1], KEYS[2])
+  return {'bad', 'the statistics of another agent; set aside'}
+end
+return {'1', v[1]}
 `)
 
 // leaseScript is Lease: KEYS l; ARGV owner, ttl ms. A lease key that is

@@ -161,6 +161,41 @@ func (f *Fleet) Add(ctx context.Context, deltas []si.FleetDelta) ([]si.FleetPool
 	return out, nil
 }
 
+// MaxStats is the most bytes of an agent's statistics (FleetDelta.Stats)
+// a Fleet stores, and reads: larger ones are not sent, and a larger
+// value found in Redis is set aside unread.
+const MaxStats = 256 << 10
+
+// LoadStats returns the statistics of agentID's delta booked last (nil
+// when none). A value that is not valid statistics of the agent (another
+// type, over MaxStats, another agent's) is set aside unread, and
+// reported by an error that does not wrap ErrFleetUnavailable.
+func (f *Fleet) LoadStats(ctx context.Context, agentID string) ([]byte, error) {
+	var res []any
+	err := f.do(ctx, func(ctx context.Context) error {
+		k := f.keys(agentID)
+		var err error
+		res, err = statsScript.Run(ctx, f.c, []string{k + "t", k + "t-bad"}, agentID, MaxStats).Slice()
+		return err
+	})
+	if err != nil {
+		return nil, fail("load stats", err)
+	}
+	var head, last any
+	if len(res) > 0 {
+		head, last = res[0], res[len(res)-1]
+	}
+	switch {
+	case head == "0":
+		return nil, nil
+	case head == "1" && len(res) == 2:
+		if v, ok := last.(string); ok && len(v) <= MaxStats {
+			return []byte(v), nil
+		}
+	}
+	return nil, fmt.Errorf("redisfleet: load stats: agent %q: %w: %.200s", agentID, errBad, fmt.Sprint(last))
+}
+
 // checkDelta refuses a delta the scripts could not book: negative counts,
 // a generation out of range, a replica name over 64 bytes.
 func checkDelta(d *si.FleetDelta) error {
@@ -211,7 +246,12 @@ func (f *Fleet) addArgs(d *si.FleetDelta) ([]string, []any) {
 	for _, c := range []si.FleetCounts{d.Change, d.Control} {
 		args = append(args, c.Scored, c.ScoreSum, c.ScoreSquares, c.Costed, c.CostOK, c.Cost)
 	}
-	return []string{k + "n", k + "f", k + "s", k + "b", k + "n-bad", k + "f-bad"}, args
+	var stats []byte
+	if len(d.Stats) <= MaxStats {
+		stats = d.Stats
+	}
+	args = append(args, stats, d.AgentID)
+	return []string{k + "n", k + "f", k + "s", k + "b", k + "n-bad", k + "f-bad", k + "t"}, args
 }
 
 // cut cuts s to at most n bytes, at a rune boundary.

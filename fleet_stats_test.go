@@ -1,0 +1,194 @@
+package selfimprove_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
+)
+
+// TestGettersStatsFromFleet: a replica that never loaded an agent answers
+// Stats, Health, Clusters and View with the fleet's calls (issue 28, item
+// 5). Before, it counted the calls it had saved itself: none.
+func TestGettersStatsFromFleet(t *testing.T) {
+	e := newFleetEnv(t, 3, nil)
+	for _, l := range e.reps {
+		scoringOn(t, l)
+	}
+	boom := errors.New("upstream: connection reset by peer")
+	for i := range 40 {
+		var err error
+		if i%4 == 0 {
+			err = boom
+		}
+		e.call(0, "busy", err)
+	}
+	for range 20 {
+		e.scored(1, "busy", 0.8, 0.01, false)
+	}
+	// A replica sends its statistics with its own calls, at most every 2
+	// seconds, as they were before the flush: replica 0's next call, 2
+	// seconds on, sends its statistics with replica 1's calls, which
+	// the second flush brought it.
+	e.sync()
+	e.sync()
+	e.clk.Advance(2 * time.Second)
+	e.call(0, "busy", nil)
+	e.sync()
+
+	want := e.reps[0].Stats("busy")
+	if want.Calls != 61 || want.Failures != 10 {
+		t.Fatalf("replica 0 (loaded): %d calls, %d failures; want the fleet's 61 and 10", want.Calls, want.Failures)
+	}
+	l := e.reps[2]
+	st := l.Stats("busy")
+	if st.Calls != 61 || st.Failures != 10 || st.TotalCalls != 61 {
+		t.Fatalf("replica 2 (never loaded): Stats %d calls (%d in all), %d failures; want the fleet's 61, 61 and 10",
+			st.Calls, st.TotalCalls, st.Failures)
+	}
+	if st.Scored != 20 || st.Quality < 0.79 || st.Quality > 0.81 {
+		t.Fatalf("replica 2: Stats scored %d, quality %v; want 20 scores of 0.8", st.Scored, st.Quality)
+	}
+	if h := l.Health("busy"); h >= 0.99 || h <= 0.5 {
+		t.Fatalf("replica 2: Health %v; want the fleet's (10 failures in 61 calls)", h)
+	}
+	cs := l.Clusters("busy")
+	if len(cs) != 1 || cs[0].Count != 10 {
+		t.Fatalf("replica 2: Clusters %+v; want one of 10 failures", cs)
+	}
+	v, known := l.View("busy")
+	if !known || v.Loaded || v.Stats.Calls != 61 || len(v.Versions) == 0 {
+		t.Fatalf("replica 2: View known %v loaded %v calls %d versions %v; want known, not loaded, 61 calls, scored versions",
+			known, v.Loaded, v.Stats.Calls, v.Versions)
+	}
+	for range l.Views() {
+		t.Fatal("replica 2 loaded the agent by reading it")
+	}
+
+	// The statistics follow the calls: 20 more, 2 seconds on, are in
+	// the fleet's at the next flush.
+	e.clk.Advance(2 * time.Second)
+	for range 20 {
+		e.call(0, "busy", nil)
+	}
+	e.sync()
+	if got := l.Stats("busy").Calls; got != 81 {
+		t.Fatalf("replica 2 after 20 more calls: %d calls, want 81", got)
+	}
+}
+
+// TestFleetStatsSentEveryTwoSeconds: a replica sends an agent's
+// statistics at most every 2 seconds, and only after calls of its own;
+// the last calls of a burst go with the next delta.
+func TestFleetStatsSentEveryTwoSeconds(t *testing.T) {
+	e := newFleetEnv(t, 0, nil)
+	spy := &statsFleet{Fleet: e.mem}
+	e.fleet = spy
+	e.add()
+	for range 5 {
+		e.call(0, "a", nil)
+		e.sync()
+	}
+	if spy.sent != 1 {
+		t.Fatalf("5 flushes within 2 seconds sent the statistics %d times, want 1", spy.sent)
+	}
+	// The calls after the first send go with the next delta 2 seconds
+	// on (a sync, or a poll), calls or none.
+	e.clk.Advance(2 * time.Second)
+	e.sync()
+	if spy.sent != 2 {
+		t.Fatalf("a flush 2 seconds on sent the statistics of the last calls %d times in all, want 2", spy.sent)
+	}
+	e.clk.Advance(2 * time.Second)
+	e.sync() // no calls since: nothing to send
+	if spy.sent != 2 {
+		t.Fatalf("a flush with no calls since the last statistics sent them again")
+	}
+	e.call(0, "a", nil)
+	e.clk.Advance(2 * time.Second)
+	e.sync()
+	if spy.sent != 3 {
+		t.Fatalf("a flush 2 seconds later, with a call, sent the statistics %d times in all, want 3", spy.sent)
+	}
+}
+
+// TestFleetStatsInvalid: statistics the fleet holds that are invalid or
+// too large are left out (the replica's own are reported: none) and
+// reported once a minute, with no event; the other getters still answer
+// from the fleet.
+func TestFleetStatsInvalid(t *testing.T) {
+	for _, bad := range []struct {
+		name string
+		b    []byte
+	}{
+		{"not JSON", []byte("{oops")},
+		{"another agent's", nil}, // filled below
+		{"negative calls", []byte(`{"format":2,"agent_id":"a","agent_id_b64":"YQ==","config":{"version":1},"max_version":1,"generation":0,"calls":{"total":-5}}`)},
+		{"over 256 KiB", bytes.Repeat([]byte(" "), 300<<10)},
+	} {
+		t.Run(bad.name, func(t *testing.T) {
+			var lines bytes.Buffer
+			e := newFleetEnv(t, 1, nil)
+			for range 5 {
+				e.call(0, "a", nil)
+			}
+			e.sync()
+			if err := e.reps[0].SetConfig("a", si.Config{Route: "r2"}); err != nil {
+				t.Fatal(err)
+			}
+			b := bad.b
+			if b == nil {
+				e.call(0, "other", nil)
+				e.sync()
+				b, _ = e.mem.LoadStats(context.Background(), "other")
+			}
+			e.fleet = &statsFleet{Fleet: e.mem, planted: b}
+			e.opts = append(e.opts, si.WithLogger(slog.New(slog.NewTextHandler(&lines, nil))))
+			l := e.add()
+			for range 3 {
+				if st := l.Stats("a"); st.Calls != 0 {
+					t.Fatalf("Stats with invalid fleet statistics: %d calls, want this replica's own: 0", st.Calls)
+				}
+			}
+			if c := l.Config("a"); c.Route != "r2" {
+				t.Fatalf("Config: route %q, want the fleet's r2", c.Route)
+			}
+			if n := strings.Count(lines.String(), "invalid data"); n != 1 {
+				t.Fatalf("%d log lines for 3 reads of invalid statistics, want 1:\n%s", n, lines.String())
+			}
+			if m := l.Metrics(); m.FleetErrors != 3 {
+				t.Fatalf("FleetErrors %d, want 3", m.FleetErrors)
+			}
+		})
+	}
+}
+
+// statsFleet counts the deltas sent with statistics, and answers
+// LoadStats with planted, when set.
+type statsFleet struct {
+	*fleettest.Fleet
+	sent    int
+	planted []byte
+}
+
+func (f *statsFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool, error) {
+	for i := range d {
+		if d[i].Stats != nil {
+			f.sent++
+		}
+	}
+	return f.Fleet.Add(ctx, d)
+}
+
+func (f *statsFleet) LoadStats(ctx context.Context, id string) ([]byte, error) {
+	if f.planted != nil {
+		return f.planted, nil
+	}
+	return f.Fleet.LoadStats(ctx, id)
+}
