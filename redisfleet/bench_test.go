@@ -2,11 +2,14 @@ package redisfleet_test
 
 import (
 	"context"
+	"net"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -45,11 +48,21 @@ func BenchmarkSuccessPath(b *testing.B) {
 // BenchmarkCommandsAt10kCalls runs one replica at 10,000 successful
 // calls a second over 100 agents for two seconds (whatever b.N is) and
 // reports the Redis commands it sent a second, their round trips a
-// second, and the commands Redis ran a second (INFO commandstats, which
+// second, the kilobytes it sent a second (the agents' statistics among
+// them) and the commands Redis ran a second (INFO commandstats, which
 // counts those run inside the scripts too). Its ns/op means nothing.
 func BenchmarkCommandsAt10kCalls(b *testing.B) {
 	s := startRedis(b)
-	c := client(b, s)
+	var wrote atomic.Int64
+	c := redis.NewClient(&redis.Options{Addr: s.addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return writeCounter{conn, &wrote}, nil
+	}})
+	b.Cleanup(func() { c.Close() })
 	hook := &countHook{}
 	c.AddHook(hook)
 	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithNotifier(nil), si.WithLogger(quiet), si.WithFleet(newFleet(b, c, "rate:")))
@@ -65,7 +78,7 @@ func BenchmarkCommandsAt10kCalls(b *testing.B) {
 		l.ExecuteWithImprovement(ctx, ids[i], fn)
 	}
 	admin := client(b, s)
-	sent0, trips0, server0 := hook.cmds.Load(), hook.trips.Load(), commands(b, admin)
+	sent0, trips0, server0, wrote0 := hook.cmds.Load(), hook.trips.Load(), commands(b, admin), wrote.Load()
 	const dur, tick = 2 * time.Second, 10 * time.Millisecond
 	t := time.NewTicker(tick)
 	start := time.Now()
@@ -84,6 +97,19 @@ func BenchmarkCommandsAt10kCalls(b *testing.B) {
 	b.ReportMetric(float64(hook.cmds.Load()-sent0)/el, "sent-cmds/s")
 	b.ReportMetric(float64(hook.trips.Load()-trips0)/el, "round-trips/s")
 	b.ReportMetric(float64(server)/el, "server-cmds/s")
+	b.ReportMetric(float64(wrote.Load()-wrote0)/el/1e3, "sent-kB/s")
+}
+
+// writeCounter is a connection that adds the bytes it writes to n.
+type writeCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c writeCounter) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // BenchmarkPropagation measures how long a change takes from the call of
