@@ -60,8 +60,8 @@ type Fleet interface {
 	// LoadStats returns the Stats of agentID's delta the fleet booked
 	// last; nil when it has none. An error that does not wrap
 	// ErrFleetUnavailable says the value held is invalid (it is set
-	// aside). It must not download a value over the size limit of a
-	// state to find that out.
+	// aside). It must not download a value over 256 KiB to find that
+	// out.
 	LoadStats(ctx context.Context, agentID string) ([]byte, error)
 	// Lease gives agentID's lease to owner for ttl, or renews it when
 	// owner holds it; it reports false when another owner holds it.

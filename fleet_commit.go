@@ -85,38 +85,46 @@ func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 // statistics), so that a getter answers on any replica what the fleet
 // decided; with stats, the fleet's call statistics of the agent too
 // (fleetViewStats), in place of this replica's. It reports whether the
-// fleet knows the agent. Its operations ask the fleet under one fleet
-// timeout, and not while backing off; an unreachable fleet or an invalid
-// state leaves st as it was.
+// fleet knows the agent: it has its shared state, or its statistics (an
+// agent that has only run calls). Its operations ask the fleet under one
+// fleet timeout, and not while backing off; an unreachable fleet or an
+// invalid state leaves st as it was.
 func (l *Loop) fleetView(id string, st *agentState, stats bool) bool {
 	if l.fleet.down.Load() {
 		return false
 	}
 	w := l.fleet.wait(nil)
-	ctx, done, _ := l.fleet.op(w)
+	ctx, done, ok := l.fleet.op(w)
+	if !ok {
+		return false
+	}
 	rev, val, err := l.fleet.f.Load(ctx, id)
 	done()
 	if err != nil {
 		l.fleetErr(nil, err)
-		return false
+		if errors.Is(err, ErrFleetUnavailable) {
+			return false
+		}
+	} else {
+		l.fleetUp()
 	}
-	l.fleetUp()
-	if rev == 0 {
-		return false
+	known := false
+	if sh, err := decodeState(val, id); err == nil && rev != 0 {
+		// An invalid state is reported, and replaced, by a replica that
+		// runs the agent.
+		if st.AgentID == "" {
+			*st = newState(id, l.defaultConfig.clone())
+		}
+		st.adopt(&sh)
+		known = true
 	}
-	sh, err := decodeState(val, id)
-	if err != nil {
-		return false // reported, and replaced, by a replica that runs it
+	if stats && l.fleetViewStats(id, st, w) {
+		known = true
 	}
-	if st.AgentID == "" {
-		*st = newState(id, l.defaultConfig.clone())
+	if known {
+		st.threshold(l.clock.Now().UnixNano())
 	}
-	st.adopt(&sh)
-	if stats {
-		l.fleetViewStats(id, st, w)
-	}
-	st.threshold(l.clock.Now().UnixNano())
-	return true
+	return known
 }
 
 // fixesOf returns the outcomes of the decided changes in chs whose IDs

@@ -43,6 +43,10 @@ type fleetLink struct {
 	rel     []*agent // leases for the flusher to give back (fleetReleaseLater), guarded by relMu
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
+	// badStats is when the invalid statistics of agents not loaded here
+	// were last reported (Unix ns), by agent ID, at most maxBadStats.
+	badMu    sync.Mutex
+	badStats map[string]int64
 	// The outage under way (fleetDown, fleetUp), guarded by outMu:
 	// when it began and when the fleet answered again (Unix ns; 0:
 	// none, or down). outages says one is under way.
@@ -94,8 +98,8 @@ type fleetAgent struct {
 	releasing bool
 	// statsAt is when the agent's statistics were last sent (Unix ns),
 	// statsMark their statsMark then; statsOwed: calls of this
-	// replica's were sent since (fleet_stats.go). Guarded by the agent's
-	// mu.
+	// replica's were sent since, or other replicas' booked
+	// (fleet_stats.go). Guarded by the agent's mu.
 	statsAt, statsMark int64
 	statsOwed          bool
 }
@@ -302,6 +306,8 @@ func (l *Loop) fleetEvent(ev *Event) {
 type fleetItem struct {
 	a *agent
 	d FleetDelta
+	// again: d is a delta whose answer was lost, sent again as it was.
+	again bool
 }
 
 // fleetFlush sends the counts of the calls not sent yet, one delta per
@@ -446,7 +452,7 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	case fa.pending != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
-		return fleetItem{a, *fa.pending}, true
+		return fleetItem{a, *fa.pending, true}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
 		t := fa.tally
 		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
@@ -456,7 +462,8 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 		fa.batch++
 		d.Batch = fa.batch
 		fa.tally = fleetTally{gen: a.s.Gen}
-		return fleetItem{a, d}, true
+		fa.statsOwed = fa.statsOwed || own(&d)
+		return fleetItem{a: a, d: d}, true
 	}
 	return it, false
 }

@@ -35,6 +35,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 		return lag
 	}
 	fresh := fa.book(d, p)
+	fa.owedStats(fresh)
 	var eff effects
 	l.fleetPooledQuality(a, d, p, now, &eff)
 	var fails []FleetFailure

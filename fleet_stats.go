@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 )
@@ -72,24 +71,28 @@ func (s *agentState) statsMark() int64 {
 	return m
 }
 
+// own reports whether d carries calls, scores or costs of the replica's.
+func own(d *FleetDelta) bool {
+	return d.Change.Calls+d.Control.Calls+d.Change.Scored+d.Control.Scored+d.Change.Costed+d.Control.Costed > 0
+}
+
 // fleetStats adds the statistics of the items' agents that are due (see
-// FleetDelta.Stats) to their deltas: those with calls or scores of this
-// replica's since it last sent them, at least fleetStatsEvery ago (the
-// last calls of a burst go with the agent's next delta, a poll's at the
-// latest), and statistics that changed. A delta sent again keeps its
-// own.
-// They are copied under each agent's lock and encoded outside it.
+// FleetDelta.Stats) to their deltas: those whose statistics are owed (a
+// delta of this replica's calls, scores or costs went since they were
+// last sent, or, once it has sent them, the fleet brought other
+// replicas' calls: see fleetPooled) and changed, at least
+// fleetStatsEvery after they were last sent. A delta sent again goes as
+// it was: the fleet may have booked it, and would not book statistics
+// added to it.
 func (l *Loop) fleetStats(items []fleetItem) {
 	now := l.clock.Now().UnixNano()
 	for i := range items {
 		it := &items[i]
-		d := &it.d
-		if d.Stats != nil {
-			continue // sent again as it was
+		if it.again {
+			continue
 		}
 		a, fa := it.a, it.a.fl
 		a.mu.Lock()
-		fa.statsOwed = fa.statsOwed || d.Change.Calls+d.Control.Calls+d.Change.Scored+d.Control.Scored > 0
 		mark := a.s.statsMark()
 		due := fa.statsOwed && !a.evicted && mark != fa.statsMark &&
 			(fa.statsAt == 0 || now-fa.statsAt >= int64(fleetStatsEvery) || now < fa.statsAt)
@@ -108,18 +111,29 @@ func (l *Loop) fleetStats(items []fleetItem) {
 	}
 }
 
+// owedStats notes, after the fleet brought other replicas' calls, scores
+// or costs (fresh, failures among them) that a's statistics sent before
+// lack, that they are to be sent again: the last statistics the fleet
+// keeps may be these, short of those calls. The agent's mu is held.
+func (fa *fleetAgent) owedStats(fresh FleetCounts) {
+	if fa.statsAt != 0 && fresh.Calls+fresh.Scored+fresh.Costed > 0 {
+		fa.statsOwed = true
+	}
+}
+
 // errFleetStatsSize: the fleet's statistics of an agent are larger than
 // a replica sends.
 var errFleetStatsSize = errors.New("selfimprove: fleet: an agent's statistics over 256 KiB")
 
 // fleetViewStats puts the fleet's statistics of agent id, which this
-// replica has not loaded, in st, as an operation of the chain w. A value
-// the fleet holds that is invalid is reported (at most once a minute)
-// and left out: st keeps this replica's own statistics.
-func (l *Loop) fleetViewStats(id string, st *agentState, w *fleetWait) {
+// replica has not loaded, in st (a new agent's state when st has none),
+// as an operation of the chain w, and reports whether the fleet has
+// them. Statistics the fleet holds that are invalid are reported (at most
+// once a minute per agent) and left out: st keeps this replica's own.
+func (l *Loop) fleetViewStats(id string, st *agentState, w *fleetWait) bool {
 	ctx, done, ok := l.fleet.op(w)
 	if !ok {
-		return // the Load took the chain's time: the fleet is slow
+		return false // the Load took the chain's time: the fleet is slow
 	}
 	b, err := l.fleet.f.LoadStats(ctx, id)
 	err = cut(ctx, err)
@@ -129,12 +143,46 @@ func (l *Loop) fleetViewStats(id string, st *agentState, w *fleetWait) {
 		if len(b) > maxFleetStats {
 			err = errFleetStatsSize
 		} else if t, err = decodeState(b, id); err == nil {
+			if st.AgentID == "" {
+				*st = newState(id, l.defaultConfig.clone())
+			}
 			st.takeStats(&t)
-			return
+			return true
 		}
-		err = fmt.Errorf("selfimprove: fleet: the statistics of agent %q: %w", id, err)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrFleetUnavailable):
 		l.fleetErr(nil, err)
+	default:
+		l.fleetBadStats(id, err)
+	}
+	return false
+}
+
+// maxBadStats bounds the agents whose invalid statistics a replica
+// remembers having reported: beyond, it forgets them all.
+const maxBadStats = 256
+
+// fleetBadStats reports invalid statistics of agent id in the fleet:
+// counted in Metrics.FleetErrors each time, logged at most once per
+// fleetBadEvery per agent.
+func (l *Loop) fleetBadStats(id string, err error) {
+	l.m.fleetErrors.Add(1)
+	fl := l.fleet
+	now := l.clock.Now().UnixNano()
+	fl.badMu.Lock()
+	last, seen := fl.badStats[id]
+	report := !seen || now-last >= int64(fleetBadEvery) || now < last
+	if report {
+		if fl.badStats == nil || len(fl.badStats) >= maxBadStats {
+			fl.badStats = map[string]int64{}
+		}
+		fl.badStats[id] = now
+	}
+	fl.badMu.Unlock()
+	if report {
+		l.log.Error("selfimprove: the fleet holds invalid statistics of the agent; replicas that have not loaded it report their own calls until one that runs it sends them again (reported once a minute per agent)",
+			"agent", id, "error", err)
 	}
 }

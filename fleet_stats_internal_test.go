@@ -60,8 +60,8 @@ func TestFleetStatsFit(t *testing.T) {
 }
 
 // BenchmarkFleetStats: what a replica spends on one agent's statistics
-// (copied under the agent's lock, encoded outside it), at most once a
-// second per agent.
+// (copied under the agent's lock, encoded outside it), at most once every
+// 2 seconds per agent.
 func BenchmarkFleetStats(b *testing.B) {
 	s := fullStats()
 	b.ReportAllocs()

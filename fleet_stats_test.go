@@ -32,14 +32,16 @@ func TestGettersStatsFromFleet(t *testing.T) {
 	for range 20 {
 		e.scored(1, "busy", 0.8, 0.01, false)
 	}
-	// A replica sends its statistics with its own calls, at most every 2
-	// seconds, as they were before the flush: replica 0's next call, 2
-	// seconds on, sends its statistics with replica 1's calls, which
-	// the second flush brought it.
+	// A replica sends its statistics after its own calls, at most every
+	// 2 seconds, as they were before the flush, and again once the fleet
+	// brought it calls they lacked: within a few flushes and 2 seconds
+	// of the last call, the fleet's statistics hold every call.
 	e.sync()
 	e.sync()
 	e.clk.Advance(2 * time.Second)
 	e.call(0, "busy", nil)
+	e.sync()
+	e.clk.Advance(2 * time.Second)
 	e.sync()
 
 	want := e.reps[0].Stats("busy")
@@ -120,8 +122,8 @@ func TestFleetStatsSentEveryTwoSeconds(t *testing.T) {
 
 // TestFleetStatsInvalid: statistics the fleet holds that are invalid or
 // too large are left out (the replica's own are reported: none) and
-// reported once a minute, with no event; the other getters still answer
-// from the fleet.
+// reported once a minute per agent, with no event; the other getters
+// still answer from the fleet.
 func TestFleetStatsInvalid(t *testing.T) {
 	for _, bad := range []struct {
 		name string
@@ -159,13 +161,119 @@ func TestFleetStatsInvalid(t *testing.T) {
 			if c := l.Config("a"); c.Route != "r2" {
 				t.Fatalf("Config: route %q, want the fleet's r2", c.Route)
 			}
-			if n := strings.Count(lines.String(), "invalid data"); n != 1 {
+			if n := strings.Count(lines.String(), "invalid statistics"); n != 1 {
 				t.Fatalf("%d log lines for 3 reads of invalid statistics, want 1:\n%s", n, lines.String())
 			}
 			if m := l.Metrics(); m.FleetErrors != 3 {
 				t.Fatalf("FleetErrors %d, want 3", m.FleetErrors)
 			}
 		})
+	}
+}
+
+// TestFleetStatsOfCallsOnly: an agent that has only run calls (no
+// decision, no save yet: the fleet has no shared state of it) is known
+// to a replica that never loaded it, with the fleet's calls. Before, it
+// was unknown (0 calls), until a save or a decision.
+func TestFleetStatsOfCallsOnly(t *testing.T) {
+	e := newFleetEnv(t, 2, nil)
+	for range 5 {
+		e.call(0, "plain", nil)
+	}
+	e.sync()
+	if rev, _, _ := e.mem.Load(context.Background(), "plain"); rev != 0 {
+		t.Fatalf("the fleet has a shared state of the agent (revision %d): the test needs one without", rev)
+	}
+	if st := e.reps[1].Stats("plain"); st.Calls != 5 {
+		t.Fatalf("Stats: %d calls, want the fleet's 5", st.Calls)
+	}
+	if v, known := e.reps[1].View("plain"); !known || v.Stats.Calls != 5 || v.Config.Version != 1 {
+		t.Fatalf("View: known %v, %d calls, version %d; want known, 5 calls, the default config", known, v.Stats.Calls, v.Config.Version)
+	}
+	if _, known := e.reps[1].View("nobody"); known {
+		t.Fatal("View of an agent the fleet does not know: known")
+	}
+}
+
+// TestFleetStatsUnderVerification: calls under verification, whose
+// counts go to the fleet from the call itself, are in the statistics the
+// replica sends. Before, they were left out until the replica made
+// calls outside verification again.
+func TestFleetStatsUnderVerification(t *testing.T) {
+	e := newFleetEnv(t, 2, &countingStrategy{tweak: si.Config{Route: "b"}})
+	if err := e.reps[0].SetThreshold("a", manual(2)); err != nil {
+		t.Fatal(err)
+	}
+	for e.reps[0].Config("a").Version == 1 {
+		e.call(0, "a", errBoom)
+		e.sync()
+	}
+	// The statistics of the calls before the change go first: none are
+	// owed when the calls under verification begin.
+	e.clk.Advance(3 * time.Second)
+	e.sync()
+	made := e.reps[0].Stats("a").TotalCalls
+	for range 3 {
+		e.call(0, "a", nil)
+		made++
+	}
+	for range 2 {
+		e.clk.Advance(3 * time.Second)
+		e.sync()
+	}
+	if got := e.reps[1].Stats("a").TotalCalls; got != made {
+		t.Fatalf("the other replica: %d calls, want the %d made (3 under verification)", got, made)
+	}
+}
+
+// TestFleetStatsNotOverwrittenStale: when two replicas end a burst, the
+// statistics the fleet keeps hold every call, whichever replica sent
+// last: a replica whose statistics lacked the other's last calls sends
+// them again once it has them. Before, replica 1's, short of replica 0's
+// last calls, stayed.
+func TestFleetStatsNotOverwrittenStale(t *testing.T) {
+	e := newFleetEnv(t, 3, nil)
+	for range 10 {
+		e.call(0, "a", nil)
+	}
+	e.call(1, "a", nil)
+	e.sync()
+	for range 5 {
+		e.clk.Advance(3 * time.Second)
+		e.sync()
+	}
+	if got := e.reps[2].Stats("a").TotalCalls; got != 11 {
+		t.Fatalf("the third replica: %d calls, want the 11 made", got)
+	}
+}
+
+// TestFleetStatsNotOnAResentDelta: statistics go with a new delta, not
+// with one sent again after its answer was lost (the fleet, which may
+// have booked it, would drop them), and are not lost with it.
+func TestFleetStatsNotOnAResentDelta(t *testing.T) {
+	e := newFleetEnv(t, 0, nil)
+	link := &lossyFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
+	e.fleet = link
+	e.add()
+	e.fleet = e.mem
+	e.add()
+	e.call(0, "a", nil)
+	e.sync()
+	// A delta within 2 seconds of the statistics: without them. Its
+	// answer is lost after the fleet booked it; sent again 3 seconds on,
+	// it goes as it was, and the statistics with the next delta.
+	e.call(0, "a", nil)
+	link.lose.Store(true)
+	if err := e.reps[0].SyncFleet(context.Background()); err == nil {
+		t.Fatal("SyncFleet succeeded with its answer lost")
+	}
+	link.lose.Store(false)
+	e.clk.Advance(3 * time.Second)
+	for range 2 {
+		e.sync()
+	}
+	if got := e.reps[1].Stats("a").TotalCalls; got != 2 {
+		t.Fatalf("the other replica: %d calls, want the 2 made", got)
 	}
 }
 

@@ -48,7 +48,7 @@ func TestGettersFromFleet(t *testing.T) {
 	}
 	// Stats, Health and Clusters count the fleet's calls: 9 more on
 	// replica 0, 3 of them failing, reach the others with its next
-	// statistics (sent at most once a second).
+	// statistics (sent at most every 2 seconds).
 	for i := range 9 {
 		fn := ok
 		if i%3 == 0 {
@@ -94,8 +94,8 @@ func TestGettersFromFleet(t *testing.T) {
 // 0 runs, what no replica writes: 32 MB under the agent's ID, a key of
 // the wrong type, a value that is not a state, another agent's. A
 // replica that has not loaded them reads none of the 32 MB, reports each
-// bad value once (the value is set aside, or replaced by the next
-// statistics sent) and falls back on its own statistics; the agent's
+// bad value once a minute (the value is set aside, or replaced by the
+// next statistics sent) and falls back on its own statistics; the agent's
 // other getters, and the other agents' statistics, still answer from
 // the fleet.
 func TestHostileStats(t *testing.T) {
@@ -149,8 +149,8 @@ func TestHostileStats(t *testing.T) {
 	if down > 1<<20 || ms.HeapInuse > heap0+8<<20 {
 		t.Errorf("%d bytes read, heap up %d bytes, with 32 MB planted: downloaded beyond the cap", down, ms.HeapInuse-heap0)
 	}
-	if lines > 1 {
-		t.Errorf("%d log lines for 4 bad statistics read 3 times each, want 1 (once a minute)", lines)
+	if lines > int64(len(ids)-1) {
+		t.Errorf("%d log lines for 4 bad statistics read 3 times each, want at most 4 (once a minute per agent)", lines)
 	}
 	if st := l.Stats("s-ok"); st.Calls != 4 {
 		t.Fatalf("the healthy agent's Stats: %d calls, want the fleet's 4", st.Calls)

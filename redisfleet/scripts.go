@@ -116,7 +116,8 @@ var sumFields = `{'cs', 'cq', 'cz', 'ks', 'kq', 'kz', 'ts', 'tq', 'tz'}`
 // {rev or "bad", same generation, counts (33: the 5 counts and 6 scores
 // and costs of the change, the control and the total), failures, server
 // time {s, µs}, what was set aside}. The statistics of a delta it books
-// replace the agent's (t: a hash {val, id}, whatever was there before).
+// replace the agent's (t: a hash {val, id}, whatever was there before);
+// they expire with the counts.
 var addScript = redis.NewScript(luaLib + `
 local n, fl, b = KEYS[1], KEYS[2], KEYS[4]
 local F, FS = ` + countFields + `, ` + sumFields + `
@@ -238,6 +239,7 @@ if not dup then
 end
 redis.call('PEXPIRE', n, ARGV[12])
 redis.call('PEXPIRE', fl, ARGV[12])
+redis.call('PEXPIRE', KEYS[7], ARGV[12])
 local same = 0
 if gen == cur then same = 1 end
 local rev = stateOf(KEYS[3], tonumber(ARGV[17 + nf]))
