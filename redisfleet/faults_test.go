@@ -217,10 +217,12 @@ func TestTimeoutHolds(t *testing.T) {
 		stall := <-late
 		t.Logf("%s: %d operations in %v: max %v, p99 %v; %d round trips tried by 2 replicas; the process's goroutines woke up to %v late",
 			fault, n, took.Round(time.Millisecond), worst, p99, sent, stall)
-		// What the process's own scheduling added (a goroutine woken late
-		// on a loaded machine: the sampler's lateness) is not the fleet's.
-		if worst > faultTimeout+margin+stall {
-			t.Errorf("%s: an operation waited %v on Redis, more than the fleet timeout %v + %v + the %v the goroutines woke late", fault, worst, faultTimeout, margin, stall)
+		// The process's own lateness (a goroutine woken late on a loaded
+		// machine) is logged, to tell a wait on the fleet from
+		// scheduling when this fails; the bound does not grow with it.
+		if worst > faultTimeout+margin {
+			t.Errorf("%s: an operation waited %v on Redis, more than the fleet timeout %v + %v (the process's goroutines woke up to %v late)",
+				fault, worst, faultTimeout, margin, stall)
 		}
 		// The flusher tries once per flush (50 ms) and the poll once a
 		// second; calls do not try on their own.
