@@ -69,10 +69,12 @@ func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 
 // fleetInvalid notes that the fleet holds an invalid state of a, at
 // revision rev: a keeps its own, and writes it over the fleet's at the
-// next flush (fleetRewrite) or decision, whichever comes first.
+// next flush (fleetRewrite) or decision, whichever comes first. Its base
+// stays the shared state it last had: a decision whose commit fails is
+// taken back to it.
 func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 	fa := a.fl
-	fa.rev, fa.base = rev, nil
+	fa.rev = rev
 	fa.rewrite.Store(true)
 	select {
 	case l.fleet.kick <- struct{}{}:
@@ -185,7 +187,7 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 	if lost {
 		// The fleet lost the agent's state (a Redis restarted without
 		// persistence): this replica's copy goes back at once.
-		fa.rev, fa.base = rev, nil
+		fa.rev = rev
 		fa.rewrite.Store(true)
 	}
 	a.mu.Unlock()
@@ -288,8 +290,8 @@ func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued, w *fleetWai
 	a.settleFleetLocked(l)
 	rev, base := a.fl.rev, a.fl.base
 	a.mu.Unlock()
-	if bytes.Equal(value, base) {
-		return nil
+	if bytes.Equal(value, base) && !a.fl.rewrite.Load() {
+		return nil // the fleet has it, unless it lost it or holds an invalid one
 	}
 	return l.fleetSwap(a, rev, base, value, evs, w)
 }
@@ -341,8 +343,9 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 		l.fleetUp()
 		l.m.fleetConflicts.Add(1)
 		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
-		if !l.fleetRefreshWait(a, w) {
-			// The winner's state is taken later (the flusher); the
+		if !l.fleetRefreshWait(a, w) || fa.rewrite.Load() {
+			// The winner's state is taken later (the flusher), or the
+			// fleet's is invalid or lost (a's is written over it): the
 			// decision is taken back now.
 			l.takeBack(a, rev, base, err)
 		}
@@ -361,11 +364,20 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 }
 
 // takeBack puts a's shared state back to base, the fleet's state at rev
-// (nil: none known), taking back the decisions made since for why.
+// (nil: none known), taking back the decisions made since for why. When
+// the fleet lost a's state or holds an invalid one, base is the shared
+// state a last had, to be written over the fleet's at the revision a
+// found there.
 func (l *Loop) takeBack(a *agent, rev uint64, base []byte, why error) {
-	if base != nil {
-		l.fleetAdopt(a, rev, base, true, why)
+	if base == nil {
+		return
 	}
+	if a.fl.rewrite.Load() {
+		a.mu.Lock()
+		rev = a.fl.rev
+		a.mu.Unlock()
+	}
+	l.fleetAdopt(a, rev, base, true, why)
 }
 
 // fleetLease takes the agent's lease for the strategy run an, and checks
