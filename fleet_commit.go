@@ -332,6 +332,7 @@ func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued,
 		a.settleFleetLocked(l)
 		if fa.rev == rev {
 			fa.rev, fa.base = nrev, value
+			fa.rewrite.Store(false) // written over the fleet's
 		}
 		a.mu.Unlock()
 		l.fleetLog(evs)
