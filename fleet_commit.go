@@ -221,6 +221,11 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why erro
 		a.mu.Unlock()
 		return
 	}
+	if !force {
+		// A valid state, newer than a's: the fleet holds one again,
+		// and a's is not to be written over it.
+		fa.rewrite.Store(false)
+	}
 	known := make(map[string]bool, len(a.s.Changes))
 	for _, ch := range a.s.Changes {
 		known[ch.ID] = true

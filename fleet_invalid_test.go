@@ -30,17 +30,23 @@ func TestFleetNoGhostOverInvalidState(t *testing.T) {
 			if _, err := e.mem.Commit(ctx, "b", 0, []byte("{not a state")); err != nil {
 				t.Fatal(err)
 			}
+			// The replica's own rewrite of the invalid state (the flusher
+			// is kicked at once) is refused until the fault is set.
+			link.refuse.Store(true)
 			e.call(0, "b", nil)
 			switch fault {
 			case "unreachable":
 				link.down.Store(true)
+				link.refuse.Store(false)
 			case "backing off":
 				link.down.Store(true)
+				link.refuse.Store(false)
 				if err := e.reps[0].SyncFleet(ctx); err == nil {
 					t.Fatal("SyncFleet succeeded with the fleet down")
 				}
-			case "refused":
-				link.refuse.Store(true)
+			}
+			if _, val, _ := e.mem.Load(ctx, "b"); string(val) != "{not a state" {
+				t.Fatalf("the fleet's state is %q before the SetConfig, want the invalid one", val)
 			}
 			err := e.reps[0].SetConfig("b", si.Config{Route: "ghost"})
 			if err == nil {
@@ -76,6 +82,55 @@ func TestFleetNoGhostOverInvalidState(t *testing.T) {
 		})
 	}
 }
+
+// TestFleetWinnerOverInvalidKept: two replicas find the fleet's state of
+// an agent invalid; one writes its own over it and then decides; the
+// other, which missed the notifications, decides on its stale copy: its
+// commit loses, it takes the winner's state, and its own decision is
+// made again on it. The winner's decision stays. Before, the loser took
+// its stale copy back over the winner's state (it still meant to write
+// over an invalid one) and wrote it: the winner's route was gone on both
+// replicas.
+func TestFleetWinnerOverInvalidKept(t *testing.T) {
+	e := newFleetEnv(t, 0, nil)
+	deaf := &deafRefusingFleet{refusingFleet: refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}}
+	e.fleet = deaf
+	e.add()
+	e.fleet = e.mem
+	e.add()
+	ctx := context.Background()
+	if _, err := e.mem.Commit(ctx, "c", 0, []byte("{not a state")); err != nil {
+		t.Fatal(err)
+	}
+	deaf.refuse.Store(true) // replica 0 does not write over it yet
+	e.call(0, "c", nil)
+	e.call(1, "c", nil)
+	if err := e.reps[1].SyncFleet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reps[1].SetConfig("c", si.Config{Route: "winner"}); err != nil {
+		t.Fatal(err)
+	}
+	deaf.refuse.Store(false)
+	if err := e.reps[0].SetThreshold("c", manual(7)); err != nil {
+		t.Fatal(err)
+	}
+	e.sync()
+	for i, l := range e.reps {
+		if c := l.Config("c"); c.Route != "winner" {
+			t.Fatalf("replica %d runs %+v, want the winner's route", i, c)
+		}
+		if th, _ := l.Threshold("c"); th.Failures != 7 {
+			t.Fatalf("replica %d: threshold %+v, want the loser's, made again on the winner's state", i, th)
+		}
+	}
+}
+
+// deafRefusingFleet is a refusingFleet whose notifications are lost:
+// its replica finds other replicas' commits by its own reads only.
+type deafRefusingFleet struct{ refusingFleet }
+
+func (f *deafRefusingFleet) Subscribe(func(string, uint64)) (stop func()) { return func() {} }
 
 // refusingFleet is a faultyFleet whose commits are refused (a missing
 // right: no outage) while refuse is set.

@@ -470,7 +470,9 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 
 // fleetRewrite writes the state of the agents whose state the fleet lost,
 // or holds invalid, again: this replica's copy (the first replica to do
-// so wins; the others take its state).
+// so wins; the others take its state). The commit that writes it ends
+// the rewrite (fleetSwap), and so does taking a valid state from the
+// fleet (fleetAdopt); a failure leaves it for the next flush.
 func (l *Loop) fleetRewrite() {
 	var due []*agent
 	l.agents.Range(func(_, v any) bool {
@@ -480,9 +482,7 @@ func (l *Loop) fleetRewrite() {
 		return true
 	})
 	for _, a := range due {
-		if err := l.persist(a); err == nil || errors.Is(err, ErrFleetConflict) {
-			a.fl.rewrite.Store(false)
-		}
+		l.persist(a) // its errors are the fleet's, reported by fleetSwap
 	}
 }
 
