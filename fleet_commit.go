@@ -286,15 +286,14 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 // fleet's last state it knew and the error wraps ErrFleetUnavailable. In
 // both cases the decisions did not happen.
 // It waits on the fleet as part of the chain w (nil: a chain of its own).
-func (l *Loop) fleetCommit(a *agent, snap *agentState, evs []queued, w *fleetWait) error {
+// rev and base are a's revision and base when snap was taken, under the
+// same lock: a state taken from the fleet since (a flush's refresh) must
+// not carry snap, made on the state before it, to its revision.
+func (l *Loop) fleetCommit(a *agent, snap *agentState, rev uint64, base []byte, evs []queued, w *fleetWait) error {
 	value, err := encodeShared(snap)
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	rev, base := a.fl.rev, a.fl.base
-	a.mu.Unlock()
 	if bytes.Equal(value, base) && !a.fl.rewrite.Load() {
 		return nil // the fleet has it, unless it lost it or holds an invalid one
 	}

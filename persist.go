@@ -135,10 +135,15 @@ func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
 	evs := a.takeQueued()
 	taken := a.takeBatchLocked()
 	a.dirty = false
+	var rev uint64
+	var base []byte
+	if a.fl != nil {
+		rev, base = a.fl.rev, a.fl.base
+	}
 	a.mu.Unlock()
 
 	if a.fl != nil {
-		if err := l.fleetCommit(a, &snap, evs, w); err != nil {
+		if err := l.fleetCommit(a, &snap, rev, base, evs, w); err != nil {
 			// The fleet did not take the decisions: their events go, and
 			// their callers waiting for the save are told.
 			a.mu.Lock()
