@@ -201,7 +201,8 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 }
 
 // fleetAdopt makes the shared state val, at revision rev, a's: when it is
-// newer than a's, or always with force. a keeps its call statistics; the
+// newer than a's, or with force (a take-back) when it is not older. a
+// keeps its call statistics; the
 // decisions not committed yet are taken back for why (fleet_batch.go).
 func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why error) {
 	sh, err := decodeState(val, a.id)
@@ -217,7 +218,9 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why erro
 	}
 	a.mu.Lock()
 	a.settleFleetLocked(l)
-	if a.evicted || (rev <= fa.rev && !force) {
+	if a.evicted || (rev <= fa.rev && !force) || rev < fa.rev {
+		// Not newer; or, taking decisions back, a state newer than the
+		// one they were made on has been taken since (and took them back).
 		a.mu.Unlock()
 		return
 	}
