@@ -148,3 +148,63 @@ func (f *refusingFleet) Commit(ctx context.Context, id string, rev uint64, v []b
 	}
 	return f.faultyFleet.Commit(ctx, id, rev, v)
 }
+
+// TestFleetStrategyConflictOverInvalid: a strategy's change whose commit
+// loses to another invalid state written meanwhile (the fleet's state is
+// invalid before and after) is either reported made and in force on
+// every replica, or not reported and in force nowhere. Before the fix,
+// the conflict's refresh found the state invalid, the change stayed in
+// the replica's copy unreported, and landed with the replica's rewrite.
+func TestFleetStrategyConflictOverInvalid(t *testing.T) {
+	e := newFleetEnv(t, 0, nil)
+	ctx := context.Background()
+	e.strat = &hookStrategy{tweak: si.Config{Route: "t"}, before: func() {
+		// Another invalid state, committed while the strategy runs.
+		rev, _, _ := e.mem.Load(ctx, "d")
+		if _, err := e.mem.Commit(ctx, "d", rev, []byte("{still not a state")); err != nil {
+			t.Error(err)
+		}
+	}}
+	deaf := &deafRefusingFleet{refusingFleet: refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}}
+	e.fleet = deaf
+	e.add()
+	e.fleet = e.mem
+	e.add()
+	if err := e.reps[0].SetThreshold("d", manual(2)); err != nil {
+		t.Fatal(err)
+	}
+	// An invalid state over it, which replica 0 is not told of.
+	rev, _, _ := e.mem.Load(ctx, "d")
+	if _, err := e.mem.Commit(ctx, "d", rev, []byte("{not a state")); err != nil {
+		t.Fatal(err)
+	}
+	var made *si.Change
+	for i := 0; i < 10 && made == nil; i++ {
+		made = e.call(0, "d", errBoom).Improvement
+	}
+	if e.strat.(*hookStrategy).runs == 0 {
+		t.Fatal("the strategy never ran")
+	}
+	e.clk.Advance(3e9)
+	e.sync()
+	e.sync()
+	for i, l := range e.reps {
+		inForce := l.Config("d").Route == "t"
+		if inForce != (made != nil) {
+			t.Fatalf("replica %d: the change in force %v, reported made %v", i, inForce, made != nil)
+		}
+	}
+}
+
+// hookStrategy proposes tweak, after calling before.
+type hookStrategy struct {
+	tweak  si.Config
+	before func()
+	runs   int
+}
+
+func (s *hookStrategy) Analyze(ctx context.Context, a si.Analysis) (*si.Tweak, error) {
+	s.runs++
+	s.before()
+	return &si.Tweak{Config: s.tweak, Reason: "route around the fault"}, nil
+}
