@@ -41,9 +41,7 @@ func (e *fleetEnv) pooled(id string) int64 {
 func TestFleetLostAnswerBookedOnce(t *testing.T) {
 	e := newFleetEnv(t, 0, nil, noFloor)
 	link := &lossyFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
-	e.fleet = link
-	e.add()
-	e.fleet = e.mem
+	e.addVia(link)
 	e.add()
 	made := 0
 	for range 10 {
@@ -233,9 +231,7 @@ func (f *ghostFleet) Commit(ctx context.Context, id string, rev uint64, v []byte
 func TestFleetLandedCommitRecorded(t *testing.T) {
 	e := newFleetEnv(t, 0, nil, noFloor)
 	link := &ghostFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
-	e.fleet = link
-	e.add()
-	e.fleet = e.mem
+	e.addVia(link)
 	e.add()
 	e.call(0, "a", nil)
 	e.sync()

@@ -22,9 +22,7 @@ func TestFleetNoGhostOverInvalidState(t *testing.T) {
 		t.Run(fault, func(t *testing.T) {
 			e := newFleetEnv(t, 0, nil)
 			link := &refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
-			e.fleet = link
-			e.add()
-			e.fleet = e.mem
+			e.addVia(link)
 			e.add()
 			ctx := context.Background()
 			if _, err := e.mem.Commit(ctx, "b", 0, []byte("{not a state")); err != nil {
@@ -97,9 +95,7 @@ func TestFleetNoGhostOverInvalidState(t *testing.T) {
 func TestFleetWinnerOverInvalidKept(t *testing.T) {
 	e := newFleetEnv(t, 0, nil)
 	deaf := &deafRefusingFleet{refusingFleet: refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}}
-	e.fleet = deaf
-	e.add()
-	e.fleet = e.mem
+	e.addVia(deaf)
 	e.add()
 	ctx := context.Background()
 	if _, err := e.mem.Commit(ctx, "c", 0, []byte("{not a state")); err != nil {
@@ -166,9 +162,7 @@ func TestFleetStrategyConflictOverInvalid(t *testing.T) {
 		}
 	}}
 	deaf := &deafRefusingFleet{refusingFleet: refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}}
-	e.fleet = deaf
-	e.add()
-	e.fleet = e.mem
+	e.addVia(deaf)
 	e.add()
 	if err := e.reps[0].SetThreshold("d", manual(2)); err != nil {
 		t.Fatal(err)

@@ -253,9 +253,7 @@ func TestFleetStatsNotOverwrittenStale(t *testing.T) {
 func TestFleetStatsNotOnAResentDelta(t *testing.T) {
 	e := newFleetEnv(t, 0, nil)
 	link := &lossyFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
-	e.fleet = link
-	e.add()
-	e.fleet = e.mem
+	e.addVia(link)
 	e.add()
 	e.call(0, "a", nil)
 	e.sync()

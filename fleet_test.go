@@ -57,6 +57,15 @@ func (e *fleetEnv) add() *si.Loop {
 	return l
 }
 
+// addVia starts one more replica that reaches the fleet through link
+// (a wrapper of e.mem); the replicas added after it reach e.mem.
+func (e *fleetEnv) addVia(link si.Fleet) *si.Loop {
+	e.t.Helper()
+	e.fleet = link
+	defer func() { e.fleet = e.mem }()
+	return e.add()
+}
+
 // call makes one call of id on replica r.
 func (e *fleetEnv) call(r int, id string, err error) si.Report {
 	e.t.Helper()

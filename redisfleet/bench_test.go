@@ -2,14 +2,12 @@ package redisfleet_test
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	si "github.com/self-improving-loop/selfimprove"
 )
 
@@ -54,14 +52,7 @@ func BenchmarkSuccessPath(b *testing.B) {
 func BenchmarkCommandsAt10kCalls(b *testing.B) {
 	s := startRedis(b)
 	var wrote atomic.Int64
-	c := redis.NewClient(&redis.Options{Addr: s.addr, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return writeCounter{conn, &wrote}, nil
-	}})
+	c := countedClient(s, nil, &wrote)
 	b.Cleanup(func() { c.Close() })
 	hook := &countHook{}
 	c.AddHook(hook)
@@ -98,18 +89,6 @@ func BenchmarkCommandsAt10kCalls(b *testing.B) {
 	b.ReportMetric(float64(hook.trips.Load()-trips0)/el, "round-trips/s")
 	b.ReportMetric(float64(server)/el, "server-cmds/s")
 	b.ReportMetric(float64(wrote.Load()-wrote0)/el/1e3, "sent-kB/s")
-}
-
-// writeCounter is a connection that adds the bytes it writes to n.
-type writeCounter struct {
-	net.Conn
-	n *atomic.Int64
-}
-
-func (c writeCounter) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 // BenchmarkPropagation measures how long a change takes from the call of

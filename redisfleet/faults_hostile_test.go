@@ -55,29 +55,44 @@ func plantHostile(t *testing.T, admin *redis.Client, prefix string) {
 }
 
 // countingClient is ctxClient whose connections add the bytes they read
-// to n: what the replicas download from Redis.
-func countingClient(s *server, n *atomic.Int64) func() *redis.Client {
-	return func() *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: s.addr, ContextTimeoutEnabled: true,
-			Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				var d net.Dialer
-				c, err := d.DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return readCounter{c, n}, nil
-			}})
-	}
+// to read: what the replicas download from Redis.
+func countingClient(s *server, read *atomic.Int64) func() *redis.Client {
+	return func() *redis.Client { return countedClient(s, read, nil) }
 }
 
-type readCounter struct {
+// countedClient is a ctxClient whose connections add the bytes they read
+// to read, and those they write to wrote (each when not nil).
+func countedClient(s *server, read, wrote *atomic.Int64) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.addr, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return byteCounter{c, read, wrote}, nil
+		}})
+}
+
+// byteCounter is a connection that counts the bytes it reads and writes.
+type byteCounter struct {
 	net.Conn
-	n *atomic.Int64
+	read, wrote *atomic.Int64
 }
 
-func (c readCounter) Read(p []byte) (int, error) {
+func (c byteCounter) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.n.Add(int64(n))
+	if c.read != nil {
+		c.read.Add(int64(n))
+	}
+	return n, err
+}
+
+func (c byteCounter) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.wrote != nil {
+		c.wrote.Add(int64(n))
+	}
 	return n, err
 }
 
