@@ -143,10 +143,20 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 // wait. It reports false when another replica claimed it first, or no
 // probe is due any more. Without a fleet, or with the fleet unreachable,
 // the replica probes on its own.
+//
+// The claim is a decision like the others: it is committed under the
+// agent's save lock, so that the replica's own save of another decision
+// (the hold a call just made, say) never makes it lose as if another
+// replica had claimed the probe. A claim that cannot have the lock within
+// the call's fleet time does not probe.
 func (l *Loop) fleetClaim(a *agent, home bool, w *fleetWait) bool {
 	if a.fl == nil || l.fleet.down.Load() {
 		return true
 	}
+	if left := w.left(); left < l.fleet.timeout/10 || !a.saveMu.lockWithin(left) {
+		return false // (lockWithin would wait without end on a spent time)
+	}
+	defer a.saveMu.Unlock()
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
 	a.settleFleetLocked(l)
