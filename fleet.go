@@ -214,10 +214,12 @@ type FleetDelta struct {
 	// analysis window, call counters, failure clusters and scores and
 	// costs per config version, in the agent state format
 	// (docs/format.md) without the shared state, at most 256 KiB. A
-	// replica sends them with a delta of its own calls or scores, at
-	// most every 2 seconds per agent; the fleet keeps the last ones, so
-	// that a replica that has not loaded the agent answers Loop.Stats,
-	// Health, Clusters and View with the fleet's calls (LoadStats).
+	// replica sends them with its next delta, at most every 2 seconds
+	// per agent, after calls, scores or costs of its own, or after the
+	// fleet brought it other replicas' calls that the statistics it sent
+	// last lacked; the fleet keeps the last ones, so that a replica that
+	// has not loaded the agent answers Loop.Stats, Health, Clusters and
+	// View with the fleet's calls (LoadStats).
 	Stats []byte
 }
 
