@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // analysisMemories is how many memories an Analysis carries.
@@ -12,7 +14,7 @@ const analysisMemories = 5
 
 // startAnalysis runs the strategy for a in the background and waits for it
 // while ctx lasts. The strategy's own deadline bounds the wait.
-func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report, w *fleetWait) {
+func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report, w *replica.Chain) {
 	l.bgMu.Lock()
 	if l.closed {
 		l.bgMu.Unlock()
@@ -50,14 +52,14 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 // proposal) and saves it. A change that cannot be saved is taken back.
 // With a fleet, the lease, the reload, the commit and the release are one
 // chain of waits on it (w; nil: a chain of its own).
-func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w *fleetWait) (*Change, error) {
+func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w *replica.Chain) (*Change, error) {
 	var (
 		tw   *Tweak
 		also []Tweak
 		err  error
 	)
 	if a.fl != nil {
-		w = l.fleet.wait(w)
+		w = l.fleet.Chain(w)
 		if !l.fleetLease(a, an, w) {
 			// Another replica runs the strategy for this trigger, or the
 			// fleet cannot be reached: nothing new is applied.
@@ -76,7 +78,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		began := time.Now()
 		tw, also, err = l.callStrategy(ctx, an)
 		if w != nil {
-			w.exclude(time.Since(began)) // the strategy has its own timeout
+			w.Exclude(time.Since(began)) // the strategy has its own timeout
 		}
 		if err != nil {
 			l.m.strategyErrors.Add(1)

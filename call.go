@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
@@ -201,8 +203,8 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 type begun struct {
 	// fw is the call's fleet time, once its load of a new agent or a
 	// probe's claim started it, paused while fn runs (nil: untouched; see
-	// fleetWait).
-	fw      *fleetWait
+	// replica.Chain).
+	fw      *replica.Chain
 	gen     uint64 // the config generation
 	version int    // the config version
 	arm     Arm
@@ -243,7 +245,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
 	if b.fw != nil {
-		b.fw.resume() // the chain began before fn (a load, a probe's claim)
+		b.fw.Resume() // the chain began before fn (a load, a probe's claim)
 	}
 	rep.Duration = dur
 	if pv != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
@@ -70,8 +72,8 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 // cause once, with one proposal, or ends it. With a fleet, dead routes
 // and causes go to the fleet's notes too, and the fleet says which
 // replica raises a cause or its end. The call's waits on the fleet are
-// of its chain w (fleetWait).
-func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *fleetWait) {
+// of its chain w (replica.Chain).
+func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Chain) {
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
 		l.posted(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
@@ -98,7 +100,7 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *fleetWait)
 // accountCause raises a new account-wide cause: one event, and one
 // proposal on the agent that found it. Its save waits on the fleet as
 // part of the chain w (nil: its own).
-func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *fleetWait) {
+func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *replica.Chain) {
 	reason := fmt.Sprintf("account-wide %s: agent %q and any other agent with this failure are held, one probe each per interval (%v, doubling to %v): %s",
 		h.class, a.id, l.rules.probes.Every, l.rules.probes.MaxEvery, h.text)
 	agentID := a.id

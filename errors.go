@@ -1,6 +1,10 @@
 package selfimprove
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+)
 
 // The package's errors. The loop wraps them with context, so test for them
 // with errors.Is. The errors of the loop's own machinery never replace the
@@ -105,8 +109,8 @@ var (
 
 	// ErrFleetConflict: another replica committed first; the loop takes
 	// its state.
-	ErrFleetConflict = errors.New("selfimprove: fleet: revision moved on")
+	ErrFleetConflict = replica.ErrConflict
 	// ErrFleetUnavailable: the fleet could not be reached; nothing new
 	// is applied until it can be.
-	ErrFleetUnavailable = errors.New("selfimprove: fleet unavailable")
+	ErrFleetUnavailable = replica.ErrUnavailable
 )

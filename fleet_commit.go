@@ -1,10 +1,11 @@
 package selfimprove
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The Loop's side of an agent's shared state in the fleet (see
@@ -17,7 +18,7 @@ import (
 // be reached, or the chain w (nil: a load of its own) has no time left,
 // the agent runs on what the store had, and is compared with the fleet's
 // state by the flusher.
-func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
+func (l *Loop) fleetAttach(a *agent, w *replica.Chain) {
 	fa := &fleetAgent{}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
@@ -26,26 +27,28 @@ func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 		// generation, which the fleet's arms hold too (see bookArms).
 		fa.arms.stored, fa.arms.storedGen = true, a.s.Gen
 	}
-	fa.base, _ = encodeShared(&a.s)
-	if l.fleet.down.Load() {
+	base, _ := encodeShared(&a.s)
+	fa.st.Took(base)
+	if l.fleet.Down() {
 		// Backing off: the flusher finds when the fleet is back.
-		fa.resync.Store(true)
+		fa.st.Resync()
 		return
 	}
-	ctx, done, ok := l.fleet.op(w)
+	ctx, done, ok := l.fleet.Op(w)
 	if !ok {
-		fa.resync.Store(true)
+		fa.st.Resync()
 		return
 	}
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	err = cut(ctx, err)
+	err = replica.Cut(ctx, err)
 	done()
 	if err != nil {
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
-			fa.resync.Store(true)
+			fa.st.Resync()
 		} else {
-			l.fleetInvalid(a, rev)
+			fa.st.Invalid(rev)
+			l.fleetKick()
 		}
 		return
 	}
@@ -54,28 +57,24 @@ func (l *Loop) fleetAttach(a *agent, w *fleetWait) {
 		return
 	}
 	sh, err := decodeState(val, a.id)
-	if err != nil {
+	if take, kick := fa.st.Take(replica.Adopt{Rev: rev, Value: val}, err == nil); !take {
 		l.fleetBad(a, err)
-		l.fleetInvalid(a, rev)
+		if kick {
+			l.fleetKick()
+		}
 		return
 	}
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	fa.rev, fa.tally.gen = rev, a.s.Gen
-	fa.base, _ = encodeShared(&a.s)
+	fa.tally.gen = a.s.Gen
+	base, _ = encodeShared(&a.s)
+	fa.st.Took(base)
 	l.remember(fixesOf(sh.Changes, nil))
 	l.props.note(a.id, a.s.Proposals)
 }
 
-// fleetInvalid notes that the fleet holds an invalid state of a, at
-// revision rev: a keeps its own, and writes it over the fleet's at the
-// next flush (fleetRewrite) or decision, whichever comes first. Its base
-// stays the shared state it last had: a decision whose commit fails is
-// taken back to it.
-func (l *Loop) fleetInvalid(a *agent, rev uint64) {
-	fa := a.fl
-	fa.rev = rev
-	fa.rewrite.Store(true)
+// fleetKick asks the flusher for a flush now.
+func (l *Loop) fleetKick() {
 	select {
 	case l.fleet.kick <- struct{}{}:
 	default:
@@ -92,11 +91,11 @@ func (l *Loop) fleetInvalid(a *agent, rev uint64) {
 // fleet timeout, and not while backing off; an unreachable fleet or an
 // invalid state leaves st as it was.
 func (l *Loop) fleetView(id string, st *agentState, stats bool) bool {
-	if l.fleet.down.Load() {
+	if l.fleet.Down() {
 		return false
 	}
-	w := l.fleet.wait(nil)
-	ctx, done, ok := l.fleet.op(w)
+	w := l.fleet.Chain(nil)
+	ctx, done, ok := l.fleet.Op(w)
 	if !ok {
 		return false
 	}
@@ -150,10 +149,12 @@ func (l *Loop) fleetRefresh(a *agent) bool { return l.fleetRefreshWait(a, nil) }
 // fleetRefreshWait is fleetRefresh as an operation of the chain w (nil: a
 // chain of its own). When w's time is spent it does not ask, and the
 // flusher compares a with the fleet's state later.
-func (l *Loop) fleetRefreshWait(a *agent, w *fleetWait) bool {
-	ctx, done, ok := l.fleet.op(l.fleet.wait(w))
+func (l *Loop) fleetRefreshWait(a *agent, w *replica.Chain) bool {
+	ctx, done, ok := l.fleet.Op(l.fleet.Chain(w))
 	if !ok {
-		a.fl.resync.Store(true)
+		a.mu.Lock()
+		a.fl.st.Resync()
+		a.mu.Unlock()
 		return false
 	}
 	defer done()
@@ -162,72 +163,96 @@ func (l *Loop) fleetRefreshWait(a *agent, w *fleetWait) bool {
 
 // fleetRefreshCtx is fleetRefresh under ctx.
 func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
+	a.mu.Lock()
+	since := a.fl.st.Rev // an answer older than since says the fleet lost the state; one older than the copy's is late
+	a.mu.Unlock()
 	rev, val, err := l.fleet.f.Load(ctx, a.id)
-	err = cut(ctx, err)
-	fa := a.fl
+	err = replica.Cut(ctx, err)
+	res := replica.LoadOK
+	switch {
+	case err == nil:
+		l.fleetUp()
+	case errors.Is(err, errFleetSlow):
+		res = replica.LoadSlow
+	case errors.Is(err, ErrFleetUnavailable):
+		res = replica.LoadDown
+	default:
+		res = replica.LoadBad
+	}
 	if err != nil {
 		l.fleetErr(a, err)
-		if errors.Is(err, ErrFleetUnavailable) {
-			if errors.Is(err, errFleetSlow) {
-				fa.resync.Store(true) // not down: the flusher compares it with the fleet
-			}
-			return false
-		}
-		fa.resync.Store(false)
-		a.mu.Lock()
-		l.fleetInvalid(a, rev)
-		a.mu.Unlock()
-		return true
 	}
-	l.fleetUp()
-	fa.resync.Store(false)
 	a.mu.Lock()
-	a.settleFleetLocked(l)
-	lost := rev < fa.rev
-	if lost {
-		// The fleet lost the agent's state (a Redis restarted without
-		// persistence): this replica's copy goes back at once.
-		fa.rev = rev
-		fa.rewrite.Store(true)
+	if res == replica.LoadOK {
+		a.settleFleetLocked(l)
 	}
+	n, asked := a.fl.st.Loaded(since, rev, val, res)
 	a.mu.Unlock()
-	if lost {
+	if n.Lost {
 		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
 	}
-	if rev > 0 {
-		l.fleetAdopt(a, rev, val, false, errTakenOver)
-	}
-	return true
+	l.fleetNext(a, n, errTakenOver, nil)
+	return asked
 }
 
-// fleetAdopt makes the shared state val, at revision rev, a's: when it is
-// newer than a's, or with force (a take-back) when it is not older. a
-// keeps its call statistics; the
-// decisions not committed yet are taken back for why (fleet_batch.go).
-func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why error) {
-	sh, err := decodeState(val, a.id)
-	fa := a.fl
+// fleetNext carries out n, what a's replication asks after an input, in
+// its order: record the orphan decision a state taken meanwhile holds,
+// take a state (a take-back, for why), refresh (as an operation of the
+// chain w), ask for a flush. It reports whether a
+// refresh it made could ask the fleet (false when it made none).
+func (l *Loop) fleetNext(a *agent, n replica.Next, why error, w *replica.Chain) (asked bool) {
+	if n.Check {
+		// A state taken while the commit was in flight may hold the
+		// decision whose answer was lost.
+		var landed []queued
+		a.mu.Lock()
+		st := &a.fl.st
+		st.Settle(func(o *replica.Orphan) bool {
+			evs := a.landedLocked(o, st.Base, nil)
+			landed = append(landed, evs...)
+			return evs != nil
+		})
+		a.mu.Unlock()
+		l.orphanLanded(a, landed)
+	}
+	if n.Adopt != nil {
+		l.fleetAdopt(a, *n.Adopt, why)
+	}
+	if n.Refresh {
+		asked = l.fleetRefreshWait(a, w)
+	}
+	if n.Kick {
+		l.fleetKick()
+	}
+	return asked
+}
+
+// fleetAdopt makes the shared state ad.Value, at revision ad.Rev, a's,
+// when its replication takes it (replica.State.Take): a newer state, or a
+// take-back (ad.Force) not older than a's. a keeps its call statistics;
+// the decisions not committed yet are taken back for why
+// (fleet_batch.go).
+func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {
+	sh, err := decodeState(ad.Value, a.id)
 	if err != nil {
 		l.fleetBad(a, err)
-		a.mu.Lock()
-		if !a.evicted && rev > fa.rev {
-			l.fleetInvalid(a, rev)
-		}
-		a.mu.Unlock()
-		return
 	}
+	fa := a.fl
 	a.mu.Lock()
-	a.settleFleetLocked(l)
-	if a.evicted || (rev <= fa.rev && !force) || rev < fa.rev {
-		// Not newer; or, taking decisions back, a state newer than the
-		// one they were made on has been taken since (and took them back).
+	if a.evicted {
 		a.mu.Unlock()
 		return
 	}
-	if !force {
-		// A valid state, newer than a's: the fleet holds one again,
-		// and a's is not to be written over it.
-		fa.rewrite.Store(false)
+	if err == nil {
+		a.settleFleetLocked(l)
+	}
+	take, kick := fa.st.Take(ad, err == nil)
+	if !take {
+		a.mu.Unlock()
+		if kick {
+			l.fleetKick()
+		}
+		return
 	}
 	known := make(map[string]bool, len(a.s.Changes))
 	for _, ch := range a.s.Changes {
@@ -236,8 +261,8 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why erro
 	a.takenBackLocked(why)
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	fa.rev = rev
-	fa.base, _ = encodeShared(&a.s)
+	base, _ := encodeShared(&a.s)
+	due := fa.st.Took(base)
 	if fa.tally.gen != a.s.Gen {
 		fa.tally = fleetTally{gen: a.s.Gen}
 	}
@@ -246,7 +271,10 @@ func (l *Loop) fleetAdopt(a *agent, rev uint64, val []byte, force bool, why erro
 	a.mirrorLocked()
 	fixes := fixesOf(a.s.Changes, known)
 	props := a.s.snapshot().Proposals
-	landed := a.landedLocked(rev, val, known)
+	var landed []queued
+	for i := range due {
+		landed = append(landed, a.landedLocked(&due[i], ad.Value, known)...)
+	}
 	a.mu.Unlock()
 	l.remember(fixes)
 	l.props.note(a.id, props)
@@ -260,158 +288,138 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 		return
 	}
 	a := v.(*agent)
-	fa := a.fl
-	if fa == nil {
+	if a.fl == nil {
 		return
-	}
-	for {
-		n := fa.notified.Load()
-		if n >= rev || fa.notified.CompareAndSwap(n, rev) {
-			break
-		}
-	}
-	if fa.committing.Load() {
-		return // the committer looks at notified when it is done
 	}
 	a.mu.Lock()
 	a.settleFleetLocked(l)
-	cur := fa.rev
+	refresh := a.fl.st.Notified(rev)
 	a.mu.Unlock()
-	if rev > cur {
+	if refresh {
 		l.fleetRefresh(a)
 	}
 }
 
-// fleetCommit commits a's shared state, as in snap, if it changed, with
+// fleetCommit commits a's shared state, c.Value, if it changed (c, from
+// replica.State.Begin, under the lock its state was taken under), with
 // the events evs of the decisions that changed it. When another replica
 // committed first, a takes its state and the error wraps
 // ErrFleetConflict; when the fleet cannot be reached, a goes back to the
 // fleet's last state it knew and the error wraps ErrFleetUnavailable. In
 // both cases the decisions did not happen.
 // It waits on the fleet as part of the chain w (nil: a chain of its own).
-// rev and base are a's revision and base when snap was taken, under the
-// same lock: a state taken from the fleet since (a flush's refresh) must
-// not carry snap, made on the state before it, to its revision.
-func (l *Loop) fleetCommit(a *agent, snap *agentState, rev uint64, base []byte, evs []queued, w *fleetWait) error {
-	value, err := encodeShared(snap)
-	if err != nil {
-		return err
-	}
-	if bytes.Equal(value, base) && !a.fl.rewrite.Load() {
+func (l *Loop) fleetCommit(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
+	if !c.Changed() {
 		return nil // the fleet has it, unless it lost it or holds an invalid one
 	}
-	return l.fleetSwap(a, rev, base, value, evs, w)
+	return l.fleetSwap(a, c, evs, w)
 }
 
-// fleetSwap commits value as a's shared state if the fleet is still at
-// rev, whose state was base; see fleetCommit. The decision's events go to
-// the fleet's log with the next flush, off the caller's path.
-func (l *Loop) fleetSwap(a *agent, rev uint64, base, value []byte, evs []queued, w *fleetWait) error {
+// fleetSwap sends the commit c of a's shared state, whether it changed or
+// not, and carries out its outcome; see fleetCommit. The decision's
+// events go to the fleet's log with the next flush, off the caller's
+// path. The caller holds a's save lock: one commit of a is in flight.
+func (l *Loop) fleetSwap(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
 	fa, fl := a.fl, l.fleet
-	w = fl.wait(w)
-	if fl.down.Load() {
+	w = fl.Chain(w)
+	if fl.Down() {
 		// Backing off until the flusher finds the fleet again: the
 		// decision is taken back at once.
 		err := fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
-		l.takeBack(a, rev, base, err)
-		return err
+		return l.fleetOutcome(a, c, replica.NotSent, 0, nil, err, w)
 	}
-	ctx, done, ok := fl.op(w)
+	ctx, done, ok := fl.Op(w)
 	if !ok {
-		l.takeBack(a, rev, base, errFleetSlow) // never sent: it cannot land
-		return errFleetSlow
+		return l.fleetOutcome(a, c, replica.NotSent, 0, nil, errFleetSlow, w) // never sent: it cannot land
 	}
-	fa.committing.Store(true)
+	a.mu.Lock()
+	fa.st.Sending()
+	a.mu.Unlock()
 	start := l.now()
-	nrev, err := fl.f.Commit(ctx, a.id, rev, value)
-	err = cut(ctx, err)
+	nrev, err := fl.f.Commit(ctx, a.id, c.Rev, c.Value)
+	err = replica.Cut(ctx, err)
 	_, took := l.since(start)
 	done()
-	fa.committing.Store(false)
 	l.m.fleetCommits.Add(1)
 	l.m.fleetCommitNS.Add(int64(took))
 	for m := l.m.fleetCommitMax.Load(); int64(took) > m && !l.m.fleetCommitMax.CompareAndSwap(m, int64(took)); m = l.m.fleetCommitMax.Load() {
 	}
+	out := replica.Landed
+	var keep any
 	switch {
 	case err == nil:
 		l.fleetUp()
-		a.mu.Lock()
-		a.settleFleetLocked(l)
-		if fa.rev == rev {
-			fa.rev, fa.base = nrev, value
-			fa.rewrite.Store(false) // written over the fleet's
-		}
-		a.mu.Unlock()
-		l.fleetLog(evs)
-		if fa.notified.Load() > nrev {
-			l.fleetRefreshWait(a, w)
-		}
-		return nil
 	case errors.Is(err, ErrFleetConflict):
 		l.fleetUp()
 		l.m.fleetConflicts.Add(1)
 		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
-		if !l.fleetRefreshWait(a, w) || fa.rewrite.Load() {
-			// The winner's state is taken later (the flusher), or the
-			// fleet's is invalid or lost (a's is written over it): the
-			// decision is taken back now.
-			l.takeBack(a, rev, base, err)
-		}
-		return err
+		out = replica.Conflict
 	default:
 		l.fleetErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
-			l.keepOrphan(a, rev, value, evs)
+			out = replica.Unreachable
+			if len(evs) > 0 {
+				keep = evs // without events, nothing would go unrecorded
+			}
 			err = fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 		} else {
+			out = replica.Refused
 			err = fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
-		l.takeBack(a, rev, base, err)
-		return err
 	}
+	return l.fleetOutcome(a, c, out, nrev, keep, err, w, evs...)
 }
 
-// takeBack puts a's shared state back to base, the fleet's state at rev
-// (nil: none known), taking back the decisions made since for why. When
-// the fleet lost a's state or holds an invalid one, base is the shared
-// state a last had, to be written over the fleet's at the revision a
-// found there.
-func (l *Loop) takeBack(a *agent, rev uint64, base []byte, why error) {
-	if base == nil {
-		return
+// fleetOutcome gives commit c's outcome out (at nrev when it landed; keep:
+// the events of a commit that may have landed) to a's replication, and
+// carries out what it asks: a conflict's refresh, then its resolution; a
+// take-back for err. The events evs of a commit that landed go to the
+// fleet's log before any refresh. It returns err.
+func (l *Loop) fleetOutcome(a *agent, c replica.Commit, out replica.Outcome, nrev uint64, keep any, err error, w *replica.Chain, evs ...queued) error {
+	fa := a.fl
+	a.mu.Lock()
+	if out == replica.Landed {
+		a.settleFleetLocked(l)
 	}
-	if a.fl.rewrite.Load() {
+	n := fa.st.Committed(c, out, nrev, keep)
+	a.mu.Unlock()
+	if out == replica.Landed {
+		l.fleetLog(evs)
+	}
+	asked := l.fleetNext(a, n, err, w)
+	if out == replica.Conflict {
 		a.mu.Lock()
-		rev = a.fl.rev
+		n = fa.st.Resolved(c, asked)
 		a.mu.Unlock()
+		l.fleetNext(a, n, err, w)
 	}
-	l.fleetAdopt(a, rev, base, true, why)
+	return err
 }
 
 // fleetLease takes the agent's lease for the strategy run an, and checks
 // that no other replica acted on the trigger meanwhile. It reports
 // whether this replica runs the strategy.
 // Its operations are of the chain w.
-func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
+func (l *Loop) fleetLease(a *agent, an *Analysis, w *replica.Chain) bool {
 	fl, fa := l.fleet, a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
 	busy := now < fa.leaseBusy || fa.releasing
 	cooldown := a.s.CooldownUntil
 	a.mu.Unlock()
-	if busy || fl.down.Load() {
+	if busy || fl.Down() {
 		return false // taken, or backing off since the fleet's last failure
 	}
-	ttl := l.strategyTimeout + 4*fl.timeout
+	ttl := l.strategyTimeout + 4*fl.Timeout
 	// The lease, the reload and the commit of the decision are one
 	// chain: the call that crossed the threshold waits on the fleet for
 	// one timeout at most.
-	ctx, done, ok := fl.op(w)
+	ctx, done, ok := fl.Op(w)
 	if !ok {
 		return false
 	}
 	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
-	err = cut(ctx, err)
+	err = replica.Cut(ctx, err)
 	done()
 	if err != nil {
 		l.m.fleetLeaseErrs.Add(1)
@@ -447,17 +455,17 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *fleetWait) bool {
 // chain w; not when the fleet is down (it expires). When w's time is
 // spent, the flusher gives it back, off the caller's path
 // (fleetReleaseLater).
-func (l *Loop) fleetRelease(a *agent, w *fleetWait) {
-	if l.fleet.down.Load() {
+func (l *Loop) fleetRelease(a *agent, w *replica.Chain) {
+	if l.fleet.Down() {
 		return
 	}
-	ctx, done, ok := l.fleet.op(w)
+	ctx, done, ok := l.fleet.Op(w)
 	if !ok {
 		l.fleetReleaseLater(a)
 		return
 	}
 	defer done()
-	if err := cut(ctx, l.fleet.f.Release(ctx, a.id, l.fleet.replica)); err != nil {
+	if err := replica.Cut(ctx, l.fleet.f.Release(ctx, a.id, l.fleet.replica)); err != nil {
 		l.fleetErr(a, err)
 		if errors.Is(err, errFleetSlow) {
 			l.fleetReleaseLater(a) // not down: the flusher gives it back
@@ -495,7 +503,7 @@ func (l *Loop) fleetReleases() {
 	rel := fl.rel
 	fl.rel = nil
 	fl.relMu.Unlock()
-	if len(rel) == 0 || fl.down.Load() {
+	if len(rel) == 0 || fl.Down() {
 		return
 	}
 	ctx, cancel := fl.ctx()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -214,11 +215,17 @@ func TestFleetLagMetric(t *testing.T) {
 type ghostFleet struct {
 	faultyFleet
 	lose atomic.Bool
+	// meanwhile, when set, runs after a commit landed whose answer is
+	// lost, before it is answered.
+	meanwhile func()
 }
 
 func (f *ghostFleet) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
 	n, err := f.faultyFleet.Commit(ctx, id, rev, v)
 	if err == nil && f.lose.Load() {
+		if f.meanwhile != nil {
+			f.meanwhile()
+		}
 		return 0, errUnreachable
 	}
 	return n, err
@@ -229,8 +236,24 @@ func (f *ghostFleet) Commit(ctx context.Context, id string, rev uint64, v []byte
 // fleet, it finds its decision in force and records its event after all,
 // so that no config is in force without one (issue 28, D2).
 func TestFleetLandedCommitRecorded(t *testing.T) {
+	t.Run("found later", func(t *testing.T) { landedCommitRecorded(t, false) })
+	// The replica's flusher takes the fleet's state, the commit's own,
+	// while the commit's answer is on its way and lost: no later state
+	// shows the decision as new (found by the protocol simulator,
+	// internal/replica: "one replica decides twice, a lost answer").
+	t.Run("taken meanwhile", func(t *testing.T) { landedCommitRecorded(t, true) })
+}
+
+func landedCommitRecorded(t *testing.T, meanwhile bool) {
 	e := newFleetEnv(t, 0, nil, noFloor)
 	link := &ghostFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
+	if meanwhile {
+		link.meanwhile = func() {
+			if err := e.reps[0].SyncFleet(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 	e.addVia(link)
 	e.add()
 	e.call(0, "a", nil)
@@ -328,5 +351,71 @@ func TestFleetBadReportedOnceAMinute(t *testing.T) {
 	}
 	if got := e.pooled("good"); got != 51 {
 		t.Fatalf("the fleet counts %d calls of the other agent, 51 were made", got)
+	}
+}
+
+// lateLoadFleet is a fleettest.Fleet whose Load, once meanwhile is set,
+// reads the state, runs meanwhile (a commit of the same replica's, say),
+// then answers what it read: an answer that arrives after the replica's
+// copy moved past it.
+type lateLoadFleet struct {
+	faultyFleet
+	meanwhile atomic.Pointer[func()]
+}
+
+func (f *lateLoadFleet) Load(ctx context.Context, id string) (uint64, []byte, error) {
+	rev, val, err := f.faultyFleet.Load(ctx, id)
+	if fn := f.meanwhile.Swap(nil); fn != nil {
+		(*fn)()
+	}
+	return rev, val, err
+}
+
+// TestFleetLateLoadNotLost: a refresh whose answer is older than the
+// state the replica's own commit took while it was on its way is late,
+// not a sign that the fleet lost the agent's state: the replica neither
+// says so nor goes back to that revision to write its copy again (before
+// the fix: "the fleet lost the agent's state" in the log, and the copy
+// back at the late revision until the next flush; found by the protocol
+// simulator, internal/replica: "a claim beside a save", where a save
+// begun meanwhile then diverged from the fleet).
+func TestFleetLateLoadNotLost(t *testing.T) {
+	var lines lockedBuffer
+	e := newFleetEnv(t, 0, &hookStrategy{tweak: si.Config{Route: "t"}, before: func() {}},
+		si.WithLogger(slog.New(slog.NewTextHandler(&lines, nil))))
+	link := &lateLoadFleet{faultyFleet: faultyFleet{Fleet: e.mem}}
+	e.addVia(link)
+	e.add()
+	if err := e.reps[0].SetThreshold("a", manual(2)); err != nil {
+		t.Fatal(err)
+	}
+	e.sync()
+	// The strategy run's lease refreshes the agent; while its load is
+	// answered, the replica commits a config of its own.
+	fn := func() {
+		if err := e.reps[0].SetConfig("a", si.Config{Route: "two"}); err != nil {
+			t.Errorf("SetConfig during the load: %v", err)
+		}
+	}
+	link.meanwhile.Store(&fn)
+	for range 3 {
+		e.call(0, "a", errBoom)
+	}
+	if link.meanwhile.Load() != nil {
+		t.Fatal("no load while the replica committed")
+	}
+	e.clk.Advance(3e9)
+	e.sync()
+	e.sync()
+	for i := range 2 {
+		if r := e.reps[i].Config("a").Route; r != "two" {
+			t.Errorf("replica %d runs route %q, want two", i, r)
+		}
+	}
+	if m := e.reps[0].Metrics(); m.FleetConflicts != 0 {
+		t.Errorf("%d conflicts: the late answer was taken for a lost state, and the copy written again over the replica's own commit", m.FleetConflicts)
+	}
+	if log := lines.String(); strings.Contains(log, "lost the agent's state") {
+		t.Errorf("a late answer taken for a lost state:\n%s", log)
 	}
 }

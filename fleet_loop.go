@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The Loop's side of a Fleet (WithFleet): attaching an agent to the
@@ -23,9 +25,10 @@ import (
 
 // fleetLink is a Loop's connection to its fleet.
 type fleetLink struct {
+	// Link is the fleet timeout, the back-off and the outage under way.
+	replica.Link
 	f        Fleet
 	replica  string // this Loop's name in the fleet (a UUIDv7)
-	timeout  time.Duration
 	interval time.Duration
 	calls    int64
 
@@ -33,10 +36,9 @@ type fleetLink struct {
 	stop    chan struct{}
 	done    chan struct{}
 	unsub   func()
-	down    atomic.Bool
-	flushMu saveLock  // serialises flushes
-	polled  time.Time // the last flush that asked for every agent; guarded by flushMu
-	out     outbox    // notes for the fleet (fleet_notes.go)
+	flushMu replica.SaveLock // serialises flushes
+	polled  time.Time        // the last flush that asked for every agent; guarded by flushMu
+	out     outbox           // notes for the fleet (fleet_notes.go)
 	evMu    sync.Mutex
 	evs     []Event // events for the fleet's log (fleetLog), guarded by evMu
 	relMu   sync.Mutex
@@ -47,12 +49,6 @@ type fleetLink struct {
 	// were last reported (Unix ns), by agent ID, at most maxBadStats.
 	badMu    sync.Mutex
 	badStats map[string]int64
-	// The outage under way (fleetDown, fleetUp), guarded by outMu:
-	// when it began and when the fleet answered again (Unix ns; 0:
-	// none, or down). outages says one is under way.
-	outMu        sync.Mutex
-	outage, upAt int64
-	outages      atomic.Bool
 
 	replicas replicaBook // the replicas seen (fleet_replicas.go)
 }
@@ -65,20 +61,17 @@ const fleetPoll = time.Second
 // fleetAgent is an agent's link to the fleet. The fields without their
 // own synchronisation are guarded by the agent's mutex.
 type fleetAgent struct {
-	rev   uint64 // the revision the agent's shared state is at
-	base  []byte // the shared state at rev, as encoded here
+	// st is the agent's replication: its revision and base, the commit
+	// in flight, what is owed to the fleet, the orphan decision.
+	st    replica.State
 	tally fleetTally
 	// sent is this replica's calls the fleet has; others, the other
 	// replicas' calls booked here; seq, the newest failure booked.
 	sent, others FleetCounts
 	seq          uint64
-	leaseBusy    int64 // Unix ns: another replica holds the lease until then
-	committing   atomic.Bool
-	notified     atomic.Uint64 // the newest revision a notification announced
-	resync       atomic.Bool   // the agent's state must be compared with the fleet's
-	rewrite      atomic.Bool   // the fleet lost the agent's state, or holds an invalid one: write it
-	judging      atomic.Bool   // a call under verification is sending the agent's counts (fleetJudge)
-	badAt        atomic.Int64  // Unix ns: the last report of the agent's invalid data in the fleet
+	leaseBusy    int64        // Unix ns: another replica holds the lease until then
+	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetJudge)
+	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
 	// batch numbers the deltas sent (FleetDelta.Batch); pending is the
 	// delta whose answer was lost, sent again unchanged before any other.
 	batch   uint64
@@ -86,9 +79,6 @@ type fleetAgent struct {
 	// arms is what was sent and booked of the generation's arms: the
 	// scores and costs (fleet_quality.go).
 	arms fleetArms
-	// orphan is a decision whose commit failed without an answer: it may
-	// still have landed (see fleetOrphan). Guarded by the agent's mu.
-	orphan *fleetOrphan
 	// decided is the batch of the decisions made on the agent's copy
 	// since a save last took it (fleet_batch.go). Guarded by the agent's
 	// mu.
@@ -106,7 +96,7 @@ type fleetAgent struct {
 
 func newFleetLink(o *options) *fleetLink {
 	return &fleetLink{
-		f: o.fleet, replica: newID(time.Now()), timeout: o.fleetTimeout, interval: o.fleetInterval,
+		Link: replica.Link{Timeout: o.fleetTimeout}, f: o.fleet, replica: newID(time.Now()), interval: o.fleetInterval,
 		calls: int64(o.fleetCalls), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -136,7 +126,7 @@ func (l *Loop) closeFleet() error {
 
 // ctx returns a context bounded by the fleet timeout.
 func (fl *fleetLink) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), fl.timeout)
+	return context.WithTimeout(context.Background(), fl.Timeout)
 }
 
 // fleetLoop flushes the counts every interval, or when enough calls are
@@ -224,21 +214,9 @@ const fleetSettle = time.Second
 // outage, a log line and a stored EventFleetUnreachable.
 func (l *Loop) fleetDown(err error) {
 	l.m.fleetErrors.Add(1)
-	fl := l.fleet
-	if !fl.down.CompareAndSwap(false, true) {
-		return
-	}
-	fl.outMu.Lock()
-	fl.upAt = 0
 	now := l.clock.Now()
-	first := fl.outage == 0
-	if first {
-		fl.outage = now.UnixNano()
-		fl.outages.Store(true)
-	}
-	fl.outMu.Unlock()
-	if !first {
-		return // the fleet had not answered for fleetSettle since the last failure
+	if !l.fleet.Failed(now.UnixNano()) {
+		return // backing off already, or the fleet had not answered for fleetSettle since the last failure
 	}
 	l.m.fleetOutages.Add(1)
 	l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
@@ -252,38 +230,17 @@ func (l *Loop) fleetDown(err error) {
 // a stored EventFleetRecovered.
 func (l *Loop) fleetUp() {
 	fl := l.fleet
-	if fl.down.CompareAndSwap(true, false) {
-		fl.outMu.Lock()
-		fl.upAt = l.clock.Now().UnixNano()
-		fl.outMu.Unlock()
-		l.agents.Range(func(_, v any) bool {
-			if fa := v.(*agent).fl; fa != nil {
-				fa.resync.Store(true)
-			}
-			return true
-		})
-		select {
-		case fl.kick <- struct{}{}:
-		default:
-		}
-		return
-	}
-	if !fl.outages.Load() {
-		return
-	}
-	fl.outMu.Lock()
 	now := l.clock.Now()
-	began, up := fl.outage, fl.upAt
-	over := began != 0 && up != 0 && !fl.down.Load() && now.UnixNano()-up >= int64(fleetSettle)
-	if over {
-		fl.outage, fl.upAt = 0, 0
-		fl.outages.Store(false)
+	back, over, d := fl.Answered(now.UnixNano(), fleetSettle)
+	if back {
+		l.resyncAll()
+		l.fleetKick()
+		return
 	}
-	fl.outMu.Unlock()
 	if !over {
 		return
 	}
-	d := time.Duration(up - began).Round(time.Millisecond)
+	d = d.Round(time.Millisecond)
 	l.log.Info("selfimprove: fleet reachable again; resynchronised", "outage", d)
 	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
 		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
@@ -343,7 +300,7 @@ func (l *Loop) fleetFlush() error {
 // returns the most revisions an agent's copy was behind. flushMu is held.
 // Its waits on the fleet, and those of the decisions the counts make, are
 // of the chain w (nil: the Add and each decision a chain of its own).
-func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int64, _ error) {
+func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
 	fl := l.fleet
 	if len(items) == 0 {
 		return 0, nil
@@ -354,9 +311,9 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int6
 	}
 	var pools []FleetPool
 	err := errFleetSlow
-	if ctx, done, ok := fl.op(w); ok {
+	if ctx, done, ok := fl.Op(w); ok {
 		pools, err = fl.f.Add(ctx, deltas)
-		err = cut(ctx, err)
+		err = replica.Cut(ctx, err)
 		done()
 	}
 	if err == nil && len(pools) != len(items) {
@@ -405,16 +362,16 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *fleetWait) (lag int6
 // only count, and their counts go with the next); not while backing off.
 // rep gets the decision, if this call makes one.
 // Its waits on the fleet are of the call's chain w (nil: its own).
-func (l *Loop) fleetJudge(a *agent, rep *Report, w *fleetWait) {
+func (l *Loop) fleetJudge(a *agent, rep *Report, w *replica.Chain) {
 	fl, fa := l.fleet, a.fl
-	if fl.down.Load() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
+	if fl.Down() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
 		return
 	}
 	defer fa.judging.Store(false)
 	// A flush under way sends the counts too: the call waits for it
 	// within its fleet time, and otherwise leaves its counts to it.
-	w = fl.wait(w)
-	if left := w.left(); left < fl.timeout/10 || !fl.flushMu.lockWithin(left) {
+	w = fl.Chain(w)
+	if left := w.Left(); left < fl.Timeout/10 || !fl.flushMu.LockWithin(left) {
 		return // its time is spent (lockWithin would wait without end)
 	}
 	defer fl.flushMu.Unlock()
@@ -453,7 +410,7 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
 		return fleetItem{a, *fa.pending, true}, true
-	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.resync.Load() || fa.rewrite.Load():
+	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
 		t := fa.tally
 		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 		for i := range d.Failures {
@@ -476,8 +433,12 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 func (l *Loop) fleetRewrite() {
 	var due []*agent
 	l.agents.Range(func(_, v any) bool {
-		if a := v.(*agent); a.fl != nil && a.fl.rewrite.Load() {
-			due = append(due, a)
+		if a := v.(*agent); a.fl != nil {
+			a.mu.Lock()
+			if a.fl.st.Rewrite() {
+				due = append(due, a)
+			}
+			a.mu.Unlock()
 		}
 		return true
 	})
@@ -502,14 +463,22 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	l.resyncAll()
+	l.fleet.replicas.now.Store(true)
+	return l.fleetFlush()
+}
+
+// resyncAll has every live agent compared with the fleet's state at the
+// next flush. No agent's lock is held.
+func (l *Loop) resyncAll() {
 	l.agents.Range(func(_, v any) bool {
-		if fa := v.(*agent).fl; fa != nil {
-			fa.resync.Store(true)
+		if a := v.(*agent); a.fl != nil {
+			a.mu.Lock()
+			a.fl.st.Resync()
+			a.mu.Unlock()
 		}
 		return true
 	})
-	l.fleet.replicas.now.Store(true)
-	return l.fleetFlush()
 }
 
 // isFleetErr reports whether err says that a decision did not reach the

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // What one replica learns of every agent, shared through the fleet's
@@ -125,10 +127,10 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	if l.fleet == nil || (!c.probe && !c.homeProbe) {
 		return true
 	}
-	c.fw = l.fleet.wait(c.fw) // the load of a new agent, the claim and the call's decision share it
-	c.fw.resume()
+	c.fw = l.fleet.Chain(c.fw) // the load of a new agent, the claim and the call's decision share it
+	c.fw.Resume()
 	ok := l.fleetClaim(a, c.homeProbe, c.fw)
-	c.fw.pause() // fn runs now: its time is its own (resumed in finish)
+	c.fw.Pause() // fn runs now: its time is its own (resumed in finish)
 	if ok {
 		return true
 	}
@@ -149,11 +151,11 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 // (the hold a call just made, say) never makes it lose as if another
 // replica had claimed the probe. A claim that cannot have the lock within
 // the call's fleet time does not probe.
-func (l *Loop) fleetClaim(a *agent, home bool, w *fleetWait) bool {
-	if a.fl == nil || l.fleet.down.Load() {
+func (l *Loop) fleetClaim(a *agent, home bool, w *replica.Chain) bool {
+	if a.fl == nil || l.fleet.Down() {
 		return true
 	}
-	if left := w.left(); left < l.fleet.timeout/10 || !a.saveMu.lockWithin(left) {
+	if left := w.Left(); left < l.fleet.Timeout/10 || !a.saveMu.LockWithin(left) {
 		return false // (lockWithin would wait without end on a spent time)
 	}
 	defer a.saveMu.Unlock()
@@ -167,22 +169,21 @@ func (l *Loop) fleetClaim(a *agent, home bool, w *fleetWait) bool {
 	// The claim is a compare-and-set on the revision the claim was made
 	// at: a newer state taken meanwhile (another replica's claim) makes
 	// it fail, never pass unseen.
-	rev, base := a.fl.rev, a.fl.base
+	c := a.fl.st.Begin()
 	ok := a.s.claimProbe(now, home, &l.rules)
-	var value []byte
 	var err error
 	if ok {
 		eff := effects{probe: home, circuit: !home}
 		a.commitLocked(&eff, l.canaryCut > 0)
 		a.dirty = true
 		snap := a.s.snapshot()
-		value, err = encodeShared(&snap)
+		c.Value, err = encodeShared(&snap)
 	}
 	a.mu.Unlock()
 	if !ok || err != nil {
 		return ok
 	}
-	return !errors.Is(l.fleetSwap(a, rev, base, value, nil, w), ErrFleetConflict)
+	return !errors.Is(l.fleetSwap(a, c, nil, w), ErrFleetConflict)
 }
 
 // claimProbe moves the next probe, of the primary (home) or of the hold,

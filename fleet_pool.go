@@ -3,6 +3,8 @@ package selfimprove
 import (
 	"context"
 
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
@@ -10,22 +12,24 @@ import (
 // when set, gets the decision they make.
 // It returns how many revisions a's copy was behind the fleet's (0: in
 // step; 1 when it had none and the fleet has one).
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *fleetWait) (lag int64) {
+func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
 	fa := a.fl
 	a.mu.Lock()
-	newer := p.Rev != fa.rev
+	rev := fa.st.Rev
+	newer := p.Rev != rev
 	switch {
-	case p.Rev <= fa.rev:
-	case fa.rev == 0:
+	case p.Rev <= rev:
+	case rev == 0:
 		lag = 1 // the fleet's first state of the agent: one commit at least
 	default:
-		lag = int64(min(p.Rev-fa.rev, 1<<53))
+		lag = int64(min(p.Rev-rev, 1<<53))
+	}
+	if !newer {
+		fa.st.Synced()
 	}
 	a.mu.Unlock()
 	if newer {
 		l.fleetRefreshWait(a, w)
-	} else {
-		fa.resync.Store(false)
 	}
 	now := l.clock.Now()
 	a.mu.Lock()

@@ -60,7 +60,7 @@ func (l *Loop) fleetSeen(now time.Time) {
 // backs off (its note then ends on its own, replicaTTL after the last).
 func (l *Loop) fleetGone() {
 	fl := l.fleet
-	if fl.down.Load() {
+	if fl.Down() {
 		return
 	}
 	now := l.clock.Now()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The statistics of an agent in the fleet: each replica that runs an
@@ -130,13 +132,13 @@ var errFleetStatsSize = errors.New("selfimprove: fleet: an agent's statistics ov
 // as an operation of the chain w, and reports whether the fleet has
 // them. Statistics the fleet holds that are invalid are reported (at most
 // once a minute per agent) and left out: st keeps this replica's own.
-func (l *Loop) fleetViewStats(id string, st *agentState, w *fleetWait) bool {
-	ctx, done, ok := l.fleet.op(w)
+func (l *Loop) fleetViewStats(id string, st *agentState, w *replica.Chain) bool {
+	ctx, done, ok := l.fleet.Op(w)
 	if !ok {
 		return false // the Load took the chain's time: the fleet is slow
 	}
 	b, err := l.fleet.f.LoadStats(ctx, id)
-	err = cut(ctx, err)
+	err = replica.Cut(ctx, err)
 	done()
 	if err == nil && b != nil {
 		var t agentState

@@ -435,7 +435,7 @@ func (l *Loop) Metrics() Metrics {
 	if l.fleet != nil {
 		out.FleetReplica = l.fleet.replica
 		out.FleetReplicas = l.fleet.fleetReplicas(l.clock.Now())
-		if l.fleet.down.Load() {
+		if l.fleet.Down() {
 			out.FleetDown = 1
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The Loop's methods for operators and tools. Getters never create an
@@ -210,9 +212,9 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
-	var w *fleetWait // the method's waits on the fleet, every try's
+	var w *replica.Chain // the method's waits on the fleet, every try's
 	if l.fleet != nil {
-		w = l.fleet.wait(nil)
+		w = l.fleet.Chain(nil)
 	}
 	for try := 0; ; try++ {
 		a, err := l.lockAgent(nil, agentID, 0)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // enterWrite admits one write to the store; it fails once Close has
@@ -26,7 +28,7 @@ func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
 // lock was released: it records fix outcomes, saves a decision and
 // reports it, or starts an analysis. Its waits on the fleet are of the
 // chain w (nil: a chain of its own).
-func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w *fleetWait) {
+func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w *replica.Chain) {
 	l.remember(eff.fixes)
 	switch {
 	case eff.decided != nil:
@@ -99,10 +101,10 @@ func (l *Loop) remember(fixes []fixNote) {
 func (l *Loop) persist(a *agent) error { return l.persistWait(a, nil, nil) }
 
 // persistWait is persist, whose wait on the fleet is part of the chain w
-// (nil: a chain of its own; see fleetWait), for the caller of a decision
+// (nil: a chain of its own; see replica.Chain), for the caller of a decision
 // of batch b (effects.batch; nil: none), which fails if its decision was
 // taken back before its turn (fleet_batch.go).
-func (l *Loop) persistWait(a *agent, w *fleetWait, b *fleetBatch) error {
+func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
 	if !l.enterWrite() {
 		return ErrClosed
 	}
@@ -117,7 +119,7 @@ func (l *Loop) persistWait(a *agent, w *fleetWait, b *fleetBatch) error {
 // background save (nil w) starts its chain once it has the lock. The
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
-func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
+func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 	a.saveMu.Lock() // its wait counts in w's time
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
@@ -135,15 +137,18 @@ func (l *Loop) save(a *agent, w *fleetWait, b *fleetBatch) error {
 	evs := a.takeQueued()
 	taken := a.takeBatchLocked()
 	a.dirty = false
-	var rev uint64
-	var base []byte
+	var c replica.Commit
 	if a.fl != nil {
-		rev, base = a.fl.rev, a.fl.base
+		c = a.fl.st.Begin() // at the revision snap was taken at
 	}
 	a.mu.Unlock()
 
 	if a.fl != nil {
-		if err := l.fleetCommit(a, &snap, rev, base, evs, w); err != nil {
+		var err error
+		if c.Value, err = encodeShared(&snap); err == nil {
+			err = l.fleetCommit(a, c, evs, w)
+		}
+		if err != nil {
 			// The fleet did not take the decisions: their events go, and
 			// their callers waiting for the save are told.
 			a.mu.Lock()

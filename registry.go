@@ -9,6 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
@@ -18,7 +20,7 @@ type agent struct {
 	id  string
 	cfg atomic.Pointer[installed] // current config, immutable
 
-	saveMu saveLock // serialises saves: held while snapshotting and writing
+	saveMu replica.SaveLock // serialises saves: held while snapshotting and writing
 
 	slot int32 // index in the eviction ring; guarded by the ring's mu
 
@@ -191,10 +193,10 @@ func atSlot(addr uintptr) int { return int(uint64(addr) * 0x9e3779b97f4a7c15 >> 
 // eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) { return l.agentIn(id, nil) }
 
-// agentIn is agent for a call whose fleet time is *fw (see fleetWait;
+// agentIn is agent for a call whose fleet time is *fw (see replica.Chain;
 // fw nil: a load of its own): loading the agent from the fleet is part
 // of it, and *fw is set when it was nil.
-func (l *Loop) agentIn(id string, fw **fleetWait) (*agent, error) {
+func (l *Loop) agentIn(id string, fw **replica.Chain) (*agent, error) {
 	// The front caches: the agents called last, first by the address of
 	// the ID's bytes (a caller usually passes the same string each time: a
 	// constant, a field), then by hash of the ID, so that a call of a busy
@@ -225,7 +227,7 @@ func (l *Loop) agentIn(id string, fw **fleetWait) (*agent, error) {
 	}
 	a, created, err := l.create(id, fw)
 	if fw != nil && *fw != nil {
-		(*fw).pause() // fn runs now: its time is its own (resumed in finish)
+		(*fw).Pause() // fn runs now: its time is its own (resumed in finish)
 	}
 	if a != nil {
 		slot.Store(a)
@@ -240,11 +242,11 @@ func (l *Loop) agentIn(id string, fw **fleetWait) (*agent, error) {
 // create loads or creates agent id, unless another call did meanwhile;
 // created reports that this call did. With a fleet and fw, its wait for
 // another call's load, and its own, are of the chain *fw (agentIn).
-func (l *Loop) create(id string, fw **fleetWait) (_ *agent, created bool, _ error) {
+func (l *Loop) create(id string, fw **replica.Chain) (_ *agent, created bool, _ error) {
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
-	var w *fleetWait
+	var w *replica.Chain
 	if l.fleet != nil && fw != nil {
-		*fw = l.fleet.wait(*fw) // the wait for mu counts in its time
+		*fw = l.fleet.Chain(*fw) // the wait for mu counts in its time
 		w = *fw
 	}
 	mu.Lock()

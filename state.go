@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+
 	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
@@ -191,9 +193,9 @@ func fixNoteOf(ch *Change, state FixOutcome, at time.Time) (_ fixNote, ok bool) 
 
 // call is one finished call, as the state machine books it.
 type call struct {
-	fw      *fleetWait // the call's fleet time, once its load of a new agent or a probe's claim started it (nil: untouched)
-	gen     uint64     // the config generation it started under
-	version int        // the config version it ran
+	fw      *replica.Chain // the call's fleet time, once its load of a new agent or a probe's claim started it (nil: untouched)
+	gen     uint64         // the config generation it started under
+	version int            // the config version it ran
 	arm     Arm
 	probe   bool   // it was a half-open circuit's probe
 	route   string // the route it ran (Config.Route)

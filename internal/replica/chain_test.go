@@ -1,4 +1,4 @@
-package selfimprove
+package replica
 
 import (
 	"errors"
@@ -9,14 +9,14 @@ import (
 )
 
 // TestCut: which failed operation says the fleet is slow rather than down
-// (cut). Only an operation left half the timeout or less can; it is slow
+// (Cut). Only an operation left half the timeout or less can; it is slow
 // when its deadline passed, or when the answer came within the reply
 // allowance before it (redisfleet's "too late": Redis ran the commit past
 // the deadline it was given), and down when it failed at once (a refused
 // connection) or had more than half the timeout.
 func TestCut(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	down := fmt.Errorf("%w: connection refused", ErrFleetUnavailable)
+	down := fmt.Errorf("%w: connection refused", ErrUnavailable)
 	cases := []struct {
 		name       string
 		spent      time.Duration // of the chain before the operation
@@ -32,18 +32,18 @@ func TestCut(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fl := &fleetLink{timeout: timeout}
-				w := fl.wait(nil)
+				fl := &Link{Timeout: timeout}
+				w := fl.Chain(nil)
 				time.Sleep(c.spent)
-				ctx, done, ok := fl.op(w)
+				ctx, done, ok := fl.Op(w)
 				if !ok {
 					t.Fatal("not tried")
 				}
 				defer done()
 				time.Sleep(c.answeredIn)
-				err := cut(ctx, down)
-				if got := errors.Is(err, errFleetSlow); got != c.slow || !errors.Is(err, ErrFleetUnavailable) {
-					t.Errorf("cut: %v (slow %v), want slow %v, wrapping ErrFleetUnavailable", err, got, c.slow)
+				err := Cut(ctx, down)
+				if got := errors.Is(err, ErrSlow); got != c.slow || !errors.Is(err, ErrUnavailable) {
+					t.Errorf("cut: %v (slow %v), want slow %v, wrapping ErrUnavailable", err, got, c.slow)
 				}
 			})
 		})

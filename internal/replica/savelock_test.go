@@ -1,4 +1,4 @@
-package selfimprove
+package replica
 
 import (
 	"sync"
@@ -11,7 +11,7 @@ import (
 // counter it guards), wakes every waiter at Unlock, and lockWithin gives
 // up after its time while the lock is held.
 func TestSaveLock(t *testing.T) {
-	var l saveLock
+	var l SaveLock
 	n := 0
 	var wg sync.WaitGroup
 	for range 100 {
@@ -30,7 +30,7 @@ func TestSaveLock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l.Lock()
 		start := time.Now()
-		if l.lockWithin(50 * time.Millisecond) {
+		if l.LockWithin(50 * time.Millisecond) {
 			t.Fatal("lockWithin took a held lock")
 		}
 		if d := time.Since(start); d != 50*time.Millisecond {
@@ -38,7 +38,7 @@ func TestSaveLock(t *testing.T) {
 		}
 		got := make(chan bool, 2)
 		for range 2 {
-			go func() { got <- l.lockWithin(time.Second) }()
+			go func() { got <- l.LockWithin(time.Second) }()
 		}
 		synctest.Wait() // both wait on the holder
 		l.Unlock()

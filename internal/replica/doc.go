@@ -1,0 +1,21 @@
+// Package replica is the fleet's replication, beside the Loop's core and
+// not through it: what one replica does to keep an agent's shared state
+// in step with the fleet's, as a pure state machine (State), and the
+// transport that carries its outputs (Link, Chain, SaveLock, Outbox).
+//
+// It imports nothing of the root package: the root's Fleet interface,
+// its agent state and its events stay there. The root's driver (the
+// Loop) locks an agent, feeds the State one input (a decision to commit,
+// the fleet's answer to a commit, a load, a notification), unlocks, and
+// carries out what the input returned, in the order its doc gives; the
+// outcome of that IO goes back in as the next input.
+//
+// The State's protocol is tested apart from the Loop by a deterministic
+// simulator (sim_test.go) that drives two and three replicas through
+// every interleaving of short scripts of decisions, commit outcomes,
+// notifications, refreshes and take-backs, and checks the invariants of
+// docs/fleet.md: a decision reported made is in force on every replica
+// once they sync; one reported failed is in force on none (or, when its
+// answer was lost and it landed after all, is recorded then); no update
+// is lost.
+package replica
