@@ -30,7 +30,8 @@ type script struct {
 	loseAns   int   // commit answers lost after the commit landed
 	dropReq   int   // commits that never reach the fleet (unreachable)
 	refuse    int   // commits the fleet refuses
-	corrupt   int   // invalid states written by a third party
+	corrupt   int   // invalid states written by a third party, that do not decode
+	badKey    int   // invalid states the fleet finds itself (redisfleet: a load answers revision 0 and an error)
 	loseState int   // the fleet loses the state (a Redis restarted without persistence)
 	down      int   // commits not sent: the replica is backing off
 	failLoad  int   // loads that get no answer
@@ -117,6 +118,7 @@ type sim struct {
 		rev     uint64
 		val     string
 		invalid bool
+		bad     bool // invalid, and the fleet says so (badKey)
 	}
 	maxRev   uint64 // the highest revision the fleet gave
 	net      []*msg
@@ -124,7 +126,11 @@ type sim struct {
 	made     map[string]bool
 	failed   map[string]bool
 	recorded map[string]bool // reported failed, then recorded when it was seen to have landed
-	err      error
+	// landedOnce: decisions the fleet's state held at some time;
+	// failedLanded: those reported failed after they had landed (their
+	// answers lost).
+	landedOnce, failedLanded map[string]bool
+	err                      error
 }
 
 func encode(ids []string) string { return "[" + strings.Join(ids, ",") + "]" }
@@ -141,7 +147,7 @@ func decode(v string) ([]string, bool) {
 }
 
 func newSim(sc script) *sim {
-	s := &sim{sc: sc, budget: sc, made: map[string]bool{}, failed: map[string]bool{}, recorded: map[string]bool{}}
+	s := &sim{sc: sc, budget: sc, made: map[string]bool{}, failed: map[string]bool{}, recorded: map[string]bool{}, landedOnce: map[string]bool{}, failedLanded: map[string]bool{}}
 	for range sc.replicas {
 		r := &replicaSim{}
 		r.st.Took([]byte(encode(nil)))
@@ -186,10 +192,13 @@ func (s *sim) enabled() []step {
 		}
 	}
 	if s.budget.corrupt > 0 {
-		out = append(out, step{"corrupt", func() { s.budget.corrupt--; s.corruptFleet() }})
+		out = append(out, step{"corrupt", func() { s.budget.corrupt--; s.corruptFleet(false) }})
+	}
+	if s.budget.badKey > 0 {
+		out = append(out, step{"corrupt (a bad key)", func() { s.budget.badKey--; s.corruptFleet(true) }})
 	}
 	if s.budget.loseState > 0 && s.f.rev > 0 {
-		out = append(out, step{"lose state", func() { s.budget.loseState--; s.f.rev, s.f.val, s.f.invalid = 0, "", false }})
+		out = append(out, step{"lose state", func() { s.budget.loseState--; s.f.rev, s.f.val, s.f.invalid, s.f.bad = 0, "", false, false }})
 	}
 	for k, m := range s.net {
 		out = append(out, step{"deliver " + m.String(), func() { s.deliver(k, false) }})
@@ -287,10 +296,14 @@ func (s *sim) poll(i int) {
 	s.net = append(s.net, &msg{kind: mLoad, r: i, since: s.rs[i].st.Rev})
 }
 
-func (s *sim) corruptFleet() {
+// corruptFleet writes an invalid state at a new revision. bad: one the
+// fleet finds invalid itself (redisfleet: a load answers LoadBad at
+// revision 0, and a commit at 0 sets it aside); else one only the
+// replicas find invalid (it does not decode), at its revision.
+func (s *sim) corruptFleet(bad bool) {
 	s.maxRev++
 	s.f.rev = s.maxRev
-	s.f.val, s.f.invalid = invalidState, true
+	s.f.val, s.f.invalid, s.f.bad = invalidState, true, bad
 }
 
 // deliver delivers the message k, or makes it meet a fault.
@@ -311,6 +324,9 @@ func (s *sim) deliver(k int, fault bool) {
 		s.outcome(p, out, m.rev)
 	case mLoad:
 		ans := &msg{kind: mLoadAns, r: m.r, owner: m.owner, since: m.since, rev: s.f.rev, val: s.f.val}
+		if s.f.invalid && s.f.bad {
+			ans.res, ans.rev, ans.val = LoadBad, 0, ""
+		}
 		if fault {
 			s.budget.failLoad--
 			ans.res, ans.rev, ans.val = LoadDown, 0, ""
@@ -338,14 +354,18 @@ func (s *sim) fleetCommit(m *msg, fault bool) {
 	case fault:
 		s.budget.refuse--
 		ans.out = Refused
-	case m.rev != s.f.rev:
+	case m.rev != s.f.rev && !(m.rev == 0 && s.f.bad):
 		ans.out = Conflict
 	default:
 		// A revision is above any older one, also after the state was
 		// lost (redisfleet: the server's time in µs).
 		s.maxRev++
 		s.f.rev = s.maxRev
-		s.f.val, s.f.invalid = m.val, false
+		s.f.val, s.f.invalid, s.f.bad = m.val, false, false
+		ids, _ := decode(m.val)
+		for _, id := range ids {
+			s.landedOnce[id] = true
+		}
 		ans.out, ans.rev = Landed, s.f.rev
 		for j := range s.rs {
 			s.net = append(s.net, &msg{kind: mNotify, r: j, rev: s.f.rev})
@@ -414,6 +434,7 @@ func (s *sim) finish(p *proc) {
 	for _, id := range p.taken.ids {
 		if p.taken.failed {
 			s.failed[id] = true
+			s.failedLanded[id] = s.landedOnce[id]
 		} else {
 			s.made[id] = true
 		}

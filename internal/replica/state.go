@@ -235,12 +235,13 @@ func (s *State) Loaded(since, rev uint64, val []byte, res Load) (n Next, asked b
 	case LoadDown:
 		return Next{}, false // the flusher resyncs every agent when the fleet is back
 	case LoadBad:
+		// The revision is the fleet's word for the invalid state
+		// (redisfleet: 0, on which the next commit sets it aside): the
+		// copy is written over it, late answer or not (a conflict then
+		// brings the newer state).
 		s.resync = false
-		if rev >= since {
-			s.Invalid(rev)
-			n.Kick = true
-		}
-		return n, true
+		s.Invalid(rev)
+		return Next{Kick: true}, true
 	}
 	s.resync = false
 	if rev < since {
