@@ -105,7 +105,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 			terr = errors.Join(terr, ferr)
 		}
 	}
-	a.commitLocked(&eff, l.canaryCut > 0)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
 	if terr != nil && err == nil {
 		if eff.rejected {
@@ -116,7 +116,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	for _, p := range eff.proposals {
 		l.props.note(a.id, []Proposal{p})
 	}
-	perr := l.persistWait(a, w, eff.batch)
+	perr := l.persistWait(a, w, b)
 	ch := eff.applied
 	if ch == nil {
 		return nil, errors.Join(terr, perr)

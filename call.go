@@ -241,7 +241,7 @@ type begun struct {
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
-	c := &call{fw: b.fw, gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
+	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
 	if b.fw != nil {
@@ -269,10 +269,10 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		f := l.describe(rep.Err, 0, &b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
 		c.from, c.suspect = l.cause(a, &b, rep.Err)
-		l.record(ctx, a, c, []byte(f.Signature), rep)
+		l.record(ctx, a, c, b.fw, []byte(f.Signature), rep)
 		l.leave(ctx, agentID, rep.Err)
 	} else {
-		l.record(ctx, a, c, nil, rep)
+		l.record(ctx, a, c, b.fw, nil, rep)
 	}
 	rep.Version = a.cfg.Load().Version // after a change the call made
 	if b.homeProbe {
@@ -429,8 +429,10 @@ func splitmix(x uint64) uint64 {
 }
 
 // record books a finished call on its agent and carries out what the
-// state machine decided. sig is a failure's signature.
-func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *Report) {
+// state machine decided. w is the call's fleet time, once its load of a
+// new agent or a probe's claim started it (nil: untouched); sig is a
+// failure's signature.
+func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, sig []byte, rep *Report) {
 	a, err := l.lockAgent(a, a.id, c.end.UnixNano())
 	if a == nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
@@ -451,8 +453,9 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}
+	var b *fleetBatch
 	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
-		a.commitLocked(&eff, l.canaryCut > 0)
+		b = a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	window := a.s.Tracker.Win.Width * windowSlots
 	// The breaker's circuit opened by a failure, or closed by a probe (see
@@ -469,11 +472,11 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, sig []byte, rep *R
 		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
 	}
 	if eff.dead != nil || eff.hold != nil {
-		l.routeEffects(a, &eff, c.end, l.callWait(a, c))
+		l.routeEffects(a, &eff, c.end, l.callWait(a, &w))
 	}
 	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
-		l.carry(ctx, a, &eff, rep, l.callWait(a, c))
+		l.carry(ctx, a, &eff, b, rep, l.callWait(a, &w))
 	} else if judge {
-		l.fleetJudge(a, rep, c.fw)
+		l.fleetJudge(a, rep, w)
 	}
 }

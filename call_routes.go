@@ -120,14 +120,14 @@ func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *
 		eff.proposals = append(eff.proposals, p.clone())
 		eff.event(proposalEvent(newID(now), now, EventProposalFiled, p))
 	}
-	a.commitLocked(&eff, l.canaryCut > 0)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
 	var errs []error
 	if isNew {
 		errs = append(errs, l.addProposalAgent(a.id))
 		l.props.note(a.id, eff.proposals)
 	}
-	errs = append(errs, l.persistWait(a, w, eff.batch))
+	errs = append(errs, l.persistWait(a, w, b))
 	if err := errors.Join(errs...); err != nil {
 		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", err)
 	}

@@ -69,8 +69,9 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 		a.s.pool(p.Change, p.Control, unsent, unsentControl)
 		a.s.judge(now, &l.rules, &eff)
 	}
+	var b *fleetBatch
 	if eff.publish || eff.circuit || eff.save || len(eff.events) > 0 {
-		a.commitLocked(&eff, l.canaryCut > 0)
+		b = a.commitLocked(&eff, l.canaryCut > 0)
 	}
 	a.mu.Unlock()
 	for i := range fails {
@@ -86,7 +87,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 		if rep == nil {
 			rep = new(Report)
 		}
-		l.carry(context.Background(), a, &eff, rep, w)
+		l.carry(context.Background(), a, &eff, b, rep, w)
 	}
 	return lag
 }

@@ -11,16 +11,16 @@ import (
 // tried, and the fleet is not marked down (it answered, slowly).
 var errFleetSlow = replica.ErrSlow
 
-// callWait returns the fleet time of the call c of a, which its load of
+// callWait returns the fleet time *w of a call of a, which its load of
 // the agent, a probe's claim, its decision's save (the wait for the
 // agent's save included) and its counts under verification share; it
 // starts it if the call has not waited on the fleet yet. Nil without a
 // fleet.
-func (l *Loop) callWait(a *agent, c *call) *replica.Chain {
-	if a.fl != nil && c.fw == nil {
-		c.fw = l.fleet.Chain(nil)
+func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
+	if a.fl != nil && *w == nil {
+		*w = l.fleet.Chain(nil)
 	}
-	return c.fw
+	return *w
 }
 
 // maxFleetEvents bounds the events waiting for the flusher to go to the

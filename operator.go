@@ -222,12 +222,12 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 			return err
 		}
 		eff, err := f(a)
-		a.commitLocked(&eff, l.canaryCut > 0)
+		b := a.commitLocked(&eff, l.canaryCut > 0)
 		a.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		err = l.persistWait(a, w, eff.batch)
+		err = l.persistWait(a, w, b)
 		if errors.Is(err, ErrFleetConflict) && try < 3 {
 			continue // another replica decided first: again, on its state
 		}

@@ -25,10 +25,10 @@ func (l *Loop) enterWrite() bool {
 func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
 
 // carry carries out the effects of a call's transition, after the agent's
-// lock was released: it records fix outcomes, saves a decision and
-// reports it, or starts an analysis. Its waits on the fleet are of the
-// chain w (nil: a chain of its own).
-func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w *replica.Chain) {
+// lock was released: it records fix outcomes, saves a decision (of batch
+// b, from commitLocked) and reports it, or starts an analysis. Its waits
+// on the fleet are of the chain w (nil: a chain of its own).
+func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
 	l.remember(eff.fixes)
 	switch {
 	case eff.decided != nil:
@@ -45,7 +45,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w
 			rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
 			l.props.note(a.id, eff.proposals)
 		}
-		if err := l.persistWait(a, w, eff.batch); err != nil {
+		if err := l.persistWait(a, w, b); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 			if isFleetErr(err) {
 				// Another replica decided first, or the fleet cannot be
@@ -64,7 +64,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, rep *Report, w
 		rep.ImprovementTriggered = true
 		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep, w)
 	case eff.save:
-		if err := l.persistWait(a, w, eff.batch); err != nil {
+		if err := l.persistWait(a, w, b); err != nil {
 			rep.LoopErr = errors.Join(rep.LoopErr, err)
 		} else if eff.applied != nil {
 			rep.Improvement = eff.applied // the loop's own route change

@@ -135,7 +135,7 @@ func (l *Loop) Approve(id string) error {
 		return err
 	}
 	ch, eff, err := a.s.approve(l.clock.Now(), id, &l.rules)
-	a.commitLocked(&eff, l.canaryCut > 0)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, ErrTweakRejected) {
@@ -143,7 +143,7 @@ func (l *Loop) Approve(id string) error {
 		}
 		return err
 	}
-	if err := l.persistWait(a, nil, eff.batch); err != nil {
+	if err := l.persistWait(a, nil, b); err != nil {
 		if ch != nil && !isFleetErr(err) {
 			// A change that cannot be recorded is not made. (The fleet's
 			// errors have already put back the fleet's state.)
@@ -180,13 +180,13 @@ func (l *Loop) Reject(id, reason string) error {
 		return err
 	}
 	eff, err := a.s.reject(l.clock.Now(), id, reason, &l.rules)
-	a.commitLocked(&eff, l.canaryCut > 0)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
 	a.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	l.remember(eff.fixes)
-	return l.persistWait(a, nil, eff.batch)
+	return l.persistWait(a, nil, b)
 }
 
 // lockProposal finds proposal id and returns its agent, locked.

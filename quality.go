@@ -274,6 +274,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		return err
 	}
 	var eff effects
+	var b *fleetBatch
 	version, route, ok := a.s.placeVersion(low)
 	ok = ok && a.s.Tracker.Total > 0 // an agent that made no call has none to score
 	if ok {
@@ -284,7 +285,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		a.s.watchScore(version, score, now, &l.rules, &eff)
 		a.s.exploreDue(now, &l.rules, &eff)
 		if eff.publish || eff.save || len(eff.events) > 0 {
-			a.commitLocked(&eff, l.canaryCut > 0)
+			b = a.commitLocked(&eff, l.canaryCut > 0)
 		}
 	}
 	a.reopenLocked()
@@ -294,7 +295,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	}
 	if eff.decided != nil || eff.save || eff.analysis != nil {
 		var rep Report
-		l.carry(context.Background(), a, &eff, &rep, nil)
+		l.carry(context.Background(), a, &eff, b, &rep, nil)
 		return rep.LoopErr
 	}
 	return nil

@@ -134,10 +134,10 @@ func (a *agent) publishLocked(canary bool) {
 }
 
 // commitLocked carries out the effects that belong under a's lock:
-// publishing the config, mirroring the circuit, giving a decision to save
-// its batch (with a fleet: fleet_batch.go), and queueing the events in
-// decision order.
-func (a *agent) commitLocked(eff *effects, canary bool) {
+// publishing the config, mirroring the circuit, and queueing the events
+// in decision order. It returns the batch of a decision to save (with a
+// fleet: fleet_batch.go; nil: none), which its caller gives the save.
+func (a *agent) commitLocked(eff *effects, canary bool) (b *fleetBatch) {
 	if eff.publish {
 		a.publishLocked(canary)
 	}
@@ -148,11 +148,12 @@ func (a *agent) commitLocked(eff *effects, canary bool) {
 		a.mirrorLocked()
 	}
 	if eff.save {
-		eff.batch = a.decidedLocked()
+		b = a.decidedLocked()
 	}
 	for _, ev := range eff.events {
-		a.queue(queued{ev: ev, batch: eff.batch})
+		a.queue(queued{ev: ev, batch: b})
 	}
+	return b
 }
 
 // mirrorLocked mirrors the circuit's deadline for calls. a.mu is held.

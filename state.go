@@ -5,8 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/self-improving-loop/selfimprove/internal/replica"
-
 	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
@@ -156,8 +154,6 @@ type effects struct {
 	publish  bool // the config in force, or its canary arm, changed
 	circuit  bool // the circuit opened or closed
 	save     bool // the state must be saved before the caller returns
-	// batch is the decision's with a fleet, for its save (fleet_batch.go).
-	batch    *fleetBatch
 	rejected bool // a tweak was refused
 	probe    bool // the probe schedule of the primary changed
 	// dead are routes to mark dead loop-wide; hold a hold that began or
@@ -193,9 +189,8 @@ func fixNoteOf(ch *Change, state FixOutcome, at time.Time) (_ fixNote, ok bool) 
 
 // call is one finished call, as the state machine books it.
 type call struct {
-	fw      *replica.Chain // the call's fleet time, once its load of a new agent or a probe's claim started it (nil: untouched)
-	gen     uint64         // the config generation it started under
-	version int            // the config version it ran
+	gen     uint64 // the config generation it started under
+	version int    // the config version it ran
 	arm     Arm
 	probe   bool   // it was a half-open circuit's probe
 	route   string // the route it ran (Config.Route)
