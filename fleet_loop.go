@@ -72,10 +72,9 @@ type fleetAgent struct {
 	leaseBusy    int64        // Unix ns: another replica holds the lease until then
 	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetJudge)
 	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
-	// batch numbers the deltas sent (FleetDelta.Batch); pending is the
-	// delta whose answer was lost, sent again unchanged before any other.
-	batch   uint64
-	pending *FleetDelta
+	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
+	// one whose answer was lost, sent again unchanged before any other.
+	deltas replica.Deltas[FleetDelta]
 	// arms is what was sent and booked of the generation's arms: the
 	// scores and costs (fleet_quality.go).
 	arms fleetArms
@@ -328,10 +327,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 		again := errors.Is(err, ErrFleetUnavailable)
 		for _, it := range items {
 			it.a.mu.Lock()
-			it.a.fl.pending = nil
-			if again {
-				it.a.fl.pending = &it.d
-			}
+			it.a.fl.deltas.Answered(it.d, again)
 			it.a.mu.Unlock()
 		}
 		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
@@ -340,7 +336,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 	for i := range items {
 		a := items[i].a
 		a.mu.Lock()
-		a.fl.pending = nil
+		a.fl.deltas.Answered(items[i].d, false)
 		a.mu.Unlock()
 		if pools[i].Err != nil {
 			l.fleetBad(a, pools[i].Err)
@@ -406,18 +402,17 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	a.settleFleetLocked(l)
 	switch {
 	case a.evicted:
-	case fa.pending != nil:
+	case fa.deltas.Pending() != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
-		return fleetItem{a, *fa.pending, true}, true
+		return fleetItem{a, *fa.deltas.Pending(), true}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
 		t := fa.tally
 		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 		for i := range d.Failures {
 			d.Failures[i].Replica = l.fleet.replica
 		}
-		fa.batch++
-		d.Batch = fa.batch
+		d.Batch = fa.deltas.Next()
 		fa.tally = fleetTally{gen: a.s.Gen}
 		fa.statsOwed = fa.statsOwed || own(&d)
 		return fleetItem{a: a, d: d}, true

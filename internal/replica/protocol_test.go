@@ -157,3 +157,21 @@ func TestProtocolFindsUndoneFixes(t *testing.T) {
 		})
 	}
 }
+
+// TestCountsInterleavings: the pooled calls equal the calls made, over
+// every interleaving of calls, flushes, deltas lost before the fleet
+// booked them and answers lost after (Deltas).
+func TestCountsInterleavings(t *testing.T) {
+	skipRace(t)
+	for _, sc := range []countsScript{
+		{replicas: 1, calls: []int{2}, flushes: 3, drop: 1, loseAns: 1},
+		{replicas: 2, calls: []int{2, 1}, flushes: 3, drop: 1, loseAns: 1},
+		{replicas: 2, calls: []int{1, 1}, flushes: 4, loseAns: 2},
+	} {
+		runs, all, trace, err := dfs(2_000_000, func(c []int) ([]int, []string, error) { return runCounts(sc, c) })
+		if err != nil || !all {
+			t.Fatalf("%+v: after %d runs (all: %v): %v\n%s", sc, runs, all, err, strings.Join(trace, "\n"))
+		}
+		t.Logf("%+v: every interleaving: %d", sc, runs)
+	}
+}

@@ -128,9 +128,15 @@ func runWith(sc script, choices []int, mod bool) (widths []int, trace []string, 
 // up to max runs; it returns how many ran, and the first failure's trace
 // and error. all reports that every interleaving ran.
 func explore(sc script, max int) (runs int, all bool, trace []string, err error) {
+	return dfs(max, func(choices []int) ([]int, []string, error) { return run(sc, choices) })
+}
+
+// dfs runs every sequence of choices of runner, depth-first, up to max
+// runs; runner returns how many steps were enabled at each branch point.
+func dfs(max int, runner func(choices []int) (widths []int, trace []string, err error)) (runs int, all bool, trace []string, err error) {
 	var choices []int
 	for runs < max {
-		widths, tr, err := run(sc, choices)
+		widths, tr, err := runner(choices)
 		runs++
 		if err != nil {
 			return runs, false, tr, err
