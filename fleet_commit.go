@@ -476,16 +476,8 @@ func (l *Loop) fleetRelease(a *agent, w *replica.Chain) {
 // fleetReleaseLater asks the flusher to give a's lease back: the call
 // that held it had spent its fleet time.
 func (l *Loop) fleetReleaseLater(a *agent) {
-	fl := l.fleet
-	fl.relMu.Lock()
-	if len(fl.rel) < maxFleetReleases {
-		fl.rel = append(fl.rel, a)
-	}
-	fl.relMu.Unlock()
-	select {
-	case fl.kick <- struct{}{}:
-	default:
-	}
+	l.fleet.rel.Push(a) // beyond maxFleetReleases, the lease expires
+	l.fleetKick()
 }
 
 // maxFleetReleases bounds the leases waiting for the flusher to give
@@ -499,10 +491,7 @@ const maxFleetReleases = 1024
 // (fleetLease). flushMu is held.
 func (l *Loop) fleetReleases() {
 	fl := l.fleet
-	fl.relMu.Lock()
-	rel := fl.rel
-	fl.rel = nil
-	fl.relMu.Unlock()
+	rel := fl.rel.Take()
 	if len(rel) == 0 || fl.Down() {
 		return
 	}

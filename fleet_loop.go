@@ -36,13 +36,11 @@ type fleetLink struct {
 	stop    chan struct{}
 	done    chan struct{}
 	unsub   func()
-	flushMu replica.SaveLock // serialises flushes
-	polled  time.Time        // the last flush that asked for every agent; guarded by flushMu
-	out     outbox           // notes for the fleet (fleet_notes.go)
-	evMu    sync.Mutex
-	evs     []Event // events for the fleet's log (fleetLog), guarded by evMu
-	relMu   sync.Mutex
-	rel     []*agent // leases for the flusher to give back (fleetReleaseLater), guarded by relMu
+	flushMu replica.SaveLock        // serialises flushes
+	polled  time.Time               // the last flush that asked for every agent; guarded by flushMu
+	out     replica.Queue[noteItem] // notes for the fleet (fleet_notes.go), at most maxOutbox
+	evs     replica.Queue[Event]    // events for the fleet's log (fleetLog), at most maxFleetEvents
+	rel     replica.Queue[*agent]   // leases for the flusher to give back (fleetReleaseLater), at most maxFleetReleases
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
 	// badStats is when the invalid statistics of agents not loaded here
@@ -97,6 +95,8 @@ func newFleetLink(o *options) *fleetLink {
 	return &fleetLink{
 		Link: replica.Link{Timeout: o.fleetTimeout}, f: o.fleet, replica: newID(time.Now()), interval: o.fleetInterval,
 		calls: int64(o.fleetCalls), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		out: replica.Queue[noteItem]{Max: maxOutbox}, evs: replica.Queue[Event]{Max: maxFleetEvents},
+		rel: replica.Queue[*agent]{Max: maxFleetReleases},
 	}
 }
 
@@ -157,10 +157,7 @@ func (l *Loop) fleetCount(a *agent, c *call) {
 	}
 	a.fl.tally.count(c)
 	if a.fl.tally.calls == l.fleet.calls {
-		select {
-		case l.fleet.kick <- struct{}{}:
-		default:
-		}
+		l.fleetKick()
 	}
 }
 

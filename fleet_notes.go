@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -35,12 +34,6 @@ type noteItem struct {
 // raised (or ended) on this replica alone, and a dead route stays local.
 const maxOutbox = 256
 
-// outbox is the notes waiting for the flusher.
-type outbox struct {
-	mu    sync.Mutex
-	items []noteItem
-}
-
 // causeTTL is how long a cause's note lasts without a renewal: a replica
 // holding agents for it renews it every MaxEvery, so that a replica that
 // died leaves no cause behind for long.
@@ -49,17 +42,8 @@ func (p *ProbePolicy) causeTTL() time.Duration { return 3 * p.MaxEvery }
 // fleetPost queues a note for the flusher, and asks for a flush. It
 // reports false when the outbox is full.
 func (l *Loop) fleetPost(n noteItem) bool {
-	fl := l.fleet
-	fl.out.mu.Lock()
-	ok := len(fl.out.items) < maxOutbox
-	if ok {
-		fl.out.items = append(fl.out.items, n)
-	}
-	fl.out.mu.Unlock()
-	select {
-	case fl.kick <- struct{}{}:
-	default:
-	}
+	ok := l.fleet.out.Push(n)
+	l.fleetKick()
 	return ok
 }
 
@@ -74,10 +58,7 @@ func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleetPost(n)
 // is told here.
 func (l *Loop) fleetNotes(now time.Time, poll bool) {
 	fl := l.fleet
-	fl.out.mu.Lock()
-	items := fl.out.items
-	fl.out.items = nil
-	fl.out.mu.Unlock()
+	items := fl.out.Take()
 	p := &l.rules.probes
 	for _, id := range l.causes.due(now.UnixNano(), int64(p.MaxEvery)) {
 		items = append(items, noteItem{kind: noteCause, name: id, until: now.Add(p.causeTTL()), now: now})

@@ -61,10 +61,7 @@ func (l *Loop) fleetScored(a *agent, version int, score float64) {
 		return
 	}
 	if a.fl.tally.calls == l.fleet.calls {
-		select {
-		case l.fleet.kick <- struct{}{}:
-		default:
-		}
+		l.fleetKick()
 	}
 }
 

@@ -33,21 +33,15 @@ func (l *Loop) fleetLog(evs []queued) {
 	if len(evs) == 0 {
 		return
 	}
-	fl := l.fleet
-	fl.evMu.Lock()
-	for _, q := range evs {
-		fl.evs = append(fl.evs, *q.ev)
+	events := make([]Event, len(evs))
+	for i, q := range evs {
+		events[i] = *q.ev
 	}
-	if n := len(fl.evs) - maxFleetEvents; n > 0 {
-		fl.evs = append(fl.evs[:0], fl.evs[n:]...)
+	if n := l.fleet.evs.PushDrop(events...); n > 0 {
 		l.m.fleetErrors.Add(1)
 		l.log.Error("selfimprove: events for the fleet's log dropped: the fleet has not taken them", "count", n)
 	}
-	fl.evMu.Unlock()
-	select {
-	case fl.kick <- struct{}{}:
-	default:
-	}
+	l.fleetKick()
 }
 
 // fleetSendEvents sends the queued events to the fleet's log; while the
@@ -55,12 +49,9 @@ func (l *Loop) fleetLog(evs []queued) {
 // them. flushMu is held.
 func (l *Loop) fleetSendEvents() {
 	fl := l.fleet
-	fl.evMu.Lock()
-	evs := fl.evs
-	fl.evs = nil
-	fl.evMu.Unlock()
+	evs := fl.evs.Take()
 	if len(evs) == 0 || fl.Down() {
-		fl.requeue(evs)
+		fl.evs.Requeue(evs)
 		return
 	}
 	ctx, cancel := fl.ctx()
@@ -71,21 +62,8 @@ func (l *Loop) fleetSendEvents() {
 		l.fleetUp()
 	case errors.Is(err, ErrFleetUnavailable):
 		l.fleetErr(nil, err)
-		fl.requeue(evs)
+		fl.evs.Requeue(evs)
 	default:
 		l.fleetErr(nil, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(evs), err))
 	}
-}
-
-// requeue puts evs back before the events queued since.
-func (fl *fleetLink) requeue(evs []Event) {
-	if len(evs) == 0 {
-		return
-	}
-	fl.evMu.Lock()
-	fl.evs = append(evs, fl.evs...)
-	if n := len(fl.evs) - maxFleetEvents; n > 0 {
-		fl.evs = fl.evs[n:]
-	}
-	fl.evMu.Unlock()
 }
