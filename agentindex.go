@@ -1,9 +1,12 @@
 package selfimprove
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,88 +74,32 @@ type sortedLister interface {
 	sortedAgentIDs() ([]string, error)
 }
 
-// AgentsFrom returns at most n IDs of the agents the loop knows (those
-// Agents yields), in byte order, from the first one at or after from
-// (the page after an ID x starts from x+"\x00"). With a FileStore or a
-// ReadOnlyStore it reads an index of the agents directory, not the state
-// files, so that a page costs about the same over 50 agents or 10,000.
-// After Close it returns only the agents in memory.
-func (l *Loop) AgentsFrom(from string, n int) []string {
-	if n <= 0 {
-		return nil
+// agentFileID reads the agent ID of the state file e in agents. Files
+// that are not agents' state files, cannot be read or parsed, or are
+// not named after the ID they hold are passed over (ok false); a file
+// whose ID the loop refuses goes to refused.
+func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name string, why error)) (string, bool) {
+	name := e.Name()
+	if e.IsDir() || !isAgentFile(name) {
+		return "", false
 	}
-	// The n smallest of the agents in memory, from from on.
-	var live []string
-	l.agents.Range(func(k, _ any) bool {
-		if id := k.(string); id >= from {
-			if len(live) < n {
-				live = append(live, id)
-				if len(live) == n {
-					slices.Sort(live)
-				}
-			} else if id < live[n-1] {
-				i, _ := slices.BinarySearch(live, id)
-				copy(live[i+1:], live[i:n-1])
-				live[i] = id
-			}
-		}
-		return true
-	})
-	if len(live) < n {
-		slices.Sort(live)
-	}
-	stored := l.storedFrom(from, n)
-	out := make([]string, 0, n)
-	for len(out) < n && (len(live) > 0 || len(stored) > 0) {
-		var id string
-		switch {
-		case len(stored) == 0 || len(live) > 0 && live[0] <= stored[0]:
-			id, live = live[0], live[1:]
-		default:
-			id, stored = stored[0], stored[1:]
-		}
-		if len(out) == 0 || out[len(out)-1] != id {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// storedFrom returns at most n IDs of the store's agents, in byte order,
-// from from on.
-func (l *Loop) storedFrom(from string, n int) []string {
-	if l.isClosed.Load() {
-		return nil
-	}
-	var all []string
-	var err error
-	switch s := l.store.(type) {
-	case sortedLister:
-		all, err = s.sortedAgentIDs()
-	case agentLister:
-		err = s.ListAgents(func(id string) bool {
-			if id >= from {
-				all = append(all, id)
-			}
-			return true
-		})
-		slices.Sort(all)
-	default:
-		return nil
-	}
+	data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
 	if err != nil {
-		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: cannot list the agents in the store", "error", err)
+		return "", false // not a regular file, too large, unreadable: not an agent's
 	}
-	i, _ := slices.BinarySearchFunc(all, from, strings.Compare)
-	out := make([]string, 0, min(n, len(all)-i))
-	for _, id := range all[i:] {
-		if len(out) == n {
-			break
-		}
-		if checkAgentID(id) == nil {
-			out = append(out, id)
-		}
+	var head struct {
+		ID string `json:"agent_id_b64"`
 	}
-	return out
+	if json.Unmarshal(data, &head) != nil {
+		return "", false
+	}
+	id, err := base64.StdEncoding.DecodeString(head.ID)
+	if err != nil || fileName(string(id)) != name {
+		return "", false
+	}
+	if err := checkAgentID(string(id)); err != nil {
+		refused(name, err)
+		return "", false
+	}
+	return string(id), true
 }

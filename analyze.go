@@ -2,6 +2,8 @@ package selfimprove
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"time"
 )
 
@@ -124,4 +126,15 @@ type Tweak struct {
 	// refusing it (see RollbackPolicy.RefuseFor); zero: until
 	// ClearRejected. The loop ignores it in a strategy's answer.
 	Until time.Time `json:"until,omitzero"`
+}
+
+// qualityWatchReason is the strategy's reason for a fall of quality.
+func qualityWatchReason(a *Analysis) string {
+	return fmt.Sprintf("mean quality fell to %.3f (%d scored calls) from %.3f (%d in all)",
+		a.QualityDrop.Quality, a.QualityDrop.Scored, a.Stats.Quality, a.Stats.Scored)
+}
+
+// dead reports whether route is among the analysis's dead routes.
+func (a *Analysis) dead(route string) bool {
+	return slices.ContainsFunc(a.DeadRoutes, func(d DeadRoute) bool { return d.Route == route })
 }

@@ -3,24 +3,11 @@ package selfimprove
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/self-improving-loop/selfimprove/internal/replica"
-
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
-
-// checkAgentID refuses an empty ID, and one longer than MaxAgentIDLen.
-func checkAgentID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%w: empty", ErrInvalidAgentID)
-	case len(id) > MaxAgentIDLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidAgentID, len(id), MaxAgentIDLen)
-	}
-	return nil
-}
 
 // ExecuteWithImprovement runs fn under agentID's current config and returns
 // fn's final error unchanged, with a Report of what the loop did.
@@ -199,44 +186,6 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 	return cfg, home
 }
 
-// begun is what a call knows when fn starts: the config it runs under.
-type begun struct {
-	// fw is the call's fleet time, once its load of a new agent or a
-	// probe's claim started it, paused while fn runs (nil: untouched; see
-	// replica.Chain).
-	fw      *replica.Chain
-	gen     uint64 // the config generation
-	version int    // the config version
-	arm     Arm
-	probe   bool // a half-open circuit's probe
-	// stalled: the latest attempt failed after its first-token deadline
-	// cancelled it (see runWatched).
-	stalled bool
-	// nests: the agent was seen to pass on the failures of other calls,
-	// so that its calls need an attempt context (see callCtx).
-	nests bool
-	route string
-	// homeProbe: the first attempt probes the primary (see ProbePolicy);
-	// probeClass and probeText describe its failure.
-	homeProbe  bool
-	probeClass failure.Class
-	probeText  string
-	// id is the agent's ID; fellBack, that the call's last attempt ran
-	// on the next route of its ladder (fellRoute) after a failure of
-	// fellClass on its own.
-	id        string
-	fellBack  bool
-	fellClass failure.Class
-	fellRoute string
-	// att is the call's attempt context, if it has one; seq, the
-	// loop's recent failures when it started, without one (see
-	// Loop.cause).
-	att *callCtx
-	seq uint64
-	// q is what the call reported of itself (see scoreCtx).
-	q quality
-}
-
 // finish completes the Report of a call that ran fn for dur and ended at
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
@@ -386,29 +335,6 @@ func (l *Loop) trace(agentID string, version int, end time.Time, rep *Report, te
 	}
 }
 
-// Arm is the arm of a canary verification a call ran in.
-type Arm uint8
-
-// The arms.
-const (
-	ArmNone    Arm = iota // no canary verification was under way
-	ArmChange             // the call ran the config under verification
-	ArmControl            // the call ran the config before it
-)
-
-// String returns "", "change" or "control".
-func (a Arm) String() string {
-	switch a {
-	case ArmNone:
-		return ""
-	case ArmChange:
-		return "change"
-	case ArmControl:
-		return "control"
-	}
-	return fmt.Sprintf("Arm(%d)", int(a))
-}
-
 // arm picks the arm of the next call under in: a deterministic hash of the
 // canary seed, the generation and the call's number, below canaryCut for
 // the control arm.
@@ -417,15 +343,6 @@ func (l *Loop) arm(in *installed) Arm {
 		return ArmControl
 	}
 	return ArmChange
-}
-
-// splitmix is the SplitMix64 finaliser.
-func splitmix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 // record books a finished call on its agent and carries out what the
@@ -479,4 +396,65 @@ func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, 
 	} else if judge {
 		l.fleetJudge(a, rep, w)
 	}
+}
+
+// logMistake logs a call of agentID that ran untracked because of why,
+// unless the same mistake was logged within the minute. The ID is shown
+// quoted, its first maxQuoted bytes at most.
+func (l *Loop) logMistake(agentID string, why error) {
+	ok, repeated, unlogged := l.mistakes.note(l.seed, agentID, why, l.clock.Now())
+	if !ok {
+		return
+	}
+	attrs := []any{"agent", quoteCut(agentID, maxQuoted), "agent_bytes", len(agentID), "error", why}
+	if repeated > 0 {
+		attrs = append(attrs, "repeated", repeated)
+	}
+	if unlogged > 0 {
+		attrs = append(attrs, "unlogged", unlogged)
+	}
+	l.log.Warn("selfimprove: a call ran untracked: "+mistakeText(why), attrs...)
+}
+
+// circuitMoved indexes a's circuit, opened by c's failure until until
+// (Unix ns), or, closed by c's successful probe, lets the agents open for
+// the same cause probe.
+func (l *Loop) circuitMoved(a *agent, c *call, until int64) {
+	if until != 0 {
+		l.circuits.opened(a, c.cluster, c.end.UnixNano(), until-c.end.UnixNano())
+		return
+	}
+	for _, b := range l.circuits.recovered(a) {
+		b.probeSoon(c.end.UnixNano())
+	}
+}
+
+// leave hands the failure of a call of agentID, which returned err, to
+// the attempt it is nested in: the nearest attempt context in ctx. A call
+// nested in none, or in a call without an attempt context, leaves it in
+// the loop's recent failures instead.
+func (l *Loop) leave(ctx context.Context, agentID string, err error) {
+	if p, _ := ctx.Value(callKey{}).(*callCtx); p != nil {
+		p.note(agentID, err)
+		return
+	}
+	l.lately.add(agentID, err)
+}
+
+// cause says where the failure of a's call c, which returned err, came
+// from: from, the agent of a call nested in the call's last attempt that
+// returned err (or an error err wraps); or, for a call without an
+// attempt context, suspect when err is, or wraps, an error that a call
+// of another agent returned while this one ran. A suspect agent's calls
+// get an attempt context from then on, so that the next such failure is
+// told apart for sure.
+func (l *Loop) cause(a *agent, c *begun, err error) (from string, suspect bool) {
+	if c.att != nil {
+		return boundFrom(c.att.from(err)), false
+	}
+	if l.lately.seen(a.id, err, c.seq) {
+		a.set(flagNests, true)
+		return "", true
+	}
+	return "", false
 }

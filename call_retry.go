@@ -171,3 +171,24 @@ func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
 	}
 	return half + rand.N(d-half+1)
 }
+
+// splitmix is the SplitMix64 finaliser.
+func splitmix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// describe is Memo.Describe for the failure of an attempt, or a call,
+// whose last attempt is noted in b: one that stalled before its first
+// token is of class ClassFirstTokenTimeout, whatever error fn returned
+// for it (fn may return its context's error, which does not say why).
+func (l *Loop) describe(err error, status int, b *begun) failure.Failure {
+	f := l.memo.Describe(err, status)
+	if b != nil && b.stalled {
+		f.Class = failure.ClassFirstTokenTimeout
+	}
+	return f
+}

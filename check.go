@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // The checks of the values callers hand the loop (configs, options,
@@ -132,4 +134,45 @@ func quoteCut(s string, n int) string {
 		cut = n // not UTF-8 there: a plain cut
 	}
 	return strconv.Quote(s[:cut]) + "…"
+}
+
+// checkAgentID refuses an empty ID, and one longer than MaxAgentIDLen.
+func checkAgentID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty", ErrInvalidAgentID)
+	case len(id) > MaxAgentIDLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidAgentID, len(id), MaxAgentIDLen)
+	}
+	return nil
+}
+
+// maxFrom bounds the agent ID a cluster keeps in Cluster.From.
+const maxFrom = 128
+
+// boundFrom is an agent ID as Cluster.From keeps it: cut to maxFrom bytes.
+func boundFrom(id string) string {
+	return failure.Bound(id, maxFrom)
+}
+
+// maxReason caps, in bytes, each free text the loop stores from a
+// strategy, a policy or an operator: a Tweak's Reason as kept in a Change
+// (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
+// memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
+// text is cut by Bound, after failure.Scrub (freeText).
+const maxReason = 512
+
+// freeText is a free text from a strategy, a policy or an operator as the
+// loop keeps it: scrubbed of secrets like an error's text (failure.Scrub),
+// then cut to maxReason bytes by failure.Bound.
+func freeText(s string) string { return failure.Bound(failure.Scrub(s), maxReason) }
+
+// boundTexts returns the first n texts of ss, each cut by failure.Bound
+// to each bytes: a new slice, nil when there are none.
+func boundTexts(ss []string, n, each int) []string {
+	var out []string
+	for _, s := range ss[:min(len(ss), max(n, 0))] {
+		out = append(out, failure.Bound(s, each))
+	}
+	return out
 }

@@ -126,16 +126,3 @@ func (a *agent) probeSoon(now int64) {
 
 // held reports whether a is held for an account-wide cause. a.mu is held.
 func (a *agent) held() bool { return a.s.Route != nil && a.s.Route.Hold != "" }
-
-// circuitMoved indexes a's circuit, opened by c's failure until until
-// (Unix ns), or, closed by c's successful probe, lets the agents open for
-// the same cause probe.
-func (l *Loop) circuitMoved(a *agent, c *call, until int64) {
-	if until != 0 {
-		l.circuits.opened(a, c.cluster, c.end.UnixNano(), until-c.end.UnixNano())
-		return
-	}
-	for _, b := range l.circuits.recovered(a) {
-		b.probeSoon(c.end.UnixNano())
-	}
-}

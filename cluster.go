@@ -2,8 +2,11 @@ package selfimprove
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -206,65 +209,6 @@ func (c *clusterRec) export(now int64) clusterView {
 	return out
 }
 
-// observeCluster records a failure in a's cluster table and returns the
-// cluster. a.mu is held; sig is the failure's signature (a scratch
-// buffer), id its hash.
-func (s *agentState) observeCluster(id uint64, sig []byte, class failure.Class, text string, end int64) *clusterRec {
-	width := s.Tracker.Win.Width * (windowSlots / clusterSlots)
-	for i := range s.Clusters {
-		if c := &s.Clusters[i]; c.ID == id {
-			c.observe(end, width, class, text)
-			return c
-		}
-	}
-	rec := clusterRec{ID: id, Sig: string(sig), First: end, Width: width, Head: max(end, 0) / width}
-	rec.Examples[0] = text
-	var c *clusterRec
-	if len(s.Clusters) < maxClusters {
-		s.Clusters = append(s.Clusters, rec)
-		c = &s.Clusters[len(s.Clusters)-1]
-	} else {
-		// Replace the least recently seen.
-		i := 0
-		for j := range s.Clusters {
-			if s.Clusters[j].Last < s.Clusters[i].Last {
-				i = j
-			}
-		}
-		s.Clusters[i] = rec
-		c = &s.Clusters[i]
-	}
-	c.observe(end, width, class, text)
-	return c
-}
-
-// clustersLocked returns a's clusters with failures in the window at time
-// now, most failures first.
-func (s *agentState) clustersLocked(now int64) []Cluster {
-	views := s.clusterViewsLocked(now)
-	out := make([]Cluster, len(views))
-	for i, v := range views {
-		out[i] = v.Cluster
-	}
-	sortClusters(out)
-	return out
-}
-
-// clusterViewsLocked returns a's clusters with failures in the window.
-func (s *agentState) clusterViewsLocked(now int64) []clusterView {
-	var out []clusterView
-	for i := range s.Clusters {
-		c := &s.Clusters[i]
-		if c.Width > 0 {
-			c.resize(s.Tracker.Win.Width * (windowSlots / clusterSlots))
-		}
-		if e := c.export(now); e.Count > 0 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func sortClusters(cs []Cluster) {
 	slices.SortStableFunc(cs, func(x, y Cluster) int {
 		if c := cmp.Compare(y.Count, x.Count); c != 0 {
@@ -275,16 +219,6 @@ func sortClusters(cs []Cluster) {
 		}
 		return cmp.Compare(x.ID, y.ID)
 	})
-}
-
-// clusterOf finds the cluster whose ID has the low 32 bits lo.
-func (s *agentState) clusterOf(lo uint32) *clusterRec {
-	for i := range s.Clusters {
-		if uint32(s.Clusters[i].ID) == lo {
-			return &s.Clusters[i]
-		}
-	}
-	return nil
 }
 
 // shared indexes failures by cluster and by class across agents, for
@@ -414,54 +348,35 @@ func (x *shared) causes(now int64, agentID string, forAgent bool) []SharedCause 
 	return out
 }
 
-// AllClusters merges the clusters of the agents in memory (see
-// WithMaxAgents) by ID: counts are summed, the first and last times span
-// them all, the examples are those of the most recent, and Agents lists
-// the agents. Most failures first.
-func (l *Loop) AllClusters() []Cluster {
-	now := l.clock.Now().UnixNano()
-	byID := map[string]*clusterView{}
-	l.eachAgent(func(a *agent) {
-		for _, c := range a.s.clusterViewsLocked(now) {
-			m := byID[c.ID]
-			if m == nil {
-				c.Agents, c.From = []string{a.id}, ""
-				byID[c.ID] = &c
-				continue
-			}
-			m.Agents = append(m.Agents, a.id)
-			m.Count += c.Count
-			m.Total += c.Total
-			m.older += c.older
-			m.newer += c.newer
-			m.window = max(m.window, c.window)
-			if c.FirstSeen.Before(m.FirstSeen) {
-				m.FirstSeen = c.FirstSeen
-			}
-			if c.LastSeen.After(m.LastSeen) {
-				m.LastSeen, m.Class, m.RootCause, m.Examples = c.LastSeen, c.Class, c.RootCause, c.Examples
+// nestedNote says how many of the window's failures were passed on from
+// calls nested in the agent's, and whose they are: "" when none.
+func nestedNote(cs []Cluster) string {
+	n, agents := 0, []string(nil)
+	for _, c := range cs {
+		if c.From != "" {
+			n += c.Count
+			if !slices.Contains(agents, c.From) {
+				agents = append(agents, c.From)
 			}
 		}
-	})
-	out := make([]Cluster, 0, len(byID))
-	for _, c := range byID {
-		slices.Sort(c.Agents)
-		c.Recurring = c.Count >= 3
-		c.Trend = trendOf(c.FirstSeen.UnixNano(), now, c.window, c.older, c.newer)
-		out = append(out, c.Cluster)
 	}
-	sortClusters(out)
-	return out
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d more came from nested calls of %s, left to them", n, quoteList(agents, 3))
 }
 
-// SharedCauses returns the signatures and classes that hit two or more
-// agents, each within its own analysis window: likely common causes,
-// such as an upstream outage. Signatures come first, then classes (other
-// and canceled are not reported as shared classes); within each, the most
-// agents first. The index behind it is kept in memory and bounded (1,024
-// signatures, 8 agents each, the least recently hit dropped first); it
-// covers the failures of this process and the clusters of the agents it
-// has loaded.
-func (l *Loop) SharedCauses() []SharedCause {
-	return l.shared.causes(l.clock.Now().UnixNano(), "", false)
+// quoteList quotes the first n of names, and says how many more.
+func quoteList(names []string, n int) string {
+	var b strings.Builder
+	for i, s := range names[:min(len(names), n)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(failure.Bound(s, 40)))
+	}
+	if len(names) > n {
+		fmt.Fprintf(&b, " and %d more", len(names)-n)
+	}
+	return b.String()
 }

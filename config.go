@@ -327,3 +327,55 @@ func repeats(cur, next, rb Config) bool {
 		check(next.FirstTokenTimeout != cur.FirstTokenTimeout, next.FirstTokenTimeout == rb.FirstTokenTimeout) &&
 		check(!maps.Equal(next.Params, cur.Params), maps.Equal(next.Params, rb.Params)) && moved
 }
+
+// maxRouteLen bounds a route's name, in bytes, and a model's.
+const maxRouteLen = 256
+
+// Stats summarises an agent's calls. Counts cover the agent's analysis
+// window (Window), measured in 64 time buckets, so the oldest edge is exact
+// to within Window/64; ConsecutiveFailures, TotalCalls and Ignored are exact.
+type Stats struct {
+	// Calls and Failures count the calls that ended in the window. Calls
+	// cancelled by the caller's own context are not counted (see Ignored).
+	Calls    int `json:"calls"`
+	Failures int `json:"failures"`
+	// SuccessRate is (Calls-Failures)/Calls, and 1 when there are no calls.
+	SuccessRate float64 `json:"success_rate"`
+	// AvgLatency is TotalLatency/Calls over all counted calls, failed ones
+	// included; 0 when there are no calls.
+	AvgLatency time.Duration `json:"avg_latency_ns"`
+	// TotalLatency is the sum of the counted calls' durations (all
+	// attempts and the waits between them).
+	TotalLatency time.Duration `json:"total_latency_ns"`
+	// SuccessLatency is the sum of the successful calls' durations. It is
+	// counted for the calls under verification and for the recent regime
+	// a change is judged against; 0 elsewhere (the analysis window).
+	SuccessLatency time.Duration `json:"success_latency_ns,omitempty"`
+	// ConsecutiveFailures counts the failures since the last success.
+	ConsecutiveFailures int `json:"consecutive_failures"`
+	// Profile is the threshold profile in force; Window is its analysis
+	// window.
+	Profile Profile       `json:"profile,omitempty"`
+	Window  time.Duration `json:"window_ns,omitempty"`
+	// CallsPerDay counts calls in the last 24 hours (to within 15 minutes);
+	// it picks the frequency profile.
+	CallsPerDay int `json:"calls_per_day,omitempty"`
+	// TotalCalls and Ignored count every call since the agent's state began:
+	// counted calls, and calls cancelled by their caller.
+	TotalCalls int64 `json:"total_calls,omitempty"`
+	Ignored    int64 `json:"ignored,omitempty"`
+	// Scored counts the calls scored (Loop.Score, Loop.AddScore) under a
+	// config version, Quality is their mean score and QualitySD the
+	// scores' standard deviation (both 0 when none). Costed counts the
+	// calls that reported a cost (AddCost), Cost is their total, and
+	// CostPerSuccess is Cost over the successful calls among them (0 when
+	// none). They are those of one config version: the config in force
+	// for Loop.Stats, AgentView and Analysis, the versions compared for
+	// Evidence and Change.
+	Scored         int     `json:"scored,omitempty"`
+	Quality        float64 `json:"quality,omitempty"`
+	QualitySD      float64 `json:"quality_sd,omitempty"`
+	Costed         int     `json:"costed,omitempty"`
+	Cost           float64 `json:"cost,omitempty"`
+	CostPerSuccess float64 `json:"cost_per_success,omitempty"`
+}

@@ -48,3 +48,12 @@ func logEvent(ctx context.Context, l *slog.Logger, e Event) {
 		l.LogAttrs(ctx, level, "selfimprove: "+e.Message, e.LogValue().Group()...)
 	}
 }
+
+// logNotifier is the loop's notifier unless WithNotifier is given: it logs
+// each event through the loop's logger at its Level (as notify.Log does).
+type logNotifier struct{ l *slog.Logger }
+
+func (n logNotifier) Notify(ctx context.Context, e Event) error {
+	logEvent(ctx, n.l, e)
+	return nil
+}

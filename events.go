@@ -15,13 +15,6 @@ const (
 	maxSubscribeBuf     = 1 << 16
 )
 
-// WithRecentEvents sets how many of the latest events the loop keeps in
-// memory for Events and Subscribe, in 1..1,048,576. Default 1,000. The
-// event log (events.jsonl, see ReadEvents) keeps them all; New starts the
-// recent events with the newest of the store's (see eventHistory), so
-// they reach back past a restart.
-func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents = n } }
-
 // hub keeps the latest events in a ring and hands each new one to the
 // subscriptions. Publishing never blocks: a subscription whose buffer is
 // full is ended with ErrSubscriberBehind.
@@ -124,40 +117,6 @@ func (s *Subscription) Err() error {
 	return s.err
 }
 
-// Subscribe subscribes to the events the loop records from now on: the
-// same events the Notifier gets (every kind but EventDigest), each once,
-// after it was written to the store. buf bounds the events waiting in C
-// (default 64 when buf <= 0, at most 65,536): when C is full as an event
-// comes, the subscription ends with ErrSubscriberBehind, so that a slow
-// reader never delays a call, the notifier or another reader.
-//
-// after resumes a stream: with the ID of an event still among the recent
-// ones (WithRecentEvents), Backlog holds the events recorded after it;
-// with an ID no longer among them, the recent events whose IDs sort after
-// it (IDs sort by time to the millisecond). With "" Backlog is empty.
-// After Close, C is closed at once and Err returns ErrClosed.
-func (l *Loop) Subscribe(after string, buf int) *Subscription {
-	if buf <= 0 {
-		buf = defaultSubscribeBuf
-	}
-	buf = min(buf, maxSubscribeBuf)
-	ch := make(chan Event, buf)
-	s := &Subscription{C: ch, ch: ch, h: l.hub}
-	h := l.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if after != "" {
-		s.Backlog = eventsAfter(h.recentLocked(), after)
-	}
-	if h.closed {
-		s.err = ErrClosed
-		close(ch)
-		return s
-	}
-	h.subs[s] = struct{}{}
-	return s
-}
-
 // eventsAfter returns the events of evs (oldest first) after the one
 // with ID id, or, when none has it, those whose IDs sort after it.
 func eventsAfter(evs []Event, id string) []Event {
@@ -184,37 +143,6 @@ type EventFilter struct {
 	// Limit bounds the events returned: the first Limit after After, or
 	// else the last Limit. Default 100 when 0 or less.
 	Limit int
-}
-
-// Events returns the recent events (see WithRecentEvents) that f selects,
-// oldest first. Older events are in the event log (ReadEvents).
-func (l *Loop) Events(f EventFilter) []Event {
-	l.hub.mu.Lock()
-	evs := l.hub.recentLocked()
-	l.hub.mu.Unlock()
-	if f.After != "" {
-		evs = eventsAfter(evs, f.After)
-	}
-	if f.Before != "" {
-		if i := slices.IndexFunc(evs, func(e Event) bool { return e.ID == f.Before }); i >= 0 {
-			evs = evs[:i]
-		} else {
-			evs = slices.DeleteFunc(evs, func(e Event) bool { return e.ID >= f.Before })
-		}
-	}
-	evs = slices.DeleteFunc(evs, func(e Event) bool { return !f.Keeps(&e) })
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	if len(evs) > limit {
-		if f.After != "" {
-			evs = evs[:limit]
-		} else {
-			evs = evs[len(evs)-limit:]
-		}
-	}
-	return slices.Clip(evs)
 }
 
 // Keeps reports whether f selects e by its agent, type and time (After,

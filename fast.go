@@ -165,54 +165,19 @@ func (f *fastCounts) collect(own *fastHist, calls *[len(latencyBounds) + 1]uint6
 	}
 }
 
-// settleLocked closes a's fast path and books the calls its counters
-// hold into the tracker, as successes that ended just before now (Unix
-// ns) and before the bucket they were booked in ended, and into the
-// agent's metrics. a.mu is held.
-func (a *agent) settleLocked(now int64) {
-	until := a.fast.until.Swap(0)
-	var byBucket [len(latencyBounds) + 1]uint64
-	var lat int64
-	t := a.tel
-	t.seq.Add(1) // readers of the metrics retry while the counts move
-	a.fast.collect(&t.live, &byBucket, &lat, true)
-	var calls uint64
-	for i, n := range byBucket {
-		if n > 0 {
-			t.buckets[i].Add(n)
-			calls += n
-		}
-	}
-	t.successes.Add(int64(calls))
-	t.sum.Add(lat)
-	t.seq.Add(1)
-	if calls == 0 {
-		return
-	}
-	if until == 0 || now < until {
-		until = now
-	}
-	a.s.Tracker.addSuccesses(until-1, calls, lat)
-	a.dirty = true
-	if a.fl != nil {
-		a.fl.tally.successes(a.s.Gen, int64(calls), lat)
-	}
+// latencyBounds are the upper bounds of the latency histogram's buckets
+// (see LatencyBuckets); a last bucket counts the calls above them.
+var latencyBounds = [...]time.Duration{
+	5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
 }
 
-// settleFleetLocked settles a (not once it is evicted) before the fleet's
-// code reads or changes its state. a.mu is held.
-func (a *agent) settleFleetLocked(l *Loop) {
-	if !a.evicted {
-		a.settleLocked(l.clock.Now().UnixNano())
+// latencyBucket is the index of d's bucket in a latency histogram.
+func latencyBucket(d time.Duration) int {
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
 	}
-}
-
-// reopenLocked opens a's fast path again when no change is under
-// verification, up to the end of the tracker's current buckets. a.mu is
-// held and a is settled.
-func (a *agent) reopenLocked() {
-	if a.s.Verifying != nil || a.evicted {
-		return
-	}
-	a.fast.until.Store(a.s.Tracker.bucketEnd())
+	return i
 }

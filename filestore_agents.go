@@ -2,11 +2,8 @@ package selfimprove
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -76,36 +73,6 @@ func (s *FileStore) refuseFile(name string, why error) {
 	}
 	s.log.Error("selfimprove: a state file holds an agent ID the loop refuses: set aside, not listed",
 		"file", filepath.Join("agents", name), "why", why, "moved_to", filepath.Join("agents", aside))
-}
-
-// agentFileID reads the agent ID of the state file e in agents. Files
-// that are not agents' state files, cannot be read or parsed, or are
-// not named after the ID they hold are passed over (ok false); a file
-// whose ID the loop refuses goes to refused.
-func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name string, why error)) (string, bool) {
-	name := e.Name()
-	if e.IsDir() || !isAgentFile(name) {
-		return "", false
-	}
-	data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
-	if err != nil {
-		return "", false // not a regular file, too large, unreadable: not an agent's
-	}
-	var head struct {
-		ID string `json:"agent_id_b64"`
-	}
-	if json.Unmarshal(data, &head) != nil {
-		return "", false
-	}
-	id, err := base64.StdEncoding.DecodeString(head.ID)
-	if err != nil || fileName(string(id)) != name {
-		return "", false
-	}
-	if err := checkAgentID(string(id)); err != nil {
-		refused(name, err)
-		return "", false
-	}
-	return string(id), true
 }
 
 // defaultMaxAgentFiles is FileOptions.MaxAgentFiles's default.

@@ -111,15 +111,3 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 	}
 	return err
 }
-
-// describe is Memo.Describe for the failure of an attempt, or a call,
-// whose last attempt is noted in b: one that stalled before its first
-// token is of class ClassFirstTokenTimeout, whatever error fn returned
-// for it (fn may return its context's error, which does not say why).
-func (l *Loop) describe(err error, status int, b *begun) failure.Failure {
-	f := l.memo.Describe(err, status)
-	if b != nil && b.stalled {
-		f.Class = failure.ClassFirstTokenTimeout
-	}
-	return f
-}

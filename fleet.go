@@ -242,24 +242,3 @@ type FleetPool struct {
 	// booked. The Loop reports it at most once a minute per agent.
 	Err error
 }
-
-// WithFleet shares each agent's state with the other replicas attached to
-// f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state
-// to itself.
-func WithFleet(f Fleet) Option { return func(o *options) { o.fleet = f } }
-
-// WithFleetTimeout bounds what one call or operator method waits on the
-// fleet in all: the operations of one decision (lease, reload, commit,
-// release), its tries and its wait for another save of the agent share
-// it; each background operation (a flush) has its own. Default
-// DefaultFleetTimeout (500 ms); it must be positive. See docs/fleet.md.
-func WithFleetTimeout(d time.Duration) Option { return func(o *options) { o.fleetTimeout = d } }
-
-// WithFleetFlush sets how often the counts of the calls go to the fleet:
-// every interval (0: only when calls calls are waiting, and on SyncFleet
-// and Close), or as soon as calls calls are waiting. Default
-// DefaultFleetInterval (200 ms) and DefaultFleetCalls (1,024); calls must
-// be at least 1.
-func WithFleetFlush(interval time.Duration, calls int) Option {
-	return func(o *options) { o.fleetInterval, o.fleetCalls = interval, calls }
-}

@@ -17,27 +17,9 @@ import (
 // batches it undoes. A caller that finds its batch marked once it has
 // the agent's save returns the mark's error instead of success.
 
-// fleetBatch is the decisions made on an agent's copy since a save last
-// took it. err, set under the agent's mu, is why they were taken back
-// (nil: in force, or landed).
-type fleetBatch struct{ err error }
-
 // errTakenOver takes back the decisions not committed yet when the
 // replica takes a newer state of the agent from the fleet.
 var errTakenOver = fmt.Errorf("selfimprove: another replica decided first: %w", ErrFleetConflict)
-
-// decidedLocked returns the batch of a decision just made on a's copy,
-// for its caller to give to the save (nil without a fleet). a.mu is held.
-func (a *agent) decidedLocked() *fleetBatch {
-	fa := a.fl
-	if fa == nil {
-		return nil
-	}
-	if fa.decided == nil {
-		fa.decided = new(fleetBatch)
-	}
-	return fa.decided
-}
 
 // takeBatchLocked returns the batch of the decisions in a's copy, which
 // a save is about to commit, and starts a new one. a.mu is held.

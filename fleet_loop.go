@@ -56,41 +56,6 @@ type fleetLink struct {
 // subscriber reconnecting to Redis) is made up within it.
 const fleetPoll = time.Second
 
-// fleetAgent is an agent's link to the fleet. The fields without their
-// own synchronisation are guarded by the agent's mutex.
-type fleetAgent struct {
-	// st is the agent's replication: its revision and base, the commit
-	// in flight, what is owed to the fleet, the orphan decision.
-	st    replica.State
-	tally fleetTally
-	// sent is this replica's calls the fleet has; others, the other
-	// replicas' calls booked here; seq, the newest failure booked.
-	sent, others FleetCounts
-	seq          uint64
-	leaseBusy    int64        // Unix ns: another replica holds the lease until then
-	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetJudge)
-	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
-	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
-	// one whose answer was lost, sent again unchanged before any other.
-	deltas replica.Deltas[FleetDelta]
-	// arms is what was sent and booked of the generation's arms: the
-	// scores and costs (fleet_quality.go).
-	arms fleetArms
-	// decided is the batch of the decisions made on the agent's copy
-	// since a save last took it (fleet_batch.go). Guarded by the agent's
-	// mu.
-	decided *fleetBatch
-	// releasing is set while the flusher gives the agent's lease back
-	// (fleetReleases). Guarded by the agent's mu.
-	releasing bool
-	// statsAt is when the agent's statistics were last sent (Unix ns),
-	// statsMark their statsMark then; statsOwed: calls of this
-	// replica's were sent since, or other replicas' booked
-	// (fleet_stats.go). Guarded by the agent's mu.
-	statsAt, statsMark int64
-	statsOwed          bool
-}
-
 func newFleetLink(o *options) *fleetLink {
 	return &fleetLink{
 		Link: replica.Link{Timeout: o.fleetTimeout}, f: o.fleet, replica: newID(time.Now()), interval: o.fleetInterval,
@@ -483,3 +448,23 @@ func isFleetErr(err error) bool {
 // outage (a missing right, a script's error); the decision was taken
 // back.
 var errFleetRefused = errors.New("selfimprove: the fleet refused the decision")
+
+// settleFleetLocked settles a (not once it is evicted) before the fleet's
+// code reads or changes its state. a.mu is held.
+func (a *agent) settleFleetLocked(l *Loop) {
+	if !a.evicted {
+		a.settleLocked(l.clock.Now().UnixNano())
+	}
+}
+
+// fleetReplicas counts the replicas seen alive at now (Metrics).
+func (fl *fleetLink) fleetReplicas(now time.Time) (n int64) {
+	if seen := fl.replicas.seen.Load(); seen != nil {
+		for _, r := range *seen {
+			if r.Until.After(now) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -11,22 +11,6 @@ import "time"
 // score, see the fleet's scores, each booked once: a replica's own as it
 // makes them, the others' as the pooled arms bring them.
 
-// fleetArms is what a replica has sent and booked of the arms of the
-// generation gen; guarded by the agent's mutex.
-type fleetArms struct {
-	gen uint64
-	// sent is this replica's counts of the arms (change, control) the
-	// fleet has; seen, the other replicas' it has booked.
-	sent, seen [2]FleetCounts
-	// started says a pool was booked. stored says the agent's records
-	// came from the store, under generation storedGen: when the first
-	// pool is of it, what the fleet had counted of it before is not
-	// booked, since the records may hold it already (this replica's
-	// scores before a restart, and those it had booked of the others).
-	started, stored bool
-	storedGen       uint64
-}
-
 // score books, for the fleet, a score given later to a call of
 // generation gen on the arm control or not.
 func (t *fleetTally) score(gen uint64, control bool, score float64) {

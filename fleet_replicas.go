@@ -96,15 +96,3 @@ func (l *Loop) FleetReplicas() map[string]time.Time {
 	}
 	return out
 }
-
-// fleetReplicas counts the replicas seen alive at now (Metrics).
-func (fl *fleetLink) fleetReplicas(now time.Time) (n int64) {
-	if seen := fl.replicas.seen.Load(); seen != nil {
-		for _, r := range *seen {
-			if r.Until.After(now) {
-				n++
-			}
-		}
-	}
-	return n
-}

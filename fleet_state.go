@@ -2,9 +2,11 @@ package selfimprove
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The fleet's side of the per-agent state machine: what of an agentState
@@ -71,29 +73,6 @@ func (s *agentState) adopt(sh *agentState) {
 	s.Verify, s.Control, s.Streak = counts{}, counts{}, streak{}
 	if keep {
 		s.Verify, s.Control, s.Streak = v, c, k
-	}
-}
-
-// judge decides the change under verification on the evidence as it
-// stands (the counts pooled over the fleet): confirm, roll back or wait.
-func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
-	if s.Verifying == nil {
-		return
-	}
-	p := r.policy
-	if s.Verifying.CostAccepted {
-		p.MaxCostRise = -1 // a person accepted the cost
-	}
-	e := s.evidence()
-	switch v := p.Decide(e); v.Decision {
-	case DecisionRollback:
-		id := s.Verifying.ID
-		s.rollback(now, v.Reason, r, eff)
-		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack && p.costOnly(e, v) {
-			s.fileCostRise(now, ch, r, eff)
-		}
-	case DecisionConfirm:
-		s.confirm(now, v.Reason, r, eff)
 	}
 }
 
@@ -188,4 +167,55 @@ func (t *fleetTally) count(c *call) {
 		side.Consecutive = 0
 	}
 	t.calls++
+}
+
+// fleetAgent is an agent's link to the fleet. The fields without their
+// own synchronisation are guarded by the agent's mutex.
+type fleetAgent struct {
+	// st is the agent's replication: its revision and base, the commit
+	// in flight, what is owed to the fleet, the orphan decision.
+	st    replica.State
+	tally fleetTally
+	// sent is this replica's calls the fleet has; others, the other
+	// replicas' calls booked here; seq, the newest failure booked.
+	sent, others FleetCounts
+	seq          uint64
+	leaseBusy    int64        // Unix ns: another replica holds the lease until then
+	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetJudge)
+	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
+	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
+	// one whose answer was lost, sent again unchanged before any other.
+	deltas replica.Deltas[FleetDelta]
+	// arms is what was sent and booked of the generation's arms: the
+	// scores and costs (fleet_quality.go).
+	arms fleetArms
+	// decided is the batch of the decisions made on the agent's copy
+	// since a save last took it (fleet_batch.go). Guarded by the agent's
+	// mu.
+	decided *fleetBatch
+	// releasing is set while the flusher gives the agent's lease back
+	// (fleetReleases). Guarded by the agent's mu.
+	releasing bool
+	// statsAt is when the agent's statistics were last sent (Unix ns),
+	// statsMark their statsMark then; statsOwed: calls of this
+	// replica's were sent since, or other replicas' booked
+	// (fleet_stats.go). Guarded by the agent's mu.
+	statsAt, statsMark int64
+	statsOwed          bool
+}
+
+// fleetArms is what a replica has sent and booked of the arms of the
+// generation gen; guarded by the agent's mutex.
+type fleetArms struct {
+	gen uint64
+	// sent is this replica's counts of the arms (change, control) the
+	// fleet has; seen, the other replicas' it has booked.
+	sent, seen [2]FleetCounts
+	// started says a pool was booked. stored says the agent's records
+	// came from the store, under generation storedGen: when the first
+	// pool is of it, what the fleet had counted of it before is not
+	// booked, since the records may hold it already (this replica's
+	// scores before a restart, and those it had booked of the others).
+	started, stored bool
+	storedGen       uint64
 }

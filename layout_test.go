@@ -26,7 +26,7 @@ var (
 	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go", "filestore.go", "filestore_agents.go",
 		"options.go", "state.go", "state_operator.go", "state_proposal.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
 		"notifier.go", "store.go", "ramstore.go", "trace.go", "budget.go", "analyze.go",
-		"clock.go", "format.go", "format_decode.go", "format_v1.go"}
+		"clock.go", "format.go", "format_decode.go", "format_v1.go", "agent.go", "lifecycle.go", "state_cluster.go"}
 )
 
 func TestLeavesStayLeaves(t *testing.T) {

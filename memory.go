@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
-	"io/fs"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -84,16 +82,6 @@ type MemoryOptions struct {
 	// memory's Confidence halves. Default 7 days; at most 366 days.
 	HalfLife time.Duration
 }
-
-// The memory's bounds (its defaults are DefaultMemoryClusters and
-// DefaultMemoryHalfLife).
-const (
-	maxMemoryAgents = 8
-	maxMemoryFixes  = 8
-	memoryDoc       = "memory"
-	memorySaveEvery = time.Minute // the memory is saved at most this often, and at Close
-	memoryFormat    = 1
-)
 
 // memEntry is a remembered cluster with its terms.
 type memEntry struct {
@@ -486,86 +474,11 @@ func (m *memory) load(data []byte) error {
 	return nil
 }
 
-// Similar returns the k remembered failure clusters most similar to text
-// (an error message; it is scrubbed and signed first), best first. The
-// similarity is the cosine of the TF-IDF vectors of the signatures' words
-// (binary term frequency, idf = ln(1 + N/df) over the N remembered
-// clusters). When fewer than k clusters share a word with text, text may
-// also name a failure class as keywords ("timeout", "rate limit",
-// "quota"; see failure.Class): that class's clusters follow, the latest
-// seen first, with Similarity 0.5 (classMatch). Each Memory carries its
-// fixes and how they ended, and a Confidence that halves every
-// MemoryOptions.HalfLife since the cluster was last seen; both are
-// rounded to three decimals. It reads every remembered cluster: about 2 ms for
-// 100,000 on a 2-core VM; failures of new clusters wait for it.
-func (l *Loop) Similar(text string, k int) []Memory {
-	now := l.clock.Now().UnixNano()
-	out := l.mem.similar(text, k, now)
-	if c := classNamed(text); c != "" && len(out) < k {
-		out = append(out, l.mem.ofClass(c, k-len(out), now, out)...)
+// appendBounded appends v to s and drops the oldest elements beyond n.
+func appendBounded[T any](s []T, v T, n int) []T {
+	s = append(s, v)
+	if len(s) > n {
+		s = append(s[:0:0], s[len(s)-n:]...)
 	}
-	for i := range out { // figures to read, not 1.8e-9
-		out[i].Similarity = math.Round(out[i].Similarity*1000) / 1000
-		out[i].Confidence = min(math.Round(out[i].Confidence*1000)/1000, out[i].Similarity)
-	}
-	return out
-}
-
-// ExportMemory writes the whole failure memory to w as JSON, the clusters
-// seen latest first: {"format":1,"memories":[...]}.
-func (l *Loop) ExportMemory(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(memoryFile{Format: memoryFormat, Memories: l.mem.all()})
-}
-
-// saveMemory saves the memory through the store, if it changed, at most
-// once every memorySaveEvery unless the loop is closing.
-func (l *Loop) saveMemory(closing bool) error {
-	ms, ok := l.store.(metaStore)
-	if !ok {
-		return nil
-	}
-	if !l.memLoaded.Load() {
-		if err := l.loadMemory(); err != nil {
-			l.m.storeErrors.Add(1)
-			l.log.Error("selfimprove: cannot read the failure memory; not saving it", "error", err)
-			return fmt.Errorf("selfimprove: read memory: %w", err)
-		}
-	}
-	data, changed, err := l.mem.encode(l.clock.Now().UnixNano(), closing)
-	if err == nil && changed {
-		err = ms.SaveMeta(memoryDoc, data)
-	}
-	if err != nil {
-		l.m.storeErrors.Add(1)
-		l.mem.mu.Lock()
-		l.mem.dirty = true
-		l.mem.mu.Unlock()
-		l.log.Error("selfimprove: cannot save the failure memory", "error", err)
-		return fmt.Errorf("selfimprove: save memory: %w", err)
-	}
-	return nil
-}
-
-// loadMemory reads the saved memory, if any, into the memory (clusters
-// already in it are kept as they are). A corrupt document is logged and
-// replaced at the next save.
-func (l *Loop) loadMemory() error {
-	ms, ok := l.store.(metaStore)
-	if !ok {
-		l.memLoaded.Store(true)
-		return nil
-	}
-	err := ms.LoadMeta(memoryDoc, l.mem.load)
-	switch {
-	case err == nil, failure.Is(err, fs.ErrNotExist):
-	case failure.Is(err, ErrCorruptState):
-		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
-	default:
-		return err
-	}
-	l.memLoaded.Store(true)
-	return nil
+	return s
 }

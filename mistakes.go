@@ -83,24 +83,6 @@ func (m *mistakeLog) note(seed maphash.Seed, agentID string, why error, now time
 	return true, 0, unlogged
 }
 
-// logMistake logs a call of agentID that ran untracked because of why,
-// unless the same mistake was logged within the minute. The ID is shown
-// quoted, its first maxQuoted bytes at most.
-func (l *Loop) logMistake(agentID string, why error) {
-	ok, repeated, unlogged := l.mistakes.note(l.seed, agentID, why, l.clock.Now())
-	if !ok {
-		return
-	}
-	attrs := []any{"agent", quoteCut(agentID, maxQuoted), "agent_bytes", len(agentID), "error", why}
-	if repeated > 0 {
-		attrs = append(attrs, "repeated", repeated)
-	}
-	if unlogged > 0 {
-		attrs = append(attrs, "unlogged", unlogged)
-	}
-	l.log.Warn("selfimprove: a call ran untracked: "+mistakeText(why), attrs...)
-}
-
 // mistakeText says what the caller did.
 func mistakeText(why error) string {
 	if errors.Is(why, ErrClosed) {

@@ -3,15 +3,12 @@ package selfimprove
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // This file is what a call knows of the calls nested in it: a call made
@@ -149,44 +146,6 @@ func passesOn(err, target error) (found bool) {
 	return found
 }
 
-// leave hands the failure of a call of agentID, which returned err, to
-// the attempt it is nested in: the nearest attempt context in ctx. A call
-// nested in none, or in a call without an attempt context, leaves it in
-// the loop's recent failures instead.
-func (l *Loop) leave(ctx context.Context, agentID string, err error) {
-	if p, _ := ctx.Value(callKey{}).(*callCtx); p != nil {
-		p.note(agentID, err)
-		return
-	}
-	l.lately.add(agentID, err)
-}
-
-// cause says where the failure of a's call c, which returned err, came
-// from: from, the agent of a call nested in the call's last attempt that
-// returned err (or an error err wraps); or, for a call without an
-// attempt context, suspect when err is, or wraps, an error that a call
-// of another agent returned while this one ran. A suspect agent's calls
-// get an attempt context from then on, so that the next such failure is
-// told apart for sure.
-func (l *Loop) cause(a *agent, c *begun, err error) (from string, suspect bool) {
-	if c.att != nil {
-		return boundFrom(c.att.from(err)), false
-	}
-	if l.lately.seen(a.id, err, c.seq) {
-		a.set(flagNests, true)
-		return "", true
-	}
-	return "", false
-}
-
-// maxFrom bounds the agent ID a cluster keeps in Cluster.From.
-const maxFrom = 128
-
-// boundFrom is an agent ID as Cluster.From keeps it: cut to maxFrom bytes.
-func boundFrom(id string) string {
-	return failure.Bound(id, maxFrom)
-}
-
 // recentFailures are the errors of the loop's latest failed calls that
 // were nested in no attempt context, each with its agent and its number
 // in the sequence of such failures, for cause.
@@ -227,39 +186,44 @@ func (r *recentFailures) seen(agentID string, err error, since uint64) bool {
 	return false
 }
 
-// nestedNote says how many of the window's failures were passed on from
-// calls nested in the agent's, and whose they are: "" when none.
-func nestedNote(cs []Cluster) string {
-	n, agents := 0, []string(nil)
-	for _, c := range cs {
-		if c.From != "" {
-			n += c.Count
-			if !slices.Contains(agents, c.From) {
-				agents = append(agents, c.From)
-			}
-		}
-	}
-	if n == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %d more came from nested calls of %s, left to them", n, quoteList(agents, 3))
-}
-
-// quoteList quotes the first n of names, and says how many more.
-func quoteList(names []string, n int) string {
-	var b strings.Builder
-	for i, s := range names[:min(len(names), n)] {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(failure.Bound(s, 40)))
-	}
-	if len(names) > n {
-		fmt.Fprintf(&b, " and %d more", len(names)-n)
-	}
-	return b.String()
-}
-
 // errBudgetSpent is the error of a call that its Budget refused before
 // its first attempt.
 var errBudgetSpent = errors.New("selfimprove: budget spent: the call made no attempt")
+
+// begun is what a call knows when fn starts: the config it runs under.
+type begun struct {
+	// fw is the call's fleet time, once its load of a new agent or a
+	// probe's claim started it, paused while fn runs (nil: untouched; see
+	// replica.Chain).
+	fw      *replica.Chain
+	gen     uint64 // the config generation
+	version int    // the config version
+	arm     Arm
+	probe   bool // a half-open circuit's probe
+	// stalled: the latest attempt failed after its first-token deadline
+	// cancelled it (see runWatched).
+	stalled bool
+	// nests: the agent was seen to pass on the failures of other calls,
+	// so that its calls need an attempt context (see callCtx).
+	nests bool
+	route string
+	// homeProbe: the first attempt probes the primary (see ProbePolicy);
+	// probeClass and probeText describe its failure.
+	homeProbe  bool
+	probeClass failure.Class
+	probeText  string
+	// id is the agent's ID; fellBack, that the call's last attempt ran
+	// on the next route of its ladder (fellRoute) after a failure of
+	// fellClass on its own.
+	id        string
+	fellBack  bool
+	fellClass failure.Class
+	fellRoute string
+	// att is the call's attempt context, if it has one; seq, the
+	// loop's recent failures when it started, without one (see
+	// Loop.cause).
+	att *callCtx
+	seq uint64
+	// q is what the call reported of itself (see scoreCtx).
+	q quality
+}

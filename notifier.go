@@ -143,15 +143,6 @@ type NotifierFunc func(ctx context.Context, e Event) error
 // Notify calls f(ctx, e).
 func (f NotifierFunc) Notify(ctx context.Context, e Event) error { return f(ctx, e) }
 
-// logNotifier is the loop's notifier unless WithNotifier is given: it logs
-// each event through the loop's logger at its Level (as notify.Log does).
-type logNotifier struct{ l *slog.Logger }
-
-func (n logNotifier) Notify(ctx context.Context, e Event) error {
-	logEvent(ctx, n.l, e)
-	return nil
-}
-
 // importance ranks event types for dropping when the queue is full: the
 // least important pending event goes first.
 func importance(t EventType) int {

@@ -1,8 +1,10 @@
 package selfimprove
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -236,4 +238,242 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 		}
 		return err
 	}
+}
+
+// SetCandidates gives agentID candidate configs of its own, in place of
+// those WithCandidates sets, in the order the loop tries them; nil or
+// empty removes the agent's own. The built-in strategy tries them one at
+// a time, once a fall of success leaves it no safe move of its own, or
+// first when the mean score falls; with WithExploration, the loop also
+// explores them while the agent is healthy (docs/quality.md#candidates).
+// Every move to a candidate is a change, verified on success, latency,
+// quality and cost; one rolled back is refused for RollbackPolicy.
+// RefuseFor (default 24 hours). The candidates live in the Loop, not in
+// its store: set them again after a restart, as options are. It fails
+// with ErrInvalidAgentID, or ErrInvalidOption naming the field (see
+// WithCandidates).
+func (l *Loop) SetCandidates(agentID string, cs []Candidate) error {
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	if err := checkCandidates(cs); err != nil {
+		return fmt.Errorf("%w: SetCandidates: %w", ErrInvalidOption, err)
+	}
+	b := &l.cands
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := map[string][]Candidate{}
+	if old := b.per.Load(); old != nil {
+		maps.Copy(m, *old)
+	}
+	if len(cs) == 0 {
+		delete(m, agentID)
+	} else {
+		m[agentID] = cloneCandidates(cs)
+	}
+	b.per.Store(&m)
+	return nil
+}
+
+// Candidates returns agentID's candidates: its own (see SetCandidates),
+// or the Loop's (see WithCandidates). A copy; nil when none.
+func (l *Loop) Candidates(agentID string) []Candidate {
+	return cloneCandidates(l.cands.of(agentID))
+}
+
+// SetRoutes gives agentID a route ladder of its own, in place of the one
+// WithRoutes sets; the zero Routes removes the agent's own ladder. It
+// takes effect at the agent's next call or analysis. The ladder lives in
+// the Loop, not in its store: set it again after a restart, as options
+// are. It fails with ErrInvalidAgentID, or with ErrInvalidOption for a
+// ladder outside the bounds of Routes.
+func (l *Loop) SetRoutes(agentID string, r Routes) error {
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("%w: SetRoutes: %w", ErrInvalidOption, err)
+	}
+	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil {
+		l.routes.set(agentID, nil)
+	} else {
+		rc := r.clone()
+		l.routes.set(agentID, &rc)
+	}
+	return nil
+}
+
+// Routes returns agentID's route ladder: its own (see SetRoutes), or the
+// Loop's (see WithRoutes). A copy.
+func (l *Loop) Routes(agentID string) Routes {
+	if r := l.routes.of(agentID); r != nil {
+		return r.clone()
+	}
+	return Routes{}
+}
+
+// AllClusters merges the clusters of the agents in memory (see
+// WithMaxAgents) by ID: counts are summed, the first and last times span
+// them all, the examples are those of the most recent, and Agents lists
+// the agents. Most failures first.
+func (l *Loop) AllClusters() []Cluster {
+	now := l.clock.Now().UnixNano()
+	byID := map[string]*clusterView{}
+	l.eachAgent(func(a *agent) {
+		for _, c := range a.s.clusterViewsLocked(now) {
+			m := byID[c.ID]
+			if m == nil {
+				c.Agents, c.From = []string{a.id}, ""
+				byID[c.ID] = &c
+				continue
+			}
+			m.Agents = append(m.Agents, a.id)
+			m.Count += c.Count
+			m.Total += c.Total
+			m.older += c.older
+			m.newer += c.newer
+			m.window = max(m.window, c.window)
+			if c.FirstSeen.Before(m.FirstSeen) {
+				m.FirstSeen = c.FirstSeen
+			}
+			if c.LastSeen.After(m.LastSeen) {
+				m.LastSeen, m.Class, m.RootCause, m.Examples = c.LastSeen, c.Class, c.RootCause, c.Examples
+			}
+		}
+	})
+	out := make([]Cluster, 0, len(byID))
+	for _, c := range byID {
+		slices.Sort(c.Agents)
+		c.Recurring = c.Count >= 3
+		c.Trend = trendOf(c.FirstSeen.UnixNano(), now, c.window, c.older, c.newer)
+		out = append(out, c.Cluster)
+	}
+	sortClusters(out)
+	return out
+}
+
+// SharedCauses returns the signatures and classes that hit two or more
+// agents, each within its own analysis window: likely common causes,
+// such as an upstream outage. Signatures come first, then classes (other
+// and canceled are not reported as shared classes); within each, the most
+// agents first. The index behind it is kept in memory and bounded (1,024
+// signatures, 8 agents each, the least recently hit dropped first); it
+// covers the failures of this process and the clusters of the agents it
+// has loaded.
+func (l *Loop) SharedCauses() []SharedCause {
+	return l.shared.causes(l.clock.Now().UnixNano(), "", false)
+}
+
+// Proposals returns the proposals that keep reports true for (all of
+// them when keep is nil), oldest first. It covers every agent with
+// proposals: those in memory, and, with a Store that implements
+// metaStore (FileStore and RAMStore do), those not loaded yet.
+func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
+	l.loadProposalAgents()
+	var out []Proposal
+	l.eachAgent(func(a *agent) {
+		for _, p := range a.s.Proposals {
+			if keep == nil || keep(p) {
+				out = append(out, p.clone())
+			}
+		}
+	})
+	slices.SortFunc(out, func(x, y Proposal) int { return cmp.Compare(x.ID, y.ID) })
+	return out
+}
+
+// Approve approves the pending proposal id. A proposal with a config goes
+// through the same guard as an automatic tweak: it is applied as the
+// agent's next config version and verified, and rolled back if it
+// regresses; the proposal then records the outcome. It fails with
+// ErrVerifying while another change is verified, and with
+// ErrTweakRejected when the config was rolled back before (see
+// ClearRejected) or is invalid or already current. A proposal with only
+// a rule is marked approved. The outcome is saved before Approve returns;
+// an approval that cannot be saved is taken back. After Close it returns
+// ErrClosed.
+func (l *Loop) Approve(id string) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	a, err := l.lockProposal(id)
+	if err != nil {
+		return err
+	}
+	ch, eff, err := a.s.approve(l.clock.Now(), id, &l.rules)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
+	a.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrTweakRejected) {
+			l.m.rejectedTweaks.Add(1)
+		}
+		return err
+	}
+	if err := l.persistWait(a, nil, b); err != nil {
+		if ch != nil && !isFleetErr(err) {
+			// A change that cannot be recorded is not made. (The fleet's
+			// errors have already put back the fleet's state.)
+			a.mu.Lock()
+			a.settleLocked(l.clock.Now().UnixNano())
+			a.dropQueued(func(ev *Event) bool {
+				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id
+			})
+			a.s.unapprove(id, ch)
+			a.publishLocked(l.canaryCut > 0)
+			a.mu.Unlock()
+		}
+		return fmt.Errorf("selfimprove: proposal not applied: %w", err)
+	}
+	if ch != nil {
+		l.m.improvements.Add(1)
+		if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
+			l.mem.addFix(f.cluster, f.fix)
+		}
+	}
+	return nil
+}
+
+// Reject closes the proposal id, pending or approved with only a rule,
+// with the reason. The strategy's same suggestion for the same cluster is
+// not filed again. The outcome is saved before Reject returns. After
+// Close it returns ErrClosed.
+func (l *Loop) Reject(id, reason string) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	a, err := l.lockProposal(id)
+	if err != nil {
+		return err
+	}
+	eff, err := a.s.reject(l.clock.Now(), id, reason, &l.rules)
+	b := a.commitLocked(&eff, l.canaryCut > 0)
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.remember(eff.fixes)
+	return l.persistWait(a, nil, b)
+}
+
+// lockProposal finds proposal id and returns its agent, locked.
+func (l *Loop) lockProposal(id string) (*agent, error) {
+	for range 2 {
+		agentID, ok := l.props.agentOf(id)
+		if !ok {
+			l.loadProposalAgents()
+			if agentID, ok = l.props.agentOf(id); !ok {
+				break
+			}
+		}
+		a, err := l.lockAgent(nil, agentID, 0)
+		if a == nil {
+			return nil, err
+		}
+		if a.s.proposal(id) != nil {
+			return a, nil
+		}
+		a.mu.Unlock()
+		l.props.forget(id)
+	}
+	return nil, fmt.Errorf("%w: %s", ErrProposalNotFound, id)
 }

@@ -360,3 +360,63 @@ func DefaultDir() (string, error) {
 // honoured up to one minute); a field outside its bound (see
 // RetryPolicy) is refused, named.
 func WithRetryPolicy(p RetryPolicy) Option { return func(o *options) { o.retry = p } }
+
+// WithProbes sets the probe policy (see ProbePolicy). New fails with
+// ErrInvalidOption, naming the field, for a field outside its bound.
+func WithProbes(p ProbePolicy) Option {
+	return func(o *options) { p.NoHold = slices.Clone(p.NoHold); o.probes = p }
+}
+
+// WithRoutes sets every agent's route ladder (see Routes), unless
+// Loop.SetRoutes gives an agent its own. Default: the zero Routes, no
+// ladder. New fails with ErrInvalidOption, naming the field, for more
+// than 15 fallbacks or 64 models, or a route or model over 256 bytes or
+// not UTF-8.
+func WithRoutes(r Routes) Option {
+	return func(o *options) { rc := r.clone(); o.routes = &rc }
+}
+
+// WithCandidates gives every agent the candidates cs (see Candidate),
+// unless Loop.SetCandidates gives an agent its own. Default: none. New
+// fails with ErrInvalidOption, naming the field, for more than 16
+// candidates, a name over 64 bytes, a route or Params outside the bounds
+// of Config, or a candidate that sets neither a route nor params.
+func WithCandidates(cs ...Candidate) Option {
+	return func(o *options) { o.candidates = cloneCandidates(cs) }
+}
+
+// WithExploration turns the exploration of the agents' candidates on
+// (see Exploration). Default: off. New fails with ErrInvalidOption,
+// naming the field, for a Share outside [0, 0.5] or a MinSamples outside
+// [0, 1,000,000].
+func WithExploration(x Exploration) Option {
+	return func(o *options) { o.exploration = x }
+}
+
+// WithRecentEvents sets how many of the latest events the loop keeps in
+// memory for Events and Subscribe, in 1..1,048,576. Default 1,000. The
+// event log (events.jsonl, see ReadEvents) keeps them all; New starts the
+// recent events with the newest of the store's (see eventHistory), so
+// they reach back past a restart.
+func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents = n } }
+
+// WithFleet shares each agent's state with the other replicas attached to
+// f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state
+// to itself.
+func WithFleet(f Fleet) Option { return func(o *options) { o.fleet = f } }
+
+// WithFleetTimeout bounds what one call or operator method waits on the
+// fleet in all: the operations of one decision (lease, reload, commit,
+// release), its tries and its wait for another save of the agent share
+// it; each background operation (a flush) has its own. Default
+// DefaultFleetTimeout (500 ms); it must be positive. See docs/fleet.md.
+func WithFleetTimeout(d time.Duration) Option { return func(o *options) { o.fleetTimeout = d } }
+
+// WithFleetFlush sets how often the counts of the calls go to the fleet:
+// every interval (0: only when calls calls are waiting, and on SyncFleet
+// and Close), or as soon as calls calls are waiting. Default
+// DefaultFleetInterval (200 ms) and DefaultFleetCalls (1,024); calls must
+// be at least 1.
+func WithFleetFlush(interval time.Duration, calls int) Option {
+	return func(o *options) { o.fleetInterval, o.fleetCalls = interval, calls }
+}

@@ -97,3 +97,15 @@ func (t *tracker) baseline(now int64) (calls, failures int, whole bool) {
 	n = min(t.outageFailures(from, (w.Head+1)*w.Width), failures)
 	return calls - n, failures - n, true
 }
+
+// Quiet healthy agents: under a frequency profile, once the older half of
+// the analysis window holds baselineCalls calls (or else the whole window
+// three times as many), the threshold's failures call for an analysis
+// only if the recent calls fail abnormally often for the agent: at least
+// as many failures among its last maxBeforeCalls calls as that baseline's
+// failure rate gives in fewer than noiseOdds of cases. The baseline
+// leaves outages out (see outages.go).
+const (
+	baselineCalls = 30
+	noiseOdds     = 0.01
+)

@@ -2,9 +2,14 @@ package selfimprove
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"slices"
 
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -247,5 +252,140 @@ func (l *Loop) notify(ev *Event) {
 	l.hub.publish(ev)
 	if l.disp != nil {
 		l.disp.send(*ev)
+	}
+}
+
+// saveMemory saves the memory through the store, if it changed, at most
+// once every memorySaveEvery unless the loop is closing.
+func (l *Loop) saveMemory(closing bool) error {
+	ms, ok := l.store.(metaStore)
+	if !ok {
+		return nil
+	}
+	if !l.memLoaded.Load() {
+		if err := l.loadMemory(); err != nil {
+			l.m.storeErrors.Add(1)
+			l.log.Error("selfimprove: cannot read the failure memory; not saving it", "error", err)
+			return fmt.Errorf("selfimprove: read memory: %w", err)
+		}
+	}
+	data, changed, err := l.mem.encode(l.clock.Now().UnixNano(), closing)
+	if err == nil && changed {
+		err = ms.SaveMeta(memoryDoc, data)
+	}
+	if err != nil {
+		l.m.storeErrors.Add(1)
+		l.mem.mu.Lock()
+		l.mem.dirty = true
+		l.mem.mu.Unlock()
+		l.log.Error("selfimprove: cannot save the failure memory", "error", err)
+		return fmt.Errorf("selfimprove: save memory: %w", err)
+	}
+	return nil
+}
+
+// loadMemory reads the saved memory, if any, into the memory (clusters
+// already in it are kept as they are). A corrupt document is logged and
+// replaced at the next save.
+func (l *Loop) loadMemory() error {
+	ms, ok := l.store.(metaStore)
+	if !ok {
+		l.memLoaded.Store(true)
+		return nil
+	}
+	err := ms.LoadMeta(memoryDoc, l.mem.load)
+	switch {
+	case err == nil, failure.Is(err, fs.ErrNotExist):
+	case failure.Is(err, ErrCorruptState):
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
+	default:
+		return err
+	}
+	l.memLoaded.Store(true)
+	return nil
+}
+
+// addAgent makes sure agentID is in the saved list of agents with
+// proposals.
+func (l *Loop) addProposalAgent(agentID string) error {
+	ms, ok := l.store.(metaStore)
+	x := &l.props
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.agents == nil {
+		x.agents = map[string]struct{}{}
+	}
+	if _, ok := x.agents[agentID]; ok {
+		return nil
+	}
+	x.agents[agentID] = struct{}{}
+	if !ok {
+		return nil
+	}
+	ids := make([]string, 0, len(x.agents))
+	for id := range x.agents {
+		ids = append(ids, base64.StdEncoding.EncodeToString([]byte(id)))
+	}
+	slices.Sort(ids)
+	data, err := json.Marshal(struct {
+		Format int      `json:"format"`
+		Agents []string `json:"agents_b64"`
+	}{1, ids})
+	if err == nil {
+		err = ms.SaveMeta(proposalsDoc, data)
+	}
+	if err != nil {
+		delete(x.agents, agentID)
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: cannot save the list of agents with proposals", "error", err)
+	}
+	return err
+}
+
+// loadProposalAgents loads the agents with proposals: the saved list is
+// read once, and every agent on it (or that filed one since) is loaded if
+// it is not in memory.
+func (l *Loop) loadProposalAgents() {
+	x := &l.props
+	x.mu.Lock()
+	if !x.loaded {
+		x.loaded = true
+		if x.agents == nil {
+			x.agents = map[string]struct{}{}
+		}
+		if ms, ok := l.store.(metaStore); ok {
+			err := ms.LoadMeta(proposalsDoc, func(data []byte) error {
+				var doc struct {
+					Agents []string `json:"agents_b64"`
+				}
+				if err := json.Unmarshal(data, &doc); err != nil {
+					return err
+				}
+				for _, b := range doc.Agents {
+					raw, err := base64.StdEncoding.DecodeString(b)
+					if err != nil {
+						return err
+					}
+					x.agents[string(raw)] = struct{}{}
+				}
+				return nil
+			})
+			if err != nil && !failure.Is(err, fs.ErrNotExist) {
+				l.m.storeErrors.Add(1)
+				l.log.Error("selfimprove: cannot read the list of agents with proposals", "error", err)
+			}
+		}
+	}
+	ids := make([]string, 0, len(x.agents))
+	for id := range x.agents {
+		ids = append(ids, id)
+	}
+	x.mu.Unlock()
+	if l.isClosed.Load() {
+		return // the store is closed: list the agents in memory
+	}
+	for _, id := range ids {
+		l.agent(id) // indexes its proposals as it loads
 	}
 }

@@ -64,12 +64,6 @@ type ProbePolicy struct {
 	NoHold []failure.Class
 }
 
-// WithProbes sets the probe policy (see ProbePolicy). New fails with
-// ErrInvalidOption, naming the field, for a field outside its bound.
-func WithProbes(p ProbePolicy) Option {
-	return func(o *options) { p.NoHold = slices.Clone(p.NoHold); o.probes = p }
-}
-
 // maxProbeEvery bounds Every and MaxEvery.
 const maxProbeEvery = 24 * time.Hour
 
@@ -144,14 +138,6 @@ func (e *holdError) Is(target error) bool { return target == ErrCircuitOpen }
 
 // FailureClass returns the cause's class, for failure.Classify.
 func (e *holdError) FailureClass() failure.Class { return e.Class }
-
-// DeadRoute is a route marked dead (see ProbePolicy).
-type DeadRoute struct {
-	Route string    `json:"route"`
-	Until time.Time `json:"until"`
-	// Reason is the failure that marked it, scrubbed, at most 512 bytes.
-	Reason string `json:"reason"`
-}
 
 // deadBook is the Loop's dead routes, read by the state machine without a
 // lock: an immutable map, replaced whole.

@@ -16,12 +16,6 @@ func (l *Loop) SetProposeOnly(agentID string, on bool) error {
 		func(s *agentState) { s.ProposeOnly = on })
 }
 
-// proposeOnly reports whether tweaks for the agent whose state is s are
-// filed for approval rather than applied: loop-wide or for the agent.
-func (r *ruleBook) proposeOnly(s *agentState) bool {
-	return r.policy.ProposeOnly || s.ProposeOnly
-}
-
 // proposeOnly reports, under a's lock, whether its tweaks are filed for
 // approval (see ruleBook.proposeOnly).
 func (l *Loop) proposeOnly(a *agent) bool {

@@ -56,15 +56,6 @@ func (c *scoreCtx) addCost(cost float64) {
 	c.paid.Store(true)
 }
 
-// quality is what a call reported of itself: its score and its cost.
-type quality struct {
-	score, cost    float64
-	scored, costed bool
-}
-
-// any reports whether q holds a score or a cost.
-func (q quality) any() bool { return q.scored || q.costed }
-
 // release takes what c holds, once fn returned.
 func (c *scoreCtx) release() quality {
 	var q quality
@@ -196,52 +187,6 @@ func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreC
 	}
 	return sc, sc
 }
-
-// The call ID: the low idVersionBits of the config version, then the low
-// idTimeBits of the time the call ended in units of 2^idTimeShift ns
-// (about a millisecond; they wrap after 52 days), then a check byte: a
-// shift and a multiplication on the success path.
-const (
-	idVersionBits = 24
-	idTimeBits    = 32
-	idTimeShift   = 20
-	idCheckKey    = 0x9e3779b97f4a7c15
-	// scoreSkew is how far in the future a call ID may end: the clocks of
-	// the loops that share a state directory may differ by this much.
-	scoreSkew = time.Minute
-)
-
-// callID is the ID of a call that ended at endN (Unix ns) under version.
-func callID(endN int64, version int) uint64 {
-	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<56-1)
-	return low | idCheck(low)
-}
-
-// idCheck is the check byte of an ID's low 56 bits, in place.
-func idCheck(low uint64) uint64 { return (low*idCheckKey + idCheckKey) >> 56 << 56 }
-
-// parseCallID returns the low bits of the version of the call id names and
-// how long ago, before now, it ended. It refuses an ID whose check byte is
-// wrong, or that ended in the future or more than ScoreHorizon ago.
-func parseCallID(id uint64, now time.Time) (version uint64, age time.Duration, err error) {
-	low := id & (1<<56 - 1)
-	if id == 0 || id&^(1<<56-1) != idCheck(low) {
-		return 0, 0, fmt.Errorf("%w: ID %016x is not a call's", ErrUnknownCall, id)
-	}
-	units := low >> idVersionBits
-	ago := int64(int32(uint32(uint64(now.UnixNano())>>idTimeShift) - uint32(units)))
-	age = time.Duration(ago << idTimeShift)
-	switch {
-	case age < -scoreSkew:
-		return 0, 0, fmt.Errorf("%w: ID %016x ends %v in the future", ErrUnknownCall, id, -age)
-	case age > ScoreHorizon:
-		return 0, 0, fmt.Errorf("%w: the call ended %v ago, more than %v", ErrScoreTooLate, age.Round(time.Second), ScoreHorizon)
-	}
-	return low & (1<<idVersionBits - 1), max(age, 0), nil
-}
-
-// CallID returns r.ID as Loop.Score's HTTP form takes it: 16 hex digits.
-func (r Report) CallID() string { return fmt.Sprintf("%016x", r.ID) }
 
 // Score scores, in [0, 1], the call of agentID whose Report carried
 // callID, up to ScoreHorizon (one hour) after it ended: for a grader or a

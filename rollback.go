@@ -263,20 +263,6 @@ const (
 	MethodFixed
 )
 
-const (
-	// maxBeforeCalls is how many recent calls each agent keeps for the
-	// recent regime: the largest BeforeCalls.
-	maxBeforeCalls = 16
-	// runOdds is how unlikely, under the reference failure rate, a run of
-	// consecutive failures must be to roll a change back.
-	runOdds = 0.001
-	// gainZ is how many standard errors the success rate must rise for a
-	// latency rise up to MaxLatencyRiseOnGain to be kept.
-	gainZ = 1.96
-	// maxCanaryFraction caps CanaryFraction.
-	maxCanaryFraction = 0.5
-)
-
 // The bounds of RollbackPolicy's fields.
 const (
 	// maxPolicyCalls bounds the counts of calls: MinCalls, MaxCalls,

@@ -114,3 +114,36 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 	return fmt.Sprintf("cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
 		rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true
 }
+
+// exploreSaving is the least fall of the cost per successful call that
+// is a gain for an explored candidate.
+const exploreSaving = 0.10
+
+// exploreVerdict takes v, a confirmation of a change that explores a
+// candidate, and keeps it only with a gain (see Exploration): else it
+// waits for the quality test, then rolls the change back.
+func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdict {
+	b, a := e.Before, e.After
+	if b.Costed >= costMinCalls && a.Costed >= costMinCalls && b.CostPerSuccess > 0 {
+		if a.CostPerSuccess <= b.CostPerSuccess*(1-exploreSaving) {
+			return v
+		}
+	} else if b.Costed >= costMinCalls && !waited {
+		return Verdict{DecisionWait, ""}
+	}
+	n, sum, sq := scoreSums(a)
+	scored := b.Scored >= qualityMinRef
+	gain := verdict.GainScore(b.Calls, b.Failures, a.Calls, a.Failures)
+	if w := e.Window; w.Calls > 0 {
+		gain = min(gain, verdict.GainScore(w.Calls, w.Failures, a.Calls, a.Failures))
+	}
+	if scored && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) ||
+		b.Failures+e.Window.Failures > 0 && gain >= gainZ {
+		return v
+	}
+	if scored && !waited && n < qualityMaxScored {
+		return Verdict{DecisionWait, ""}
+	}
+	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: mean quality %.3f (%d scored calls) against %.3f (%d), cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
+		a.Quality, a.Scored, b.Quality, b.Scored, a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
+}

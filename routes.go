@@ -77,9 +77,6 @@ func (r *Routes) empty() bool {
 // maxRoutes bounds a ladder: a primary and 15 fallbacks.
 const maxRoutes = 16
 
-// maxRouteLen bounds a route's name, in bytes, and a model's.
-const maxRouteLen = 256
-
 // maxModels bounds Routes.Models.
 const maxModels = 64
 
@@ -108,15 +105,6 @@ func (r Routes) clone() Routes {
 	r.Fallbacks = slices.Clone(r.Fallbacks)
 	r.Models = maps.Clone(r.Models)
 	return r
-}
-
-// WithRoutes sets every agent's route ladder (see Routes), unless
-// Loop.SetRoutes gives an agent its own. Default: the zero Routes, no
-// ladder. New fails with ErrInvalidOption, naming the field, for more
-// than 15 fallbacks or 64 models, or a route or model over 256 bytes or
-// not UTF-8.
-func WithRoutes(r Routes) Option {
-	return func(o *options) { rc := r.clone(); o.routes = &rc }
 }
 
 // routeBook holds the Loop's ladders: the default and each agent's own,
@@ -154,35 +142,4 @@ func (b *routeBook) set(agentID string, r *Routes) {
 		m[agentID] = r
 	}
 	b.per.Store(&m)
-}
-
-// SetRoutes gives agentID a route ladder of its own, in place of the one
-// WithRoutes sets; the zero Routes removes the agent's own ladder. It
-// takes effect at the agent's next call or analysis. The ladder lives in
-// the Loop, not in its store: set it again after a restart, as options
-// are. It fails with ErrInvalidAgentID, or with ErrInvalidOption for a
-// ladder outside the bounds of Routes.
-func (l *Loop) SetRoutes(agentID string, r Routes) error {
-	if err := checkAgentID(agentID); err != nil {
-		return err
-	}
-	if err := r.validate(); err != nil {
-		return fmt.Errorf("%w: SetRoutes: %w", ErrInvalidOption, err)
-	}
-	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil {
-		l.routes.set(agentID, nil)
-	} else {
-		rc := r.clone()
-		l.routes.set(agentID, &rc)
-	}
-	return nil
-}
-
-// Routes returns agentID's route ladder: its own (see SetRoutes), or the
-// Loop's (see WithRoutes). A copy.
-func (l *Loop) Routes(agentID string) Routes {
-	if r := l.routes.of(agentID); r != nil {
-		return r.clone()
-	}
-	return Routes{}
 }

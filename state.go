@@ -346,18 +346,6 @@ func (s *agentState) unanswered(cl uint64, start int64) bool {
 		!slices.ContainsFunc(s.Rejected, func(t Tweak) bool { return t.Cluster == id })
 }
 
-// Quiet healthy agents: under a frequency profile, once the older half of
-// the analysis window holds baselineCalls calls (or else the whole window
-// three times as many), the threshold's failures call for an analysis
-// only if the recent calls fail abnormally often for the agent: at least
-// as many failures among its last maxBeforeCalls calls as that baseline's
-// failure rate gives in fewer than noiseOdds of cases. The baseline
-// leaves outages out (see outages.go).
-const (
-	baselineCalls = 30
-	noiseOdds     = 0.01
-)
-
 // operatorThreshold reports whether an operator chose the agent's
 // threshold (SetThreshold or MarkCritical): then it is obeyed from the
 // first call, without the cold-start minimum of automatically profiled
@@ -512,11 +500,39 @@ func largest(cs []Cluster) *Cluster {
 	return top
 }
 
-// appendBounded appends v to s and drops the oldest elements beyond n.
-func appendBounded[T any](s []T, v T, n int) []T {
-	s = append(s, v)
-	if len(s) > n {
-		s = append(s[:0:0], s[len(s)-n:]...)
+// proposeOnly reports whether tweaks for the agent whose state is s are
+// filed for approval rather than applied: loop-wide or for the agent.
+func (r *ruleBook) proposeOnly(s *agentState) bool {
+	return r.policy.ProposeOnly || s.ProposeOnly
+}
+
+// explores reports whether ch explores a candidate.
+func (s *agentState) explores(ch *Change) bool {
+	return s.Quality != nil && s.Quality.Explore.Version != 0 && s.Quality.Explore.Version == ch.To.Version
+}
+
+// fleetBatch is the decisions made on an agent's copy since a save last
+// took it. err, set under the agent's mu, is why they were taken back
+// (nil: in force, or landed).
+type fleetBatch struct{ err error }
+
+// refused returns the rolled-back tweaks still refused at now for a tweak
+// addressing cluster: those whose Until has not passed (zero: forever),
+// for the same cluster, or either without one. An empty cluster means
+// every cluster. A new slice, nil when there are none.
+func (s *agentState) refused(now time.Time, cluster string) []Tweak {
+	var out []Tweak
+	for _, rb := range s.Rejected {
+		if (rb.Until.IsZero() || now.Before(rb.Until)) && (cluster == "" || rb.Cluster == "" || rb.Cluster == cluster) {
+			out = append(out, rb)
+		}
 	}
-	return s
+	return out
+}
+
+// watchScore feeds a score of version, which ended at now, to the
+// watch, and starts an analysis when the watch fires (see RollbackPolicy.
+// QualityDrop). The score is already booked.
+func (s *agentState) watchScore(version int, score float64, now time.Time, r *ruleBook, eff *effects) {
+	s.watchScores(version, 1, score, score*score, now, true, r, eff)
 }

@@ -172,20 +172,6 @@ func (tw *Tweak) check() error {
 	return nil
 }
 
-// refused returns the rolled-back tweaks still refused at now for a tweak
-// addressing cluster: those whose Until has not passed (zero: forever),
-// for the same cluster, or either without one. An empty cluster means
-// every cluster. A new slice, nil when there are none.
-func (s *agentState) refused(now time.Time, cluster string) []Tweak {
-	var out []Tweak
-	for _, rb := range s.Rejected {
-		if (rb.Until.IsZero() || now.Before(rb.Until)) && (cluster == "" || rb.Cluster == "" || rb.Cluster == cluster) {
-			out = append(out, rb)
-		}
-	}
-	return out
-}
-
 // unapply takes back ch, just applied, when it could not be saved: a
 // change that cannot be recorded is not made. It reports whether it did.
 func (s *agentState) unapply(ch *Change) bool {

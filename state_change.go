@@ -101,3 +101,26 @@ func (s *agentState) confirm(now time.Time, reason string, r *ruleBook, eff *eff
 	eff.decided, eff.decision, eff.save, eff.publish = ch, EventChangeConfirmed, true, true
 	eff.event(newEvent(r.newID(now), now, EventChangeConfirmed, ch))
 }
+
+// judge decides the change under verification on the evidence as it
+// stands (the counts pooled over the fleet): confirm, roll back or wait.
+func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
+	if s.Verifying == nil {
+		return
+	}
+	p := r.policy
+	if s.Verifying.CostAccepted {
+		p.MaxCostRise = -1 // a person accepted the cost
+	}
+	e := s.evidence()
+	switch v := p.Decide(e); v.Decision {
+	case DecisionRollback:
+		id := s.Verifying.ID
+		s.rollback(now, v.Reason, r, eff)
+		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack && p.costOnly(e, v) {
+			s.fileCostRise(now, ch, r, eff)
+		}
+	case DecisionConfirm:
+		s.confirm(now, v.Reason, r, eff)
+	}
+}

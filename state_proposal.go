@@ -180,25 +180,3 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	}
 	return eff, nil
 }
-
-// maxReason caps, in bytes, each free text the loop stores from a
-// strategy, a policy or an operator: a Tweak's Reason as kept in a Change
-// (Reason, Verdict), in the rejected tweaks and in a Fix of the failure
-// memory, and a Proposal's Rationale, Rule, Signature and Note. A longer
-// text is cut by Bound, after failure.Scrub (freeText).
-const maxReason = 512
-
-// freeText is a free text from a strategy, a policy or an operator as the
-// loop keeps it: scrubbed of secrets like an error's text (failure.Scrub),
-// then cut to maxReason bytes by failure.Bound.
-func freeText(s string) string { return failure.Bound(failure.Scrub(s), maxReason) }
-
-// boundTexts returns the first n texts of ss, each cut by failure.Bound
-// to each bytes: a new slice, nil when there are none.
-func boundTexts(ss []string, n, each int) []string {
-	var out []string
-	for _, s := range ss[:min(len(ss), max(n, 0))] {
-		out = append(out, failure.Bound(s, each))
-	}
-	return out
-}

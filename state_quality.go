@@ -217,3 +217,72 @@ func (s *agentState) addQuality(e *Evidence) {
 	s.qualityOf(v.To.Version).fill(&e.After)
 	s.qualityOf(v.From.Version).fill(&e.Control)
 }
+
+// exploreDue starts, at now, an exploration of the agent's candidates
+// when it is due (see Exploration). It runs after a call, or a later
+// score, that booked a score or a cost.
+func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
+	x := &r.explore
+	if !(x.Share > 0) || s.Verifying != nil || s.analyzing || eff.analysis != nil || s.Quality == nil || r.proposeOnly(s) {
+		return
+	}
+	m := &s.Quality.Explore
+	if m.Version != 0 {
+		s.explored(x)
+	}
+	n := now.UnixNano()
+	if s.Tracker.Total < m.Next || n < s.CooldownUntil || n < s.Quality.Watch.Until || s.CircuitOpenUntil != 0 || s.Route != nil && s.Route.Hold != "" {
+		return
+	}
+	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) && rec.Costed < int64(x.MinSamples) {
+		return
+	}
+	if len(r.cands.of(s.AgentID)) == 0 {
+		return
+	}
+	th, prof := s.threshold(n)
+	an := s.analysis(now, th, prof)
+	an.Failures, an.Clusters, an.explore = nil, nil, true
+	s.qualityOf(s.Config.Version).fill(&an.Stats)
+	s.analyzing = true
+	eff.th, eff.analysis = th, an
+}
+
+// explored counts the calls of the exploration decided since: the next
+// waits for them to be at most Share of the agent's.
+func (s *agentState) explored(x *Exploration) {
+	m := &s.Quality.Explore
+	calls := x.MinSamples
+	for i := len(s.Changes) - 1; i >= 0; i-- {
+		if ch := &s.Changes[i]; ch.To.Version == m.Version {
+			calls = ch.After.Calls
+			break
+		}
+	}
+	m.Version, m.Next = 0, s.Tracker.Total+int64(math.Ceil(float64(calls)*(1-x.Share)/x.Share))
+}
+
+// exploreDone notes the outcome of the exploration an: the change ch it
+// made, or none.
+func (s *agentState) exploreDone(an *Analysis, ch *Change, r *ruleBook) {
+	if !an.explore || s.Quality == nil {
+		return
+	}
+	if ch != nil {
+		s.Quality.Explore.Version = ch.To.Version
+		return
+	}
+	x := &r.explore
+	if x.Share > 0 {
+		s.Quality.Explore.Next = s.Tracker.Total + int64(math.Ceil(float64(x.MinSamples)/x.Share))
+	}
+}
+
+// quality is what a call reported of itself: its score and its cost.
+type quality struct {
+	score, cost    float64
+	scored, costed bool
+}
+
+// any reports whether q holds a score or a cost.
+func (q quality) any() bool { return q.scored || q.costed }

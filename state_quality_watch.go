@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -48,13 +47,6 @@ type qualityWatch struct {
 	// (Ref.Version is that change's new version): that change is judged
 	// against them, not against the config's whole past.
 	Ref qualityRec `json:"change_reference,omitzero"`
-}
-
-// watchScore feeds a score of version, which ended at now, to the
-// watch, and starts an analysis when the watch fires (see RollbackPolicy.
-// QualityDrop). The score is already booked.
-func (s *agentState) watchScore(version int, score float64, now time.Time, r *ruleBook, eff *effects) {
-	s.watchScores(version, 1, score, score*score, now, true, r, eff)
 }
 
 // watchScores feeds n scores of version, summing sum with squares
@@ -123,10 +115,4 @@ func (s *agentState) qualityAnswered(an *Analysis, ch *Change) {
 // qualityMove reports whether ch answered a fall of quality.
 func (s *agentState) qualityMove(ch *Change) bool {
 	return s.Quality != nil && s.Quality.Watch.Ref.Version == ch.To.Version && s.Quality.Watch.Ref.Scored > 0
-}
-
-// qualityWatchReason is the strategy's reason for a fall of quality.
-func qualityWatchReason(a *Analysis) string {
-	return fmt.Sprintf("mean quality fell to %.3f (%d scored calls) from %.3f (%d in all)",
-		a.QualityDrop.Quality, a.QualityDrop.Scored, a.Stats.Quality, a.Stats.Scored)
 }

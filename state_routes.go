@@ -127,17 +127,6 @@ func (s *agentState) deadClass(class failure.Class, r *ruleBook) bool {
 	return class == failure.ClassModelUnavailable || class == failure.ClassNotFound && !s.ladder(r).empty()
 }
 
-// transient reports whether class may pass on its own, so that a move
-// off a route for it is temporary.
-func transient(class failure.Class) bool {
-	switch class {
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork,
-		failure.ClassEmptyResponse, failure.ClassRateLimit:
-		return true
-	}
-	return false
-}
-
 // routeCall books what a finished call says of its routes: a dead route,
 // a probe of the primary, the run of failures that holds the agent. A
 // failure passed on from a nested call says nothing of them.

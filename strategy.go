@@ -423,11 +423,6 @@ func (p *plan) move() *Tweak {
 	return nil
 }
 
-// dead reports whether route is among the analysis's dead routes.
-func (a *Analysis) dead(route string) bool {
-	return slices.ContainsFunc(a.DeadRoutes, func(d DeadRoute) bool { return d.Route == route })
-}
-
 // outage reports whether the agent's dominant cluster cl is an upstream
 // outage: a shared cause of at least OutageAgents agents (by cluster, or
 // by class when the cause is a class), with the agent's latest failures
@@ -545,4 +540,20 @@ func rateLimitWait(fs []Failure) time.Duration {
 		}
 	}
 	return d
+}
+
+// candidateOr is the dominant class's answer when its own is t, a
+// proposal for a person (no safe move left): the next candidate, unless
+// the class is one no config of the agent's fixes.
+func (p *plan) candidateOr(t *Tweak) *Tweak {
+	switch p.class {
+	case failure.ClassCanceled, failure.ClassPanic, failure.ClassAuth:
+		return t
+	}
+	next, name, ok := p.a.nextCandidate(p.cl.ID)
+	if !ok {
+		return t
+	}
+	return &Tweak{Config: next, Confidence: p.share.frac(), Cluster: p.cl.ID,
+		Reason: fmt.Sprintf("no safe move left for %s: candidate %q (%s)", p.class, name, p.evidence)}
 }

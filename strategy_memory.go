@@ -105,3 +105,14 @@ func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config, now time.T
 	}
 	return nil, nil
 }
+
+// transient reports whether class may pass on its own, so that a move
+// off a route for it is temporary.
+func transient(class failure.Class) bool {
+	switch class {
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork,
+		failure.ClassEmptyResponse, failure.ClassRateLimit:
+		return true
+	}
+	return false
+}

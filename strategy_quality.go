@@ -34,3 +34,35 @@ func qualityAnswer(a *Analysis) *Tweak {
 	}
 	return &Tweak{Config: a.Config, Review: true, Reason: why + ": no route left to move to", Rule: qualityRule}
 }
+
+// nextCandidate returns the first of a's candidates that changes a's
+// config, runs on no dead route, is within Config's bounds, and does not
+// repeat a tweak refused for cluster (empty: for any): its config and
+// name; ok is false when there is none.
+func (a *Analysis) nextCandidate(cluster string) (cfg Config, name string, ok bool) {
+	for i := range a.Candidates {
+		c := &a.Candidates[i]
+		next := c.apply(a.Config)
+		if next.Equal(a.Config) || next.Route != a.Config.Route && a.dead(next.Route) || next.validate() != nil ||
+			slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
+				return (cluster == "" || t.Cluster == "" || t.Cluster == cluster) && (t.Config.Equal(next) || repeats(a.Config, next, t.Config))
+			}) {
+			continue
+		}
+		return next, c.name(i), true
+	}
+	return Config{}, "", false
+}
+
+// exploreTweak is the loop's answer to an exploration: the next
+// candidate, nil when none.
+func exploreTweak(an *Analysis) *Tweak {
+	next, name, ok := an.nextCandidate("")
+	if !ok {
+		return nil
+	}
+	st := an.Stats
+	return &Tweak{Config: next, Confidence: 1,
+		Reason: fmt.Sprintf("exploring candidate %q while the agent is healthy (mean quality %.3f, %d scored calls; cost per successful call %.4g)",
+			name, st.Quality, st.Scored, st.CostPerSuccess)}
+}

@@ -1,11 +1,10 @@
 package selfimprove
 
 import (
-	"cmp"
 	"encoding/json"
-	"slices"
-	"strconv"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
 // Summary is the daily summary: how each agent did. In JSON (in
@@ -70,48 +69,100 @@ func (s *Summary) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// DailySummary returns the views of the agents in memory (see
-// WithMaxAgents) that made calls or had changes in the last 24 hours,
-// sorted by agent ID.
-func (l *Loop) DailySummary() Summary {
-	now := l.clock.Now()
-	out := Summary{Time: now.UTC()}
-	l.eachAgent(func(a *agent) {
-		v := AgentView{AgentID: a.id, Loaded: true}
-		v.fillLocked(&a.s, now)
-		if v.Stats.CallsPerDay > 0 || v.Applied+v.Confirmed+v.RolledBack > 0 {
-			a.counters(&v)
-			out.Agents = append(out.Agents, v)
-		}
-	})
-	slices.SortFunc(out.Agents, func(x, y AgentView) int { return cmp.Compare(x.AgentID, y.AgentID) })
-	return out
+// AgentView is what the loop knows of one agent, read at once: the one
+// per-agent view. Loop.View and Loop.DailySummary fill every field.
+// Loop.Views, for metrics exporters, fills only those it reads without
+// the agent's lock: AgentID, Loaded, Config, Circuit, and the counters
+// Successes, Failures, Ignored, Latency and FirstToken.
+type AgentView struct {
+	AgentID string
+	// Loaded reports that the agent is in memory (else it was read from
+	// the store).
+	Loaded bool
+	// Config is the config in force. Like the config fn is given, its
+	// Params map must not be modified.
+	Config Config
+	// Stats are over the analysis window; Health as Loop.Health.
+	Stats  Stats
+	Health float64
+	// Threshold is the threshold in force and Profile its profile;
+	// Critical reports the mark of MarkCritical, Manual a threshold set
+	// with SetThreshold.
+	Threshold Threshold
+	Profile   Profile
+	Critical  bool
+	Manual    bool
+	// ProposeOnly reports the mode SetProposeOnly set for the agent
+	// (not the loop-wide RollbackPolicy.ProposeOnly).
+	ProposeOnly bool
+	// Change is the change under verification, else the latest decided
+	// change; nil when the agent has had none.
+	Change *Change
+	// Circuit is the state of the agent's circuit breaker (always
+	// CircuitClosed without WithCircuitBreaker).
+	Circuit Circuit
+	// Proposals counts the agent's pending proposals.
+	Proposals int
+	// Applied, Confirmed and RolledBack count the changes applied,
+	// confirmed and rolled back in the last 24 hours (SetConfig's are
+	// not counted).
+	Applied, Confirmed, RolledBack int
+	// Successes, Failures and Ignored count the agent's calls by outcome
+	// since it was loaded in this process (Ignored: cancelled by their
+	// caller's context, see Report.Ignored); Stats counts the window's.
+	// They start again from zero when an idle agent is evicted and
+	// loaded again, and are zero for an agent not in memory.
+	Successes, Failures, Ignored int64
+	// Latency is the histogram of the durations of those successful and
+	// failed calls (each whole call: every attempt and the waits).
+	Latency Histogram
+	// FirstToken is the histogram of the times to first token of those
+	// calls' attempts (Sum/Count is the mean): of each attempt that
+	// reported its first token (stream.FirstToken) under a config with a
+	// FirstTokenTimeout, the time from its start to the report. It is the
+	// zero Histogram (Count 0, no Bounds nor Counts) for an agent with no
+	// such attempt.
+	FirstToken Histogram
+	// Next is what the loop will do next for the agent, in plain text,
+	// such as "cooling down; next: route "gpt-4o-mini" if the current one
+	// keeps failing", and NextAt when it may happen (zero: at the next
+	// call that calls for it).
+	Next   string
+	NextAt time.Time
+	// Home is the route the agent returns to once a probe of it succeeds,
+	// while it is away from it (see ProbePolicy); "" otherwise. Held is
+	// the class the agent is held for ("" when it is not).
+	Home string
+	Held failure.Class
+	// DeadRoutes are the routes dead for the agent now: its own finds and
+	// the Loop's.
+	DeadRoutes []DeadRoute
+	// Versions are the quality and cost figures (Stats's Scored to
+	// CostPerSuccess, the rest zero) of the config versions the agent
+	// has scored or costed calls for, by version, at most 16; Routes sums
+	// them by the versions' routes. nil when none (see docs/quality.md).
+	Versions map[int]Stats
+	Routes   map[string]Stats
 }
 
-// nextDaily returns the wait from now until the next time of day at.
-func nextDaily(now time.Time, at time.Duration) time.Duration {
-	now = now.UTC()
-	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
-	next := day.Add(at % (24 * time.Hour))
-	if !next.After(now) {
-		next = next.Add(24 * time.Hour)
-	}
-	return next.Sub(now)
+// DeadRoute is a route marked dead (see ProbePolicy).
+type DeadRoute struct {
+	Route string    `json:"route"`
+	Until time.Time `json:"until"`
+	// Reason is the failure that marked it, scrubbed, at most 512 bytes.
+	Reason string `json:"reason"`
 }
 
-// summaryLoop sends the daily summary until Close.
-func (l *Loop) summaryLoop(at time.Duration) {
-	defer close(l.summaryDone)
-	for {
-		t := time.NewTimer(nextDaily(l.clock.Now(), at))
-		select {
-		case <-t.C:
-			s := l.DailySummary()
-			l.notify(&Event{ID: newID(s.Time), Time: s.Time, Type: EventDailySummary, Summary: &s,
-				Message: "daily summary of " + strconv.Itoa(len(s.Agents)) + " agents"})
-		case <-l.stopFlush:
-			t.Stop()
-			return
-		}
-	}
+// Histogram is a latency histogram: Counts[i] counts the calls that took
+// at most Bounds[i] and more than Bounds[i-1]; the last count, those
+// longer than the last bound. Bounds are LatencyBuckets.
+type Histogram struct {
+	Bounds []time.Duration
+	Counts []uint64
+	// Count is the sum of Counts; Sum the sum of the calls' durations.
+	Count uint64
+	Sum   time.Duration
 }
+
+// Circuit is the state of an agent's circuit breaker.
+type Circuit string

@@ -2,9 +2,7 @@ package selfimprove
 
 import (
 	"fmt"
-	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -70,178 +68,10 @@ const (
 	traceFlushAt    = 4096
 )
 
-// traceWriter hands traces from callers to the store. Callers append to
-// buf under mu; one goroutine swaps buf with a spare and writes it.
-type traceWriter struct {
-	store      Store
-	log        *slog.Logger
-	m          *metrics
-	sync       bool
-	maxPending int
-	wait       time.Duration
-
-	mu     sync.Mutex
-	closed bool
-	buf    []Trace
-	cur    *traceBatch   // the batch buf will become (sync mode)
-	space  chan struct{} // closed when the writer takes buf
-	kick   chan struct{} // wakes the writer; capacity 1
-
-	stop chan struct{}
-	done chan struct{}
-}
-
 // traceBatch lets sync-mode callers wait for the batch their trace is in.
 type traceBatch struct {
 	done chan struct{}
 	err  error
-}
-
-func newTraceWriter(s Store, log *slog.Logger, m *metrics, mode TraceMode, maxPending int, wait time.Duration) *traceWriter {
-	w := &traceWriter{
-		store: s, log: log, m: m, sync: mode == TracesSync,
-		maxPending: maxPending, wait: wait,
-		buf:   make([]Trace, 0, maxPending),
-		space: make(chan struct{}),
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-	}
-	if w.sync {
-		w.cur = &traceBatch{done: make(chan struct{})}
-	}
-	go w.run(make([]Trace, 0, maxPending))
-	return w
-}
-
-// add hands t to the writer. In batched mode it returns at once unless
-// maxPending traces are waiting, when it waits up to w.wait for room; in
-// sync mode it returns when t is written. It returns ErrTraceDropped
-// (wrapped) when t is lost.
-func (w *traceWriter) add(t *Trace) error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		err := fmt.Errorf("%w: %w", ErrTraceDropped, ErrClosed)
-		w.drop(1, err)
-		return err
-	}
-	if len(w.buf) >= w.maxPending {
-		if err := w.waitForRoom(); err != nil {
-			w.mu.Unlock()
-			w.drop(1, err)
-			return err
-		}
-	}
-	w.buf = append(w.buf, *t)
-	b := w.cur
-	if b != nil || len(w.buf) == traceFlushAt {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
-	}
-	w.mu.Unlock()
-	if b == nil {
-		return nil
-	}
-	timer := time.NewTimer(w.wait)
-	defer timer.Stop()
-	select {
-	case <-b.done:
-		if b.err != nil {
-			return fmt.Errorf("%w: %w", ErrTraceDropped, b.err)
-		}
-		return nil
-	case <-timer.C:
-		return fmt.Errorf("%w: not written within %v", ErrTraceDropped, w.wait)
-	}
-}
-
-// waitForRoom waits, with w.mu held on entry and on return, until the
-// writer takes the pending traces or w.wait passes.
-func (w *traceWriter) waitForRoom() error {
-	timer := time.NewTimer(w.wait)
-	defer timer.Stop()
-	for len(w.buf) >= w.maxPending {
-		space := w.space
-		w.mu.Unlock()
-		select {
-		case <-space:
-		case <-timer.C:
-			w.mu.Lock()
-			return fmt.Errorf("%w: the trace writer did not keep up within %v", ErrTraceDropped, w.wait)
-		case <-w.done:
-			w.mu.Lock()
-			return fmt.Errorf("%w: %w", ErrTraceDropped, ErrClosed)
-		}
-		w.mu.Lock()
-	}
-	return nil
-}
-
-func (w *traceWriter) drop(n int, err error) {
-	w.m.tracesDropped.Add(int64(n))
-	w.log.Warn("selfimprove: traces dropped", "count", n, "error", err)
-}
-
-func (w *traceWriter) run(spare []Trace) {
-	defer close(w.done)
-	ticker := time.NewTicker(traceFlushEvery)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-w.kick:
-		case <-ticker.C:
-		case <-w.stop:
-			for w.flush(&spare) {
-			}
-			return
-		}
-		w.flush(&spare)
-	}
-}
-
-// flush writes the pending traces, if any, and reports whether it did.
-func (w *traceWriter) flush(spare *[]Trace) bool {
-	w.mu.Lock()
-	if len(w.buf) == 0 {
-		w.mu.Unlock()
-		return false
-	}
-	batch := w.buf
-	w.buf = (*spare)[:0]
-	b := w.cur
-	if b != nil {
-		w.cur = &traceBatch{done: make(chan struct{})}
-	}
-	close(w.space)
-	w.space = make(chan struct{})
-	w.mu.Unlock()
-
-	err := w.store.AppendTraces(batch)
-	if err != nil {
-		w.m.storeErrors.Add(1)
-		w.drop(len(batch), err)
-	} else {
-		w.m.traces.Add(int64(len(batch)))
-	}
-	if b != nil {
-		b.err = err
-		close(b.done)
-	}
-	clear(batch) // let go of the strings
-	*spare = batch[:0]
-	return true
-}
-
-// close writes what is pending and stops the writer.
-func (w *traceWriter) close() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-	close(w.stop)
-	<-w.done
 }
 
 // traceEncoder encodes traces as JSON lines. It remembers the formatted
