@@ -2,10 +2,10 @@ package selfimprove
 
 import (
 	"context"
-
-	"github.com/self-improving-loop/selfimprove/internal/replica"
+	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // fleetPooled takes the pooled counts p that answered a's delta d; rep,
@@ -114,4 +114,35 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	}
 	fa.others = others
 	return fresh
+}
+
+// fleetScored books, for the fleet, a score given by Loop.Score to a call
+// of version: in the arm of the generation in force that ran version, if
+// one did (the score of an older config stays with this replica). a's
+// lock is held.
+func (l *Loop) fleetScored(a *agent, version int, score float64) {
+	if a.fl == nil {
+		return
+	}
+	switch {
+	case version == a.s.Config.Version:
+		a.fl.tally.score(a.s.Gen, false, score)
+	case a.s.Verifying != nil && version == a.s.Verifying.From.Version:
+		a.fl.tally.score(a.s.Gen, true, score)
+	default:
+		return
+	}
+	if a.fl.tally.calls == l.fleet.calls {
+		l.fleetKick()
+	}
+}
+
+// fleetPooledQuality books the other replicas' scores and costs that the
+// pool p, answering a's delta d, brought (see bookArms, bookPooled).
+// a's lock is held.
+func (l *Loop) fleetPooledQuality(a *agent, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
+	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
+		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
+		a.dirty = true
+	}
 }

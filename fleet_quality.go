@@ -1,7 +1,5 @@
 package selfimprove
 
-import "time"
-
 // Scores and costs in a fleet (docs/fleet.md): each replica sends the
 // scores and costs of its calls, and those given later by Loop.Score,
 // with its counts, in the arm of the generation they belong to (the
@@ -26,27 +24,6 @@ func (t *fleetTally) score(gen uint64, control bool, score float64) {
 	}
 	side.addQuality(quality{score: score, scored: true}, false)
 	t.calls++ // a score waits to be sent, as a call does
-}
-
-// fleetScored books, for the fleet, a score given by Loop.Score to a call
-// of version: in the arm of the generation in force that ran version, if
-// one did (the score of an older config stays with this replica). a's
-// lock is held.
-func (l *Loop) fleetScored(a *agent, version int, score float64) {
-	if a.fl == nil {
-		return
-	}
-	switch {
-	case version == a.s.Config.Version:
-		a.fl.tally.score(a.s.Gen, false, score)
-	case a.s.Verifying != nil && version == a.s.Verifying.From.Version:
-		a.fl.tally.score(a.s.Gen, true, score)
-	default:
-		return
-	}
-	if a.fl.tally.calls == l.fleet.calls {
-		l.fleetKick()
-	}
 }
 
 // bookArms books this replica's delta d in fa's arms, and returns the
@@ -82,52 +59,4 @@ func (fa *fleetAgent) bookArms(d *FleetDelta, p *FleetPool) (fresh [2]FleetCount
 		ar.seen[i] = others
 	}
 	return fresh
-}
-
-// bookPooled books the other replicas' scores and costs fresh (change,
-// control) of generation gen in the records of the versions that ran
-// them, and feeds the scores of the config in force to the watch.
-func (s *agentState) bookPooled(gen uint64, fresh [2]FleetCounts, now time.Time, r *ruleBook, eff *effects) {
-	if gen != s.Gen {
-		return // the versions of an older generation are not known here
-	}
-	for i, f := range fresh {
-		q := f.quality()
-		if q.Scored <= 0 {
-			q.Scored, q.Sum, q.Squares = 0, 0, 0
-		}
-		if q.Costed <= 0 {
-			q.Costed, q.CostOK, q.Cost = 0, 0, 0
-		}
-		if q.Scored == 0 && q.Costed == 0 {
-			continue
-		}
-		c := &s.Config
-		if i == 1 {
-			if s.Verifying == nil {
-				continue
-			}
-			c = &s.Verifying.From
-		}
-		rec := s.recordOf(c.Version, c.Route)
-		rec.Scored += q.Scored
-		rec.Sum += max(q.Sum, 0)
-		rec.Squares += max(q.Squares, 0)
-		rec.Costed += q.Costed
-		rec.CostOK += q.CostOK
-		rec.Cost += max(q.Cost, 0)
-		if i == 0 && q.Scored > 0 {
-			s.watchScores(c.Version, q.Scored, max(q.Sum, 0), max(q.Squares, 0), now, false, r, eff)
-		}
-	}
-}
-
-// fleetPooledQuality books the other replicas' scores and costs that the
-// pool p, answering a's delta d, brought (see bookArms, bookPooled).
-// a's lock is held.
-func (l *Loop) fleetPooledQuality(a *agent, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
-	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
-		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
-		a.dirty = true
-	}
 }

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -218,4 +219,89 @@ type fleetArms struct {
 	// scores before a restart, and those it had booked of the others).
 	started, stored bool
 	storedGen       uint64
+}
+
+// bookPooled books the other replicas' scores and costs fresh (change,
+// control) of generation gen in the records of the versions that ran
+// them, and feeds the scores of the config in force to the watch.
+func (s *agentState) bookPooled(gen uint64, fresh [2]FleetCounts, now time.Time, r *ruleBook, eff *effects) {
+	if gen != s.Gen {
+		return // the versions of an older generation are not known here
+	}
+	for i, f := range fresh {
+		q := f.quality()
+		if q.Scored <= 0 {
+			q.Scored, q.Sum, q.Squares = 0, 0, 0
+		}
+		if q.Costed <= 0 {
+			q.Costed, q.CostOK, q.Cost = 0, 0, 0
+		}
+		if q.Scored == 0 && q.Costed == 0 {
+			continue
+		}
+		c := &s.Config
+		if i == 1 {
+			if s.Verifying == nil {
+				continue
+			}
+			c = &s.Verifying.From
+		}
+		rec := s.recordOf(c.Version, c.Route)
+		rec.Scored += q.Scored
+		rec.Sum += max(q.Sum, 0)
+		rec.Squares += max(q.Squares, 0)
+		rec.Costed += q.Costed
+		rec.CostOK += q.CostOK
+		rec.Cost += max(q.Cost, 0)
+		if i == 0 && q.Scored > 0 {
+			s.watchScores(c.Version, q.Scored, max(q.Sum, 0), max(q.Squares, 0), now, false, r, eff)
+		}
+	}
+}
+
+// statsPart returns a copy of s's call statistics, as an agent state
+// that can be encoded: its analysis window and call counters, failure
+// clusters, and scores and costs per version, with its config's version
+// (the rest of the config is the shared state's).
+func (s *agentState) statsPart() agentState {
+	st := agentState{
+		AgentID: s.AgentID, Config: Config{Version: s.Config.Version}, MaxVersion: s.MaxVersion, Gen: s.Gen,
+		Tracker: s.Tracker, Clusters: slices.Clone(s.Clusters),
+	}
+	if o := s.Tracker.Outages; o != nil {
+		c := *o
+		st.Tracker.Outages = &c
+	}
+	if q := s.Quality; q != nil && len(q.Recs) > 0 {
+		st.Quality = &qualityBook{Recs: slices.Clone(q.Recs)}
+	}
+	return st
+}
+
+// takeStats puts the call statistics of t (decoded from the fleet's) in
+// s, in place of its own.
+func (s *agentState) takeStats(t *agentState) {
+	s.Tracker, s.Clusters = t.Tracker, t.Clusters
+	var recs []qualityRec
+	if t.Quality != nil {
+		recs = t.Quality.Recs
+	}
+	switch {
+	case s.Quality != nil:
+		s.Quality.Recs = recs
+	case recs != nil:
+		s.Quality = &qualityBook{Recs: recs}
+	}
+}
+
+// statsMark changes when s's call statistics change: its calls, and its
+// scores and costs.
+func (s *agentState) statsMark() int64 {
+	m := s.Tracker.Total + s.Tracker.Ignored
+	if q := s.Quality; q != nil {
+		for i := range q.Recs {
+			m += q.Recs[i].Scored + q.Recs[i].Costed
+		}
+	}
+	return m
 }

@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -25,53 +24,6 @@ const (
 	// statistics.
 	fleetStatsEvery = 2 * time.Second
 )
-
-// statsPart returns a copy of s's call statistics, as an agent state
-// that can be encoded: its analysis window and call counters, failure
-// clusters, and scores and costs per version, with its config's version
-// (the rest of the config is the shared state's).
-func (s *agentState) statsPart() agentState {
-	st := agentState{
-		AgentID: s.AgentID, Config: Config{Version: s.Config.Version}, MaxVersion: s.MaxVersion, Gen: s.Gen,
-		Tracker: s.Tracker, Clusters: slices.Clone(s.Clusters),
-	}
-	if o := s.Tracker.Outages; o != nil {
-		c := *o
-		st.Tracker.Outages = &c
-	}
-	if q := s.Quality; q != nil && len(q.Recs) > 0 {
-		st.Quality = &qualityBook{Recs: slices.Clone(q.Recs)}
-	}
-	return st
-}
-
-// takeStats puts the call statistics of t (decoded from the fleet's) in
-// s, in place of its own.
-func (s *agentState) takeStats(t *agentState) {
-	s.Tracker, s.Clusters = t.Tracker, t.Clusters
-	var recs []qualityRec
-	if t.Quality != nil {
-		recs = t.Quality.Recs
-	}
-	switch {
-	case s.Quality != nil:
-		s.Quality.Recs = recs
-	case recs != nil:
-		s.Quality = &qualityBook{Recs: recs}
-	}
-}
-
-// statsMark changes when s's call statistics change: its calls, and its
-// scores and costs.
-func (s *agentState) statsMark() int64 {
-	m := s.Tracker.Total + s.Tracker.Ignored
-	if q := s.Quality; q != nil {
-		for i := range q.Recs {
-			m += q.Recs[i].Scored + q.Recs[i].Costed
-		}
-	}
-	return m
-}
 
 // own reports whether d carries calls, scores or costs of the replica's.
 func own(d *FleetDelta) bool {

@@ -90,7 +90,7 @@ type stateDoc struct {
 	// Quality is the scores and costs booked per config version (see
 	// docs/quality.md); absent when none.
 	Quality []qualityRec `json:"quality,omitempty"`
-	// QualityWatch is the watch of the mean score (state_quality_watch.go).
+	// QualityWatch is the watch of the mean score (state_quality.go).
 	QualityWatch *qualityWatch `json:"quality_watch,omitempty"`
 	// Exploration is the exploration of the candidates (candidates.go).
 	Exploration *exploreMark `json:"exploration,omitempty"`

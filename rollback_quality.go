@@ -147,3 +147,13 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: mean quality %.3f (%d scored calls) against %.3f (%d), cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
 		a.Quality, a.Scored, b.Quality, b.Scored, a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
 }
+
+// costOnly reports whether v, p's verdict on e, rolls the change back for
+// its cost alone, and p files such a change for approval.
+func (p RollbackPolicy) costOnly(e Evidence, v Verdict) bool {
+	if !p.ProposeCostRise || v.Decision != DecisionRollback {
+		return false
+	}
+	reason, _ := p.withDefaults().costRise(e)
+	return reason != "" && reason == v.Reason
+}

@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -123,4 +124,25 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 	case DecisionConfirm:
 		s.confirm(now, v.Reason, r, eff)
 	}
+}
+
+// next is the agent's next step at now.
+func (s *agentState) next(now int64, r *ruleBook) (string, time.Time) {
+	at := func(t int64) time.Time { return time.Unix(0, t).UTC() }
+	switch rs := s.Route; {
+	case rs != nil && rs.Hold != "":
+		return fmt.Sprintf("held for %s: one probe per interval", rs.Hold), at(s.CircuitOpenUntil)
+	case s.Verifying != nil:
+		return fmt.Sprintf("verifying v%d: %s", s.Verifying.To.Version, s.Verifying.Reason), time.Time{}
+	case rs != nil && rs.Away:
+		return fmt.Sprintf("probe route %q to return to it", s.routeName(rs.Home, r)), at(max(rs.ProbeAt, now))
+	}
+	what := "the strategy, when failures cross the threshold"
+	if route, ok := s.nextLive(now, r); ok {
+		what = fmt.Sprintf("route %q if the current one keeps failing, else the strategy", route)
+	}
+	if s.CooldownUntil > now {
+		return "cooling down; next: " + what, at(s.CooldownUntil)
+	}
+	return "watching; next: " + what, time.Time{}
 }

@@ -428,3 +428,24 @@ func (s *agentState) installChange(now time.Time, route, reason string, r *ruleB
 	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
 	return ch
 }
+
+// claimProbe moves the next probe, of the primary (home) or of the hold,
+// one interval on from now, and reports whether one was due.
+func (s *agentState) claimProbe(now int64, home bool, r *ruleBook) bool {
+	rs := s.Route
+	switch {
+	case rs == nil:
+		return false
+	case home:
+		if !rs.Away || now < rs.ProbeAt {
+			return false
+		}
+		rs.ProbeAt = now + max(rs.Every, int64(r.probes.Every))
+	default:
+		if rs.Hold == "" || now < s.CircuitOpenUntil {
+			return false
+		}
+		s.CircuitOpenUntil = now + max(rs.HoldEvery, int64(r.probes.Every))
+	}
+	return true
+}

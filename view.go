@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"cmp"
 	"encoding/json"
-	"fmt"
 	"io"
 	"iter"
 	"math"
@@ -127,27 +126,6 @@ func (v *AgentView) routesLocked(s *agentState, now time.Time, r *ruleBook) {
 		}
 	}
 	v.Next, v.NextAt = s.next(n, r)
-}
-
-// next is the agent's next step at now.
-func (s *agentState) next(now int64, r *ruleBook) (string, time.Time) {
-	at := func(t int64) time.Time { return time.Unix(0, t).UTC() }
-	switch rs := s.Route; {
-	case rs != nil && rs.Hold != "":
-		return fmt.Sprintf("held for %s: one probe per interval", rs.Hold), at(s.CircuitOpenUntil)
-	case s.Verifying != nil:
-		return fmt.Sprintf("verifying v%d: %s", s.Verifying.To.Version, s.Verifying.Reason), time.Time{}
-	case rs != nil && rs.Away:
-		return fmt.Sprintf("probe route %q to return to it", s.routeName(rs.Home, r)), at(max(rs.ProbeAt, now))
-	}
-	what := "the strategy, when failures cross the threshold"
-	if route, ok := s.nextLive(now, r); ok {
-		what = fmt.Sprintf("route %q if the current one keeps failing, else the strategy", route)
-	}
-	if s.CooldownUntil > now {
-		return "cooling down; next: " + what, at(s.CooldownUntil)
-	}
-	return "watching; next: " + what, time.Time{}
 }
 
 // DeadRoutes returns the routes the Loop found dead and that are still
