@@ -203,20 +203,6 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 // chain w), ask for a flush. It reports whether a
 // refresh it made could ask the fleet (false when it made none).
 func (l *Loop) fleetNext(a *agent, n replica.Next, why error, w *replica.Chain) (asked bool) {
-	if n.Check {
-		// A state taken while the commit was in flight may hold the
-		// decision whose answer was lost.
-		var landed []queued
-		a.mu.Lock()
-		st := &a.fl.st
-		st.Settle(func(o *replica.Orphan) bool {
-			evs := a.landedLocked(o, st.Base, nil)
-			landed = append(landed, evs...)
-			return evs != nil
-		})
-		a.mu.Unlock()
-		l.orphanLanded(a, landed)
-	}
 	if n.Adopt != nil {
 		l.fleetAdopt(a, *n.Adopt, why)
 	}
@@ -275,7 +261,7 @@ func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {
 	props := a.s.snapshot().Proposals
 	var landed []queued
 	for i := range due {
-		landed = append(landed, a.landedLocked(&due[i], ad.Value, known)...)
+		landed = append(landed, a.landedLocked(&due[i], ad.Value, a.s.Changes, known)...)
 	}
 	a.mu.Unlock()
 	l.remember(fixes)
@@ -384,7 +370,16 @@ func (l *Loop) fleetOutcome(a *agent, c replica.Commit, out replica.Outcome, nre
 		a.settleFleetLocked(l)
 	}
 	n := fa.st.Committed(c, out, nrev, keep)
+	var landed []queued
+	if n.Check {
+		// A state of the fleet's taken while the commit was in flight
+		// may hold the decision whose answer was lost: checked before
+		// the lock goes, so that no newer state is taken first.
+		landed = a.settleOrphansLocked()
+		n.Check = false
+	}
 	a.mu.Unlock()
+	l.orphanLanded(a, landed)
 	if out == replica.Landed {
 		l.fleetLog(evs)
 	}
@@ -528,10 +523,10 @@ func (l *Loop) fleetReleases() {
 // so that a config in force is never without its event.
 
 // landedLocked reports the events of the orphan decision o (nil: none)
-// if the fleet state val, just adopted, holds it: val is the state it
-// tried to commit, or the changes its events name are in the adopted
-// state and were not in the one before (known). a.mu is held.
-func (a *agent) landedLocked(o *replica.Orphan, val []byte, known map[string]bool) []queued {
+// if the fleet state val, just adopted, whose changes are changes, holds
+// it: val is the state it tried to commit, or the changes its events
+// name are in it and were not in the copy before (known). a.mu is held.
+func (a *agent) landedLocked(o *replica.Orphan, val []byte, changes []Change, known map[string]bool) []queued {
 	if o == nil {
 		return nil
 	}
@@ -541,7 +536,7 @@ func (a *agent) landedLocked(o *replica.Orphan, val []byte, known map[string]boo
 	}
 	for _, q := range evs {
 		if ch := q.ev.Change; ch != nil && !known[ch.ID] {
-			for _, c := range a.s.Changes {
+			for _, c := range changes {
 				if c.ID == ch.ID {
 					return evs
 				}
@@ -549,6 +544,25 @@ func (a *agent) landedLocked(o *replica.Orphan, val []byte, known map[string]boo
 		}
 	}
 	return nil
+}
+
+// settleOrphansLocked checks the orphan decisions against the state of
+// the fleet's the agent took last (its base: the copy may hold decisions
+// made since, the orphan's among them when it was taken back) and
+// returns the events of those it holds, which it drops. a.mu is held.
+func (a *agent) settleOrphansLocked() []queued {
+	st := &a.fl.st
+	sh, err := decodeState(st.Base, a.id)
+	if err != nil {
+		return nil
+	}
+	var landed []queued
+	st.Settle(func(o *replica.Orphan) bool {
+		evs := a.landedLocked(o, st.Base, sh.Changes, nil)
+		landed = append(landed, evs...)
+		return evs != nil
+	})
+	return landed
 }
 
 // orphanLanded records the events of a decision reported as failed that

@@ -135,38 +135,39 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 // replica had claimed the probe. A claim that cannot have the lock within
 // the call's fleet time does not probe.
 func (l *Loop) fleetClaim(a *agent, home bool, w *replica.Chain) bool {
-	if a.fl == nil || l.fleet.Down() {
+	if a.fl == nil || l.fleet.Down() || !l.enterWrite() {
 		return true
 	}
+	defer l.leaveWrite()
 	if left := w.Left(); left < l.fleet.Timeout/10 || !a.saveMu.LockWithin(left) {
 		return false // (lockWithin would wait without end on a spent time)
 	}
 	defer a.saveMu.Unlock()
-	now := l.clock.Now().UnixNano()
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	if !home && (a.s.Route == nil || a.s.Route.Hold == "") {
-		a.mu.Unlock()
-		return true // a breaker's probe: the breaker is each replica's own
+	// The claim is a save: a compare-and-set on the revision the claim was
+	// made at, under the same lock (a newer state taken meanwhile, another
+	// replica's claim, makes it fail, never pass unseen), which takes the
+	// decisions made on the copy and not saved yet with it, as any save.
+	breaker, due := false, false
+	err := l.saveHeld(a, w, nil, func() bool {
+		a.settleFleetLocked(l)
+		if !home && (a.s.Route == nil || a.s.Route.Hold == "") {
+			breaker = true // a breaker's probe: the breaker is each replica's own
+			return false
+		}
+		if due = a.s.claimProbe(l.clock.Now().UnixNano(), home, &l.rules); due {
+			eff := effects{probe: home, circuit: !home}
+			a.commitLocked(&eff, l.canaryCut > 0)
+			a.dirty = true
+		}
+		return due
+	})
+	switch {
+	case breaker:
+		return true
+	case !due:
+		return false
 	}
-	// The claim is a compare-and-set on the revision the claim was made
-	// at: a newer state taken meanwhile (another replica's claim) makes
-	// it fail, never pass unseen.
-	c := a.fl.st.Begin()
-	ok := a.s.claimProbe(now, home, &l.rules)
-	var err error
-	if ok {
-		eff := effects{probe: home, circuit: !home}
-		a.commitLocked(&eff, l.canaryCut > 0)
-		a.dirty = true
-		snap := a.s.snapshot()
-		c.Value, err = encodeShared(&snap)
-	}
-	a.mu.Unlock()
-	if !ok || err != nil {
-		return ok
-	}
-	return !errors.Is(l.fleetSwap(a, c, nil, w), ErrFleetConflict)
+	return !errors.Is(err, ErrFleetConflict)
 }
 
 // The replicas seen: each replica tells the fleet it is alive with a note

@@ -127,6 +127,14 @@ func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
 func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 	a.saveMu.Lock() // its wait counts in w's time
 	defer a.saveMu.Unlock()
+	return l.saveHeld(a, w, b, nil)
+}
+
+// saveHeld is save, for a caller that holds a's save lock. claim, when
+// set, is a probe's claim (fleetClaim): it runs under a's lock before the
+// state is taken, and the save goes on only if it reports true; the
+// commit is then sent even unchanged (its compare-and-set is the claim).
+func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() bool) error {
 	a.mu.Lock()
 	if err := b.takenBack(); err != nil {
 		a.mu.Unlock()
@@ -138,6 +146,10 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 		return nil
 	}
 	a.settleLocked(l.clock.Now().UnixNano())
+	if claim != nil && !claim() {
+		a.mu.Unlock()
+		return nil
+	}
 	snap := a.s.snapshot()
 	evs := a.takeQueued()
 	taken := a.takeBatchLocked()
@@ -145,6 +157,9 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 	var c replica.Commit
 	if a.fl != nil {
 		c = a.fl.st.Begin() // at the revision snap was taken at
+		if claim != nil {
+			c.Claim()
+		}
 	}
 	a.mu.Unlock()
 
@@ -162,7 +177,14 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 			return err
 		}
 	}
-	err := l.saveState(a.id, &snap)
+	return l.stored(a, &snap, evs)
+}
+
+// stored writes the state snap of a and the events evs of the decisions
+// it holds to the store, then hands the events to the notifier. When the
+// store fails, a stays dirty and the events wait for the next save.
+func (l *Loop) stored(a *agent, snap *agentState, evs []queued) error {
+	err := l.saveState(a.id, snap)
 	if err == nil && len(evs) > 0 {
 		events := make([]Event, len(evs))
 		for i, q := range evs {

@@ -16,10 +16,10 @@ var (
 		sc   script
 	}{
 		{"two replicas decide", script{replicas: 2, decisions: []int{1, 1}}},
-		{"two replicas, a lost answer", script{replicas: 2, decisions: []int{1, 1}, loseAns: 1}},
-		{"two replicas, a commit unreachable", script{replicas: 2, decisions: []int{1, 1}, dropReq: 1}},
-		{"two replicas, a refusal", script{replicas: 2, decisions: []int{1, 1}, refuse: 1}},
-		{"two replicas, backing off", script{replicas: 2, decisions: []int{1, 1}, down: 1}},
+		{"two replicas, one decides, a lost answer", script{replicas: 2, decisions: []int{1, 0}, loseAns: 1, polls: 1}},
+		{"two replicas, one decides, a commit unreachable", script{replicas: 2, decisions: []int{1, 0}, dropReq: 1, polls: 1}},
+		{"two replicas, one decides, a refusal", script{replicas: 2, decisions: []int{1, 0}, refuse: 1, polls: 1}},
+		{"two replicas, one decides, backing off", script{replicas: 2, decisions: []int{1, 0}, down: 1, polls: 1}},
 		{"one replica, an invalid state, a refusal", script{replicas: 1, decisions: []int{1}, corrupt: 1, polls: 1, refuse: 1}},
 		{"a claim beside a save", script{replicas: 1, decisions: []int{1}, claims: []int{1}, polls: 1}},
 		{"the state lost", script{replicas: 2, decisions: []int{1, 0}, loseState: 1}},
@@ -29,6 +29,11 @@ var (
 		name string
 		sc   script
 	}{
+		{"two replicas, a lost answer", script{replicas: 2, decisions: []int{1, 1}, loseAns: 1}},
+		{"two replicas, a commit unreachable", script{replicas: 2, decisions: []int{1, 1}, dropReq: 1}},
+		{"two replicas, a refusal", script{replicas: 2, decisions: []int{1, 1}, refuse: 1}},
+		{"two replicas, backing off", script{replicas: 2, decisions: []int{1, 1}, down: 1}},
+		{"two lost answers", script{replicas: 2, decisions: []int{2, 1}, claims: []int{1, 0}, loseAns: 2, dropReq: 1, polls: 2}},
 		{"two replicas, a poll and a load lost", script{replicas: 2, decisions: []int{1, 1}, polls: 1, failLoad: 1}},
 		{"two replicas, an invalid state", script{replicas: 2, decisions: []int{1, 1}, corrupt: 1, polls: 1}},
 		{"two replicas, a bad key", script{replicas: 2, decisions: []int{1, 1}, badKey: 1, polls: 1}},

@@ -10,9 +10,12 @@ import (
 func (s *sim) sync() {
 	for round := 0; round < 20; round++ {
 		for len(s.net) > 0 || s.pending() {
-			for _, r := range s.rs {
+			for i, r := range s.rs {
 				for len(r.sending) > 0 {
 					s.send(r.sending[0])
+				}
+				for len(r.later) > 0 {
+					s.takeLater(i, 0)
 				}
 			}
 			if len(s.net) > 0 {
@@ -41,7 +44,7 @@ func (s *sim) sync() {
 // pending reports whether a save was begun and not sent.
 func (s *sim) pending() bool {
 	for _, r := range s.rs {
-		if len(r.sending) > 0 {
+		if len(r.sending) > 0 || len(r.later) > 0 {
 			return true
 		}
 	}
@@ -81,6 +84,14 @@ func (s *sim) check() {
 		}
 		if !s.made[id] && !s.failed[id] {
 			s.fail("decision %s in force, never reported", id)
+		}
+	}
+	for id := range s.recorded {
+		if !s.landedOnce[id] {
+			s.fail("decision %s recorded as landed, never in the fleet's state", id)
+		}
+		if s.made[id] {
+			s.fail("decision %s reported made and recorded again as landed", id)
 		}
 	}
 }

@@ -94,6 +94,8 @@ type proc struct {
 	err     bool
 	refresh bool // waits for its refresh's answer
 	claim   bool
+	keep    []string // the decisions whose events wait with the commit if its answer is lost
+	then    func(asked bool)
 	down    bool
 	sent    bool
 	done    bool
@@ -106,9 +108,18 @@ type replicaSim struct {
 	locked   *proc // the save lock's holder
 	decisons int
 	claims   int
-	polling  bool    // a flusher refresh in flight
-	inflight int     // commits sent and not finished
-	sending  []*proc // saves begun, not sent yet
+	polling  bool     // a flusher refresh in flight
+	inflight int      // commits sent and not finished
+	sending  []*proc  // saves begun, not sent yet
+	later    []func() // states to take, each under a lock of its own (carry)
+}
+
+// takeLater runs replica i's k-th state to take.
+func (s *sim) takeLater(i, k int) {
+	r := s.rs[i]
+	f := r.later[k]
+	r.later = slices.Delete(r.later, k, k+1)
+	f()
 }
 
 type sim struct {
@@ -187,6 +198,9 @@ func (s *sim) enabled() []step {
 		for _, p := range r.sending {
 			out = append(out, step{fmt.Sprintf("send r%d", i), func() { s.send(p) }})
 		}
+		for k := range r.later {
+			out = append(out, step{fmt.Sprintf("take a state r%d", i), func() { s.takeLater(i, k) }})
+		}
 		if s.budget.polls > 0 && !r.polling {
 			out = append(out, step{fmt.Sprintf("poll r%d", i), func() { s.budget.polls--; s.poll(i) }})
 		}
@@ -239,10 +253,15 @@ func (s *sim) decide(i int) {
 func (s *sim) save(i int, claim, down bool) {
 	r := s.rs[i]
 	p := &proc{r: i, claim: claim}
+	if r.locked == nil {
+		r.locked = p
+	}
 	if claim {
+		// fleetClaim: the claim is a save whose decision, the next
+		// probe's time, is made under the lock its state is taken under;
+		// it takes the decisions made on the copy and not saved yet with
+		// it, as any save.
 		r.claims++
-		// A claim is a decision of its own, made under the lock: the copy
-		// changes (the next probe's time) only in the commit's value.
 		id := fmt.Sprintf("r%dc%d", i, r.claims)
 		r.copy = append(r.copy, id)
 		slices.Sort(r.copy)
@@ -251,11 +270,14 @@ func (s *sim) save(i int, claim, down bool) {
 		}
 		r.decided.ids = append(r.decided.ids, id)
 	}
-	if r.locked == nil {
-		r.locked = p
-	}
 	p.taken, r.decided = r.decided, nil
+	if p.taken != nil {
+		p.keep = p.taken.ids
+	}
 	p.c = r.st.Begin()
+	if claim {
+		p.c.Claim()
+	}
 	p.c.Value = []byte(encode(r.copy))
 	p.down = down
 	// The driver encodes and sends after unlocking: a refresh may take a
@@ -269,7 +291,7 @@ func (s *sim) send(p *proc) {
 	r := s.rs[p.r]
 	i := p.r
 	r.sending = slices.DeleteFunc(r.sending, func(q *proc) bool { return q == p })
-	if !p.claim && !p.c.Changed() {
+	if !p.c.Changed() {
 		s.finish(p)
 		return
 	}
@@ -374,44 +396,55 @@ func (s *sim) fleetCommit(m *msg, fault bool) {
 	s.net = append(s.net, ans)
 }
 
-// outcome is fleetOutcome: Committed, then what it asks.
+// outcome is fleetOutcome: Committed and its check under one lock, then
+// what it asks, each a step of its own as the driver's locks allow.
 func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	r := s.rs[p.r]
 	var keep any
-	if out == Unreachable && p.taken != nil && len(p.taken.ids) > 0 {
-		keep = slices.Clone(p.taken.ids)
+	if out == Unreachable && len(p.keep) > 0 {
+		keep = slices.Clone(p.keep)
 	}
 	p.out = out
 	n := r.st.Committed(p.c, out, nrev, keep)
-	s.carry(p.r, n, p)
-	if !p.refresh {
-		s.resolve(p, false)
-	}
+	s.carry(p.r, n, p, func(asked bool) { s.resolve(p, asked) })
 }
 
-// carry is fleetNext, for the save p (nil: none): a refresh of p's waits
-// for its answer.
-func (s *sim) carry(i int, n Next, p *proc) {
+// carry is fleetNext: the check under the input's lock; a state to take
+// later, under a lock of its own (a step: the driver decodes it
+// unlocked); then a refresh, whose answer p (nil: none) waits for; then
+// then, with whether the refresh was answered.
+func (s *sim) carry(i int, n Next, p *proc, then func(asked bool)) {
 	r := s.rs[i]
 	if n.Check {
 		r.st.Settle(func(o *Orphan) bool { return s.landed(i, o, string(r.st.Base), nil) })
 	}
-	if n.Adopt != nil {
-		if !(s.sc.noGhostFix && n.Adopt.Force && s.rs[i].st.Rewrite()) {
-			s.adopt(i, *n.Adopt)
+	rest := func() {
+		if n.Refresh && p != nil {
+			p.refresh, p.then = true, then
+			s.net = append(s.net, &msg{kind: mLoad, r: i, owner: p, since: r.st.Rev})
+			return
 		}
+		then(false)
 	}
-	if n.Refresh && p != nil {
-		p.refresh = true
-		s.net = append(s.net, &msg{kind: mLoad, r: i, owner: p, since: s.rs[i].st.Rev})
+	if n.Adopt == nil {
+		rest()
+		return
 	}
+	ad := *n.Adopt
+	r.later = append(r.later, func() {
+		if !(s.sc.noGhostFix && ad.Force && r.st.Rewrite()) {
+			s.adopt(i, ad)
+		}
+		rest()
+	})
 }
 
 // resolve ends p after its refresh (asked: the refresh got an answer).
 func (s *sim) resolve(p *proc, asked bool) {
 	if p.out == Conflict {
 		n := s.rs[p.r].st.Resolved(p.c, asked)
-		s.carry(p.r, n, nil)
+		s.carry(p.r, n, nil, func(bool) { s.finish(p) })
+		return
 	}
 	s.finish(p)
 }
@@ -444,13 +477,14 @@ func (s *sim) finish(p *proc) {
 func (s *sim) loaded(m *msg) {
 	r := s.rs[m.r]
 	n, asked := r.st.Loaded(m.since, m.rev, []byte(m.val), m.res)
-	s.carry(m.r, n, nil)
-	if m.owner != nil {
-		m.owner.refresh = false
-		s.resolve(m.owner, asked)
-	} else {
-		r.polling = false
-	}
+	s.carry(m.r, n, nil, func(bool) {
+		if o := m.owner; o != nil {
+			o.refresh = false
+			o.then(asked)
+		} else {
+			r.polling = false
+		}
+	})
 }
 
 // adopt is fleetAdopt.
@@ -475,15 +509,16 @@ func (s *sim) adopt(i int, ad Adopt) {
 	}
 }
 
-// landed is the driver's check of the orphan o against the copy of
-// replica i, whose state is val (landedLocked): val is the state o tried
-// to commit, or the copy holds a decision of o's it did not hold before
+// landed is the driver's check of the orphan o against val, a state of
+// the fleet's replica i took (landedLocked): val is the state o tried to
+// commit, or it holds a decision of o's the copy did not hold before
 // (known). It records o's decisions when they landed.
 func (s *sim) landed(i int, o *Orphan, val string, known map[string]bool) bool {
 	evs := o.Payload.([]string)
 	landed := val == string(o.Value)
+	in, _ := decode(val) // the state taken: the driver's check decodes it too
 	for _, id := range evs {
-		if !known[id] && slices.Contains(s.rs[i].copy, id) {
+		if !known[id] && slices.Contains(in, id) {
 			landed = true
 		}
 	}

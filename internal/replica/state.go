@@ -46,8 +46,9 @@ type State struct {
 }
 
 // MaxOrphans bounds the decisions a State keeps whose commits' answers
-// were lost; past it the oldest goes (it is then recorded only if it
-// did not land: a ghost, after that many lost answers in a row).
+// were lost; past it the oldest goes unchecked: if it had landed, it is
+// in force without its events recorded (after that many lost answers
+// with no state of the fleet's taken in between).
 const MaxOrphans = 8
 
 // Commit is one commit of the copy's shared state: the state it writes
@@ -59,12 +60,17 @@ type Commit struct {
 	// rewrite: the fleet lost the state, or holds an invalid one, when
 	// it was taken: it is sent even when it did not change.
 	rewrite bool
+	claim   bool
 	taken   uint64 // State.taken when it was taken
 }
 
 // Changed reports whether c is to be sent: its state differs from its
-// base, or the fleet is to be written over.
-func (c *Commit) Changed() bool { return c.rewrite || !bytes.Equal(c.Value, c.Base) }
+// base, the fleet is to be written over, or c is a claim (Claim).
+func (c *Commit) Changed() bool { return c.claim || c.rewrite || !bytes.Equal(c.Value, c.Base) }
+
+// Claim marks c as a claim (of a probe): sent even when its state did not
+// change, since its compare-and-set is the claim.
+func (c *Commit) Claim() { c.claim = true }
 
 // Orphan is a decision whose commit failed without an answer (a timeout,
 // a connection cut): it may still have landed.
@@ -104,10 +110,12 @@ type Adopt struct {
 	Rev   uint64
 	Value []byte
 	Force bool
+	taken uint64 // a take-back's: State.taken when its commit began
 }
 
 // Next is what the driver does after an input, in this order: check
-// whether the copy holds the orphan decisions (Check: Settle), take
+// whether the state last taken (Base) holds the orphan decisions (Check:
+// Settle, under the same lock as the input), take
 // Adopt's state (Take), load the fleet's state (Refresh, and give the
 // answer to Loaded), ask the flusher for a flush (Kick).
 type Next struct {
@@ -163,11 +171,13 @@ func (s *State) Committed(c Commit, out Outcome, nrev uint64, keep any) Next {
 				s.orphans = slices.Delete(s.orphans, 0, 1)
 			}
 			s.orphans = append(s.orphans, Orphan{Rev: c.Rev, Value: c.Value, Payload: keep})
-			if s.Rev > c.Rev {
-				// A newer state was taken while the commit was in
-				// flight (a flush's refresh): it may be the commit's own
-				// and hold the decision, and no later state would show
-				// it as new. Check now.
+			if s.taken != c.taken {
+				// A state of the fleet's was taken while the commit was
+				// in flight (a flush's refresh): it may be the commit's
+				// own and hold the decision, and no later state would
+				// show it as new. The driver checks the state taken,
+				// Base, under this same lock (Settle), before anything
+				// else can take another.
 				return Next{Check: true, Adopt: s.takeBack(c)}
 			}
 		}
@@ -188,19 +198,18 @@ func (s *State) Resolved(c Commit, asked bool) Next {
 	return Next{}
 }
 
-// takeBack is the take-back of commit c's decisions: to its base, at its
-// revision, or at the copy's when a rewrite is due (the base is then the
-// shared state the copy last had, to be written over the fleet's at the
-// revision found there). Nil when c had no base.
+// takeBack is the take-back of commit c's decisions: to its base, at the
+// copy's revision when it is taken (Take), unless a state of the fleet's
+// was taken since c began, which took them back. The revision may have
+// moved on without a state taken: the fleet holds an invalid state, or
+// lost it, and the base, the shared state the copy last had, is to be
+// written over the fleet's at the revision found there. Nil when c had
+// no base.
 func (s *State) takeBack(c Commit) *Adopt {
 	if c.Base == nil {
 		return nil
 	}
-	rev := c.Rev
-	if s.rewrite {
-		rev = s.Rev
-	}
-	return &Adopt{Rev: rev, Value: c.Base, Force: true}
+	return &Adopt{Rev: c.Rev, Value: c.Base, Force: true, taken: c.taken}
 }
 
 // Load is the fleet's answer to a load of the agent's state.
@@ -269,10 +278,15 @@ func (s *State) Take(a Adopt, valid bool) (take, kick bool) {
 		}
 		return false, false
 	}
-	if (a.Rev <= s.Rev && !a.Force) || a.Rev < s.Rev {
-		// Not newer; or, taking decisions back, a state newer than the
-		// one they were made on has been taken since (and took them back).
-		return false, false
+	if a.Force {
+		if s.taken != a.taken {
+			// Taking decisions back: a state of the fleet's has been
+			// taken since their commit began, and took them back.
+			return false, false
+		}
+		a.Rev = s.Rev // the commit's, or past it over an invalid or lost state
+	} else if a.Rev <= s.Rev {
+		return false, false // not newer
 	}
 	if !a.Force {
 		// A valid state, newer than the copy's: the fleet holds one
