@@ -107,19 +107,7 @@ func (s *countsSim) deliver(k int, fault bool) {
 func runCounts(sc countsScript, choices []int) (widths []int, trace []string, err error) {
 	s := &countsSim{sc: sc, budget: sc, tally: make([]int, sc.replicas), made: make([]int, sc.replicas),
 		q: make([]Deltas[delta], sc.replicas), inflight: make([]bool, sc.replicas), booked: map[int]uint64{}}
-	for k := 0; k < 200; k++ {
-		steps := s.enabled()
-		if len(steps) == 0 {
-			break
-		}
-		c := 0
-		if k < len(choices) {
-			c = choices[k]
-		}
-		widths = append(widths, len(steps))
-		trace = append(trace, steps[c].name)
-		steps[c].do()
-	}
+	widths, trace = steps(s.enabled, choices, false, func() bool { return false })
 	// Sync: flush every replica until nothing is owed.
 	for range 10 {
 		for i := range sc.replicas {

@@ -109,26 +109,35 @@ func runPick(sc script, choices []int) (trace []string, err error) {
 	return trace, err
 }
 
-func runWith(sc script, choices []int, mod bool) (widths []int, trace []string, err error) {
-	s := newSim(sc)
-	for k := 0; k < 200; k++ {
-		steps := s.enabled()
-		if len(steps) == 0 {
+// steps runs the steps enabled, one at each branch point, along choices
+// (past its end, the first; with mod, a choice is taken modulo the steps
+// enabled), for 200 steps at most or until stop; it returns the steps
+// enabled at each branch point and the trace.
+func steps(enabled func() []step, choices []int, mod bool, stop func() bool) (widths []int, trace []string) {
+	for k := 0; k < 200 && !stop(); k++ {
+		st := enabled()
+		if len(st) == 0 {
 			break
 		}
 		c := 0
 		if k < len(choices) {
 			c = choices[k]
 			if mod {
-				c %= len(steps)
+				c %= len(st)
 			}
 		}
-		widths = append(widths, len(steps))
-		trace = append(trace, steps[c].name)
-		steps[c].do()
-		if s.err != nil {
-			return widths, trace, s.err
-		}
+		widths = append(widths, len(st))
+		trace = append(trace, st[c].name)
+		st[c].do()
+	}
+	return widths, trace
+}
+
+func runWith(sc script, choices []int, mod bool) (widths []int, trace []string, err error) {
+	s := newSim(sc)
+	widths, trace = steps(s.enabled, choices, mod, func() bool { return s.err != nil })
+	if s.err != nil {
+		return widths, trace, s.err
 	}
 	s.sync()
 	s.check()

@@ -239,7 +239,11 @@ func (s *sim) faulty(m *msg) bool {
 func (s *sim) decide(i int) {
 	r := s.rs[i]
 	r.decisons++
-	id := fmt.Sprintf("r%dd%d", i, r.decisons)
+	r.make(fmt.Sprintf("r%dd%d", i, r.decisons))
+}
+
+// make makes the decision id on r's copy, in the batch no save took yet.
+func (r *replicaSim) make(id string) {
 	r.copy = append(r.copy, id)
 	slices.Sort(r.copy)
 	if r.decided == nil {
@@ -262,13 +266,7 @@ func (s *sim) save(i int, claim, down bool) {
 		// it takes the decisions made on the copy and not saved yet with
 		// it, as any save.
 		r.claims++
-		id := fmt.Sprintf("r%dc%d", i, r.claims)
-		r.copy = append(r.copy, id)
-		slices.Sort(r.copy)
-		if r.decided == nil {
-			r.decided = &batch{}
-		}
-		r.decided.ids = append(r.decided.ids, id)
+		r.make(fmt.Sprintf("r%dc%d", i, r.claims))
 	}
 	p.taken, r.decided = r.decided, nil
 	if p.taken != nil {
