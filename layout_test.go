@@ -24,7 +24,7 @@ var (
 	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "rollback_methods.go", "backstop.go", "breaker.go"}
 	// orchestration files: the Loop and its edges, and the state machine.
 	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go", "filestore.go", "filestore_agents.go",
-		"options.go", "state.go", "state_operator.go", "state_proposal.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
+		"options.go", "state.go", "state_operator.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
 		"notifier.go", "store.go", "ramstore.go", "trace.go", "budget.go", "analyze.go",
 		"clock.go", "format.go", "format_decode.go", "format_v1.go", "agent.go", "lifecycle.go", "state_cluster.go"}
 )

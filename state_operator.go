@@ -2,11 +2,16 @@ package selfimprove
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// The operator's transitions of an agent's state: a config set by hand,
-// a rewind to an earlier version, and settings; pure like the rest of
+// The transitions of an agent's state that a person's actions make, the
+// state machine's side of operator.go: a config set by hand, a rewind
+// to an earlier version, settings, and the proposals filed for a
+// person's approval (file, approve, reject); pure like the rest of
 // state.go.
 
 // setConfig installs cfg as the operator's baseline, superseding a change
@@ -92,4 +97,174 @@ func (s *agentState) operatorSet(now time.Time, t EventType, msg string, f func(
 	eff.save = true
 	eff.event(&Event{ID: r.newID(now), Time: now.UTC(), Type: t, AgentID: s.AgentID, Message: msg})
 	return eff
+}
+
+// file files tw as a proposal, or folds it into the open proposal for
+// the same cluster. It returns the proposal and whether it is new.
+func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (*Proposal, bool) {
+	var cl *Cluster
+	for i := range an.Clusters {
+		if an.Clusters[i].ID == tw.Cluster {
+			cl = &an.Clusters[i]
+		}
+	}
+	if cl == nil && len(an.Clusters) > 0 {
+		cl = &an.Clusters[0]
+	}
+	var suggest *Config
+	if !tw.Config.Equal(s.Config) {
+		c := tw.Config.clone()
+		c.Version = 0
+		suggest = &c
+	}
+	p := Proposal{
+		AgentID: s.AgentID, Rule: freeText(tw.Rule), Config: suggest, Rationale: freeText(tw.Reason),
+		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
+	}
+	if cl != nil {
+		p.Class, p.RootCause, p.ClusterID, p.Signature = cl.Class, cl.RootCause, cl.ID, freeText(cl.Signature)
+		p.Count, p.Examples = cl.Count, boundTexts(cl.Examples, maxExample, failure.MaxText)
+	}
+	same := func(q *Proposal) bool {
+		return q.ClusterID == p.ClusterID && q.Rule == p.Rule &&
+			(q.Config == nil) == (p.Config == nil) && (q.Config == nil || q.Config.Equal(*p.Config))
+	}
+	for i := range s.Proposals {
+		q := &s.Proposals[i]
+		if q.ClusterID != p.ClusterID || q.CostRise {
+			continue // a cost rise's proposal is a person's call of its own
+		}
+		switch {
+		case q.Status == ProposalPending:
+			// New evidence, and the newer suggestion.
+			q.Count, q.Examples, q.Updated = p.Count, p.Examples, p.Updated
+			q.Config, q.Rule, q.Rationale, q.Confidence, q.Class, q.RootCause = p.Config, p.Rule, p.Rationale, p.Confidence, p.Class, p.RootCause
+			return q, false
+		case q.Status.open(), q.Status == ProposalRejected && same(q):
+			// Being acted on, or the same suggestion was turned down.
+			return q, false
+		}
+	}
+	p.ID, p.Created = r.newID(now), now.UTC()
+	return s.addProposal(p), true
+}
+
+// addProposal appends p to the agent's proposals, dropping the oldest
+// closed one (or else the oldest pending one) beyond maxProposals, and
+// returns it as kept.
+func (s *agentState) addProposal(p Proposal) *Proposal {
+	s.Proposals = append(s.Proposals, p)
+	if len(s.Proposals) > maxProposals {
+		i := slices.IndexFunc(s.Proposals, func(q Proposal) bool { return !q.Status.open() })
+		if i < 0 {
+			i = slices.IndexFunc(s.Proposals, func(q Proposal) bool { return q.Status == ProposalPending })
+		}
+		if i >= 0 {
+			s.Proposals = slices.Delete(s.Proposals, i, i+1)
+		} else {
+			s.Proposals = s.Proposals[1:]
+		}
+	}
+	return &s.Proposals[len(s.Proposals)-1]
+}
+
+// proposal returns the agent's proposal with the ID, or nil.
+func (s *agentState) proposal(id string) *Proposal {
+	for i := range s.Proposals {
+		if s.Proposals[i].ID == id {
+			return &s.Proposals[i]
+		}
+	}
+	return nil
+}
+
+// closeProposal records the outcome of a change on the proposal that made
+// it, if any.
+func (s *agentState) closeProposal(ch *Change, now time.Time) {
+	if ch.ProposalID == "" {
+		return
+	}
+	p := s.proposal(ch.ProposalID)
+	if p == nil {
+		return
+	}
+	switch ch.State {
+	case ChangeConfirmed:
+		p.Status = ProposalConfirmed
+	case ChangeRolledBack:
+		p.Status = ProposalRolledBack
+	case ChangeSuperseded:
+		p.Status = ProposalSuperseded
+	default:
+		return
+	}
+	p.Note, p.Updated = ch.Verdict, now.UTC()
+}
+
+// approve approves the pending proposal id: a rule-only one is marked
+// approved; one with a config is applied like a tweak and verified.
+func (s *agentState) approve(now time.Time, id string, r *ruleBook) (*Change, effects, error) {
+	var eff effects
+	p := s.proposal(id)
+	switch {
+	case p == nil:
+		return nil, eff, fmt.Errorf("%w: %s", ErrProposalNotFound, id)
+	case p.Status != ProposalPending:
+		return nil, eff, fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
+	case p.Config == nil:
+		p.Status, p.Updated = ProposalApproved, now.UTC()
+		eff.save = true
+		eff.event(proposalEvent(r.newID(now), now, EventProposalApproved, p))
+		return nil, eff, nil
+	case s.Verifying != nil:
+		return nil, eff, fmt.Errorf("%w: approve %s after change %s is decided", ErrVerifying, id, s.Verifying.ID)
+	}
+	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
+	rejected := s.Rejected
+	if p.CostRise {
+		s.Rejected = nil // it was refused for its cost, which the person accepts
+	}
+	ch, err := s.apply(now, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale, Cluster: p.ClusterID}, r)
+	s.Rejected = rejected
+	if err != nil {
+		return nil, eff, err
+	}
+	s.Verifying.ProposalID, ch.ProposalID = p.ID, p.ID
+	s.Verifying.CostAccepted, ch.CostAccepted = p.CostRise, p.CostRise
+	p.Status, p.ChangeID, p.Updated = ProposalApplied, ch.ID, now.UTC()
+	eff.applied, eff.publish, eff.save = ch, true, true
+	eff.event(proposalEvent(r.newID(now), now, EventProposalApproved, p))
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	return ch, eff, nil
+}
+
+// unapprove takes back the approval of proposal id and its change ch,
+// when they could not be saved.
+func (s *agentState) unapprove(id string, ch *Change) {
+	s.unapply(ch)
+	if p := s.proposal(id); p != nil {
+		p.Status, p.ChangeID = ProposalPending, ""
+	}
+}
+
+// reject closes the proposal id, pending or approved with only a rule,
+// with the reason; the failure memory learns that its config was turned
+// down for the cluster.
+func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effects, error) {
+	var eff effects
+	p := s.proposal(id)
+	switch {
+	case p == nil:
+		return eff, fmt.Errorf("%w: %s", ErrProposalNotFound, id)
+	case p.Status != ProposalPending && !(p.Status == ProposalApproved && p.Config == nil):
+		return eff, fmt.Errorf("%w: %s is %s", ErrProposalState, id, p.Status)
+	}
+	p.Status, p.Note, p.Updated = ProposalRejected, freeText(reason), now.UTC()
+	eff.save = true
+	eff.event(proposalEvent(r.newID(now), now, EventProposalRejected, p))
+	if p.Config != nil && p.ClusterID != "" {
+		eff.fixes = append(eff.fixes, fixNote{p.ClusterID, Fix{AgentID: s.AgentID, ProposalID: p.ID, From: s.Config.clone(),
+			To: p.Config.clone(), Reason: p.Rationale, State: FixRejected, Time: now.UTC()}})
+	}
+	return eff, nil
 }
