@@ -8,7 +8,7 @@ import (
 // State is one agent's replication on one replica: the fleet revision its
 // copy is at and the shared state of that revision, the commit in flight,
 // the newest revision announced, what is owed to the fleet (a resync, a
-// rewrite), and the decision whose commit's answer was lost (Orphan).
+// rewrite), and the decisions whose commits' answers were lost (Orphan).
 //
 // It is a pure state machine: its methods do no IO, read no clock, start
 // no goroutine and take no lock. The driver holds the agent's lock around
@@ -23,10 +23,15 @@ import (
 //     from the fleet since: that would write a state made on an older
 //     one over a newer (a lost update).
 //   - A commit that did not land takes the copy back to the state it was
-//     made on (TakeBack), at the newest revision known when the fleet
-//     lost the state or holds an invalid one (a rewrite), so that the
-//     decision is in force nowhere (no ghost decision).
-//   - A take-back never goes back past a newer state taken meanwhile.
+//     made on, at the copy's revision when the take-back is taken (past
+//     the commit's when the fleet lost the state or holds an invalid one,
+//     and a rewrite is due), so that the decision is in force nowhere (no
+//     ghost decision).
+//   - A take-back never undoes a state of the fleet's taken since its
+//     commit began: that state took the decisions back.
+//   - A claim of a probe is a commit like any other (Commit.Claim): one
+//     of an agent is in flight at a time, so a claim never loses to the
+//     replica's own save.
 //   - A commit whose answer was lost may have landed: the decision is
 //     kept (Orphan, up to MaxOrphans) until a state of the fleet's past
 //     its revision is taken, and recorded then if that state holds it.
