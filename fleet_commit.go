@@ -198,10 +198,10 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 }
 
 // fleetNext carries out n, what a's replication asks after an input, in
-// its order: record the orphan decision a state taken meanwhile holds,
-// take a state (a take-back, for why), refresh (as an operation of the
-// chain w), ask for a flush. It reports whether a
-// refresh it made could ask the fleet (false when it made none).
+// its order (a Check is done under the input's lock: fleetOutcome): take
+// a state (a take-back, for why), refresh (as an operation of the chain
+// w), ask for a flush. It reports whether a refresh it made could ask
+// the fleet (false when it made none).
 func (l *Loop) fleetNext(a *agent, n replica.Next, why error, w *replica.Chain) (asked bool) {
 	if n.Adopt != nil {
 		l.fleetAdopt(a, *n.Adopt, why)
@@ -217,7 +217,8 @@ func (l *Loop) fleetNext(a *agent, n replica.Next, why error, w *replica.Chain) 
 
 // fleetAdopt makes the shared state ad.Value, at revision ad.Rev, a's,
 // when its replication takes it (replica.State.Take): a newer state, or a
-// take-back (ad.Force) not older than a's. a keeps its call statistics;
+// take-back (ad.Force) when no state of the fleet's was taken since its
+// commit began. a keeps its call statistics;
 // the decisions not committed yet are taken back for why
 // (fleet_batch.go).
 func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {

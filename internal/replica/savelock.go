@@ -61,6 +61,3 @@ func (s *SaveLock) Unlock() {
 		close(*c)
 	}
 }
-
-// Held reports whether the lock is held (for tests and assertions).
-func (s *SaveLock) Held() bool { return s.p.Load() != nil }
