@@ -18,9 +18,7 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 	l.bgMu.Lock()
 	if l.closed {
 		l.bgMu.Unlock()
-		a.mu.Lock()
-		a.s.analyzing = false
-		a.mu.Unlock()
+		l.analysisOff(a, false)
 		return
 	}
 	l.bg.Add(1)
@@ -63,9 +61,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		if !l.fleetLease(a, an, w) {
 			// Another replica runs the strategy for this trigger, or the
 			// fleet cannot be reached: nothing new is applied.
-			a.mu.Lock()
-			a.s.analyzing, a.s.early = false, false
-			a.mu.Unlock()
+			l.analysisOff(a, true)
 			return nil, nil
 		}
 		defer l.fleetRelease(a, w)
@@ -94,41 +90,41 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		// proposals covers it.
 		err = l.addProposalAgent(a.id)
 	}
-	now := l.clock.Now()
-	a.mu.Lock()
-	a.settleLocked(now.UnixNano())
-	eff, terr := a.s.finishAnalysis(now, an, th, tw, err, &l.rules)
-	for i := range also {
+	in := input{kind: inAnalysis, lock: lockThis, more: &inputMore{tweak: true, an: an, th: th, tw: tw, also: also, err: err, undo: unmake}}
+	var rep Report
+	l.step(ctx, a, a.id, &in, &rep, w)
+	return rep.Improvement, rep.LoopErr
+}
+
+// applyAnalysis has a's state take the strategy's answer of in: start the
+// cooldown, apply the tweak or file it for review, and file the window's
+// other clusters' proposals. a.mu is held.
+func (a *agent) applyAnalysis(l *Loop, in *input, eff *effects) {
+	x, now := in.more, time.Unix(0, in.now)
+	var terr error
+	*eff, terr = a.s.finishAnalysis(now, x.an, x.th, x.tw, x.err, &l.rules)
+	for i := range x.also {
 		// The window's other clusters: each its proposal, whatever
 		// became of tw.
-		if ferr := a.s.fileReview(now, an, &also[i], &l.rules, &eff); ferr != nil {
+		if ferr := a.s.fileReview(now, x.an, &x.also[i], &l.rules, eff); ferr != nil {
 			terr = errors.Join(terr, ferr)
 		}
 	}
-	b := a.commitLocked(&eff, l.canaryCut > 0)
-	a.mu.Unlock()
-	if terr != nil && err == nil {
-		if eff.rejected {
-			l.m.rejectedTweaks.Add(1)
+	eff.refused = terr
+}
+
+// analysisOff ends a's analysis that does not run (and its early
+// trigger, when early is set), through the driver.
+func (l *Loop) analysisOff(a *agent, early bool) {
+	in := input{kind: inFunc, lock: lockThis, more: &inputMore{op: func(a *agent) (effects, error) {
+		a.s.analyzing = false
+		if early {
+			a.s.early = false
 		}
-		l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", terr)
-	}
-	for _, p := range eff.proposals {
-		l.props.note(a.id, []Proposal{p})
-	}
-	perr := l.persistWait(a, w, b)
-	ch := eff.applied
-	if ch == nil {
-		return nil, errors.Join(terr, perr)
-	}
-	if perr != nil {
-		return nil, l.unmake(a, ch, perr)
-	}
-	l.m.improvements.Add(1)
-	if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
-		l.mem.addFix(f.cluster, f.fix)
-	}
-	return ch, nil
+		return effects{}, nil
+	}}}
+	var rep Report
+	l.step(context.Background(), a, a.id, &in, &rep, nil)
 }
 
 // gather completes an, the analysis of a, with what the whole loop knows:
@@ -151,19 +147,14 @@ func (l *Loop) gather(a *agent, an *Analysis) {
 	}
 }
 
-// unmake takes back the change ch that could not be saved (perr): a
-// change that cannot be recorded is not made.
-func (l *Loop) unmake(a *agent, ch *Change, perr error) error {
-	a.mu.Lock()
-	a.settleLocked(l.clock.Now().UnixNano())
+// unmake takes back the change ch that could not be saved: a change
+// that cannot be recorded is not made. a.mu is held.
+func unmake(a *agent, ch *Change) (eff effects) {
 	a.dropQueued(func(ev *Event) bool {
 		return ev.Type == EventImprovementApplied && ev.Change != nil && ev.Change.ID == ch.ID
 	})
-	if a.s.unapply(ch) {
-		a.publishLocked(l.canaryCut > 0)
-	}
-	a.mu.Unlock()
-	return fmt.Errorf("selfimprove: change not applied: %w", perr)
+	eff.publish = a.s.unapply(ch)
+	return eff
 }
 
 // callStrategy calls the strategy in its own goroutine, so that a strategy

@@ -347,57 +347,35 @@ func (l *Loop) arm(in *installed) Arm {
 	return ArmChange
 }
 
-// record books a finished call on its agent and carries out what the
-// state machine decided. w is the call's fleet time, once its load of a
-// new agent or a probe's claim started it (nil: untouched); sig is a
-// failure's signature.
+// record books a finished call on its agent, through the driver
+// (Loop.step). w is the call's fleet time, once its load of a new agent
+// or a probe's claim started it (nil: untouched); sig is a failure's
+// signature.
 func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, sig []byte, rep *Report) {
-	a, err := l.lockAgent(a, a.id, c.end.UnixNano())
-	if a == nil {
+	in := input{kind: inCall, now: c.end.UnixNano(), c: c, sig: sig}
+	if _, err := l.step(ctx, a, a.id, &in, rep, w); err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
-		return
 	}
+}
+
+// applyCall applies the call of in to a: its telemetry, and the state
+// machine's transition. a.mu is held.
+func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
+	c := in.c
 	if !a.used.Load() {
 		a.used.Store(true)
 	}
 	a.dirty = true
 	a.tel.observeLatency(c.dur, c.failed, c.ignored)
-	var eff effects
-	a.s.record(c, sig, &l.rules, &eff)
-	judge := false
-	if a.fl != nil {
-		l.fleetCount(a, c)
-		judge = a.s.Verifying != nil && !c.ignored
-	}
+	a.s.record(c, in.sig, &l.rules, eff)
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}
-	var b *fleetBatch
-	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
-		b = a.commitLocked(&eff, l.canaryCut > 0)
-	}
-	window := a.s.Tracker.Win.Width * windowSlots
+	eff.window = a.s.Tracker.Win.Width * windowSlots
 	// The breaker's circuit opened by a failure, or closed by a probe (see
 	// circuits.go).
-	until := a.s.CircuitOpenUntil
-	moved := eff.circuit && !a.held() && (until != 0 && c.failed && c.cluster != 0 || until == 0 && c.probe && !c.failed)
-	a.reopenLocked()
-	a.mu.Unlock()
-	if moved {
-		l.circuitMoved(a, c, until)
-	}
-	if c.failed && !c.ignored && !c.nested() {
-		l.shared.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano(), window)
-		l.mem.observe(a.id, c.cluster, sig, c.class, c.end.UnixNano())
-	}
-	if eff.dead != nil || eff.hold != nil {
-		l.routeEffects(a, &eff, c.end, l.callWait(a, &w))
-	}
-	if eff.decided != nil || eff.analysis != nil || eff.save || len(eff.fixes) > 0 {
-		l.carry(ctx, a, &eff, b, rep, l.callWait(a, &w))
-	} else if judge {
-		l.fleetJudge(a, rep, w)
-	}
+	eff.until = a.s.CircuitOpenUntil
+	eff.moved = eff.circuit && !a.held() && (eff.until != 0 && c.failed && c.cluster != 0 || eff.until == 0 && c.probe && !c.failed)
 }
 
 // logMistake logs a call of agentID that ran untracked because of why,

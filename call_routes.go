@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -101,36 +100,31 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Ch
 // proposal on the agent that found it. Its save waits on the fleet as
 // part of the chain w (nil: its own).
 func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *replica.Chain) {
+	in := input{kind: inCause, now: now.UnixNano(), more: &inputMore{h: h, cause: id}}
+	var rep Report
+	if _, err := l.step(context.Background(), a, a.id, &in, &rep, w); err != nil {
+		l.log.Warn("selfimprove: account-wide cause not filed", "agent", a.id, "error", err)
+	} else if rep.LoopErr != nil {
+		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", rep.LoopErr)
+	}
+}
+
+// applyCause files the account-wide cause of in on a: one event, and one
+// proposal. a.mu is held.
+func (a *agent) applyCause(l *Loop, in *input, eff *effects) {
+	h, now := in.more.h, time.Unix(0, in.now)
 	reason := fmt.Sprintf("account-wide %s: agent %q and any other agent with this failure are held, one probe each per interval (%v, doubling to %v): %s",
 		h.class, a.id, l.rules.probes.Every, l.rules.probes.MaxEvery, h.text)
-	agentID := a.id
-	a, err := l.lockAgent(a, agentID, now.UnixNano())
-	if a == nil {
-		l.log.Warn("selfimprove: account-wide cause not filed", "agent", agentID, "error", err)
-		return
-	}
-	var eff effects
-	th, prof := a.s.threshold(now.UnixNano())
+	th, prof := a.s.threshold(in.now)
 	an := a.s.analysis(now, th, prof)
-	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: id, Confidence: 1, Reason: freeText(reason), Rule: rules[h.class]}
+	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: in.more.cause, Confidence: 1, Reason: freeText(reason), Rule: rules[h.class]}
 	p, isNew := a.s.file(an, tw, now, &l.rules)
-	ev := &Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: freeText(reason)}
-	eff.event(ev)
+	eff.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: freeText(reason)})
 	if isNew {
 		eff.proposals = append(eff.proposals, p.clone())
 		eff.event(proposalEvent(newID(now), now, EventProposalFiled, p))
 	}
-	b := a.commitLocked(&eff, l.canaryCut > 0)
-	a.mu.Unlock()
-	var errs []error
-	if isNew {
-		errs = append(errs, l.addProposalAgent(a.id))
-		l.props.note(a.id, eff.proposals)
-	}
-	errs = append(errs, l.persistWait(a, w, b))
-	if err := errors.Join(errs...); err != nil {
-		l.log.Warn("selfimprove: account-wide cause not saved", "agent", a.id, "error", err)
-	}
+	eff.save = true
 }
 
 // fallBack returns the route the next attempt of a call runs on, when it

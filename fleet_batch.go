@@ -17,6 +17,11 @@ import (
 // batches it undoes. A caller that finds its batch marked once it has
 // the agent's save returns the mark's error instead of success.
 
+// fleetBatch is the decisions made on an agent's copy since a save last
+// took it. err, set under the agent's mu, is why they were taken back
+// (nil: in force, or landed).
+type fleetBatch struct{ err error }
+
 // errTakenOver takes back the decisions not committed yet when the
 // replica takes a newer state of the agent from the fleet.
 var errTakenOver = fmt.Errorf("selfimprove: another replica decided first: %w", ErrFleetConflict)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -31,35 +30,39 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 	if newer {
 		l.fleetRefreshWait(a, w)
 	}
-	now := l.clock.Now()
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	if a.evicted {
-		a.mu.Unlock()
-		return lag
+	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: d, p: p}}
+	if rep == nil {
+		rep = new(Report)
 	}
+	l.step(context.Background(), a, a.id, &in, rep, w)
+	return lag
+}
+
+// applyPooled applies to a the pooled counts of in: the other replicas'
+// calls, scores and failures it had not seen, and the change under
+// verification judged on every replica's calls. a.mu is held.
+func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
+	fa, x, now := a.fl, in.more, time.Unix(0, in.now)
+	d, p := x.d, x.p
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
-	var eff effects
-	l.fleetPooledQuality(a, d, p, now, &eff)
-	var fails []FleetFailure
+	l.fleetPooledQuality(a, d, p, now, eff)
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
 			fa.seq = f.Seq
 			if f.Replica != l.fleet.replica {
-				fails = append(fails, f)
+				x.fails = append(x.fails, f)
 			}
 		}
 	}
-	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(fails) > 0 {
-		a.s.replay(now.UnixNano(), ok, fresh.SuccessLatencyNS, fails)
+	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(x.fails) > 0 {
+		a.s.replay(in.now, ok, fresh.SuccessLatencyNS, x.fails)
 		a.dirty = true
 	}
-	var fixes []fixNote
-	window := a.s.Tracker.Win.Width * windowSlots
-	if len(fails) > 0 {
+	eff.window = a.s.Tracker.Win.Width * windowSlots
+	if len(x.fails) > 0 {
 		// Fixes attach to the clusters the failure memory knows.
-		fixes = fixesOf(a.s.Changes, nil)
+		x.known = fixesOf(a.s.Changes, nil)
 	}
 	if a.s.Verifying != nil && p.Gen == a.s.Gen {
 		var unsent, unsentControl FleetCounts
@@ -67,29 +70,22 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 			unsent, unsentControl = fa.tally.change, fa.tally.control
 		}
 		a.s.pool(p.Change, p.Control, unsent, unsentControl)
-		a.s.judge(now, &l.rules, &eff)
+		a.s.judge(now, &l.rules, eff)
 	}
-	var b *fleetBatch
-	if eff.publish || eff.circuit || eff.save || len(eff.events) > 0 {
-		b = a.commitLocked(&eff, l.canaryCut > 0)
-	}
-	a.mu.Unlock()
-	for i := range fails {
-		f := &fails[i]
-		var buf [4 * failure.MaxSignature]byte
-		sig := failure.AppendSignature(buf[:0], f.Text)
-		cl := failure.ClusterOf(sig)
-		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, window)
-		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
-	}
-	l.remember(fixes)
-	if eff.decided != nil {
-		if rep == nil {
-			rep = new(Report)
+}
+
+// fleetInput books for the fleet, before the transition, what the input
+// in adds to the counts of a's config in force: a call, or a score. a.mu
+// is held.
+func (l *Loop) fleetInput(a *agent, in *input) {
+	switch in.kind {
+	case inCall:
+		l.fleetCount(a, in.c)
+	case inScore:
+		if version, _, ok := a.s.placeVersion(in.low); ok && a.s.Tracker.Total > 0 {
+			l.fleetScored(a, version, in.score)
 		}
-		l.carry(context.Background(), a, &eff, b, rep, w)
 	}
-	return lag
 }
 
 // book books this replica's delta d in fa, and returns the other

@@ -26,13 +26,38 @@ var (
 	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go", "filestore.go", "filestore_agents.go",
 		"options.go", "state.go", "state_operator.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",
 		"notifier.go", "store.go", "ramstore.go", "trace.go", "budget.go", "analyze.go",
-		"clock.go", "format.go", "format_decode.go", "format_v1.go", "agent.go", "lifecycle.go", "state_cluster.go"}
+		"clock.go", "format.go", "format_decode.go", "format_v1.go", "agent.go", "lifecycle.go", "state_cluster.go", "driver.go"}
 )
 
 func TestLeavesStayLeaves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks the package from source")
 	}
+	fset, pkg, info := checkRoot(t)
+	bad := map[string]bool{}
+	for id, obj := range info.Uses {
+		if obj.Pkg() != pkg || obj.Parent() != pkg.Scope() && !isMember(obj) {
+			continue
+		}
+		from := filepath.Base(fset.Position(id.Pos()).Filename)
+		to := filepath.Base(fset.Position(obj.Pos()).Filename)
+		if slices.Contains(leafFiles, from) && slices.Contains(orchestration, to) {
+			bad[from+" uses "+obj.Name()+" from "+to] = true
+		}
+	}
+	var out []string
+	for k := range bad {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	for _, s := range out {
+		t.Error(s)
+	}
+}
+
+// checkRoot type-checks the root package's files from source.
+func checkRoot(t *testing.T) (*token.FileSet, *types.Package, *types.Info) {
+	t.Helper()
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob("*.go")
 	if err != nil {
@@ -55,24 +80,39 @@ func TestLeavesStayLeaves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := map[string]bool{}
+	return fset, pkg, info
+}
+
+// TestOneDriver: what a transition decides is carried out in one place,
+// the driver (driver.go). commitLocked (what runs under the agent's lock
+// after a transition) and carry (what runs after it) are called from
+// driver.go only, but for a probe's claim, which is part of a save's
+// compare-and-set and runs inside it (fleet_notes.go).
+func TestOneDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the package from source")
+	}
+	fset, pkg, info := checkRoot(t)
+	allowed := map[string][]string{
+		"commitLocked": {"driver.go", "fleet_notes.go"},
+		"carry":        {"driver.go"},
+		"stepLocked":   {"driver.go", "operator.go"}, // Approve and Reject find their agent locked
+	}
+	seen := map[string]bool{}
 	for id, obj := range info.Uses {
-		if obj.Pkg() != pkg || obj.Parent() != pkg.Scope() && !isMember(obj) {
+		files, ok := allowed[obj.Name()]
+		if !ok || obj.Pkg() != pkg || !isMember(obj) {
 			continue
 		}
-		from := filepath.Base(fset.Position(id.Pos()).Filename)
-		to := filepath.Base(fset.Position(obj.Pos()).Filename)
-		if slices.Contains(leafFiles, from) && slices.Contains(orchestration, to) {
-			bad[from+" uses "+obj.Name()+" from "+to] = true
+		seen[obj.Name()] = true
+		if from := filepath.Base(fset.Position(id.Pos()).Filename); !slices.Contains(files, from) {
+			t.Errorf("%s calls %s: the driver (driver.go) carries out what a transition decides", fset.Position(id.Pos()), obj.Name())
 		}
 	}
-	var out []string
-	for k := range bad {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	for _, s := range out {
-		t.Error(s)
+	for name := range allowed {
+		if !seen[name] {
+			t.Errorf("%s is called nowhere: the test looks for the wrong names", name)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -219,24 +220,15 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 		w = l.fleet.Chain(nil)
 	}
 	for try := 0; ; try++ {
-		a, err := l.lockAgent(nil, agentID, 0)
-		if a == nil {
+		in := input{kind: inFunc, more: &inputMore{op: f}}
+		var rep Report
+		if _, err := l.step(context.Background(), nil, agentID, &in, &rep, w); err != nil {
 			return err
 		}
-		eff, err := f(a)
-		b := a.commitLocked(&eff, l.canaryCut > 0)
-		a.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		err = l.persistWait(a, w, b)
-		if errors.Is(err, ErrFleetConflict) && try < 3 {
+		if errors.Is(rep.LoopErr, ErrFleetConflict) && try < 3 {
 			continue // another replica decided first: again, on its state
 		}
-		if err == nil {
-			l.remember(eff.fixes)
-		}
-		return err
+		return rep.LoopErr
 	}
 }
 
@@ -400,35 +392,27 @@ func (l *Loop) Approve(id string) error {
 	if err != nil {
 		return err
 	}
-	ch, eff, err := a.s.approve(l.clock.Now(), id, &l.rules)
-	b := a.commitLocked(&eff, l.canaryCut > 0)
-	a.mu.Unlock()
-	if err != nil {
+	in := input{kind: inFunc, lock: lockHeld, more: &inputMore{tweak: true,
+		op: func(a *agent) (effects, error) {
+			_, eff, err := a.s.approve(l.clock.Now(), id, &l.rules)
+			return eff, err
+		},
+		undo: func(a *agent, ch *Change) effects {
+			a.dropQueued(func(ev *Event) bool {
+				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id
+			})
+			a.s.unapprove(id, ch)
+			return effects{publish: true}
+		}}}
+	var rep Report
+	if err := l.stepLocked(context.Background(), a, &in, &rep, nil); err != nil {
 		if errors.Is(err, ErrTweakRejected) {
 			l.m.rejectedTweaks.Add(1)
 		}
 		return err
 	}
-	if err := l.persistWait(a, nil, b); err != nil {
-		if ch != nil && !isFleetErr(err) {
-			// A change that cannot be recorded is not made. (The fleet's
-			// errors have already put back the fleet's state.)
-			a.mu.Lock()
-			a.settleLocked(l.clock.Now().UnixNano())
-			a.dropQueued(func(ev *Event) bool {
-				return ev.Change != nil && ev.Change.ID == ch.ID || ev.Proposal != nil && ev.Proposal.ID == id
-			})
-			a.s.unapprove(id, ch)
-			a.publishLocked(l.canaryCut > 0)
-			a.mu.Unlock()
-		}
-		return fmt.Errorf("selfimprove: proposal not applied: %w", err)
-	}
-	if ch != nil {
-		l.m.improvements.Add(1)
-		if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
-			l.mem.addFix(f.cluster, f.fix)
-		}
+	if rep.LoopErr != nil {
+		return fmt.Errorf("selfimprove: proposal not applied: %w", rep.LoopErr)
 	}
 	return nil
 }
@@ -445,14 +429,14 @@ func (l *Loop) Reject(id, reason string) error {
 	if err != nil {
 		return err
 	}
-	eff, err := a.s.reject(l.clock.Now(), id, reason, &l.rules)
-	b := a.commitLocked(&eff, l.canaryCut > 0)
-	a.mu.Unlock()
-	if err != nil {
+	in := input{kind: inFunc, lock: lockHeld, more: &inputMore{op: func(a *agent) (effects, error) {
+		return a.s.reject(l.clock.Now(), id, reason, &l.rules)
+	}}}
+	var rep Report
+	if err := l.stepLocked(context.Background(), a, &in, &rep, nil); err != nil {
 		return err
 	}
-	l.remember(eff.fixes)
-	return l.persistWait(a, nil, b)
+	return rep.LoopErr
 }
 
 // lockProposal finds proposal id and returns its agent, locked.

@@ -1,7 +1,6 @@
 package selfimprove
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -28,54 +27,6 @@ func (l *Loop) enterWrite() bool {
 
 // leaveWrite ends a write admitted by enterWrite.
 func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
-
-// carry carries out the effects of a call's transition, after the agent's
-// lock was released: it records fix outcomes, saves a decision (of batch
-// b, from commitLocked) and reports it, or starts an analysis. Its waits
-// on the fleet are of the chain w (nil: a chain of its own).
-func (l *Loop) carry(ctx context.Context, a *agent, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
-	l.remember(eff.fixes)
-	switch {
-	case eff.decided != nil:
-		switch eff.decision {
-		case EventRolledBack:
-			l.m.rollbacks.Add(1)
-			rep.Rollback = eff.decided
-		case EventChangeConfirmed:
-			l.m.confirmations.Add(1)
-			rep.Confirmed = eff.decided
-		}
-		if len(eff.proposals) > 0 {
-			// Listed before the proposal is saved (see Loop.analyze).
-			rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
-			l.props.note(a.id, eff.proposals)
-		}
-		if err := l.persistWait(a, w, b); err != nil {
-			rep.LoopErr = errors.Join(rep.LoopErr, err)
-			if isFleetErr(err) {
-				// Another replica decided first, or the fleet cannot be
-				// reached: this decision was not taken.
-				rep.Rollback, rep.Confirmed = nil, nil
-				if eff.decision == EventRolledBack {
-					l.m.rollbacks.Add(-1)
-				} else {
-					l.m.confirmations.Add(-1)
-				}
-			} else if eff.decision == EventRolledBack {
-				l.rollbackUnsaved(a, eff.decided, err)
-			}
-		}
-	case eff.analysis != nil:
-		rep.ImprovementTriggered = true
-		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep, w)
-	case eff.save:
-		if err := l.persistWait(a, w, b); err != nil {
-			rep.LoopErr = errors.Join(rep.LoopErr, err)
-		} else if eff.applied != nil {
-			rep.Improvement = eff.applied // the loop's own route change
-		}
-	}
-}
 
 // rollbackUnsaved reports a rollback that could not be saved. The rollback
 // stands in memory. Its event stays queued, and so does this one, for the

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -214,34 +215,34 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	if err != nil {
 		return err
 	}
-	a, err := l.lockAgent(nil, agentID, now.UnixNano())
-	if a == nil {
+	in := input{kind: inScore, now: now.UnixNano(), low: low, score: score}
+	var rep Report
+	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
+		if errors.Is(err, errNoVersion) {
+			return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
+		}
 		return err
 	}
-	var eff effects
-	var b *fleetBatch
-	version, route, ok := a.s.placeVersion(low)
-	ok = ok && a.s.Tracker.Total > 0 // an agent that made no call has none to score
-	if ok {
-		a.dirty = true
-		a.s.bookQuality(version, route, quality{score: score, scored: true}, false)
-		l.fleetScored(a, version, score)
-		a.s.judgeScored(version, now, &l.rules, &eff)
-		a.s.watchScore(version, score, now, &l.rules, &eff)
-		a.s.exploreDue(now, &l.rules, &eff)
-		if eff.publish || eff.save || len(eff.events) > 0 {
-			b = a.commitLocked(&eff, l.canaryCut > 0)
-		}
+	return rep.LoopErr
+}
+
+// errNoVersion refuses a score of a call whose version the agent does
+// not keep (see Loop.Score).
+var errNoVersion = errors.New("selfimprove: no such version")
+
+// applyScore applies the score of in to a: booked for the version and
+// route that made the call, judged, watched and explored on. a.mu is
+// held.
+func (a *agent) applyScore(l *Loop, in *input, eff *effects) error {
+	version, route, ok := a.s.placeVersion(in.low)
+	if !ok || a.s.Tracker.Total == 0 { // an agent that made no call has none to score
+		return errNoVersion
 	}
-	a.reopenLocked()
-	a.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
-	}
-	if eff.decided != nil || eff.save || eff.analysis != nil {
-		var rep Report
-		l.carry(context.Background(), a, &eff, b, &rep, nil)
-		return rep.LoopErr
-	}
+	now := time.Unix(0, in.now)
+	a.dirty = true
+	a.s.bookQuality(version, route, quality{score: in.score, scored: true}, false)
+	a.s.judgeScored(version, now, &l.rules, eff)
+	a.s.watchScore(version, in.score, now, &l.rules, eff)
+	a.s.exploreDue(now, &l.rules, eff)
 	return nil
 }

@@ -160,6 +160,16 @@ type effects struct {
 	// ended.
 	dead []deadNote
 	hold *holdNote
+	// Found by the driver under the agent's lock (see driver.go): moved,
+	// that a call's failure opened the circuit until until (Unix ns), or
+	// its probe closed it; judge, that a call's counts are for the fleet
+	// to judge; window, the analysis window's width (ns); refused, why a
+	// strategy's tweak was not applied.
+	moved   bool
+	judge   bool
+	until   int64
+	window  int64
+	refused error
 }
 
 // fixNote is a fix outcome for the failure memory's cluster.
@@ -510,11 +520,6 @@ func (r *ruleBook) proposeOnly(s *agentState) bool {
 func (s *agentState) explores(ch *Change) bool {
 	return s.Quality != nil && s.Quality.Explore.Version != 0 && s.Quality.Explore.Version == ch.To.Version
 }
-
-// fleetBatch is the decisions made on an agent's copy since a save last
-// took it. err, set under the agent's mu, is why they were taken back
-// (nil: in force, or landed).
-type fleetBatch struct{ err error }
 
 // refused returns the rolled-back tweaks still refused at now for a tweak
 // addressing cluster: those whose Until has not passed (zero: forever),

@@ -1,0 +1,329 @@
+package selfimprove
+
+// This file is the driver. Every change to an agent's state is an input
+// to its state machine: agentState, with the replication's own state
+// (replica.State, in the agent's fleetAgent) under the same lock. Loop.step
+// is the one place that gives it one, in the manner of etcd raft's Step
+// and Ready: it locks the agent, applies the input, which changes the
+// state and books in an effects value everything to be done, carries out
+// under the lock what must be (commitLocked: publish the config to calls,
+// mirror the circuit, queue the events in decision order, take the
+// decision's batch for the save), reopens the fast path, unlocks, and
+// carries out the rest (carry), in this order:
+//
+//  1. what the input saw, loop-wide: the circuit index, the failures for
+//     the shared causes and the failure memory, dead routes and
+//     account-wide causes;
+//  2. the proposals filed, listed before they are saved;
+//  3. the save, before any decision is announced: the save logs the
+//     decision's events and hands them to the notifier; a decision whose
+//     save fails is reported failed (a change it applied is taken back,
+//     by an input of its own), and only a saved one is reported done;
+//  4. the fix outcomes, for the failure memory, once saved;
+//  5. an analysis to start, or the call's counts for the fleet to judge.
+//
+// A fleet's answers to a save (landed, conflict, unreachable, refused,
+// a newer state) go back in as inputs of the replication's state machine
+// under the same lock (fleet_commit.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+)
+
+// inputKind says which input an input is.
+type inputKind uint8
+
+const (
+	inCall     inputKind = iota + 1 // a call's outcome: c, sig (call.go)
+	inScore                         // a score of a call: low, score (quality.go)
+	inAnalysis                      // a strategy's answer: an, th, tw, also, err (analysis.go)
+	inCause                         // an account-wide cause raised: h, cause (call_routes.go)
+	inPooled                        // the fleet's pooled counts: d, p (fleet_pool.go)
+	inFunc                          // a transition as a function: an operator's action, a take-back: op
+)
+
+// lockMode says how Loop.step finds and locks the agent of an input.
+type lockMode uint8
+
+const (
+	lockLoad lockMode = iota // the live agent of the ID, loaded if need be (Loop.lockAgent)
+	lockThis                 // the agent given, even if evicted meanwhile
+	lockLive                 // the agent given, unless evicted: then nothing happens
+	lockHeld                 // the agent given, which the caller has locked and settled
+)
+
+// An input is one input to an agent's state machine: its kind, and the
+// values of that kind.
+type input struct {
+	kind inputKind
+	lock lockMode
+	now  int64 // Unix ns; 0: the clock's, once locked
+
+	c   *call  // inCall
+	sig []byte // inCall: the failure's signature
+
+	low   uint64  // inScore: the call ID's version bits
+	score float64 // inScore
+
+	// more holds the values of the other kinds. They sit behind a
+	// pointer because escape analysis does not tell a struct's fields
+	// apart: what the other kinds' transitions keep of theirs (an
+	// analysis, a pool, a function) would move a call's own input, and
+	// its call, to the heap.
+	more *inputMore
+}
+
+// inputMore is the values of an input of the kinds other than inCall and
+// inScore.
+type inputMore struct {
+	// tweak is set for an input that may apply a tweak: one saved counts
+	// as an improvement, and the failure memory learns it is verified.
+	tweak bool
+
+	an   *Analysis // inAnalysis
+	th   Threshold // inAnalysis
+	tw   *Tweak    // inAnalysis: the strategy's answer
+	also []Tweak   // inAnalysis: proposals for the window's other clusters
+	err  error     // inAnalysis: the strategy's error
+
+	h     *holdNote // inCause
+	cause string    // inCause: its ID
+
+	d *FleetDelta // inPooled: the delta sent
+	p *FleetPool  // inPooled: the pool that answered it
+	// fails are, for inPooled, the other replicas' failures the pool
+	// brought, found by the transition.
+	fails []FleetFailure
+	known []fixNote // inPooled: the fix outcomes in force, which the failures attach to
+
+	// op is an inFunc's transition; an error refuses the input (its
+	// effects under the lock still happen, nothing is saved).
+	op func(a *agent) (effects, error)
+	// undo, when set, is the transition that takes back the change ch
+	// the input applied when it cannot be saved (a change that cannot be
+	// recorded is not made); not after the fleet's errors, which have
+	// already put back the fleet's state.
+	undo func(a *agent, ch *Change) effects
+}
+
+// step gives the input in to agent a, or to agent id's for lockLoad (a
+// nil: found or loaded), and carries out what it decides (see the
+// file's comment). rep gets the outcome, w is the caller's fleet time
+// (nil: none yet; see callWait). It returns the agent it ran on, and an
+// error when no agent could be had or the transition refused the input.
+func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Report, w *replica.Chain) (*agent, error) {
+	switch in.lock {
+	case lockLoad:
+		var err error
+		if a, err = l.lockAgent(a, id, in.now); a == nil {
+			return nil, err
+		}
+	case lockThis, lockLive:
+		a.mu.Lock()
+		if !a.evicted {
+			a.settleLocked(l.stepNow(in))
+		} else if in.lock == lockLive {
+			a.mu.Unlock()
+			return a, nil
+		}
+	}
+	return a, l.stepLocked(ctx, a, in, rep, w)
+}
+
+// stepNow is the time of in, the clock's when it has none.
+func (l *Loop) stepNow(in *input) int64 {
+	if in.now == 0 {
+		in.now = l.clock.Now().UnixNano()
+	}
+	return in.now
+}
+
+// stepLocked is step, from the locked agent on: it applies in, carries
+// out under the lock what must be, unlocks a and carries out the rest.
+func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report, w *replica.Chain) error {
+	l.stepNow(in)
+	var eff effects
+	if a.fl != nil {
+		l.fleetInput(a, in) // the counts of the config that served, before it moves
+	}
+	err := a.apply(l, in, &eff)
+	if a.fl != nil && in.kind == inCall {
+		eff.judge = a.s.Verifying != nil && !in.c.ignored
+	}
+	var b *fleetBatch
+	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
+		b = a.commitLocked(&eff, l.canaryCut > 0)
+	}
+	a.reopenLocked()
+	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	l.carry(ctx, a, in, &eff, b, rep, w)
+	return nil
+}
+
+// apply applies in to a's state machine, which books in eff what is to
+// be done. a.mu is held and a is settled.
+func (a *agent) apply(l *Loop, in *input, eff *effects) error {
+	switch in.kind {
+	case inCall:
+		a.applyCall(l, in, eff)
+	case inScore:
+		return a.applyScore(l, in, eff)
+	case inAnalysis:
+		a.applyAnalysis(l, in, eff)
+	case inCause:
+		a.applyCause(l, in, eff)
+	case inPooled:
+		a.applyPooled(l, in, eff)
+	case inFunc:
+		var err error
+		*eff, err = in.more.op(a)
+		return err
+	}
+	return nil
+}
+
+// carry carries out, in order, the effects eff of the input in to a,
+// after a's lock was released (see the file's comment): b is the batch
+// of its decision (commitLocked), rep gets the outcome, and the waits on
+// the fleet are of the chain w (nil: started when needed).
+func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
+	if eff.moved {
+		l.circuitMoved(a, in.c, eff.until)
+	}
+	l.observe(a, in, eff)
+	if eff.dead != nil || eff.hold != nil {
+		l.routeEffects(a, eff, time.Unix(0, in.now), l.callWait(a, &w))
+	}
+	if eff.refused != nil && in.more != nil {
+		l.tweakRefused(a, in, eff, rep)
+	}
+	if len(eff.proposals) > 0 {
+		// Listed before they are saved (see Loop.analyze).
+		rep.LoopErr = errors.Join(rep.LoopErr, l.addProposalAgent(a.id))
+		l.props.note(a.id, eff.proposals)
+	}
+	switch {
+	case eff.decided != nil:
+		l.decided(a, eff, b, rep, l.callWait(a, &w))
+	case eff.analysis != nil:
+		l.remember(eff.fixes)
+		rep.ImprovementTriggered = true
+		l.startAnalysis(ctx, a, eff.analysis, eff.th, rep, l.callWait(a, &w))
+	case eff.save:
+		if err := l.persistWait(a, l.callWait(a, &w), b); err != nil {
+			rep.LoopErr = errors.Join(rep.LoopErr, l.unsaved(ctx, a, in, eff, err))
+			return
+		}
+		l.saved(in, eff, rep)
+	default:
+		l.remember(eff.fixes)
+		if eff.judge {
+			l.fleetJudge(a, rep, w)
+		}
+	}
+}
+
+// decided saves a decision on a change (a rollback or a confirmation) and
+// reports it: as made once saved; as not made when the fleet took it
+// back. One that could not be saved otherwise stands in memory, and a
+// rollback's failure is reported (rollbackUnsaved).
+func (l *Loop) decided(a *agent, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
+	err := l.persistWait(a, w, b)
+	if err != nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, err)
+		if isFleetErr(err) {
+			return // another replica decided first, or the fleet cannot be reached: not taken
+		}
+	}
+	l.remember(eff.fixes)
+	if eff.decision == EventRolledBack {
+		l.m.rollbacks.Add(1)
+		rep.Rollback = eff.decided
+		if err != nil {
+			l.rollbackUnsaved(a, eff.decided, err)
+		}
+		return
+	}
+	l.m.confirmations.Add(1)
+	rep.Confirmed = eff.decided
+}
+
+// saved reports what the saved effects eff of in applied: a tweak
+// counts as an improvement, whose fix the failure memory learns is
+// under verification; a route change of the loop's own is reported too.
+func (l *Loop) saved(in *input, eff *effects, rep *Report) {
+	l.remember(eff.fixes)
+	ch := eff.applied
+	if ch == nil {
+		return
+	}
+	rep.Improvement = ch
+	if in.more != nil && in.more.tweak {
+		l.m.improvements.Add(1)
+		if f, ok := fixNoteOf(ch, FixVerifying, ch.AppliedAt); ok {
+			l.mem.addFix(f.cluster, f.fix)
+		}
+	}
+}
+
+// unsaved takes back, with in's undo, the change that in applied and
+// could not be saved for err, and returns the error to report.
+func (l *Loop) unsaved(ctx context.Context, a *agent, in *input, eff *effects, err error) error {
+	ch := eff.applied
+	if ch == nil || in.more == nil || in.more.undo == nil {
+		return err
+	}
+	if !isFleetErr(err) {
+		undo := in.more.undo
+		op := input{kind: inFunc, lock: lockThis, more: &inputMore{op: func(a *agent) (effects, error) { return undo(a, ch), nil }}}
+		var rep Report
+		l.step(ctx, a, a.id, &op, &rep, nil)
+	}
+	return fmt.Errorf("selfimprove: change not applied: %w", err)
+}
+
+// tweakRefused reports a tweak that the strategy's answer in could not apply
+// (eff.refused): as an error when nothing else was applied.
+func (l *Loop) tweakRefused(a *agent, in *input, eff *effects, rep *Report) {
+	if in.more.err == nil {
+		if eff.rejected {
+			l.m.rejectedTweaks.Add(1)
+		}
+		l.log.Warn("selfimprove: tweak not applied", "agent", a.id, "error", eff.refused)
+	}
+	if eff.applied == nil {
+		rep.LoopErr = errors.Join(rep.LoopErr, eff.refused)
+	}
+}
+
+// observe hands the failures input in brought to the shared causes and
+// the failure memory: a call's own (not one ignored, or passed on from a
+// call nested in it), or the other replicas' in the fleet's pool.
+func (l *Loop) observe(a *agent, in *input, eff *effects) {
+	if c := in.c; c != nil && c.failed && !c.ignored && !c.nested() {
+		l.shared.observe(a.id, c.cluster, in.sig, c.class, c.end.UnixNano(), eff.window)
+		l.mem.observe(a.id, c.cluster, in.sig, c.class, c.end.UnixNano())
+	}
+	x := in.more
+	if x == nil {
+		return
+	}
+	for i := range x.fails {
+		f := &x.fails[i]
+		var buf [4 * failure.MaxSignature]byte
+		sig := failure.AppendSignature(buf[:0], f.Text)
+		cl := failure.ClusterOf(sig)
+		l.shared.observe(a.id, cl, sig, f.Class, f.EndNS, eff.window)
+		l.mem.observe(a.id, cl, sig, f.Class, f.EndNS)
+	}
+	l.remember(x.known)
+}
