@@ -220,10 +220,10 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 		f := l.describe(rep.Err, 0, &b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
 		c.from, c.suspect = l.cause(a, &b, rep.Err)
-		l.record(ctx, a, c, b.fw, []byte(f.Signature), rep)
+		l.record(ctx, a, c, b.fw, f.Signature, rep)
 		l.leave(ctx, agentID, rep.Err)
 	} else {
-		l.record(ctx, a, c, b.fw, nil, rep)
+		l.record(ctx, a, c, b.fw, "", rep)
 	}
 	rep.Version = a.cfg.Load().Version // after a change the call made
 	if b.homeProbe {
@@ -351,7 +351,7 @@ func (l *Loop) arm(in *installed) Arm {
 // (Loop.step). w is the call's fleet time, once its load of a new agent
 // or a probe's claim started it (nil: untouched); sig is a failure's
 // signature.
-func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, sig []byte, rep *Report) {
+func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, sig string, rep *Report) {
 	in := input{kind: inCall, now: c.end.UnixNano(), c: c, sig: sig}
 	if _, err := l.step(ctx, a, a.id, &in, rep, w); err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
@@ -367,7 +367,7 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 	}
 	a.dirty = true
 	a.tel.observeLatency(c.dur, c.failed, c.ignored)
-	a.s.record(c, in.sig, &l.rules, eff)
+	a.s.record(c, []byte(in.sig), &l.rules, eff)
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}

@@ -66,7 +66,7 @@ type input struct {
 	now  int64 // Unix ns; 0: the clock's, once locked
 
 	c   *call  // inCall
-	sig []byte // inCall: the failure's signature
+	sig string // inCall: the failure's signature (a string: its []byte conversions are then zero-copy)
 
 	low   uint64  // inScore: the call ID's version bits
 	score float64 // inScore
@@ -310,8 +310,8 @@ func (l *Loop) tweakRefused(a *agent, in *input, eff *effects, rep *Report) {
 // call nested in it), or the other replicas' in the fleet's pool.
 func (l *Loop) observe(a *agent, in *input, eff *effects) {
 	if c := in.c; c != nil && c.failed && !c.ignored && !c.nested() {
-		l.shared.observe(a.id, c.cluster, in.sig, c.class, c.end.UnixNano(), eff.window)
-		l.mem.observe(a.id, c.cluster, in.sig, c.class, c.end.UnixNano())
+		l.shared.observe(a.id, c.cluster, []byte(in.sig), c.class, c.end.UnixNano(), eff.window)
+		l.mem.observe(a.id, c.cluster, []byte(in.sig), c.class, c.end.UnixNano())
 	}
 	x := in.more
 	if x == nil {

@@ -378,6 +378,15 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { e.l.ExecuteWithImprovement(ctx, "b", fail) }); n != 0 {
 		t.Fatalf("non-triggering failure allocates %v times per call", n)
 	}
+	// Nor one whose signature is longer than the 32 bytes a conversion
+	// may keep on the stack: the signature is never copied.
+	long := errors.New("upstream gateway refused the request: connection reset by peer while reading the response")
+	e.call("c", long, 0)
+	e.call("c", long, 0)
+	failLong := func(context.Context, si.Config) error { return long }
+	if n := testing.AllocsPerRun(1000, func() { e.l.ExecuteWithImprovement(ctx, "c", failLong) }); n != 0 {
+		t.Fatalf("non-triggering failure with a long signature allocates %v times per call", n)
+	}
 }
 
 // An error whose methods panic never fails the call: the loop records it.
