@@ -187,6 +187,7 @@ func (a *agent) settleLocked(now int64) {
 		until = now
 	}
 	a.s.Tracker.addSuccesses(until-1, calls, lat)
+	a.s.ownSuccesses()
 	a.dirty = true
 	if a.fl != nil {
 		a.fl.tally.successes(a.s.Gen, int64(calls), lat)

@@ -404,6 +404,16 @@ func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	s.installChange(c.end, c.fellRoute, freeText(reason), r, eff)
 }
 
+// ownSuccesses books calls that succeeded on their own route at their
+// first attempt, booked without the lock (the lock-free path): as any
+// success on its own route, they end the strikes' run (see strike), so
+// that the run is of calls in a row, whichever path booked them.
+func (s *agentState) ownSuccesses() {
+	if s.Route != nil {
+		s.Route.Strikes = 0
+	}
+}
+
 // installChange installs the current config with route as a change under
 // verification, made by the loop itself for reason.
 func (s *agentState) installChange(now time.Time, route, reason string, r *ruleBook, eff *effects) *Change {
