@@ -67,7 +67,11 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		} else if att.budget != nil && !att.budget.take(att, *n+1) {
 			return err, true
 		}
-		wait, reason := l.wait(cfg, *n, err, hint, why, sdkRetried(class))
+		var wait time.Duration
+		reason := failure.WaitNone
+		if acfg == cfg { // another route's attempt goes at once: the waits are this route's
+			wait, reason = l.wait(cfg, *n, err, hint, why, sdkRetried(class))
+		}
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
 				att.unbudget()
@@ -90,17 +94,29 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 	return err, false
 }
 
-// wait returns how long to wait after the given failed attempt, and why:
-// the longer of the config's backoff and the wait the failure asks for
-// (the transport's header, else err's; see RetryPolicy), the latter
-// capped by the policy's MaxWait. A transient failure's retry that only
-// the transient floor allows waits at least transientBackoff doubled.
+// wait returns how long to wait after the given failed attempt, before
+// a retry on the same route, and why: the longer of the backoff and the
+// wait the failure asks for (the transport's header, else err's; see
+// RetryPolicy), the latter capped by the policy's MaxWait. The backoff
+// is the config's Backoff doubled; after a transient failure (as the
+// LLM SDKs retry) it is, when the config sets no Backoff, whoever set
+// MaxAttempts, the SDKs' own: the failure's wait when it asks for one,
+// else transientBackoff doubled, up to transientMaxBackoff. A retry that only the transient floor
+// allows waits at least transientBackoff doubled.
 func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why string, transient bool) (time.Duration, string) {
-	base := cfg.Backoff
-	if attempt >= cfg.attempts() && transient {
+	base, sdk := cfg.Backoff, false
+	switch {
+	case !transient:
+	case attempt >= cfg.attempts():
 		base = max(base, transientBackoff) // a retry of the transient floor
+	case base == 0:
+		base, sdk = transientBackoff, true
 	}
-	d, reason := l.backoff(base, attempt), failure.WaitBackoff
+	limit := time.Duration(maxBackoff)
+	if sdk {
+		limit = transientMaxBackoff
+	}
+	d, reason := l.backoff(base, attempt, limit), failure.WaitBackoff
 	if d == 0 {
 		reason = failure.WaitNone
 	}
@@ -112,7 +128,7 @@ func (l *Loop) wait(cfg *Config, attempt int, err error, hint time.Duration, why
 	} else {
 		hint, why = failure.ErrorWait(err)
 	}
-	if hint = min(roundUpWait(hint), l.retryRules.maxWait); hint > 0 && hint >= d {
+	if hint = min(roundUpWait(hint), l.retryRules.maxWait); hint > 0 && (hint >= d || sdk) {
 		return hint, why
 	}
 	return d, reason
@@ -131,9 +147,21 @@ func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()
-		return fn(actx, *cfg)
+		err := fn(actx, *cfg)
+		noteSilent(b, err, ctx, actx)
+		return err
 	}
 	return fn(ctx, *cfg)
+}
+
+// noteSilent notes in b whether the attempt that ran under actx, within
+// the call's ctx, failed (err) because its own deadline passed: it got
+// no answer in time, and its route is not asked again in the same call
+// (see fallBack).
+func noteSilent(b *begun, err error, ctx, actx context.Context) {
+	if b != nil {
+		b.silent = err != nil && ctx.Err() == nil && actx.Err() == context.DeadlineExceeded
+	}
 }
 
 // sleeper is the optional method of a Clock that waits (see Clock).
@@ -157,17 +185,17 @@ func (l *Loop) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // backoff returns the wait after the given attempt: uniform in [d/2, d]
-// with d = base×2^(attempt-1), capped at maxBackoff. The draw is random,
-// or the next of a fixed sequence under RetryPolicy.JitterSeed.
-func (l *Loop) backoff(base time.Duration, attempt int) time.Duration {
+// with d = base×2^(attempt-1), capped at limit. The draw is random, or
+// the next of a fixed sequence under RetryPolicy.JitterSeed.
+func (l *Loop) backoff(base time.Duration, attempt int, limit time.Duration) time.Duration {
 	if base <= 0 {
 		return 0
 	}
 	d := base
-	for i := 1; i < attempt && d < maxBackoff; i++ {
+	for i := 1; i < attempt && d < limit; i++ {
 		d *= 2
 	}
-	d = min(d, maxBackoff)
+	d = min(d, limit)
 	half := d / 2
 	if l.jitterSeed != 0 {
 		return half + time.Duration(splitmix(l.jitterSeed+l.jitterN.Add(1)*0x9e3779b97f4a7c15)%uint64(d-half+1))
@@ -272,6 +300,7 @@ func (l *Loop) afterFunc(d time.Duration, f func()) func() bool {
 // for its agent, or notes in b that it stalled before one and failed (b
 // is nil for a call the loop does not record).
 func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
+	outer := ctx
 	if cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
@@ -280,6 +309,7 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 	if b != nil {
 		b.stalled = false
 	}
+	tctx := ctx
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := &watch{Context: cctx, cancel: cancel, l: l, start: l.now()}
@@ -295,6 +325,7 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 		case watchStalled:
 			b.stalled = err != nil
 		}
+		noteSilent(b, err, outer, tctx)
 	}
 	return err
 }

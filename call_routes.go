@@ -130,15 +130,17 @@ func (a *agent) applyCause(l *Loop, in *input, eff *effects) {
 // fallBack returns the route the next attempt of a call runs on, when it
 // is not the call's own: the next live route of the agent's ladder, for
 // the call's last attempt after a failure another route may fix, or for
-// any attempt after "no such model". It returns false for the call's own
-// route, and for a probe of the primary, whose fallback is the agent's
-// config.
+// any attempt after "no such model" or one that got no answer in time (no
+// response before its Timeout, no first token before its
+// FirstTokenTimeout: a silent route is not asked twice). It returns false
+// for the call's own route, and for a probe of the primary, whose
+// fallback is the agent's config.
 func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (string, bool) {
 	if b == nil || b.homeProbe {
 		return "", false
 	}
 	switch {
-	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound:
+	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound, b.silent, b.stalled:
 	case last && (transient(class) || class == failure.ClassRateLimit):
 	default:
 		return "", false

@@ -51,8 +51,10 @@ type Config struct {
 	MaxAttempts int
 	// Backoff is the base delay between attempts: before attempt k+1 the
 	// loop waits a random duration in [d/2, d] with d = Backoff×2^(k-1),
-	// capped at one hour. 0 means retry at once; Backoff itself is at
-	// most one hour.
+	// capped at one hour. 0 (the default) means the LLM SDKs' wait after
+	// a transient failure (the server's wait, else 0.5 s doubled with
+	// jitter, up to 8 s; see RetryPolicy) and a retry at once after any
+	// other; Backoff itself is at most one hour.
 	Backoff time.Duration
 	// Route names the model, endpoint or tool variant fn should use: at
 	// most 256 bytes of UTF-8, as a route of Routes.

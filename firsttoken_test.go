@@ -66,8 +66,8 @@ func TestFirstTokenTimeoutCancelsAStall(t *testing.T) {
 		}
 		// The stall cost its first-token deadline, not the whole call's:
 		// the retry's stream, longer than the deadline, ran to its end.
-		if rep.Duration != time.Second+30*time.Second {
-			t.Errorf("duration %v, want 1s (the stall) + 30s (the stream)", rep.Duration)
+		if rep.Duration != time.Second+second.Waited+30*time.Second || second.Waited < 250*time.Millisecond || second.Waited > 500*time.Millisecond {
+			t.Errorf("duration %v, want 1s (the stall) + the back-off (%v, 0.25 to 0.5 s) + 30s (the stream)", rep.Duration, second.Waited)
 		}
 		v, _ := l.View("a")
 		if h := v.FirstToken; h.Count != 1 || h.Sum != 100*time.Millisecond || h.Counts[4] != 1 {

@@ -181,7 +181,7 @@ func TestJitterSeed(t *testing.T) {
 		defer l.Close()
 		var out []time.Duration
 		for attempt := 1; attempt <= 20; attempt++ {
-			d := l.backoff(100*time.Millisecond, attempt%4+1)
+			d := l.backoff(100*time.Millisecond, attempt%4+1, maxBackoff)
 			full := 100 * time.Millisecond << (attempt % 4)
 			if d < full/2 || d > full {
 				t.Fatalf("attempt %d: backoff %v outside [%v, %v]", attempt, d, full/2, full)

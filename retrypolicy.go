@@ -44,8 +44,11 @@ type RetryPolicy struct {
 	// SDKs retry the transient ones twice
 	// on their own, and the integrations turn that off so that the loop
 	// sees every failure, so the loop never retries less than the SDK
-	// did. The attempts the config would not have made wait at least
-	// 0.5 s doubled each time, with jitter, or the
+	// did. Without a Config.Backoff, every retry of a transient
+	// failure on the same route waits as the SDKs do (the server's wait,
+	// else 0.5 s doubled with jitter, up to 8 s); the attempts the config
+	// would not have made wait at least 0.5 s doubled each time, with
+	// jitter, or the
 	// server's wait when longer, as the SDKs do. Default 0: 3 attempts;
 	// 1 turns the floor off; at most 10. The call's Budget and deadline
 	// still bound it.
@@ -140,6 +143,7 @@ const (
 	defaultTransientAttempts = 3                      // RetryPolicy.TransientAttempts's default
 	maxTransientAttempts     = 10                     // and its cap
 	transientBackoff         = 500 * time.Millisecond // the floor's base wait (see RetryPolicy)
+	transientMaxBackoff      = 8 * time.Second        // the most a transient retry waits without a Backoff, as openai-go and anthropic-sdk-go
 	defaultMaxWait           = time.Minute            // RetryPolicy.MaxWait's default
 	waitRoundUp              = 10 * time.Millisecond  // a server's wait is rounded up to this
 )

@@ -1,0 +1,105 @@
+package selfimprove_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
+	"github.com/self-improving-loop/selfimprove/stream"
+)
+
+// Issue 40, item 2: an attempt that got no answer in time fails over to
+// the next route of the ladder at once; the same silent route is not
+// asked again in the call. The docs' setup: primary → backup, Timeout
+// 30 s, FirstTokenTimeout 10 s, MaxAttempts 3. Before, the second
+// attempt went to the same silent primary, and the backup answered only
+// at the third, 21 s in (with a Timeout alone, 20 s in).
+func TestSilentAttemptFailsOverAtOnce(t *testing.T) {
+	backup := func(ctx context.Context) error { // first token at 100 ms, done at 1 s
+		time.Sleep(100 * time.Millisecond)
+		stream.FirstToken(ctx)
+		time.Sleep(900 * time.Millisecond)
+		return nil
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     si.Config
+		primary func(ctx context.Context) error
+		want    time.Duration
+	}{
+		{"no answer, first-token deadline", si.Config{Timeout: 30 * time.Second, FirstTokenTimeout: 10 * time.Second, MaxAttempts: 3},
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, 11 * time.Second},
+		{"first token after 20 s", si.Config{Timeout: 30 * time.Second, FirstTokenTimeout: 10 * time.Second, MaxAttempts: 3},
+			func(ctx context.Context) error {
+				select {
+				case <-time.After(20 * time.Second):
+					stream.FirstToken(ctx)
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, 11 * time.Second},
+		{"no answer, attempt deadline", si.Config{Timeout: 10 * time.Second, MaxAttempts: 3},
+			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, 11 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := looptest.NewLoop(t, si.WithDefaultConfig(tc.cfg), si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}))
+				defer l.Close()
+				asked := map[string]int{}
+				rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, c si.Config) error {
+					if c.Route == "backup" {
+						asked["backup"]++
+						return backup(ctx)
+					}
+					asked["primary"]++
+					return tc.primary(ctx)
+				})
+				if err != nil || asked["primary"] != 1 || asked["backup"] != 1 || rep.Duration != tc.want {
+					t.Errorf("err %v, asked %v, answered after %v; want the backup's answer after %v, the primary asked once", err, asked, rep.Duration, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// Issue 40, item 6: a retry on the same route after a transient failure
+// waits, as the LLM SDKs wait, when the config sets MaxAttempts and no
+// Backoff: 0.5 s doubled with jitter, or the server's wait when it gives
+// one. The attempt on the next route of the ladder goes at once: the
+// wait is the failing route's. Before, the three attempts (429, 429,
+// the fallback) were made within the same millisecond.
+func TestRetriesWaitWithoutBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}), si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}))
+		defer l.Close()
+		start := time.Now()
+		var at []time.Duration
+		var routes []string
+		rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+			at, routes = append(at, time.Since(start)), append(routes, c.Route)
+			if c.Route == "backup" {
+				return nil
+			}
+			return errRateLimited
+		})
+		if err != nil || len(at) != 3 || routes[2] != "backup" {
+			t.Fatalf("err %v, attempts on %q: want two on the primary, the third on the backup", err, routes)
+		}
+		if gap := at[1] - at[0]; gap < 250*time.Millisecond || gap > 500*time.Millisecond {
+			t.Errorf("the retry on the primary came %v after the first attempt, want 0.25 to 0.5 s", gap)
+		}
+		if gap := at[2] - at[1]; gap != 0 {
+			t.Errorf("the backup was asked %v after the primary's second failure, want at once", gap)
+		}
+		if rep.Duration != at[2] {
+			t.Errorf("duration %v, want %v", rep.Duration, at[2])
+		}
+	})
+}
+
+var errRateLimited = errors.New("429 Too Many Requests: rate limit reached for requests")
