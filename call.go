@@ -185,7 +185,34 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 		}
 	}
 	c.route = cfg.Route
+	if m := l.dead.cur.Load(); m != nil && len(*m) > 0 && home == "" && !c.probe {
+		cfg = l.skipDead(c, cfg)
+	}
 	return cfg, home
+}
+
+// skipDead returns the config a call c runs under when cfg's route is
+// dead loop-wide (another call, of any agent, found it withdrawn): cfg
+// on the next live route of the agent's ladder, as a fallback made at
+// once, which moves the agent too (see agentState.strike). The dead route
+// gets no request. cfg itself otherwise.
+func (l *Loop) skipDead(c *begun, cfg *Config) *Config {
+	lad := l.routes.of(c.id)
+	if lad.empty() {
+		return cfg
+	}
+	d, dead := l.dead.dead(lad.name(cfg.Route), l.clock.Now().UnixNano())
+	if !dead {
+		return cfg
+	}
+	alt, ok := l.fallBack(c, cfg, failure.ClassModelUnavailable, false)
+	if !ok {
+		return cfg
+	}
+	cp := *cfg
+	cp.Route = alt
+	c.fellBack, c.fellClass, c.fellRoute, c.fellFrom, c.route = true, d.Class, alt, cfg.Route, alt
+	return &cp
 }
 
 // finish completes the Report of a call that ran fn for dur and ended at
@@ -194,7 +221,7 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
-		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, q: b.q}
+		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q}
 	if b.fw != nil {
 		b.fw.Resume() // the chain began before fn (a load, a probe's claim)
 	}

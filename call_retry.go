@@ -55,7 +55,10 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit); ok {
 			c := *cfg
 			c.Route, acfg = alt, &c
-			b.fellBack, b.fellClass, b.fellRoute, b.route = true, class, alt, alt
+			if !b.fellBack { // the call's own route's failure
+				b.fellClass, b.fellFrom, b.fellText = class, b.route, text
+			}
+			b.fellBack, b.fellRoute, b.route = true, alt, alt
 		} else if !l.retryRules.retries(class) {
 			return err, false
 		}

@@ -74,7 +74,7 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 // of its chain w (replica.Chain).
 func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Chain) {
 	for _, d := range eff.dead {
-		l.dead.mark(d.route, d.until, d.why, now.UnixNano())
+		l.dead.mark(d.route, d.until, d.why, d.class, now.UnixNano())
 		l.posted(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
 	}
 	h := eff.hold

@@ -7,6 +7,7 @@ import (
 
 	"sync/atomic"
 
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -92,7 +93,7 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 	}
 	l.fleetUp()
 	for _, d := range dead {
-		l.dead.mark(d.Route, d.Until.UnixNano(), freeText(d.Reason), now.UnixNano())
+		l.dead.mark(d.Route, d.Until.UnixNano(), freeText(d.Reason), failure.ClassModelUnavailable, now.UnixNano())
 	}
 }
 

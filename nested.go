@@ -216,11 +216,13 @@ type begun struct {
 	probeText  string
 	// id is the agent's ID; fellBack, that the call's last attempt ran
 	// on the next route of its ladder (fellRoute) after a failure of
-	// fellClass on its own.
+	// fellClass, with fellText, on its own (fellFrom).
 	id        string
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
+	fellFrom  string
+	fellText  string
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).

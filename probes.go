@@ -146,10 +146,12 @@ type deadBook struct {
 	cur atomic.Pointer[map[string]deadRoute]
 }
 
-// deadRoute is a dead route's deadline (Unix ns) and reason.
+// deadRoute is a dead route's deadline (Unix ns), reason, and the class
+// of the failure that found it dead.
 type deadRoute struct {
 	Until int64
 	Why   string
+	Class failure.Class
 }
 
 // maxDeadRoutes bounds the Loop's dead routes; the one nearest its end
@@ -157,7 +159,7 @@ type deadRoute struct {
 const maxDeadRoutes = 256
 
 // mark marks route dead until until.
-func (b *deadBook) mark(route string, until int64, why string, now int64) {
+func (b *deadBook) mark(route string, until int64, why string, class failure.Class, now int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.cur.Load()
@@ -169,7 +171,7 @@ func (b *deadBook) mark(route string, until int64, why string, now int64) {
 			}
 		}
 	}
-	m[route] = deadRoute{until, why}
+	m[route] = deadRoute{until, why, class}
 	for len(m) > maxDeadRoutes {
 		first := ""
 		for k, v := range m {

@@ -52,3 +52,40 @@ func TestScatteredFailuresStayOnPrimary(t *testing.T) {
 		}
 	}
 }
+
+// Issue 40, item 7: a withdrawn model is dead whatever became of the
+// call that found it, and no call of any agent asks it again until it
+// is probed back. With MaxAttempts 2, agent a's call gets 404
+// model_not_found from the primary and its answer from the backup: the
+// primary is dead for the Loop. Agent b's calls then go straight to the
+// backup, and b moves there. Before, DeadRoutes stayed empty (the call
+// succeeded), and b's calls kept asking the withdrawn primary.
+func TestWithdrawnModelDeadForEveryAgent(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
+	asked := map[string]int{}
+	up := func(route string) error {
+		if route == "" || route == "primary" {
+			asked["primary"]++
+			return errGone
+		}
+		asked[route]++
+		return nil
+	}
+	if ok := callEvery(l, clk, "a", 1, time.Second, up); ok != 1 {
+		t.Fatalf("a's call failed")
+	}
+	if dead := l.DeadRoutes(); len(dead) != 1 || dead[0].Route != "primary" {
+		t.Fatalf("dead routes %+v after a 404 model_not_found answered by the backup; want the primary", dead)
+	}
+	before := asked["primary"]
+	if ok := callEvery(l, clk, "b", 10, time.Second, up); ok != 10 {
+		t.Errorf("b: %d of 10 calls answered", ok)
+	}
+	if n := asked["primary"] - before; n != 0 {
+		t.Errorf("b asked the withdrawn primary %d times, want never", n)
+	}
+	if r := l.Config("b").Route; r != "backup" {
+		t.Errorf("b's route %q, want backup", r)
+	}
+}

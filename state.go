@@ -211,10 +211,12 @@ type call struct {
 	probeClass failure.Class
 	probeText  string
 	// fellBack: its last attempt ran on fellRoute after a failure of
-	// fellClass on its own route.
+	// fellClass, with fellText, on its own route fellFrom.
 	fellBack  bool
 	fellClass failure.Class
 	fellRoute string
+	fellFrom  string
+	fellText  string
 	end       time.Time
 	dur       time.Duration
 	attempts  int // the attempts it made

@@ -52,6 +52,7 @@ type deadNote struct {
 	route string
 	until int64
 	why   string
+	class failure.Class
 }
 
 // holdNote is a hold that began or ended, for the Loop's causes.
@@ -141,6 +142,13 @@ func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 		if s.Route != nil {
 			s.Route.Run = 0
 		}
+		if c.fellBack && s.deadClass(c.fellClass, r) {
+			// A withdrawn model is dead whatever became of the call (once:
+			// a call that skipped it because it was dead leaves it so).
+			if _, dead := s.deadAt(c.fellFrom, c.end.UnixNano(), r); !dead {
+				s.markDead(c.fellFrom, c.fellClass, c.fellText, c.end, r, eff)
+			}
+		}
 		s.strike(c, r, eff)
 		return
 	}
@@ -175,7 +183,7 @@ func (s *agentState) markDead(route string, class failure.Class, text string, no
 		rs.Dead = slices.DeleteFunc(rs.Dead, func(d routeDead) bool { return d.Until <= n })
 		rs.Dead = appendBounded(rs.Dead, routeDead{name, until, why}, maxAgentDead)
 	}
-	eff.dead = append(eff.dead, deadNote{name, until, why})
+	eff.dead = append(eff.dead, deadNote{name, until, why, class})
 	eff.save = true
 	if rs.Away && s.routeName(rs.Home, r) == name {
 		// No probe of a dead route: the next once it has expired (a

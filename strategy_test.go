@@ -209,6 +209,23 @@ func TestBuiltinStrategyEndToEnd(t *testing.T) {
 		t.Run(string(failure.Classify(tc.err)), func(t *testing.T) {
 			bubble(t, &si.BuiltinStrategy{}, func(t *testing.T, l *si.Loop, _ string) {
 				fail(t, l, "a", tc.err)
+				if tc.start.Route == "gpt-x" {
+					// A withdrawn model is dead loop-wide from its first
+					// failure: the next call goes to the fallback at once,
+					// which answers, and the agent moves there (issue 40).
+					var ran string
+					rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+						if ran = c.Route; ran == "gpt-x" {
+							return tc.err
+						}
+						return nil
+					})
+					if ran != "fallback" || !rep.Success || rep.Improvement == nil {
+						t.Fatalf("the call after the model was withdrawn ran on %q: %+v", ran, rep)
+					}
+					tc.check(t, l.Config("a"), rep)
+					return
+				}
 				_, rep := fail(t, l, "a", tc.err) // the second failure triggers (low-frequency profile)
 				if rep.Improvement == nil {
 					t.Fatalf("no improvement: %+v", rep)
