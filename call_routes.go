@@ -117,9 +117,9 @@ func (a *agent) applyCause(l *Loop, in *input, eff *effects) {
 		h.class, a.id, l.rules.probes.Every, l.rules.probes.MaxEvery, h.text)
 	th, prof := a.s.threshold(in.now)
 	an := a.s.analysis(now, th, prof)
-	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: in.more.cause, Confidence: 1, Reason: freeText(reason), Rule: rules[h.class]}
+	tw := &Tweak{Config: a.s.Config, Review: true, Cluster: in.more.cause, Confidence: 1, Reason: loopText(reason), Rule: rules[h.class]}
 	p, isNew := a.s.file(an, tw, now, &l.rules)
-	eff.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: freeText(reason)})
+	eff.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventAccountCause, AgentID: a.id, Message: loopText(reason)})
 	if isNew {
 		eff.proposals = append(eff.proposals, p.clone())
 		eff.event(proposalEvent(newID(now), now, EventProposalFiled, p))

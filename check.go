@@ -167,6 +167,13 @@ const maxReason = 512
 // then cut to maxReason bytes by failure.Bound.
 func freeText(s string) string { return failure.Bound(failure.Scrub(s), maxReason) }
 
+// loopText is a text the loop composed of its own words and of texts
+// already scrubbed (a failure's Text, a reason kept before), cut as
+// freeText cuts. It is not scrubbed again: the scrubber would read the
+// loop's words as a secret's key ("auth: agent …") and redact the word
+// after them.
+func loopText(s string) string { return failure.Bound(s, maxReason) }
+
 // boundTexts returns the first n texts of ss, each cut by failure.Bound
 // to each bytes: a new slice, nil when there are none.
 func boundTexts(ss []string, n, each int) []string {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // Secrets a strategy or an operator may put in a reason or a rule.
@@ -105,4 +106,47 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestLoopReasonsKeepTheirWords: the loop's own reasons keep their words;
+// only the secrets in them are redacted (issue 40, item 8). Before, the
+// scrubber read "first_token_timeout:" and "auth:" as the keys of
+// secrets and redacted the word after each: "first_token_timeout:
+// <redacted> 3 → 4", "account-wide auth: <redacted> "agent-0"".
+func TestLoopReasonsKeepTheirWords(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithStrategy(&si.BuiltinStrategy{}))
+	// An account-wide cause: 401s whose text carries a key.
+	authFail := errors.New("401 Unauthorized: Incorrect API key provided: sk-proj-AbCdEf0123456789xyzXYZ")
+	callEvery(l, clk, "agent-0", 3, time.Second, func(string) error { return authFail })
+	var texts []string
+	for _, ev := range l.Events(si.EventFilter{AgentIDs: []string{"agent-0"}, Types: []si.EventType{si.EventAccountCause}}) {
+		texts = append(texts, ev.Message)
+	}
+	for _, p := range l.Proposals(nil) {
+		texts = append(texts, p.Rationale)
+	}
+	if len(texts) == 0 {
+		t.Fatal("no account-wide cause raised")
+	}
+	for _, s := range texts {
+		if !strings.Contains(s, `account-wide auth: agent "agent-0"`) || strings.Contains(s, "AbCdEf0123456789") {
+			t.Errorf("%q: want the loop's words whole and the key redacted", s)
+		}
+	}
+	// A strategy's reason, in the built-in's words for stalls before the
+	// first token, is scrubbed as any strategy's is, and keeps them.
+	const why = "first_token_timeout: attempts 3 → 4 (5 of the window's 5 failures are first_token_timeout)"
+	strat := si.StrategyFunc(func(_ context.Context, a si.Analysis) (*si.Tweak, error) {
+		c := a.Config
+		c.MaxAttempts = 4
+		return &si.Tweak{Config: c, Reason: why, Confidence: 0.9}, nil
+	})
+	l2 := routeLoop(t, clk, si.WithStrategy(strat))
+	l2.SetThreshold("b", si.Threshold{Failures: 2, Window: time.Hour})
+	callEvery(l2, clk, "b", 3, time.Second, func(string) error { return errors.New("upstream 503: service unavailable") })
+	chs := l2.Changes("b")
+	if len(chs) == 0 || chs[0].Reason != why {
+		t.Errorf("changes %+v: want one whose reason is %q", chs, why)
+	}
 }

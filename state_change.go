@@ -48,7 +48,7 @@ func (s *agentState) install(c Config, eff *effects) {
 // decide closes the change under verification with state and reason.
 func (s *agentState) decide(now time.Time, state ChangeState, reason string, eff *effects) *Change {
 	ch := s.verifying()
-	ch.State, ch.Verdict, ch.DecidedAt = state, freeText(reason), now.UTC()
+	ch.State, ch.Verdict, ch.DecidedAt = state, loopText(reason), now.UTC()
 	s.endVerify()
 	eff.remember(&ch, FixOutcome(state), ch.DecidedAt)
 	s.Changes = appendBounded(s.Changes, ch, maxChanges)
@@ -83,7 +83,7 @@ func (s *agentState) rollbackTo(now time.Time, reason string, r *ruleBook, eff *
 	}
 	s.moved(ch, ChangeRolledBack, now, r, eff)
 	if !returning {
-		rb := Tweak{Config: ch.To, Reason: freeText(ch.Reason), Cluster: ch.Cluster}
+		rb := Tweak{Config: ch.To, Reason: loopText(ch.Reason), Cluster: ch.Cluster}
 		if r.policy.RefuseFor > 0 {
 			rb.Until = now.Add(r.policy.RefuseFor).UTC()
 		}

@@ -117,8 +117,10 @@ func (s *agentState) file(an *Analysis, tw *Tweak, now time.Time, r *ruleBook) (
 		c.Version = 0
 		suggest = &c
 	}
+	// The tweak's texts were scrubbed when the strategy answered (or are
+	// the loop's own): cut here, not scrubbed again (see loopText).
 	p := Proposal{
-		AgentID: s.AgentID, Rule: freeText(tw.Rule), Config: suggest, Rationale: freeText(tw.Reason),
+		AgentID: s.AgentID, Rule: loopText(tw.Rule), Config: suggest, Rationale: loopText(tw.Reason),
 		Confidence: min(max(tw.Confidence, 0), 1), Status: ProposalPending, Updated: now.UTC(),
 	}
 	if cl != nil {

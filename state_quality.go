@@ -409,7 +409,7 @@ func (s *agentState) qualityMove(ch *Change) bool {
 func (s *agentState) fileCostRise(now time.Time, ch *Change, r *ruleBook, eff *effects) {
 	cfg := ch.To.clone()
 	cfg.Version = 0
-	why := freeText(fmt.Sprintf("%s; approve to apply it again and accept the cost (the change: %s)", ch.Verdict, ch.Reason))
+	why := loopText(fmt.Sprintf("%s; approve to apply it again and accept the cost (the change: %s)", ch.Verdict, ch.Reason))
 	for i := range s.Proposals {
 		q := &s.Proposals[i]
 		if q.CostRise && q.Status == ProposalPending && q.Config != nil && q.Config.Equal(cfg) {

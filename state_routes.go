@@ -173,7 +173,7 @@ func (s *agentState) markDead(route string, class failure.Class, text string, no
 	name := s.routeName(route, r)
 	n := now.UnixNano()
 	until := n + int64(r.probes.DeadFor)
-	why := freeText(fmt.Sprintf("%s: %s", class, text))
+	why := loopText(fmt.Sprintf("%s: %s", class, text))
 	_, was := s.deadAt(route, n, r)
 	rs := s.route()
 	i := slices.IndexFunc(rs.Dead, func(d routeDead) bool { return d.Route == name })
@@ -353,7 +353,7 @@ func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff 
 	if route, ok := s.nextLive(n, r, to, from.Route); ok {
 		cluster := v.Cluster
 		s.rollbackTo(now, reason, r, eff) // installs from
-		why := freeText(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route))
+		why := loopText(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route))
 		ch := s.installChange(now, route, why, r, eff)
 		ch.Cluster, s.Verifying.Cluster = cluster, cluster
 		eff.applied = nil // the rollback is the decision to report
@@ -366,7 +366,7 @@ func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff 
 	th, prof := s.threshold(n)
 	an := s.analysis(now, th, prof)
 	tw := &Tweak{Config: s.Config, Review: true, Cluster: ch.Cluster, Confidence: 1,
-		Reason: freeText(fmt.Sprintf("route %q fails (%s) and the route before it, %q, is dead (%s): no live route left", s.routeName(to, r), reason, s.routeName(from.Route, r), why)),
+		Reason: loopText(fmt.Sprintf("route %q fails (%s) and the route before it, %q, is dead (%s): no live route left", s.routeName(to, r), reason, s.routeName(from.Route, r), why)),
 		Rule:   rules[failure.ClassModelUnavailable]}
 	if p, isNew := s.file(an, tw, now, r); isNew {
 		eff.proposals = append(eff.proposals, p.clone())
@@ -409,7 +409,7 @@ func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	}
 	rs.Strikes = 0
 	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(s.Config.Route, r), need, c.fellRoute)
-	s.installChange(c.end, c.fellRoute, freeText(reason), r, eff)
+	s.installChange(c.end, c.fellRoute, loopText(reason), r, eff)
 }
 
 // ownSuccesses books calls that succeeded on their own route at their

@@ -281,6 +281,9 @@ func TestScrub(t *testing.T) {
 		{"mixed token", "session abcDEF123ghiJKL456mnoPQR789stuVWX0 bad", "session <redacted> bad"},
 		{"telegram bot token", "bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawq/sendMessage", "bot123456789:<redacted>/sendMessage"},
 		{"max_tokens is a count", "max_tokens=4096 too large", "max_tokens=4096 too large"},
+		{"a key naming a quantity", "first_token_timeout: attempts 3 → 4", "first_token_timeout: attempts 3 → 4"},
+		{"a key naming a kind", "token_type: bearer, access_token: abc123", "token_type: bearer, access_token: <redacted>"},
+		{"a secret key whose value has a quantity's name", "refresh_token=timeout42", "refresh_token=<redacted>"},
 		{"nothing", "connection refused", "connection refused"},
 		{"short hex kept", "trace 9f86d081 dropped", "trace 9f86d081 dropped"},
 	}

@@ -22,7 +22,9 @@ const Redacted = "<redacted>"
 //   - the value after a key that names a secret (one containing password,
 //     passwd, pwd, secret, token, apikey, api_key, api-key, access_key,
 //     private_key, credential, session or authorization, or that is auth
-//     or ends in _auth or -auth), as in password=hunter2,
+//     or ends in _auth or -auth, but not one whose last word names a
+//     quantity or a kind: timeout, count, limit, type, ttl, length, size,
+//     as in first_token_timeout: 3), as in password=hunter2,
 //     "api_key": "abc" or Authorization: xyz;
 //   - the user information of a URL (https://user:pass@host);
 //   - runs of 32 or more hex digits;
@@ -282,9 +284,12 @@ func secretKey(k string) bool {
 	}
 	var buf [64]byte
 	lk, _ := lowerASCII(buf[:0], k)
+	last := lk[bytes.LastIndexAny(lk, "_-.")+1:]
 	switch {
 	case bytes.HasSuffix(lk, []byte("tokens")):
 		return false // a count, as in max_tokens=4096
+	case quantityWord(last):
+		return false // a quantity, as in first_token_timeout: 3, token_type: bearer
 	case string(lk) == "auth", bytes.HasSuffix(lk, []byte("_auth")), bytes.HasSuffix(lk, []byte("-auth")):
 		return true
 	}
@@ -297,6 +302,17 @@ func secretKey(k string) bool {
 				}
 			}
 		}
+	}
+	return false
+}
+
+// quantityWord reports whether w, the last word of a key, names a
+// quantity or a kind rather than a secret: the key's value is then no
+// secret, whatever words come before it.
+func quantityWord(w []byte) bool {
+	switch string(w) {
+	case "timeout", "timeouts", "count", "limit", "type", "ttl", "length", "size":
+		return true
 	}
 	return false
 }
