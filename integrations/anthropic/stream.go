@@ -16,9 +16,11 @@ import (
 // content_block_delta, so that the config's FirstTokenTimeout bounds the
 // wait for it. Its error is:
 //
-//   - nil for a stream that ended with message_stop;
+//   - nil for a stream that ended with message_stop, or whose
+//     message_delta said why it stopped (stop_reason, with the usage): the
+//     answer is complete even when the server closed before message_stop;
 //   - stream.ErrTruncated (class network, retried) for one the server
-//     closed without message_stop: the answer may be cut short;
+//     closed without either: the answer may be cut short;
 //   - an *Error (see Wrap) for an HTTP error, and for an error event
 //     inside the 200 stream ("event: error", such as overloaded_error),
 //     whose class comes from the provider's type like any API error's
@@ -45,6 +47,8 @@ func Stream(ctx context.Context, client *ant.Client, params ant.MessageNewParams
 			}
 		case "message_stop":
 			final = true
+		case "message_delta":
+			final = final || ev.Delta.StopReason != "" // why it stopped, with the usage: complete
 		}
 		if err := msg.Accumulate(ev); err != nil {
 			return msg, stream.End(ctx, err, false)

@@ -22,9 +22,12 @@ import (
 // so that the config's FirstTokenTimeout bounds the wait for it. Its
 // error is:
 //
-//   - nil for a stream that ended with "data: [DONE]";
+//   - nil for a stream that ended with "data: [DONE]", or that said why
+//     it finished (a choice's finish_reason) and, when the request asked
+//     for the usage (stream_options.include_usage), sent it: the answer
+//     is complete even when the server closed before "data: [DONE]";
 //   - stream.ErrTruncated (class network, retried) for one the server
-//     closed without "data: [DONE]": the answer may be cut short;
+//     closed without either: the answer may be cut short;
 //   - an *Error (see Wrap) for an HTTP error, and for an error event
 //     inside the 200 stream ("data: {"error": {…}}"), whose class comes
 //     from the provider's code and type like any API error's (its Status
@@ -43,13 +46,15 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 	s := client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithMiddleware(done.middleware))...)
 	defer s.Close()
 	var acc oai.ChatCompletionAccumulator
-	first := false
+	first, finished, usage := false, false, !params.StreamOptions.IncludeUsage.Value
 	for s.Next() {
 		chunk := s.Current()
 		if !first && hasToken(&chunk) {
 			first = true
 			stream.FirstToken(ctx)
 		}
+		finished = finished || hasFinish(&chunk)
+		usage = usage || chunk.Usage.TotalTokens > 0
 		acc.AddChunk(chunk)
 		if onChunk != nil {
 			onChunk(chunk)
@@ -59,7 +64,17 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 	if done.body == nil && err != nil && ctx.Err() == nil {
 		return acc.ChatCompletion, err // no stream began: the request's own failure
 	}
-	return acc.ChatCompletion, stream.End(ctx, err, done.seen())
+	return acc.ChatCompletion, stream.End(ctx, err, done.seen() || finished && usage)
+}
+
+// hasFinish reports whether c says why a choice finished.
+func hasFinish(c *oai.ChatCompletionChunk) bool {
+	for i := range c.Choices {
+		if c.Choices[i].FinishReason != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // hasToken reports whether c carries a piece of the answer.
@@ -109,4 +124,4 @@ func (w *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*
 }
 
 // seen reports whether the body carried "data: [DONE]".
-func (w *doneWatch) seen() bool { return w.body != nil && w.body.Final() }
+func (w *doneWatch) seen() bool { return w.body != nil && w.body.Done() }

@@ -8,15 +8,17 @@ import (
 )
 
 // Body is a streamed response body that notes, as it is read, a line
-// "data: [DONE]" (or "data:[DONE]") and the first error event
+// "data: [DONE]" (or "data:[DONE]"), a chunk that says why a choice
+// finished (a finish_reason), and the first error event
 // (`data: {"error": ...}`), which some clients skip. Lines are read up
 // to MaxErrorBody bytes.
 type Body struct {
 	io.ReadCloser
-	mu    sync.Mutex
-	line  []byte
-	done  bool
-	event []byte // the first error event's data
+	mu       sync.Mutex
+	line     []byte
+	done     bool
+	finished bool   // a chunk carried a finish_reason
+	event    []byte // the first error event's data
 }
 
 // Read implements io.Reader.
@@ -50,6 +52,18 @@ func (b *Body) endLine() {
 		b.done = true
 		return
 	}
+	if !b.finished && bytes.Contains(data, []byte(`"finish_reason"`)) {
+		var ch struct {
+			Choices []struct {
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(data, &ch) == nil {
+			for _, c := range ch.Choices {
+				b.finished = b.finished || c.FinishReason != nil && *c.FinishReason != ""
+			}
+		}
+	}
 	if b.event != nil || !bytes.Contains(data, []byte(`"error"`)) {
 		return
 	}
@@ -61,16 +75,24 @@ func (b *Body) endLine() {
 	}
 }
 
-// Result returns whether the body carried "data: [DONE]", and the first
-// error event's data (nil: none).
+// Result returns whether the body carried "data: [DONE]" or a
+// finish_reason (the answer is complete: some servers never send the
+// sentinel), and the first error event's data (nil: none).
 func (b *Body) Result() (final bool, event []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.done, b.event
+	return b.done || b.finished, b.event
 }
 
-// Final reports whether b carried "data: [DONE]": true for a nil b (no
-// body was watched).
+// Done reports whether b carried "data: [DONE]" itself.
+func (b *Body) Done() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.done
+}
+
+// Final reports whether b carried "data: [DONE]" or a finish_reason:
+// true for a nil b (no body was watched).
 func (b *Body) Final() bool {
 	if b == nil {
 		return true

@@ -57,6 +57,7 @@ func Run(t *testing.T, p Provider) {
 	t.Run("break mid-stream", func(t *testing.T) { retried(t, p, breaks, failure.ClassNetwork, wraps(stream.ErrInterrupted)) })
 	t.Run("error event in a 200 stream", func(t *testing.T) { retried(t, p, errorEvent, p.ErrorClass, isAPIError) })
 	t.Run("clean close without the final event", func(t *testing.T) { retried(t, p, truncated, failure.ClassNetwork, wraps(stream.ErrTruncated)) })
+	t.Run("finish reason without the final event", func(t *testing.T) { finishedOnly(t, p) })
 	t.Run("long stream with a quick first token", func(t *testing.T) { long(t, p) })
 	t.Run("stalls among long streams never raise Timeout", func(t *testing.T) { strategy(t, p) })
 }
@@ -213,7 +214,24 @@ func errorEvent(e *env, w *writer) {
 func truncated(e *env, w *writer) {
 	w.send(e.p.Start...)
 	w.send(e.p.Token("Hel"), e.p.Token("lo"))
-	w.send(e.p.End[:len(e.p.End)-1]...)
+}
+
+// finishedOnly: a stream that said why it finished (OpenAI's
+// finish_reason, Anthropic's message_delta with its stop_reason and
+// usage) and was closed before its final event ("data: [DONE]",
+// message_stop) is complete: one request, the whole answer. Some
+// OpenAI-compatible servers never send the sentinel; before, each of
+// their answers was thrown away and asked again, three times.
+func finishedOnly(t *testing.T, p Provider) {
+	e := newEnv(t, p, 3, func(e *env, w *writer, _ int) {
+		w.send(e.p.Start...)
+		w.send(e.p.Token("Hel"), e.p.Token("lo"))
+		w.send(e.p.End[:len(e.p.End)-1]...)
+	})
+	res := <-e.call()
+	if res.err != nil || res.rep.Attempts != 1 || res.text != "Hello" {
+		t.Fatalf("err %v, attempts %d, text %q: want the answer at the first request", res.err, res.rep.Attempts, res.text)
+	}
 }
 
 // longStream answers with a first token at once, then waits for the test
