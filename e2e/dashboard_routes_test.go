@@ -22,7 +22,7 @@ func TestDashboardRouteNextStep(t *testing.T) {
 	do("cooling", chromedp.Navigate(srv.URL+"/si/#/agent/cooling"),
 		until(`document.querySelector("#agent-title").textContent === "cooling" && document.querySelector("#next-panel").textContent.includes("Next step")`))
 	next := text(t, ctx, "#next-panel")
-	for _, s := range []string{`cooling down; next: route "backup"`, "Cooldown until", "Dead routes", "primary until"} {
+	for _, s := range []string{`cooling down; next: the strategy`, "Cooldown until", "Dead routes", "primary until"} {
 		if !strings.Contains(next, s) {
 			t.Errorf("cooling: the next panel lacks %q: %s", s, next)
 		}

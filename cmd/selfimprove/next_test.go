@@ -19,7 +19,7 @@ func TestAgentNextStep(t *testing.T) {
 	defer srv.Close()
 	env := []string{"SELFIMPROVE_TOKEN=" + token}
 	text := ok(t, env, nil, "agent", "cooling", "--url", srv.URL+"/si")
-	for _, s := range []string{`Next:`, `cooling down; next: route "backup" if the current one keeps failing`, "(at 2026-03-01 ",
+	for _, s := range []string{`Next:`, `cooling down; next: the strategy, when failures cross the threshold`, "(at 2026-03-01 ",
 		"Dead route:", "primary until 2026-03-02 ", "model_not_found"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("agent cooling: no %q in\n%s", s, text)

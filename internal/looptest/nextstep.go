@@ -16,7 +16,8 @@ import (
 // (issue 26, item 4):
 //   - "away": its primary overloaded for an hour, moved to backup, with
 //     a probe of the primary scheduled;
-//   - "cooling": its primary withdrawn (dead, moved to backup), then a
+//   - "cooling": its primary withdrawn (dead from its first 404, so that
+//     the agent's next call goes to backup, which it moves to), then a
 //     bad request the strategy files for a person, cooling down.
 func NextStepLoop(t *testing.T) (*si.Loop, *fakeclock.Clock) {
 	t.Helper()
