@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"sync/atomic"
@@ -221,8 +222,12 @@ func splitmix(x uint64) uint64 {
 // for it (fn may return its context's error, which does not say why).
 func (l *Loop) describe(err error, status int, b *begun) failure.Failure {
 	f := l.memo.Describe(err, status)
-	if b != nil && b.stalled {
+	switch {
+	case b == nil:
+	case b.stalled:
 		f.Class = failure.ClassFirstTokenTimeout
+	case b.idled:
+		f.Class = failure.ClassStreamStalled
 	}
 	return f
 }
@@ -242,17 +247,25 @@ const (
 	watchWaiting uint32 = iota // no first token yet
 	watchStarted               // the first token came in time
 	watchStalled               // the deadline passed first: the attempt was cancelled
+	watchIdled                 // the stream went silent past the idle limit: cancelled
+	watchEnded                 // the attempt returned
 )
 
-// watch is an attempt's context while the loop waits for its first token.
+// watch is an attempt's context while the loop waits for its first token,
+// and then, with a stream idle limit (idle), for each next chunk.
 type watch struct {
 	context.Context
 	cancel context.CancelCauseFunc
 	l      *Loop
 	start  reading
+	idle   time.Duration // the stream idle limit (0: none)
 	state  atomic.Uint32
 	first  atomic.Int64 // the time to first token, ns (at least 1)
-	stop   func() bool  // disarms the deadline
+	last   atomic.Int64 // when the last chunk came, ns since start
+	stop   func() bool  // disarms the first-token deadline
+	mu     sync.Mutex   // guards idleStop
+	// idleStop disarms the idle timer; nil when none is armed.
+	idleStop func() bool
 }
 
 // Value returns the watch itself for firsttoken.Key.
@@ -271,9 +284,66 @@ func (w *watch) FirstToken() {
 	}
 	_, d := w.l.since(w.start)
 	w.first.Store(int64(max(d, 1)))
+	w.last.Store(int64(d))
 	if w.state.CompareAndSwap(watchWaiting, watchStarted) {
 		w.stop()
+		if w.idle > 0 {
+			w.arm(w.idle)
+		}
 	}
+}
+
+// Chunk implements firsttoken.Watch: after the first token, it notes
+// when the stream's last chunk came, for the idle limit.
+func (w *watch) Chunk() {
+	if w.idle > 0 && w.state.Load() == watchStarted {
+		_, d := w.l.since(w.start)
+		w.last.Store(int64(d))
+	}
+}
+
+// arm arms the idle timer to check the stream after d, unless the
+// attempt has ended.
+func (w *watch) arm(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state.Load() == watchStarted {
+		w.idleStop = w.l.afterFunc(d, w.idleCheck)
+	}
+}
+
+// idleCheck cuts the attempt when its stream has been silent for the idle
+// limit, or checks again when the silence will reach it.
+func (w *watch) idleCheck() {
+	if w.state.Load() != watchStarted {
+		return
+	}
+	_, now := w.l.since(w.start)
+	if gap := now - time.Duration(w.last.Load()); gap < w.idle {
+		w.arm(w.idle - gap)
+		return
+	}
+	if w.state.CompareAndSwap(watchStarted, watchIdled) {
+		w.cancel(failure.ErrStreamStalled)
+	}
+}
+
+// end marks the attempt returned, disarms the idle timer, and returns
+// the state it ended in.
+func (w *watch) end() uint32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.state.Load()
+	for st == watchWaiting || st == watchStarted {
+		if w.state.CompareAndSwap(st, watchEnded) {
+			break
+		}
+		st = w.state.Load()
+	}
+	if w.idleStop != nil {
+		w.idleStop()
+	}
+	return st
 }
 
 // stall cancels the attempt when no first token came.
@@ -310,23 +380,27 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 		defer cancel()
 	}
 	if b != nil {
-		b.stalled = false
+		b.stalled, b.idled = false, false
 	}
 	tctx := ctx
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := &watch{Context: cctx, cancel: cancel, l: l, start: l.now()}
+	w := &watch{Context: cctx, cancel: cancel, l: l, start: l.now(), idle: l.retryRules.streamIdle}
 	w.stop = l.afterFunc(cfg.FirstTokenTimeout, w.stall)
 	defer w.stop()
 	err := fn(w, *cfg)
+	st := w.end()
 	if b != nil {
-		switch w.state.Load() {
-		case watchStarted:
+		if w.first.Load() != 0 {
 			if v, ok := l.agents.Load(b.id); ok {
 				v.(*agent).tel.observeFirstToken(time.Duration(w.first.Load()))
 			}
+		}
+		switch st {
 		case watchStalled:
 			b.stalled = err != nil
+		case watchIdled:
+			b.idled = err != nil
 		}
 		noteSilent(b, err, outer, tctx)
 	}

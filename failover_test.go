@@ -8,6 +8,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/looptest"
 	"github.com/self-improving-loop/selfimprove/stream"
 )
@@ -103,3 +104,62 @@ func TestRetriesWaitWithoutBackoff(t *testing.T) {
 }
 
 var errRateLimited = errors.New("429 Too Many Requests: rate limit reached for requests")
+
+// Issue 40, item 2: a stream that stalls after it began is cut by the
+// stream idle limit (RetryPolicy.StreamIdle, 30 s by default) and fails
+// over; one whose chunks keep coming, however long, is not. Before,
+// nothing watched the gap between chunks: the stalled attempt ran to its
+// whole Timeout (30 s), was retried on the same route, and the answer
+// came at 61 s.
+func TestStreamIdleLimit(t *testing.T) {
+	ladder := si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}})
+	cfg := si.WithDefaultConfig(si.Config{Timeout: 5 * time.Minute, FirstTokenTimeout: 10 * time.Second, MaxAttempts: 3})
+	chunks := func(ctx context.Context, n int, gap time.Duration) error {
+		stream.FirstToken(ctx)
+		for range n {
+			select {
+			case <-time.After(gap):
+				stream.Chunk(ctx)
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+		return nil
+	}
+	t.Run("stall after 20 tokens", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := looptest.NewLoop(t, cfg, ladder)
+			defer l.Close()
+			var errs []error
+			rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, c si.Config) error {
+				if c.Route == "backup" {
+					return chunks(ctx, 3, 100*time.Millisecond)
+				}
+				if err := chunks(ctx, 20, 50*time.Millisecond); err != nil {
+					return err
+				}
+				<-ctx.Done() // open and silent
+				errs = append(errs, context.Cause(ctx))
+				return context.Cause(ctx)
+			})
+			if err != nil || rep.Attempts != 2 || len(errs) != 1 || !errors.Is(errs[0], failure.ErrStreamStalled) {
+				t.Fatalf("err %v, attempts %d, the primary's %v: want it cut as stalled, and the backup's answer", err, rep.Attempts, errs)
+			}
+			if want := time.Second + 30*time.Second + 300*time.Millisecond; rep.Duration != want {
+				t.Errorf("answered after %v, want %v (20 tokens, the idle limit, the backup's answer)", rep.Duration, want)
+			}
+		})
+	})
+	t.Run("a long stream that keeps coming", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			l := looptest.NewLoop(t, cfg, ladder)
+			defer l.Close()
+			rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+				return chunks(ctx, 10, 20*time.Second) // 200 s, a chunk every 20 s
+			})
+			if err != nil || rep.Attempts != 1 || rep.Duration != 200*time.Second {
+				t.Errorf("err %v, attempts %d, duration %v: want the whole stream at the first attempt", err, rep.Attempts, rep.Duration)
+			}
+		})
+	})
+}

@@ -36,7 +36,7 @@ var knownClasses = []failure.Class{failure.ClassRateLimit, failure.ClassTimeout,
 	failure.ClassNetwork, failure.ClassAuth, failure.ClassBadRequest, failure.ClassNotFound,
 	failure.ClassModelUnavailable, failure.ClassContextLength, failure.ClassEmptyResponse,
 	failure.ClassContentFilter, failure.ClassBadOutput, failure.ClassToolError, failure.ClassPanic,
-	failure.ClassCanceled, failure.ClassQuota, failure.ClassFirstTokenTimeout, failure.ClassOther}
+	failure.ClassCanceled, failure.ClassQuota, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled, failure.ClassOther}
 
 // ofClass returns up to k entries of class c not already in have, the
 // latest seen first, with Similarity classMatch and their confidence at

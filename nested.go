@@ -201,10 +201,11 @@ type begun struct {
 	arm     Arm
 	probe   bool // a half-open circuit's probe
 	// stalled: the latest attempt failed after its first-token deadline
-	// cancelled it (see runWatched); silent, after its own deadline
-	// (Config.Timeout) did, while the call's context lived: an attempt
-	// that got no answer in time (see runOnce).
-	stalled, silent bool
+	// cancelled it (see runWatched); idled, after its stream went silent
+	// past the idle limit (RetryPolicy.StreamIdle); silent, after its own
+	// deadline (Config.Timeout) did, while the call's context lived: an
+	// attempt that got no answer in time (see runOnce).
+	stalled, idled, silent bool
 	// nests: the agent was seen to pass on the failures of other calls,
 	// so that its calls need an attempt context (see callCtx).
 	nests bool

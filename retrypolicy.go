@@ -59,14 +59,28 @@ type RetryPolicy struct {
 	// random, which is what a fleet of callers needs to spread its
 	// retries.
 	JitterSeed uint64
+	// StreamIdle is the stream idle limit: the longest silence between
+	// two chunks of a streamed attempt once its first token came (fn
+	// reports them with stream.FirstToken and stream.Chunk, as the
+	// integrations' Stream helpers do), for the attempts of a config with
+	// a FirstTokenTimeout. A longer silence cuts the attempt, with
+	// failure.ErrStreamStalled as its context's cause, of class
+	// failure.ClassStreamStalled: retried, and on the next route of a
+	// ladder at once. Default 0: 30 seconds; negative: none; at most one
+	// hour.
+	StreamIdle time.Duration
 }
+
+// defaultStreamIdle is RetryPolicy.StreamIdle's default.
+const defaultStreamIdle = 30 * time.Second
 
 // retryRules is a RetryPolicy with its defaults, as the loop uses it.
 type retryRules struct {
 	permanent  []failure.Class
 	maxWait    time.Duration
 	serverWait bool
-	floor      int // TransientAttempts
+	floor      int           // TransientAttempts
+	streamIdle time.Duration // StreamIdle; 0: none
 }
 
 // rules returns p with its defaults filled in.
@@ -82,6 +96,12 @@ func (p RetryPolicy) rules() retryRules {
 	}
 	if r.floor = p.TransientAttempts; r.floor == 0 {
 		r.floor = defaultTransientAttempts
+	}
+	switch {
+	case p.StreamIdle == 0:
+		r.streamIdle = defaultStreamIdle
+	case p.StreamIdle > 0:
+		r.streamIdle = p.StreamIdle
 	}
 	return r
 }
@@ -104,7 +124,7 @@ func floored(class failure.Class) bool { return sdkRetried(class) || class == fa
 // before its first token, which the loop cancels like a timeout.
 func sdkRetried(class failure.Class) bool {
 	switch class {
-	case failure.ClassRateLimit, failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassFirstTokenTimeout:
+	case failure.ClassRateLimit, failure.ClassOverloaded, failure.ClassTimeout, failure.ClassNetwork, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled:
 		return true
 	}
 	return false
@@ -125,6 +145,9 @@ func (p RetryPolicy) validate() error {
 	}
 	if p.TransientAttempts < 0 || p.TransientAttempts > maxTransientAttempts {
 		return fieldErr("TransientAttempts", "%d outside [0, %d]", p.TransientAttempts, maxTransientAttempts)
+	}
+	if p.StreamIdle > maxBackoff {
+		return fieldErr("StreamIdle", "%v, more than %v", p.StreamIdle, maxBackoff)
 	}
 	return inRange("MaxWait", p.MaxWait, 0, maxBackoff)
 }

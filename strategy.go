@@ -157,6 +157,7 @@ var rules = map[failure.Class]string{
 
 	// Streams (strategy_stream.go).
 	failure.ClassFirstTokenTimeout: "Streams stall before their first token beyond what retries absorb: add a fallback route, or check the upstream's queueing.",
+	failure.ClassStreamStalled:     "Streams go silent after they began beyond what retries absorb: add a fallback route, or check the upstream's connections.",
 }
 
 const otherRule = "Investigate the failures shown in the examples; no safe automatic fix is known for them."
@@ -238,7 +239,7 @@ func (p *plan) propose() *Tweak {
 		return p.timeout()
 	case failure.ClassRateLimit:
 		return p.rateLimit()
-	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassBadOutput:
+	case failure.ClassOverloaded, failure.ClassNetwork, failure.ClassEmptyResponse, failure.ClassBadOutput, failure.ClassStreamStalled:
 		return p.oneMoreAttempt()
 	case failure.ClassFirstTokenTimeout:
 		return p.firstToken()
@@ -400,7 +401,7 @@ func (p *plan) move() *Tweak {
 	switch p.class {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork, failure.ClassEmptyResponse:
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled, failure.ClassNetwork, failure.ClassEmptyResponse:
 		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
 			return nil
 		}

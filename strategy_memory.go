@@ -42,7 +42,7 @@ func (s *BuiltinStrategy) learned(a Analysis, class failure.Class, cur Config, c
 				continue
 			}
 			next, changed := cur.clone(), false
-			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 && class != failure.ClassFirstTokenTimeout {
+			if f.To.Timeout != f.From.Timeout && f.To.Timeout > cur.Timeout && cur.Timeout > 0 && class != failure.ClassFirstTokenTimeout && class != failure.ClassStreamStalled {
 				next.Timeout, changed = min(f.To.Timeout, maxTimeout), true
 			}
 			if ft := min(f.To.FirstTokenTimeout, s.firstTokenCap(cur)); f.To.FirstTokenTimeout != f.From.FirstTokenTimeout && ft > cur.FirstTokenTimeout && cur.FirstTokenTimeout > 0 {
@@ -110,7 +110,7 @@ func (s *BuiltinStrategy) failedBefore(ms []Memory, cur, next Config, now time.T
 // off a route for it is temporary.
 func transient(class failure.Class) bool {
 	switch class {
-	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassNetwork,
+	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled, failure.ClassNetwork,
 		failure.ClassEmptyResponse, failure.ClassRateLimit:
 		return true
 	}

@@ -58,7 +58,7 @@ const (
 func (c Class) RootCause() RootCause {
 	switch c {
 	case ClassRateLimit, ClassTimeout, ClassOverloaded, ClassNetwork, ClassAuth,
-		ClassModelUnavailable, ClassToolError, ClassCanceled, ClassQuota, ClassFirstTokenTimeout:
+		ClassModelUnavailable, ClassToolError, ClassCanceled, ClassQuota, ClassFirstTokenTimeout, ClassStreamStalled:
 		return RootCauseToolFailure
 	case ClassContextLength:
 		return RootCauseContextLoss

@@ -33,3 +33,32 @@ func (firstTokenTimeout) Timeout() bool { return true }
 
 // Is reports whether target is context.DeadlineExceeded.
 func (firstTokenTimeout) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// ClassStreamStalled is a streamed call whose stream went silent after
+// it began: no chunk for longer than the stream idle limit (selfimprove's
+// RetryPolicy.StreamIdle). Like a stall before the first token, it calls
+// for a new request or another route, not for a longer deadline. It is
+// retried.
+const ClassStreamStalled Class = "stream_stalled"
+
+// ErrStreamStalled is the cause (context.Cause) of an attempt that the
+// selfimprove loop cancelled because its stream, begun, sent no chunk
+// within the stream idle limit. Its class is ClassStreamStalled, its
+// Timeout method reports true, and errors.Is(ErrStreamStalled,
+// context.DeadlineExceeded) is true.
+var ErrStreamStalled error = streamStalled{}
+
+type streamStalled struct{}
+
+func (streamStalled) Error() string {
+	return "stream stalled: no chunk within the stream idle limit"
+}
+
+// FailureClass returns ClassStreamStalled.
+func (streamStalled) FailureClass() Class { return ClassStreamStalled }
+
+// Timeout reports true, as a net.Error's does for a deadline.
+func (streamStalled) Timeout() bool { return true }
+
+// Is reports whether target is context.DeadlineExceeded.
+func (streamStalled) Is(target error) bool { return target == context.DeadlineExceeded }

@@ -34,6 +34,19 @@ func FirstToken(ctx context.Context) {
 	}
 }
 
+// Chunk tells the loop that the attempt whose context is ctx received a
+// piece of its stream: the stream idle limit (selfimprove's
+// RetryPolicy.StreamIdle, 30 s by default) counts the silence from the
+// last one, once the first token came. Call it with every chunk;
+// FirstToken counts as one. Outside an attempt with a first-token
+// deadline it does nothing. It allocates nothing and is safe for
+// concurrent use.
+func Chunk(ctx context.Context) {
+	if w, ok := ctx.Value(firsttoken.Key{}).(firsttoken.Watch); ok {
+		w.Chunk()
+	}
+}
+
 // ErrTruncated is the error of a stream that the server closed cleanly
 // without its final event (OpenAI's "data: [DONE]", Anthropic's
 // message_stop): the answer may be cut short, so the call fails. Its

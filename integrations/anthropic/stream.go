@@ -50,6 +50,9 @@ func Stream(ctx context.Context, client *ant.Client, params ant.MessageNewParams
 		case "message_delta":
 			final = final || ev.Delta.StopReason != "" // why it stopped, with the usage: complete
 		}
+		if ev.Type != "ping" {
+			stream.Chunk(ctx) // the idle limit counts from here; a ping is no progress
+		}
 		if err := msg.Accumulate(ev); err != nil {
 			return msg, stream.End(ctx, err, false)
 		}

@@ -290,6 +290,7 @@ func Stream(ctx context.Context, inner model.BaseChatModel, modelName string, in
 			first = true
 			stream.FirstToken(ctx)
 		}
+		stream.Chunk(ctx) // the idle limit counts from here
 		chunks = append(chunks, msg)
 		if onChunk != nil {
 			onChunk(msg)

@@ -210,6 +210,7 @@ func Generate(ctx context.Context, fn ai.ModelFunc, req *ai.ModelRequest, cb ai.
 			first = true
 			stream.FirstToken(ctx)
 		}
+		stream.Chunk(ctx) // the idle limit counts from here
 		return cb(ctx2, c)
 	})
 	err = Wrap(err)

@@ -202,6 +202,7 @@ func (cb *callbacks) chunk(ctx context.Context, chunk []byte) error {
 	if len(chunk) > 0 {
 		cb.first.Do(func() { stream.FirstToken(cb.ctx) })
 	}
+	stream.Chunk(cb.ctx) // the idle limit counts from here
 	return cb.note(cb.f(ctx, chunk))
 }
 
@@ -209,6 +210,7 @@ func (cb *callbacks) reasoning(ctx context.Context, reasoningChunk, chunk []byte
 	if len(reasoningChunk) > 0 || len(chunk) > 0 {
 		cb.first.Do(func() { stream.FirstToken(cb.ctx) })
 	}
+	stream.Chunk(cb.ctx)
 	return cb.note(cb.rf(ctx, reasoningChunk, chunk))
 }
 

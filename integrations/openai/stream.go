@@ -53,6 +53,7 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 			first = true
 			stream.FirstToken(ctx)
 		}
+		stream.Chunk(ctx) // the idle limit counts from here
 		finished = finished || hasFinish(&chunk)
 		usage = usage || chunk.Usage.TotalTokens > 0
 		acc.AddChunk(chunk)

@@ -12,4 +12,7 @@ type Watch interface {
 	// FirstToken reports that the attempt received its first token;
 	// calls after the first do nothing. It is safe for concurrent use.
 	FirstToken()
+	// Chunk reports that the attempt received a piece of its stream,
+	// after the first token or with it. It is safe for concurrent use.
+	Chunk()
 }

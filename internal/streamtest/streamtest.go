@@ -58,6 +58,7 @@ func Run(t *testing.T, p Provider) {
 	t.Run("error event in a 200 stream", func(t *testing.T) { retried(t, p, errorEvent, p.ErrorClass, isAPIError) })
 	t.Run("clean close without the final event", func(t *testing.T) { retried(t, p, truncated, failure.ClassNetwork, wraps(stream.ErrTruncated)) })
 	t.Run("finish reason without the final event", func(t *testing.T) { finishedOnly(t, p) })
+	t.Run("stall after the stream began", func(t *testing.T) { idles(t, p) })
 	t.Run("long stream with a quick first token", func(t *testing.T) { long(t, p) })
 	t.Run("stalls among long streams never raise Timeout", func(t *testing.T) { strategy(t, p) })
 }
@@ -164,6 +165,47 @@ func stall(t *testing.T, p Provider) {
 	}
 	if v, _ := e.l.View("a"); v.FirstToken.Count != 1 {
 		t.Errorf("first tokens counted: %d, want the retry's", v.FirstToken.Count)
+	}
+}
+
+// idles: the first request's stream sends 20 tokens, then stays open and
+// silent; the stream idle limit (RetryPolicy.StreamIdle, 30 s by
+// default) cuts it, and the retry answers. Before, nothing watched the
+// gap between chunks: the attempt ran to its whole Timeout.
+func idles(t *testing.T, p Provider) {
+	const idle = 30 * time.Second
+	e := newEnv(t, p, 2, func(e *env, w *writer, n int) {
+		if n > 1 {
+			healthy(e, w)
+			return
+		}
+		w.send(p.Start...)
+		for range 20 {
+			w.send(p.Token("word "))
+		}
+		w.hang()
+	})
+	res := e.call()
+	for range 20 {
+		<-e.tokens // the client has handled each token
+	}
+	e.clk.Advance(idle - time.Millisecond)
+	select {
+	case r := <-res:
+		t.Fatalf("the stream was cut before its idle limit: %+v", r)
+	default:
+	}
+	e.clk.Advance(time.Millisecond) // the limit
+	r := <-res
+	if r.err != nil || r.rep.Attempts != 2 || r.text != "Hello" {
+		t.Fatalf("err %v, attempts %d, text %q: want the retry's answer", r.err, r.rep.Attempts, r.text)
+	}
+	first := e.errs[0]
+	if !errors.Is(first, failure.ErrStreamStalled) || failure.Classify(first) != failure.ClassStreamStalled {
+		t.Errorf("the stalled attempt's error %v (class %q), want one that wraps ErrStreamStalled", first, failure.Classify(first))
+	}
+	if r.rep.Duration > idle+time.Second {
+		t.Errorf("answered after %v, want the idle limit and the retry", r.rep.Duration)
 	}
 }
 
