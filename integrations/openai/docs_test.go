@@ -57,10 +57,11 @@ func TestLLMDocProgram(t *testing.T) {
 			w.Header().Set("retry-after-ms", "20")
 			w.WriteHeader(http.StatusTooManyRequests)
 			fmt.Fprint(w, `{"error":{"message":"Rate limit reached for gpt-4.1 in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`)
-		case 2:
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprint(w, `{"error":{"message":"The server is overloaded or not ready yet.","type":"server_error","param":null,"code":null}}`)
+		case 2: // a stream cut off half-way: no finish reason, no [DONE]
+			w.Header().Set("Content-Type", "text/event-stream")
+			head := `{"id":"chatcmpl-d0","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1-2025-04-14","choices":[{"index":0,`
+			fmt.Fprintf(w, "data: %s\n\n", head+`"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`)
+			fmt.Fprintf(w, "data: %s\n\n", head+`"delta":{"content":"Retry, wa"},"logprobs":null,"finish_reason":null}]}`)
 		default:
 			w.Header().Set("Content-Type", "text/event-stream")
 			head := `{"id":"chatcmpl-d1","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4.1-2025-04-14","choices":[{"index":0,`
@@ -85,8 +86,9 @@ func TestLLMDocProgram(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docs/llm.md's program: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "Retry, wait, retry\n(18 bytes, stop)") || n.Load() != 3 {
-		t.Fatalf("docs/llm.md's program made %d requests, want 3 (a 429 and a 503 retried); output:\n%s", n.Load(), out)
+	// The cut attempt's words are shown, then said void, then the answer.
+	if !strings.Contains(string(out), "Retry, wa\n[the answer was cut off; starting again]\nRetry, wait, retry\n(18 bytes, stop)") || n.Load() != 3 {
+		t.Fatalf("docs/llm.md's program made %d requests, want 3 (a 429 and a stream cut off, retried); output:\n%s", n.Load(), out)
 	}
 }
 
