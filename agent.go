@@ -120,7 +120,7 @@ func (a *agent) publishLocked(canary bool) {
 	if r := a.s.Route; r != nil && r.Away {
 		h := r.Home
 		in.home = &h
-		if !r.Returning && a.s.Verifying == nil {
+		if !r.Returning && (a.s.Verifying == nil || a.s.movingAway()) {
 			in.probeAt = r.ProbeAt
 		}
 	}

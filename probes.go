@@ -54,6 +54,13 @@ type ProbePolicy struct {
 	// MaxEvery caps the interval as it doubles. Default 8 minutes (Every
 	// if longer); at most 24 hours, and not below Every.
 	MaxEvery time.Duration
+	// ReturnEvery is the first interval between the probes of the
+	// primary route while an agent is away from it, from the move on
+	// (not once the move is confirmed): each probe that fails makes the
+	// next interval 1.5 times longer, up to MaxEvery; the first that
+	// succeeds brings the agent back. Default 5 seconds; at most 24
+	// hours.
+	ReturnEvery time.Duration
 	// DeadFor is how long a route stays dead. Default 24 hours; at most
 	// 366 days.
 	DeadFor time.Duration
@@ -72,6 +79,7 @@ func (p ProbePolicy) validate() error {
 	err := firstErr(
 		inRange("Every", p.Every, 0, maxProbeEvery),
 		inRange("MaxEvery", p.MaxEvery, 0, maxProbeEvery),
+		inRange("ReturnEvery", p.ReturnEvery, 0, maxProbeEvery),
 		inRange("DeadFor", p.DeadFor, 0, maxWindow),
 	)
 	if d := p.withDefaults(); err == nil && d.MaxEvery < d.Every {
@@ -96,7 +104,19 @@ func (p ProbePolicy) withDefaults() ProbePolicy {
 	if p.DeadFor == 0 {
 		p.DeadFor = 24 * time.Hour
 	}
+	if p.ReturnEvery == 0 {
+		p.ReturnEvery = defaultReturnEvery
+	}
 	return p
+}
+
+// defaultReturnEvery is ProbePolicy.ReturnEvery's default.
+const defaultReturnEvery = 5 * time.Second
+
+// nextReturn is the interval between probes of the primary after every:
+// 1.5 times longer, from ReturnEvery up to MaxEvery.
+func (p *ProbePolicy) nextReturn(every time.Duration) time.Duration {
+	return min(max(every*3/2, p.ReturnEvery), max(p.MaxEvery, p.ReturnEvery))
 }
 
 // holds reports whether failures of class hold an agent.

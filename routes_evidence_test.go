@@ -89,3 +89,93 @@ func TestWithdrawnModelDeadForEveryAgent(t *testing.T) {
 		t.Errorf("b's route %q, want backup", r)
 	}
 }
+
+// Issue 40, item 3: back on a recovered primary within one request. The
+// primary answers 503 for 60 s, then is healthy; a request every 4 s,
+// the transient floor's three attempts, the last on the backup. The
+// agent moves to the backup on the fifth fallback-only answer, is away
+// from the primary from that moment (not once the move is confirmed),
+// and probes it 5 s later, then 1.5 times longer after each failed
+// probe; the first probe that succeeds brings it back, superseding the
+// move still under verification. Before, the first probe waited for the
+// move's confirmation and a whole minute more: back on the primary 88 s
+// after it recovered.
+func TestReturnWithinARequestOfRecovery(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 7}))
+	recovered := t0.Add(time.Minute)
+	var moved, back time.Time
+	probesAway, answered := 0, 0
+	for i := range 30 {
+		at := t0.Add(time.Duration(i) * 4 * time.Second)
+		clk.Advance(at.Sub(clk.Now())) // a request every 4 s, whatever the last one took
+		var last string
+		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
+			last = cfg.Route
+			if cfg.Route == "backup" {
+				return nil
+			}
+			if !moved.IsZero() && at.Before(recovered) {
+				probesAway++
+			}
+			if clk.Now().Before(recovered) {
+				return errOverloaded
+			}
+			return nil
+		})
+		if rep.Success {
+			answered++
+		}
+		if r := l.Config("a").Route; moved.IsZero() && r == "backup" {
+			moved = at
+		}
+		if back.IsZero() && !at.Before(recovered) && last != "backup" && rep.Success {
+			back = at
+		}
+	}
+	if answered != 30 || moved.IsZero() {
+		t.Fatalf("%d of 30 requests answered, moved at %v: want all, and a move", answered, moved.Sub(t0))
+	}
+	if probesAway > 4 {
+		t.Errorf("%d requests to the primary during the outage after the move (at %v), want at most 4", probesAway, moved.Sub(t0))
+	}
+	if back.IsZero() || back.Sub(recovered) > 5*time.Second {
+		t.Errorf("the primary answered again at %v, want within 5 s of its recovery at %v", back.Sub(t0), recovered.Sub(t0))
+	}
+	if r := l.Config("a").Route; r != "" && r != "primary" {
+		t.Errorf("route %q at the end, want the primary", r)
+	}
+	t.Logf("moved at %v, %d primary requests after the move during the outage, the primary answered again at %v (recovered at %v)",
+		moved.Sub(t0), probesAway, back.Sub(t0), recovered.Sub(t0))
+}
+
+// Issue 40, item 3: a primary that flaps (down the first 30 s of every
+// minute, for an hour; a request every 4 s) moves the agent at most once
+// per outage, and every request is answered.
+func TestFlappingPrimaryOneMovePerOutage(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 7}))
+	moves, answered, prev := 0, 0, ""
+	const n = 15 * 60 // an hour of requests
+	for i := range n {
+		at := t0.Add(time.Duration(i) * 4 * time.Second)
+		clk.Advance(at.Sub(clk.Now()))
+		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
+			if cfg.Route != "backup" && clk.Now().Sub(t0)%time.Minute < 30*time.Second {
+				return errOverloaded
+			}
+			return nil
+		})
+		if rep.Success {
+			answered++
+		}
+		if r := l.Config("a").Route; r == "backup" && prev != "backup" {
+			moves++
+		}
+		prev = l.Config("a").Route
+	}
+	if answered != n || moves > 60 {
+		t.Errorf("%d of %d requests answered, %d moves to the backup in 60 outages; want all, at most 60", answered, n, moves)
+	}
+	t.Logf("%d moves to the backup in 60 outages", moves)
+}

@@ -246,17 +246,42 @@ func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
 		s.probeLater(n, r)
 		return
 	}
-	if _, dead := s.deadAt(s.Route.Home, n, r); dead || s.Verifying != nil {
+	if _, dead := s.deadAt(s.Route.Home, n, r); dead || s.Verifying != nil && !s.movingAway() {
 		s.probeLater(n, r)
 		return
+	}
+	if s.Verifying != nil {
+		// The primary answered while the move off it was verified: the
+		// move's cause has passed, and the return supersedes it.
+		s.decide(c.end, ChangeSuperseded, fmt.Sprintf("superseded: route %q answered a probe", s.routeName(s.Route.Home, r)), eff)
 	}
 	s.returnHome(c.end, r, eff)
 }
 
-// probeLater schedules the next probe of Home after a longer interval.
+// probeLater schedules the next probe of Home after a longer interval
+// (ProbePolicy.ReturnEvery, 1.5 times longer each time).
 func (s *agentState) probeLater(now int64, r *ruleBook) {
-	s.Route.Every = int64(r.probes.next(time.Duration(s.Route.Every)))
+	s.Route.Every = int64(r.probes.nextReturn(time.Duration(s.Route.Every)))
 	s.Route.ProbeAt = now + s.Route.Every
+}
+
+// awayFrom notes that the agent, moved off the live route home by a
+// change just applied, is away from it from now on: its first probe is
+// due ProbePolicy.ReturnEvery later, while the move is still verified.
+func (s *agentState) awayFrom(home string, now int64, r *ruleBook, eff *effects) {
+	rs := s.route()
+	rs.Home, rs.Away = home, true
+	rs.Every = int64(r.probes.ReturnEvery)
+	rs.ProbeAt = now + rs.Every
+	eff.probe = true
+}
+
+// movingAway reports whether the change under verification is the move
+// off Home (the config it replaced ran on Home), which a successful
+// probe of Home supersedes.
+func (s *agentState) movingAway() bool {
+	v := s.Verifying
+	return v != nil && s.away() && !s.returning() && v.From.Route == s.Route.Home
 }
 
 // returnHome installs the current config with Route Home as a change
@@ -282,13 +307,19 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 		}
 		return
 	}
+	if state != ChangeConfirmed && s.away() && s.routeName(ch.From.Route, r) == s.routeName(s.Route.Home, r) {
+		// The move off home did not hold: the agent is home again.
+		s.Route.Away, s.Route.ProbeAt, s.Route.Every = false, 0, 0
+		eff.probe = true
+		return
+	}
 	if state != ChangeConfirmed || s.routeName(ch.From.Route, r) == s.routeName(ch.To.Route, r) {
 		return
 	}
 	if s.away() {
-		return // moved on down the ladder: still away from the same home
+		return // moved on down the ladder, or away since the move: still away from the same home
 	}
-	probeAt := n + int64(r.probes.Every)
+	probeAt := n + int64(r.probes.ReturnEvery)
 	if d, dead := s.deadUntil(ch.From.Route, n, r); dead {
 		// A move off a dead route (a withdrawn model) is temporary too:
 		// its first probe waits for the route's dead time to end.
@@ -298,7 +329,7 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	}
 	rs := s.route()
 	rs.Home, rs.Away = ch.From.Route, true
-	rs.Every = int64(r.probes.Every)
+	rs.Every = int64(r.probes.ReturnEvery)
 	rs.ProbeAt = probeAt
 	eff.probe = true
 }
@@ -408,8 +439,12 @@ func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 		return
 	}
 	rs.Strikes = 0
-	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(s.Config.Route, r), need, c.fellRoute)
+	home := s.Config.Route
+	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(home, r), need, c.fellRoute)
 	s.installChange(c.end, c.fellRoute, loopText(reason), r, eff)
+	if transient(c.fellClass) && !s.away() {
+		s.awayFrom(home, c.end.UnixNano(), r, eff) // probed from now on (see ProbePolicy.ReturnEvery)
+	}
 }
 
 // ownSuccesses books calls that succeeded on their own route at their
@@ -458,7 +493,7 @@ func (s *agentState) claimProbe(now int64, home bool, r *ruleBook) bool {
 		if !rs.Away || now < rs.ProbeAt {
 			return false
 		}
-		rs.ProbeAt = now + max(rs.Every, int64(r.probes.Every))
+		rs.ProbeAt = now + max(rs.Every, int64(r.probes.ReturnEvery))
 	default:
 		if rs.Hold == "" || now < s.CircuitOpenUntil {
 			return false
