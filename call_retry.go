@@ -49,6 +49,12 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		f := l.describe(err, status, b)
 		class, text := f.Class, f.Text
 		limit := l.retryRules.attempts(cfg, class)
+		if class == failure.ClassContextLength {
+			// A request too long for this route's model goes to the next
+			// route of the ladder whatever MaxAttempts says, as a router's
+			// fallback does; never again to the same model (fallBack).
+			limit = max(limit, *n+1)
+		}
 		if *n >= limit {
 			break
 		}

@@ -140,7 +140,7 @@ func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (
 		return "", false
 	}
 	switch {
-	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound, b.silent, b.stalled, b.idled:
+	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound, class == failure.ClassContextLength, b.silent, b.stalled, b.idled:
 	case last && (transient(class) || class == failure.ClassRateLimit):
 	default:
 		return "", false

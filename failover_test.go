@@ -163,3 +163,36 @@ func TestStreamIdleLimit(t *testing.T) {
 		})
 	})
 }
+
+// Issue 40, item 4: a request too long for the primary's context window
+// goes to the next route of the ladder within the call, whatever
+// MaxAttempts says (the default: 1); with no route left, the call ends at
+// once with the provider's error, never retried on the same model.
+// Before, the call ended after its first attempt although a fallback was
+// configured.
+func TestContextLengthFallsBack(t *testing.T) {
+	tooLong := errors.New(`400 Bad Request: {"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 12000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithRoutes(si.Routes{Primary: "small", Fallbacks: []string{"large"}}))
+		defer l.Close()
+		var asked []string
+		rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, c si.Config) error {
+			asked = append(asked, c.Route)
+			if c.Route == "large" {
+				return nil
+			}
+			return tooLong
+		})
+		if err != nil || len(asked) != 2 || asked[1] != "large" || rep.Duration != 0 {
+			t.Errorf("err %v, routes asked %q after %v: want the large model's answer at once", err, asked, rep.Duration)
+		}
+		asked = nil
+		_, err = l.ExecuteWithImprovement(context.Background(), "b", func(_ context.Context, c si.Config) error {
+			asked = append(asked, c.Route)
+			return tooLong
+		})
+		if failure.Classify(err) != failure.ClassContextLength || len(asked) != 2 {
+			t.Errorf("err %v, routes asked %q: want each route once, then the provider's error", err, asked)
+		}
+	})
+}
