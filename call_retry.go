@@ -161,16 +161,20 @@ func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context
 		noteSilent(b, err, ctx, actx)
 		return err
 	}
-	return fn(ctx, *cfg)
+	err := fn(ctx, *cfg)
+	noteSilent(b, err, ctx, ctx)
+	return err
 }
 
 // noteSilent notes in b whether the attempt that ran under actx, within
-// the call's ctx, failed (err) because its own deadline passed: it got
+// the call's ctx, failed (err) because a deadline passed while the call
+// lived: its own (Config.Timeout), or one of fn's, such as its HTTP
+// client's timeout, whose error wraps context.DeadlineExceeded. It got
 // no answer in time, and its route is not asked again in the same call
 // (see fallBack).
 func noteSilent(b *begun, err error, ctx, actx context.Context) {
 	if b != nil {
-		b.silent = err != nil && ctx.Err() == nil && actx.Err() == context.DeadlineExceeded
+		b.silent = err != nil && ctx.Err() == nil && (actx.Err() == context.DeadlineExceeded || failure.Is(err, context.DeadlineExceeded))
 	}
 }
 

@@ -3,6 +3,7 @@ package selfimprove_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,6 +47,11 @@ func TestSilentAttemptFailsOverAtOnce(t *testing.T) {
 			}, 11 * time.Second},
 		{"no answer, attempt deadline", si.Config{Timeout: 10 * time.Second, MaxAttempts: 3},
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, 11 * time.Second},
+		{"no answer, the client's own timeout", si.Config{MaxAttempts: 3},
+			func(ctx context.Context) error {
+				time.Sleep(10 * time.Second) // an http.Client Timeout, say
+				return fmt.Errorf("Post \"https://api.example.com/v1/chat/completions\": %w", context.DeadlineExceeded)
+			}, 11 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
