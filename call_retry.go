@@ -48,6 +48,9 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		status, hint, why := att.take()
 		f := l.describe(err, status, b)
 		class, text := f.Class, f.Text
+		if b != nil && class == failure.ClassTimeout && status == 0 && f.Status == 0 {
+			b.silent = true // a timeout without a response: fn's own deadline, an HTTP client's
+		}
 		limit := l.retryRules.attempts(cfg, class)
 		if class == failure.ClassContextLength {
 			// A request too long for this route's model goes to the next
@@ -161,20 +164,20 @@ func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context
 		noteSilent(b, err, ctx, actx)
 		return err
 	}
-	err := fn(ctx, *cfg)
-	noteSilent(b, err, ctx, ctx)
-	return err
+	if b != nil {
+		b.silent = false
+	}
+	return fn(ctx, *cfg)
 }
 
 // noteSilent notes in b whether the attempt that ran under actx, within
-// the call's ctx, failed (err) because a deadline passed while the call
-// lived: its own (Config.Timeout), or one of fn's, such as its HTTP
-// client's timeout, whose error wraps context.DeadlineExceeded. It got
-// no answer in time, and its route is not asked again in the same call
-// (see fallBack).
+// the call's ctx, failed (err) because its own deadline passed
+// (Config.Timeout) while the call lived: it got no answer in time, and
+// its route is not asked again in the same call (see fallBack; a
+// timeout of fn's own, such as its HTTP client's, is found by retry).
 func noteSilent(b *begun, err error, ctx, actx context.Context) {
 	if b != nil {
-		b.silent = err != nil && ctx.Err() == nil && (actx.Err() == context.DeadlineExceeded || failure.Is(err, context.DeadlineExceeded))
+		b.silent = err != nil && ctx.Err() == nil && actx.Err() == context.DeadlineExceeded
 	}
 }
 
