@@ -185,14 +185,17 @@ func simulate(sc scenario, improve bool) (result, error) {
 }
 
 // newLoop opens the loop of a run of sc in dir on clk: with sc's strategy
-// if improve, else with none.
+// and the route ladder if improve, else with neither (the ladder's
+// fallbacks and dead routes are the loop's too: a caller without it calls
+// the model its config names).
 func newLoop(sc scenario, improve bool, dir string, clk *fakeclock.Clock) (*si.Loop, error) {
 	var strat si.Strategy
+	ladder := si.Routes{}
 	if improve {
-		strat = sc.strategy()
+		strat, ladder = sc.strategy(), routes
 	}
 	l, err := si.New(si.WithDir(dir), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026, TransientAttempts: 1}),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config), si.WithRoutes(routes))
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithStrategy(strat), si.WithDefaultConfig(sc.config), si.WithRoutes(ladder))
 	if err != nil {
 		return nil, err
 	}

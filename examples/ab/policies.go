@@ -286,8 +286,11 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 	// The transient floor (RetryPolicy.TransientAttempts) is off in both
 	// arms: the table measures what the loop learns and verifies.
 	opts := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 2026, TransientAttempts: 1}),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config), si.WithRoutes(routes)}
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithDefaultConfig(f.config)}
 	if p != nil {
+		// The ladder's fallbacks and dead routes are the loop's: without
+		// it, a call goes to the model its config names.
+		opts = append(opts, si.WithRoutes(routes))
 		strat := builtin
 		if f.strategy != nil {
 			strat = f.strategy
