@@ -75,7 +75,25 @@ type Options struct {
 	// that config and recorded. Default "": tool calls run as Eino calls
 	// them. New ignores it (use ToolMiddleware).
 	ToolPrefix string
+	// Incremental makes Model.Stream return its reader at once and pass
+	// it each chunk as it arrives, so that a chat UI sees the first token
+	// as early as without the loop. When an attempt fails after some of
+	// its chunks were passed on and the loop starts over (a retry, a
+	// fallback, an answer Check refuses), the reader returns
+	// ErrStartOver: the chunks received before it are void, and the next
+	// attempt's follow. A call that fails in the end returns its error
+	// last; a failure is never an answer cut short. Closing the reader
+	// cancels the call. Default false: the reader holds the chunks of the
+	// attempt that succeeded, once it has ended, as Eino's own
+	// ModelRetryConfig does.
+	Incremental bool
 }
+
+// ErrStartOver is returned by the reader of an Incremental Model.Stream
+// when the loop starts the answer over: the chunks received before it
+// belong to an attempt that failed, and are void. Keep reading: the next
+// attempt's chunks follow.
+var ErrStartOver = errors.New("eino adapter: the attempt failed; the answer starts over")
 
 // Model is a model.ToolCallingChatModel whose calls run under the
 // selfimprove loop.
@@ -173,6 +191,9 @@ func (m *Model) Generate(ctx context.Context, input []*schema.Message, opts ...m
 // returned holds the chunks of the attempt that succeeded, as Eino's own
 // ModelRetryConfig does for a stream. The error is the last attempt's.
 func (m *Model) Stream(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
+	if m.o.Incremental {
+		return m.streamIncremental(ctx, input, opts...), nil
+	}
 	var out []*schema.Message
 	ctx, id := m.start(ctx)
 	_, err := m.loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
@@ -192,6 +213,45 @@ func (m *Model) Stream(ctx context.Context, input []*schema.Message, opts ...mod
 		return nil, err
 	}
 	return schema.StreamReaderFromArray(out), nil
+}
+
+// streamIncremental is Stream for Options.Incremental: the call runs in
+// its own goroutine and passes each chunk on as it arrives.
+func (m *Model) streamIncremental(ctx context.Context, input []*schema.Message, opts ...model.Option) *schema.StreamReader[*schema.Message] {
+	sr, sw := schema.Pipe[*schema.Message](16)
+	ctx, cancel := context.WithCancel(ctx)
+	ctx, id := m.start(ctx)
+	go func() {
+		defer cancel()
+		defer sw.Close()
+		sent := false // the attempt under way passed chunks on
+		send := func(msg *schema.Message, err error) {
+			if sw.Send(msg, err) {
+				cancel() // the caller closed the reader: nobody reads on
+			}
+		}
+		_, err := m.loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
+			if sent {
+				send(nil, ErrStartOver)
+				sent = false
+			}
+			chunks, err := Stream(ctx, m.inner, m.route(cfg), input, func(msg *schema.Message) {
+				sent = true
+				send(msg, nil)
+			}, opts...)
+			if err == nil && m.o.Check != nil {
+				msg, cerr := schema.ConcatMessages(chunks)
+				if err = cerr; err == nil {
+					err = m.check(msg)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			send(nil, err)
+		}
+	}()
+	return sr
 }
 
 // WithTools returns the inner model with tools bound (its WithTools),
