@@ -51,6 +51,9 @@ const (
 	flagGone uint32 = 1 << iota
 	flagProbing
 	flagNests
+	// flagFellBack: the agent's last call answered only on the next
+	// route, after a transient failure of its own (see Loop.fallBack).
+	flagFellBack
 )
 
 // has reports whether a's flag f is set.
@@ -188,6 +191,7 @@ func (a *agent) settleLocked(now int64) {
 	}
 	a.s.Tracker.addSuccesses(until-1, calls, lat)
 	a.s.ownSuccesses()
+	a.set(flagFellBack, false)
 	a.dirty = true
 	if a.fl != nil {
 		a.fl.tally.successes(a.s.Gen, int64(calls), lat)

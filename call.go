@@ -169,7 +169,9 @@ func (l *Loop) panicked(ctx context.Context, a *agent, c begun, rep *Report, sta
 // the primary when the call is a probe of it (see ProbePolicy); it notes
 // in c whether the agent nests calls, and else the loop's failures so far.
 func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home string) {
-	if c.nests = a.has(flagNests); !c.nests {
+	f := a.flags.Load()
+	c.hurry = f&flagFellBack != 0
+	if c.nests = f&flagNests != 0; !c.nests {
 		c.seq = l.lately.seq.Load()
 	}
 	inst := a.cfg.Load()
@@ -397,6 +399,11 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 	a.s.record(c, []byte(in.sig), &l.rules, eff)
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
+	}
+	if !c.failed && !c.homeProbe {
+		// A call that needed the next route makes the next one hurry to
+		// it; one answered on its own route ends that.
+		a.set(flagFellBack, c.fellBack && transient(c.fellClass))
 	}
 	eff.window = a.s.Tracker.Win.Width * windowSlots
 	// The breaker's circuit opened by a failure, or closed by a probe (see

@@ -132,7 +132,10 @@ func (a *agent) applyCause(l *Loop, in *input, eff *effects) {
 // the call's last attempt after a failure another route may fix, or for
 // any attempt after "no such model" or one that got no answer in time (no
 // response before its Timeout, no first token before its
-// FirstTokenTimeout: a silent route is not asked twice). It returns false
+// FirstTokenTimeout: a silent route is not asked twice), and for the
+// first attempt after a transient failure when the agent's last call was
+// answered only on the next route (b.hurry: the route is failing now,
+// and a retry on it would only delay the answer). It returns false
 // for the call's own route, and for a probe of the primary, whose
 // fallback is the agent's config.
 func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (string, bool) {
@@ -141,7 +144,7 @@ func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (
 	}
 	switch {
 	case class == failure.ClassModelUnavailable, class == failure.ClassNotFound, class == failure.ClassContextLength, b.silent, b.stalled, b.idled:
-	case last && (transient(class) || class == failure.ClassRateLimit):
+	case (last || b.hurry) && (transient(class) || class == failure.ClassRateLimit):
 	default:
 		return "", false
 	}

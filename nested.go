@@ -209,6 +209,10 @@ type begun struct {
 	// nests: the agent was seen to pass on the failures of other calls,
 	// so that its calls need an attempt context (see callCtx).
 	nests bool
+	// hurry: the agent's last call answered only on the next route after
+	// a transient failure of its own route: this call's first such
+	// failure goes to the next route at once (see Loop.fallBack).
+	hurry bool
 	route string
 	// homeProbe: the first attempt probes the primary (see ProbePolicy);
 	// probeClass and probeText describe its failure.

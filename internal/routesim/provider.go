@@ -174,7 +174,8 @@ type outcome struct {
 	agent    string
 	ok       bool
 	requests int
-	model    string // the model of the call's last request
+	model    string        // the model of the call's last request
+	dur      time.Duration // from the call's start to its answer, on the clock
 }
 
 // system makes a call of agent at the provider; the loop and the baseline
@@ -195,8 +196,9 @@ func drive(p *provider, sys system, agents []string, gap, d time.Duration) []out
 		}
 		for _, a := range agents {
 			before := p.sent()
+			began := p.clk.Now()
 			o := sys.call(context.Background(), a)
-			o.at, o.agent = at, a
+			o.at, o.agent, o.dur = at, a, p.clk.Now().Sub(began)
 			p.mu.Lock()
 			if o.requests = len(p.reqs) - before; o.requests > 0 {
 				o.model = p.reqs[len(p.reqs)-1].model

@@ -80,9 +80,10 @@ type SDK struct {
 	Reply func(k Kind, model string, now time.Time) Reply
 }
 
-// Run runs the six scenarios with sdk, each a subtest named after it
+// Run runs the eight scenarios with sdk, each a subtest named after it
 // (OverloadedPrimary, WithdrawnPrimary, QuotaExhausted, SlowPrimary,
-// 429Storm, HealthyNoise), then logs the side-by-side table of those
+// 429Storm, HealthyNoise, and issue 40's SilentPrimary and ShortOutage),
+// then logs the side-by-side table of those
 // that ran (docs/performance.md#routes); with SI_ROUTE_TABLE set, it
 // writes the table to that file as well.
 //
@@ -98,6 +99,7 @@ func Run(t *testing.T, sdk SDK) {
 		{"OverloadedPrimary", s.overloadedPrimary}, {"WithdrawnPrimary", s.withdrawnPrimary},
 		{"QuotaExhausted", s.quotaExhausted}, {"SlowPrimary", s.slowPrimary},
 		{"429Storm", s.rateLimitStorm}, {"HealthyNoise", s.healthyNoise},
+		{"SilentPrimary", s.silentPrimary}, {"ShortOutage", s.shortOutage},
 	}
 	t.Run("all", func(t *testing.T) {
 		for _, sc := range scs {
@@ -122,7 +124,7 @@ type sim struct {
 }
 
 // tableHead is the table's heading.
-const tableHead = "| scenario | selfimprove success | baseline success | selfimprove requests/call | baseline requests/call |\n|---|---|---|---|---|\n"
+const tableHead = "| scenario | selfimprove success | baseline success | selfimprove requests/call | baseline requests/call | selfimprove slowest answer | baseline slowest answer |\n|---|---|---|---|---|---|---|\n"
 
 // table logs the table of the scenarios that ran, and writes it to the
 // file SI_ROUTE_TABLE names, if any.

@@ -164,9 +164,10 @@ func (r *litellm) retryAfterOf() time.Duration {
 
 // figures are one system's figures on one scenario.
 type figures struct {
-	success     float64 // share of the measured calls that succeeded
-	perCall     float64 // requests per call, over all calls
-	onPrimary   float64 // share of the measured calls whose last request went to the primary
+	success     float64       // share of the measured calls that succeeded
+	perCall     float64       // requests per call, over all calls
+	onPrimary   float64       // share of the measured calls whose last request went to the primary
+	slowest     time.Duration // the longest a measured call took to its answer
 	calls, reqs int
 }
 
@@ -185,6 +186,7 @@ func figuresOf(outs []outcome, measured func(outcome) bool, primary string) figu
 		if o.ok {
 			ok++
 		}
+		f.slowest = max(f.slowest, o.dur)
 		if o.model == primary {
 			prim++
 		}
@@ -205,7 +207,8 @@ func (s *sim) compare(t *testing.T, name string, loop, base figures) {
 	s.mu.Lock()
 	// t is Run's test's subtest all/<scenario> (see sim.rows).
 	_, sub, _ := strings.Cut(t.Name(), "/")
-	s.rows[sub] = fmt.Sprintf("| %s | %.1f %% | %.1f %% | %.2f | %.2f |", name, 100*loop.success, 100*base.success, loop.perCall, base.perCall)
+	s.rows[sub] = fmt.Sprintf("| %s | %.1f %% | %.1f %% | %.2f | %.2f | %v | %v |", name, 100*loop.success, 100*base.success, loop.perCall, base.perCall,
+		loop.slowest.Round(100*time.Millisecond), base.slowest.Round(100*time.Millisecond))
 	s.mu.Unlock()
 	t.Logf("%s: loop success %.2f%%, %.2f requests/call; baseline success %.2f%%, %.2f requests/call",
 		name, 100*loop.success, loop.perCall, 100*base.success, base.perCall)
