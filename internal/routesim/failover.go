@@ -16,14 +16,7 @@ func (s *sim) silentPrimary(t *testing.T) {
 	primary := s.sdk.Ladder.Primary
 	cfg := si.Config{MaxAttempts: 3, Timeout: 10 * time.Second}
 	sc := scenario{name: "primary silent 10 min, 10 s timeout", routes: s.sdk.Ladder, cfg: cfg, agents: []string{"a"}, gap: 30 * time.Second, d: 2 * time.Hour,
-		script: func(start time.Time) script {
-			return func(model string, t time.Time) answer {
-				if model == primary && !t.Before(start.Add(from)) && t.Before(start.Add(to)) {
-					return fine(time.Hour) // the network cuts it at the attempt's timeout
-				}
-				return fine(600 * time.Millisecond)
-			}
-		}}
+		script: primaryDown(primary, from, to, fine(time.Hour))} // the network cuts it at the attempt's timeout
 	lr, br := s.loop(t, sc), s.baseline(t, sc)
 	silent := between(simStart, from, to)
 	for _, o := range lr.outs {
@@ -50,14 +43,7 @@ func (s *sim) shortOutage(t *testing.T) {
 	const from, to = 20 * time.Second, 80 * time.Second
 	primary, fallback := s.sdk.Ladder.Primary, s.sdk.Ladder.Fallbacks[0]
 	sc := scenario{name: "primary down 60 s, a request every 4 s", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: 4 * time.Second, d: 3 * time.Minute,
-		script: func(start time.Time) script {
-			return func(model string, t time.Time) answer {
-				if model == primary && !t.Before(start.Add(from)) && t.Before(start.Add(to)) {
-					return answer{kind: Overloaded, latency: 50 * time.Millisecond}
-				}
-				return fine(600 * time.Millisecond)
-			}
-		}}
+		script: primaryDown(primary, from, to, answer{kind: Overloaded, latency: 50 * time.Millisecond})}
 	lr, br := s.loop(t, sc), s.baseline(t, sc)
 	f := figuresOf(lr.outs, all(simStart), primary)
 	var moved, back time.Time

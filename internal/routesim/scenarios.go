@@ -69,6 +69,20 @@ func between(start time.Time, from, to time.Duration) func(outcome) bool {
 	return func(o outcome) bool { return !o.at.Before(start.Add(from)) && o.at.Before(start.Add(to)) }
 }
 
+// primaryDown is the script of a provider whose primary gives the answer
+// bad from from to to after the scenario's start; every other answer is
+// a completion after 600 ms.
+func primaryDown(primary string, from, to time.Duration, bad answer) func(start time.Time) script {
+	return func(start time.Time) script {
+		return func(model string, t time.Time) answer {
+			if model == primary && !t.Before(start.Add(from)) && t.Before(start.Add(to)) {
+				return bad
+			}
+			return fine(600 * time.Millisecond)
+		}
+	}
+}
+
 // overloadedPrimary: the primary is overloaded for 30 minutes while the
 // fallback is healthy. Required: at least 90 % success after the
 // outage's first 10 calls; back on the primary within 15 minutes of its
@@ -77,14 +91,7 @@ func (s *sim) overloadedPrimary(t *testing.T) {
 	const from, to = 2 * time.Hour, 2*time.Hour + 30*time.Minute
 	primary, fallback := s.sdk.Ladder.Primary, s.sdk.Ladder.Fallbacks[0]
 	sc := scenario{name: "primary overloaded 30 min", routes: s.sdk.Ladder, cfg: llmConfig, agents: []string{"a"}, gap: 30 * time.Second, d: 24 * time.Hour,
-		script: func(start time.Time) script {
-			return func(model string, t time.Time) answer {
-				if model == primary && !t.Before(start.Add(from)) && t.Before(start.Add(to)) {
-					return answer{kind: Overloaded, latency: 50 * time.Millisecond}
-				}
-				return fine(600 * time.Millisecond)
-			}
-		}}
+		script: primaryDown(primary, from, to, answer{kind: Overloaded, latency: 50 * time.Millisecond})}
 	lr, br := s.loop(t, sc), s.baseline(t, sc)
 	outage := figuresOf(lr.outs, between(simStart, from+10*30*time.Second, to), primary)
 	if outage.success < 0.90 {
