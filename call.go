@@ -77,7 +77,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		if a.openUntil.Load() != 0 && l.refused(ctx, a, &c, &rep) { // set with a breaker or a hold
 			return rep, rep.Err
 		}
-		cfg, home = l.configFor(a, &c, &rep)
+		cfg, home = l.configFor(ctx, a, &c, &rep)
 	} else {
 		cfg = l.untrackedConfig()
 	}
@@ -117,7 +117,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	if a != nil {
 		rep.ID = callID(endN, c.version)
 	}
-	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && !c.q.any() && a.fast.book(endN, int64(dur), &a.tel.live) {
+	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && !c.fitted && !c.q.any() && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
 		if !a.used.Load() {
 			a.used.Store(true)
@@ -165,10 +165,14 @@ func (l *Loop) panicked(ctx context.Context, a *agent, c begun, rep *Report, sta
 	l.finish(ctx, a, c.id, c, rep, endN, dur, pv)
 }
 
-// configFor returns the config a call of a runs under, and the route of
-// the primary when the call is a probe of it (see ProbePolicy); it notes
-// in c whether the agent nests calls, and else the loop's failures so far.
-func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home string) {
+// configFor returns the config a call of a under ctx runs under, and the
+// route of the primary when the call is a probe of it (see ProbePolicy);
+// it notes in c whether the agent nests calls, and else the loop's
+// failures so far, and the request's needs (see WithNeeds).
+func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (cfg *Config, home string) {
+	if l.routes.limited.Load() {
+		c.needs = needsOf(ctx)
+	}
 	f := a.flags.Load()
 	c.hurry = f&flagFellBack != 0
 	if c.nests = f&flagNests != 0; !c.nests {
@@ -181,7 +185,7 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 			cfg = inst.prev
 		}
 	}
-	if inst.probeAt != 0 && !c.probe {
+	if inst.probeAt != 0 && !c.probe && (c.needs == nil || l.routes.of(c.id).fit(*inst.home, c.needs)) {
 		if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.claimProbe(); c.homeProbe && l.claim(a, c) {
 			home = *inst.home
 		}
@@ -189,6 +193,9 @@ func (l *Loop) configFor(a *agent, c *begun, rep *Report) (cfg *Config, home str
 	c.route = cfg.Route
 	if m := l.dead.cur.Load(); m != nil && len(*m) > 0 && home == "" && !c.probe {
 		cfg = l.skipDead(c, cfg)
+	}
+	if c.needs != nil && home == "" {
+		cfg = l.fitRoute(c, cfg)
 	}
 	return cfg, home
 }
@@ -223,7 +230,8 @@ func (l *Loop) skipDead(c *begun, cfg *Config) *Config {
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
-		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q}
+		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q,
+		fitted: b.fitted}
 	if b.fw != nil {
 		b.fw.Resume() // the chain began before fn (a load, a probe's claim)
 	}

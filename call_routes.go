@@ -155,7 +155,7 @@ func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (
 	ladder := lad.ladder()
 	now := l.clock.Now().UnixNano()
 	for _, r := range ladder[slices.Index(ladder, lad.name(cfg.Route))+1:] {
-		if _, dead := l.dead.dead(r, now); !dead {
+		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, b.needs) && (class != failure.ClassContextLength || lad.larger(r, cfg.Route)) {
 			return r, true
 		}
 	}

@@ -235,4 +235,9 @@ type begun struct {
 	seq uint64
 	// q is what the call reported of itself (see scoreCtx).
 	q quality
+	// needs is what the call's request needs of a route (WithNeeds; nil:
+	// unknown, or no ladder declares limits); fitted, that the call runs
+	// on another route than its agent's because its own does not fit.
+	needs  *Needs
+	fitted bool
 }

@@ -286,7 +286,7 @@ func (l *Loop) SetRoutes(agentID string, r Routes) error {
 	if err := r.validate(); err != nil {
 		return fmt.Errorf("%w: SetRoutes: %w", ErrInvalidOption, err)
 	}
-	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil {
+	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil && r.Limits == nil {
 		l.routes.set(agentID, nil)
 	} else {
 		rc := r.clone()

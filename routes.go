@@ -34,6 +34,11 @@ type Routes struct {
 	// Models maps a route to a model; a route not in it is the model's own
 	// name. Default nil; at most 64 entries.
 	Models map[string]string
+	// Limits gives what a route's model supports, by route (see
+	// RouteLimits and WithNeeds): a call never goes to a route its
+	// request does not fit. Default nil: every route takes every request;
+	// at most 64 entries.
+	Limits map[string]RouteLimits
 }
 
 // Every route, and every model Models names, is at most 256 bytes of
@@ -97,13 +102,14 @@ func (r Routes) validate() error {
 		name := "Models[" + quoteCut(k, maxQuoted) + "]"
 		err = firstErr(err, checkText(name+" route", k, maxRouteLen), checkText(name, r.Models[k], maxRouteLen))
 	}
-	return err
+	return firstErr(err, r.validateLimits())
 }
 
-// clone returns r with its own slices and map.
+// clone returns r with its own slices and maps.
 func (r Routes) clone() Routes {
 	r.Fallbacks = slices.Clone(r.Fallbacks)
 	r.Models = maps.Clone(r.Models)
+	r.Limits = maps.Clone(r.Limits)
 	return r
 }
 
@@ -113,6 +119,9 @@ type routeBook struct {
 	def *Routes // nil: no ladder
 	mu  sync.Mutex
 	per atomic.Pointer[map[string]*Routes]
+	// limited: a ladder declared Limits, once, and calls look for their
+	// Needs (see WithNeeds).
+	limited atomic.Bool
 }
 
 // of returns the agent's ladder, or nil.
@@ -140,6 +149,9 @@ func (b *routeBook) set(agentID string, r *Routes) {
 		delete(m, agentID)
 	} else {
 		m[agentID] = r
+		if len(r.Limits) > 0 {
+			b.limited.Store(true)
+		}
 	}
 	b.per.Store(&m)
 }

@@ -217,14 +217,17 @@ type call struct {
 	fellRoute string
 	fellFrom  string
 	fellText  string
-	end       time.Time
-	dur       time.Duration
-	attempts  int // the attempts it made
-	failed    bool
-	ignored   bool // its caller's context ended first: counted only as ignored
-	text      string
-	class     failure.Class
-	cluster   uint64
+	// fitted: it ran on route, not its agent's, which its request did not
+	// fit (see WithNeeds): no evidence about the agent's route.
+	fitted   bool
+	end      time.Time
+	dur      time.Duration
+	attempts int // the attempts it made
+	failed   bool
+	ignored  bool // its caller's context ended first: counted only as ignored
+	text     string
+	class    failure.Class
+	cluster  uint64
 	// from is the agent of the call nested in this one whose failure
 	// this one passed on; suspect, that the failure looked passed on
 	// from another call, unproven (see Loop.cause).

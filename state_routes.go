@@ -422,7 +422,7 @@ func (s *agentState) stayHome(eff *effects) {
 // route clears the strikes.
 func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	if !c.fellBack {
-		if s.Route != nil {
+		if s.Route != nil && !c.fitted {
 			s.Route.Strikes = 0
 		}
 		return
