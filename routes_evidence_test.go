@@ -8,6 +8,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
@@ -178,4 +179,24 @@ func TestFlappingPrimaryOneMovePerOutage(t *testing.T) {
 		t.Errorf("%d of %d requests answered, %d moves to the backup in 60 outages; want all, at most 60", answered, n, moves)
 	}
 	t.Logf("%d moves to the backup in 60 outages", moves)
+}
+
+// Issue 40, item 1: a move states the rates it was made on, as counted.
+// An agent on the primary whose last 6 calls failed, each after its
+// attempts (the fallback not reached within them), 9 of its 40 calls in
+// the window: the strategy moves it, and the reason gives those counts.
+// Before, it named only the class ("overloaded on route "a": route →
+// "b"").
+func TestMoveStatesItsRates(t *testing.T) {
+	an := si.Analysis{Config: si.Config{MaxAttempts: 5}, Clusters: clusters(failure.ClassOverloaded, 9),
+		Stats:  si.Stats{Calls: 40, Failures: 9, ConsecutiveFailures: 6},
+		Routes: si.Routes{Primary: "a", Fallbacks: []string{"b"}}}
+	tw, err := (&si.BuiltinStrategy{}).Analyze(context.Background(), an)
+	if err != nil || tw == nil || tw.Config.Route != "b" {
+		t.Fatalf("Analyze: %+v, %v; want a move to b", tw, err)
+	}
+	want := `overloaded on route "a": the last 6 calls failed, each after its attempts; 9 of the window's 40 calls failed; route → "b"`
+	if !strings.HasPrefix(tw.Reason, want) {
+		t.Errorf("reason %q; want it to begin %q", tw.Reason, want)
+	}
 }

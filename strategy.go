@@ -398,6 +398,8 @@ func (p *plan) move() *Tweak {
 	if a.Routes.empty() {
 		return nil
 	}
+	cur := a.Routes.name(p.cur.Route)
+	why := fmt.Sprintf("%s on route %q", p.class, cur)
 	switch p.class {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
@@ -405,11 +407,13 @@ func (p *plan) move() *Tweak {
 		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
 			return nil
 		}
+		// The rates the move is made on, as counted.
+		why += fmt.Sprintf(": the last %d calls failed, each after its attempts; %d of the window's %d calls failed",
+			a.Stats.ConsecutiveFailures, a.Stats.Failures, a.Stats.Calls)
 	default:
 		return nil
 	}
 	ladder := a.Routes.ladder()
-	cur := a.Routes.name(p.cur.Route)
 	for _, r := range ladder[slices.Index(ladder, cur)+1:] {
 		if a.dead(r) {
 			continue
@@ -419,7 +423,7 @@ func (p *plan) move() *Tweak {
 		if p.rejected(p.next) {
 			continue
 		}
-		return p.safe(fmt.Sprintf("%s on route %q: route → %q", p.class, cur, r))
+		return p.safe(fmt.Sprintf("%s; route → %q", why, r))
 	}
 	return nil
 }
