@@ -115,26 +115,3 @@ func (r *Routes) validateLimits() error {
 	}
 	return err
 }
-
-// fitRoute returns the config a call c with needs runs under when cfg's
-// route does not fit them: cfg on the first route of the agent's ladder
-// that fits and is not dead, from cfg's route down, then from the primary
-// (the call's own move: c.fitted). cfg itself when its route fits or none
-// does.
-func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
-	lad := l.routes.of(c.id)
-	if lad == nil || lad.fit(cfg.Route, c.needs) {
-		return cfg
-	}
-	ladder := lad.ladder()
-	at := max(slices.Index(ladder, lad.name(cfg.Route)), 0)
-	now := l.clock.Now().UnixNano()
-	for _, r := range slices.Concat(ladder[at+1:], ladder[:at]) {
-		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, c.needs) {
-			cp := *cfg
-			cp.Route, c.route, c.fitted = r, r, true
-			return &cp
-		}
-	}
-	return cfg
-}
