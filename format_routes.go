@@ -21,6 +21,10 @@ type routeDoc struct {
 	HoldEvery   jsonDuration `json:"hold_every,omitempty"`
 	Run         int          `json:"run,omitempty"`
 	Strikes     int          `json:"strikes,omitempty"`
+	// Failed and Good count the returns rolled back and the good probes
+	// in a row (routeState).
+	Failed int `json:"returns_failed,omitempty"`
+	Good   int `json:"good_probes,omitempty"`
 }
 
 // deadDoc is a dead route as stored.
@@ -36,7 +40,8 @@ func (r *routeState) doc() (*routeDoc, error) {
 		return nil, nil
 	}
 	d := &routeDoc{Home: r.Home, Away: r.Away, Every: jsonDuration(r.Every), Returning: r.Returning,
-		Hold: string(r.Hold), HoldEvery: jsonDuration(r.HoldEvery), Run: r.Run, Strikes: r.Strikes}
+		Hold: string(r.Hold), HoldEvery: jsonDuration(r.HoldEvery), Run: r.Run, Strikes: r.Strikes,
+		Failed: r.Failed, Good: r.Good}
 	var err error
 	if d.ProbeAt, err = optTimeToDoc(path("route.probe_at"), min(r.ProbeAt, maxNanos-1)); err != nil {
 		return nil, err
@@ -58,7 +63,9 @@ func (r *routeState) doc() (*routeDoc, error) {
 // durations in range, a known hold class.
 func (c *checker) route(d *routeDoc) *routeState {
 	r := &routeState{Home: d.Home, Away: d.Away, Returning: d.Returning, Run: int(c.num(path("route.run"), int64(d.Run), 0, maxCount)),
-		Strikes: int(c.num(path("route.strikes"), int64(d.Strikes), 0, maxCount))}
+		Strikes: int(c.num(path("route.strikes"), int64(d.Strikes), 0, maxCount)),
+		Failed:  int(c.num(path("route.returns_failed"), int64(d.Failed), 0, maxReturnProbes)),
+		Good:    int(c.num(path("route.good_probes"), int64(d.Good), 0, maxReturnProbes))}
 	if len(d.Home) > maxRouteLen {
 		c.fail("route.home: %d bytes, at most %d", len(d.Home), maxRouteLen)
 	}

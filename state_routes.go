@@ -23,6 +23,12 @@ type routeState struct {
 	ProbeAt, Every int64
 	// Returning: the change under verification returns to Home.
 	Returning bool
+	// Failed counts the returns to Home rolled back since the agent went
+	// away from it, and Good the good probes of Home in a row since the
+	// last failed one or return: a return takes 1 + Failed of them (at
+	// most maxReturnProbes), so that a primary that answers half its
+	// requests is not returned to on each lucky probe.
+	Failed, Good int
 	// Dead are the routes this agent found dead, at most maxAgentDead.
 	Dead []routeDead
 	// Hold is the class the agent is held for ("" when it is not);
@@ -243,6 +249,7 @@ func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
 			s.markDead(s.Route.Home, c.probeClass, c.probeText, c.end, r, eff)
 			return
 		}
+		s.Route.Good = 0
 		s.probeLater(n, r)
 		return
 	}
@@ -250,6 +257,12 @@ func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
 		s.probeLater(n, r)
 		return
 	}
+	if s.Route.Good++; s.Route.Good < min(1+s.Route.Failed, maxReturnProbes) {
+		// Not yet enough good probes in a row: the next one soon.
+		s.Route.ProbeAt = n + int64(r.probes.ReturnEvery)
+		return
+	}
+	s.Route.Good = 0
 	if s.Verifying != nil {
 		// The primary answered while the move off it was verified: the
 		// move's cause has passed, and the return supersedes it.
@@ -257,6 +270,10 @@ func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
 	}
 	s.returnHome(c.end, r, eff)
 }
+
+// maxReturnProbes is the most good probes in a row a return takes (see
+// routeState.Failed).
+const maxReturnProbes = 3
 
 // probeLater schedules the next probe of Home after a longer interval
 // (ProbePolicy.ReturnEvery, 1.5 times longer each time).
@@ -270,7 +287,7 @@ func (s *agentState) probeLater(now int64, r *ruleBook) {
 // due ProbePolicy.ReturnEvery later, while the move is still verified.
 func (s *agentState) awayFrom(home string, now int64, r *ruleBook, eff *effects) {
 	rs := s.route()
-	rs.Home, rs.Away = home, true
+	rs.Home, rs.Away, rs.Failed, rs.Good = home, true, 0, 0
 	rs.Every = int64(r.probes.ReturnEvery)
 	rs.ProbeAt = now + rs.Every
 	eff.probe = true
@@ -301,8 +318,9 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 		s.Route.Returning = false
 		eff.probe = true
 		if state == ChangeConfirmed {
-			s.Route.Away, s.Route.ProbeAt, s.Route.Every = false, 0, 0
+			s.Route.Away, s.Route.ProbeAt, s.Route.Every, s.Route.Failed, s.Route.Good = false, 0, 0, 0, 0
 		} else {
+			s.Route.Failed = min(s.Route.Failed+1, maxReturnProbes)
 			s.probeLater(n, r)
 		}
 		return
@@ -328,7 +346,7 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 		return // no probe of the old route can tell that its answers are good again
 	}
 	rs := s.route()
-	rs.Home, rs.Away = ch.From.Route, true
+	rs.Home, rs.Away, rs.Failed, rs.Good = ch.From.Route, true, 0, 0
 	rs.Every = int64(r.probes.ReturnEvery)
 	rs.ProbeAt = probeAt
 	eff.probe = true
