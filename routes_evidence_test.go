@@ -260,3 +260,42 @@ func halfRecovered(t *testing.T, seed uint64) (returns, back, primary int) {
 	}
 	return returns, back, primary
 }
+
+// Issue 40, item 7: a cost verdict compares the change with what the
+// config before it can deliver now. The primary (cost 1 a call) is
+// withdrawn after 60 calls; each call is then answered by the backup
+// (cost 5) and the agent moves there, a change verified like any other.
+// The primary's price is no longer to be had: the reference is the cost
+// of the route that answers the old config's calls now, and the move is
+// confirmed. Before, the move was judged against the primary's past price
+// (a rise of about 400 %) and rolled back, onto the dead primary's
+// next live route: the one it was on.
+func TestCostVerdictAgainstWhatTheLadderDelivers(t *testing.T) {
+	clk := fakeclock.New(t0)
+	l := routeLoop(t, clk, si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
+	si.AddCost(context.Background(), 0) // cost slots on
+	var gone bool
+	for i := range 200 {
+		clk.Advance(10 * time.Second)
+		l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, cfg si.Config) error {
+			if cfg.Route == "backup" {
+				si.AddCost(ctx, 5)
+				return nil
+			}
+			if gone = gone || i >= 60; gone {
+				return errGone
+			}
+			si.AddCost(ctx, 1)
+			return nil
+		})
+	}
+	var move *si.Change
+	for _, ch := range l.Changes("a") {
+		if ch.To.Route == "backup" {
+			move = &ch
+		}
+	}
+	if move == nil || move.State != si.ChangeConfirmed {
+		t.Fatalf("the move off the withdrawn primary: %+v; want it confirmed", move)
+	}
+}

@@ -114,6 +114,7 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 		p.MaxCostRise = -1 // a person accepted the cost
 	}
 	e := s.evidence()
+	s.deliverable(&e, now.UnixNano(), r)
 	switch v := p.Decide(e); v.Decision {
 	case DecisionRollback:
 		id := s.Verifying.ID

@@ -426,3 +426,37 @@ func (s *agentState) fileCostRise(now time.Time, ch *Change, r *ruleBook, eff *e
 	eff.proposals = append(eff.proposals, kept.clone())
 	eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, kept))
 }
+
+// deliverable puts in e.Before the cost the config before the change
+// under verification can deliver at now: when its route is dead, or the
+// agent is away from it (a move for a transient cause), its calls would
+// be answered by the next live route of the ladder, and the reference is
+// the cost of the calls that route answered (none costed: no cost to
+// compare), not the old route's past price.
+func (s *agentState) deliverable(e *Evidence, now int64, r *ruleBook) {
+	v, lad := s.Verifying, s.ladder(r)
+	if v == nil || lad.empty() || s.Quality == nil {
+		return
+	}
+	from := lad.name(v.From.Route)
+	_, dead := s.deadAt(from, now, r)
+	if !dead && !(s.away() && lad.name(s.Route.Home) == from) {
+		return
+	}
+	ladder := lad.ladder()
+	live := ""
+	for _, rt := range ladder[slices.Index(ladder, from)+1:] {
+		if _, d := s.deadAt(rt, now, r); !d {
+			live = rt
+			break
+		}
+	}
+	var t qualityRec
+	for i := range s.Quality.Recs {
+		if q := &s.Quality.Recs[i]; live != "" && lad.name(q.Route) == live {
+			t.Costed, t.CostOK, t.Cost = t.Costed+q.Costed, t.CostOK+q.CostOK, t.Cost+q.Cost
+		}
+	}
+	c := t.stats()
+	e.Before.Costed, e.Before.Cost, e.Before.CostPerSuccess = c.Costed, c.Cost, c.CostPerSuccess
+}
