@@ -279,7 +279,13 @@ const maxReturnProbes = 3
 // (ProbePolicy.ReturnEvery, 1.5 times longer each time).
 func (s *agentState) probeLater(now int64, r *ruleBook) {
 	s.Route.Every = int64(r.probes.nextReturn(time.Duration(s.Route.Every)))
-	s.Route.ProbeAt = now + s.Route.Every
+	base := now
+	if at := s.Route.ProbeAt; at != 0 && at <= now && now-at < s.Route.Every {
+		// From when the probe was due, not from the request that made
+		// it: the schedule does not drift by the gaps between requests.
+		base = at
+	}
+	s.Route.ProbeAt = base + s.Route.Every
 }
 
 // awayFrom notes that the agent, moved off the live route home by a

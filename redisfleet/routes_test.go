@@ -34,7 +34,7 @@ func routeReplicas(t *testing.T, s *server, n int) ([]*si.Loop, *fakeclock.Clock
 			si.WithClock(clk), si.WithFleetFlush(0, 1<<30), si.WithFleetTimeout(2*time.Second),
 			si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup", "spare"}}),
 			si.WithDefaultConfig(si.Config{MaxAttempts: 2}),
-			si.WithProbes(si.ProbePolicy{Every: 300 * time.Millisecond, MaxEvery: 300 * time.Millisecond}))
+			si.WithProbes(si.ProbePolicy{Every: 300 * time.Millisecond, MaxEvery: 300 * time.Millisecond, ReturnEvery: 300 * time.Millisecond}))
 		if err != nil {
 			t.Fatal(err)
 		}
