@@ -54,6 +54,11 @@ const (
 	// flagFellBack: the agent's last call answered only on the next
 	// route, after a transient failure of its own (see Loop.fallBack).
 	flagFellBack
+	// flagCool: the agent's last call answered only on the next route
+	// after its own route left an attempt without an answer (no response,
+	// a stalled stream): calls skip that route until routeState.coolUntil
+	// (see Loop.cooled).
+	flagCool
 )
 
 // has reports whether a's flag f is set.

@@ -194,6 +194,9 @@ func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (
 	if m := l.dead.cur.Load(); m != nil && len(*m) > 0 && home == "" && !c.probe {
 		cfg = l.skipDead(c, cfg)
 	}
+	if f&flagCool != 0 && home == "" && !c.probe && !c.fellBack && !c.fitted {
+		cfg = l.cooled(a, c, cfg)
+	}
 	if c.needs != nil && home == "" {
 		cfg = l.fitRoute(c, cfg)
 	}
@@ -231,7 +234,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q,
-		fitted: b.fitted}
+		fitted: b.fitted, fellSilent: b.fellSilent}
 	if b.fw != nil {
 		b.fw.Resume() // the chain began before fn (a load, a probe's claim)
 	}
@@ -412,6 +415,16 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 		// A call that needed the next route makes the next one hurry to
 		// it; one answered on its own route ends that.
 		a.set(flagFellBack, c.fellBack && transient(c.fellClass))
+		switch {
+		case c.fellBack && c.fellSilent:
+			// LiteLLM's cooldown, for a route that left a call without
+			// an answer: the next calls skip it for ProbePolicy.ReturnEvery
+			// rather than wait for it again (see Loop.cooled).
+			a.s.route().coolUntil = c.end.UnixNano() + int64(l.rules.probes.ReturnEvery)
+			a.set(flagCool, true)
+		case !c.fellBack && !c.fitted && a.has(flagCool):
+			a.set(flagCool, false)
+		}
 	}
 	eff.window = a.s.Tracker.Win.Width * windowSlots
 	// The breaker's circuit opened by a failure, or closed by a probe (see

@@ -51,6 +51,9 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		if b != nil && class == failure.ClassTimeout && status == 0 && f.Status == 0 {
 			b.silent = true // a timeout without a response: fn's own deadline, an HTTP client's
 		}
+		if b != nil && class == failure.ClassStreamStalled {
+			b.idled = true // a stream its client's own deadline cut (see stream.End)
+		}
 		limit := l.retryRules.attempts(cfg, class)
 		if class == failure.ClassContextLength {
 			// A request too long for this route's model goes to the next
@@ -67,6 +70,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			c.Route, acfg = alt, &c
 			if !b.fellBack { // the call's own route's failure
 				b.fellClass, b.fellFrom, b.fellText = class, b.route, text
+				b.fellSilent = b.silent || b.stalled || b.idled
 			}
 			b.fellBack, b.fellRoute, b.route = true, alt, alt
 		} else if !l.retryRules.retries(class) {

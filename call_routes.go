@@ -184,3 +184,28 @@ func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
 	}
 	return cfg
 }
+
+// cooled returns the config a call c of a runs under while a's own route
+// cools down after a call it left without an answer (flagCool): cfg on
+// the next live route of the ladder until routeState.coolUntil; cfg
+// itself after. The call is no evidence about a's route (c.fitted): it
+// neither counts as a strike against it nor ends a run of them.
+func (l *Loop) cooled(a *agent, c *begun, cfg *Config) *Config {
+	var until int64
+	a.mu.Lock()
+	if a.s.Route != nil {
+		until = a.s.Route.coolUntil
+	}
+	a.mu.Unlock()
+	if l.clock.Now().UnixNano() >= until {
+		return cfg
+	}
+	alt, ok := l.fallBack(c, cfg, failure.ClassTimeout, true)
+	if !ok {
+		return cfg
+	}
+	cp := *cfg
+	cp.Route = alt
+	c.route, c.fitted = alt, true
+	return &cp
+}

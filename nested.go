@@ -228,6 +228,8 @@ type begun struct {
 	fellRoute string
 	fellFrom  string
 	fellText  string
+	// fellSilent: its own route left the attempt without an answer.
+	fellSilent bool
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).
@@ -237,7 +239,8 @@ type begun struct {
 	q quality
 	// needs is what the call's request needs of a route (WithNeeds; nil:
 	// unknown, or no ladder declares limits); fitted, that the call runs
-	// on another route than its agent's because its own does not fit.
+	// on another route than its agent's for a reason of its own: its own
+	// does not fit its request, or cools down (Loop.cooled).
 	needs  *Needs
 	fitted bool
 }

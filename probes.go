@@ -57,9 +57,12 @@ type ProbePolicy struct {
 	// ReturnEvery is the first interval between the probes of the
 	// primary route while an agent is away from it, from the move on
 	// (not once the move is confirmed): each probe that fails makes the
-	// next interval 1.5 times longer, up to MaxEvery; the first that
-	// succeeds brings the agent back. Default 5 seconds; at most 24
-	// hours.
+	// next interval 1.5 times longer, up to MaxEvery, each counted from
+	// when the last was due; a good probe brings the agent back (one more
+	// in a row for each return rolled back since it went away, up to 3).
+	// It is also how long a route that left a call without an answer
+	// cools down: the agent's calls skip it meanwhile. Default 5 seconds;
+	// at most 24 hours.
 	ReturnEvery time.Duration
 	// DeadFor is how long a route stays dead. Default 24 hours; at most
 	// 366 days.

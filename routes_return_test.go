@@ -2,11 +2,14 @@ package selfimprove_test
 
 import (
 	"context"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
 
 // Issue 40, item 3, whatever the phase: the primary answers 503 for
@@ -62,4 +65,50 @@ func TestReturnWithinARequestOfRecoveryEveryPhase(t *testing.T) {
 		worst = max(worst, back.Sub(recovered))
 	}
 	t.Logf("40 phases: the primary serving again at most %v after its recovery", worst)
+}
+
+// Issue 40: a route that left a call without an answer cools down, as a
+// LiteLLM deployment does: the agent's calls within ProbePolicy.ReturnEvery
+// (5 s) after it skip the route, rather than wait another 10 s for it;
+// later calls try it again, and the calls that skipped it count neither
+// for nor against it (no move). Before, the next call, 2 s later, waited
+// 10 s on the silent primary again.
+func TestSilentRouteCoolsDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := si.Config{Timeout: 10 * time.Second, MaxAttempts: 3}
+		l := looptest.NewLoop(t, si.WithDefaultConfig(cfg), si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}))
+		defer l.Close()
+		silent := true
+		var asked []string
+		call := func() time.Duration {
+			start := time.Now()
+			if _, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, c si.Config) error {
+				asked = append(asked, c.Route)
+				if c.Route != "backup" && silent {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		call() // the primary silent: cut at 10 s, then the backup
+		time.Sleep(2 * time.Second)
+		asked = nil
+		if d := call(); d > time.Second || !slices.Equal(asked, []string{"backup"}) {
+			t.Errorf("2 s after the silent call: routes %q, answered after %v; want the backup at once", asked, d)
+		}
+		silent = false
+		time.Sleep(6 * time.Second)
+		asked = nil
+		call()
+		if !slices.Equal(asked, []string{""}) {
+			t.Errorf("8 s after the silent call: routes %q; want the primary again", asked)
+		}
+		if r := l.Config("a").Route; r != "" && r != "primary" {
+			t.Errorf("the agent moved to %q", r)
+		}
+	})
 }

@@ -219,15 +219,17 @@ type call struct {
 	fellText  string
 	// fitted: it ran on route, not its agent's, which its request did not
 	// fit (see WithNeeds): no evidence about the agent's route.
-	fitted   bool
-	end      time.Time
-	dur      time.Duration
-	attempts int // the attempts it made
-	failed   bool
-	ignored  bool // its caller's context ended first: counted only as ignored
-	text     string
-	class    failure.Class
-	cluster  uint64
+	fitted bool
+	// fellSilent: its own route left an attempt without an answer.
+	fellSilent bool
+	end        time.Time
+	dur        time.Duration
+	attempts   int // the attempts it made
+	failed     bool
+	ignored    bool // its caller's context ended first: counted only as ignored
+	text       string
+	class      failure.Class
+	cluster    uint64
 	// from is the agent of the call nested in this one whose failure
 	// this one passed on; suspect, that the failure looked passed on
 	// from another call, unproven (see Loop.cause).

@@ -41,6 +41,9 @@ type routeState struct {
 	// Strikes counts the calls in a row that succeeded only on the next
 	// route of the ladder (see Loop.fallBack).
 	Strikes int
+	// coolUntil is when the agent's calls try its own route again after
+	// a call it left without an answer (flagCool; Unix ns; not stored).
+	coolUntil int64
 }
 
 // routeDead is a route one agent found dead.

@@ -78,6 +78,10 @@ func (e *streamError) FailureClass() failure.Class { return failure.ClassNetwork
 //   - when ctx has ended: err joined with context.Cause(ctx), so that the
 //     loop sees why (failure.ErrFirstTokenTimeout, the attempt's
 //     deadline, the caller's cancel);
+//   - a read that timed out while ctx lived (the client's own deadline,
+//     such as http.Client.Timeout, cut a stream gone silent): err wrapped
+//     with failure.ErrStreamStalled, a stall like the idle limit's, which
+//     the loop takes to the next route;
 //   - otherwise: err wrapped with ErrInterrupted, of the network class.
 func End(ctx context.Context, err error, final bool) error {
 	switch {
@@ -92,6 +96,8 @@ func End(ctx context.Context, err error, final bool) error {
 			return errors.Join(err, cause)
 		}
 		return err
+	case failure.Classify(err) == failure.ClassTimeout: // a deadline passed, a net.Error's Timeout
+		return fmt.Errorf("%w: %w", failure.ErrStreamStalled, err)
 	}
 	return fmt.Errorf("%w: %w", ErrInterrupted, err)
 }

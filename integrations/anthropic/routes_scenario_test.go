@@ -47,6 +47,14 @@ func simReply(k routesim.Kind, model string, now time.Time) routesim.Reply {
 	case routesim.RateLimited:
 		r = apiErr(429, "rate_limit_error", "This request would exceed the rate limit for your organization (4f2a5c0e-7b1d-4e8a-9c3f-2d6b8e1a0f57) of 50 requests per minute. For details, refer to: https://docs.anthropic.com/en/api/rate-limits. You can see the response headers for current usage. Please reduce the prompt length or the maximum tokens requested, or try again later. You may also contact sales at https://www.anthropic.com/contact-sales to discuss your options for a rate limit increase.",
 			map[string]string{"retry-after": "2", "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": now.Add(2 * time.Second).UTC().Format(time.RFC3339)})
+	case routesim.RateLimitedNoWait:
+		r = apiErr(429, "rate_limit_error", "This request would exceed the rate limit for your organization of 50 requests per minute.", nil)
+	case routesim.ContextLength:
+		r = apiErr(400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum", nil)
+	case routesim.ContentFilter:
+		r = apiErr(400, "invalid_request_error", "Output blocked by content filtering policy", nil)
+	case routesim.PrefillRefused:
+		r = apiErr(400, "invalid_request_error", "This model does not support assistant message prefill. The conversation must end with a user message.", nil)
 	}
 	return routesim.Reply{Status: r.status, Header: r.headers, Body: r.body}
 }

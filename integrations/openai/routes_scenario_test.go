@@ -45,6 +45,14 @@ func simReply(k routesim.Kind, model string, _ time.Time) routesim.Reply {
 	case routesim.RateLimited:
 		r = apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for "+model+" in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 2s.",
 			map[string]string{"retry-after": "2", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"})
+	case routesim.RateLimitedNoWait:
+		r = apiErr(429, "requests", "rate_limit_exceeded", "Rate limit reached for "+model+" in organization org-x on requests per min (RPM): Limit 3, Used 3, Requested 1.", nil)
+	case routesim.ContextLength:
+		r = apiErr(400, "invalid_request_error", "context_length_exceeded", "This model's maximum context length is 128000 tokens. However, your messages resulted in 130567 tokens. Please reduce the length of the messages.", nil)
+	case routesim.ContentFilter:
+		r = apiErr(400, "invalid_request_error", "content_filter", "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry.", nil)
+	case routesim.PrefillRefused:
+		r = apiErr(400, "invalid_request_error", "", "This model does not support assistant message prefill. The conversation must end with a user message.", nil)
 	}
 	return routesim.Reply{Status: r.status, Header: r.headers, Body: r.body}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -13,10 +14,15 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
-// answer is a scripted provider answer: its kind and its latency.
+// answer is a scripted provider answer: its kind and its latency (to
+// its headers); for a streamed request answered OK, the stream's shape
+// (nil: a whole answer at once); reset, a connection reset before any
+// headers.
 type answer struct {
 	kind    Kind
 	latency time.Duration
+	stream  *shape
+	reset   bool
 }
 
 // fine is a completion after lat.
@@ -65,7 +71,8 @@ func newProvider(t *testing.T, sdk SDK, clk *fakeclock.Clock, sc script) *provid
 func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	var req struct {
-		Model string `json:"model"`
+		Model  string `json:"model"`
+		Stream bool   `json:"stream"`
 	}
 	json.Unmarshal(body, &req)
 	now := p.clk.Now()
@@ -74,10 +81,28 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 	rep := p.sdk.Reply(a.kind, req.Model, now)
 	p.reqs = append(p.reqs, request{now, req.Model, r.Header.Get(keyHeader), rep.Status})
 	p.mu.Unlock()
+	if a.reset {
+		// The connection closed under the request, before any headers.
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			if tc, ok := conn.(*net.TCPConn); ok {
+				tc.SetLinger(0) // a reset, not a clean close
+			}
+			conn.Close()
+		}
+		return
+	}
+	w.Header().Set(latencyHeader, a.latency.String())
+	if req.Stream && a.kind == OK {
+		sh := a.stream
+		if sh == nil {
+			sh = &shape{first: tokenGap}
+		}
+		p.sdk.Stream.serveStream(w, sh)
+		return
+	}
 	for k, v := range rep.Header {
 		w.Header().Set(k, v)
 	}
-	w.Header().Set(latencyHeader, a.latency.String())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(rep.Status)
 	io.WriteString(w, rep.Body)
@@ -103,19 +128,21 @@ func (n *network) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set(keyHeader, n.key)
 	n.delivered(nil)
+	start := n.p.clk.Now()
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil {
 		return nil, err
 	}
 	lat, _ := time.ParseDuration(resp.Header.Get(latencyHeader))
-	if to, ok := req.Context().Value(timeoutKey{}).(time.Duration); ok && to > 0 && lat > to {
+	to, _ := req.Context().Value(timeoutKey{}).(time.Duration)
+	if to > 0 && lat > to {
 		resp.Body.Close()
 		n.p.clk.Advance(to)
 		return nil, context.DeadlineExceeded
 	}
 	n.p.clk.Advance(lat)
 	n.delivered(resp)
-	return resp, nil
+	return pace(n.p.clk, req.Context(), resp, start, to)
 }
 
 // delivered notes resp (nil: none) as the last response.
@@ -176,6 +203,8 @@ type outcome struct {
 	requests int
 	model    string        // the model of the call's last request
 	dur      time.Duration // from the call's start to its answer, on the clock
+	short    bool          // it succeeded with a streamed answer short of the whole
+	from     int           // the index of its first request among the provider's
 }
 
 // system makes a call of agent at the provider; the loop and the baseline
@@ -198,7 +227,7 @@ func drive(p *provider, sys system, agents []string, gap, d time.Duration) []out
 			before := p.sent()
 			began := p.clk.Now()
 			o := sys.call(context.Background(), a)
-			o.at, o.agent, o.dur = at, a, p.clk.Now().Sub(began)
+			o.at, o.agent, o.dur, o.from = at, a, p.clk.Now().Sub(began), before
 			p.mu.Lock()
 			if o.requests = len(p.reqs) - before; o.requests > 0 {
 				o.model = p.reqs[len(p.reqs)-1].model

@@ -45,6 +45,15 @@ const (
 	// RateLimited is a rate limit (a 429) that asks for 2 seconds with
 	// retry-after: 2.
 	RateLimited
+	// RateLimitedNoWait is a rate limit (a 429) with no Retry-After.
+	RateLimitedNoWait
+	// ContextLength is a request over the model's context window (a 400).
+	ContextLength
+	// ContentFilter is a request or answer the provider's content filter
+	// refused (a 400).
+	ContentFilter
+	// PrefillRefused is a model that does not take a prefill (a 400).
+	PrefillRefused
 )
 
 // Reply is one HTTP answer of the provider.
@@ -78,6 +87,8 @@ type SDK struct {
 	// Reply is the provider's answer of kind k to a request for model
 	// at simulated time now.
 	Reply func(k Kind, model string, now time.Time) Reply
+	// Stream is the SDK's streaming, for the fault suite (RunFaults).
+	Stream Stream
 }
 
 // Run runs the eight scenarios with sdk, each a subtest named after it

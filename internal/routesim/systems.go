@@ -77,7 +77,9 @@ func (s *loopSystem) call(ctx context.Context, agent string) outcome {
 type litellm struct {
 	clk     *fakeclock.Clock
 	c       Call
-	net     *network // the client's: the response of a failed request
+	sc      StreamCall    // streams with it instead, when not nil
+	idle    time.Duration // its stream_timeout: the longest wait for the next bytes of a stream
+	net     *network      // the client's: the response of a failed request
 	models  []string
 	timeout time.Duration
 	cool    map[string]time.Time
@@ -98,9 +100,9 @@ func (r *litellm) call(ctx context.Context, _ string) outcome {
 			continue
 		}
 		for attempt := 0; attempt < 3; attempt++ {
-			err := ask(ctx, r.c, m, r.timeout)
+			short, err := r.ask(ctx, m)
 			if err == nil {
-				return outcome{ok: true}
+				return outcome{ok: true, short: short}
 			}
 			status := r.statusOf(err)
 			r.failed(m, status)
@@ -115,6 +117,18 @@ func (r *litellm) call(ctx context.Context, _ string) outcome {
 		}
 	}
 	return outcome{}
+}
+
+// ask makes one request on model: streamed with r.sc when it has one,
+// under its read timeout; short reports a streamed answer short of the
+// whole, which LiteLLM passes on as it came.
+func (r *litellm) ask(ctx context.Context, m string) (short bool, err error) {
+	if r.sc == nil {
+		return false, ask(ctx, r.c, m, r.timeout)
+	}
+	ctx = context.WithValue(context.WithValue(ctx, timeoutKey{}, r.timeout), readTimeoutKey{}, r.idle)
+	text, err := r.sc(ctx, m)
+	return err == nil && text != fullText, err
 }
 
 // failed books a failure of model with status, and cools the model down
