@@ -95,7 +95,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			if pv := recover(); pv != nil {
 				// Recorded, then raised again here, on top of fn's
 				// frames: the trace still shows where it panicked.
-				l.panicked(ctx, a, c, &rep, start, sc, pv)
+				l.panicked(ctx, a, &c, &rep, start, sc, pv)
 				panic(pv)
 			}
 		}
@@ -127,7 +127,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 		}
 		return rep, nil
 	}
-	l.finish(ctx, a, agentID, c, &rep, endN, dur, nil)
+	l.finish(ctx, a, agentID, &c, &rep, endN, dur, nil)
 	return rep, rep.Err
 }
 
@@ -154,7 +154,7 @@ func (l *Loop) untrackedConfig() *Config {
 
 // panicked records the call c, whose fn panicked with pv after it
 // started at start; sc is its score slot (nil: none).
-func (l *Loop) panicked(ctx context.Context, a *agent, c begun, rep *Report, start reading, sc *scoreCtx, pv any) {
+func (l *Loop) panicked(ctx context.Context, a *agent, c *begun, rep *Report, start reading, sc *scoreCtx, pv any) {
 	endN, dur := l.since(start)
 	if sc != nil {
 		c.q = sc.release()
@@ -230,7 +230,7 @@ func (l *Loop) skipDead(c *begun, cfg *Config) *Config {
 // finish completes the Report of a call that ran fn for dur and ended at
 // endN (Unix nanoseconds), pv being its panic value if it panicked, and
 // records the call.
-func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, rep *Report, endN int64, dur time.Duration, pv any) {
+func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q,
@@ -257,9 +257,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b begun, re
 	if c.failed && !c.ignored {
 		// Described before the agent's lock is taken, by the one path
 		// that classifies every failure (see failure.Memo).
-		f := l.describe(rep.Err, 0, &b)
+		f := l.describe(rep.Err, 0, b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
-		c.from, c.suspect = l.cause(a, &b, rep.Err)
+		c.from, c.suspect = l.cause(a, b, rep.Err)
 		l.record(ctx, a, c, b.fw, f.Signature, rep)
 		l.leave(ctx, agentID, rep.Err)
 	} else {
@@ -578,7 +578,7 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 		r.Cost = 0
 	}
 	r.ID = callID(end.UnixNano(), c.version)
-	l.finish(ctx, a, agentID, c, &r, end.UnixNano(), r.Duration, nil)
+	l.finish(ctx, a, agentID, &c, &r, end.UnixNano(), r.Duration, nil)
 	return r, nil
 }
 
