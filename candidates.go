@@ -125,14 +125,16 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // under verification, no analysis running, the failure and quality
 // cooldowns over, its circuit closed and its route not held on a
 // fallback, and the config in force with at least MinSamples scored
-// calls, or, for an agent that scores none, calls with a cost. The loop
+// calls, or, for a config that has no score, calls with a cost. The loop
 // then applies its next candidate (the first, in order, that is not
 // current and not refused) as a change, with no strategy run, verified
 // like any change, on success, latency, quality and cost; it is confirmed
 // only with a gain: a cost per successful call lower by at least 10 %
-// (both configs with 20 calls with a cost), a mean score significantly
-// higher (the betting test of verification at 3 %), or significantly
-// fewer failures. A change with none is rolled back once the quality
+// (both configs with 20 calls with a cost) with, when the agent scores,
+// a mean score shown above the config's less 0.05 (the betting test at
+// 2 %: never a saving on cost alone); a mean score significantly higher
+// (the betting test of verification at 3 %); or significantly fewer
+// failures. A change with none is rolled back once the quality
 // test has had its say (400 scored calls, or 20 × MaxCalls calls), and
 // refused, like every candidate rolled back, for RollbackPolicy.RefuseFor.
 //

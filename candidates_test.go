@@ -110,11 +110,12 @@ func TestCandidatesBounds(t *testing.T) {
 
 // candWorld runs the calls of agent "bot", one every 10 seconds, each
 // scored with probability share, with scores of mean quality(cfg) and σ
-// 0.25, and with a cost of cost(cfg) when it is not negative.
+// sd (0.25), and with a cost of cost(cfg) when it is not negative.
 type candWorld struct {
 	e       *env
 	r       *rand.Rand
 	share   float64
+	sd      float64
 	quality func(si.Config) float64
 	cost    func(si.Config) float64
 }
@@ -122,7 +123,7 @@ type candWorld struct {
 func newCandWorld(t *testing.T, share float64, seed uint64, opts ...si.Option) *candWorld {
 	e := newEnv(t, append([]si.Option{si.WithStrategy(&si.BuiltinStrategy{}), si.WithRollbackPolicy(si.RollbackPolicy{})}, opts...)...)
 	scoringOn(t, e.l)
-	return &candWorld{e: e, r: rand.New(rand.NewPCG(seed, 31)), share: share,
+	return &candWorld{e: e, r: rand.New(rand.NewPCG(seed, 31)), share: share, sd: 0.25,
 		quality: func(si.Config) float64 { return 0.85 }, cost: func(si.Config) float64 { return -1 }}
 }
 
@@ -134,7 +135,7 @@ func (w *candWorld) call() si.Report {
 			si.AddCost(ctx, c)
 		}
 		if w.r.Float64() < w.share {
-			return w.e.l.AddScore(ctx, scoresim.Beta(w.r, w.quality(cfg), 0.25))
+			return w.e.l.AddScore(ctx, scoresim.Beta(w.r, w.quality(cfg), w.sd))
 		}
 		return nil
 	})
@@ -238,12 +239,12 @@ func TestQualityDropMovesToACandidate(t *testing.T) {
 func TestExplorationCost(t *testing.T) {
 	const calls = 20_000
 	var pricey, cheap []int
-	most := 0.0
+	most, again, onCheap, trials := 0.0, 0, 0, int(seeds(20))
 	for seed := range seeds(20) {
 		w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
 			si.WithCandidates(si.Candidate{Name: "pricey", Route: "big"}, si.Candidate{Name: "cheap", Route: "small"}))
 		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 5, "small": 0.5}[c.Route] }
-		explored, rolled, confirmed := 0, 0, 0
+		explored, rolled, confirmed, unshown := 0, 0, 0, 0
 		// The calls go on past the last while a change is verified.
 		for i := 1; i <= calls || w.e.l.Config("bot").Route == "big" && i <= calls+100; i++ {
 			rep := w.call()
@@ -252,6 +253,10 @@ func TestExplorationCost(t *testing.T) {
 			}
 			if c := rep.Rollback; c != nil {
 				explored += c.After.Calls
+				if c.To.Route == "small" && strings.Contains(c.Verdict, "quality was not shown") {
+					unshown++ // the saving waits for its quality (issue 41): refused for a day, then tried again
+					continue
+				}
 				if c.To.Route != "big" || !strings.Contains(c.Verdict, "cost per successful call rose") {
 					t.Fatalf("seed %d: call %d rolled back %s: %s", seed, i, c.To.Route, c.Verdict)
 				}
@@ -267,12 +272,15 @@ func TestExplorationCost(t *testing.T) {
 				confirmed = i
 				cheap = append(cheap, c.After.Calls)
 			}
-			if i == 8000 && (rolled != 1 || confirmed == 0) {
+			if i == 8000 && (rolled != 1 || confirmed == 0 && unshown == 0) {
 				t.Fatalf("seed %d: at call %d, %d rollbacks, the cheap one confirmed at %d", seed, i, rolled, confirmed)
 			}
 		}
-		if got := w.e.l.Config("bot").Route; got != "small" {
-			t.Errorf("seed %d: route %q at the end, want the cheap one", seed, got)
+		if unshown > 0 {
+			again++
+		}
+		if got := w.e.l.Config("bot").Route; got == "small" {
+			onCheap++
 		}
 		// The pricey one is refused for a day (8,640 calls), then tried
 		// again from the cheap one, and rolled back again.
@@ -281,10 +289,17 @@ func TestExplorationCost(t *testing.T) {
 			t.Errorf("seed %d: %d rollbacks, %d explored calls in %d, want 2 or 3 and at most 5 %%", seed, rolled, explored, calls)
 		}
 	}
+	// A saving waits for its quality (issue 41): a candidate of equal
+	// quality whose scores do not show it within the margin in 400 is
+	// rolled back, refused for a day, and tried again.
+	if onCheap < trials*95/100 {
+		t.Errorf("%d of %d trials end on the cheap candidate, want at least 95 %%", onCheap, trials)
+	}
 	m, p90, hi := pct(pricey)
+	t.Logf("%d of %d trials end on the cheap candidate", onCheap, trials)
 	t.Logf("5x the cost: rolled back after median %d calls, 90th percentile %d, max %d, in %d trials", m, p90, hi, len(pricey))
 	m, p90, hi = pct(cheap)
-	t.Logf("half the cost: confirmed after median %d calls, 90th percentile %d, max %d, in %d trials", m, p90, hi, len(cheap))
+	t.Logf("half the cost: confirmed after median %d calls, 90th percentile %d, max %d, in %d trials (%d of them at a later try, the first rolled back with its quality not shown)", m, p90, hi, len(cheap), again)
 	t.Logf("explored calls: at most %.2f%% of %d calls (share 5%%)", 100*most, calls)
 }
 

@@ -126,7 +126,7 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	b, a := e.Before, e.After
 	if b.Costed >= costMinCalls && a.Costed >= costMinCalls && b.CostPerSuccess > 0 {
 		if a.CostPerSuccess <= b.CostPerSuccess*(1-exploreSaving) {
-			return v
+			return cheaper(e, v, e.After.Calls >= cheaperWaitCalls*p.MaxCalls)
 		}
 	} else if b.Costed >= costMinCalls && !waited {
 		return Verdict{DecisionWait, ""}
@@ -146,6 +146,41 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	}
 	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: mean quality %.3f (%d scored calls) against %.3f (%d), cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
 		a.Quality, a.Scored, b.Quality, b.Scored, a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
+}
+
+// costQualityMargin is how much lower a cheaper candidate's mean score
+// may be than the reference's for its saving to be taken;
+// cheaperWaitCalls times MaxCalls is the most calls it waits for the
+// scores that show it.
+const (
+	costQualityMargin = 0.07
+	cheaperWaitCalls  = 10 * qualityWaitCalls
+)
+
+// cheaper takes v, a confirmation of an explored candidate that costs at
+// least exploreSaving less: for an agent that scores none, the saving
+// confirms it; else only once its mean score is shown above the
+// reference's (raised by a standard error) less costQualityMargin, by
+// the betting test at qualityBeta. It waits for that while the test may
+// still decide (fewer than qualityMaxScored scored calls, until waited:
+// cheaperWaitCalls × MaxCalls calls), then rolls the change back: a
+// saving is never taken on cost alone when the agent scores.
+func cheaper(e Evidence, v Verdict, waited bool) Verdict {
+	b, a := e.Before, e.After
+	if b.Scored == 0 && a.Scored == 0 {
+		return v
+	}
+	n, sum, sq := scoreSums(a)
+	if b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ)-costQualityMargin, qualityBeta) {
+		v.Reason += fmt.Sprintf("; cost per successful call %.4g against %.4g, mean quality %.3f (%d scored calls) against %.3f (%d), within %.2f",
+			a.CostPerSuccess, b.CostPerSuccess, a.Quality, a.Scored, b.Quality, b.Scored, costQualityMargin)
+		return v
+	}
+	if !waited && n < qualityMaxScored {
+		return Verdict{DecisionWait, ""}
+	}
+	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: mean %.3f (%d scored calls) against %.3f (%d)",
+		a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, a.Quality, a.Scored, b.Quality, b.Scored)}
 }
 
 // costOnly reports whether v, p's verdict on e, rolls the change back for

@@ -237,7 +237,9 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 	if s.Tracker.Total < m.Next || n < s.CooldownUntil || n < s.Quality.Watch.Until || s.CircuitOpenUntil != 0 || s.Route != nil && s.Route.Hold != "" {
 		return
 	}
-	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) && rec.Costed < int64(x.MinSamples) {
+	// Scored calls enough to judge quality, or, for a config that scores
+	// none, calls with a cost.
+	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) && (rec.Scored > 0 || rec.Costed < int64(x.MinSamples)) {
 		return
 	}
 	if len(r.cands.of(s.AgentID)) == 0 {
