@@ -66,3 +66,51 @@ func upper95(k, n int) float64 {
 	c := (p + z*z/(2*fn) + z*math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))) / (1 + z*z/fn)
 	return min(c, 1)
 }
+
+// Issue 41, item 1: a move made to repair a fall of quality is not
+// rolled back on cost while its gain may still be shown. The config's
+// quality falls from 0.85 to 0.60 (σ 0.15) after 2,000 calls; its
+// candidate, a pricier model (5 × the cost), answers at 0.85; 10 % of the
+// calls are scored, all costed. Before, the move was rolled back for its
+// cost at its 20th call with a cost, with 2 scores or so, in 20 of 20
+// trials, and the repair refused for a day.
+func TestRepairNotUndoneForItsCost(t *testing.T) {
+	trials := int(seeds(20))
+	kept := 0
+	for seed := range uint64(trials) {
+		w := newCandWorld(t, 0.1, seed+1)
+		w.sd = 0.15
+		if err := w.e.l.SetCandidates("bot", []si.Candidate{{Name: "big model", Route: "big"}}); err != nil {
+			t.Fatal(err)
+		}
+		primary := 0.85
+		w.quality = func(c si.Config) float64 {
+			if c.Route == "big" {
+				return 0.85
+			}
+			return primary
+		}
+		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 5}[c.Route] }
+		for range 2000 {
+			w.call()
+		}
+		primary = 0.60
+		var verdict string
+		for range 4000 {
+			rep := w.call()
+			if c := rep.Rollback; c != nil && c.To.Route == "big" {
+				verdict = c.Verdict
+			}
+		}
+		if w.e.l.Config("bot").Route == "big" {
+			kept++
+		} else if seed < 3 {
+			t.Logf("seed %d: on %q; the repair's rollback: %s", seed, w.e.l.Config("bot").Route, verdict)
+		}
+	}
+	share := float64(kept) / float64(trials)
+	if share < 0.95 {
+		t.Errorf("the pricier repair kept in %d of %d trials, want at least 95 %%", kept, trials)
+	}
+	t.Logf("a pricier model (5 × the cost) repairing a fall 0.85 → 0.60, 10 %% scored: kept in %d of %d trials (%.0f %%)", kept, trials, 100*share)
+}

@@ -458,6 +458,10 @@ type Evidence struct {
 	// Exploring says the change explores a candidate (see Exploration):
 	// it is confirmed only with a gain in cost, quality or success.
 	Exploring bool
+	// Repairs says the change was made to repair a fall of quality (see
+	// RollbackPolicy.QualityDrop): a rise of its cost is weighed only
+	// once the quality test has had its say on the gain it was made for.
+	Repairs bool
 }
 
 // like is the change's successes the latency rule compares, when it

@@ -108,8 +108,12 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 	if gain >= gainZ {
 		return "", true // a fix that turns failures into successes may cost more
 	}
-	if n, sum, sq := scoreSums(a); b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) {
+	n, sum, sq := scoreSums(a)
+	if b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) {
 		return "", true // a better answer may cost more
+	}
+	if e.Repairs && n < qualityMaxScored && e.After.Calls < qualityWaitCalls*p.MaxCalls {
+		return "", false // made for quality: its gain may still be shown
 	}
 	return fmt.Sprintf("cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
 		rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true

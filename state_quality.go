@@ -216,6 +216,7 @@ func (s *agentState) addQuality(e *Evidence) {
 		// the config's whole past.
 		r := s.Quality.Watch.Ref.stats()
 		e.Before.Scored, e.Before.Quality, e.Before.QualitySD = r.Scored, r.Quality, r.QualitySD
+		e.Repairs = true
 	}
 	s.qualityOf(v.To.Version).fill(&e.After)
 	s.qualityOf(v.From.Version).fill(&e.Control)
