@@ -1,6 +1,8 @@
 package selfimprove_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -113,4 +115,28 @@ func TestRepairNotUndoneForItsCost(t *testing.T) {
 		t.Errorf("the pricier repair kept in %d of %d trials, want at least 95 %%", kept, trials)
 	}
 	t.Logf("a pricier model (5 × the cost) repairing a fall 0.85 → 0.60, 10 %% scored: kept in %d of %d trials (%.0f %%)", kept, trials, 100*share)
+}
+
+// Issue 41, item 5: a score for an agent that made no call is refused
+// and creates nothing. Before, each such Score returned ErrUnknownCall
+// but left the agent in memory: 1,000 of them, 1,001 agents.
+func TestScoreOfAnUnknownAgentCreatesNothing(t *testing.T) {
+	e := newEnv(t)
+	scoringOn(t, e.l)
+	rep, _ := e.l.ExecuteWithImprovement(context.Background(), "real", func(context.Context, si.Config) error { return nil })
+	for i := range 1000 {
+		if err := e.l.Score(fmt.Sprintf("nobody-%d", i), rep.ID, 0.5); !errors.Is(err, si.ErrUnknownCall) {
+			t.Fatalf("Score of an unknown agent: %v, want ErrUnknownCall", err)
+		}
+	}
+	n := 0
+	for range e.l.Agents() {
+		n++
+	}
+	if n != 1 {
+		t.Errorf("%d agents after 1,000 scores of unknown agents, want 1", n)
+	}
+	if err := e.l.Score("real", rep.ID, 0.5); err != nil {
+		t.Errorf("Score of the real call: %v", err)
+	}
 }

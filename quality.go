@@ -215,6 +215,11 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	if err != nil {
 		return err
 	}
+	if _, live := l.agents.Load(agentID); !live && !l.view(agentID, func(*agentState) {}) {
+		// An agent neither in memory nor stored made no call: a score of
+		// it creates nothing.
+		return fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
+	}
 	in := input{kind: inScore, now: now.UnixNano(), low: low, score: score}
 	var rep Report
 	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
