@@ -199,8 +199,8 @@ type RollbackPolicy struct {
 	// must fall, below its established mean, to start an analysis as
 	// failures do, once per QualityCooldown: an anytime-valid test of
 	// its recent scores at a false-alarm rate of one in 1,000 scored
-	// calls (see docs/quality.md). Default 0.10; at most 1; negative, NaN
-	// or +Inf: off.
+	// calls (see docs/quality.md). Default DefaultQualityDrop (0.05); at
+	// most 1; negative, NaN or +Inf: off.
 	QualityDrop float64
 	// QualityCooldown is the least time between two analyses started by
 	// a fall of quality. Default 1 hour; at most 366 days.
