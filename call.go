@@ -411,9 +411,11 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 	if c.probe {
 		a.set(flagProbing, false) // the probe is over; another call may probe
 	}
-	if !c.failed && !c.homeProbe {
+	if !c.failed && !c.homeProbe && !c.fitted {
 		// A call that needed the next route makes the next one hurry to
-		// it; one answered on its own route ends that.
+		// it; one answered on its own route ends that. A call that ran
+		// off the agent's route for a reason of its own (c.fitted) does
+		// neither.
 		a.set(flagFellBack, c.fellBack && transient(c.fellClass))
 		switch {
 		case c.fellBack && c.fellSilent:
@@ -422,7 +424,7 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 			// rather than wait for it again (see Loop.cooled).
 			a.s.route().coolUntil = c.end.UnixNano() + int64(l.rules.probes.ReturnEvery)
 			a.set(flagCool, true)
-		case !c.fellBack && !c.fitted && a.has(flagCool):
+		case !c.fellBack && a.has(flagCool):
 			a.set(flagCool, false)
 		}
 	}

@@ -161,6 +161,9 @@ func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context
 	if cfg.FirstTokenTimeout > 0 {
 		return l.runWatched(ctx, cfg, fn, b)
 	}
+	if b != nil {
+		b.stalled, b.idled = false, false // of the attempt before (runWatched sets them for its own)
+	}
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		defer cancel()

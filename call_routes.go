@@ -173,9 +173,12 @@ func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
 		return cfg
 	}
 	ladder := lad.ladder()
-	at := max(slices.Index(ladder, lad.name(cfg.Route)), 0)
+	order := ladder // a route not on the ladder: the ladder from the primary
+	if at := slices.Index(ladder, lad.name(cfg.Route)); at >= 0 {
+		order = slices.Concat(ladder[at+1:], ladder[:at])
+	}
 	now := l.clock.Now().UnixNano()
-	for _, r := range slices.Concat(ladder[at+1:], ladder[:at]) {
+	for _, r := range order {
 		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, c.needs) {
 			cp := *cfg
 			cp.Route, c.route, c.fitted = r, r, true
@@ -198,6 +201,7 @@ func (l *Loop) cooled(a *agent, c *begun, cfg *Config) *Config {
 	}
 	a.mu.Unlock()
 	if l.clock.Now().UnixNano() >= until {
+		a.set(flagCool, false) // over: the lock-free path again
 		return cfg
 	}
 	alt, ok := l.fallBack(c, cfg, failure.ClassTimeout, true)

@@ -131,7 +131,7 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // like any change, on success, latency, quality and cost; it is confirmed
 // only with a gain: a cost per successful call lower by at least 10 %
 // (both configs with 20 calls with a cost) with, when the agent scores,
-// a mean score shown above the config's less 0.05 (the betting test at
+// a mean score shown above the config's less 0.07 (the betting test at
 // 2 %: never a saving on cost alone); a mean score significantly higher
 // (the betting test of verification at 3 %); or significantly fewer
 // failures. A change with none is rolled back once the quality

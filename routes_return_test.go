@@ -2,14 +2,18 @@ package selfimprove_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 	"github.com/self-improving-loop/selfimprove/internal/looptest"
+	"github.com/self-improving-loop/selfimprove/stream"
 )
 
 // Issue 40, item 3, whatever the phase: the primary answers 503 for
@@ -109,6 +113,74 @@ func TestSilentRouteCoolsDown(t *testing.T) {
 		}
 		if r := l.Config("a").Route; r != "" && r != "primary" {
 			t.Errorf("the agent moved to %q", r)
+		}
+	})
+}
+
+// A call moved off its agent's route for its request (WithNeeds) whose
+// moved route then fails over is no evidence about the agent's route: no
+// strike against it, no cooldown of it. The ladder small (100 tokens) →
+// large → backup; large leaves every request without an answer. Five
+// large requests go to large, then to the backup; the agent stays on
+// small, and a small request after them still runs on small. (Found in
+// review: before, the five moved the agent to the backup, and small
+// requests were "cooled" off small onto the silent large.)
+func TestMovedCallsAreNoEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ladder := si.Routes{Primary: "small", Fallbacks: []string{"large", "backup"},
+			Limits: map[string]si.RouteLimits{"small": {ContextTokens: 100}, "large": {ContextTokens: 1000}}}
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Timeout: time.Second, MaxAttempts: 3}), si.WithRoutes(ladder))
+		defer l.Close()
+		var asked []string
+		fn := func(ctx context.Context, c si.Config) error {
+			asked = append(asked, c.Route)
+			if c.Route == "large" {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}
+		big := si.WithNeeds(context.Background(), si.Needs{Tokens: 500})
+		for range 5 {
+			if _, err := l.ExecuteWithImprovement(big, "a", fn); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+		}
+		if r := l.Config("a").Route; r != "" && r != "small" {
+			t.Errorf("the agent moved to %q on its moved calls' fallbacks", r)
+		}
+		asked = nil
+		small := si.WithNeeds(context.Background(), si.Needs{Tokens: 50})
+		l.ExecuteWithImprovement(small, "a", fn)
+		if !slices.Equal(asked, []string{""}) {
+			t.Errorf("a small request after them asked %q; want the agent's own route", asked)
+		}
+	})
+}
+
+// The class of a call's failure is that of its last attempt: a stall
+// the client's own deadline cut on the first attempt (no first-token
+// deadline in the config) does not name the fallback's bad request.
+// (Found in review: the stall's mark stayed on the call, and the
+// fallback's 400 was booked as stream_stalled.)
+func TestStallMarkIsTheAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}),
+			si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}))
+		defer l.Close()
+		_, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, c si.Config) error {
+			if c.Route == "backup" {
+				return errors.New(`400 Bad Request: {"error":{"message":"Invalid 'messages[0].content': string too long.","type":"invalid_request_error","param":"messages[0].content","code":"string_above_max_length"}}`)
+			}
+			return stream.End(ctx, os.ErrDeadlineExceeded, false) // the client's read deadline, mid-stream
+		})
+		if err == nil {
+			t.Fatal("the call succeeded")
+		}
+		cls := l.Clusters("a")
+		if len(cls) != 1 || cls[0].Class != failure.ClassBadRequest {
+			t.Errorf("clusters %+v; want one of class bad_request", cls)
 		}
 	})
 }

@@ -130,7 +130,7 @@ func (s *agentState) recordOf(version int, route string) *qualityRec {
 // call fell back to another).
 func (s *agentState) bookCall(c *call) {
 	route := c.route
-	if c.fellBack {
+	if c.fellBack || c.fitted {
 		_, route, _ = s.placeVersion(uint64(c.version) & (1<<idVersionBits - 1))
 	}
 	s.bookQuality(c.version, route, c.q, c.failed)

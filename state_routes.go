@@ -336,7 +336,7 @@ func (s *agentState) moved(ch *Change, state ChangeState, now time.Time, r *rule
 	}
 	if state != ChangeConfirmed && s.away() && s.routeName(ch.From.Route, r) == s.routeName(s.Route.Home, r) {
 		// The move off home did not hold: the agent is home again.
-		s.Route.Away, s.Route.ProbeAt, s.Route.Every = false, 0, 0
+		s.Route.Away, s.Route.ProbeAt, s.Route.Every, s.Route.Failed, s.Route.Good = false, 0, 0, 0, 0
 		eff.probe = true
 		return
 	}
@@ -437,7 +437,7 @@ func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff 
 // config.
 func (s *agentState) stayHome(eff *effects) {
 	if s.away() || s.returning() {
-		s.Route.Away, s.Route.Returning, s.Route.ProbeAt, s.Route.Every = false, false, 0, 0
+		s.Route.Away, s.Route.Returning, s.Route.ProbeAt, s.Route.Every, s.Route.Failed, s.Route.Good = false, false, 0, 0, 0, 0
 		eff.probe = true
 	}
 }
@@ -448,6 +448,9 @@ func (s *agentState) stayHome(eff *effects) {
 // (the move is temporary: see moved). A call that succeeded on its own
 // route clears the strikes.
 func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
+	if c.fitted {
+		return // it ran off the agent's route for a reason of its own: no evidence about that route
+	}
 	if !c.fellBack {
 		if s.Route != nil && !c.fitted {
 			s.Route.Strikes = 0
