@@ -170,8 +170,9 @@ func (l *Loop) panicked(ctx context.Context, a *agent, c *begun, rep *Report, st
 // it notes in c whether the agent nests calls, and else the loop's
 // failures so far, and the request's needs (see WithNeeds).
 func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (cfg *Config, home string) {
-	if l.routes.limited.Load() {
-		c.needs = needsOf(ctx)
+	var needs *Needs // what the request needs of a route (WithNeeds), when a ladder declares limits
+	if l.limited.Load() {
+		needs = needsOf(ctx)
 	}
 	f := a.flags.Load()
 	c.hurry = f&flagFellBack != 0
@@ -185,20 +186,17 @@ func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (
 			cfg = inst.prev
 		}
 	}
-	if inst.probeAt != 0 && !c.probe && (c.needs == nil || l.routes.of(c.id).fit(*inst.home, c.needs)) {
+	if inst.probeAt != 0 && !c.probe && (needs == nil || l.routes.of(c.id).fit(*inst.home, needs)) {
 		if c.homeProbe = l.clock.Now().UnixNano() >= inst.probeAt && a.claimProbe(); c.homeProbe && l.claim(a, c) {
 			home = *inst.home
 		}
 	}
 	c.route = cfg.Route
 	if m := l.dead.cur.Load(); m != nil && len(*m) > 0 && home == "" && !c.probe {
-		cfg = l.skipDead(c, cfg)
+		cfg = l.skipDead(c, cfg, needs)
 	}
-	if f&flagCool != 0 && home == "" && !c.probe && !c.fellBack && !c.fitted {
-		cfg = l.cooled(a, c, cfg)
-	}
-	if c.needs != nil && home == "" {
-		cfg = l.fitRoute(c, cfg)
+	if (f&flagCool != 0 || needs != nil) && home == "" {
+		cfg = l.offRoute(a, c, cfg, f, needs)
 	}
 	return cfg, home
 }
@@ -208,7 +206,7 @@ func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (
 // on the next live route of the agent's ladder, as a fallback made at
 // once, which moves the agent too (see agentState.strike). The dead route
 // gets no request. cfg itself otherwise.
-func (l *Loop) skipDead(c *begun, cfg *Config) *Config {
+func (l *Loop) skipDead(c *begun, cfg *Config, needs *Needs) *Config {
 	lad := l.routes.of(c.id)
 	if lad.empty() {
 		return cfg
@@ -217,7 +215,7 @@ func (l *Loop) skipDead(c *begun, cfg *Config) *Config {
 	if !dead {
 		return cfg
 	}
-	alt, ok := l.fallBack(c, cfg, failure.ClassModelUnavailable, false)
+	alt, ok := l.fallBack(c, cfg, failure.ClassModelUnavailable, false, needs)
 	if !ok {
 		return cfg
 	}

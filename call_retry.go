@@ -44,6 +44,10 @@ func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Co
 // before; a retry that only the transient floor allows makes att when the
 // call has none.
 func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(context.Context, Config) error, err error, n *int, b *begun) (_ error, exhausted bool) {
+	var needs *Needs // what the request needs of a route (WithNeeds), when a ladder declares limits
+	if l.limited.Load() {
+		needs = needsOf(ctx)
+	}
 	for {
 		status, hint, why := att.take()
 		f := l.describe(err, status, b)
@@ -65,7 +69,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			break
 		}
 		acfg := cfg
-		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit); ok {
+		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit, needs); ok {
 			c := *cfg
 			c.Route, acfg = alt, &c
 			if !b.fellBack { // the call's own route's failure
@@ -100,6 +104,9 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			}
 		}
 		*n++
+		if b != nil {
+			b.stalled, b.idled = false, false // the attempt before's (runWatched sets them for its own)
+		}
 		att.next()
 		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
@@ -160,9 +167,6 @@ const attemptMemories = 3
 func (l *Loop) runOnce(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, b *begun) error {
 	if cfg.FirstTokenTimeout > 0 {
 		return l.runWatched(ctx, cfg, fn, b)
-	}
-	if b != nil {
-		b.stalled, b.idled = false, false // of the attempt before (runWatched sets them for its own)
 	}
 	if cfg.Timeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, cfg.Timeout)

@@ -138,7 +138,7 @@ func (a *agent) applyCause(l *Loop, in *input, eff *effects) {
 // and a retry on it would only delay the answer). It returns false
 // for the call's own route, and for a probe of the primary, whose
 // fallback is the agent's config.
-func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (string, bool) {
+func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool, needs *Needs) (string, bool) {
 	if b == nil || b.homeProbe {
 		return "", false
 	}
@@ -155,7 +155,7 @@ func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (
 	ladder := lad.ladder()
 	now := l.clock.Now().UnixNano()
 	for _, r := range ladder[slices.Index(ladder, lad.name(cfg.Route))+1:] {
-		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, b.needs) && (class != failure.ClassContextLength || lad.larger(r, cfg.Route)) {
+		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, needs) && (class != failure.ClassContextLength || lad.larger(r, cfg.Route)) {
 			return r, true
 		}
 	}
@@ -167,9 +167,9 @@ func (l *Loop) fallBack(b *begun, cfg *Config, class failure.Class, last bool) (
 // that fits and is not dead, from cfg's route down, then from the primary
 // (the call's own move: c.fitted). cfg itself when its route fits or none
 // does.
-func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
+func (l *Loop) fitRoute(c *begun, cfg *Config, needs *Needs) *Config {
 	lad := l.routes.of(c.id)
-	if lad == nil || lad.fit(cfg.Route, c.needs) {
+	if lad == nil || lad.fit(cfg.Route, needs) {
 		return cfg
 	}
 	ladder := lad.ladder()
@@ -179,7 +179,7 @@ func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
 	}
 	now := l.clock.Now().UnixNano()
 	for _, r := range order {
-		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, c.needs) {
+		if _, dead := l.dead.dead(r, now); !dead && lad.fit(r, needs) {
 			cp := *cfg
 			cp.Route, c.route, c.fitted = r, r, true
 			return &cp
@@ -193,7 +193,7 @@ func (l *Loop) fitRoute(c *begun, cfg *Config) *Config {
 // the next live route of the ladder until routeState.coolUntil; cfg
 // itself after. The call is no evidence about a's route (c.fitted): it
 // neither counts as a strike against it nor ends a run of them.
-func (l *Loop) cooled(a *agent, c *begun, cfg *Config) *Config {
+func (l *Loop) cooled(a *agent, c *begun, cfg *Config, needs *Needs) *Config {
 	var until int64
 	a.mu.Lock()
 	if a.s.Route != nil {
@@ -204,7 +204,7 @@ func (l *Loop) cooled(a *agent, c *begun, cfg *Config) *Config {
 		a.set(flagCool, false) // over: the lock-free path again
 		return cfg
 	}
-	alt, ok := l.fallBack(c, cfg, failure.ClassTimeout, true)
+	alt, ok := l.fallBack(c, cfg, failure.ClassTimeout, true, needs)
 	if !ok {
 		return cfg
 	}
@@ -212,4 +212,18 @@ func (l *Loop) cooled(a *agent, c *begun, cfg *Config) *Config {
 	cp.Route = alt
 	c.route, c.fitted = alt, true
 	return &cp
+}
+
+// offRoute returns the config a call c of a runs under when it may run
+// off its route for a reason of its own: the route cools down (flag
+// f&flagCool; see Loop.cooled), or its request does not fit it (see
+// Loop.fitRoute).
+func (l *Loop) offRoute(a *agent, c *begun, cfg *Config, f uint32, needs *Needs) *Config {
+	if f&flagCool != 0 && !c.probe && !c.fellBack {
+		cfg = l.cooled(a, c, cfg, needs)
+	}
+	if needs != nil {
+		cfg = l.fitRoute(c, cfg, needs)
+	}
+	return cfg
 }

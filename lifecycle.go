@@ -91,7 +91,7 @@ func New(opts ...Option) (*Loop, error) {
 	}
 	l.rules.dead, l.rules.routes = &l.dead, &l.routes
 	l.routes.def = o.routes
-	l.routes.limited.Store(o.routes != nil && len(o.routes.Limits) > 0)
+	l.limited.Store(o.routes != nil && len(o.routes.Limits) > 0)
 	l.rules.cands, l.cands.def, l.rules.explore = &l.cands, o.candidates, o.exploration.withDefaults()
 	if pol := l.rules.policy; pol.Method == MethodCanary {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))

@@ -109,4 +109,9 @@ type Loop struct {
 	summaryDone chan struct{} // nil without WithDailySummary
 	closeOnce   sync.Once
 	closeErr    error
+
+	// limited: a ladder declared Limits, once, and calls look for their
+	// Needs (see WithNeeds). Last: the fields the calls read stay where
+	// they were.
+	limited atomic.Bool
 }

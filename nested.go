@@ -222,14 +222,17 @@ type begun struct {
 	// id is the agent's ID; fellBack, that the call's last attempt ran
 	// on the next route of its ladder (fellRoute) after a failure of
 	// fellClass, with fellText, on its own (fellFrom).
-	id        string
-	fellBack  bool
-	fellClass failure.Class
-	fellRoute string
-	fellFrom  string
-	fellText  string
-	// fellSilent: its own route left the attempt without an answer.
-	fellSilent bool
+	id       string
+	fellBack bool
+	// fellSilent: its own route left the attempt without an answer;
+	// fitted: the call runs off its agent's route for a reason of its
+	// own: its request does not fit it (WithNeeds), or it cools down
+	// (Loop.cooled). Beside fellBack, in its padding.
+	fellSilent, fitted bool
+	fellClass          failure.Class
+	fellRoute          string
+	fellFrom           string
+	fellText           string
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).
@@ -237,10 +240,4 @@ type begun struct {
 	seq uint64
 	// q is what the call reported of itself (see scoreCtx).
 	q quality
-	// needs is what the call's request needs of a route (WithNeeds; nil:
-	// unknown, or no ladder declares limits); fitted, that the call runs
-	// on another route than its agent's for a reason of its own: its own
-	// does not fit its request, or cools down (Loop.cooled).
-	needs  *Needs
-	fitted bool
 }

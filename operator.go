@@ -290,6 +290,9 @@ func (l *Loop) SetRoutes(agentID string, r Routes) error {
 		l.routes.set(agentID, nil)
 	} else {
 		rc := r.clone()
+		if len(rc.Limits) > 0 {
+			l.limited.Store(true)
+		}
 		l.routes.set(agentID, &rc)
 	}
 	return nil

@@ -119,9 +119,6 @@ type routeBook struct {
 	def *Routes // nil: no ladder
 	mu  sync.Mutex
 	per atomic.Pointer[map[string]*Routes]
-	// limited: a ladder declared Limits, once, and calls look for their
-	// Needs (see WithNeeds).
-	limited atomic.Bool
 }
 
 // of returns the agent's ladder, or nil.
@@ -149,9 +146,6 @@ func (b *routeBook) set(agentID string, r *Routes) {
 		delete(m, agentID)
 	} else {
 		m[agentID] = r
-		if len(r.Limits) > 0 {
-			b.limited.Store(true)
-		}
 	}
 	b.per.Store(&m)
 }
