@@ -103,38 +103,8 @@ func TestWithdrawnModelDeadForEveryAgent(t *testing.T) {
 // move's confirmation and a whole minute more: back on the primary 88 s
 // after it recovered.
 func TestReturnWithinARequestOfRecovery(t *testing.T) {
-	clk := fakeclock.New(t0)
-	l := routeLoop(t, clk, si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 7}))
+	l, moved, back, probesAway, answered := outageRun(t, 0, 30)
 	recovered := t0.Add(time.Minute)
-	var moved, back time.Time
-	probesAway, answered := 0, 0
-	for i := range 30 {
-		at := t0.Add(time.Duration(i) * 4 * time.Second)
-		clk.Advance(at.Sub(clk.Now())) // a request every 4 s, whatever the last one took
-		var last string
-		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
-			last = cfg.Route
-			if cfg.Route == "backup" {
-				return nil
-			}
-			if !moved.IsZero() && at.Before(recovered) {
-				probesAway++
-			}
-			if clk.Now().Before(recovered) {
-				return errOverloaded
-			}
-			return nil
-		})
-		if rep.Success {
-			answered++
-		}
-		if r := l.Config("a").Route; moved.IsZero() && r == "backup" {
-			moved = at
-		}
-		if back.IsZero() && !at.Before(recovered) && last != "backup" && rep.Success {
-			back = at
-		}
-	}
 	if answered != 30 || moved.IsZero() {
 		t.Fatalf("%d of 30 requests answered, moved at %v: want all, and a move", answered, moved.Sub(t0))
 	}

@@ -31,37 +31,8 @@ func TestReturnWithinARequestOfRecoveryEveryPhase(t *testing.T) {
 	worst := time.Duration(0)
 	for k := range 40 {
 		off := time.Duration(k) * 500 * time.Millisecond
-		clk := fakeclock.New(t0)
-		l := routeLoop(t, clk, si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 7}))
 		down, recovered := t0.Add(off), t0.Add(off+time.Minute)
-		var moved, back time.Time
-		probes, answered := 0, 0
-		for i := range 45 {
-			at := t0.Add(time.Duration(i) * 4 * time.Second)
-			clk.Advance(at.Sub(clk.Now()))
-			var last string
-			rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
-				if last = cfg.Route; cfg.Route == "backup" {
-					return nil
-				}
-				if !moved.IsZero() && at.Before(recovered) {
-					probes++
-				}
-				if !clk.Now().Before(down) && clk.Now().Before(recovered) {
-					return errOverloaded
-				}
-				return nil
-			})
-			if rep.Success {
-				answered++
-			}
-			if r := l.Config("a").Route; moved.IsZero() && r == "backup" {
-				moved = at
-			}
-			if back.IsZero() && !at.Before(recovered) && last != "backup" && rep.Success {
-				back = at
-			}
-		}
+		_, moved, back, probes, answered := outageRun(t, off, 45)
 		if answered != 45 || moved.IsZero() || probes > 4 || back.IsZero() || back.Sub(recovered) > 5*time.Second {
 			t.Errorf("outage from %v: %d of 45 answered; moved %v into it, %d requests to the primary after; back %v after its recovery: want all, at most 4, within 5 s",
 				off, answered, moved.Sub(down), probes, back.Sub(recovered))
@@ -69,6 +40,44 @@ func TestReturnWithinARequestOfRecoveryEveryPhase(t *testing.T) {
 		worst = max(worst, back.Sub(recovered))
 	}
 	t.Logf("40 phases: the primary serving again at most %v after its recovery", worst)
+}
+
+// outageRun makes n requests of agent "a", one every 4 s from t0, to a
+// primary that answers 503 from off for 60 s; it returns the Loop, when
+// the agent moved to the backup and when the primary answered again,
+// the requests to the primary during the outage after the move, and the
+// requests answered.
+func outageRun(t *testing.T, off time.Duration, n int) (l *si.Loop, moved, back time.Time, probes, answered int) {
+	clk := fakeclock.New(t0)
+	l = routeLoop(t, clk, si.WithRetryPolicy(si.RetryPolicy{JitterSeed: 7}))
+	down, recovered := t0.Add(off), t0.Add(off+time.Minute)
+	for i := range n {
+		at := t0.Add(time.Duration(i) * 4 * time.Second)
+		clk.Advance(at.Sub(clk.Now())) // a request every 4 s, whatever the last one took
+		var last string
+		rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
+			if last = cfg.Route; cfg.Route == "backup" {
+				return nil
+			}
+			if !moved.IsZero() && at.Before(recovered) {
+				probes++
+			}
+			if !clk.Now().Before(down) && clk.Now().Before(recovered) {
+				return errOverloaded
+			}
+			return nil
+		})
+		if rep.Success {
+			answered++
+		}
+		if r := l.Config("a").Route; moved.IsZero() && r == "backup" {
+			moved = at
+		}
+		if back.IsZero() && !at.Before(recovered) && last != "backup" && rep.Success {
+			back = at
+		}
+	}
+	return l, moved, back, probes, answered
 }
 
 // Issue 40: a route that left a call without an answer cools down, as a
