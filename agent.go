@@ -114,6 +114,7 @@ func (a *agent) takeQueued() []queued {
 type installed struct {
 	Config
 	gen  uint64
+	key  uint64 // the agent's key of call IDs (see callKeys), the same in every install
 	prev *Config
 	seq  atomic.Uint64
 	home *string // the route to probe, while the agent is away from it
@@ -125,6 +126,9 @@ type installed struct {
 // with the previous config while a change is verified by MethodCanary.
 func (a *agent) publishLocked(canary bool) {
 	in := &installed{Config: a.s.Config.clone(), gen: a.s.Gen}
+	if old := a.cfg.Load(); old != nil {
+		in.key = old.key
+	}
 	if r := a.s.Route; r != nil && r.Away {
 		h := r.Home
 		in.home = &h

@@ -165,8 +165,8 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // after an AddCost that no Loop could book (one in a call made before the
 // slots were on, or outside any call: AddCost(context.Background(), 0) at
 // start-up turns them on and books nothing; the price integrations do it
-// when they are set up). See docs/quality.md. A negative, NaN or infinite
-// cost is not booked.
+// when they are set up). See docs/quality.md. A negative or NaN cost, or
+// one over 1e12, is not booked, and a call's costs add up to 1e12 at most.
 func AddCost(ctx context.Context, cost float64) {
 	noteCost(ctx, cost)
 	if b := budgetOf(ctx); b != nil {

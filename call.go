@@ -115,7 +115,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	// commits the writes: the caller then reads it without stalling.
 	rep.Duration, rep.Success = dur, rep.Err == nil
 	if a != nil {
-		rep.ID = callID(endN, c.version)
+		rep.ID = callID(endN, c.version, c.key)
 	}
 	if rep.Success && a != nil && !c.probe && !c.homeProbe && !c.fellBack && !c.fitted && !c.q.any() && a.fast.book(endN, int64(dur), &a.tel.live) {
 		// Booked without the lock (see fast.go).
@@ -160,7 +160,7 @@ func (l *Loop) panicked(ctx context.Context, a *agent, c *begun, rep *Report, st
 		c.q = sc.release()
 	}
 	if a != nil {
-		rep.ID = callID(endN, c.version)
+		rep.ID = callID(endN, c.version, c.key)
 	}
 	l.finish(ctx, a, c.id, c, rep, endN, dur, pv)
 }
@@ -180,7 +180,7 @@ func (l *Loop) configFor(ctx context.Context, a *agent, c *begun, rep *Report) (
 		c.seq = l.lately.seq.Load()
 	}
 	inst := a.cfg.Load()
-	cfg, c.gen, rep.Version = &inst.Config, inst.gen, inst.Version
+	cfg, c.gen, c.key, rep.Version = &inst.Config, inst.gen, inst.key, inst.Version
 	if inst.prev != nil {
 		if rep.Arm = l.arm(inst); rep.Arm == ArmControl {
 			cfg = inst.prev
@@ -498,8 +498,9 @@ func (l *Loop) cause(a *agent, c *begun, err error) (from string, suspect bool) 
 // booked as this long.
 const maxRecordDuration = 24 * time.Hour
 
-// maxRecordCost bounds a recorded call's cost: a larger one, as a NaN or
-// a negative one, is not booked.
+// maxRecordCost bounds a call's cost, recorded or added with AddCost (a
+// call's sum of them stops there), and a fleet's pooled cost per call: a
+// larger one, as a NaN or a negative one, is not booked.
 const maxRecordCost = 1e12
 
 // Record books a call that ran outside the loop, as ExecuteWithImprovement
@@ -544,7 +545,7 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 		return r, fmt.Errorf("%w: agent %.64q ran version %d, which it never had", ErrUnknownVersion, agentID, r.ConfigVersion)
 	}
 	inst := a.cfg.Load()
-	c := begun{id: agentID, gen: inst.gen, version: inst.Version, route: inst.Route}
+	c := begun{id: agentID, gen: inst.gen, version: inst.Version, key: inst.key, route: inst.Route}
 	switch {
 	case r.ConfigVersion == 0 || r.ConfigVersion == inst.Version:
 		if inst.prev != nil {
@@ -577,7 +578,7 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 	} else {
 		r.Cost = 0
 	}
-	r.ID = callID(end.UnixNano(), c.version)
+	r.ID = callID(end.UnixNano(), c.version, c.key)
 	l.finish(ctx, a, agentID, &c, &r, end.UnixNano(), r.Duration, nil)
 	return r, nil
 }

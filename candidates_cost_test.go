@@ -140,3 +140,21 @@ func TestScoreOfAnUnknownAgentCreatesNothing(t *testing.T) {
 		t.Errorf("Score of the real call: %v", err)
 	}
 }
+
+// A verdict over a change none of whose calls was scored says so in
+// words; before, it read "mean quality 0.000 (0 scored calls) against
+// 0.900 (20)", which an operator reads as a collapse.
+func TestVerdictWithNoScoredCallSaysSo(t *testing.T) {
+	var p si.RollbackPolicy
+	e := si.Evidence{
+		Before: si.Stats{Calls: 40, Failures: 20, Scored: 20, Quality: 0.9, SuccessRate: 0.5},
+		After:  si.Stats{Calls: 20 * si.DefaultSequentialMaxCalls, SuccessRate: 1},
+	}
+	v := p.Decide(e)
+	if v.Decision != si.DecisionConfirm {
+		t.Fatalf("verdict %+v, want a confirmation", v)
+	}
+	if strings.Contains(v.Reason, "0.000 (0 scored") || !strings.Contains(v.Reason, "no call under the change was scored") {
+		t.Fatalf("reason %q: want it to say no call under the change was scored", v.Reason)
+	}
+}

@@ -23,7 +23,7 @@ type FileOptions struct {
 	// rotated into gzip archives. Default 64 MiB; negative: never.
 	MaxLogSize int64
 	// KeepArchives is how many archives of each log are kept; older ones
-	// are deleted. Default 5.
+	// are deleted. Default (0) 5; negative is refused.
 	KeepArchives int
 	// Clock dates corrupt files and archives. Default: the real clock.
 	Clock Clock
@@ -34,7 +34,8 @@ type FileOptions struct {
 	// counts them in Metrics.StoreErrors).
 	OnError func(error)
 	// MaxMemorySize bounds the failure memory's document, memory.json,
-	// read or written. Default 96 MiB: a full memory of 10,000 clusters
+	// read or written. Default (0) 96 MiB; negative is refused. A full
+	// memory of 10,000 clusters
 	// (the default MemoryOptions.MaxClusters) takes 7 to 60 MiB, by how
 	// many fixes it remembers and how large their configs are. A Loop
 	// that opens its own FileStore raises it to 8 KiB a cluster for a
@@ -43,9 +44,26 @@ type FileOptions struct {
 	// MaxAgentFiles bounds the agent state files kept in agents/. When a
 	// new agent's file takes the count over it, the files saved longest
 	// ago (the agents idle longest) are deleted, a sixteenth of the bound
-	// at a time. Default 100,000; negative: no bound. An agent whose file
-	// was deleted starts afresh on its next call.
+	// at a time, passing over agents with history: a config ever changed
+	// (by the strategy or an operator), an operator setting (threshold,
+	// critical, propose-only), a proposal, a rejected tweak or a change
+	// under verification. Those are never deleted; when they alone fill
+	// the bound, the count goes over it and each sixteenth more is
+	// reported (logged, OnError). Default 100,000; negative: no bound. An
+	// agent whose file was deleted starts afresh on its next call.
 	MaxAgentFiles int
+}
+
+// check refuses settings that have no meaning: a negative KeepArchives or
+// MaxMemorySize (a negative MaxLogSize or MaxAgentFiles means no bound).
+func (o FileOptions) check() error {
+	switch {
+	case o.KeepArchives < 0:
+		return fmt.Errorf("%w: FileOptions.KeepArchives: %d is negative (0: the default, 5)", ErrInvalidOption, o.KeepArchives)
+	case o.MaxMemorySize < 0:
+		return fmt.Errorf("%w: FileOptions.MaxMemorySize: %d is negative (0: the default, 96 MiB)", ErrInvalidOption, o.MaxMemorySize)
+	}
+	return nil
 }
 
 // FileStore keeps the loop's state in a directory, which it locks while
@@ -56,6 +74,8 @@ type FileOptions struct {
 //	<dir>/traces.jsonl              the trace log, written only when traces are on
 //	<dir>/<log>-<UTC time>.jsonl.gz rotated archives
 //	<dir>/.lock                     the lock file
+//	<dir>/<name>.json               the loop's documents: the failure memory, the agents with
+//	                                proposals, the secret of call IDs
 //
 // Every state file is written to a temporary file, fsynced, renamed into
 // place, and the directory fsynced: a rename replaces a link at the name,
@@ -109,9 +129,11 @@ type FileStore struct {
 	wmu    sync.RWMutex
 	sealed bool
 
-	filesMu sync.Mutex // guards files; held while pruning
-	files   int        // agent state files in agents/
-	idx     agentIndex // the agents' IDs, for ListAgents
+	filesMu   sync.Mutex          // guards files, pruneAt and keptMarks; held while pruning
+	files     int                 // agent state files in agents/
+	pruneAt   int                 // prune again only past this many files
+	keptMarks map[string]keptMark // what the last prune read of the files it kept
+	idx       agentIndex          // the agents' IDs, for ListAgents
 
 	traceMu  sync.Mutex // guards traceBuf and traceEnc, reused by every trace append
 	traceBuf []byte
@@ -125,10 +147,13 @@ func OpenFileStore(dir string, o FileOptions) (*FileStore, error) {
 }
 
 func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	if o.MaxLogSize == 0 {
 		o.MaxLogSize = 64 << 20
 	}
-	if o.KeepArchives <= 0 {
+	if o.KeepArchives == 0 {
 		o.KeepArchives = 5
 	}
 	if o.Clock == nil {
@@ -137,7 +162,7 @@ func openFileStore(fs fsx.FS, dir string, o FileOptions) (*FileStore, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.MaxMemorySize <= 0 {
+	if o.MaxMemorySize == 0 {
 		o.MaxMemorySize = defaultMaxMemoryFile
 	}
 	if o.MaxAgentFiles == 0 {

@@ -3,7 +3,9 @@ package selfimprove
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -96,17 +98,23 @@ func countAgentFiles(fs fsx.FS, dir string) (int, error) {
 }
 
 // noteNewFile counts a new agent file, and prunes the files saved longest
-// ago when the count passes MaxAgentFiles.
+// ago when the count passes MaxAgentFiles (or, after a prune that could
+// not get under it, a sixteenth of it more).
 func (s *FileStore) noteNewFile() {
 	s.idx.touch()
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
 	s.files++
 	max := s.opts.MaxAgentFiles
-	if max < 0 || s.files <= max {
+	if max < 0 || s.files <= max || s.files <= s.pruneAt {
 		return
 	}
-	if err := s.prune(max - max/16); err != nil {
+	err := s.prune(max - max/16)
+	if err == nil && s.files > max {
+		err = fmt.Errorf("selfimprove: %d agent files, over FileOptions.MaxAgentFiles (%d): the others hold agents with history (a config change, an operator setting or a proposal), which are never pruned", s.files, max)
+	}
+	s.pruneAt = s.files + max/16
+	if err != nil {
 		s.log.Error("selfimprove: cannot prune agent files", "error", err)
 		if s.opts.OnError != nil {
 			s.opts.OnError(err)
@@ -114,8 +122,9 @@ func (s *FileStore) noteNewFile() {
 	}
 }
 
-// prune deletes the agent files saved longest ago until keep are left;
-// s.filesMu is held.
+// prune deletes the agent files saved longest ago until keep are left,
+// passing over the files of agents with history (withHistory); s.filesMu
+// is held.
 func (s *FileStore) prune(keep int) error {
 	ents, err := s.fs.ReadDir(s.agents)
 	if err != nil {
@@ -136,20 +145,78 @@ func (s *FileStore) prune(keep int) error {
 	}
 	slices.SortFunc(all, func(a, b file) int { return a.mod.Compare(b.mod) })
 	var errs []error
-	removed := 0
-	for _, f := range all[:max(len(all)-keep, 0)] {
+	removed, over := 0, len(all)-keep
+	seen := make(map[string]keptMark, len(all))
+	i := 0
+	for ; i < len(all) && removed < over; i++ {
+		f := all[i]
+		if s.kept(f.name, f.mod, seen) {
+			continue
+		}
 		if err := s.fs.Remove(filepath.Join(s.agents, f.name)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		delete(seen, f.name)
 		removed++
 	}
+	for _, f := range all[i:] { // the files not read this time keep their marks
+		if m, ok := s.keptMarks[f.name]; ok {
+			seen[f.name] = m
+		}
+	}
+	s.keptMarks = seen
 	s.files = len(all) - removed
 	if removed > 0 {
 		s.idx.touch()
 		errs = append(errs, s.fs.SyncDir(s.agents))
 	}
 	return errors.Join(errs...)
+}
+
+// keptMark is what prune learnt of an agent file: whether the agent has
+// history, as of the file's modification time.
+type keptMark struct {
+	mod  time.Time
+	keep bool
+}
+
+// kept reports whether the agent file name (modified at mod) holds an
+// agent with history, reading it only when prune has not read it since it
+// was last written; the answer goes into seen. A file that cannot be read
+// or parsed is not kept on this account.
+func (s *FileStore) kept(name string, mod time.Time, seen map[string]keptMark) bool {
+	if m, ok := s.keptMarks[name]; ok && m.mod.Equal(mod) {
+		seen[name] = m
+		return m.keep
+	}
+	data, err := fsx.ReadRegular(s.fs, filepath.Join(s.agents, name), maxStateFile)
+	keep := err == nil && withHistory(data)
+	seen[name] = keptMark{mod, keep}
+	return keep
+}
+
+// withHistory reports whether a state file holds an agent whose loss a
+// user would notice: its config was ever changed (by the strategy or an
+// operator), or it has an operator setting (threshold, critical,
+// propose-only), a proposal, a rejected tweak, or a change under
+// verification. An agent that only made calls has none.
+func withHistory(data []byte) bool {
+	var d struct {
+		MaxVersion  int64             `json:"max_version"`
+		Threshold   json.RawMessage   `json:"threshold"`
+		Critical    bool              `json:"critical"`
+		ProposeOnly bool              `json:"propose_only"`
+		Proposals   []json.RawMessage `json:"proposals"`
+		Rejected    []json.RawMessage `json:"rejected"`
+		Verifying   json.RawMessage   `json:"verifying"`
+	}
+	if json.Unmarshal(data, &d) != nil {
+		return false
+	}
+	null := func(m json.RawMessage) bool { return len(m) == 0 || string(m) == "null" }
+	return d.MaxVersion > 1 || !null(d.Threshold) || d.Critical || d.ProposeOnly ||
+		len(d.Proposals) > 0 || len(d.Rejected) > 0 || !null(d.Verifying)
 }
 
 // removeTemps removes dir's temporary files of atomic writes

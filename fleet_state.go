@@ -230,10 +230,13 @@ func (s *agentState) bookPooled(gen uint64, fresh [2]FleetCounts, now time.Time,
 	}
 	for i, f := range fresh {
 		q := f.quality()
-		if q.Scored <= 0 {
+		// Sums out of range (another replica's records, which Redis holds:
+		// a cost of 1e308 each adds up to +Inf here) are not booked, so
+		// that the state stays finite and saves.
+		if q.Scored <= 0 || !(q.Sum <= float64(q.Scored)*(1+1e-9) && q.Squares <= float64(q.Scored)*(1+1e-9)) {
 			q.Scored, q.Sum, q.Squares = 0, 0, 0
 		}
-		if q.Costed <= 0 {
+		if q.Costed <= 0 || !(q.Cost <= maxRecordCost*float64(q.Costed)) {
 			q.Costed, q.CostOK, q.Cost = 0, 0, 0
 		}
 		if q.Scored == 0 && q.Costed == 0 {

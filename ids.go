@@ -5,8 +5,13 @@ package selfimprove
 
 import (
 	crand "crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 )
 
@@ -36,34 +41,40 @@ func newID(t time.Time) string {
 
 // The call ID: the low idVersionBits of the config version, then the low
 // idTimeBits of the time the call ended in units of 2^idTimeShift ns
-// (about a millisecond; they wrap after 52 days), then a check byte: a
-// shift and a multiplication on the success path.
+// (about a millisecond; they wrap after 4.9 hours, four times
+// ScoreHorizon), then idCheckBits of check: a keyed hash of the rest and
+// of the agent (the agent's key, callKeys), so that an ID of another
+// agent, or a made-up one, is refused but with a chance of 1 in 65,536.
+// A shift, an xor and two multiplications on the success path.
 const (
 	idVersionBits = 24
-	idTimeBits    = 32
+	idTimeBits    = 24
 	idTimeShift   = 20
-	idCheckKey    = 0x9e3779b97f4a7c15
+	idLowBits     = idVersionBits + idTimeBits
 	// scoreSkew is how far in the future a call ID may end: the clocks of
 	// the loops that share a state directory may differ by this much.
 	scoreSkew = time.Minute
 )
 
-// callID is the ID of a call that ended at endN (Unix ns) under version.
-func callID(endN int64, version int) uint64 {
-	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<56-1)
-	return low | idCheck(low)
+// callID is the ID of a call of the agent whose key is key (see callKeys)
+// that ended at endN (Unix ns) under version.
+func callID(endN int64, version int, key uint64) uint64 {
+	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<idLowBits-1)
+	return low | idCheck(low, key)
 }
 
 // parseCallID returns the low bits of the version of the call id names and
-// how long ago, before now, it ended. It refuses an ID whose check byte is
-// wrong, or that ended in the future or more than ScoreHorizon ago.
-func parseCallID(id uint64, now time.Time) (version uint64, age time.Duration, err error) {
-	low := id & (1<<56 - 1)
-	if id == 0 || id&^(1<<56-1) != idCheck(low) {
-		return 0, 0, fmt.Errorf("%w: ID %016x is not a call's", ErrUnknownCall, id)
+// how long ago, before now, it ended, for the agent whose key is key. It
+// refuses an ID whose check is wrong (another agent's, or made up), or
+// that ended in the future or more than ScoreHorizon ago.
+func parseCallID(id, key uint64, now time.Time) (version uint64, age time.Duration, err error) {
+	low := id & (1<<idLowBits - 1)
+	if id == 0 || id&^(1<<idLowBits-1) != idCheck(low, key) {
+		return 0, 0, fmt.Errorf("%w: ID %016x is not a call of this agent's", ErrUnknownCall, id)
 	}
-	units := low >> idVersionBits
-	ago := int64(int32(uint32(uint64(now.UnixNano())>>idTimeShift) - uint32(units)))
+	units := uint32(low >> idVersionBits)
+	const pad = 32 - idTimeBits // the difference of two times, sign-extended
+	ago := int64(int32((uint32(uint64(now.UnixNano())>>idTimeShift)-units)<<pad) >> pad)
 	age = time.Duration(ago << idTimeShift)
 	switch {
 	case age < -scoreSkew:
@@ -74,5 +85,79 @@ func parseCallID(id uint64, now time.Time) (version uint64, age time.Duration, e
 	return low & (1<<idVersionBits - 1), max(age, 0), nil
 }
 
-// idCheck is the check byte of an ID's low 56 bits, in place.
-func idCheck(low uint64) uint64 { return (low*idCheckKey + idCheckKey) >> 56 << 56 }
+// idCheck is the check of an ID's low bits for the agent's key, in place:
+// the top bits of a 64-bit mix (murmur3's finaliser) of both.
+func idCheck(low, key uint64) uint64 {
+	x := low ^ key
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x >> idLowBits << idLowBits
+}
+
+// callKeys keys the check of the loop's call IDs: an agent's key is the
+// first 8 bytes of SHA-256(secret, agent ID), the secret 32 bytes. The secret is the
+// state directory's (a random one kept in its document "call-id-key",
+// made on first use), so IDs stay valid across restarts; in memory
+// (RAMStore) a random one; with a fleet a fixed one, since every replica
+// must accept the IDs of the others: an ID is then bound to its agent,
+// but the check is public.
+type callKeys struct{ secret []byte }
+
+// of returns agentID's key.
+func (k callKeys) of(agentID string) uint64 {
+	var buf [64 + MaxAgentIDLen]byte // on the stack: Score allocates nothing
+	sum := sha256.Sum256(append(append(buf[:0], k.secret...), agentID...))
+	return binary.LittleEndian.Uint64(sum[:8])
+}
+
+// fleetCallKey is the secret of the call IDs of a loop with a fleet.
+var fleetCallKey = []byte("selfimprove call IDs, shared by a fleet")
+
+// loadCallKeys returns the secret of st (see callKeys): read, or made and
+// saved, when st keeps documents and fleet is false. When it can neither
+// read nor save one, it returns a random one with the error.
+func loadCallKeys(st Store, fleet bool) (callKeys, error) {
+	if fleet {
+		return callKeys{fleetCallKey}, nil
+	}
+	secret := make([]byte, 32)
+	crand.Read(secret)
+	ms, ok := st.(metaStore)
+	if !ok {
+		return callKeys{secret}, nil
+	}
+	var doc struct {
+		Key []byte `json:"key"`
+	}
+	err := ms.LoadMeta(callKeyDoc, func(b []byte) error {
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return err
+		}
+		if len(doc.Key) != 32 {
+			return fmt.Errorf("a key of %d bytes, not 32", len(doc.Key))
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return callKeys{doc.Key}, nil
+	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrCorruptState):
+		return callKeys{secret}, fmt.Errorf("selfimprove: read the key of call IDs: %w", err)
+	}
+	if _, ro := st.(*ReadOnlyStore); ro {
+		return callKeys{secret}, nil // a reader hands out no call ID to keep
+	}
+	b, _ := json.Marshal(struct {
+		Key []byte `json:"key"`
+	}{secret})
+	if err := ms.SaveMeta(callKeyDoc, b); err != nil {
+		return callKeys{secret}, fmt.Errorf("selfimprove: save the key of call IDs: %w", err)
+	}
+	return callKeys{secret}, nil
+}
+
+// callKeyDoc names the document of the call IDs' secret.
+const callKeyDoc = "call-id-key"

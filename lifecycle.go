@@ -89,6 +89,10 @@ func New(opts ...Option) (*Loop, error) {
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
 	}
+	if l.keys, err = loadCallKeys(st, o.fleet != nil); err != nil {
+		l.m.storeErrors.Add(1)
+		l.log.Error("selfimprove: call IDs are valid until the loop closes, not after a restart", "error", err)
+	}
 	l.rules.dead, l.rules.routes = &l.dead, &l.routes
 	l.routes.def = o.routes
 	l.limited.Store(o.routes != nil && len(o.routes.Limits) > 0)

@@ -114,4 +114,5 @@ type Loop struct {
 	// Needs (see WithNeeds). Last: the fields the calls read stay where
 	// they were.
 	limited atomic.Bool
+	keys    callKeys // the keys of call IDs
 }

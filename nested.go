@@ -3,9 +3,11 @@ package selfimprove
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -146,15 +148,57 @@ func passesOn(err, target error) (found bool) {
 	return found
 }
 
-// recentFailures are the errors of the loop's latest failed calls that
-// were nested in no attempt context, each with its agent and its number
-// in the sequence of such failures, for cause.
+// recentFailures are the loop's latest failed calls that were nested in
+// no attempt context, each with its agent and its number in the sequence
+// of such failures, for cause. It keeps no error value, which could hold
+// a whole response alive: only an error's identity (the words of the
+// interface value: its type and its data pointer, as numbers the garbage
+// collector does not follow) and a fingerprint of its text (its length
+// and a hash), so that a new error that the memory of a collected one was
+// reused for is not taken for it unless its type and whole text are the
+// same too.
 type recentFailures struct {
 	seq    atomic.Uint64 // failures added; written under mu
 	mu     sync.Mutex
-	errs   [maxRecentFailures]error
+	errs   [maxRecentFailures]errPrint
 	agents [maxRecentFailures]string
 	seqs   [maxRecentFailures]uint64
+}
+
+// errPrint is what recentFailures keeps of an error: see there.
+type errPrint struct {
+	typ, ptr uintptr
+	n        int
+	sum      uint64
+}
+
+// printSeed seeds the text hashes of errPrint.
+var printSeed = maphash.MakeSeed()
+
+// printOf returns err's errPrint, and false when err is nil or its Error
+// method panics.
+func printOf(err error) (p errPrint, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	if err == nil {
+		return errPrint{}, false
+	}
+	w := *(*[2]uintptr)(unsafe.Pointer(&err))
+	text := err.Error()
+	return errPrint{typ: w[0], ptr: w[1], n: len(text), sum: maphash.String(printSeed, text)}, true
+}
+
+// is reports whether err is the error p was taken of: the same type and
+// data pointer, and the same text.
+func (p *errPrint) is(err error) bool {
+	if w := *(*[2]uintptr)(unsafe.Pointer(&err)); w[0] != p.typ || w[1] != p.ptr || p.typ == 0 {
+		return false
+	}
+	q, ok := printOf(err)
+	return ok && q == *p
 }
 
 // maxRecentFailures is how many failures recentFailures keeps.
@@ -162,28 +206,50 @@ const maxRecentFailures = 16
 
 // add keeps err, of a call of agentID.
 func (r *recentFailures) add(agentID string, err error) {
+	p, ok := printOf(err)
+	if !ok {
+		return
+	}
 	r.mu.Lock()
 	n := r.seq.Load() + 1
 	i := n % maxRecentFailures
-	r.errs[i], r.agents[i], r.seqs[i] = err, agentID, n
+	r.errs[i], r.agents[i], r.seqs[i] = p, agentID, n
 	r.seq.Store(n)
 	r.mu.Unlock()
 }
 
 // seen reports whether err is, or wraps, an error kept from a call of
-// another agent than agentID, added after the first since failures.
-func (r *recentFailures) seen(agentID string, err error, since uint64) bool {
+// another agent than agentID, added after the first since failures. The
+// chain is walked as failure.Walk walks it, bounded; a method of it that
+// panics gives false.
+func (r *recentFailures) seen(agentID string, err error, since uint64) (found bool) {
 	if r.seq.Load() == since {
 		return false // none since
 	}
+	var kept [maxRecentFailures]errPrint
+	n := 0
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for i := range maxRecentFailures {
-		if r.seqs[i] > since && r.agents[i] != agentID && passesOn(err, r.errs[i]) {
-			return true
+		if r.seqs[i] > since && r.agents[i] != agentID {
+			kept[n], n = r.errs[i], n+1
 		}
 	}
-	return false
+	r.mu.Unlock()
+	defer func() {
+		if recover() != nil {
+			found = false
+		}
+	}()
+	failure.Walk(err, func(e error) bool {
+		for i := range n {
+			if kept[i].is(e) {
+				found = true
+				break
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // errBudgetSpent is the error of a call that its Budget refused before
@@ -198,6 +264,7 @@ type begun struct {
 	fw      *replica.Chain
 	gen     uint64 // the config generation
 	version int    // the config version
+	key     uint64 // the agent's key of call IDs (see callKeys)
 	arm     Arm
 	probe   bool // a half-open circuit's probe
 	// stalled: the latest attempt failed after its first-token deadline

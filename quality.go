@@ -46,11 +46,12 @@ func (c *scoreCtx) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-// addCost adds cost to the call's.
+// addCost adds cost to the call's, which stays at most maxRecordCost: a
+// sum of costs is always finite, so that the state always saves.
 func (c *scoreCtx) addCost(cost float64) {
 	for {
 		old := c.cost.Load()
-		if c.cost.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+cost)) {
+		if c.cost.CompareAndSwap(old, math.Float64bits(min(math.Float64frombits(old)+cost, maxRecordCost))) {
 			break
 		}
 	}
@@ -128,8 +129,8 @@ func allSlotsOn() {
 // calls to come (see Loop.slots), and else those of every loop
 // (costSlots).
 func noteCost(ctx context.Context, cost float64) {
-	if math.IsNaN(cost) || math.IsInf(cost, 0) || cost < 0 {
-		return
+	if !(cost >= 0 && cost <= maxRecordCost) {
+		return // NaN, negative, or more than any call costs
 	}
 	if c, _ := ctx.Value(scoreKey{}).(*scoreCtx); c != nil {
 		c.addCost(cost)
@@ -211,7 +212,7 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		return err
 	}
 	now := l.clock.Now()
-	low, age, err := parseCallID(callID, now)
+	low, age, err := parseCallID(callID, l.keys.of(agentID), now)
 	if err != nil {
 		return err
 	}

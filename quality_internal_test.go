@@ -48,11 +48,11 @@ func TestBookQualityBounded(t *testing.T) {
 }
 
 func FuzzCallID(f *testing.F) {
-	f.Add(uint64(0), int64(0), int64(0))
-	f.Add(callID(1_700_000_000_000_000_000, 7), int64(1_700_000_000_000_000_000), int64(time.Minute))
-	f.Fuzz(func(t *testing.T, id uint64, endN, later int64) {
+	f.Add(uint64(0), int64(0), int64(0), uint64(0))
+	f.Add(callID(1_700_000_000_000_000_000, 7, 42), int64(1_700_000_000_000_000_000), int64(time.Minute), uint64(42))
+	f.Fuzz(func(t *testing.T, id uint64, endN, later int64, key uint64) {
 		now := time.Unix(0, endN).Add(time.Duration(later))
-		v, age, err := parseCallID(id, now)
+		v, age, err := parseCallID(id, key, now)
 		if err == nil && (age < 0 || age > ScoreHorizon || v >= 1<<idVersionBits) {
 			t.Fatalf("parseCallID(%x) = %d, %v", id, v, age)
 		}
@@ -61,10 +61,16 @@ func FuzzCallID(f *testing.F) {
 		if later < 0 || later > int64(ScoreHorizon) || endN < 0 || version <= 0 {
 			return
 		}
-		own := callID(endN, version)
-		v, _, err = parseCallID(own, time.Unix(0, endN).Add(time.Duration(later)))
+		own := callID(endN, version, key)
+		v, _, err = parseCallID(own, key, time.Unix(0, endN).Add(time.Duration(later)))
 		if err != nil || v != uint64(version)&(1<<idVersionBits-1) {
 			t.Fatalf("own ID %x of v%d: %d, %v", own, version, v, err)
+		}
+		// Another agent's key refuses it, but for one in 65,536.
+		if _, _, err := parseCallID(own, key^0x5bd1e995, time.Unix(0, endN).Add(time.Duration(later))); err == nil && own>>idLowBits == callID(endN, version, key^0x5bd1e995)>>idLowBits {
+			return
+		} else if err == nil {
+			t.Fatalf("own ID %x accepted for another key", own)
 		}
 	})
 }

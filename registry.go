@@ -124,6 +124,7 @@ func (l *Loop) create(id string, fw **replica.Chain) (_ *agent, created bool, _ 
 	}
 	a.used.Store(true)
 	a.mirrorLocked()
+	a.cfg.Store(&installed{key: l.keys.of(id)}) // the key every install keeps
 	a.publishLocked(l.canaryCut > 0)
 	l.agents.Store(id, a)
 	l.ring.add(a)

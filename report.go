@@ -135,7 +135,8 @@ type Report struct {
 	// else nil.
 	Confirmed *Change
 	// ID names the call for Loop.Score (CallID is its text form): its
-	// config version and the millisecond it ended. Two calls that end in
+	// config version and the millisecond it ended, with a check keyed by
+	// the agent (docs/quality.md). Two calls that end in
 	// the same millisecond under the same version share it, and a score
 	// of either counts for that version alike. 0 for an untracked call.
 	ID uint64

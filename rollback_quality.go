@@ -71,7 +71,7 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 		if !waited && n < qualityMaxScored && !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ)-qualityMargin, qualityBeta) {
 			return Verdict{DecisionWait, ""}
 		}
-		v.Reason += fmt.Sprintf("; mean quality %.3f (%d scored calls) against %.3f (%d)", e.After.Quality, e.After.Scored, e.Before.Quality, e.Before.Scored)
+		v.Reason += "; " + qualityVs(e.After, e.Before)
 	}
 	if !costKnown && e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited {
 		return Verdict{DecisionWait, ""}
@@ -148,8 +148,8 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	if scored && !waited && n < qualityMaxScored {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: mean quality %.3f (%d scored calls) against %.3f (%d), cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
-		a.Quality, a.Scored, b.Quality, b.Scored, a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
+	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
+		qualityVs(a, b), a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
 }
 
 // costQualityMargin is how much lower a cheaper candidate's mean score
@@ -183,8 +183,26 @@ func cheaper(e Evidence, v Verdict, waited bool) Verdict {
 	if !waited && n < qualityMaxScored {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: mean %.3f (%d scored calls) against %.3f (%d)",
-		a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, a.Quality, a.Scored, b.Quality, b.Scored)}
+	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: %s",
+		a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, qualityVs(a, b))}
+}
+
+// qualityVs says how the mean score of the calls under a change (after)
+// compares with the reference's (before), in words when no call under
+// the change was scored: a mean of 0 over no call would read as a
+// collapse.
+func qualityVs(after, before Stats) string {
+	ref := fmt.Sprintf("%.3f (%d scored calls)", before.Quality, before.Scored)
+	if before.Scored == 0 {
+		ref = "none scored before"
+	}
+	switch {
+	case after.Scored == 0 && before.Scored == 0:
+		return "no call was scored"
+	case after.Scored == 0:
+		return "no call under the change was scored (mean quality before: " + ref + ")"
+	}
+	return fmt.Sprintf("mean quality %.3f (%d scored calls) against %s", after.Quality, after.Scored, ref)
 }
 
 // costOnly reports whether v, p's verdict on e, rolls the change back for

@@ -163,7 +163,7 @@ func TestHostileAgentIDs(t *testing.T) {
 	// Nothing was written outside the directory's own files.
 	root, _ := os.ReadDir(e.dir)
 	for _, f := range root {
-		if f.Name() != "agents" && f.Name() != "events.jsonl" && f.Name() != ".lock" {
+		if f.Name() != "agents" && f.Name() != "events.jsonl" && f.Name() != ".lock" && f.Name() != "call-id-key.json" {
 			t.Errorf("unexpected file %q in the state directory", f.Name())
 		}
 	}
