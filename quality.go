@@ -212,11 +212,21 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 		return err
 	}
 	now := l.clock.Now()
-	low, age, err := parseCallID(callID, l.keys.of(agentID), now)
+	v, live := l.agents.Load(agentID)
+	var key uint64
+	if live {
+		if in := v.(*agent).cfg.Load(); in != nil {
+			key = in.key // the agent's key, hashed once when it was loaded
+		}
+	}
+	if key == 0 {
+		key = l.keys.of(agentID)
+	}
+	low, age, err := parseCallID(callID, key, now)
 	if err != nil {
 		return err
 	}
-	if _, live := l.agents.Load(agentID); !live && !l.view(agentID, func(*agentState) {}) {
+	if !live && !l.view(agentID, func(*agentState) {}) {
 		// An agent neither in memory nor stored made no call: a score of
 		// it creates nothing.
 		return fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
