@@ -9,7 +9,10 @@
 //
 // With a token, every endpoint needs "Authorization: Bearer <token>"
 // (unless Options open the reads or the metrics); without one, reads are
-// open and every mutation is refused with 403. A request whose Host is not
+// open and every mutation is refused with 403. Options.IntakeToken only
+// reports outcomes and reads configs, Options.ScoreToken only posts
+// scores, each for the agents its option names (IntakeAgents,
+// ScoreAgents; none by default). A request whose Host is not
 // a loopback name or address, nor in Options.AllowedHosts, gets 421 (DNS
 // rebinding). Mutations are POST with a
 // JSON body. Errors are JSON (ErrorBody) with the HTTP status: 400 naming
@@ -102,7 +105,10 @@ type Options struct {
 	// changes. Default 1 minute.
 	SampleEvery time.Duration
 	// MaxTimelines bounds the agents with a timeline (about 10 KB each):
-	// the first ones sampled. Default 10,000.
+	// the first ones sampled; once it is reached, an agent with history
+	// (a config version past the first, a manual threshold, a critical
+	// mark) takes the place of one without, so that agents made by
+	// reports alone never keep one with history out. Default 10,000.
 	MaxTimelines int
 	// Logger receives the loop errors behind 500 answers. Default
 	// slog.Default().
@@ -111,10 +117,32 @@ type Options struct {
 	// IntakeToken is a second bearer token that the outcome intake (POST
 	// /api/outcomes and GET /api/agents/{agent}/config) accepts besides
 	// Token, for agents that may report outcomes and read their config
-	// but not act as an operator. Default empty: Token alone. With
-	// neither token, the intake refuses outcomes with 403 like any
-	// mutation.
+	// but not act as an operator, and only for the agents IntakeAgents
+	// allows. Default empty: Token alone. With neither token, the intake
+	// refuses outcomes with 403 like any mutation.
 	IntakeToken string
+	// IntakeAgents are the agents IntakeToken may report for and read
+	// the config of: exact agent IDs, or prefixes ending in "*" ("py-*";
+	// "*" alone allows every agent, the loop's own Go agents included).
+	// A "*" elsewhere is a plain character. Default none: the intake
+	// token is refused (403 naming IntakeAgents) until the operator
+	// names its agents, so that it cannot steer an agent of the Go
+	// program. Token is not bound by it.
+	IntakeAgents []string
+	// IntakeNewAgents bounds the agents each token (Token, IntakeToken)
+	// may create through the intake: a batch that names an agent the
+	// loop does not know takes one from the token's bucket, which holds
+	// IntakeNewAgents and refills at IntakeNewAgents a minute; a batch
+	// over it gets 429 with Retry-After and is not booked. Default 60.
+	IntakeNewAgents int
+	// ScoreToken is a bearer token for an external judge: it may only
+	// post scores (POST /api/agents/{agent}/score), and only for the
+	// agents ScoreAgents allows. Default empty: scores need Token.
+	ScoreToken string
+	// ScoreAgents are the agents ScoreToken may score, written as
+	// IntakeAgents. Default none: the score token is refused (403
+	// naming ScoreAgents).
+	ScoreAgents []string
 	// MaxOutcomes bounds the outcomes of one POST /api/outcomes (which
 	// MaxBodyBytes bounds too). Default 500.
 	MaxOutcomes int
@@ -123,7 +151,10 @@ type Options struct {
 	// (a score counts as one outcome), with bursts of MaxOutcomes or one
 	// second's worth,
 	// whichever is more; a batch over it gets 429 with Retry-After and
-	// is not booked. Default 1,000.
+	// is not booked. A batch is charged before the loop's state is read
+	// (when nothing is left, before its body is read); one refused after
+	// that (a version its agent never had, IntakeNewAgents) stays
+	// charged. Default 1,000.
 	OutcomeRate float64
 }
 
@@ -167,19 +198,27 @@ func (o Options) withDefaults() Options {
 	if !(o.OutcomeRate > 0) || math.IsInf(o.OutcomeRate, 1) {
 		o.OutcomeRate = 1000
 	}
+	if o.IntakeNewAgents <= 0 {
+		o.IntakeNewAgents = 60
+	}
 	return o
 }
 
 // server is the handler's state.
 type server struct {
-	l       *selfimprove.Loop
-	o       Options
-	token   [32]byte // SHA-256 of Options.Token
-	intake  [32]byte // SHA-256 of Options.IntakeToken
-	rate    *rateBound
+	l      *selfimprove.Loop
+	o      Options
+	token  [32]byte // SHA-256 of Options.Token
+	intake [32]byte // SHA-256 of Options.IntakeToken
+	scorer [32]byte // SHA-256 of Options.ScoreToken
+	rate   *rateBound
+	// lim are the intake's bounds on agents and its counters.
+	lim     intakeLimits
 	streams chan struct{} // a place for each stream served, Options.MaxStreams
 	// samples are the agents' timelines.
 	samples sampler
+	// ov is the overview's sort keys (overview.go).
+	ov ovIndex
 }
 
 // access is what an endpoint needs to be served.
@@ -192,6 +231,18 @@ const (
 	public       // the embedded dashboard's static files
 	intakeRead   // a read of the intake: Token or IntakeToken
 	intakeMutate // a mutation of the intake: Token or IntakeToken
+	scoreMutate  // a score: Token or ScoreToken
+)
+
+// role is who a request was served as: the token it carried.
+type role int
+
+const (
+	roleOpen     role = iota // no token was asked for
+	roleOperator             // Options.Token
+	roleIntake               // Options.IntakeToken
+	roleScore                // Options.ScoreToken
+	nRoles
 )
 
 // Handler returns the HTTP handler of l's operator surface. The paths are
@@ -204,25 +255,27 @@ const (
 //	GET  /api/agents/{agent}/series      ?range=hour|day|week
 //	GET  /api/overview                   ?limit= &offset=  (agents in trouble first)
 //	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
-//	GET  /api/agents/{agent}/config      the config in force, with an ETag (intake)
+//	GET  /api/agents/{agent}/config      the config in force, with an ETag (intake: Token or IntakeToken)
 //	POST /api/agents/{agent}/config      {"config": {…}}
 //	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
 //	POST /api/agents/{agent}/critical    {"critical": true}
-//	POST /api/agents/{agent}/score       {"call_id": "…", "score": 0.8}
+//	POST /api/agents/{agent}/score       {"call_id": "…", "score": 0.8} (Token or ScoreToken)
 //	GET  /api/proposals                  ?status= &agent=
 //	POST /api/proposals/{id}/approve     {}
 //	POST /api/proposals/{id}/reject      {"reason": "…"}
 //	GET  /api/events                     ?agent= &type= &since= &until= &after= &before= &limit=
 //	GET  /api/events/stream              server-sent events; Last-Event-ID resumes
 //	GET  /api/similar                    ?q= &k=
-//	POST /api/outcomes                   {"outcomes": [{"agent": "…", "success": false, …}]} (intake)
+//	POST /api/outcomes                   {"outcomes": [{"agent": "…", "success": false, …}]} (intake: Token or IntakeToken)
 //	GET  /metrics                        Prometheus text format 0.0.4
 //	GET  /                               the dashboard (Options.Dashboard)
 //
 // docs/admin.md shows each request and response.
 func Handler(l *selfimprove.Loop, opts Options) http.Handler {
-	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken))}
+	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken)),
+		scorer: sha256.Sum256([]byte(opts.ScoreToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
+	s.lim.init(&s.o)
 	s.streams = make(chan struct{}, s.o.MaxStreams)
 	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines
 	if s.o.SampleEvery > 0 {
@@ -237,7 +290,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/agents/{agent}/series", http.MethodGet, read, s.getSeries)
 	route("/api/overview", http.MethodGet, read, s.overview)
 	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
-	getConfig, setConfig := s.guard(http.MethodGet, intakeRead, s.agentConfig), s.guard(http.MethodPost, mutate, s.setConfig)
+	getConfig, setConfig := s.guardAs(http.MethodGet, intakeRead, s.agentConfig), s.guard(http.MethodPost, mutate, s.setConfig)
 	mux.HandleFunc("/api/agents/{agent}/config", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			getConfig.ServeHTTP(w, r)
@@ -247,7 +300,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	})
 	route("/api/agents/{agent}/threshold", http.MethodPost, mutate, s.setThreshold)
 	route("/api/agents/{agent}/critical", http.MethodPost, mutate, s.markCritical)
-	route("/api/agents/{agent}/score", http.MethodPost, mutate, s.score)
+	mux.Handle("/api/agents/{agent}/score", s.guardAs(http.MethodPost, scoreMutate, s.score))
 	route("/api/proposals", http.MethodGet, read, s.listProposals)
 	route("/api/proposals/{id}/approve", http.MethodPost, mutate, s.approve)
 	route("/api/proposals/{id}/reject", http.MethodPost, mutate, s.reject)
@@ -255,7 +308,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/events/stream", http.MethodGet, read, s.stream)
 	route("/api/similar", http.MethodGet, read, s.similar)
 	route("/api/fleet", http.MethodGet, read, s.fleetStatus)
-	route("/api/outcomes", http.MethodPost, intakeMutate, s.outcomes)
+	mux.Handle("/api/outcomes", s.guardAs(http.MethodPost, intakeMutate, s.outcomes))
 	route("/metrics", http.MethodGet, metricsRead, s.metrics)
 	if s.o.Dashboard != nil {
 		route("/{$}", http.MethodGet, read, s.o.Dashboard.ServeHTTP)
@@ -314,6 +367,11 @@ func (s *server) hostAllowed(hostport string) bool {
 // guard checks the method, the token and, for a mutation, the body's
 // type and size before h runs.
 func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler {
+	return s.guardAs(method, a, func(w http.ResponseWriter, r *http.Request, _ role) { h(w, r) })
+}
+
+// guardAs is guard for a handler that needs to know who asks.
+func (s *server) guardAs(method string, a access, h func(http.ResponseWriter, *http.Request, role)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
@@ -321,50 +379,70 @@ func (s *server) guard(method string, a access, h http.HandlerFunc) http.Handler
 			writeError(w, http.StatusMethodNotAllowed, "", "method "+r.Method+" not allowed; use "+method)
 			return
 		}
-		if !s.authorized(w, r, a) {
+		who, ok := s.authorized(w, r, a)
+		if !ok {
 			return
 		}
-		if a == mutate || a == intakeMutate {
+		if a == mutate || a == intakeMutate || a == scoreMutate {
 			if !isJSON(r.Header.Get("Content-Type")) {
 				writeError(w, http.StatusUnsupportedMediaType, "", "the body must be JSON (Content-Type: application/json)")
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, s.o.MaxBodyBytes)
 		}
-		h(w, r)
+		h(w, r, who)
 	})
 }
 
 // authorized applies the token rules to a request needing a, and answers
-// it when it may not go on.
-func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) bool {
-	intake := a == intakeRead || a == intakeMutate
+// it when it may not go on; it returns the role of the token it carried.
+// Token serves every endpoint; IntakeToken only the intake's; ScoreToken
+// only scores.
+func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) (role, bool) {
+	second := "" // the token a accepts besides Token
+	switch a {
+	case public:
+		return roleOpen, true
+	case intakeRead, intakeMutate:
+		second = s.o.IntakeToken
+	case scoreMutate:
+		second = s.o.ScoreToken
+	}
 	switch {
-	case a == public:
-		return true
-	case s.o.Token == "" && (!intake || s.o.IntakeToken == ""):
-		if a == mutate || a == intakeMutate {
+	case s.o.Token == "" && second == "":
+		if a == mutate || a == intakeMutate || a == scoreMutate {
 			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled (set admin.Options.Token)")
-			return false
+			return roleOpen, false
 		}
-		return true
+		return roleOpen, true
 	case (a == read || a == intakeRead) && s.o.OpenReads || a == metricsRead && (s.o.OpenReads || s.o.OpenMetrics):
-		return true
+		return roleOpen, true
 	}
 	given, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="selfimprove"`)
 		writeError(w, http.StatusUnauthorized, "", "missing bearer token (Authorization: Bearer <token>)")
-		return false
+		return roleOpen, false
 	}
 	sum := sha256.Sum256([]byte(given))
-	okMain := s.o.Token != "" && subtle.ConstantTimeCompare(sum[:], s.token[:]) == 1
-	okIntake := intake && s.o.IntakeToken != "" && subtle.ConstantTimeCompare(sum[:], s.intake[:]) == 1
-	if !okMain && !okIntake {
+	is := func(tok string, h *[32]byte) bool { return tok != "" && subtle.ConstantTimeCompare(sum[:], h[:]) == 1 }
+	switch {
+	case is(s.o.Token, &s.token):
+		return roleOperator, true
+	case is(s.o.IntakeToken, &s.intake):
+		if a == intakeRead || a == intakeMutate {
+			return roleIntake, true
+		}
+		writeError(w, http.StatusForbidden, "", "the intake token may only report outcomes and read configs (POST /api/outcomes, GET /api/agents/{agent}/config)")
+	case is(s.o.ScoreToken, &s.scorer):
+		if a == scoreMutate {
+			return roleScore, true
+		}
+		writeError(w, http.StatusForbidden, "", "the score token may only post scores (POST /api/agents/{agent}/score)")
+	default:
 		writeError(w, http.StatusForbidden, "", "wrong token")
-		return false
 	}
-	return true
+	return roleOpen, false
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" header.

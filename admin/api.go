@@ -2,8 +2,6 @@ package admin
 
 import (
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -209,39 +207,6 @@ func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply
 		return
 	}
 	s.done(w, o.AgentID, res)
-}
-
-// score serves POST /api/agents/{agent}/score.
-func (s *server) score(w http.ResponseWriter, r *http.Request) {
-	var req ScoreRequest
-	if err := decode(r.Body, &req, false); err != nil {
-		s.fail(w, err)
-		return
-	}
-	id, err := strconv.ParseUint(req.CallID, 16, 64)
-	switch {
-	case len(req.CallID) != 16 || err != nil:
-		s.fail(w, bad("call_id", "call_id must be 16 hexadecimal digits (Report.CallID)"))
-		return
-	case req.Score == nil:
-		s.fail(w, bad("score", "score is required, in [0, 1]"))
-		return
-	}
-	o, ok := s.agentOf(w, r)
-	if !ok {
-		return
-	}
-	if wait, ok := s.rate.take(1, s.o.Now()); !ok { // scores share the intake's bound
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		writeError(w, http.StatusTooManyRequests, "score",
-			fmt.Sprintf("over %g outcomes and scores a second: retry in %v", s.o.OutcomeRate, wait.Round(time.Millisecond)))
-		return
-	}
-	if err := s.l.Score(o.AgentID, id, *req.Score); err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, ScoreResult{Scored: true})
 }
 
 // rewind serves POST /api/agents/{agent}/rewind.

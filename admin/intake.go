@@ -1,16 +1,16 @@
 package admin
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -134,11 +134,21 @@ func (e *reportedError) Error() string {
 // StatusCode returns the provider's status, 0 when none was reported.
 func (e *reportedError) StatusCode() int { return e.status }
 
-// check checks o, the i-th outcome of a batch, and returns the Report it
-// books. maxVersion returns the highest version an agent has had.
-func (o *Outcome) check(i int, maxVersion func(id string) int) (selfimprove.Report, error) {
+// at names the i-th outcome of a batch, or its field name.
+func at(i int, name string) string {
+	f := "outcomes[" + strconv.Itoa(i) + "]"
+	if name != "" {
+		f += "." + name
+	}
+	return f
+}
+
+// check checks o, the i-th outcome of a batch, by itself (its version
+// is checked against the agent's with the loop's state), and returns the
+// Report it books.
+func (o *Outcome) check(i int) (selfimprove.Report, error) {
 	var r selfimprove.Report
-	f := func(name string) string { return "outcomes[" + strconv.Itoa(i) + "]." + name }
+	f := func(name string) string { return at(i, name) }
 	switch {
 	case o.Agent == "":
 		return r, bad(f("agent"), "%s is required", f("agent"))
@@ -160,8 +170,6 @@ func (o *Outcome) check(i int, maxVersion func(id string) int) (selfimprove.Repo
 		return r, bad(f("cost"), "%s must be in 0..%g", f("cost"), float64(maxOutcomeCost))
 	case o.ConfigVersion < 1:
 		return r, bad(f("config_version"), "%s is required: the version of the config the call ran under", f("config_version"))
-	case o.ConfigVersion > maxVersion(o.Agent):
-		return r, bad(f("config_version"), "%s: the agent never had version %d", f("config_version"), o.ConfigVersion)
 	}
 	if err := text(f("error"), o.Error, maxOutcomeError, false); err != nil {
 		return r, err
@@ -189,65 +197,180 @@ func (o *Outcome) check(i int, maxVersion func(id string) int) (selfimprove.Repo
 	return r, nil
 }
 
-// maxVersion returns the highest config version the loop holds for id:
-// the default config's for an agent it does not know.
-func (s *server) maxVersion(id string) int {
-	v := s.l.Config(id).Version
-	for _, c := range s.l.History(id) {
+// lookup returns the highest config version the loop holds for id (the
+// default config's for an agent it does not know), and whether it knows
+// the agent.
+func (s *server) lookup(id string) (int, bool) {
+	h := s.l.History(id)
+	if h == nil {
+		return s.l.Config(id).Version, false
+	}
+	v := 0
+	for _, c := range h {
 		v = max(v, c.Version)
 	}
-	return v
+	return v, true
 }
 
-// outcomes serves POST /api/outcomes: it checks the whole batch, takes
-// its outcomes from the rate bound, and books them in order.
-func (s *server) outcomes(w http.ResponseWriter, r *http.Request) {
-	var b OutcomeBatch
-	if err := decode(r.Body, &b, false); err != nil {
+// decodeBatch reads the batch of body into b. An error in an outcome
+// names its index (outcomes[3].success).
+func decodeBatch(body io.Reader, b *OutcomeBatch) error {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return decode(errReader{err}, b, false)
+	}
+	err = decode(bytes.NewReader(raw), b, false)
+	var br *badRequest
+	if err == nil || !errors.As(err, &br) || br.status != http.StatusBadRequest || br.field == "" {
+		return err
+	}
+	// An error inside an outcome: decode them one by one to name it.
+	var elems struct {
+		Outcomes []json.RawMessage `json:"outcomes"`
+	}
+	if json.Unmarshal(raw, &elems) != nil {
+		return err
+	}
+	for i, e := range elems.Outcomes {
+		var o Outcome
+		if eerr := decode(bytes.NewReader(e), &o, false); errors.As(eerr, &br) {
+			if br.field == "" {
+				return bad(at(i, ""), "%s must be a JSON object", at(i, ""))
+			}
+			return bad(at(i, br.field), "%s: %s", at(i, ""), br.msg)
+		}
+	}
+	return err
+}
+
+// errReader is a body whose read failed.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// outcomes serves POST /api/outcomes: it checks the whole batch by
+// itself, takes its outcomes from the rate bound, then checks it against
+// the loop's state (the versions, the agents it would create) and books
+// its outcomes in order. A batch refused before the rate bound read no
+// state; one refused after it is charged like one booked.
+func (s *server) outcomes(w http.ResponseWriter, r *http.Request, who role) {
+	refuse := func(reason int, err error) {
+		s.lim.refused[reason].Add(1)
 		s.fail(w, err)
+	}
+	if who == roleIntake && s.lim.intakeAgents.empty() { // before reading the body: no agent is allowed
+		refuse(refusedNotAllowed, s.lim.allowed(who, "", "outcomes"))
+		return
+	}
+	if wait, ok := s.rate.has(1, s.o.Now()); !ok { // nothing left: refused before the body is read
+		s.lim.refused[refusedRate].Add(1)
+		tooMany(w, wait, "outcomes", fmt.Sprintf("admin.Options.OutcomeRate (%g outcomes a second)", s.o.OutcomeRate))
+		return
+	}
+	var b OutcomeBatch
+	if err := decodeBatch(r.Body, &b); err != nil {
+		refuse(refusedInvalid, err)
 		return
 	}
 	if len(b.Outcomes) == 0 || len(b.Outcomes) > s.o.MaxOutcomes {
-		s.fail(w, bad("outcomes", "outcomes must hold 1..%d outcomes", s.o.MaxOutcomes))
+		refuse(refusedInvalid, bad("outcomes", "outcomes must hold 1..%d outcomes", s.o.MaxOutcomes))
 		return
-	}
-	versions := map[string]int{}
-	maxVersion := func(id string) int {
-		v, ok := versions[id]
-		if !ok {
-			v = s.maxVersion(id)
-			versions[id] = v
-		}
-		return v
 	}
 	reps := make([]selfimprove.Report, len(b.Outcomes))
 	for i := range b.Outcomes {
 		var err error
-		if reps[i], err = b.Outcomes[i].check(i, maxVersion); err != nil {
-			s.fail(w, err)
+		if reps[i], err = b.Outcomes[i].check(i); err != nil {
+			refuse(refusedInvalid, err)
+			return
+		}
+		if err := s.lim.allowed(who, b.Outcomes[i].Agent, at(i, "agent")); err != nil {
+			refuse(refusedNotAllowed, err)
 			return
 		}
 	}
 	if wait, ok := s.rate.take(len(reps), s.o.Now()); !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-		writeError(w, http.StatusTooManyRequests, "outcomes",
-			fmt.Sprintf("over %g outcomes a second: retry in %v", s.o.OutcomeRate, wait.Round(time.Millisecond)))
+		s.lim.refused[refusedRate].Add(1)
+		tooMany(w, wait, "outcomes", fmt.Sprintf("admin.Options.OutcomeRate (%g outcomes a second)", s.o.OutcomeRate))
 		return
 	}
+	created, ok := s.checkState(w, who, b.Outcomes)
+	if !ok {
+		return
+	}
+	s.book(w, r, b.Outcomes, reps, created)
+}
+
+// checkState checks the outcomes' versions against their agents', and
+// takes the agents the batch would create from who's bucket (reading the
+// state of no more agents than the bucket allows, plus one). It returns
+// how many it took, or answers the request.
+func (s *server) checkState(w http.ResponseWriter, who role, outs []Outcome) (int, bool) {
+	versions := map[string]int{} // the highest version of each agent
+	bucket, now := s.lim.newAgents[who], s.o.Now()
+	created := 0
+	for i := range outs {
+		id := outs[i].Agent
+		top, ok := versions[id]
+		if !ok {
+			var exists bool
+			top, exists = s.lookup(id)
+			versions[id] = top
+			if !exists {
+				created++
+				if wait, ok := bucket.has(created, now); !ok {
+					s.lim.refused[refusedNewAgents].Add(1)
+					s.tooManyAgents(w, wait, i, created)
+					return 0, false
+				}
+			}
+		}
+		if v := outs[i].ConfigVersion; v > top {
+			s.lim.refused[refusedInvalid].Add(1)
+			s.fail(w, bad(at(i, "config_version"), "%s: the agent never had version %d", at(i, "config_version"), v))
+			return 0, false
+		}
+	}
+	if created > 0 {
+		if wait, ok := bucket.take(created, now); !ok { // another batch took them meanwhile
+			s.lim.refused[refusedNewAgents].Add(1)
+			s.tooManyAgents(w, wait, len(outs)-1, created)
+			return 0, false
+		}
+	}
+	return created, true
+}
+
+// tooManyAgents answers a batch whose i-th outcome is the n-th agent it
+// would create, over the token's bucket.
+func (s *server) tooManyAgents(w http.ResponseWriter, wait time.Duration, i, n int) {
+	limit := fmt.Sprintf("admin.Options.IntakeNewAgents (%d new agents a minute for this token)", s.o.IntakeNewAgents)
+	if n > s.o.IntakeNewAgents {
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusTooManyRequests, at(i, "agent"), fmt.Sprintf(
+			"the batch names more than %d agents the loop does not know, more than %s allows at once: send them in smaller batches", s.o.IntakeNewAgents, limit))
+		return
+	}
+	tooMany(w, wait, at(i, "agent"), limit)
+}
+
+// book books the checked outcomes in order and answers the batch.
+func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, reps []selfimprove.Report, created int) {
+	s.lim.created.Add(int64(created))
 	out := OutcomeResult{Agents: []AgentVersion{}}
 	seen := map[string]int{}
 	for i := range reps {
-		id := b.Outcomes[i].Agent
+		id := outs[i].Agent
 		rep, err := s.l.Record(r.Context(), id, reps[i])
 		if err != nil {
 			if errors.Is(err, selfimprove.ErrUnknownVersion) {
-				err = &badRequest{status: http.StatusConflict, field: "outcomes[" + strconv.Itoa(i) + "].config_version",
+				err = &badRequest{status: http.StatusConflict, field: at(i, "config_version"),
 					msg: fmt.Sprintf("%v; the %d outcomes before it were booked", err, i)}
 			}
+			s.lim.booked.Add(int64(out.Booked))
 			s.fail(w, err)
 			return
 		}
-		if q := b.Outcomes[i].Quality; q != nil {
+		if q := outs[i].Quality; q != nil {
 			// Scored by the call's ID, as a grader would: credited to the
 			// version it ran under, and judged like any score.
 			if err := s.l.Score(id, rep.ID, *q); err != nil {
@@ -262,14 +385,21 @@ func (s *server) outcomes(w http.ResponseWriter, r *http.Request) {
 		seen[id] = len(out.Agents)
 		out.Agents = append(out.Agents, AgentVersion{ID: id, Ref: Ref(id), ConfigVersion: rep.Version})
 	}
+	s.lim.booked.Add(int64(out.Booked))
 	writeJSON(w, http.StatusOK, out)
 }
 
 // agentConfig serves GET /api/agents/{agent}/config, with an ETag, and
-// 304 to a request whose If-None-Match names it.
-func (s *server) agentConfig(w http.ResponseWriter, r *http.Request) {
+// 304 to a request whose If-None-Match names it. The intake token reads
+// the configs of the agents of Options.IntakeAgents only.
+func (s *server) agentConfig(w http.ResponseWriter, r *http.Request, who role) {
 	id := r.PathValue("agent")
 	if err := checkID(id); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := s.lim.allowed(who, id, "agent"); err != nil {
+		s.lim.refused[refusedNotAllowed].Add(1)
 		s.fail(w, err)
 		return
 	}
@@ -312,33 +442,4 @@ func etagMatch(header, tag string) bool {
 		}
 	}
 	return false
-}
-
-// rateBound is a token bucket of outcomes: rate a second, up to burst.
-type rateBound struct {
-	mu          sync.Mutex
-	rate, burst float64
-	tokens      float64
-	last        time.Time
-}
-
-func newRateBound(rate float64, burst int) *rateBound {
-	return &rateBound{rate: rate, burst: float64(burst), tokens: float64(burst)}
-}
-
-// take takes n tokens at now, or reports how long until there are n.
-func (b *rateBound) take(n int, now time.Time) (time.Duration, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.last.IsZero() && now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	if b.last.IsZero() || now.After(b.last) {
-		b.last = now
-	}
-	if need := float64(n) - b.tokens; need > 0 {
-		return time.Duration(need / b.rate * float64(time.Second)), false
-	}
-	b.tokens -= float64(n)
-	return 0, true
 }

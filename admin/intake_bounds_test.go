@@ -21,11 +21,13 @@ func outcome(extra string) string {
 // and range, the batch's count, the body's size) answers a 4xx JSON
 // error naming the field; and a batch refused for one outcome, wherever
 // it is, books none of the others: no call, score or cost, no new agent,
-// no config change, and no share of the rate bound (the good batch after
-// the bad ones, as large as the burst, is booked).
+// no config change, and, refused before it reads the loop's state, no
+// share of the rate bound (the good batch after the bad ones, as large as
+// the burst, is booked). A batch refused on the state (a version the
+// agent never had) is charged: TestIntakeChargesFirst.
 func TestIntakeBounds(t *testing.T) {
 	l, clk := newLoop(t)
-	h := admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, MaxOutcomes: 3, MaxBodyBytes: 16 << 10,
+	h := admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"py", "fresh"}, MaxOutcomes: 3, MaxBodyBytes: 16 << 10,
 		OutcomeRate: 0.001, Now: clk.Now})
 	f := &fixture{l: l, srv: httptest.NewServer(http.StripPrefix("/si", h))}
 	t.Cleanup(f.srv.Close)
@@ -52,8 +54,10 @@ func TestIntakeBounds(t *testing.T) {
 		{bad: outcome(`, "quality": -0.1`), code: 400, field: "quality"},
 		{bad: outcome(`, "cost": 1e13`), code: 400, field: "cost"},
 		{bad: outcome(`, "config_version": 0`), code: 400, field: "config_version"},
-		{bad: outcome(`, "config_version": 2`), code: 400, field: "config_version"},
-		{bad: `{"agent": "py", "success": "yes", "duration_ms": 5, "config_version": 1}`, code: 400, field: "outcomes.success"},
+		{bad: `{"agent": "py", "success": "yes", "duration_ms": 5, "config_version": 1}`, code: 400, field: "success"},
+		{bad: `{"agent": "py", "success": true, "duration_ms": 5, "config_version": "1"}`, code: 400, field: "config_version"},
+		{bad: `{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1, "extra": 1}`, code: 400, field: "extra"},
+		{bad: `[]`, code: 400, field: ""},
 		{body: `{"outcomes": []}`, code: 400, field: "outcomes"},
 		{body: `{"outcomes": [` + strings.Repeat(fresh+",", 3) + outcome("") + `]}`, code: 400, field: "outcomes"},
 		{body: `{"outcomes": [` + fresh + `, {"agent": "py", "success": false, "duration_ms": 5, "config_version": 1, "error": "` + strings.Repeat("x", 16<<10) + `"}]}`, code: 413},
@@ -67,8 +71,8 @@ func TestIntakeBounds(t *testing.T) {
 				break
 			}
 			field := tc.field
-			if tc.bad != "" && !strings.Contains(field, ".") {
-				field = fmt.Sprintf("outcomes[%d].%s", pos, field)
+			if tc.bad != "" {
+				field = strings.TrimSuffix(fmt.Sprintf("outcomes[%d].%s", pos, field), ".")
 			}
 			code, b := f.do(t, "POST", "/api/outcomes", intakeToken, "application/json", body)
 			errorOf(t, fmt.Sprintf("%.60s… at %d", body[max(0, strings.Index(body, tc.bad)):], pos), code, b, tc.code, field)

@@ -118,7 +118,7 @@ func TestIntakeDecides(t *testing.T) {
 	}{{"good", si.ChangeConfirmed}, {"bad", si.ChangeRolledBack}} {
 		t.Run(tc.fix, func(t *testing.T) {
 			l, clk := newLoop(t, si.WithStrategy(fixStrategy(tc.fix)), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}))
-			srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken}))
+			srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"py"}}))
 			t.Cleanup(srv.Close)
 			r := &remote{t: t, srv: srv}
 			var versions []int
@@ -161,7 +161,7 @@ func TestIntakeDecides(t *testing.T) {
 // operator.
 func TestIntakeRefusesBadInput(t *testing.T) {
 	l, _ := newLoop(t)
-	h := admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, MaxOutcomes: 3, MaxBodyBytes: 4096})
+	h := admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"py"}, MaxOutcomes: 3, MaxBodyBytes: 4096})
 	f := &fixture{l: l, srv: httptest.NewServer(http.StripPrefix("/si", h))}
 	t.Cleanup(f.srv.Close)
 	good := `{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1}`
@@ -184,7 +184,10 @@ func TestIntakeRefusesBadInput(t *testing.T) {
 		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1, "cost": -2}]}`, 400, "outcomes[0].cost"},
 		{`{"outcomes": [{"agent": "py", "success": false, "duration_ms": 5, "config_version": 1, "error": "` + strings.Repeat("x", 4097) + `"}]}`, 413, ""},
 		{`{"outcomes": [{"agent": "py", "success": false, "duration_ms": 5, "config_version": 1, "error": "` + strings.Repeat("x", 3000) + `"}]}`, 200, ""},
-		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1, "extra": 1}]}`, 400, "extra"},
+		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1, "extra": 1}]}`, 400, "outcomes[0].extra"},
+		{`{"outcomes": [` + good + `, 7]}`, 400, "outcomes[1]"},
+		{`{"outcomes": [` + good + `, {"agent": "py", "success": true, "duration_ms": "5", "config_version": 1}]}`, 400, "outcomes[1].duration_ms"},
+		{`{"outcomes": {"agent": "py"}}`, 400, "outcomes"},
 	} {
 		code, b := f.do(t, "POST", "/api/outcomes", intakeToken, "application/json", tc.body)
 		if tc.code == 200 {
@@ -224,7 +227,7 @@ func TestIntakeRefusesBadInput(t *testing.T) {
 func TestIntakeRateBound(t *testing.T) {
 	l, _ := newLoop(t)
 	clk := fakeclock.New(t0)
-	srv := httptest.NewServer(admin.Handler(l, admin.Options{IntakeToken: intakeToken, MaxOutcomes: 4, OutcomeRate: 5, Now: clk.Now}))
+	srv := httptest.NewServer(admin.Handler(l, admin.Options{IntakeToken: intakeToken, IntakeAgents: []string{"py"}, MaxOutcomes: 4, OutcomeRate: 5, Now: clk.Now}))
 	t.Cleanup(srv.Close)
 	r := &remote{t: t, srv: srv}
 	o := `{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1}`
@@ -276,7 +279,7 @@ func TestIntakeConfigETag(t *testing.T) {
 // 30 and 31).
 func TestIntakeScores(t *testing.T) {
 	l, clk := newLoop(t)
-	srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken}))
+	srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"py"}}))
 	t.Cleanup(srv.Close)
 	r := &remote{t: t, srv: srv}
 	r.refresh("py")

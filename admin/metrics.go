@@ -27,7 +27,33 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
 	WriteMetrics(bw, s.l, s.o.MaxAgentSeries)
+	s.intakeMetrics(&encoder{w: bw})
 	bw.Flush()
+}
+
+// intakeMetrics writes the handler's own families: the intake's caps,
+// what it booked, created and refused, and the timelines kept.
+func (s *server) intakeMetrics(e *encoder) {
+	s.samples.mu.Lock()
+	timelines := len(s.samples.agents)
+	s.samples.mu.Unlock()
+	e.family("selfimprove_intake_outcome_rate", "gauge", "Outcomes and scores the intake books a second over all agents (admin.Options.OutcomeRate).")
+	e.w.WriteString("selfimprove_intake_outcome_rate ")
+	e.buf = strconv.AppendFloat(e.buf[:0], s.o.OutcomeRate, 'g', -1, 64)
+	e.w.Write(e.buf)
+	e.w.WriteByte('\n')
+	e.families([]family{
+		{"selfimprove_intake_new_agents_per_minute", "gauge", "Agents each token may create through the intake a minute, in bursts of as many (admin.Options.IntakeNewAgents).", int64(s.o.IntakeNewAgents)},
+		{"selfimprove_intake_outcomes_total", "counter", "Outcomes the intake booked.", s.lim.booked.Load()},
+		{"selfimprove_intake_scores_total", "counter", "Scores POST /api/agents/{agent}/score booked.", s.lim.scored.Load()},
+		{"selfimprove_intake_new_agents_total", "counter", "Agents the intake created (agents the loop did not know when their batch was booked).", s.lim.created.Load()},
+		{"selfimprove_timelines", "gauge", "Agents with a timeline in this handler.", int64(timelines)},
+		{"selfimprove_timelines_max", "gauge", "Agents with a timeline at most (admin.Options.MaxTimelines).", int64(s.o.MaxTimelines)},
+	})
+	e.family("selfimprove_intake_refused_total", "counter", "Requests of the intake and of scores refused, by reason: invalid (400, 413), not_allowed (403: an agent the token may not act for), outcome_rate (429: admin.Options.OutcomeRate), new_agents (429: admin.Options.IntakeNewAgents).")
+	for i, name := range refusalNames {
+		e.sample("selfimprove_intake_refused_total", false, "", "reason", name, s.lim.refused[i].Load())
+	}
 }
 
 // series is one agent's series: its label value and counters.

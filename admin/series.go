@@ -1,10 +1,7 @@
 package admin
 
 import (
-	"cmp"
 	"net/http"
-	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -75,6 +72,7 @@ type sampler struct {
 	agents   map[string]*timeline
 	lastFull time.Time // the last sample of every agent
 	max      int
+	hist     map[string]struct{} // agents with a timeline and history (see admit)
 }
 
 // add records the sample c, at version, taken at now, with q, the scores
@@ -139,12 +137,13 @@ func (p *sampler) sample(now time.Time, o *selfimprove.AgentView, full bool) {
 	defer p.mu.Unlock()
 	s := p.agents[o.AgentID]
 	if s == nil {
-		if len(p.agents) >= p.max {
+		if len(p.agents) >= p.max && !p.admit(o) {
 			return
 		}
 		s = new(timeline)
 		p.agents[o.AgentID] = s
 	}
+	p.note(o)
 	var q qcum
 	if full {
 		q = s.qualityInc(o)
@@ -174,17 +173,28 @@ func (s *server) sampleAll(force bool) {
 	}
 }
 
+// tick is the background work of each Options.SampleEvery: a sample of
+// every agent in memory, then the overview's background pass.
+func (s *server) tick() {
+	s.sampleAll(true)
+	s.refreshStale()
+}
+
 // sampleLoop samples every agent each Options.SampleEvery until the loop
-// closes.
+// closes (tick), and runs the overview's background pass when a read of
+// it asks (ovIndex.nudge).
 func (s *server) sampleLoop() {
 	tick := time.NewTicker(s.o.SampleEvery)
 	defer tick.Stop()
+	kick := s.ov.wake()
 	for {
 		sub := s.l.Subscribe("", 256)
 		for open := true; open; {
 			select {
 			case <-tick.C:
-				s.sampleAll(true)
+				s.tick()
+			case <-kick:
+				s.refreshStale()
 			case ev, ok := <-sub.C:
 				open = ok
 				if ok && ev.AgentID != "" && ev.Change != nil { // a version begins or ends: a point there
@@ -292,91 +302,6 @@ func (s *server) getSeries(w http.ResponseWriter, r *http.Request) {
 	s.samples.mu.Lock()
 	if sr := s.samples.agents[o.AgentID]; sr != nil {
 		out.Points = sr.points(i)
-	}
-	s.samples.mu.Unlock()
-	writeJSON(w, http.StatusOK, out)
-}
-
-// OverviewAgent is an agent of GET /api/overview with its success rate
-// over the last day, by quarter hour, oldest first (96 figures; -1 for a
-// quarter with no calls or no sample).
-type OverviewAgent struct {
-	AgentSummary
-	Day []float64 `json:"day"`
-}
-
-// Overview is the answer of GET /api/overview: the agents in trouble
-// first (unhealthy first, then by health, lowest first, then by ID), a
-// page of Limit from Offset; Total counts them all.
-type Overview struct {
-	Now    time.Time       `json:"now"`
-	Total  int             `json:"total"`
-	Agents []OverviewAgent `json:"agents"`
-}
-
-// maxOverview bounds a page of the overview.
-const maxOverview = 200
-
-// overview serves GET /api/overview.
-func (s *server) overview(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	n, off := 60, 0
-	if v := q.Get("limit"); v != "" {
-		x, err := strconv.Atoi(v)
-		if err != nil || x < 1 || x > maxOverview {
-			s.fail(w, bad("limit", "limit must be a number in 1..%d", maxOverview))
-			return
-		}
-		n = x
-	}
-	if v := q.Get("offset"); v != "" {
-		x, err := strconv.Atoi(v)
-		if err != nil || x < 0 {
-			s.fail(w, bad("offset", "offset must be a number, 0 or more"))
-			return
-		}
-		off = x
-	}
-	s.sampleAll(false)
-	type entry struct {
-		id string
-		AgentSummary
-	}
-	var all []entry
-	for id := range s.l.Agents() {
-		if o, ok := s.l.View(id); ok {
-			all = append(all, entry{id, s.summary(&o)})
-		}
-	}
-	slices.SortFunc(all, func(a, b entry) int {
-		if a.Healthy != b.Healthy {
-			if a.Healthy {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Or(cmp.Compare(a.Health, b.Health), cmp.Compare(a.ID, b.ID), cmp.Compare(a.id, b.id))
-	})
-	now := s.o.Now()
-	out := Overview{Now: now.UTC(), Total: len(all), Agents: []OverviewAgent{}}
-	day := tiers[1]
-	head := now.UnixNano() / int64(day.width)
-	s.samples.mu.Lock()
-	for _, a := range all[min(off, len(all)):min(off+n, len(all))] {
-		v := OverviewAgent{AgentSummary: a.AgentSummary, Day: make([]float64, day.slots)}
-		sr := s.samples.agents[a.id]
-		for k := range v.Day {
-			v.Day[k] = -1
-			idx := head - int64(day.slots) + 1 + int64(k)
-			if sr == nil || idx > sr.rings[1].head || idx <= sr.rings[1].head-int64(day.slots) {
-				continue
-			}
-			p := sr.rings[1].slots[idx%int64(day.slots)]
-			if p.ok+p.fail > 0 {
-				v.Day[k] = float64(p.ok) / float64(p.ok+p.fail)
-			}
-		}
-		out.Agents = append(out.Agents, v)
 	}
 	s.samples.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)

@@ -1,6 +1,6 @@
 """A scripted fault reported through the intake: the sidecar test's agent.
 
-    python3 scripted_fault.py --url http://127.0.0.1:8080   # token in $SELFIMPROVE_TOKEN
+    python3 scripted_fault.py --url http://127.0.0.1:8080   # token in $SELFIMPROVE_INTAKE_TOKEN
 
 Two agents call a fake upstream through Client.call, which honours the
 config the sidecar serves (max_attempts, backoff) and reports each call:
@@ -73,7 +73,7 @@ def main():
     p.add_argument("--max-calls", type=int, default=400)
     args = p.parse_args()
     # Backoff waits are not slept: the fake upstream answers at once.
-    client = Client(args.url, token=os.environ.get("SELFIMPROVE_TOKEN", ""), batch_size=1, config_ttl=0,
+    client = Client(args.url, token=os.environ.get("SELFIMPROVE_INTAKE_TOKEN") or os.environ.get("SELFIMPROVE_TOKEN", ""), batch_size=1, config_ttl=0,
                     sleep=lambda s: None)
     for agent in ("py-good", "py-harm"):
         print(json.dumps(run(client, agent, args.max_calls)), flush=True)

@@ -13,13 +13,24 @@ config exactly as for a Go agent. See docs/intake.md.
         # Honour the config: the model (route), the per-attempt timeout.
         return call_model(model=cfg.route or "gpt-4.1", timeout=cfg.timeout)
 
-    answer = si.call("summarize", ask)   # attempts, backoff, report
-    si.flush()                           # at exit: send what is queued
+    answer = si.call("summarize", ask,               # attempts, backoff, report
+                     cost=lambda r: r.usage.cost)    # measured on the answer
+    si.flush()                                       # at exit: send what is queued
+
+Reporting never gets in the way of the agent: Client.call always runs the
+function and returns its answer (or raises its exception); a sidecar that
+is down, slow or refusing costs the agent nothing but the reports the
+bounded queue cannot keep, counted in Client.dropped and logged.
 
 Python 3.8 or later.
 """
 
+import atexit
+import datetime
+import email.utils
 import json
+import logging
+import math
 import random
 import re
 import socket
@@ -28,11 +39,23 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import weakref
 
-__all__ = ["Client", "Config", "CallFailed", "IntakeError", "parse_duration"]
+__all__ = ["Client", "Config", "CallFailed", "IntakeError", "parse_duration", "retry_after_seconds"]
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+# The intake's bounds (admin/intake.go, docs/intake.md).
+MAX_OUTCOMES = 500          # outcomes in one batch
+MAX_ERROR_BYTES = 4096      # an outcome's error text, UTF-8 bytes
+MAX_CODE_BYTES = 128        # its error code
+MAX_AGENT_BYTES = 1024      # an agent ID
+MAX_DURATION_MS = 86400000.0
+MAX_ATTEMPTS = 100
+MAX_COST = 1e12
+
+_log = logging.getLogger("selfimprove_client")
 
 
 def parse_duration(s):
@@ -48,6 +71,42 @@ def parse_duration(s):
     if pos != len(s):
         raise ValueError("not a duration: %r" % s)
     return total
+
+
+def retry_after_seconds(value, cap=60.0):
+    """Seconds a Retry-After value asks to wait, in [0, cap].
+
+    value is a number of seconds (a number or its text: "inf" gives cap;
+    "nan", a negative or an unreadable value gives 0) or an HTTP-date
+    (the seconds until then).
+    """
+    if value is None or isinstance(value, bool):
+        return 0.0
+    if isinstance(value, (int, float)):
+        s = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            s = float(text)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(text)
+            except (TypeError, ValueError, IndexError, OverflowError):
+                return 0.0
+            if when is None:
+                return 0.0
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=datetime.timezone.utc)
+            s = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    if s != s or s <= 0:
+        return 0.0
+    return min(s, cap)
+
+
+def _cut(s, limit):
+    """s as valid UTF-8 of at most limit bytes, never splitting a character."""
+    b = str(s).encode("utf-8", "replace")  # a lone surrogate becomes "?"
+    return b[:limit].decode("utf-8", "ignore")
 
 
 class Config:
@@ -79,6 +138,7 @@ class CallFailed(Exception):
 
     Raise it (or any exception with ``status``/``code`` attributes, such
     as urllib.error.HTTPError) from the function Client.call runs.
+    retry_after: seconds, or the header's text (seconds or an HTTP-date).
     """
 
     def __init__(self, message, status=None, code=None, retry_after=None):
@@ -87,7 +147,11 @@ class CallFailed(Exception):
 
 
 class IntakeError(Exception):
-    """The sidecar refused a request: status and its error body."""
+    """The sidecar refused a request: status and its error body.
+
+    The client no longer raises it (reporting never raises); it is kept
+    for code that catches it.
+    """
 
     def __init__(self, status, body):
         super().__init__("selfimprove intake: %s %s" % (status, body))
@@ -100,7 +164,7 @@ _TRANSIENT = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 def _status_of(exc):
     for name in ("status", "status_code", "code"):
         v = getattr(exc, name, None)
-        if isinstance(v, int) and 100 <= v <= 599:
+        if isinstance(v, int) and not isinstance(v, bool) and 100 <= v <= 599:
             return v
     return None
 
@@ -110,15 +174,15 @@ def _code_of(exc):
     return v if isinstance(v, str) else None
 
 
-def _retry_after(exc):
+def _retry_after(exc, cap):
     v = getattr(exc, "retry_after", None)
     if v is None:
         headers = getattr(exc, "headers", None)
-        v = headers.get("Retry-After") if headers is not None else None
-    try:
-        return max(0.0, float(v)) if v is not None else 0.0
-    except (TypeError, ValueError):
-        return 0.0
+        try:
+            v = headers.get("Retry-After") if headers is not None else None
+        except Exception:  # a headers object of another shape
+            v = None
+    return retry_after_seconds(v, cap)
 
 
 def _transient(exc):
@@ -128,35 +192,177 @@ def _transient(exc):
     return isinstance(exc, (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLError))
 
 
+def _error_text(exc):
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:
+        return type(exc).__name__
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows no redirect: the token must not travel to another origin."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+_INDEX = re.compile(r"^outcomes\[(\d+)\]")
+
+
+def _field_index(body):
+    """The outcome index an intake error names (outcomes[3].x), or None."""
+    try:
+        field = json.loads(body).get("field", "")
+    except (ValueError, AttributeError):
+        return None
+    m = _INDEX.match(field or "")
+    return int(m.group(1)) if m else None
+
+
+class _Unavailable(Exception):
+    """A send the sidecar did not take: the batch stays queued."""
+
+    def __init__(self, why, wait=None):
+        super().__init__(why)
+        self.why, self.wait = why, wait
+
+
+def _flusher(ref, stop, wake, interval):
+    """The background sender of a Client, until it is closed or collected."""
+    while not stop.is_set():
+        wake.wait(interval)
+        wake.clear()
+        client = ref()
+        if client is None or stop.is_set():
+            return
+        try:
+            client._tick()
+        except Exception:  # never let the thread die on a bug
+            _log.exception("selfimprove: the background send failed")
+        del client
+
+
+def _flush_at_exit(ref):
+    """Sends what a Client still queues at exit: one try, no 429 wait."""
+    client = ref()
+    if client is not None:
+        client._stop.set()
+        try:
+            client._send_pending(wait_429=False)
+        except Exception:
+            pass
+
+
 class Client:
     """Reports an agent's calls to the sidecar and serves it its config.
 
     url: the sidecar's admin URL; token: its bearer token (the admin's
-    SELFIMPROVE_TOKEN, or the intake's own token); batch_size: outcomes
-    sent together (the sidecar takes at most 500); config_ttl: seconds a
-    config is used before it is read again (a cheap 304 when unchanged);
-    transient_attempts: the fewest attempts a transient failure gets
-    whatever max_attempts says, as the Go loop's
-    RetryPolicy.TransientAttempts (default 3; 1: off), the extra ones
-    waiting at least 0.5 s doubled; sleep and clock are time.sleep and
-    time.monotonic, for tests.
+    SELFIMPROVE_TOKEN, or the intake's own token), never sent on a
+    redirect (redirects are not followed); batch_size (50): reports sent
+    together at the latest (at the next call once that many are queued);
+    config_ttl (5.0): seconds a config is used before it is read again (a
+    cheap 304 when unchanged); request_timeout (5.0): seconds for one
+    request to the sidecar; transient_attempts (3): the fewest attempts a
+    transient failure gets whatever max_attempts says, as the Go loop's
+    RetryPolicy.TransientAttempts (1: off), the extra ones waiting at
+    least 0.5 s doubled; sleep and clock: time.sleep and time.monotonic,
+    for tests.
+
+    flush_interval (1.0): seconds a queued report waits at most before a
+    background thread sends it (None: no thread; reports then go out at a
+    call's start once batch_size are queued or a failure is, and on
+    flush()). A failed call's report is sent before the next call reads
+    its config, so the loop's decision reaches that call.
+    max_queue (10000): reports kept while the sidecar cannot take them;
+    over it the oldest are dropped (counted in dropped). max_wait (60.0):
+    the cap, in seconds, on any Retry-After honoured, the function's or
+    the intake's, as the Go loop's RetryPolicy.MaxWait. retry_max (30.0):
+    the longest wait between tries to reach a sidecar that is down (the
+    first after 1 s, doubled). max_body_bytes (65536): the bound on one
+    request's body, as the intake's MaxBodyBytes. default_config (None:
+    version 1, one attempt, no timeout): the config used for an agent
+    whose config was never read while the sidecar is down. flush_at_exit
+    (True): send what is queued when the interpreter exits (one try).
+    logger (None: logging.getLogger("selfimprove_client")): where outages
+    and dropped reports are logged, at WARNING.
+
+    Read at any time: offline (the sidecar is unreachable now), outages
+    (how many began), booked (reports the sidecar booked), dropped
+    (reports dropped: the queue was full, or the sidecar refused them),
+    pending (reports queued), last_error, and stats() for all of them.
     """
 
     def __init__(self, url, token="", batch_size=50, config_ttl=5.0, request_timeout=5.0,
-                 transient_attempts=3, sleep=time.sleep, clock=time.monotonic):
+                 transient_attempts=3, sleep=time.sleep, clock=time.monotonic, flush_interval=1.0,
+                 max_queue=10000, max_wait=60.0, retry_max=30.0, max_body_bytes=65536,
+                 default_config=None, flush_at_exit=True, logger=None):
         self.transient_attempts = max(1, transient_attempts)
         self.url = url.rstrip("/")
         self.token = token
-        self.batch_size = max(1, min(500, batch_size))
+        self.batch_size = max(1, min(MAX_OUTCOMES, batch_size))
         self.config_ttl = config_ttl
         self.request_timeout = request_timeout
         self.sleep, self.clock = sleep, clock
-        self._lock = threading.Lock()
-        self._queue = []
-        self._configs = {}  # agent -> (Config, etag, read at)
+        self.flush_interval = None if flush_interval is None else max(0.01, float(flush_interval))
+        self.max_queue = max(1, int(max_queue))
+        self.max_wait = max(0.0, float(max_wait))
+        self.retry_max = max(0.0, float(retry_max))
+        self.max_body_bytes = max(1024, int(max_body_bytes))
+        if default_config is None:
+            default_config = Config({"version": 1})
+        elif isinstance(default_config, dict):
+            default_config = Config(default_config)
+        self.default_config = default_config
+        self.log = logger or _log
+        self._lock = threading.Lock()       # the queue, the configs, the counters
+        self._send_lock = threading.Lock()  # one sender at a time, in order
+        self._queue = []                    # (outcome, its JSON bytes)
+        self._queued_at = 0.0               # when the oldest queued report was queued
+        self._urgent = False                # a failure's report is queued
+        self._inflight_urgent = False       # a sender is sending one
+        self._configs = {}                  # agent -> (Config, etag, read at)
+        self._retry_at = 0.0                # no send (nor config read, offline) before
+        self._retry_wait = 0.0
+        self._down_since = None
+        self._warned = set()
+        self.offline = False
+        self.outages = 0
+        self.booked = 0
+        self.dropped = 0
+        self.drops = {"queue_full": 0, "refused": 0, "unknown": 0}
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = None
+        if flush_at_exit:
+            atexit.register(_flush_at_exit, weakref.ref(self))
+
+    # -- state a caller can read ------------------------------------------
+
+    @property
+    def pending(self):
+        """Reports queued, not yet booked by the sidecar."""
+        with self._lock:
+            return len(self._queue)
+
+    def stats(self):
+        """The client's counters, as a dict."""
+        with self._lock:
+            return {"offline": self.offline, "outages": self.outages, "booked": self.booked,
+                    "dropped": self.dropped, "drops": dict(self.drops), "pending": len(self._queue),
+                    "last_error": self.last_error}
+
+    # -- requests ---------------------------------------------------------
 
     def _request(self, method, path, body=None, headers=None):
-        data = json.dumps(body).encode() if body is not None else None
+        data = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        return self._send_bytes(method, path, data, headers)
+
+    def _send_bytes(self, method, path, data, headers=None):
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
@@ -165,81 +371,410 @@ class Client:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         try:
-            with urllib.request.urlopen(req, timeout=self.request_timeout) as res:
+            with _OPENER.open(req, timeout=self.request_timeout) as res:
                 return res.status, res.headers, res.read()
         except urllib.error.HTTPError as e:
-            return e.code, e.headers, e.read()
+            try:
+                body = e.read()
+            except Exception:
+                body = b""
+            return e.code, e.headers, body
 
-    def config(self, agent, refresh=False):
-        """The config in force for agent, read again when older than config_ttl."""
+    def _unavailable(self, why):
+        """Notes that the sidecar could not be reached or would not answer."""
+        now = self.clock()
+        with self._lock:
+            first = not self.offline
+            if first:
+                self.offline, self._down_since = True, now
+                self.outages += 1
+            self.last_error = why
+            self._retry_wait = min(self.retry_max, max(1.0, self._retry_wait * 2))
+            self._retry_at = now + random.uniform(self._retry_wait / 2, self._retry_wait)
+            queued = len(self._queue)
+        if first:
+            self.log.warning("selfimprove: the sidecar at %s is unavailable (%s): calls run under the last "
+                             "config each agent had (or the default config); %d reports queued, kept up to "
+                             "%d and sent when it is back", self.url, why, queued, self.max_queue)
+
+    def _available(self):
+        with self._lock:
+            if not self.offline:
+                return
+            self.offline, self._retry_wait, self._retry_at = False, 0.0, 0.0
+            down = self.clock() - self._down_since
+            queued, dropped = len(self._queue), self.dropped
+        self.log.warning("selfimprove: the sidecar at %s is back after %.1f s; %d reports queued, %d dropped "
+                         "in all", self.url, down, queued, dropped)
+
+    def _warn_once(self, key, msg, *args):
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        self.log.warning(msg, *args)
+
+    # -- configs ----------------------------------------------------------
+
+    def _fallback(self, agent):
         with self._lock:
             cached = self._configs.get(agent)
-        if cached and not refresh and self.clock() - cached[2] < self.config_ttl:
+        return cached[0] if cached else self.default_config
+
+    def config(self, agent, refresh=False):
+        """The config in force for agent, read again when older than config_ttl.
+
+        Never raises: while the sidecar is unavailable it returns the last
+        config read for agent, or default_config (see offline).
+        """
+        now = self.clock()
+        with self._lock:
+            cached = self._configs.get(agent)
+            waiting = self.offline and now < self._retry_at
+        if cached and not refresh and now - cached[2] < self.config_ttl:
             return cached[0]
+        if waiting and not refresh:
+            return cached[0] if cached else self.default_config
         headers = {"If-None-Match": cached[1]} if cached else {}
-        status, hdrs, body = self._request("GET", "/api/agents/%s/config" % urllib.parse.quote(agent, safe=""), headers=headers)
-        if status == 304 and cached:
-            cfg, etag = cached[0], cached[1]
-        elif status == 200:
-            cfg, etag = Config(json.loads(body)["config"]), hdrs.get("ETag", "")
-        else:
-            raise IntakeError(status, body.decode(errors="replace"))
+        path = "/api/agents/%s/config" % urllib.parse.quote(agent, safe="")
+        try:
+            status, hdrs, body = self._request("GET", path, headers=headers)
+            if status == 304 and cached:
+                cfg, etag = cached[0], cached[1]
+            elif status == 200:
+                cfg, etag = Config(json.loads(body)["config"]), hdrs.get("ETag", "")
+            else:
+                raise _Unavailable("config of %r: %s %s" % (agent, status, body[:200].decode("utf-8", "replace")))
+        except Exception as exc:  # down, refusing, or a body we cannot read
+            self._unavailable(exc.why if isinstance(exc, _Unavailable) else "%s: %s" % (type(exc).__name__, exc))
+            return self._fallback(agent)
+        self._available()
         with self._lock:
             self._configs[agent] = (cfg, etag, self.clock())
         return cfg
 
-    def report(self, agent, success, duration_ms, config_version, error="", status=None, code=None,
-               attempts=1, quality=None, cost=None, canceled=False):
-        """Queue one call's outcome; sent when batch_size are queued (or on flush)."""
-        o = {"agent": agent, "success": bool(success), "duration_ms": float(duration_ms),
-             "config_version": int(config_version), "attempts": int(attempts)}
+    # -- reports ----------------------------------------------------------
+
+    def _number(self, name, v, lo, hi):
+        """v as a float in [lo, hi], or None (with a warning) when it is not one."""
+        if v is None:
+            return None
+        try:
+            f = float(v)
+        except (TypeError, ValueError, OverflowError):
+            f = float("nan")
+        if not (lo <= f <= hi):
+            self._warn_once(name, "selfimprove: a %s of %r is not reported: it must be a number in [%g, %g]",
+                            name, v, lo, hi)
+            return None
+        return f
+
+    def _outcome(self, agent, success, duration_ms, config_version, error, status, code, attempts,
+                 quality, cost, canceled):
+        agent = _cut(agent, MAX_AGENT_BYTES + 1)
+        if not agent or len(agent.encode("utf-8")) > MAX_AGENT_BYTES:
+            self._warn_once("agent", "selfimprove: a report is dropped: its agent ID must be 1..%d bytes",
+                            MAX_AGENT_BYTES)
+            return None
+        d = self._number("duration_ms", duration_ms, -math.inf, math.inf)
+        o = {"agent": agent, "success": bool(success),
+             "duration_ms": min(MAX_DURATION_MS, max(0.0, d if d is not None else 0.0)),
+             "config_version": max(1, int(config_version or 1)),
+             "attempts": min(MAX_ATTEMPTS, max(0, int(attempts or 0)))}
         if not success:
             if error:
-                o["error"] = str(error)[:4096]
-            if status:
-                o["status"] = int(status)
+                o["error"] = _cut(error, MAX_ERROR_BYTES)
+            try:
+                status = int(status) if status is not None else None
+            except (TypeError, ValueError):
+                status = None
+            if status is not None and 100 <= status <= 599:
+                o["status"] = status
             if code:
-                o["code"] = str(code)[:128]
+                o["code"] = _cut(code, MAX_CODE_BYTES)
             if canceled:
                 o["canceled"] = True
-        if quality is not None:
-            o["quality"] = float(quality)
-        if cost is not None:
-            o["cost"] = float(cost)
+        q, c = self._number("quality", quality, 0.0, 1.0), self._number("cost", cost, 0.0, MAX_COST)
+        if q is not None:
+            o["quality"] = q
+        if c is not None:
+            o["cost"] = c
+        return o
+
+    def report(self, agent, success, duration_ms, config_version, error="", status=None, code=None,
+               attempts=1, quality=None, cost=None, canceled=False):
+        """Queue one call's outcome, to be sent in the background.
+
+        Never raises. Texts are cut to the intake's bounds in UTF-8 bytes
+        (error 4,096, code 128) without splitting a character; a quality
+        outside [0, 1] or a cost outside [0, 1e12] is left out (with a
+        warning) rather than have the sidecar refuse the report.
+        """
+        try:
+            o = self._outcome(agent, success, duration_ms, config_version, error, status, code, attempts,
+                              quality, cost, canceled)
+            if o is None:
+                with self._lock:
+                    self.dropped += 1
+                    self.drops["refused"] += 1
+                return
+            data = json.dumps(o, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        except Exception:
+            self.log.exception("selfimprove: a report could not be made")
+            return
         with self._lock:
-            self._queue.append(o)
-            full = len(self._queue) >= self.batch_size
-        if full:
-            self.flush()
+            if not self._queue:
+                self._queued_at = self.clock()
+            self._queue.append((o, data))
+            over = len(self._queue) - self.max_queue
+            if over > 0:
+                del self._queue[:over]
+            self._urgent = self._urgent or not o["success"]
+            wake = not o["success"] or len(self._queue) >= self.batch_size
+        if over > 0:
+            self._drop(over, "queue_full", "the queue is full (max_queue=%d)" % self.max_queue)
+        self._start_thread()
+        if wake:
+            self._wake.set()
+
+    def _drop(self, n, kind, why):
+        with self._lock:
+            self.dropped += n
+            self.drops[kind] += n
+            total = self.dropped
+        self._warn_once(("drop", kind, self.outages), "selfimprove: %d reports dropped: %s (%d dropped in all; "
+                        "see Client.dropped)", n, why, total)
+
+    def _start_thread(self):
+        if self.flush_interval is None or self._stop.is_set():
+            return
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._thread = threading.Thread(target=_flusher, name="selfimprove-flush", daemon=True,
+                                            args=(weakref.ref(self), self._stop, self._wake, self.flush_interval))
+            self._thread.start()
+
+    def _tick(self):
+        """The background thread's turn: send what is queued, unless waiting."""
+        with self._lock:
+            go = bool(self._queue) and self.clock() >= self._retry_at
+        if go:
+            self._send_pending(wait_429=False)
+
+    def _due(self):
+        """Whether the next call sends what is queued before it runs."""
+        with self._lock:
+            if self.clock() < self._retry_at:
+                return False
+            if self._urgent or self._inflight_urgent:
+                return True
+            if not self._queue:
+                return False
+            if len(self._queue) >= self.batch_size:
+                return True
+            if self.flush_interval is None:
+                return False
+            alive = self._thread is not None and self._thread.is_alive()
+            return not alive and self.clock() - self._queued_at >= self.flush_interval
 
     def flush(self):
-        """Send the queued outcomes; returns the sidecar's answer (or None).
+        """Send every queued report now; returns the intake's answer or None.
 
-        A config whose version changed is read again at its next use. A
-        429 puts the batch back and waits its Retry-After once.
+        The answer merges those of the batches sent: {"booked": n,
+        "agents": [...]}. A 429 is waited (its Retry-After, at most
+        max_wait) and the batch sent again; a config whose version changed
+        is read again at its next use. Never raises: what the sidecar
+        cannot take now stays queued (see pending and offline).
         """
-        with self._lock:
-            batch, self._queue = self._queue[:500], self._queue[500:]
-        if not batch:
+        try:
+            return self._send_pending(wait_429=True)
+        except Exception:
+            self.log.exception("selfimprove: flush failed")
             return None
-        for attempt in range(2):
-            status, hdrs, body = self._request("POST", "/api/outcomes", {"outcomes": batch})
-            if status == 429 and attempt == 0:
-                self.sleep(float(hdrs.get("Retry-After", "1") or 1))
-                continue
-            break
-        if status != 200:
-            if status == 429:
+
+    def close(self):
+        """Stop the background thread and send what is queued (flush)."""
+        self._stop.set()
+        self._wake.set()
+        return self.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _take(self):
+        """Pops the next batch: at most 500 reports and max_body_bytes."""
+        n, size = 0, 16
+        for _, data in self._queue[:MAX_OUTCOMES]:
+            if n and size + len(data) + 1 > self.max_body_bytes:
+                break
+            n, size = n + 1, size + len(data) + 1
+        batch, self._queue = self._queue[:n], self._queue[n:]
+        if self._queue:
+            self._queued_at = self.clock()
+        return batch
+
+    def _send_pending(self, wait_429):
+        merged, waits = None, 0
+        with self._send_lock:
+            with self._lock:
+                self._inflight_urgent, self._urgent = self._urgent, False
+            try:
+                while True:
+                    with self._lock:
+                        batch = self._take()
+                    if not batch:
+                        return merged
+                    try:
+                        merged = self._merge(merged, self._deliver(batch))
+                        waits = 0
+                    except _Unavailable as u:
+                        self._requeue(u.rest)
+                        if u.wait is None:
+                            self._unavailable(u.why)
+                            return merged
+                        waits += 1
+                        if not wait_429 or waits > 3:
+                            with self._lock:
+                                self._retry_at = self.clock() + u.wait
+                            return merged
+                        self.sleep(u.wait)
+            finally:
                 with self._lock:
-                    self._queue[:0] = batch
-            raise IntakeError(status, body.decode(errors="replace"))
-        answer = json.loads(body)
+                    self._inflight_urgent = False
+
+    @staticmethod
+    def _merge(merged, answer):
+        if merged is None:
+            return answer
+        merged["booked"] += answer["booked"]
+        versions = {a["id"]: a for a in merged["agents"]}
+        for a in answer["agents"]:
+            if a["id"] in versions:
+                versions[a["id"]].update(a)
+            else:
+                merged["agents"].append(a)
+        return merged
+
+    def _requeue(self, rest):
         with self._lock:
-            for a in answer.get("agents", []):
-                cached = self._configs.get(a["id"])
-                if cached and cached[0].version != a["config_version"]:
-                    del self._configs[a["id"]]
-        return answer
+            self._queue[:0] = rest
+            over = len(self._queue) - self.max_queue
+            if over > 0:
+                del self._queue[:over]
+            self._urgent = self._urgent or any(not o["success"] for o, _ in rest)
+        if over > 0:
+            self._drop(over, "queue_full", "the queue is full (max_queue=%d)" % self.max_queue)
+
+    def _post(self, part):
+        body = b'{"outcomes":[' + b",".join(d for _, d in part) + b"]}"
+        return self._send_bytes("POST", "/api/outcomes", body)
+
+    def _deliver(self, batch):
+        """Posts batch, in parts when the intake refuses some of its reports.
+
+        Returns the merged answer. A 400 (or a 403 or 422 naming an
+        outcome) drops the report it names (outcomes[i]) and sends the
+        others again; a 400 or 413 naming none halves the part, down to
+        single reports; a 409 (the batch was booked up to its outcomes[i])
+        drops that one; a 429 naming outcomes[i] sends the first i again
+        before it waits. Raises _Unavailable, with the reports not yet
+        booked in rest, when the sidecar is down or answers anything else.
+        """
+        merged, todo = {"booked": 0, "agents": []}, [batch]
+        while todo:
+            part = todo.pop(0)
+            try:
+                status, hdrs, body = self._post(part)
+            except Exception as exc:
+                raise self._rest(_Unavailable("%s: %s" % (type(exc).__name__, exc)), part, todo)
+            if status == 200:
+                try:
+                    answer = json.loads(body)
+                    answer = {"booked": int(answer.get("booked", len(part))), "agents": list(answer.get("agents", []))}
+                except (ValueError, AttributeError, TypeError):
+                    answer = {"booked": len(part), "agents": []}
+                self._booked(len(part), answer["agents"])
+                self._available()
+                merged = self._merge(merged, answer)
+                continue
+            i = _field_index(body)
+            if i is not None and not 0 <= i < len(part):
+                i = None
+            if status == 429:
+                if i:  # a limit the i-th reached (new agents): the first i fit, send them first
+                    todo[:0] = [part[:i], part[i:]]
+                    continue
+                wait = retry_after_seconds(hdrs.get("Retry-After", "1") or "1", self.max_wait)
+                raise self._rest(_Unavailable("429 from the intake", wait), part, todo)
+            if status not in (400, 409, 413) and not (status in (403, 422) and i is not None):
+                why = "%s %s" % (status, body[:200].decode("utf-8", "replace"))
+                raise self._rest(_Unavailable(why), part, todo)
+            self._available()
+            todo[:0] = self._refused(part, status, body[:300].decode("utf-8", "replace"), i)
+        return merged
+
+    @staticmethod
+    def _rest(u, part, todo):
+        u.rest = part + [x for p in todo for x in p]
+        return u
+
+    def _refused(self, part, status, text, i):
+        """The parts to send again after a 400, 409 or 413, or a 403 or 422
+        naming outcomes[i]; drops the bad report."""
+        if status == 409:
+            if i is None:
+                self._drop(len(part), "unknown", "the intake answered 409 without saying which were booked: "
+                           "not sent again, not to book them twice (%s)" % text)
+                return []
+            self._booked(i, [])
+            self._drop(1, "refused", "the intake refused one: %s" % text)
+            return [part[i + 1:]] if i + 1 < len(part) else []
+        if len(part) == 1:
+            self._drop(1, "refused", "the intake refused one: %s %s" % (status, text))
+            return []
+        if status != 413 and i is not None:
+            self._drop(1, "refused", "the intake refused one: %s %s" % (status, text))
+            return [part[:i] + part[i + 1:]]
+        h = len(part) // 2
+        return [part[:h], part[h:]]
+
+    def _booked(self, n, agents):
+        """Counts n reports booked; a config whose version changed is read
+        again at its next use (and kept, to run under while the sidecar
+        is unavailable)."""
+        stale = float("-inf")
+        with self._lock:
+            self.booked += n
+            for a in agents:
+                cached = self._configs.get(a.get("id"))
+                if cached and cached[0].version != a.get("config_version"):
+                    self._configs[a["id"]] = (cached[0], cached[1], stale)
+            if n and not agents:  # booked without an answer: read the configs again
+                for k, (cfg, etag, _) in list(self._configs.items()):
+                    self._configs[k] = (cfg, etag, stale)
+
+    # -- calls ------------------------------------------------------------
+
+    def _measure(self, name, m, result):
+        if not callable(m):
+            return m
+        try:
+            return m(result)
+        except Exception as exc:
+            self._warn_once(("measure", name), "selfimprove: the %s function raised %s: %s (the call's %s is "
+                            "not reported)", name, type(exc).__name__, exc, name)
+            return None
+
+    def _before_call(self):
+        try:
+            if self._due():
+                self._send_pending(wait_429=False)
+        except Exception:
+            self.log.exception("selfimprove: sending reports failed")
 
     def call(self, agent, fn, quality=None, cost=None):
         """Run fn(config) under agent's config and report the call.
@@ -248,11 +783,22 @@ class Client:
         for a transient failure (a status of 408, 429 or 5xx, a timeout, a
         connection error), with the config's backoff (doubled each
         attempt, with jitter; at least the Retry-After the failure asked
-        for). fn must honour
-        config.timeout (give it to its HTTP client) and config.route (the
-        model). Returns fn's result, or raises its last exception.
+        for, at most max_wait). fn must honour config.timeout (give it to
+        its HTTP client) and config.route (the model). Returns fn's
+        result, or raises its last exception: reporting never raises, and
+        with the sidecar down fn runs under the last config read (or
+        default_config).
+
+        quality and cost: numbers, or functions called with fn's result
+        (a cost read from the answer's usage, a grader's score); a
+        function is called only when fn succeeded, and one that raises
+        or returns None leaves the figure out of the report.
         """
-        cfg = self.config(agent)
+        self._before_call()
+        try:
+            cfg = self.config(agent)
+        except Exception:  # config() does not raise; this is a last guard
+            cfg = self._fallback(agent)
         start, attempts = self.clock(), 0
         while True:
             attempts += 1
@@ -261,11 +807,14 @@ class Client:
             except Exception as exc:  # reported, then raised again
                 if attempts < max(cfg.max_attempts, self.transient_attempts) and _transient(exc):
                     base = cfg.backoff if attempts < cfg.max_attempts else max(cfg.backoff, 0.5)
-                    d = min(3600.0, base * 2 ** (attempts - 1))
-                    self.sleep(max(random.uniform(d / 2, d), _retry_after(exc)))
+                    d = min(3600.0, base * 2 ** min(attempts - 1, 30))
+                    self.sleep(max(random.uniform(d / 2, d), _retry_after(exc, self.max_wait)))
                     continue
-                self.report(agent, False, (self.clock() - start) * 1e3, cfg.version, error=str(exc) or type(exc).__name__,
-                            status=_status_of(exc), code=_code_of(exc), attempts=attempts, quality=quality, cost=cost)
+                self.report(agent, False, (self.clock() - start) * 1e3, cfg.version, error=_error_text(exc),
+                            status=_status_of(exc), code=_code_of(exc), attempts=attempts,
+                            quality=None if callable(quality) else quality,
+                            cost=None if callable(cost) else cost)
                 raise
-            self.report(agent, True, (self.clock() - start) * 1e3, cfg.version, attempts=attempts, quality=quality, cost=cost)
+            self.report(agent, True, (self.clock() - start) * 1e3, cfg.version, attempts=attempts,
+                        quality=self._measure("quality", quality, result), cost=self._measure("cost", cost, result))
             return result

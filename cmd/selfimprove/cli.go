@@ -55,6 +55,10 @@ type opts struct {
 	idleTimeout  time.Duration
 	maxStreams   int
 	allowHosts   multi
+	// serve's second and third tokens (serve.go).
+	intakeTokenFile, scoreTokenFile string
+	intakeAgents, scoreAgents       multi
+	intakeNewAgents                 int
 }
 
 // multi is a repeatable string flag.
@@ -284,17 +288,23 @@ func readToken(file string) (string, error) {
 	if file == "" {
 		return os.Getenv("SELFIMPROVE_TOKEN"), nil
 	}
+	return readTokenFile(file, "--token-file")
+}
+
+// readTokenFile reads a token from file (at most 4 KiB, whitespace around
+// it trimmed); flagName names the flag that gave it in errors.
+func readTokenFile(file, flagName string) (string, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flagName, err)
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 4097))
 	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flagName, err)
 	}
 	if len(b) > 4096 {
-		return "", fmt.Errorf("--token-file: %s is larger than 4 KiB: is it the token?", file)
+		return "", fmt.Errorf("%s: %s is larger than 4 KiB: is it the token?", flagName, file)
 	}
 	return strings.TrimSpace(string(b)), nil
 }

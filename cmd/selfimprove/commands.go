@@ -97,6 +97,7 @@ func init() {
 				fs.Var(&o.allowHosts, "allow-host", "a host name (besides loopback) the Host header may carry; .example.com for its subdomains (repeatable)")
 				fs.DurationVar(&o.idleTimeout, "idle-timeout", defaultLimits.idle, "close a keep-alive connection idle this long")
 				fs.IntVar(&o.maxStreams, "max-streams", defaultLimits.maxStreams, "event streams served at once")
+				serveTokenFlags(fs, o)
 			}, run: runServe},
 		{name: "mcp", summary: "a Model Context Protocol server over stdio: the loop's failure memory, agents and proposals for agents",
 			example: "selfimprove mcp --dir ./state", nargs: [2]int{0, 0}, run: runMCP},

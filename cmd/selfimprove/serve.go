@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -46,6 +48,9 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 	lim := defaultLimits
 	lim.idle, lim.maxStreams = e.o.idleTimeout, e.o.maxStreams
 	opts := admin.Options{Token: token, Logger: logger, AllowedHosts: e.o.allowHosts, MaxStreams: lim.maxStreams}
+	if err := serveTokens(e.o, &opts); err != nil {
+		return err
+	}
 	h, closeH, err := serveHandler(dir, e.o.readOnly, opts)
 	if err != nil {
 		return err
@@ -56,7 +61,7 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	srv := newHTTPServer(h, lim, logger)
-	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s)\n", dir, ln.Addr(), serveMode(e.o.readOnly, token))
+	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s%s)\n", dir, ln.Addr(), serveMode(e.o.readOnly, token), tokensMode(&opts))
 	err = serveUntil(ctx, srv, ln)
 	if cerr := closeH(); cerr != nil && err == nil {
 		err = cerr
@@ -150,4 +155,71 @@ func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
 		}
 		return err
 	}
+}
+
+// serveTokenFlags are serve's flags of the intake's and the judge's
+// tokens.
+func serveTokenFlags(fs *flag.FlagSet, o *opts) {
+	fs.StringVar(&o.intakeTokenFile, "intake-token-file", "", "file holding the intake token: reports outcomes and reads configs of the --intake-agent agents, nothing else (default: $SELFIMPROVE_INTAKE_TOKEN)")
+	fs.Var(&o.intakeAgents, "intake-agent", "an agent the intake token may report for: an ID, or a prefix ending in * (repeatable; required with an intake token)")
+	fs.IntVar(&o.intakeNewAgents, "intake-new-agents", 60, "agents each token may create through the intake a minute")
+	fs.StringVar(&o.scoreTokenFile, "score-token-file", "", "file holding the score token: posts scores of the --score-agent agents, nothing else (default: $SELFIMPROVE_SCORE_TOKEN)")
+	fs.Var(&o.scoreAgents, "score-agent", "an agent the score token may score: an ID, or a prefix ending in * (repeatable; required with a score token)")
+}
+
+// serveTokens reads the intake's and the judge's tokens into opts, and
+// checks that each comes with its agents and differs from the others.
+func serveTokens(o *opts, opts *admin.Options) error {
+	var err error
+	if opts.IntakeToken, err = readSecret(o.intakeTokenFile, "SELFIMPROVE_INTAKE_TOKEN", "--intake-token-file"); err != nil {
+		return err
+	}
+	if opts.ScoreToken, err = readSecret(o.scoreTokenFile, "SELFIMPROVE_SCORE_TOKEN", "--score-token-file"); err != nil {
+		return err
+	}
+	if o.intakeNewAgents <= 0 {
+		return usageErr("--intake-new-agents must be positive")
+	}
+	opts.IntakeAgents, opts.ScoreAgents, opts.IntakeNewAgents = o.intakeAgents, o.scoreAgents, o.intakeNewAgents
+	for _, c := range []struct {
+		tok, env, flag, a string
+		agents            []string
+	}{{opts.IntakeToken, "SELFIMPROVE_INTAKE_TOKEN", "intake", "an", o.intakeAgents}, {opts.ScoreToken, "SELFIMPROVE_SCORE_TOKEN", "score", "a", o.scoreAgents}} {
+		switch {
+		case c.tok != "" && len(c.agents) == 0:
+			return usageErr("the %s token needs --%s-agent: the agents it may act for (IDs, or prefixes ending in *)", c.flag, c.flag)
+		case c.tok == "" && len(c.agents) > 0:
+			return usageErr("--%s-agent needs %s %s token ($%s or --%s-token-file)", c.flag, c.a, c.flag, c.env, c.flag)
+		case c.tok != "" && o.readOnly:
+			return usageErr("--read-only serves no %s token: it refuses every mutation", c.flag)
+		case c.tok != "" && c.tok == opts.Token:
+			return usageErr("the %s token is the admin token: give it a token of its own", c.flag)
+		}
+	}
+	if opts.IntakeToken != "" && opts.IntakeToken == opts.ScoreToken {
+		return usageErr("the intake and score tokens are the same: give each a token of its own")
+	}
+	return nil
+}
+
+// readSecret reads a token from file, else from the environment variable
+// env; flagName names the file's flag in errors.
+func readSecret(file, env, flagName string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(os.Getenv(env)), nil
+	}
+	return readTokenFile(file, flagName)
+}
+
+// tokensMode describes, for the line serve prints, the intake's and the
+// judge's tokens.
+func tokensMode(o *admin.Options) string {
+	var b strings.Builder
+	if o.IntakeToken != "" {
+		fmt.Fprintf(&b, "; the intake token reports for %s", strings.Join(o.IntakeAgents, ", "))
+	}
+	if o.ScoreToken != "" {
+		fmt.Fprintf(&b, "; the score token scores %s", strings.Join(o.ScoreAgents, ", "))
+	}
+	return b.String()
 }

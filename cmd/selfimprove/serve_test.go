@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +86,70 @@ func TestServe(t *testing.T) {
 	// Its work is on disk.
 	if p := readOnly(t, dir).Proposals(func(p si.Proposal) bool { return p.ID == ps.Proposals[0].ID }); len(p) != 1 || p[0].Status != si.ProposalRejected {
 		t.Errorf("after serve: %+v", p)
+	}
+}
+
+// TestServeIntakeToken: serve takes an intake token (issue 42, finding
+// 3: the sidecar recipe handed agents the admin token, which can set any
+// config) and a score token, each for its agents only, from the
+// environment or a file; either without its agents, or equal to another,
+// is a usage error.
+func TestServeIntakeToken(t *testing.T) {
+	const intakeTok, scoreTok = "intake-0123456789abcdef", "judge-0123456789abcdef"
+	file := filepath.Join(t.TempDir(), "score-token")
+	if err := os.WriteFile(file, []byte(scoreTok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	u, line := startServe(t, []string{"SELFIMPROVE_TOKEN=" + token, "SELFIMPROVE_INTAKE_TOKEN=" + intakeTok},
+		"--dir", dir, "--create", "--intake-agent", "py-*", "--score-token-file", file, "--score-agent", "judged")
+	if !strings.Contains(line, "the intake token reports for py-*; the score token scores judged") || strings.Contains(line, intakeTok) {
+		t.Errorf("serve's line: %q", line)
+	}
+	outcome := func(agent string) string {
+		return `{"outcomes": [{"agent": "` + agent + `", "success": false, "status": 503, "duration_ms": 5, "config_version": 1}]}`
+	}
+	for _, c := range []struct {
+		tok, method, path, body string
+		want                    int
+	}{
+		{intakeTok, "POST", "/api/outcomes", outcome("py-summarize"), 200},
+		{intakeTok, "GET", "/api/agents/py-summarize/config", "", 200},
+		{intakeTok, "POST", "/api/outcomes", outcome("orders"), 403},
+		{intakeTok, "GET", "/api/agents/orders/config", "", 403},
+		{intakeTok, "POST", "/api/agents/py-summarize/config", `{"config": {"max_attempts": 9}}`, 403},
+		{intakeTok, "GET", "/api/agents", "", 403},
+		{scoreTok, "POST", "/api/outcomes", outcome("py-summarize"), 403},
+		{scoreTok, "POST", "/api/agents/py-summarize/score", `{"call_id": "0123456789abcdef", "score": 1}`, 403},
+		{scoreTok, "POST", "/api/agents/judged/score", `{"call_id": "0123456789abcdef", "score": 1}`, 404},
+		{token, "POST", "/api/outcomes", outcome("orders"), 200},
+	} {
+		req, _ := http.NewRequest(c.method, u+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+c.tok)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("%s %s with the %.6s… token: %d %s, want %d", c.method, c.path, c.tok, res.StatusCode, b, c.want)
+		}
+	}
+	state := t.TempDir()
+	for _, c := range []struct {
+		env        []string
+		args, want string
+		code       int
+	}{
+		{[]string{"SELFIMPROVE_INTAKE_TOKEN=" + intakeTok}, "", "the intake token needs --intake-agent", 2},
+		{[]string{"SELFIMPROVE_INTAKE_TOKEN="}, "--intake-agent py-*", "--intake-agent needs an intake token", 2},
+		{[]string{"SELFIMPROVE_TOKEN=" + intakeTok, "SELFIMPROVE_INTAKE_TOKEN=" + intakeTok}, "--intake-agent py-*", "the intake token is the admin token", 2},
+		{[]string{"SELFIMPROVE_INTAKE_TOKEN=" + scoreTok}, "--intake-agent py-* --score-token-file " + file + " --score-agent x", "the intake and score tokens are the same", 2},
+		{nil, "--score-token-file " + filepath.Join(state, "none"), "--score-token-file: open", 1},
+	} {
+		args := append([]string{"serve", "--dir", state, "--addr", "127.0.0.1:0"}, strings.Fields(c.args)...)
+		fails(t, c.env, c.code, c.want, args...)
 	}
 }

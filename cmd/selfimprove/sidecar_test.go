@@ -46,8 +46,8 @@ func TestSidecarPython(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := exec.CommandContext(ctx, bin, "serve", "--dir", dir, "--create", "--addr", "127.0.0.1:0")
-	srv.Env = append(os.Environ(), "SELFIMPROVE_TOKEN="+token)
+	srv := exec.CommandContext(ctx, bin, "serve", "--dir", dir, "--create", "--addr", "127.0.0.1:0", "--intake-agent", "py-*")
+	srv.Env = append(os.Environ(), "SELFIMPROVE_TOKEN="+token, "SELFIMPROVE_INTAKE_TOKEN="+intakeToken)
 	stderr, _ := srv.StderrPipe()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestSidecarPython(t *testing.T) {
 
 	script := filepath.Join("..", "..", "clients", "python", "scripted_fault.py")
 	cmd := exec.CommandContext(ctx, py, script, "--url", u)
-	cmd.Env = append(os.Environ(), "SELFIMPROVE_TOKEN="+token, "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Env = append(os.Environ(), "SELFIMPROVE_INTAKE_TOKEN="+intakeToken, "PYTHONDONTWRITEBYTECODE=1")
 	var errOut strings.Builder
 	cmd.Stderr = &errOut
 	out, err := cmd.Output()

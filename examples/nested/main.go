@@ -51,6 +51,13 @@ func (c *clock) Now() time.Time { return time.Unix(0, c.ns.Load()).UTC() }
 // advance moves the simulated time forward by d.
 func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
+// Sleep waits d on the simulated clock (the loop's waits between a call's
+// attempts): it moves the time forward and returns at once.
+func (c *clock) Sleep(ctx context.Context, d time.Duration) error {
+	c.advance(d)
+	return ctx.Err()
+}
+
 // app is the program's loop, its clock, and the tool that fails: fail
 // says whether an attempt of tool-2 fails.
 type app struct {

@@ -1,0 +1,55 @@
+package admin
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// score serves POST /api/agents/{agent}/score: Token scores any agent,
+// ScoreToken the agents of Options.ScoreAgents. It checks the body, the
+// agent's right and the rate bound before it reads the agent.
+func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
+	refuse := func(reason int, err error) {
+		s.lim.refused[reason].Add(1)
+		s.fail(w, err)
+	}
+	var req ScoreRequest
+	if err := decode(r.Body, &req, false); err != nil {
+		refuse(refusedInvalid, err)
+		return
+	}
+	id, err := strconv.ParseUint(req.CallID, 16, 64)
+	switch {
+	case len(req.CallID) != 16 || err != nil:
+		refuse(refusedInvalid, bad("call_id", "call_id must be 16 hexadecimal digits (Report.CallID)"))
+		return
+	case req.Score == nil:
+		refuse(refusedInvalid, bad("score", "score is required, in [0, 1]"))
+		return
+	}
+	agent := r.PathValue("agent")
+	if err := checkID(agent); err != nil {
+		refuse(refusedInvalid, err)
+		return
+	}
+	if err := s.lim.allowed(who, agent, "agent"); err != nil {
+		refuse(refusedNotAllowed, err)
+		return
+	}
+	if wait, ok := s.rate.take(1, s.o.Now()); !ok { // scores share the intake's bound
+		s.lim.refused[refusedRate].Add(1)
+		tooMany(w, wait, "score", fmt.Sprintf("admin.Options.OutcomeRate (%g outcomes and scores a second)", s.o.OutcomeRate))
+		return
+	}
+	o, ok := s.agentOf(w, r)
+	if !ok {
+		return
+	}
+	if err := s.l.Score(o.AgentID, id, *req.Score); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.lim.scored.Add(1)
+	writeJSON(w, http.StatusOK, ScoreResult{Scored: true})
+}

@@ -1,0 +1,385 @@
+"""Unit tests of selfimprove_client against fake intakes (http.server).
+
+    python3 -m unittest -v test_selfimprove_client    # in clients/python
+
+cmd/selfimprove's TestPythonClientUnit runs them with the real python3;
+the tests against the real sidecar are there too (sidecar_client_test.go).
+Standard library only, Python 3.8+.
+"""
+
+import email.utils
+import http.server
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import selfimprove_client as sc  # noqa: E402
+
+
+class Intake:
+    """A fake sidecar: answers with respond(method, path, headers, body) -> (status, headers, body)."""
+
+    def __init__(self, respond=None):
+        self.requests = []  # (method, path, headers, body)
+        self.respond = respond or self.default
+        self.configs = {}   # agent -> version
+        self.booked = []    # the outcomes answered 200, in order
+        intake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _serve(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                intake.requests.append((self.command, self.path, dict(self.headers), body))
+                status, headers, out = intake.respond(self.command, self.path, self.headers, body)
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+        self.thread.start()
+
+    def default(self, method, path, headers, body):
+        if method == "GET" and path.startswith("/api/agents/"):
+            agent = path.split("/")[3]
+            cfg = {"version": self.configs.get(agent, 1), "max_attempts": 1}
+            return 200, {"ETag": '"v%d"' % cfg["version"]}, json.dumps({"config": cfg}).encode()
+        if method == "POST" and path == "/api/outcomes":
+            outs = json.loads(body)["outcomes"]
+            self.booked.extend(outs)
+            agents = [{"id": a, "config_version": self.configs.get(a, 1)} for a in {o["agent"] for o in outs}]
+            return 200, {}, json.dumps({"booked": len(outs), "agents": agents}).encode()
+        return 404, {}, b'{"error": "no such path"}'
+
+    def posted(self):
+        """The outcomes POSTed, in order."""
+        return [o for m, p, _, b in self.requests if m == "POST" for o in json.loads(b)["outcomes"]]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def closed_port_url():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return "http://127.0.0.1:%d" % port
+
+
+def client(url, **kw):
+    kw.setdefault("flush_interval", None)
+    kw.setdefault("flush_at_exit", False)
+    kw.setdefault("sleep", lambda s: None)
+    return sc.Client(url, token="tok", **kw)
+
+
+class Base(unittest.TestCase):
+    def intake(self, respond=None):
+        i = Intake(respond)
+        self.addCleanup(i.close)
+        return i
+
+
+class TestAnswersNeverLost(Base):
+    """Finding 1: the function always runs and its answer always returns."""
+
+    def test_sidecar_down(self):
+        c = client(closed_port_url())
+        seen = []
+        with self.assertLogs("selfimprove_client", "WARNING") as logs:
+            for i in range(20):
+                self.assertEqual(c.call("a", lambda cfg, i=i: seen.append(cfg.version) or i), i)
+            with self.assertRaises(KeyError):  # fn's own exception, not the intake's
+                c.call("a", lambda cfg: {}["x"])
+            self.assertIsNone(c.flush())
+        self.assertEqual(seen, [1] * 20, "the default config, version 1")
+        self.assertTrue(c.offline)
+        self.assertEqual(c.outages, 1)
+        self.assertEqual(c.pending, 21)
+        self.assertEqual(c.dropped, 0)
+        unavailable = [r for r in logs.output if "unavailable" in r]
+        self.assertEqual(len(unavailable), 1, "one warning per outage: %s" % logs.output)
+
+    def test_batch_fill_never_raises(self):
+        def refuse(method, path, headers, body):
+            if method == "POST":
+                return 401, {}, b'{"error": "bad token"}'
+            return intake.default(method, path, headers, body)
+        intake = self.intake(refuse)
+        c = client(intake.url, batch_size=2)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            got = [c.call("a", lambda cfg, i=i: i) for i in range(5)]
+        self.assertEqual(got, list(range(5)))
+        self.assertEqual((c.pending, c.dropped, c.booked), (5, 0, 0), "kept for later, not dropped")
+
+    def test_last_config_while_down(self):
+        intake = self.intake()
+        intake.configs["a"] = 3
+        c = client(intake.url, config_ttl=0)
+        self.assertEqual(c.call("a", lambda cfg: cfg.version), 3)
+        intake.close()
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            self.assertEqual(c.call("a", lambda cfg: cfg.version), 3)
+        self.assertTrue(c.offline)
+
+    def test_last_config_after_a_change_while_down(self):
+        intake = self.intake()
+        intake.configs["a"] = 3
+        c = client(intake.url)
+        self.assertEqual(c.call("a", lambda cfg: cfg.version), 3)
+        intake.configs["a"] = 4  # the batch's answer says v4: v3 is read again at its next use
+        c.flush()
+        intake.close()
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            self.assertEqual(c.call("a", lambda cfg: cfg.version), 3, "the last config read, not the default")
+
+    def test_queue_bound(self):
+        c = client(closed_port_url(), max_queue=5)
+        with self.assertLogs("selfimprove_client", "WARNING") as logs:
+            for i in range(12):
+                c.call("a", lambda cfg: "ok")
+        self.assertEqual((c.pending, c.dropped, c.drops["queue_full"]), (5, 7, 7))
+        self.assertEqual(len([r for r in logs.output if "dropped" in r]), 1, logs.output)
+
+    def test_recovers(self):
+        url = closed_port_url()
+        c = client(url)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            for i in range(3):
+                c.call("a", lambda cfg: "ok")
+        intake = self.intake()
+        c.url = intake.url  # the sidecar is back (here, at another port)
+        with self.assertLogs("selfimprove_client", "WARNING") as logs:
+            c.flush()
+        self.assertIn("back", logs.output[0])
+        self.assertEqual((c.offline, c.pending, c.booked, len(intake.posted())), (False, 0, 3, 3))
+
+    def test_background_thread_sends(self):
+        intake = self.intake()
+        c = client(intake.url, flush_interval=0.05)
+        c.call("a", lambda cfg: "ok")  # a success: not urgent, left to the thread
+        deadline = time.monotonic() + 20
+        while not intake.posted() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(len(intake.posted()), 1)
+        c.close()
+
+
+class TestTexts(Base):
+    """Finding 6: texts are cut in UTF-8 bytes, never splitting a character."""
+
+    def test_cut(self):
+        for ch, want in (("\u00e9", 4096), ("\u20ac", 4095), ("\U0001F600", 4096), ("a", 3000)):
+            o = client("http://x")._outcome("a", False, 1, 1, ch * 3000, None, ch * 100, 1, None, None, False)
+            b = o["error"].encode("utf-8")
+            self.assertEqual(len(b), want, ch)
+            self.assertLessEqual(len(o["code"].encode("utf-8")), 128)
+        o = client("http://x")._outcome("a", False, 1, 1, "bad \udcff surrogate", None, None, 1, None, None, False)
+        o["error"].encode("utf-8")  # valid
+
+    def test_bad_entry_books_others(self):
+        for named in (True, False):  # the field names the index, or not
+            def check(method, path, headers, body, named=named):
+                if method == "POST":
+                    outs = json.loads(body)["outcomes"]
+                    for i, o in enumerate(outs):
+                        if o["config_version"] > 5:
+                            field = "outcomes[%d].config_version" % i if named else "config_version"
+                            return 400, {}, json.dumps({"error": "never had it", "field": field}).encode()
+                return intake.default(method, path, headers, body)
+            intake = self.intake(check)
+            c = client(intake.url)
+            for v in (1, 99, 1, 1, 7, 1):
+                c.report("a", True, 10, v)
+            with self.assertLogs("selfimprove_client", "WARNING"):
+                c.flush()
+            self.assertEqual((c.booked, c.dropped, c.drops["refused"], c.pending), (4, 2, 2, 0), named)
+            self.assertEqual([o["config_version"] for o in intake.posted() if o["config_version"] == 1][-4:], [1] * 4)
+
+    def test_body_bound(self):
+        intake = self.intake()
+        c = client(intake.url, batch_size=500)
+        for i in range(60):
+            c.report("a", False, 10, 1, error="\u20ac" * 2000)  # ~6 KB each
+        c.flush()
+        self.assertEqual(c.booked, 60)
+        for m, _, _, b in intake.requests:
+            self.assertLessEqual(len(b), 65536)
+
+    def test_403_and_429_naming_an_outcome(self):
+        def limits(method, path, headers, body):
+            if method == "POST":
+                outs, new = json.loads(body)["outcomes"], set()
+                for i, o in enumerate(outs):
+                    if o["agent"] == "forbidden":
+                        return 403, {}, json.dumps({"error": "not that agent", "field": "outcomes[%d].agent" % i}).encode()
+                    new.add(o["agent"])
+                    if len(new) > 2:  # at most 2 new agents a batch
+                        return 429, {"Retry-After": "60"}, json.dumps({"error": "smaller batches",
+                                                                      "field": "outcomes[%d].agent" % i}).encode()
+            return intake.default(method, path, headers, body)
+        intake = self.intake(limits)
+        waits = []
+        c = client(intake.url, sleep=waits.append)
+        for agent in ("n1", "n2", "forbidden", "n3", "n4", "n5"):
+            c.report(agent, True, 10, 1)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            c.flush()
+        self.assertEqual((c.booked, c.dropped, c.pending, waits), (5, 1, 0, []))
+        self.assertEqual([o["agent"] for o in intake.booked], ["n1", "n2", "n3", "n4", "n5"])
+
+    def test_403_naming_no_outcome_keeps_them(self):
+        intake = self.intake(lambda m, p, h, b: (403, {}, b'{"error": "no agent allowed", "field": "outcomes"}'))
+        c = client(intake.url)
+        for i in range(3):
+            c.report("a", True, 10, 1)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            c.flush()
+        self.assertEqual((c.booked, c.dropped, c.pending, c.offline), (0, 0, 3, True))
+
+    def test_409_books_up_to_the_index(self):
+        def conflict(method, path, headers, body):
+            if method == "POST" and len(json.loads(body)["outcomes"]) == 4:
+                return 409, {}, b'{"error": "the 2 outcomes before it were booked", "field": "outcomes[2].config_version"}'
+            return intake.default(method, path, headers, body)
+        intake = self.intake(conflict)
+        c = client(intake.url)
+        for i in range(4):
+            c.report("a", True, 10, 1)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            c.flush()
+        self.assertEqual((c.booked, c.dropped, c.pending), (3, 1, 0))
+
+
+class TestRedirect(Base):
+    """Finding 11: the token never goes to another origin."""
+
+    def test_no_token_after_redirect(self):
+        other = self.intake()
+
+        def redirect(method, path, headers, body):
+            return 302, {"Location": other.url + path}, b""
+        intake = self.intake(redirect)
+        c = client(intake.url)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            self.assertEqual(c.call("a", lambda cfg: "answer"), "answer")
+            c.flush()
+        self.assertGreater(len(intake.requests), 0)
+        leaked = [r for r in other.requests if "Authorization" in r[2]]
+        self.assertEqual(leaked, [], "the token went to another origin")
+        self.assertEqual(c.pending, 1)
+
+
+class TestRetryAfter(Base):
+    """Finding 12: Retry-After is capped at max_wait (60 s by default)."""
+
+    def test_function_retry_after(self):
+        date = email.utils.formatdate(time.time() + 86400, usegmt=True)
+        past = "Wed, 21 Oct 2015 07:28:00 GMT"
+        for v, lo, hi in ((86400, 60, 60), ("inf", 60, 60), (float("inf"), 60, 60), ("nan", 0, 1),
+                          (-5, 0, 1), ("-inf", 0, 1), (date, 60, 60), (past, 0, 1), ("soon", 0, 1), ("1e999", 60, 60)):
+            waits = []
+            c = client("http://x", sleep=waits.append)
+            c.config = lambda agent, refresh=False: sc.Config({"version": 1, "max_attempts": 2})
+            n = {"i": 0}
+
+            def fn(cfg):
+                n["i"] += 1
+                if n["i"] == 1:
+                    raise sc.CallFailed("429", status=429, retry_after=v)
+                return "ok"
+            self.assertEqual(c.call("a", fn), "ok")
+            self.assertEqual(len(waits), 1)
+            self.assertTrue(lo <= waits[0] <= hi, "Retry-After %r waited %r" % (v, waits[0]))
+
+    def test_intake_retry_after(self):
+        for v in ("86400", "inf", "nan", "-3"):
+            answered = []
+
+            def limited(method, path, headers, body, v=v):
+                if method == "POST" and not answered:
+                    answered.append(1)
+                    return 429, {"Retry-After": v}, b'{"error": "over the rate"}'
+                return intake.default(method, path, headers, body)
+            intake = self.intake(limited)
+            waits = []
+            c = client(intake.url, sleep=waits.append)
+            c.report("a", True, 1, 1)
+            c.flush()
+            self.assertEqual(c.booked, 1)
+            self.assertTrue(len(waits) == 1 and 0 <= waits[0] <= 60, (v, waits))
+
+
+class TestMeasures(Base):
+    """Finding 13: quality and cost may be functions of the answer."""
+
+    def test_callables(self):
+        intake = self.intake()
+        c = client(intake.url)
+        got = c.call("a", lambda cfg: {"text": "hi", "cost": 0.02}, quality=lambda r: 0.9, cost=lambda r: r["cost"])
+        self.assertEqual(got["text"], "hi")
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            got = c.call("a", lambda cfg: "x", quality=lambda r: 1 / 0, cost=lambda r: 0.5)
+            self.assertEqual(got, "x")
+            self.assertEqual(c.call("a", lambda cfg: "y", quality=1.5, cost=float("nan")), "y")
+        with self.assertRaises(ValueError):
+            c.call("a", lambda cfg: int("x"), quality=lambda r: 0.1, cost=0.3)
+        c.flush()
+        outs = intake.posted()
+        self.assertEqual([(o.get("quality"), o.get("cost")) for o in outs],
+                         [(0.9, 0.02), (None, 0.5), (None, None), (None, 0.3)])
+
+
+class TestEarlyFlush(Base):
+    """Finding 16: a failure's report goes out before the next call runs."""
+
+    def test_failure_sent_before_next_call(self):
+        intake = self.intake()
+        c = client(intake.url)  # batch_size 50, no thread
+        order = []
+
+        def fail(cfg):
+            order.append(("run", cfg.version))
+            raise sc.CallFailed("bad request", status=400)
+        with self.assertRaises(sc.CallFailed):
+            c.call("a", fail)
+        intake.configs["a"] = 2  # the loop decided on that report
+        orig = intake.respond
+
+        def note(method, path, headers, body):
+            if method == "POST":
+                order.append(("post", len(json.loads(body)["outcomes"])))
+            return orig(method, path, headers, body)
+        intake.respond = note
+        self.assertEqual(c.call("a", lambda cfg: order.append(("run", cfg.version)) or "ok"), "ok")
+        self.assertEqual(order, [("run", 1), ("post", 1), ("run", 2)])
+
+
+class TestRetryAfterSeconds(unittest.TestCase):
+    def test_values(self):
+        f = sc.retry_after_seconds
+        self.assertEqual([f(None), f(""), f("2"), f(" 1.5 "), f(True), f("inf", 30), f(1e9, 30)],
+                         [0, 0, 2, 1.5, 0, 30, 30])
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.CRITICAL)
+    unittest.main()
