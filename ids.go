@@ -42,10 +42,9 @@ func newID(t time.Time) string {
 // The call ID: the low idVersionBits of the config version, then the low
 // idTimeBits of the time the call ended in units of 2^idTimeShift ns
 // (about a millisecond; they wrap after 4.9 hours, four times
-// ScoreHorizon), then idCheckBits of check: a keyed hash of the rest and
-// of the agent (the agent's key, callKeys), so that an ID of another
-// agent, or a made-up one, is refused but with a chance of 1 in 65,536.
-// A shift, an xor and two multiplications on the success path.
+// ScoreHorizon), then 16 bits of check: a keyed hash of the rest and of
+// the agent (the agent's key, callKeys), so that an ID of another agent,
+// or a made-up one, is refused but with a chance of 1 in 65,536.
 const (
 	idVersionBits = 24
 	idTimeBits    = 24
@@ -86,15 +85,11 @@ func parseCallID(id, key uint64, now time.Time) (version uint64, age time.Durati
 }
 
 // idCheck is the check of an ID's low bits for the agent's key, in place:
-// the top bits of a 64-bit mix (murmur3's finaliser) of both.
+// the top bits of their xor times the golden ratio's odd constant
+// (Fibonacci hashing: every bit of both reaches the top bits), one
+// multiplication on the success path.
 func idCheck(low, key uint64) uint64 {
-	x := low ^ key
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x >> idLowBits << idLowBits
+	return (low ^ key) * 0x9e3779b97f4a7c15 >> idLowBits << idLowBits
 }
 
 // callKeys keys the check of the loop's call IDs: an agent's key is the
