@@ -1,6 +1,7 @@
 package selfimprove_test
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -44,5 +45,27 @@ func TestCallIDsBoundToTheirAgent(t *testing.T) {
 	}
 	if err := e.l.Score("b", idB, 1); err != nil {
 		t.Fatalf("b's own call ID after a restart: %v", err)
+	}
+}
+
+// AddScore with a context kept after fn returned says the score was not
+// booked; before, it returned nil and the score was lost.
+func TestAddScoreAfterTheCallSaysSo(t *testing.T) {
+	e := newEnv(t)
+	if err := e.l.AddScore(context.Background(), 0); !errors.Is(err, si.ErrUnknownCall) { // the slots on
+		t.Fatalf("AddScore outside a call: %v", err)
+	}
+	var kept context.Context
+	if _, err := e.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+		kept = ctx
+		return e.l.AddScore(ctx, 0.9)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.l.AddScore(kept, 0.1); !errors.Is(err, si.ErrScoreTooLate) {
+		t.Fatalf("AddScore after the call was booked: %v, want ErrScoreTooLate", err)
+	}
+	if v, _ := e.l.View("a"); v.Versions[1].Scored != 1 || v.Versions[1].Quality != 0.9 {
+		t.Fatalf("scores booked: %+v, want the one given in the call", v.Versions[1])
 	}
 }

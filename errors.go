@@ -42,7 +42,9 @@ var (
 	// belongs to no call. Nothing is recorded.
 	ErrUnknownCall = errors.New("selfimprove: unknown call")
 	// ErrScoreTooLate is returned (wrapped) by Loop.Score for a call that
-	// ended more than ScoreHorizon ago; nothing is recorded.
+	// ended more than ScoreHorizon ago, and by Loop.AddScore for a call
+	// already booked (a context kept after fn returned); nothing is
+	// recorded.
 	ErrScoreTooLate = errors.New("selfimprove: score too late")
 	// ErrUnknownVersion is returned by Rewind for a version the agent's
 	// history no longer holds (or never had).

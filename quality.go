@@ -33,7 +33,7 @@ type scoreKey struct{}
 // scores a call by ID).
 type scoreCtx struct {
 	context.Context
-	score atomic.Uint64 // math.Float64bits of the score with the top bit set; 0: none
+	score atomic.Uint64 // math.Float64bits of the score with the top bit set; 0: none; scoreSealed: booked
 	cost  atomic.Uint64 // math.Float64bits of the cost so far
 	paid  atomic.Bool   // AddCost reported a cost
 }
@@ -61,7 +61,7 @@ func (c *scoreCtx) addCost(cost float64) {
 // release takes what c holds, once fn returned.
 func (c *scoreCtx) release() quality {
 	var q quality
-	if b := c.score.Load(); b != 0 {
+	if b := c.score.Swap(scoreSealed); b != 0 && b != scoreSealed {
 		q.score, q.scored = math.Float64frombits(b&^(1<<63)), true
 	}
 	if c.paid.Load() {
@@ -69,6 +69,11 @@ func (c *scoreCtx) release() quality {
 	}
 	return q
 }
+
+// scoreSealed is a score slot's value once the call was booked: a score
+// given then is refused (AddScore), never dropped silently. It is no
+// score's bits, which all have the top bit set.
+const scoreSealed = 1
 
 // costSlots is set once AddCost found neither a call's slot nor a loop's
 // attempt context in its context: a cost was reported that no loop could
@@ -155,7 +160,9 @@ func checkScore(score float64) error {
 // context derived from it): fn calls it before it returns, and the score
 // is booked with the call, for the config version it ran under. A later
 // AddScore of the same call replaces the score. A score that is NaN or
-// outside [0, 1] returns ErrInvalidScore and changes nothing.
+// outside [0, 1] returns ErrInvalidScore and changes nothing; one given
+// with a context kept after fn returned (the call is booked then) returns
+// ErrScoreTooLate and is not booked: Loop.Score scores the call by ID.
 //
 // The loop gives fn a context that can carry a score once it was asked for
 // one: l's first AddScore finds none, returns ErrUnknownCall, and turns
@@ -172,8 +179,15 @@ func (l *Loop) AddScore(ctx context.Context, score float64) error {
 		l.slots.Store(true)
 		return fmt.Errorf("%w: the context carries no call to score (the calls that follow will)", ErrUnknownCall)
 	}
-	c.score.Store(math.Float64bits(score) | 1<<63)
-	return nil
+	for b := math.Float64bits(score) | 1<<63; ; {
+		old := c.score.Load()
+		if old == scoreSealed {
+			return fmt.Errorf("%w: the call was booked when fn returned, without this score (score it by its Report's ID with Loop.Score)", ErrScoreTooLate)
+		}
+		if c.score.CompareAndSwap(old, b) {
+			return nil
+		}
+	}
 }
 
 // slot gives the call that runs with ctx a score slot when l's slots are
