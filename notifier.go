@@ -379,6 +379,25 @@ func (d *dispatcher) logDrops(force bool) {
 	}
 }
 
+// overBurst reports whether delivering the pending events one by one
+// would go over BurstLimit within the window: at Close, they are then
+// collapsed into one digest, and else delivered as they are.
+func (d *dispatcher) overBurst() bool {
+	lim := d.o.BurstLimit
+	if lim <= 0 {
+		return false
+	}
+	recent, since := 0, time.Now().Add(-d.o.BurstWindow)
+	for _, t := range d.sent {
+		if t.After(since) {
+			recent++
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return recent+d.pending > lim
+}
+
 // take removes and returns the pending events in arrival order: the
 // oldest one, or all of them when all is set.
 func (d *dispatcher) take(all bool) []Event {
@@ -426,7 +445,7 @@ func (d *dispatcher) run() {
 				}
 			}
 		}
-		evs := d.take(burst || d.isClosing())
+		evs := d.take(burst || d.isClosing() && d.overBurst())
 		if len(evs) == 0 {
 			if d.isClosing() {
 				return
@@ -522,8 +541,9 @@ func (d *dispatcher) try(n Notifier, e Event) (err error) {
 }
 
 // close stops taking events and waits until the queued ones are delivered
-// (collapsed into one digest, with no waiting between retries) or ctx
-// ends; events still queued then are counted as dropped.
+// (one by one, or collapsed into one digest if that would go over
+// BurstLimit; with no waiting between retries) or ctx ends; events still
+// queued then are counted as dropped.
 func (d *dispatcher) close(ctx context.Context) error {
 	d.mu.Lock()
 	if !d.closed {

@@ -92,8 +92,21 @@ func TestBurstCollapsesIntoADigest(t *testing.T) {
 	})
 }
 
-// Close delivers what is queued, as one digest, within its deadline.
+// Close delivers what is queued within its deadline: one by one while the
+// burst limit allows (before, whatever was queued at Close came as one
+// digest, burst or not), as one digest beyond it.
 func TestCloseDrainsTheQueue(t *testing.T) {
+	for _, tt := range []struct {
+		limit, delivered, digest int
+	}{{0, 4, 0}, {2, 2, 3}} {
+		t.Run(fmt.Sprint("limit ", tt.limit), func(t *testing.T) { closeDrains(t, tt.limit, tt.delivered, tt.digest) })
+	}
+}
+
+// closeDrains emits 4 events to a notifier that blocks for a second, and
+// closes the loop: delivered events come, the last a digest of digest
+// events when digest is not 0.
+func closeDrains(t *testing.T, limit, delivered, digest int) {
 	synctest.Test(t, func(t *testing.T) {
 		block := make(chan struct{})
 		var got []si.Event
@@ -102,7 +115,7 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 			got = append(got, e)
 			return nil
 		})
-		l, emit := looptest.DeliveryLoop(t, n, si.NotifyOptions{}, nil)
+		l, emit := looptest.DeliveryLoop(t, n, si.NotifyOptions{BurstLimit: limit}, nil)
 		for i := range 4 {
 			emit(fmt.Sprint(i))
 		}
@@ -110,8 +123,14 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[1].Type != si.EventDigest || len(got[1].Digest) != 3 {
-			t.Fatalf("delivered %+v", got)
+		digests := 0
+		for _, e := range got {
+			if e.Type == si.EventDigest {
+				digests++
+			}
+		}
+		if len(got) != delivered || digest == 0 && digests > 0 || digest > 0 && (got[len(got)-1].Type != si.EventDigest || len(got[len(got)-1].Digest) != digest) {
+			t.Fatalf("delivered %d events, %d digests: %+v", len(got), digests, got)
 		}
 	})
 }
