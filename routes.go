@@ -26,10 +26,12 @@ import (
 type Routes struct {
 	// Primary is the route an agent starts on and returns to; the empty
 	// Config.Route means it. Default "": the wrapped function's own
-	// default model.
+	// default model (a choice: a ladder need not name the model fn
+	// picks; views and events then show the primary as "").
 	Primary string
-	// Fallbacks are the routes to move to, in order. The primary, if
-	// listed, is skipped. Default nil: none; at most 15.
+	// Fallbacks are the routes to move to, in order: each non-empty,
+	// listed once, and not the primary (New refuses a ladder that breaks
+	// this, naming the entry). Default nil: none; at most 15.
 	Fallbacks []string
 	// Models maps a route to a model; a route not in it is the model's own
 	// name. Default nil; at most 64 entries.
@@ -96,7 +98,16 @@ func (r Routes) validate() error {
 	}
 	err := checkText("Primary", r.Primary, maxRouteLen)
 	for i, f := range r.Fallbacks {
-		err = firstErr(err, checkText(fmt.Sprintf("Fallbacks[%d]", i), f, maxRouteLen))
+		name := fmt.Sprintf("Fallbacks[%d]", i)
+		switch {
+		case f == "":
+			err = firstErr(err, fieldErr(name, "empty: the empty route is the primary"))
+		case f == r.Primary:
+			err = firstErr(err, fieldErr(name, "%q is the primary", f))
+		case slices.Index(r.Fallbacks, f) < i:
+			err = firstErr(err, fieldErr(name, "%q is listed twice", f))
+		}
+		err = firstErr(err, checkText(name, f, maxRouteLen))
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Models)) {
 		name := "Models[" + quoteCut(k, maxQuoted) + "]"

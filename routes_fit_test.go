@@ -137,3 +137,21 @@ func TestRouteLimitsValidated(t *testing.T) {
 		t.Errorf("New: %v; want ErrInvalidOption naming Limits[\"a\"].ContextTokens", err)
 	}
 }
+
+// A ladder with an empty, duplicated or primary fallback is refused,
+// naming the entry; before, New took it and dropped the entry silently.
+func TestRouteLadderValidated(t *testing.T) {
+	for _, tt := range []struct {
+		r    si.Routes
+		want string
+	}{
+		{si.Routes{Primary: "a", Fallbacks: []string{"b", ""}}, "Fallbacks[1]: empty"},
+		{si.Routes{Primary: "a", Fallbacks: []string{"a", "b"}}, `Fallbacks[0]: "a" is the primary`},
+		{si.Routes{Primary: "a", Fallbacks: []string{"b", "c", "b"}}, `Fallbacks[2]: "b" is listed twice`},
+	} {
+		_, err := si.New(si.WithStore(si.NewRAMStore()), si.WithRoutes(tt.r))
+		if !errors.Is(err, si.ErrInvalidOption) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("New with %+v: %v; want ErrInvalidOption naming %s", tt.r, err, tt.want)
+		}
+	}
+}
