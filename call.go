@@ -498,11 +498,6 @@ func (l *Loop) cause(a *agent, c *begun, err error) (from string, suspect bool) 
 // booked as this long.
 const maxRecordDuration = 24 * time.Hour
 
-// maxRecordCost bounds a call's cost, recorded or added with AddCost (a
-// call's sum of them stops there), and a fleet's pooled cost per call: a
-// larger one, as a NaN or a negative one, is not booked.
-const maxRecordCost = 1e12
-
 // Record books a call that ran outside the loop, as ExecuteWithImprovement
 // books the calls it runs: an agent in another process or language
 // reports what its call did (the admin package's outcome intake calls

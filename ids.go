@@ -8,10 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 )
 
@@ -107,52 +104,3 @@ func (k callKeys) of(agentID string) uint64 {
 	sum := sha256.Sum256(append(append(buf[:0], k.secret...), agentID...))
 	return binary.LittleEndian.Uint64(sum[:8])
 }
-
-// fleetCallKey is the secret of the call IDs of a loop with a fleet.
-var fleetCallKey = []byte("selfimprove call IDs, shared by a fleet")
-
-// loadCallKeys returns the secret of st (see callKeys): read, or made and
-// saved, when st keeps documents and fleet is false. When it can neither
-// read nor save one, it returns a random one with the error.
-func loadCallKeys(st Store, fleet bool) (callKeys, error) {
-	if fleet {
-		return callKeys{fleetCallKey}, nil
-	}
-	secret := make([]byte, 32)
-	crand.Read(secret)
-	ms, ok := st.(metaStore)
-	if !ok {
-		return callKeys{secret}, nil
-	}
-	var doc struct {
-		Key []byte `json:"key"`
-	}
-	err := ms.LoadMeta(callKeyDoc, func(b []byte) error {
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return err
-		}
-		if len(doc.Key) != 32 {
-			return fmt.Errorf("a key of %d bytes, not 32", len(doc.Key))
-		}
-		return nil
-	})
-	switch {
-	case err == nil:
-		return callKeys{doc.Key}, nil
-	case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrCorruptState):
-		return callKeys{secret}, fmt.Errorf("selfimprove: read the key of call IDs: %w", err)
-	}
-	if _, ro := st.(*ReadOnlyStore); ro {
-		return callKeys{secret}, nil // a reader hands out no call ID to keep
-	}
-	b, _ := json.Marshal(struct {
-		Key []byte `json:"key"`
-	}{secret})
-	if err := ms.SaveMeta(callKeyDoc, b); err != nil {
-		return callKeys{secret}, fmt.Errorf("selfimprove: save the key of call IDs: %w", err)
-	}
-	return callKeys{secret}, nil
-}
-
-// callKeyDoc names the document of the call IDs' secret.
-const callKeyDoc = "call-id-key"

@@ -64,3 +64,8 @@ const (
 	// score for it (see docs/quality.md).
 	ScoreHorizon = time.Hour
 )
+
+// maxRecordCost bounds a call's cost, recorded or added with AddCost (a
+// call's sum of them stops there), and a fleet's pooled cost per call: a
+// larger one, as a NaN or a negative one, is not booked.
+const maxRecordCost = 1e12
