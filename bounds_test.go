@@ -369,7 +369,7 @@ func TestOptionSpecialValues(t *testing.T) {
 		si.WithMemory(si.MemoryOptions{MaxClusters: 1000, HalfLife: 366 * day}),
 		si.WithNotifyOptions(si.NotifyOptions{Queue: 1 << 20, Attempts: 100, Backoff: time.Hour, MaxBackoff: time.Hour,
 			BurstLimit: -1, BurstWindow: day, Timeout: time.Hour}),
-		si.WithRoutes(si.Routes{Primary: strings.Repeat("p", 256), Fallbacks: make([]string, 15), Models: params(64, 256, 256)}),
+		si.WithRoutes(si.Routes{Primary: strings.Repeat("p", 256), Fallbacks: fallbacks(15, 256), Models: params(64, 256, 256)}),
 	} {
 		l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithLogger(quiet), opt)
 		if err != nil {
@@ -409,4 +409,13 @@ func TestSetRoutesBounds(t *testing.T) {
 	if !errors.Is(err, si.ErrInvalidOption) || !strings.Contains(err.Error(), "SetRoutes: Fallbacks[1]") {
 		t.Fatalf("SetRoutes = %v, want ErrInvalidOption naming Fallbacks[1]", err)
 	}
+}
+
+// fallbacks returns n distinct routes of size bytes each.
+func fallbacks(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = strings.Repeat(string(rune('a'+i)), size)
+	}
+	return out
 }

@@ -380,22 +380,17 @@ func (d *dispatcher) logDrops(force bool) {
 }
 
 // overBurst reports whether delivering the pending events one by one
-// would go over BurstLimit within the window: at Close, they are then
-// collapsed into one digest, and else delivered as they are.
+// would go over BurstLimit within the window (at Close: a digest, if so).
 func (d *dispatcher) overBurst() bool {
-	lim := d.o.BurstLimit
-	if lim <= 0 {
-		return false
-	}
-	recent, since := 0, time.Now().Add(-d.o.BurstWindow)
+	n, since := 0, time.Now().Add(-d.o.BurstWindow)
 	for _, t := range d.sent {
 		if t.After(since) {
-			recent++
+			n++
 		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return recent+d.pending > lim
+	return d.o.BurstLimit > 0 && n+d.pending > d.o.BurstLimit
 }
 
 // take removes and returns the pending events in arrival order: the

@@ -261,8 +261,8 @@ func TestKeptContextStaysTheCalls(t *testing.T) {
 	if kept.Err() == nil {
 		t.Error("the kept context did not end with its parent")
 	}
-	if err := e.l.AddScore(kept, 0); err != nil {
-		t.Errorf("AddScore after the call: %v", err)
+	if err := e.l.AddScore(kept, 0); !errors.Is(err, si.ErrScoreTooLate) {
+		t.Errorf("AddScore after the call: %v, want ErrScoreTooLate (the call was booked)", err)
 	}
 	if v, _ := e.l.View("a"); v.Versions[1].Scored != 10 || v.Versions[1].Quality != 1 {
 		t.Errorf("figures %+v", v.Versions[1])
