@@ -3,6 +3,8 @@ package selfimprove
 import (
 	"math"
 	"unicode/utf8"
+
+	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
 
 // Decoding the scores, costs and the quality watch of an agent's state.
@@ -42,7 +44,18 @@ func (c *checker) qualityWatch(w *qualityWatch) {
 	if !(w.Mean >= 0 && w.Mean <= 1) {
 		c.fail("%s: %v, not a mean score", f.dot("mean"), w.Mean)
 	}
+	if !(w.Bet >= 0 && w.Bet <= verdict.MaxDetectBet) {
+		c.fail("%s: %v, not a bet", f.dot("bet"), w.Bet)
+	}
+	if !(w.LogW >= 0 && w.LogW <= verdict.DetectLimit(qualityWatchAlpha)) {
+		c.fail("%s: %v, not the watch's log-wealth", f.dot("log_wealth"), w.LogW)
+	}
 	c.scoreSums(f, w.N, w.Sum, w.Squares)
+	if w.N == 0 || w.LogW == 0 || w.Bet == 0 {
+		// No run, or one saved before the bet (its log-wealth and bet
+		// absent): the next scored call starts one afresh.
+		w.N, w.Sum, w.Squares, w.LogW = 0, 0, 0, 0
+	}
 	r := &w.Ref
 	c.num(f.dot("change_reference").dot("version"), int64(r.Version), 0, c.maxVer+1)
 	c.scoreSums(f.dot("change_reference"), r.Scored, r.Sum, r.Squares)

@@ -116,14 +116,27 @@ func TestQualityWatchRoundTrip(t *testing.T) {
 	st := newState("a", Config{Version: 2, Route: "r"})
 	st.MaxVersion = 2
 	st.bookQuality(2, "r", quality{score: 0.5, scored: true}, false)
-	st.Quality.Watch = qualityWatch{Version: 2, N: 2, Sum: 1, Squares: 0.5, Mean: 0.7, Until: 4e18,
+	st.Quality.Watch = qualityWatch{Version: 2, N: 2, Sum: 1, Squares: 0.5, Mean: 0.7, Bet: 0.5, LogW: 1.25, Until: 4e18,
 		Ref: qualityRec{Version: 2, Scored: 3, Sum: 1.5, Squares: 1}}
 	enc := roundTrip(t, &st)
-	if !strings.Contains(string(enc), `"quality_watch":{"version":2,"scored":2,"score_sum":1,"score_squares":0.5,"mean":0.7,"cooldown_until_ns":4000000000000000000,"change_reference":{"version":2,"scored":3,"score_sum":1.5,"score_squares":1}}`) {
+	if !strings.Contains(string(enc), `"quality_watch":{"version":2,"scored":2,"score_sum":1,"score_squares":0.5,"mean":0.7,"bet":0.5,"log_wealth":1.25,"cooldown_until_ns":4000000000000000000,"change_reference":{"version":2,"scored":3,"score_sum":1.5,"score_squares":1}}`) {
 		t.Errorf("state file: %s", enc)
+	}
+	// A watch saved before the bet (no bet, no log-wealth) loads, and
+	// its run starts afresh.
+	old := strings.Replace(string(enc), `"bet":0.5,"log_wealth":1.25,`, "", 1)
+	back, err := decodeState([]byte(old), "a")
+	if err != nil {
+		t.Fatalf("a watch saved before the bet: %v", err)
+	}
+	if w := back.Quality.Watch; w.N != 0 || w.Sum != 0 || w.Squares != 0 || w.LogW != 0 || w.Mean != 0.7 || w.Until != 4e18 || w.Ref.Scored != 3 {
+		t.Errorf("a watch saved before the bet decoded as %+v", w)
 	}
 	for _, bad := range []string{
 		`"mean":0.7` + "|" + `"mean":1.7`,
+		`"bet":0.5` + "|" + `"bet":1`,
+		`"log_wealth":1.25` + "|" + `"log_wealth":-1`,
+		`"log_wealth":1.25` + "|" + `"log_wealth":7`,
 		`"score_sum":1,` + "|" + `"score_sum":3,`,
 		`"change_reference":{"version":2` + "|" + `"change_reference":{"version":9`,
 		`"cooldown_until_ns":4000000000000000000` + "|" + `"cooldown_until_ns":-1`,
