@@ -82,6 +82,12 @@ type Options struct {
 	// accepts every host (for a proxy that checks Host itself). Default:
 	// none, loopback only.
 	AllowedHosts []string
+	// HostHint ends the 421 answer to a request for a host that is not
+	// allowed, in parentheses after the host: what to do to serve it. A
+	// program that fills AllowedHosts from its own flag or setting names
+	// that one here (selfimprove serve: its --allow-host flag). Default
+	// "list it in admin.Options.AllowedHosts".
+	HostHint string
 	// MaxStreams bounds the event streams served at once; one more gets
 	// 503 with Retry-After. Default 100.
 	MaxStreams int
@@ -179,6 +185,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = 100
+	}
+	if o.HostHint == "" {
+		o.HostHint = "list it in admin.Options.AllowedHosts"
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -326,7 +335,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 		if !s.hostAllowed(r.Host) {
 			w.Header().Set("X-Content-Type-Options", "nosniff")
 			writeError(w, http.StatusMisdirectedRequest, "Host", "this handler does not serve the host "+strconv.Quote(r.Host)+
-				" (list it in admin.Options.AllowedHosts)")
+				" ("+s.o.HostHint+")")
 			return
 		}
 		mux.ServeHTTP(w, r)

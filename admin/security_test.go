@@ -62,6 +62,24 @@ func TestHostCheck(t *testing.T) {
 	}
 }
 
+// TestHostHint: the 421 says what to do to serve the host: by default,
+// list it in Options.AllowedHosts; with Options.HostHint, what that says
+// (selfimprove serve names its --allow-host flag; issue 43, item 4).
+func TestHostHint(t *testing.T) {
+	l, _ := newLoop(t)
+	for hint, want := range map[string]string{"": "(list it in admin.Options.AllowedHosts)", "pass --allow-host": "(pass --allow-host)"} {
+		req := httptest.NewRequest("GET", "/api/agents", nil)
+		req.Host = "rebind.attacker.example"
+		rec := httptest.NewRecorder()
+		admin.Handler(l, admin.Options{HostHint: hint, SampleEvery: -1}).ServeHTTP(rec, req)
+		var body admin.ErrorBody
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusMisdirectedRequest ||
+			!strings.HasSuffix(body.Error, want) || body.Field != "Host" {
+			t.Errorf("HostHint %q: %d %q (%v), want 421 ending %q", hint, rec.Code, body.Error, err, want)
+		}
+	}
+}
+
 // TestStreamBound: at most Options.MaxStreams streams at once; one more
 // gets 503 at once, and a stream that ends frees its place (item 3).
 func TestStreamBound(t *testing.T) {

@@ -108,6 +108,9 @@ func openDir(dir string, write bool) (*client, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("state directory %s is not a directory", dir)
 	}
+	if err := checkStateDir(dir, "pass --dir DIR"); err != nil {
+		return nil, err
+	}
 	// Problems of the loop are errors of the command: shown, one line each.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	token := newToken()
@@ -122,9 +125,6 @@ func openDir(dir string, write bool) (*client, error) {
 		c.hc = &http.Client{Transport: inProcess{h}}
 		return c, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
-		return nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR", dir)
-	}
 	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(logger))
 	if errors.Is(err, selfimprove.ErrLocked) {
 		return nil, fmt.Errorf("state directory %s is in use by a running Loop: use --url to reach its admin API", dir)
@@ -135,6 +135,17 @@ func openDir(dir string, write bool) (*client, error) {
 	c.loop = l
 	c.hc = &http.Client{Transport: inProcess{admin.Handler(l, opts)}}
 	return c, nil
+}
+
+// checkStateDir fails unless dir holds agents/, which a Loop's store
+// makes when it opens a directory: reading another directory would show
+// no agents, and log an error at each read. todo says what to do then.
+func checkStateDir(dir, todo string) error {
+	fi, err := os.Stat(filepath.Join(dir, "agents"))
+	if err == nil && fi.IsDir() {
+		return nil
+	}
+	return fmt.Errorf("%s is not a state directory: it has no agents/ (a state directory, made by a Loop's WithDir, holds agents/ and events.jsonl): %s", dir, todo)
 }
 
 // openReadOnly opens a Loop that reads dir without its lock.
@@ -300,10 +311,14 @@ func (c *client) do(ctx context.Context, method, path string, q url.Values, body
 		return fmt.Errorf("reach the admin API: %w", err)
 	}
 	defer resp.Body.Close()
-	return decodeAnswer(resp, v)
+	return c.decodeAnswer(resp, v)
 }
 
-func decodeAnswer(resp *http.Response, v any) error {
+// decodeAnswer decodes resp into v, or returns its error: an apiError, or
+// a noAPIError when it is not the admin API's answer (a 404 that is not
+// the API's "no such agent" or "no such proposal", or a success that is
+// not JSON).
+func (c *client) decodeAnswer(resp *http.Response, v any) error {
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return fmt.Errorf("read the answer: %w", err)
@@ -313,15 +328,38 @@ func decodeAnswer(resp *http.Response, v any) error {
 	}
 	if resp.StatusCode/100 != 2 {
 		e := &apiError{status: resp.StatusCode}
-		if json.Unmarshal(data, &e.body) != nil {
-			e.body.Error = fmt.Sprintf("%s (not an admin API answer: is the URL the admin handler's root?)", resp.Status)
+		isBody := json.Unmarshal(data, &e.body) == nil && e.body.Status == resp.StatusCode && e.body.Error != ""
+		// The API's 404s name what was not found (Field); the handler's
+		// "no such endpoint" names nothing: a path it does not serve.
+		if resp.StatusCode == http.StatusNotFound && (!isBody || e.body.Field == "") {
+			return c.noAPI(resp)
+		}
+		if !isBody {
+			e.body = admin.ErrorBody{Error: fmt.Sprintf("%s (not an admin API answer: is the URL the admin handler's root?)", resp.Status)}
 		}
 		return e
 	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("not an admin API answer (is the URL the admin handler's root?): %w", err)
+	if v == nil || json.Unmarshal(data, v) != nil {
+		return c.noAPI(resp)
 	}
 	return nil
+}
+
+// noAPIError is an answer that is not the admin API's: the URL of --url
+// does not serve the API, most often for a wrong mount path.
+type noAPIError struct{ base, what string }
+
+func (e *noAPIError) Error() string {
+	return fmt.Sprintf("no selfimprove API at %s (%s): check the mount path: --url is the admin handler's root, "+
+		"http://HOST:PORT/PREFIX for a handler mounted under /PREFIX/ (no PREFIX for selfimprove serve)", e.base, e.what)
+}
+
+func (c *client) noAPI(resp *http.Response) *noAPIError {
+	what := resp.Status
+	if resp.Request != nil && resp.Request.URL != nil {
+		what = resp.Request.Method + " " + resp.Request.URL.Path + ": " + what
+	}
+	return &noAPIError{base: c.base, what: what}
 }
 
 // inProcess serves requests with a handler in this process.

@@ -184,7 +184,7 @@ func agentTable(w io.Writer, agents []admin.AgentSummary) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "AGENT\tVERSION\tCALLS\tSUCCESS\tHEALTH\tCHANGE\tCIRCUIT\tPROPOSALS\tPROFILE")
 	for _, a := range agents {
-		health := fmt.Sprintf("%.2f", a.Health)
+		health := healthText(a.Health)
 		if !a.Healthy {
 			health += " !"
 		}
@@ -310,7 +310,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 		s := d.Stats
 		fmt.Fprintf(tw, "Agent:\t%s\n", cell(d.ID))
 		fmt.Fprintf(tw, "Config:\tv%d %s\n", d.Config.Version, configText(d.Config))
-		fmt.Fprintf(tw, "Health:\t%.2f (healthy: %v), circuit %s\n", d.Health, d.Healthy, d.Circuit)
+		fmt.Fprintf(tw, "Health:\t%s (healthy: %v), circuit %s\n", healthText(d.Health), d.Healthy, d.Circuit)
 		fmt.Fprintf(tw, "Next:\t%s\n", nextText(d.Next, d.NextAt))
 		for _, r := range d.DeadRoutes {
 			fmt.Fprintf(tw, "Dead route:\t%s until %s: %s\n", cell(r.Route), r.Until.Format("2006-01-02 15:04"), cell(r.Reason))

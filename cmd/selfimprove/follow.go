@@ -56,7 +56,8 @@ func follow(ctx context.Context, c *client, f selfimprove.EventFilter, e *env) e
 			return nil
 		}
 		var ae *apiError
-		if errors.As(err, &ae) {
+		var na *noAPIError
+		if errors.As(err, &ae) || errors.As(err, &na) {
 			return err
 		}
 		// A dropped connection or a slow reader: reconnect after a pause.
@@ -122,7 +123,10 @@ func followStream(ctx context.Context, c *client, f selfimprove.EventFilter, las
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return decodeAnswer(resp, nil)
+		return c.decodeAnswer(resp, nil)
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return c.noAPI(resp) // a page, not the stream
 	}
 	notice("following %s", c.base+"/api/events/stream")
 	br := bufio.NewReaderSize(resp.Body, 64<<10)

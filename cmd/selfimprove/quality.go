@@ -11,6 +11,10 @@ import (
 
 // The quality and cost figures of the agent command (see docs/quality.md).
 
+// healthText is an agent's health (0..1) as a percentage, as the
+// dashboard shows it: 0.87 is "87.0%".
+func healthText(h float64) string { return fmt.Sprintf("%.1f%%", 100*h) }
+
 // qualityText is a version's or a route's mean score and cost per
 // successful call, each with its count of calls ("-" when none).
 func qualityText(q *admin.QualityView) (quality, cost string) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -47,7 +48,8 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 	}
 	lim := defaultLimits
 	lim.idle, lim.maxStreams = e.o.idleTimeout, e.o.maxStreams
-	opts := admin.Options{Token: token, Logger: logger, AllowedHosts: e.o.allowHosts, MaxStreams: lim.maxStreams}
+	opts := admin.Options{Token: token, Logger: logger, AllowedHosts: e.o.allowHosts, MaxStreams: lim.maxStreams,
+		HostHint: "pass its name to selfimprove serve --allow-host"}
 	if err := serveTokens(e.o, &opts); err != nil {
 		return err
 	}
@@ -105,6 +107,9 @@ func newHTTPServer(h http.Handler, lim limits, logger *slog.Logger) *http.Server
 // lock, with every request behind opts.Token (reads are open, and
 // mutations refused, without one).
 func serveHandler(dir string, readOnly bool, opts admin.Options) (http.Handler, func() error, error) {
+	if err := checkStateDir(dir, "pass --dir DIR, or --create to make one"); err != nil {
+		return nil, nil, err
+	}
 	if readOnly {
 		h, err := newReadOnlyHandler(dir, opts)
 		if err != nil {
@@ -112,12 +117,12 @@ func serveHandler(dir string, readOnly bool, opts admin.Options) (http.Handler, 
 		}
 		return h, h.Close, nil
 	}
-	if _, err := os.Stat(filepath.Join(dir, "agents")); err != nil {
-		return nil, nil, fmt.Errorf("%s is not a state directory (no agents/): pass --dir DIR, or --create to make one", dir)
-	}
 	l, err := selfimprove.New(selfimprove.WithDir(dir), selfimprove.WithNotifier(nil), selfimprove.WithLogger(opts.Logger))
 	if errors.Is(err, selfimprove.ErrLocked) {
 		return nil, nil, fmt.Errorf("state directory %s is in use by a running Loop: serve its admin API from that process, or pass --read-only", dir)
+	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, nil, fmt.Errorf("open %s: %w: serve needs write access to the directory, or pass --read-only to serve it without writing (mutations refused)", dir, err)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open %s: %w", dir, err)
