@@ -35,12 +35,12 @@ func TestOverviewBackground(t *testing.T) {
 	kick := s.ov.wake()
 	read := func(what string, wantLoads int64, wantKick bool) Overview {
 		t.Helper()
-		before := cs.loads.Load()
+		before := cs.Loads.Load()
 		var o Overview
 		if err := json.Unmarshal(readOverview(t, s, page).Body.Bytes(), &o); err != nil {
 			t.Fatal(err)
 		}
-		if loads, k := cs.loads.Load()-before, kicked(kick); loads != wantLoads || k != wantKick {
+		if loads, k := cs.Loads.Load()-before, kicked(kick); loads != wantLoads || k != wantKick {
 			t.Errorf("%s: %d state loads, asked for a pass: %v; want %d, %v", what, loads, k, wantLoads, wantKick)
 		}
 		return o
@@ -51,9 +51,9 @@ func TestOverviewBackground(t *testing.T) {
 	}
 	clk.Advance(time.Minute)
 	read("a minute later", 0, true)
-	before := cs.loads.Load()
+	before := cs.Loads.Load()
 	s.refreshStale()
-	if loads := cs.loads.Load() - before; loads != 15 { // the agents with failures in their window
+	if loads := cs.Loads.Load() - before; loads != 15 { // the agents with failures in their window
 		t.Errorf("the background pass: %d state loads, want 15", loads)
 	}
 	for _, e := range s.ov.order[:5] {

@@ -15,15 +15,34 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
-// diskLoads is a FileStore that counts the agent states it loads.
-type diskLoads struct {
+// DiskLoads is a FileStore that counts the agent states it loads (for
+// this package's tests, internal and external: see OpenCounting).
+type DiskLoads struct {
 	*selfimprove.FileStore
-	loads atomic.Int64
+	Loads atomic.Int64
 }
 
-func (c *diskLoads) LoadAgent(id string, decode func([]byte) error) error {
-	c.loads.Add(1)
+// LoadAgent counts the load and loads.
+func (c *DiskLoads) LoadAgent(id string, decode func([]byte) error) error {
+	c.Loads.Add(1)
 	return c.FileStore.LoadAgent(id, decode)
+}
+
+// OpenCounting opens the FileStore in dir with a counting wrapper, and a
+// Loop on it (loopOpts, then opts), closed when the test ends.
+func OpenCounting(tb testing.TB, dir string, clk *fakeclock.Clock, opts ...selfimprove.Option) (*selfimprove.Loop, *DiskLoads) {
+	tb.Helper()
+	fs, err := selfimprove.OpenFileStore(dir, selfimprove.FileOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cs := &DiskLoads{FileStore: fs}
+	l, err := selfimprove.New(loopOpts(clk, append([]selfimprove.Option{selfimprove.WithStore(cs)}, opts...)...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l, cs
 }
 
 // ovStart is the clock's start in the overview's internal tests.
@@ -67,18 +86,9 @@ func saveAgents(tb testing.TB, dir string, clk *fakeclock.Clock, n int) {
 // overviewServer opens the FileStore in dir with a counting wrapper, a
 // Loop on it, and the handler's state on the Loop with o, as Handler
 // makes it but for the background loop: the caller runs its tick.
-func overviewServer(tb testing.TB, dir string, clk *fakeclock.Clock, o Options, opts ...selfimprove.Option) (*server, *diskLoads) {
+func overviewServer(tb testing.TB, dir string, clk *fakeclock.Clock, o Options, opts ...selfimprove.Option) (*server, *DiskLoads) {
 	tb.Helper()
-	fs, err := selfimprove.OpenFileStore(dir, selfimprove.FileOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cs := &diskLoads{FileStore: fs}
-	l, err := selfimprove.New(loopOpts(clk, append([]selfimprove.Option{selfimprove.WithStore(cs)}, opts...)...)...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { l.Close() })
+	l, cs := OpenCounting(tb, dir, clk, opts...)
 	s := &server{l: l, o: o.withDefaults()}
 	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines
 	return s, cs
@@ -120,24 +130,24 @@ func BenchmarkOverview5000(b *testing.B) {
 		b.Fatalf("after the first read: %d agents", len(s.ov.order))
 	}
 	b.Run("now", func(b *testing.B) {
-		before := cs.loads.Load()
+		before := cs.Loads.Load()
 		b.ReportAllocs()
 		for b.Loop() {
 			readOverview(b, s, "")
 		}
-		b.ReportMetric(float64(cs.loads.Load()-before)/float64(b.N), "loads/op")
+		b.ReportMetric(float64(cs.Loads.Load()-before)/float64(b.N), "loads/op")
 	})
 	b.Run("minute", func(b *testing.B) {
 		var req, tick time.Duration
 		var reqLoads, tickLoads int64
 		for b.Loop() {
 			clk.Advance(time.Minute)
-			t, n := time.Now(), cs.loads.Load()
+			t, n := time.Now(), cs.Loads.Load()
 			s.tick()
-			tick, tickLoads = tick+time.Since(t), tickLoads+cs.loads.Load()-n
-			t, n = time.Now(), cs.loads.Load()
+			tick, tickLoads = tick+time.Since(t), tickLoads+cs.Loads.Load()-n
+			t, n = time.Now(), cs.Loads.Load()
 			readOverview(b, s, "")
-			req, reqLoads = req+time.Since(t), reqLoads+cs.loads.Load()-n
+			req, reqLoads = req+time.Since(t), reqLoads+cs.Loads.Load()-n
 		}
 		b.ReportMetric(float64(req.Nanoseconds())/float64(b.N), "req-ns/op")
 		b.ReportMetric(float64(reqLoads)/float64(b.N), "req-loads/op")

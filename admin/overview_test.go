@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,17 +16,6 @@ import (
 	"github.com/self-improving-loop/selfimprove/admin"
 	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
-
-// countingFileStore is a FileStore that counts the agent states it loads.
-type countingFileStore struct {
-	*si.FileStore
-	loads atomic.Int64
-}
-
-func (c *countingFileStore) LoadAgent(id string, decode func([]byte) error) error {
-	c.loads.Add(1)
-	return c.FileStore.LoadAgent(id, decode)
-}
 
 // ovID names agent i of the agents on disk.
 func ovID(i int) string { return fmt.Sprintf("agent-%05d", i) }
@@ -50,22 +38,10 @@ func agentsOnDisk(t testing.TB, dir string, clk *fakeclock.Clock, n int) {
 }
 
 // openCounting opens the FileStore in dir with a counting wrapper, and a
-// Loop on it with opts.
-func openCounting(t testing.TB, dir string, clk *fakeclock.Clock, opts ...si.Option) (*si.Loop, *countingFileStore) {
+// Loop on it with opts (admin.OpenCounting).
+func openCounting(t testing.TB, dir string, clk *fakeclock.Clock, opts ...si.Option) (*si.Loop, *admin.DiskLoads) {
 	t.Helper()
-	fs, err := si.OpenFileStore(dir, si.FileOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := &countingFileStore{FileStore: fs}
-	opts = append([]si.Option{si.WithStore(cs), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil), si.WithFlushInterval(0),
-		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1}), si.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	l, err := si.New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l, cs
+	return admin.OpenCounting(t, dir, clk, opts...)
 }
 
 // overviewOf reads GET /api/overview?query from h.
@@ -135,14 +111,14 @@ func TestOverviewReadsPage(t *testing.T) {
 	l, cs := openCounting(t, dir, clk)
 	h := admin.Handler(l, admin.Options{Now: clk.Now, SampleEvery: -1})
 	first := overviewOf(t, h, "limit=10")
-	if first.Total != n || cs.loads.Load() > n+page {
-		t.Fatalf("the first read: total %d, %d loads; want %d, at most %d", first.Total, cs.loads.Load(), n, n+page)
+	if first.Total != n || cs.Loads.Load() > n+page {
+		t.Fatalf("the first read: total %d, %d loads; want %d, at most %d", first.Total, cs.Loads.Load(), n, n+page)
 	}
 	want := wantOrder(l)
 	for _, off := range []int{0, 20, 190, 195} {
-		before := cs.loads.Load()
+		before := cs.Loads.Load()
 		got := overviewOf(t, h, fmt.Sprintf("limit=%d&offset=%d", page, off))
-		if loads := cs.loads.Load() - before; loads > page {
+		if loads := cs.Loads.Load() - before; loads > page {
 			t.Errorf("offset %d: %d state loads for a page of %d of %d agents", off, loads, page, n)
 		}
 		if got.Total != n {
@@ -232,7 +208,7 @@ func TestOverviewFreshOutOfMemory(t *testing.T) {
 			t.Fatalf("%s is still in memory", target)
 		}
 	}
-	before := cs.loads.Load()
+	before := cs.Loads.Load()
 	o := overviewOf(t, h, "limit=5")
 	if a := o.Agents[0]; a.ID != target || a.Healthy {
 		t.Fatalf("after %s's failures out of memory, first: %+v", target, a)
@@ -240,15 +216,15 @@ func TestOverviewFreshOutOfMemory(t *testing.T) {
 	if d := gocmp.Diff(wantOrder(l)[:5], ids(o)); d != "" {
 		t.Errorf("the page (-want +got):\n%s", d)
 	}
-	t.Logf("that read loaded %d states", cs.loads.Load()-before)
+	t.Logf("that read loaded %d states", cs.Loads.Load()-before)
 	clk.Advance(72 * time.Hour)
 	o = overviewOf(t, h, fmt.Sprintf("limit=%d", n))
 	if d := gocmp.Diff(wantOrder(l), ids(o)); d != "" {
 		t.Errorf("three days later (-want +got):\n%s", d)
 	}
-	before = cs.loads.Load()
+	before = cs.Loads.Load()
 	overviewOf(t, h, "limit=5")
-	if loads := cs.loads.Load() - before; loads > 5 {
+	if loads := cs.Loads.Load() - before; loads > 5 {
 		t.Errorf("a read with nothing stale loaded %d states for a page of 5", loads)
 	}
 }
