@@ -155,11 +155,22 @@ func TestFleetStrategyConflictOverInvalid(t *testing.T) {
 	e := newFleetEnv(t, 0, nil)
 	ctx := context.Background()
 	e.strat = &hookStrategy{tweak: si.Config{Route: "t"}, before: func() {
-		// Another invalid state, committed while the strategy runs.
-		rev, _, _ := e.mem.Load(ctx, "d")
-		if _, err := e.mem.Commit(ctx, "d", rev, []byte("{still not a state")); err != nil {
-			t.Error(err)
+		// Another invalid state, committed while the strategy runs. The
+		// analysis runs beside the test's next call, whose commit (the
+		// replica's rewrite of the invalid state) may come between this
+		// load and this commit: load again then (CI once saw "at revision
+		// 3, not 2" here).
+		for range 10 {
+			rev, _, _ := e.mem.Load(ctx, "d")
+			_, err := e.mem.Commit(ctx, "d", rev, []byte("{still not a state"))
+			if !errors.Is(err, si.ErrFleetConflict) {
+				if err != nil {
+					t.Error(err)
+				}
+				return
+			}
 		}
+		t.Error("the invalid state lost 10 commits in a row")
 	}}
 	deaf := &deafRefusingFleet{refusingFleet: refusingFleet{faultyFleet: faultyFleet{Fleet: e.mem}}}
 	e.addVia(deaf)
