@@ -42,7 +42,7 @@ func TestFileStoreRefusesWritesAfterClose(t *testing.T) {
 func TestAgentFilesBounded(t *testing.T) {
 	const limit = 32
 	dir := t.TempDir()
-	e := newEnv(t, si.WithMaxAgents(4), withFileStore(t, dir, si.FileOptions{MaxAgentFiles: limit}))
+	e := newStoreEnv(t, si.WithMaxAgents(4), withFileStore(t, dir, si.FileOptions{MaxAgentFiles: limit}))
 	e.dir = dir
 	for i := range 200 {
 		e.call(fmt.Sprintf("agent-%03d", i), nil, time.Millisecond)
@@ -71,7 +71,7 @@ func TestAgentFilesNeverPruneHistory(t *testing.T) {
 	dir := t.TempDir()
 	var reported []error
 	o := si.FileOptions{MaxAgentFiles: limit, OnError: func(err error) { reported = append(reported, err) }}
-	e := newEnv(t, si.WithMaxAgents(4), withFileStore(t, dir, o))
+	e := newStoreEnv(t, si.WithMaxAgents(4), withFileStore(t, dir, o))
 	e.dir = dir
 	if err := e.l.SetConfig("real", si.Config{Route: "gpt-4o"}); err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestAgentFilesNeverPruneHistory(t *testing.T) {
 		t.Fatalf("the operator's threshold was pruned by new agent IDs: %+v", v.Threshold)
 	}
 	e.l.Close()
-	e.open(si.WithMaxAgents(4), withFileStore(t, dir, o))
+	e.openWithStore(si.WithMaxAgents(4), withFileStore(t, dir, o))
 
 	// Agents with history alone over the bound: kept, and reported.
 	for i := range limit + 4 {

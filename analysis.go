@@ -130,7 +130,7 @@ func (l *Loop) analysisOff(a *agent, early bool) {
 // gather completes an, the analysis of a, with what the whole loop knows:
 // the causes shared with other agents, the routes and the dead ones, the
 // transient floor, the times to first token, and the failure memory's
-// clusters most like the largest.
+// clusters most like the one the analysis is for (Analysis.Trigger).
 func (l *Loop) gather(a *agent, an *Analysis) {
 	an.Shared = l.shared.causes(an.Time.UnixNano(), a.id, true)
 	an.Routes = l.Routes(a.id)
@@ -142,7 +142,7 @@ func (l *Loop) gather(a *agent, an *Analysis) {
 			an.DeadRoutes = append(an.DeadRoutes, d)
 		}
 	}
-	if top := largest(an.Clusters); top != nil {
+	if top := an.target(); top != nil {
 		an.Memories = l.mem.similar(top.Signature, analysisMemories, an.Time.UnixNano())
 	}
 }

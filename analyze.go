@@ -43,6 +43,15 @@ type Analysis struct {
 	// passed on from a call nested in the agent's: that call's agent owns
 	// them.
 	Clusters []Cluster
+	// Trigger is the ID of the cluster the analysis is for: the cluster
+	// of most of the failures under the current config that called for
+	// it (on a tie, the failure that crossed the threshold), or the one
+	// cluster an early analysis holds. A Tweak without a Cluster is
+	// filed under it, and the failure memory credits the fix to it.
+	// Empty when a fall of quality started the analysis, or for an
+	// analysis no failure started; then the largest of Clusters (From
+	// empty) stands in.
+	Trigger string
 	// When a new kind of fault ends a cooldown early (see
 	// RollbackPolicy), Failures and Clusters hold that kind only: the
 	// analysis is about the new fault, not the one the cooldown was for.
@@ -82,7 +91,7 @@ type Analysis struct {
 	// them (see Loop.SetCandidates).
 	Candidates []Candidate
 	// Memories are the remembered failure clusters most similar to the
-	// agent's largest own cluster (From empty) in the window (see Loop.Similar), best
+	// Trigger's cluster (see Loop.Similar), best
 	// first, at most 5, with the fixes tried for them on every agent and
 	// how each ended.
 	Memories []Memory
@@ -120,7 +129,8 @@ type Tweak struct {
 	// (clamped to it).
 	Confidence float64 `json:"confidence,omitempty"`
 	// Cluster is the ID of the cluster the tweak addresses (16 lower-case
-	// hex digits, as Cluster.ID); default the first of Analysis.Clusters.
+	// hex digits, as Cluster.ID); default Analysis.Trigger (or, without
+	// one, the largest of Analysis.Clusters).
 	Cluster string `json:"cluster,omitempty"`
 	// Until is, for a tweak in Analysis.Rejected, when the loop stops
 	// refusing it (see RollbackPolicy.RefuseFor); zero: until
@@ -128,8 +138,13 @@ type Tweak struct {
 	Until time.Time `json:"until,omitzero"`
 }
 
-// qualityWatchReason is the strategy's reason for a fall of quality.
+// qualityWatchReason is the figures of the strategy's reason for a fall
+// of quality (the reason starts with the move, in plain words: see
+// qualityAnswer); no earlier mean where none was scored.
 func qualityWatchReason(a *Analysis) string {
+	if a.Stats.Scored == 0 {
+		return fmt.Sprintf("mean quality fell to %.3f (%d scored calls), no earlier figure", a.QualityDrop.Quality, a.QualityDrop.Scored)
+	}
 	return fmt.Sprintf("mean quality fell to %.3f (%d scored calls) from %.3f (%d in all)",
 		a.QualityDrop.Quality, a.QualityDrop.Scored, a.Stats.Quality, a.Stats.Scored)
 }

@@ -69,8 +69,8 @@ func (p RollbackPolicy) backstop(a Stats, e Evidence, shared int) (Verdict, bool
 	if shared > 0 {
 		what = fmt.Sprintf(" (not counting the last %d, while the previous config failed too)", shared)
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("backstop test at %d calls: %d failures in %d calls%s (success %.1f%%) against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
-		p.BackstopCalls, a.Failures, a.Calls, what, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
+	return Verdict{DecisionRollback, fmt.Sprintf("%s%s, %s: too many to be chance; backstop test at %d calls: success %.1f%% against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
+		failedWords(a, false), what, vsRef(e), p.BackstopCalls, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }
 
 // backstopRef is the backstop's reference: the sequential tests' (see

@@ -231,7 +231,7 @@ func (l *Loop) skipDead(c *begun, cfg *Config, needs *Needs) *Config {
 func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, rep *Report, endN int64, dur time.Duration, pv any) {
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
-		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, q: b.q,
+		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, fellCluster: b.fellCluster, q: b.q,
 		fitted: b.fitted, fellSilent: b.fellSilent}
 	if b.fw != nil {
 		b.fw.Resume() // the chain began before fn (a load, a probe's claim)

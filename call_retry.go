@@ -73,7 +73,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			c := *cfg
 			c.Route, acfg = alt, &c
 			if !b.fellBack { // the call's own route's failure
-				b.fellClass, b.fellFrom, b.fellText = class, b.route, text
+				b.fellClass, b.fellFrom, b.fellText, b.fellCluster = class, b.route, text, f.Cluster
 				b.fellSilent = b.silent || b.stalled || b.idled
 			}
 			b.fellBack, b.fellRoute, b.route = true, alt, alt

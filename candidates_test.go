@@ -49,8 +49,8 @@ func TestCandidatesStrategy(t *testing.T) {
 		{"all refused: a proposal", bad, si.Stats{}, []si.Candidate{v2}, []si.Tweak{{Config: at(v2)}}, si.Routes{}, nil, ""},
 		{"auth: a person's fix", clusters(failure.ClassAuth, 5), si.Stats{}, []si.Candidate{v2}, nil, si.Routes{}, nil, ""},
 		{"a safe move first", clusters(failure.ClassTimeout, 5), si.Stats{}, []si.Candidate{v2}, nil, si.Routes{}, ptr(si.Config{Timeout: 1500 * time.Millisecond, Params: cur.Params}), "raise the timeout"},
-		{"quality: a candidate before the ladder", nil, drop, []si.Candidate{v2}, nil, si.Routes{Primary: "a", Fallbacks: []string{"b"}}, ptr(at(v2)), `mean quality fell to 0.600 (80 scored calls) from 0.000 (0 in all): candidate "v2"`},
-		{"quality: the ladder when no candidate is left", nil, drop, []si.Candidate{v2}, []si.Tweak{{Config: at(v2)}}, si.Routes{Primary: "a", Fallbacks: []string{"b"}}, ptr(at(si.Candidate{Route: "b"})), `route "a" → "b"`},
+		{"quality: a candidate before the ladder", nil, drop, []si.Candidate{v2}, nil, si.Routes{Primary: "a", Fallbacks: []string{"b"}}, ptr(at(v2)), `try candidate "v2": the answers got worse without failing; mean quality fell to 0.600 (80 scored calls), no earlier figure`},
+		{"quality: the ladder when no candidate is left", nil, drop, []si.Candidate{v2}, []si.Tweak{{Config: at(v2)}}, si.Routes{Primary: "a", Fallbacks: []string{"b"}}, ptr(at(si.Candidate{Route: "b"})), `move to route "b": the answers on route "a" got worse`},
 		{"quality: a dead route skipped", nil, drop, []si.Candidate{{Route: "dead"}}, nil, si.Routes{}, nil, ""},
 	} {
 		an := si.Analysis{Config: cur, Clusters: tc.cl, QualityDrop: tc.drop, Candidates: tc.cands, Rejected: tc.rejected, Routes: tc.routes,

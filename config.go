@@ -301,7 +301,9 @@ type Change struct {
 	// empty while verifying; cut like Reason to 512 bytes.
 	Verdict string `json:"verdict,omitempty"`
 	// Cluster is the ID of the failure cluster the change addresses (the
-	// tweak's, or the agent's largest), if any.
+	// tweak's, or Analysis.Trigger, or the agent's largest; for a move
+	// down the route ladder, the cluster of the failures on the route it
+	// leaves), if any.
 	Cluster string `json:"cluster,omitempty"`
 	// ProposalID names the approved proposal the change applies, if any.
 	ProposalID string `json:"proposal_id,omitempty"`

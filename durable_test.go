@@ -149,7 +149,7 @@ func TestFullTraceQueueWaitsThenDropsVisibly(t *testing.T) {
 
 func TestLogRotationThroughTheLoop(t *testing.T) {
 	dir := t.TempDir()
-	e := newEnv(t, si.WithTraces(si.TracesSync), withFileStore(t, dir, si.FileOptions{MaxLogSize: 4096, KeepArchives: 2}))
+	e := newStoreEnv(t, si.WithTraces(si.TracesSync), withFileStore(t, dir, si.FileOptions{MaxLogSize: 4096, KeepArchives: 2}))
 	e.dir = dir
 	for range 300 {
 		e.call("a", nil, 0)
@@ -172,7 +172,7 @@ func TestLogRotationThroughTheLoop(t *testing.T) {
 
 func TestEvictionLosesNothing(t *testing.T) {
 	st := si.NewRAMStore()
-	e := newEnv(t, si.WithStore(st), si.WithMaxAgents(20))
+	e := newStoreEnv(t, si.WithStore(st), si.WithMaxAgents(20))
 	const agents, calls = 200, 15
 	for i := range agents {
 		e.l.SetConfig(fmt.Sprint("agent-", i), si.Config{Route: fmt.Sprint("route-", i)})

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
@@ -116,3 +117,21 @@ var (
 	// is applied until it can be.
 	ErrFleetUnavailable = replica.ErrUnavailable
 )
+
+// optionErr is ErrInvalidOption for the option (or method) name, because
+// of err: it wraps both, and its text names the package once
+// ("selfimprove: invalid option: WithDefaultConfig: invalid config: ...",
+// not "...: selfimprove: invalid config: ...").
+func optionErr(name string, err error) error {
+	return &twoErr{msg: ErrInvalidOption.Error() + ": " + name + ": " + strings.TrimPrefix(err.Error(), "selfimprove: "),
+		errs: [2]error{ErrInvalidOption, err}}
+}
+
+// twoErr is an error of its own text that wraps two.
+type twoErr struct {
+	msg  string
+	errs [2]error
+}
+
+func (e *twoErr) Error() string   { return e.msg }
+func (e *twoErr) Unwrap() []error { return e.errs[:] }

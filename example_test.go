@@ -156,7 +156,7 @@ func ExampleRollbackPolicy() {
 	// v2 success=false
 	// v2 success=false
 	// v2 success=false
-	// rolled back v2 to v1: quick test: 9 failures in 9 calls (success 0.0%) against a reference of 53.5% (3 calls since the fault began, fewer than 10, completed with 7 at the analysis window's 76.9%); the likelihood ratio for a fall to 33.5% reached 25.0 (limit 19.6)
+	// rolled back v2 to v1: all 9 calls under v2 failed, as did all 3 before: it fixed nothing; quick test: success 0.0% against a reference of 53.5% (3 calls since the fault began, fewer than 10, completed with 7 at the analysis window's 76.9%); the likelihood ratio for a fall to 33.5% reached 25.0 (limit 19.6)
 	// v1 success=true
 }
 
@@ -225,7 +225,7 @@ func ExampleRollbackPolicy_Decide() {
 	// Output:
 	// default:    confirm
 	// sequential: confirm
-	// seed:       rollback - average latency rose 94.5% (102.83ms → 200ms), more than 20%
+	// seed:       rollback - calls under the change were slower: 200ms on average, against 102.83ms before; average latency rose 94.5%, more than 20%
 }
 
 // The failure memory finds a past failure that looks like a new one, with

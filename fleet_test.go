@@ -46,7 +46,14 @@ func (e *fleetEnv) add() *si.Loop {
 	rec := &recorder{}
 	base := []si.Option{si.WithStore(si.NewRAMStore()), si.WithClock(e.clk), si.WithNotifier(rec), si.WithLogger(quiet),
 		si.WithStrategy(e.strat), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}),
-		si.WithFleet(e.fleet), si.WithFleetFlush(0, 1<<30)}
+		si.WithFleet(e.fleet), si.WithFleetFlush(0, 1<<30),
+		// The fleet time is real time: on a loaded machine (200 runs
+		// beside other builds) the default 500 ms was spent before a
+		// getter's read of the statistics, which was skipped
+		// (TestFleetStatsInvalid: "FleetErrors 2, want 3"). The fleet's
+		// timeouts are tested on a bubble's clock (slowEnv, synctest);
+		// here the timeout is a hang guard.
+		si.WithFleetTimeout(time.Minute)}
 	l, err := si.New(append(base, e.opts...)...)
 	if err != nil {
 		e.t.Fatal(err)

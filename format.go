@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -77,6 +76,9 @@ type stateDoc struct {
 	// Route is the agent's way back to its primary route, the routes it
 	// found dead, and its hold (see ProbePolicy); absent when empty.
 	Route *routeDoc `json:"route,omitempty"`
+	// Ladder is the route ladder in force when the state was saved, for
+	// readers (Loop.Routes on a ReadOnlyStore); absent with none.
+	Ladder *ladderDoc `json:"ladder,omitempty"`
 
 	Threshold *thresholdJSON `json:"threshold,omitempty"`
 	Critical  bool           `json:"critical,omitempty"`
@@ -211,11 +213,15 @@ type clusterBucketDoc struct {
 // encodeState returns st as a state file, format 2. It refuses a state
 // that it could not read back (a time before 1970, a counter out of
 // range): the previous file then stays in place.
-func encodeState(st *agentState) ([]byte, error) {
+func encodeState(st *agentState) ([]byte, error) { return encodeWithLadder(st, nil) }
+
+// encodeWithLadder is encodeState, recording the ladder r (nil: none).
+func encodeWithLadder(st *agentState, r *Routes) ([]byte, error) {
 	d, err := st.doc()
 	if err != nil {
 		return nil, fmt.Errorf("selfimprove: encode agent state: %w", err)
 	}
+	d.Ladder = ladderOf(r)
 	if _, err := d.state(st.AgentID); err != nil {
 		return nil, fmt.Errorf("selfimprove: encode agent state: %w", err)
 	}
@@ -267,48 +273,6 @@ func decodeState(data []byte, id string) (agentState, error) {
 		}
 	}
 	return d.state(id)
-}
-
-// field names a document field in an error, such as
-// "changes[3].before.calls": base, then [i] when i >= 0, then .sub and
-// .leaf when set. It is formatted only when a check fails, so that
-// checking a valid document allocates no names.
-type field struct {
-	base      string
-	i         int
-	sub, leaf string
-}
-
-// path is the field named base.
-func path(base string) field { return field{base: base, i: -1} }
-
-// elem is element i of the list named base.
-func elem(base string, i int) field { return field{base: base, i: i} }
-
-// dot is f's member name.
-func (f field) dot(name string) field {
-	switch {
-	case f.leaf == "":
-	case f.sub == "":
-		f.sub = f.leaf
-	default:
-		f.sub += "." + f.leaf
-	}
-	f.leaf = name
-	return f
-}
-
-func (f field) String() string {
-	s := f.base
-	if f.i >= 0 {
-		s += "[" + strconv.Itoa(f.i) + "]"
-	}
-	for _, p := range [...]string{f.sub, f.leaf} {
-		if p != "" {
-			s += "." + p
-		}
-	}
-	return s
 }
 
 // Encoding: the in-memory state as a document.

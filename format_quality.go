@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"math"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
@@ -79,4 +80,46 @@ func (c *checker) exploration(b *qualityBook, x *exploreMark) {
 	c.num(f.dot("version"), int64(x.Version), 0, c.maxVer+1)
 	c.num(f.dot("next_at_call"), x.Next, 0, maxCount)
 	b.Explore = *x
+}
+
+// field names a document field in an error, such as
+// "changes[3].before.calls": base, then [i] when i >= 0, then .sub and
+// .leaf when set. It is formatted only when a check fails, so that
+// checking a valid document allocates no names.
+type field struct {
+	base      string
+	i         int
+	sub, leaf string
+}
+
+// path is the field named base.
+func path(base string) field { return field{base: base, i: -1} }
+
+// elem is element i of the list named base.
+func elem(base string, i int) field { return field{base: base, i: i} }
+
+// dot is f's member name.
+func (f field) dot(name string) field {
+	switch {
+	case f.leaf == "":
+	case f.sub == "":
+		f.sub = f.leaf
+	default:
+		f.sub += "." + f.leaf
+	}
+	f.leaf = name
+	return f
+}
+
+func (f field) String() string {
+	s := f.base
+	if f.i >= 0 {
+		s += "[" + strconv.Itoa(f.i) + "]"
+	}
+	for _, p := range [...]string{f.sub, f.leaf} {
+		if p != "" {
+			s += "." + p
+		}
+	}
+	return s
 }

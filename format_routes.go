@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -25,6 +26,32 @@ type routeDoc struct {
 	// in a row (routeState).
 	Failed int `json:"returns_failed,omitempty"`
 	Good   int `json:"good_probes,omitempty"`
+}
+
+// ladderDoc is the route ladder in force for an agent when its state was
+// saved (Loop.Routes), recorded for readers; the Loop that runs the agent
+// takes its ladder from its options, never from here.
+type ladderDoc struct {
+	Primary   string            `json:"primary,omitempty"`
+	Fallbacks []string          `json:"fallbacks,omitempty"`
+	Models    map[string]string `json:"models,omitempty"`
+}
+
+// ladderOf returns r as stored; nil for none.
+func ladderOf(r *Routes) *ladderDoc {
+	if r == nil || r.Off || r.Primary == "" && len(r.Fallbacks) == 0 && len(r.Models) == 0 {
+		return nil
+	}
+	return &ladderDoc{Primary: r.Primary, Fallbacks: r.Fallbacks, Models: r.Models}
+}
+
+// routes returns d as a Routes, checked as SetRoutes checks one.
+func (d *ladderDoc) routes() (Routes, error) {
+	r := Routes{Primary: d.Primary, Fallbacks: d.Fallbacks, Models: d.Models}
+	if err := r.validate(); err != nil {
+		return Routes{}, fmt.Errorf("ladder: %w", err)
+	}
+	return r, nil
 }
 
 // deadDoc is a dead route as stored.

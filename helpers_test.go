@@ -95,6 +95,15 @@ func newEnv(t *testing.T, opts ...si.Option) *env {
 	return e
 }
 
+// newStoreEnv is newEnv for a test that gives the loop its own store
+// (WithStore, withFileStore) among opts.
+func newStoreEnv(t *testing.T, opts ...si.Option) *env {
+	t.Helper()
+	e := &env{t: t, clk: fakeclock.New(t0), rec: &recorder{}}
+	e.openWithStore(opts...)
+	return e
+}
+
 // withFileStore gives the loop a FileStore on dir opened with o, with the
 // test's clock and logger.
 func withFileStore(t *testing.T, dir string, o si.FileOptions) si.Option {
@@ -110,12 +119,19 @@ func withFileStore(t *testing.T, dir string, o si.FileOptions) si.Option {
 // open (re)opens the loop on e's directory.
 func (e *env) open(opts ...si.Option) {
 	e.t.Helper()
+	e.openWithStore(append([]si.Option{si.WithDir(e.dir)}, opts...)...)
+}
+
+// openWithStore (re)opens the loop on the store among opts (WithStore:
+// New refuses it beside WithDir).
+func (e *env) openWithStore(opts ...si.Option) {
+	e.t.Helper()
 	// Tracking only unless the test names a strategy; and no minimum of
 	// calls before a change (the threshold's failures trigger at once on
 	// a new agent) unless the test sets a policy: coldstart_test.go
 	// covers the minimum. One attempt a call unless the config says more:
 	// retrypolicy_test.go covers the transient floor.
-	base := []si.Option{si.WithDir(e.dir), si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil),
+	base := []si.Option{si.WithClock(e.clk), si.WithNotifier(e.rec), si.WithLogger(quiet), si.WithStrategy(nil),
 		si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1}), noFloor}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {

@@ -68,23 +68,25 @@ func servedAlike(from, to Config, attempts int, dur time.Duration) bool {
 // served alike, for a change that raised a bound (see above): they alone
 // are compared with before's successes, and a significant rise of the
 // success rate tolerates a rise of at most gainSlack times
-// MaxLatencyRise percent of them (at most MaxLatencyRiseOnGain).
-func (p RollbackPolicy) latency(before, after, gainRef Stats, like *Stats, note string) Verdict {
+// MaxLatencyRise percent of them (at most MaxLatencyRiseOnGain). where
+// says, for the verdict's plain sentence, what before is: "before", or
+// the previous config's calls in the same period.
+func (p RollbackPolicy) latency(before, after, gainRef Stats, like *Stats, where, note string) Verdict {
 	if p.SeedCompatible {
 		b, a := avg(before), avg(after)
 		if before.Calls > 0 && on(p.MaxLatencyRise) && latencyExceeds(before, after, p.MaxLatencyRise, p.MinLatencyRise) {
-			return Verdict{DecisionRollback, fmt.Sprintf("average latency rose %.1f%% (%v → %v), more than %g%%",
-				verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
+			return Verdict{DecisionRollback, fmt.Sprintf("%s; average latency rose %.1f%%, more than %g%%",
+				slowerWords("calls", a, b, where), verdict.RisePct(b, a), p.MaxLatencyRise)}
 		}
-		return p.confirm(before, after, b, a, note)
+		return p.confirm(before, after, b, a, before.Calls > 0, where, note)
 	}
-	bo, ao, what := okStats(before), okStats(after), "successful calls' average latency"
+	bo, ao, what, noun := okStats(before), okStats(after), "successful calls' average latency", "successful calls"
 	if bo.Calls != before.Calls-before.Failures || ao.Calls != after.Calls-after.Failures {
-		what = "average latency"
+		what, noun = "average latency", "calls"
 	}
 	onGain := p.MaxLatencyRiseOnGain
 	if like != nil {
-		ao, what = *like, fmt.Sprintf("the average latency of the %d successes the previous config would have served alike", like.Calls)
+		ao, what, noun = *like, fmt.Sprintf("the average latency of the %d successes the previous config would have served alike", like.Calls), "successful calls"
 		if onGain = gainSlack * p.MaxLatencyRise; on(p.MaxLatencyRiseOnGain) {
 			onGain = min(onGain, p.MaxLatencyRiseOnGain)
 		}
@@ -97,30 +99,31 @@ func (p RollbackPolicy) latency(before, after, gainRef Stats, like *Stats, note 
 			// Success rose, not yet significantly: more calls decide.
 			return Verdict{Decision: DecisionWait}
 		}
+		slower := slowerWords(noun, a, b, where)
 		if !gained {
-			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%%",
-				what, verdict.RisePct(b, a), b, a, p.MaxLatencyRise)}
+			return Verdict{DecisionRollback, fmt.Sprintf("%s; %s rose %.1f%%, more than %g%%",
+				slower, what, verdict.RisePct(b, a), p.MaxLatencyRise)}
 		}
 		if on(onGain) && latencyExceeds(bo, ao, onGain, p.MinLatencyRise) {
-			return Verdict{DecisionRollback, fmt.Sprintf("%s rose %.1f%% (%v → %v), more than %g%% even for a change that raised the success rate %.1f points",
-				what, verdict.RisePct(b, a), b, a, onGain, 100*(rate(after)-rate(gainRef)))}
+			return Verdict{DecisionRollback, fmt.Sprintf("%s, more than a fix that raised the success rate %.1f points may cost; %s rose %.1f%%, more than %g%%",
+				slower, 100*(rate(after)-rate(gainRef)), what, verdict.RisePct(b, a), onGain)}
 		}
 		note += fmt.Sprintf("; %s rose %.1f%%, kept because success rose %.1f points (%.1f standard errors)",
 			what, verdict.RisePct(b, a), 100*(rate(after)-rate(gainRef)), z)
 	} else if like != nil && bo.Calls > 0 && ao.Calls > 0 {
 		note += fmt.Sprintf("; latency judged by the %d successes the previous config would have served alike: %v (was %v)", like.Calls, a, b)
 	}
-	return p.confirm(before, after, b, avg(okStats(after)), note)
+	return p.confirm(before, after, b, avg(okStats(after)), bo.Calls > 0, where, note)
 }
 
 // confirm is the confirmation verdict, with the average latencies b and
-// a as compared.
-func (p RollbackPolicy) confirm(before, after Stats, b, a time.Duration, note string) Verdict {
+// a as compared (measured: b was measured, on calls before that count);
+// where says what before is ("before").
+func (p RollbackPolicy) confirm(before, after Stats, b, a time.Duration, measured bool, where, note string) Verdict {
 	if before.Calls <= 0 {
-		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with%s", after.Calls, note)}
+		return Verdict{DecisionConfirm, okWords(after, before, where) + note}
 	}
-	return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config: success %.1f%% (was %.1f%% over %d calls), average latency %v (was %v)%s",
-		after.Calls, 100*rate(after), 100*rate(before), before.Calls, a, b, note)}
+	return Verdict{DecisionConfirm, fmt.Sprintf("%s; %s%s", okWords(after, before, where), latencyWas(a, b, measured), note)}
 }
 
 // okStats is s's successful calls, as Calls and TotalLatency; s itself

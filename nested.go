@@ -288,7 +288,7 @@ type begun struct {
 	probeText  string
 	// id is the agent's ID; fellBack, that the call's last attempt ran
 	// on the next route of its ladder (fellRoute) after a failure of
-	// fellClass, with fellText, on its own (fellFrom).
+	// fellClass, with fellText (of fellCluster), on its own (fellFrom).
 	id       string
 	fellBack bool
 	// fellSilent: its own route left the attempt without an answer;
@@ -300,6 +300,7 @@ type begun struct {
 	fellRoute          string
 	fellFrom           string
 	fellText           string
+	fellCluster        uint64 // the cluster of fellText's failure
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).

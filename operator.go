@@ -3,11 +3,14 @@ package selfimprove
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -249,7 +252,7 @@ func (l *Loop) SetCandidates(agentID string, cs []Candidate) error {
 		return err
 	}
 	if err := checkCandidates(cs); err != nil {
-		return fmt.Errorf("%w: SetCandidates: %w", ErrInvalidOption, err)
+		return optionErr("SetCandidates", err)
 	}
 	b := &l.cands
 	b.mu.Lock()
@@ -274,19 +277,21 @@ func (l *Loop) Candidates(agentID string) []Candidate {
 }
 
 // SetRoutes gives agentID a route ladder of its own, in place of the one
-// WithRoutes sets; the zero Routes removes the agent's own ladder. It
-// takes effect at the agent's next call or analysis. The ladder lives in
-// the Loop, not in its store: set it again after a restart, as options
-// are. It fails with ErrInvalidAgentID, or with ErrInvalidOption for a
-// ladder outside the bounds of Routes.
+// WithRoutes sets; Routes{Off: true} keeps the agent off every ladder;
+// the zero Routes removes the agent's own ladder (or Off). It takes
+// effect at the agent's next call or analysis. The ladder lives in the
+// Loop: set it again after a restart, as options are. The agent's state
+// file records the ladder in force when it was saved, for readers (see
+// Routes). It fails with ErrInvalidAgentID, or with ErrInvalidOption for
+// a ladder outside the bounds of Routes.
 func (l *Loop) SetRoutes(agentID string, r Routes) error {
 	if err := checkAgentID(agentID); err != nil {
 		return err
 	}
 	if err := r.validate(); err != nil {
-		return fmt.Errorf("%w: SetRoutes: %w", ErrInvalidOption, err)
+		return optionErr("SetRoutes", err)
 	}
-	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil && r.Limits == nil {
+	if r.Primary == "" && len(r.Fallbacks) == 0 && r.Models == nil && r.Limits == nil && !r.Off {
 		l.routes.set(agentID, nil)
 	} else {
 		rc := r.clone()
@@ -299,12 +304,44 @@ func (l *Loop) SetRoutes(agentID string, r Routes) error {
 }
 
 // Routes returns agentID's route ladder: its own (see SetRoutes), or the
-// Loop's (see WithRoutes). A copy.
+// Loop's (see WithRoutes); Routes{Off: true} for an agent kept off them.
+// A copy. A Loop on a ReadOnlyStore with neither returns the ladder the
+// agent's state file records (the one in force when the Loop that ran it
+// last saved it), so that a reader names the primary; the zero Routes
+// when the file records none or cannot be read.
 func (l *Loop) Routes(agentID string) Routes {
+	if r := l.routes.own(agentID); r != nil {
+		return r.clone()
+	}
 	if r := l.routes.of(agentID); r != nil {
 		return r.clone()
 	}
+	if _, ro := l.store.(*ReadOnlyStore); ro && checkAgentID(agentID) == nil {
+		return l.storedLadder(agentID)
+	}
 	return Routes{}
+}
+
+// storedLadder returns the ladder agent id's state file records (see
+// Loop.Routes); the zero Routes when it records none or cannot be read
+// (the read is bounded as every state file's, and logged when it fails).
+func (l *Loop) storedLadder(id string) Routes {
+	var r Routes
+	err := l.store.LoadAgent(id, func(data []byte) error {
+		var d struct {
+			Ladder *ladderDoc `json:"ladder"`
+		}
+		if err := json.Unmarshal(data, &d); err != nil || d.Ladder == nil {
+			return err
+		}
+		var err error
+		r, err = d.Ladder.routes()
+		return err
+	})
+	if err != nil && !failure.Is(err, fs.ErrNotExist) {
+		l.log.Warn("selfimprove: route ladder of agent not read", "agent", id, "error", err)
+	}
+	return r
 }
 
 // AllClusters merges the clusters of the agents in memory (see

@@ -16,6 +16,7 @@ type Option func(*options)
 
 type options struct {
 	dir             string
+	dirSet          bool // WithDir was given
 	store           Store
 	fileOpts        FileOptions // the default FileStore's, filled in by New
 	traceMode       TraceMode
@@ -75,6 +76,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidOption, name, fmt.Sprintf(format, args...))
 	}
 	switch {
+	case o.dirSet && o.dir == "":
+		return bad("WithDir", "empty directory: leave WithDir out for DefaultDir()")
+	case o.dirSet && o.store != nil:
+		return bad("WithDir", "given with WithStore, which sets the store: give the directory to the store (OpenFileStore) or leave one out")
 	case o.traceMode < TracesOff || o.traceMode > TracesSync:
 		return bad("WithTraces", "unknown mode %d", int(o.traceMode))
 	case o.traceQueue < 1 || o.traceQueue > 1<<24:
@@ -106,7 +111,7 @@ func (o *options) validate() error {
 		return err
 	}
 	if err := validateNotifiers(o.notifiers); err != nil {
-		return fmt.Errorf("%w: WithNotifier: %w", ErrInvalidOption, err)
+		return optionErr("WithNotifier", err)
 	}
 	o.fill()
 	return nil
@@ -121,6 +126,9 @@ func (o *options) validatePolicies() error {
 	}
 	if o.routes != nil {
 		routes = o.routes.validate()
+		if o.routes.Off {
+			routes = firstErr(routes, fieldErr("Off", "given to WithRoutes: Off keeps one agent off the ladder, with Loop.SetRoutes"))
+		}
 	}
 	for _, p := range []struct {
 		name string
@@ -138,7 +146,7 @@ func (o *options) validatePolicies() error {
 		{"WithDefaultConfig", firstErr(o.defaultConfig.validate(), checkVersion(o.defaultConfig.Version, 1))},
 	} {
 		if p.err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrInvalidOption, p.name, p.err)
+			return optionErr(p.name, p.err)
 		}
 	}
 	return nil
@@ -194,10 +202,13 @@ const (
 )
 
 // WithDir sets the state directory of the default FileStore, which takes
-// the defaults of FileOptions. Default DefaultDir(). With WithStore it has
-// no effect: a FileStore tuned otherwise (log rotation, the bound on agent
-// files) is given as WithStore(OpenFileStore(dir, FileOptions{...})).
-func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+// the defaults of FileOptions. Default (without WithDir) DefaultDir(). New
+// fails with ErrInvalidOption for an empty dir (an unset environment
+// variable, most likely: leave WithDir out for the default), and for
+// WithDir beside WithStore, which sets the store itself: a FileStore
+// tuned otherwise (log rotation, the bound on agent files) is given as
+// WithStore(OpenFileStore(dir, FileOptions{...})).
+func WithDir(dir string) Option { return func(o *options) { o.dir, o.dirSet = dir, true } }
 
 // WithStore sets where the loop keeps its state and logs, instead of a
 // FileStore on WithDir: WithStore(NewRAMStore()) keeps them in RAM, and
@@ -368,8 +379,8 @@ func WithProbes(p ProbePolicy) Option {
 }
 
 // WithRoutes sets every agent's route ladder (see Routes), unless
-// Loop.SetRoutes gives an agent its own. Default: the zero Routes, no
-// ladder. New fails with ErrInvalidOption, naming the field, for more
+// Loop.SetRoutes gives an agent its own (or keeps it off every ladder:
+// Routes.Off). Default: the zero Routes, no ladder. New fails with ErrInvalidOption, naming the field, for more
 // than 15 fallbacks or 64 models, or a route or model over 256 bytes or
 // not UTF-8.
 func WithRoutes(r Routes) Option {

@@ -177,7 +177,7 @@ func (a *agent) dropQueued(drop func(*Event) bool) {
 
 // saveState encodes and saves the state of agent id.
 func (l *Loop) saveState(id string, st *agentState) error {
-	data, err := encodeState(st)
+	data, err := encodeWithLadder(st, l.routes.of(id))
 	if err == nil {
 		err = l.store.SaveAgent(id, data)
 	}

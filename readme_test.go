@@ -31,7 +31,7 @@ func TestReadmeBasics(t *testing.T) {
 	}
 	for _, want := range []string{
 		"go get github.com/self-improving-loop/selfimprove",
-		"go test -race ./...",
+		"go test -race -timeout 20m work && go -C integrations/genkit test -race ./...",
 		"go run ./examples/quickstart",
 		"(docs/glossary.md)",
 	} {

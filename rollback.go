@@ -513,20 +513,25 @@ func (p RollbackPolicy) Judge(before, after Stats) Verdict {
 // makes limit of them in a row likely: as many as make such a run less
 // likely than runOdds, at most 4×limit. A reference that fails at least
 // half the time is an outage: the change can hardly do worse, and limit
-// failures in a row roll it back as a broken one.
-func consecutive(after Stats, limit int, q0 float64) (Verdict, bool) {
+// failures in a row roll it back as a broken one. It returns the run's
+// limit; runVerdict words the rollback (only then: a wait allocates
+// nothing).
+func consecutive(after Stats, limit int, q0 float64) (int, bool) {
 	if limit <= 0 {
-		return Verdict{}, false
+		return 0, false
 	}
 	need := limit
 	if q0 > 0 && q0 < 0.5 {
 		need = min(max(limit, verdict.RunLength(q0, runOdds)), 4*limit)
 	}
-	if after.ConsecutiveFailures >= need {
-		return Verdict{DecisionRollback, fmt.Sprintf("%d consecutive failures under the new config (limit %d)",
-			after.ConsecutiveFailures, need)}, true
-	}
-	return Verdict{}, false
+	return need, after.ConsecutiveFailures >= need
+}
+
+// runVerdict is the rollback after a run of at least need consecutive
+// failures; vs ends its plain sentence: what the failures compare with.
+func runVerdict(after Stats, need int, vs string) Verdict {
+	return Verdict{DecisionRollback, fmt.Sprintf("%s, %s; %d consecutive failures (limit %d)",
+		failedWords(after, true), vs, after.ConsecutiveFailures, need)}
 }
 
 // on reports whether a threshold turns its rule on: positive and finite.

@@ -60,12 +60,12 @@ func (p RollbackPolicy) fixed(before, after Stats) Verdict {
 func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict {
 	a := e.After
 	q0 := (float64(before.Failures) + 0.5) / float64(before.Calls+1)
-	if v, ok := consecutive(a, p.MaxConsecutiveFailures, q0); ok {
-		return v
+	if need, ok := consecutive(a, p.MaxConsecutiveFailures, q0); ok {
+		return runVerdict(a, need, vsRef(e))
 	}
 	if a.Calls == p.MinCalls && before.Calls > 0 && dropExceeds(before, a, p.MaxSuccessDrop) {
-		return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%) over %d calls, more than %g%s",
-			100*(rate(before)-rate(a)), 100*rate(before), 100*rate(a), a.Calls, p.MaxSuccessDrop, note)}
+		return Verdict{DecisionRollback, fmt.Sprintf("%s; success rate fell %.1f points (%.1f%% → %.1f%%), more than %g%s",
+			fellWords(a, e), 100*(rate(before)-rate(a)), 100*rate(before), 100*rate(a), p.MaxSuccessDrop, note)}
 	}
 	if a.Calls < p.BackstopCalls {
 		return Verdict{Decision: DecisionWait}
@@ -74,7 +74,7 @@ func (p RollbackPolicy) twoStage(e Evidence, before Stats, note string) Verdict 
 		return v
 	}
 	p0, ref := p.backstopRef(e)
-	return p.latency(e.Before, a, e.Before, e.like(p), fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
+	return p.latency(e.Before, a, e.Before, e.like(p), "before", fmt.Sprintf("; not rolled back on %d calls, backstop test passed against a reference of %.1f%% (%s)", p.MinCalls, 100*p0, ref))
 }
 
 // fixedRule is MethodFixed's rule, with the success rate compared with
@@ -84,26 +84,26 @@ func (p RollbackPolicy) fixedRule(before, lat, after Stats, like *Stats) Verdict
 	if !p.SeedCompatible && before.Calls > 0 {
 		q0 = (float64(before.Failures) + 0.5) / float64(before.Calls+1)
 	}
-	if v, ok := consecutive(after, p.MaxConsecutiveFailures, q0); ok {
-		return v
+	if need, ok := consecutive(after, p.MaxConsecutiveFailures, q0); ok {
+		return runVerdict(after, need, vsFailed(lat, "before"))
 	}
 	if after.Calls < p.MinCalls {
 		return Verdict{Decision: DecisionWait}
 	}
 	if before.Calls <= 0 {
-		return Verdict{DecisionConfirm, fmt.Sprintf("%d calls under the new config, no calls before to compare with", after.Calls)}
+		return Verdict{DecisionConfirm, okWords(after, before, "before")}
 	}
 	if on(p.MaxSuccessDrop) {
 		if dropExceeds(before, after, p.MaxSuccessDrop) {
-			return Verdict{DecisionRollback, fmt.Sprintf("success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
-				100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
+			return Verdict{DecisionRollback, fmt.Sprintf("%s, %s; success rate fell %.1f points (%.1f%% → %.1f%%), more than %g",
+				failedWords(after, false), vsFailed(lat, "before"), 100*(rate(before)-rate(after)), 100*rate(before), 100*rate(after), p.MaxSuccessDrop)}
 		}
 		if !p.SeedCompatible && after.Calls < p.MaxCalls && dropIs(before, after, p.MaxSuccessDrop) {
 			// Exactly at the threshold: the next call decides.
 			return Verdict{Decision: DecisionWait}
 		}
 	}
-	return p.latency(lat, after, lat, like, "")
+	return p.latency(lat, after, lat, like, "before", "")
 }
 
 // sequential is the rule of MethodQuick and MethodSequential.
@@ -113,8 +113,8 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 		return p.fixedRule(e.Before, e.Before, a, e.like(p))
 	}
 	p0, ref := p.reference(e)
-	if v, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
-		return v
+	if need, ok := consecutive(a, p.MaxConsecutiveFailures, 1-p0); ok {
+		return runVerdict(a, need, vsRef(e))
 	}
 	if p.backstopRuns(a.Calls) {
 		if v, ok := p.backstop(a, e, 0); ok {
@@ -128,14 +128,14 @@ func (p RollbackPolicy) sequential(e Evidence) Verdict {
 	llr := verdict.LogLR(a.Calls-a.Failures, a.Failures, p0, p1)
 	lower, upper := verdict.Limits(p.FalseRollbacks, p.MissedRollbacks)
 	if llr >= upper {
-		return Verdict{DecisionRollback, fmt.Sprintf("%s test: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s); the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
-			p.Method, a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*p1, math.Exp(llr), math.Exp(upper))}
+		return Verdict{DecisionRollback, fmt.Sprintf("%s; %s test: success %.1f%% against a reference of %.1f%% (%s); the likelihood ratio for a fall to %.1f%% reached %.1f (limit %.1f)",
+			fellWords(a, e), p.Method, 100*rate(a), 100*p0, ref, 100*p1, math.Exp(llr), math.Exp(upper))}
 	}
 	switch {
 	case llr <= lower && a.Calls >= p.MinCalls:
-		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), "before", fmt.Sprintf("; %s test passed against a reference of %.1f%% (%s)", p.Method, 100*p0, ref))
 	case a.Calls >= p.MaxCalls:
-		return p.latency(e.Before, a, ref.gainRef(), e.like(p), fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
+		return p.latency(e.Before, a, ref.gainRef(), e.like(p), "before", fmt.Sprintf("; %s test undecided at %d calls against a reference of %.1f%% (%s)", p.Method, p.MaxCalls, 100*p0, ref))
 	}
 	return Verdict{Decision: DecisionWait}
 }
@@ -228,9 +228,8 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	// (and block the analysis of a later fault) for CanaryCalls calls of
 	// the previous config.
 	if a.ConsecutiveFailures == a.Calls && e.Window.ConsecutiveFailures >= p.MaxConsecutiveFailures {
-		if v, ok := consecutive(a, p.MaxConsecutiveFailures, 0); ok {
-			v.Reason += fmt.Sprintf(", applied during a run of %d failures that it has not ended", e.Window.ConsecutiveFailures)
-			return v
+		if need, ok := consecutive(a, p.MaxConsecutiveFailures, 0); ok {
+			return runVerdict(a, need, fmt.Sprintf("after a run of %d failures before it that it has not ended", e.Window.ConsecutiveFailures))
 		}
 	}
 	if sc.Calls > sc.Failures {
@@ -239,15 +238,14 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 		if limit > 0 {
 			limit = max(limit, min(verdict.RunLength(q, streakOdds), 10*limit))
 		}
-		if v, ok := consecutive(a, limit, 0); ok {
-			v.Reason += fmt.Sprintf(", while the previous config succeeded %d of %d calls", sc.Calls-sc.Failures, sc.Calls)
-			return v
+		if need, ok := consecutive(a, limit, 0); ok {
+			return runVerdict(a, need, fmt.Sprintf("while the previous config succeeded %d of %d calls meanwhile", sc.Calls-sc.Failures, sc.Calls))
 		}
 	}
 	if a.Calls >= p.MinCalls && c.Calls >= p.MinCalls && on(p.MaxSuccessDrop) && dropExceeds(c, a, p.MaxSuccessDrop) {
 		if z := verdict.ZScore(c.Calls, c.Failures, a.Calls, a.Failures); z >= canaryZ {
-			return Verdict{DecisionRollback, fmt.Sprintf("success rate %.1f%% over %d calls under the new config, %.1f%% over %d calls under the previous one in the same period: %.1f points lower (more than %g), %.1f standard errors",
-				100*rate(a), a.Calls, 100*rate(c), c.Calls, 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
+			return Verdict{DecisionRollback, fmt.Sprintf("%s, %s; success rate %.1f%% against %.1f%%: %.1f points lower (more than %g), %.1f standard errors",
+				failedWords(a, false), vsFailed(c, "under the previous config in the same period"), 100*rate(a), 100*rate(c), 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
 		}
 	}
 	if p.backstopRuns(a.Calls+c.Calls) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
@@ -258,7 +256,7 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	if a.Calls < p.MinCalls || c.Calls < p.CanaryCalls {
 		return Verdict{Decision: DecisionWait}
 	}
-	return p.latency(c, a, c, e.like(p), fmt.Sprintf(" (previous config over the same period, %d calls)", c.Calls))
+	return p.latency(c, a, c, e.like(p), "under the previous config in the same period", "")
 }
 
 // clearlyHarmful is the sequential methods' early rule: before the
@@ -282,8 +280,8 @@ func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
 	if tail > odds {
 		return Verdict{}, false
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("clearly harmful: %d failures in %d calls (success %.1f%%) against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
-		a.Failures, a.Calls, 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
+	return Verdict{DecisionRollback, fmt.Sprintf("%s; clearly harmful: success %.1f%% against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
+		fellWords(a, e), 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
 }
 
 // String returns "quick", "sequential", "canary" or "fixed".

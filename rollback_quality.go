@@ -57,8 +57,8 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 	scored := e.Before.Scored >= qualityMinRef
 	n, sum, sq := scoreSums(e.After)
 	if scored && n > 0 && verdict.BelowMean(n, sum, sq, reference(e.Before, -qualityZ), qualityAlpha) {
-		return Verdict{DecisionRollback, fmt.Sprintf("mean quality fell from %.3f (%d scored calls) to %.3f (%d scored calls)",
-			e.Before.Quality, e.Before.Scored, e.After.Quality, e.After.Scored)}
+		return Verdict{DecisionRollback, fmt.Sprintf("answers %s scored lower: %.3f on average, against %.3f before; mean quality fell from %.3f (%d scored calls) to %.3f (%d scored calls)",
+			underChange, e.After.Quality, e.Before.Quality, e.Before.Quality, e.Before.Scored, e.After.Quality, e.After.Scored)}
 	}
 	costly, costKnown := p.costRise(e)
 	if costly != "" {
@@ -115,8 +115,8 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 	if e.Repairs && n < qualityMaxScored && e.After.Calls < qualityWaitCalls*p.MaxCalls {
 		return "", false // made for quality: its gain may still be shown
 	}
-	return fmt.Sprintf("cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
-		rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true
+	return fmt.Sprintf("each success %s cost %.0f%% more, with no better answers or fewer failures to show for it; cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
+		underChange, rise, rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true
 }
 
 // exploreSaving is the least fall of the cost per successful call that
@@ -148,7 +148,8 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	if scored && !waited && n < qualityMaxScored {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
+	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s did no better than the config before it: no better answers, lower cost or fewer failures; the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
+		underChange,
 		qualityVs(a, b), a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
 }
 
@@ -183,8 +184,8 @@ func cheaper(e Evidence, v Verdict, waited bool) Verdict {
 	if !waited && n < qualityMaxScored {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: %s",
-		a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, qualityVs(a, b))}
+	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s is cheaper, but its answers were not shown to be as good; the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: %s",
+		underChange, a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, qualityVs(a, b))}
 }
 
 // qualityVs says how the mean score of the calls under a change (after)

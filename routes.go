@@ -41,6 +41,12 @@ type Routes struct {
 	// request does not fit. Default nil: every route takes every request;
 	// at most 64 entries.
 	Limits map[string]RouteLimits
+	// Off keeps an agent off every ladder: Loop.SetRoutes(id,
+	// Routes{Off: true}) runs agent id on its config's route alone,
+	// whatever WithRoutes says (a tool agent that calls no model, say).
+	// Default false. Off with any other field set is refused, as is Off
+	// given to WithRoutes.
+	Off bool
 }
 
 // Every route, and every model Models names, is at most 256 bytes of
@@ -113,6 +119,9 @@ func (r Routes) validate() error {
 		name := "Models[" + quoteCut(k, maxQuoted) + "]"
 		err = firstErr(err, checkText(name+" route", k, maxRouteLen), checkText(name, r.Models[k], maxRouteLen))
 	}
+	if r.Off && (r.Primary != "" || len(r.Fallbacks) > 0 || len(r.Models) > 0 || len(r.Limits) > 0) {
+		err = firstErr(err, fieldErr("Off", "set beside a ladder: Off keeps the agent off every ladder"))
+	}
 	return firstErr(err, r.validateLimits())
 }
 
@@ -139,10 +148,24 @@ func (b *routeBook) of(agentID string) *Routes {
 	}
 	if m := b.per.Load(); m != nil {
 		if r, ok := (*m)[agentID]; ok {
+			if r.Off {
+				return nil // kept off the ladder
+			}
 			return r
 		}
 	}
 	return b.def
+}
+
+// own returns agentID's own entry (Off included), or nil.
+func (b *routeBook) own(agentID string) *Routes {
+	if b == nil {
+		return nil
+	}
+	if m := b.per.Load(); m != nil {
+		return (*m)[agentID]
+	}
+	return nil
 }
 
 // set gives agentID its own ladder r, or removes it (nil).

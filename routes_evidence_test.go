@@ -157,7 +157,7 @@ func TestFlappingPrimaryOneMovePerOutage(t *testing.T) {
 // attempts (the fallback not reached within them), 9 of its 40 calls in
 // the window: the strategy moves it, and the reason gives those counts.
 // Before, it named only the class ("overloaded on route "a": route →
-// "b"").
+// "b""). Issue 43, item 6: it starts with the move, in plain words.
 func TestMoveStatesItsRates(t *testing.T) {
 	an := si.Analysis{Config: si.Config{MaxAttempts: 5}, Clusters: clusters(failure.ClassOverloaded, 9),
 		Stats:  si.Stats{Calls: 40, Failures: 9, ConsecutiveFailures: 6},
@@ -166,7 +166,7 @@ func TestMoveStatesItsRates(t *testing.T) {
 	if err != nil || tw == nil || tw.Config.Route != "b" {
 		t.Fatalf("Analyze: %+v, %v; want a move to b", tw, err)
 	}
-	want := `overloaded on route "a": the last 6 calls failed, each after its attempts; 9 of the window's 40 calls failed; route → "b"`
+	want := `move to route "b": the last 6 calls on route "a" failed (overloaded), each after its attempts; 9 of the window's 40 calls failed`
 	if !strings.HasPrefix(tw.Reason, want) {
 		t.Errorf("reason %q; want it to begin %q", tw.Reason, want)
 	}

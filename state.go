@@ -217,6 +217,9 @@ type call struct {
 	fellRoute string
 	fellFrom  string
 	fellText  string
+	// fellCluster is the cluster of the failure on fellFrom (0: none,
+	// as when the route was known dead before the call).
+	fellCluster uint64
 	// fitted: it ran on route, not its agent's, which its request did not
 	// fit (see WithNeeds): no evidence about the agent's route.
 	fitted bool
@@ -338,6 +341,11 @@ func (s *agentState) trigger(c *call, endN int64, eff *effects) {
 		eff.analysis = s.analysis(c.end, th, prof)
 		if alone {
 			eff.analysis.only(failure.FormatClusterID(c.cluster))
+			eff.analysis.Trigger = failure.FormatClusterID(c.cluster)
+		} else if lo := s.Tracker.mostOf(uint32(c.cluster), c.version, start); lo != 0 {
+			if k := s.clusterOf(lo); k != nil {
+				eff.analysis.Trigger = failure.FormatClusterID(k.ID)
+			}
 		}
 	}
 }
@@ -472,7 +480,8 @@ func (s *agentState) moveCircuit(probe, failed bool, now time.Time, r *ruleBook,
 		eff.event(&Event{ID: r.newID(now), Time: now.UTC(), Type: EventCircuitClosed, AgentID: s.AgentID,
 			Message: fmt.Sprintf("agent %q: circuit closed: the probe succeeded", s.AgentID)})
 	case failed && s.CircuitOpenUntil == 0 && b.trips(s.Tracker.consecutiveOf(s.Gen), s.Verifying != nil):
-		open(fmt.Sprintf("%d consecutive failures under config v%d", b.Failures, s.Config.Version))
+		open(fmt.Sprintf("the last %d calls under v%d failed in a row, and no change is being tried; %d consecutive failures under config v%d",
+			b.Failures, s.Config.Version, b.Failures, s.Config.Version))
 	default:
 		return
 	}
@@ -515,6 +524,27 @@ func largest(cs []Cluster) *Cluster {
 		}
 	}
 	return top
+}
+
+// target returns the cluster the analysis is for: the Trigger's, or the
+// largest of the agent's own without one (nil with neither).
+func (an *Analysis) target() *Cluster {
+	if an.Trigger != "" {
+		for i := range an.Clusters {
+			if an.Clusters[i].ID == an.Trigger {
+				return &an.Clusters[i]
+			}
+		}
+	}
+	return largest(an.Clusters)
+}
+
+// targetID is the ID of target, "" with none.
+func (an *Analysis) targetID() string {
+	if c := an.target(); c != nil {
+		return c.ID
+	}
+	return an.Trigger
 }
 
 // proposeOnly reports whether tweaks for the agent whose state is s are

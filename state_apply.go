@@ -54,8 +54,8 @@ func (s *agentState) coolDown(now time.Time, an *Analysis, th Threshold, tw *Twe
 	if tw != nil {
 		id = tw.Cluster
 	}
-	if top := largest(an.Clusters); id == "" && top != nil {
-		id = top.ID
+	if id == "" {
+		id = an.targetID()
 	}
 	if v, perr := failure.ParseClusterID(id); perr == nil {
 		s.CooldownCluster = v
@@ -115,8 +115,8 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		return reject("route %q is dead: %s", s.routeName(cfg.Route, r), why)
 	}
 	cluster := tw.Cluster
-	if top := largest(an.Clusters); cluster == "" && top != nil {
-		cluster = top.ID
+	if cluster == "" {
+		cluster = an.targetID()
 	}
 	for _, rb := range s.refused(now, cluster) {
 		if cfg.Equal(rb.Config) || repeats(s.Config, cfg, rb.Config) {
@@ -140,14 +140,9 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		Reason:    freeText(tw.Reason),
 		Before:    before,
 		Window:    &win,
-		Cluster:   tw.Cluster,
+		Cluster:   cluster,
 		AppliedAt: now.UTC(),
 		State:     ChangeVerifying,
-	}
-	if ch.Cluster == "" {
-		if top := largest(an.Clusters); top != nil {
-			ch.Cluster = top.ID
-		}
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
 	v := *ch

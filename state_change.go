@@ -115,15 +115,17 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 	}
 	e := s.evidence()
 	s.deliverable(&e, now.UnixNano(), r)
-	switch v := p.Decide(e); v.Decision {
+	v := p.Decide(e)
+	reason := namedVerdict(v.Reason, s.Verifying.To.Version)
+	switch v.Decision {
 	case DecisionRollback:
 		id := s.Verifying.ID
-		s.rollback(now, v.Reason, r, eff)
+		s.rollback(now, reason, r, eff)
 		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack && p.costOnly(e, v) {
 			s.fileCostRise(now, ch, r, eff)
 		}
 	case DecisionConfirm:
-		s.confirm(now, v.Reason, r, eff)
+		s.confirm(now, reason, r, eff)
 	}
 }
 

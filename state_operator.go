@@ -18,7 +18,7 @@ import (
 // under verification.
 func (s *agentState) setConfig(now time.Time, cfg Config, r *ruleBook) (eff effects) {
 	if s.Verifying != nil {
-		s.decide(now, ChangeSuperseded, "superseded by SetConfig", &eff)
+		s.decide(now, ChangeSuperseded, "an operator set another config before the verdict; superseded by SetConfig", &eff)
 	}
 	s.stayHome(&eff)
 	cfg = cfg.clone()
@@ -69,7 +69,7 @@ func (s *agentState) rewind(now time.Time, version int, reason string, r *ruleBo
 		return nil, eff, fmt.Errorf("%w: version %d is the current config", ErrTweakRejected, version)
 	}
 	if s.Verifying != nil {
-		s.decide(now, ChangeSuperseded, "superseded by a rewind", &eff)
+		s.decide(now, ChangeSuperseded, "an operator rewound to an earlier version before the verdict; superseded by a rewind", &eff)
 	}
 	s.stayHome(&eff)
 	n := now.UnixNano()

@@ -269,7 +269,7 @@ func (s *agentState) homeProbed(c *call, r *ruleBook, eff *effects) {
 	if s.Verifying != nil {
 		// The primary answered while the move off it was verified: the
 		// move's cause has passed, and the return supersedes it.
-		s.decide(c.end, ChangeSuperseded, fmt.Sprintf("superseded: route %q answered a probe", s.routeName(s.Route.Home, r)), eff)
+		s.decide(c.end, ChangeSuperseded, fmt.Sprintf("route %q answered a probe, so the agent returns to it before the verdict; superseded by the return", s.routeName(s.Route.Home, r)), eff)
 	}
 	s.returnHome(c.end, r, eff)
 }
@@ -314,7 +314,7 @@ func (s *agentState) movingAway() bool {
 // under verification.
 func (s *agentState) returnHome(now time.Time, r *ruleBook, eff *effects) {
 	s.Route.Returning = true
-	s.installChange(now, s.Route.Home, fmt.Sprintf("return to route %q: a probe of it succeeded", s.routeName(s.Route.Home, r)), r, eff)
+	s.installChange(now, s.Route.Home, fmt.Sprintf("return to route %q: a probe of it succeeded", s.routeName(s.Route.Home, r)), "", r, eff)
 }
 
 // moved notes a decided change ch for the route: a confirmed move off a
@@ -411,20 +411,21 @@ func (s *agentState) rollForward(now time.Time, reason string, r *ruleBook, eff 
 	if route, ok := s.nextLive(n, r, to, from.Route); ok {
 		cluster := v.Cluster
 		s.rollbackTo(now, reason, r, eff) // installs from
-		why := loopText(fmt.Sprintf("rolled forward: route %q is dead (%s); next live route %q", s.routeName(from.Route, r), why, route))
-		ch := s.installChange(now, route, why, r, eff)
-		ch.Cluster, s.Verifying.Cluster = cluster, cluster
+		why := loopText(fmt.Sprintf("moved on to route %q, as rolling back would return to route %q, which is dead; rolled forward: route %q is dead (%s); next live route %q",
+			route, s.routeName(from.Route, r), s.routeName(from.Route, r), why, route))
+		s.installChange(now, route, why, cluster, r, eff)
 		eff.applied = nil // the rollback is the decision to report
 		return true
 	}
-	kept := fmt.Sprintf("kept: rolling back would return to route %q, which is dead (%s), and no live route is left; %s", s.routeName(from.Route, r), why, reason)
+	kept := fmt.Sprintf("kept, though it fails: rolling back would return to route %q, which is dead, and no live route is left; route %q is dead (%s); %s",
+		s.routeName(from.Route, r), s.routeName(from.Route, r), why, reason)
 	ch := s.decide(now, ChangeConfirmed, kept, eff)
 	eff.decided, eff.decision, eff.save = ch, EventChangeConfirmed, true
 	eff.event(newEvent(r.newID(now), now, EventChangeConfirmed, ch))
 	th, prof := s.threshold(n)
 	an := s.analysis(now, th, prof)
 	tw := &Tweak{Config: s.Config, Review: true, Cluster: ch.Cluster, Confidence: 1,
-		Reason: loopText(fmt.Sprintf("route %q fails (%s) and the route before it, %q, is dead (%s): no live route left", s.routeName(to, r), reason, s.routeName(from.Route, r), why)),
+		Reason: loopText(fmt.Sprintf("route %q fails and the route before it, %q, is dead: no live route is left; %s; %q is dead (%s)", s.routeName(to, r), s.routeName(from.Route, r), reason, s.routeName(from.Route, r), why)),
 		Rule:   rules[failure.ClassModelUnavailable]}
 	if p, isNew := s.file(an, tw, now, r); isNew {
 		eff.proposals = append(eff.proposals, p.clone())
@@ -470,8 +471,13 @@ func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	}
 	rs.Strikes = 0
 	home := s.Config.Route
-	reason := fmt.Sprintf("%s on route %q: %d calls in a row succeeded only on route %q", c.fellClass, s.routeName(home, r), need, c.fellRoute)
-	s.installChange(c.end, c.fellRoute, loopText(reason), r, eff)
+	reason := fmt.Sprintf("moved to route %q, where %s; %s on route %q",
+		c.fellRoute, lastCalls(need, fmt.Sprintf("succeeded after failing on route %q", s.routeName(home, r))), c.fellClass, s.routeName(home, r))
+	cluster := "" // the move fixes the failures on the route it leaves: the memory credits their cluster
+	if c.fellCluster != 0 {
+		cluster = failure.FormatClusterID(c.fellCluster)
+	}
+	s.installChange(c.end, c.fellRoute, loopText(reason), cluster, r, eff)
 	if transient(c.fellClass) && !s.away() {
 		s.awayFrom(home, c.end.UnixNano(), r, eff) // probed from now on (see ProbePolicy.ReturnEvery)
 	}
@@ -488,8 +494,9 @@ func (s *agentState) ownSuccesses() {
 }
 
 // installChange installs the current config with route as a change under
-// verification, made by the loop itself for reason.
-func (s *agentState) installChange(now time.Time, route, reason string, r *ruleBook, eff *effects) *Change {
+// verification, made by the loop itself for reason, for the failures of
+// cluster (an ID; "" for none: the memory credits it to no cluster).
+func (s *agentState) installChange(now time.Time, route, reason, cluster string, r *ruleBook, eff *effects) *Change {
 	cfg := s.Config.clone()
 	cfg.Route = route
 	s.MaxVersion++
@@ -500,7 +507,7 @@ func (s *agentState) installChange(now time.Time, route, reason string, r *ruleB
 	if r.policy.SeedCompatible {
 		before = win
 	}
-	ch := &Change{ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg, Reason: reason,
+	ch := &Change{ID: r.newID(now), AgentID: s.AgentID, From: s.Config, To: cfg, Reason: reason, Cluster: cluster,
 		Before: before, Window: &win, AppliedAt: now.UTC(), State: ChangeVerifying}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
 	v := *ch

@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -368,6 +369,11 @@ func TestStateBreaker(t *testing.T) {
 	until := st0.Add(2 * time.Second).Add(time.Minute).UnixNano()
 	if !eff.circuit || s.CircuitOpenUntil != until || eff.events[0].Type != EventCircuitOpened || !eff.save {
 		t.Fatalf("circuit not opened: %+v, until %d", eff, s.CircuitOpenUntil)
+	}
+	// Plain words first (issue 43, item 6); it read "3 consecutive
+	// failures under config v1".
+	if msg, want := eff.events[0].Message, `agent "agent": circuit opened for 1m0s: the last 3 calls under v1 failed in a row, and no change is being tried; `; !strings.HasPrefix(msg, want) {
+		t.Errorf("message %q, want it to begin %q", msg, want)
 	}
 	probe := func(at time.Time, failed bool) effects {
 		c := call{gen: s.Gen, version: 1, probe: true, end: at, failed: failed, cluster: 1}

@@ -399,7 +399,7 @@ func (p *plan) move() *Tweak {
 		return nil
 	}
 	cur := a.Routes.name(p.cur.Route)
-	why := fmt.Sprintf("%s on route %q", p.class, cur)
+	why := fmt.Sprintf("%s on route %q", p.class, cur) // plain words: "move to route …: " + why
 	switch p.class {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
@@ -408,8 +408,8 @@ func (p *plan) move() *Tweak {
 			return nil
 		}
 		// The rates the move is made on, as counted.
-		why += fmt.Sprintf(": the last %d calls failed, each after its attempts; %d of the window's %d calls failed",
-			a.Stats.ConsecutiveFailures, a.Stats.Failures, a.Stats.Calls)
+		why = fmt.Sprintf("the last %d calls on route %q failed (%s), each after its attempts; %d of the window's %d calls failed",
+			a.Stats.ConsecutiveFailures, cur, p.class, a.Stats.Failures, a.Stats.Calls)
 	default:
 		return nil
 	}
@@ -423,7 +423,7 @@ func (p *plan) move() *Tweak {
 		if p.rejected(p.next) {
 			continue
 		}
-		return p.safe(fmt.Sprintf("%s; route → %q", why, r))
+		return p.safe(fmt.Sprintf("move to route %q: %s", r, why))
 	}
 	return nil
 }

@@ -16,7 +16,7 @@ const qualityRule = "The answers got worse without failing (a provider's silent 
 func qualityAnswer(a *Analysis) *Tweak {
 	why := qualityWatchReason(a)
 	if next, name, ok := a.nextCandidate(""); ok {
-		return &Tweak{Config: next, Reason: fmt.Sprintf("%s: candidate %q", why, name), Confidence: 1}
+		return &Tweak{Config: next, Reason: fmt.Sprintf("try candidate %q: the answers got worse without failing; %s", name, why), Confidence: 1}
 	}
 	if !a.Routes.empty() {
 		ladder := a.Routes.ladder()
@@ -29,10 +29,10 @@ func qualityAnswer(a *Analysis) *Tweak {
 			}) {
 				continue
 			}
-			return &Tweak{Config: next, Reason: fmt.Sprintf("%s: route %q → %q", why, cur, r), Confidence: 1}
+			return &Tweak{Config: next, Reason: fmt.Sprintf("move to route %q: the answers on route %q got worse without failing; %s", r, cur, why), Confidence: 1}
 		}
 	}
-	return &Tweak{Config: a.Config, Review: true, Reason: why + ": no route left to move to", Rule: qualityRule}
+	return &Tweak{Config: a.Config, Review: true, Reason: "the answers got worse without failing, and no route is left to move to; " + why, Rule: qualityRule}
 }
 
 // nextCandidate returns the first of a's candidates that changes a's

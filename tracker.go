@@ -321,6 +321,25 @@ func (t *tracker) clusterFailures(cl uint32, version int, windowStart int64) int
 	return n
 }
 
+// mostOf returns the cluster (the low 32 bits of its ID) of most of the
+// kept failures under config version that ended after windowStart; on a
+// tie, cl, the cluster of the failure that crossed the threshold. 0 when
+// none is kept.
+func (t *tracker) mostOf(cl uint32, version int, windowStart int64) uint32 {
+	best, most := cl, t.clusterFailures(cl, version, windowStart)
+	for _, r := range t.Recent {
+		if r.End > windowStart && int(r.Version) == version && r.Cl != best {
+			if n := t.clusterFailures(r.Cl, version, windowStart); n > most {
+				best, most = r.Cl, n
+			}
+		}
+	}
+	if most == 0 {
+		return 0
+	}
+	return best
+}
+
 // clusterShare counts the kept failures that ended after windowStart
 // under config version: n of cluster cl (low 32 bits), and all of them.
 func (t *tracker) clusterShare(cl uint32, version int, windowStart int64) (n, all int) {
@@ -536,3 +555,33 @@ const (
 	// maxCanaryFraction caps CanaryFraction.
 	maxCanaryFraction = 0.5
 )
+
+// CallBucket is one bucket of an agent's analysis window (see Stats): the
+// calls that ended in [Start, Start+Width), how many of them failed, and
+// the sum of their durations.
+type CallBucket struct {
+	Start    time.Time     `json:"start"`
+	Width    time.Duration `json:"width_ns"`
+	Calls    int           `json:"calls"`
+	Failures int           `json:"failures"`
+	Latency  time.Duration `json:"latency_ns"`
+}
+
+// buckets appends the window's buckets with calls at time now to dst,
+// oldest first. fillLocked has set the window's width in force.
+func (w *window) buckets(now int64, dst []CallBucket) []CallBucket {
+	w.advance(max(now, 0) / w.Width)
+	for i := int64(windowSlots - 1); i >= 0; i-- {
+		idx := w.Head - i
+		if idx < 0 {
+			continue
+		}
+		b := w.Slots[idx%windowSlots]
+		if b.Calls == 0 {
+			continue
+		}
+		dst = append(dst, CallBucket{Start: time.Unix(0, idx*w.Width).UTC(), Width: time.Duration(w.Width),
+			Calls: int(b.Calls), Failures: int(min(b.Failures, b.Calls)), Latency: time.Duration(b.Latency)})
+	}
+	return dst
+}

@@ -395,3 +395,25 @@ func (l *Loop) Metrics() Metrics {
 	}
 	return out
 }
+
+// ViewCalls is View with the buckets of agentID's analysis window that
+// hold calls, appended to dst, oldest first (at most 64, each a
+// sixty-fourth of the window in force), all read at once: what the loop
+// keeps of the agent's past calls (from the store for an agent not in
+// memory, so that a Loop on a ReadOnlyStore shows the calls of the
+// process that wrote it). It returns dst unchanged for an agent the loop
+// does not know. Like View it creates no agent and writes nothing.
+func (l *Loop) ViewCalls(agentID string, dst []CallBucket) (AgentView, []CallBucket, bool) {
+	now := l.clock.Now()
+	v := AgentView{AgentID: agentID}
+	known := l.viewStats(agentID, func(s *agentState) {
+		v.fillLocked(s, now)
+		v.routesLocked(s, now, &l.rules)
+		dst = s.Tracker.Win.buckets(now.UnixNano(), dst)
+	})
+	if a, ok := l.agents.Load(agentID); ok && known {
+		v.Loaded = true
+		a.(*agent).counters(&v)
+	}
+	return v, dst, known
+}

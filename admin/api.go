@@ -50,6 +50,21 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	}
 }
 
+// agentCalls is agentOf with the agent's window's buckets
+// (Loop.ViewCalls).
+func (s *server) agentCalls(w http.ResponseWriter, r *http.Request) (selfimprove.AgentView, []selfimprove.CallBucket, bool) {
+	id := r.PathValue("agent")
+	if len(id) > selfimprove.MaxAgentIDLen {
+		writeError(w, http.StatusBadRequest, "agent", "the agent ID is over "+strconv.Itoa(selfimprove.MaxAgentIDLen)+" bytes")
+		return selfimprove.AgentView{}, nil, false
+	}
+	o, calls, ok := s.l.ViewCalls(id, nil)
+	if !ok {
+		writeError(w, http.StatusNotFound, "agent", "no such agent")
+	}
+	return o, calls, ok
+}
+
 // agentOf returns the agent named by the request's {agent} segment, or
 // answers 404 (or 400 for an ID over the limit).
 func (s *server) agentOf(w http.ResponseWriter, r *http.Request) (selfimprove.AgentView, bool) {
@@ -116,6 +131,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 		from = prefix
 	}
 	out := AgentList{Now: s.o.Now().UTC(), Agents: []AgentSummary{}}
+	buf := make([]selfimprove.CallBucket, 0, 64)
 	for batch := n + 1; ; batch = min(4*batch, 4*maxPage) {
 		ids := s.l.AgentsFrom(from, batch)
 		for _, id := range ids {
@@ -128,8 +144,9 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 				writeJSON(w, http.StatusOK, out)
 				return
 			}
-			if o, ok := s.l.View(id); ok { // else gone meanwhile
-				if v := s.summary(&o); !unhealthy || !v.Healthy {
+			if o, calls, ok := s.l.ViewCalls(id, buf[:0]); ok { // else gone meanwhile
+				buf = calls
+				if v := s.summary(&o, calls); !unhealthy || !v.Healthy {
 					out.Agents = append(out.Agents, v)
 				}
 			}
@@ -144,14 +161,14 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 
 // getAgent serves GET /api/agents/{agent}.
 func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
-	o, ok := s.agentOf(w, r)
+	o, calls, ok := s.agentCalls(w, r)
 	if !ok {
 		return
 	}
 	id := o.AgentID
 	changes := s.l.Changes(id)
 	d := AgentDetail{
-		AgentSummary: s.summary(&o),
+		AgentSummary: s.summary(&o, calls),
 		Now:          s.o.Now().UTC(),
 		Config:       o.Config,
 		Versions: versions(s.l.History(id), changes,
@@ -159,7 +176,7 @@ func (s *server) getAgent(w http.ResponseWriter, r *http.Request) {
 		Changes:   nonNil(changes),
 		Clusters:  nonNil(s.l.Clusters(id)),
 		Proposals: nonNil(s.l.Proposals(func(p selfimprove.Proposal) bool { return p.AgentID == id })),
-		Next:      o.Next, NextAt: o.NextAt, Home: o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
+		Home:      o.Home, Held: o.Held, DeadRoutes: nonNil(o.DeadRoutes),
 		FirstToken: firstToken(o.FirstToken),
 		Routes:     routeQuality(o.Routes),
 	}
@@ -180,8 +197,8 @@ func nonNil[T any](s []T) []T {
 
 // done answers a mutation with the agent as it stands now.
 func (s *server) done(w http.ResponseWriter, id string, res Result) {
-	if o, ok := s.l.View(id); ok {
-		v := s.summary(&o)
+	if o, calls, ok := s.l.ViewCalls(id, nil); ok {
+		v := s.summary(&o, calls)
 		res.Agent = &v
 	}
 	writeJSON(w, http.StatusOK, res)

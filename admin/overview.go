@@ -22,8 +22,9 @@ type OverviewAgent struct {
 }
 
 // Overview is the answer of GET /api/overview: the agents in trouble
-// first (unhealthy first, then by health, lowest first, then by ID), a
-// page of Limit from Offset; Total counts them all.
+// first (by State: trouble, watch, ok; then by the success of the calls
+// under the config in force, Current.SuccessRate, lowest first; then by
+// ID), a page of Limit from Offset; Total counts them all.
 type Overview struct {
 	Now    time.Time       `json:"now"`
 	Total  int             `json:"total"`
@@ -59,23 +60,24 @@ const passBatch = 128
 const lateAges = 3
 
 // ovEntry is what the overview keeps of an agent between reads: its sort
-// key (Healthy, Health, the ID) and when and how it was read: 80 bytes,
+// key (State, Current.SuccessRate, the ID) and when and how it was read: 80 bytes,
 // about 120 with its place in the map and the order, and the ID.
 type ovEntry struct {
 	id     string
 	disp   string  // the ID as shown (AgentSummary.ID) when not id, else ""
-	health float64 // AgentSummary.Health
+	health float64 // AgentSummary.Current.SuccessRate
 	at     int64   // when the key was read, Unix ns on the handler's clock
 	rev    uint32  // counts the key's reads
 	read   uint32  // the ovIndex.gen of its last read
 	seen   uint32  // the ovIndex.gen of the last listing that found it in memory
 	listed uint32  // the ovIndex.gen of the last listing that found it
-	// healthy is AgentSummary.Healthy; loaded, that the key was read
+	// rank is stateRank of AgentSummary.State; loaded, that the key was read
 	// while the agent was in memory; aging, that its health may move with
 	// time alone (failures in its window, or a fleet's replicas); still,
 	// that nothing of its summary does (no calls in its window nor in the
 	// last day, a closed circuit, no fleet).
-	healthy, loaded, aging, still bool
+	rank                 uint8
+	loaded, aging, still bool
 	// sum is the summary read with the key, kept for an agent out of
 	// memory that a page showed (at most maxSummaries of them).
 	sum *AgentSummary
@@ -96,7 +98,7 @@ func (e *ovEntry) shown() string {
 // first read of the overview. An agent's state changes only while it is
 // in memory (a call, a decision or an operator action loads it), and
 // every read of the overview reads the health of the agents in memory
-// again (Loop.Health, no store read); the key of an agent out of memory
+// again (Loop.ViewCalls, no store read); the key of an agent out of memory
 // is read from its state file when it is new, when it left memory since
 // the last read, and while it is stale (see stale): by the background
 // pass (refreshStale, each Options.SampleEvery), which also reads again
@@ -136,47 +138,45 @@ func (x *ovIndex) nudge() {
 	}
 }
 
-// less orders two keys: unhealthy first, then by health, lowest first,
-// then by ID.
+// ovLess orders two keys: by state, trouble first, then by the success
+// under the config in force, lowest first, then by ID.
 func ovLess(a, b *ovEntry) int {
-	if a.healthy != b.healthy {
-		if a.healthy {
-			return 1
-		}
-		return -1
-	}
-	return cmp.Or(cmp.Compare(a.health, b.health), cmp.Compare(a.shown(), b.shown()), cmp.Compare(a.id, b.id))
+	return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.health, b.health), cmp.Compare(a.shown(), b.shown()), cmp.Compare(a.id, b.id))
 }
 
 // set records the key of e read at now; it reports whether the key's
 // place in the order may have changed.
-func (x *ovIndex) set(e *ovEntry, health float64, healthy, loaded, aging bool, now time.Time) bool {
-	moved := e.health != health || e.healthy != healthy
-	e.health, e.healthy, e.loaded, e.aging = health, healthy, loaded, aging
+func (x *ovIndex) set(e *ovEntry, health float64, rank uint8, loaded, aging bool, now time.Time) bool {
+	moved := e.health != health || e.rank != rank
+	e.health, e.rank, e.loaded, e.aging = health, rank, loaded, aging
 	e.at, e.read = now.UnixNano(), x.gen
 	e.rev++
 	x.unsorted = x.unsorted || moved
 	return moved
 }
 
-// setView records the key of e from o, a view read at now, and v, its
-// summary (nil: none to keep): an agent out of memory ages when its
+// setView records the key of e from o and calls, a view and its
+// window's buckets read at now, and v, its summary (nil: none to keep;
+// made from them when nil): an agent out of memory ages when its
 // window holds failures (old successes leaving it lower its health, old
 // failures raise it) or when the loop is in a fleet (the other replicas'
 // calls change its statistics).
-func (s *server) setView(e *ovEntry, o *selfimprove.AgentView, v *AgentSummary, now time.Time) bool {
+func (s *server) setView(e *ovEntry, o *selfimprove.AgentView, calls []selfimprove.CallBucket, v *AgentSummary, now time.Time) bool {
 	x := &s.ov
-	healthy := o.Health >= s.o.UnhealthyBelow && o.Circuit == selfimprove.CircuitClosed
-	moved := x.set(e, o.Health, healthy, o.Loaded, o.Stats.Failures > 0 || x.fleet, now)
+	keep := v != nil
+	if v == nil {
+		sum := s.summary(o, calls)
+		v = &sum
+	}
+	if !o.Loaded && v.calls == nil {
+		v.calls = slices.Clone(before(calls, o)) // kept with the summary, for the day
+	}
+	moved := x.set(e, v.Current.SuccessRate, uint8(stateRank(v.State)), o.Loaded, o.Stats.Failures > 0 || x.fleet, now)
 	e.still = o.Stats.Calls == 0 && o.Stats.CallsPerDay == 0 && o.Circuit == selfimprove.CircuitClosed && !x.fleet
 	switch {
 	case o.Loaded:
 		x.keep(e, nil)
-	case v != nil || e.sum != nil:
-		if v == nil {
-			sum := s.summary(o)
-			v = &sum
-		}
+	case keep || e.sum != nil:
 		x.keep(e, v)
 	}
 	return moved
@@ -257,14 +257,16 @@ func (s *server) refreshKeys(now time.Time) {
 	m := s.l.Metrics()
 	x.fleet = m.FleetReplica != ""
 	var read, stale []*ovEntry
+	buf := make([]selfimprove.CallBucket, 0, 64)
 	for v := range s.l.Views() {
 		e := x.by[v.AgentID]
 		if e == nil {
 			e = x.add(v.AgentID)
 			read = append(read, e)
-		} else {
-			h := s.l.Health(v.AgentID)
-			x.set(e, h, h >= s.o.UnhealthyBelow && v.Circuit == selfimprove.CircuitClosed, true, false, now)
+		} else if o, calls, ok := s.l.ViewCalls(v.AgentID, buf[:0]); ok {
+			buf = calls
+			sum := s.summary(&o, calls)
+			x.set(e, sum.Current.SuccessRate, uint8(stateRank(sum.State)), true, false, now)
 			x.keep(e, nil)
 		}
 		e.seen = g
@@ -301,8 +303,9 @@ func (s *server) refreshKeys(now time.Time) {
 	slices.SortFunc(stale, func(a, b *ovEntry) int { return cmp.Or(cmp.Compare(a.read, b.read), cmp.Compare(a.at, b.at)) })
 	read = append(read, stale[:min(len(stale), maxStaleReads)]...)
 	for _, e := range read {
-		if o, ok := s.l.View(e.id); ok {
-			s.setView(e, &o, nil, now)
+		if o, calls, ok := s.l.ViewCalls(e.id, buf[:0]); ok {
+			buf = calls
+			s.setView(e, &o, calls, nil, now)
 		} else {
 			x.remove(e)
 		}
@@ -400,15 +403,16 @@ func (s *server) applyJobs(jobs []ovJob) {
 	x := &s.ov
 	now := s.o.Now()
 	views := make([]selfimprove.AgentView, len(jobs))
+	calls := make([][]selfimprove.CallBucket, len(jobs))
 	found := make([]bool, len(jobs))
 	for i, j := range jobs {
-		views[i], found[i] = s.l.View(j.e.id)
+		views[i], calls[i], found[i] = s.l.ViewCalls(j.e.id, nil)
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for i, j := range jobs {
 		if found[i] && j.e.rev == j.rev && x.by[j.e.id] == j.e {
-			s.setView(j.e, &views[i], nil, now)
+			s.setView(j.e, &views[i], calls[i], nil, now)
 		}
 	}
 	x.sort()
@@ -460,15 +464,16 @@ func (s *server) overviewPage(now time.Time, off, n int) (int, []ovRow) {
 				got[e.id] = *v // out of memory since it was read: only time moved
 				continue
 			}
-			o, ok := s.l.View(e.id)
+			o, calls, ok := s.l.ViewCalls(e.id, nil)
 			if !ok {
 				x.remove(e)
 				moved = true
 				continue
 			}
-			v := s.summary(&o)
+			v := s.summary(&o, calls)
+			v.calls = before(calls, &o)
 			got[e.id] = v
-			moved = s.setView(e, &o, &v, now) || moved
+			moved = s.setView(e, &o, calls, &v, now) || moved
 		}
 		x.sort()
 		if !moved || try == 2 {
@@ -478,7 +483,7 @@ func (s *server) overviewPage(now time.Time, off, n int) (int, []ovRow) {
 	out := make([]ovRow, 0, len(page))
 	for _, e := range page {
 		if v, ok := got[e.id]; ok && x.by[e.id] == e {
-			out = append(out, ovRow{ovEntry{id: e.id, disp: e.disp, health: v.Health, healthy: v.Healthy}, v})
+			out = append(out, ovRow{ovEntry{id: e.id, disp: e.disp, health: v.Current.SuccessRate, rank: uint8(stateRank(v.State))}, v})
 		}
 	}
 	slices.SortFunc(out, func(a, b ovRow) int { return ovLess(&a.key, &b.key) })
@@ -512,7 +517,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	head := now.UnixNano() / int64(tiers[1].width)
 	s.samples.mu.Lock()
 	for _, a := range page {
-		out.Agents = append(out.Agents, OverviewAgent{AgentSummary: a.AgentSummary, Day: dayRates(s.samples.agents[a.key.id], head)})
+		day := dayRates(s.samples.agents[a.key.id], head)
+		fillDay(day, head, a.calls)
+		out.Agents = append(out.Agents, OverviewAgent{AgentSummary: a.AgentSummary, Day: day})
 	}
 	s.samples.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)

@@ -73,29 +73,23 @@ func ids(o admin.Overview) []string {
 // wantOrder returns every agent of l in the overview's order, from
 // their views.
 func wantOrder(l *si.Loop) []string {
-	type key struct {
-		id      string
-		health  float64
-		healthy bool
+	h := admin.Handler(l, admin.Options{SampleEvery: -1}) // a fresh read of every agent
+	req := httptest.NewRequest("GET", "/api/agents?limit=1000", nil)
+	req.Host = "localhost"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var list admin.AgentList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+		panic(err)
 	}
-	var all []key
-	for id := range l.Agents() {
-		if o, ok := l.View(id); ok {
-			all = append(all, key{id, o.Health, o.Health >= 0.9 && o.Circuit == si.CircuitClosed})
-		}
-	}
-	slices.SortFunc(all, func(a, b key) int {
-		if a.healthy != b.healthy {
-			if a.healthy {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Or(cmp.Compare(a.health, b.health), cmp.Compare(a.id, b.id))
+	rank := map[string]int{admin.StateTrouble: 0, admin.StateWatch: 1, admin.StateOK: 2}
+	all := list.Agents
+	slices.SortFunc(all, func(a, b admin.AgentSummary) int {
+		return cmp.Or(cmp.Compare(rank[a.State], rank[b.State]), cmp.Compare(a.Current.SuccessRate, b.Current.SuccessRate), cmp.Compare(a.ID, b.ID))
 	})
 	out := make([]string, len(all))
-	for i, k := range all {
-		out[i] = k.id
+	for i, a := range all {
+		out[i] = a.ID
 	}
 	return out
 }

@@ -20,10 +20,11 @@ var tiers = [...]struct {
 const nBuckets = 14 // len(selfimprove.LatencyBuckets()) + 1
 
 // cum is an agent's counters since it was loaded: successes, failures
-// and the latency histogram's counts.
+// and the latency histogram's counts and sum (ns).
 type cum struct {
 	ok, fail uint64
 	lat      [nBuckets]uint64
+	sum      int64
 	q        qcum // the sum of the timeline's qualityIncs
 }
 
@@ -106,6 +107,7 @@ func (s *timeline) add(now time.Time, c *cum, version int, q qcum) {
 			h.Counts[k] = c.lat[k] - min(c.lat[k], r.base.lat[k])
 			h.Count += h.Counts[k]
 		}
+		h.Sum = time.Duration(c.sum - min(c.sum, r.base.sum))
 		p := &r.slots[idx%int64(t.slots)]
 		*p = point{ok: uint32(d.ok), fail: uint32(d.fail),
 			p50: uint32(quantile(h, 0.5) / time.Microsecond), p95: uint32(quantile(h, 0.95) / time.Microsecond), version: int32(max(version, 1))}
@@ -131,7 +133,7 @@ func advanceRing(slots []point, head *int64, idx int64) {
 // and costs when o has them (full: o is from Loop.View); the agents over
 // the cap are not kept.
 func (p *sampler) sample(now time.Time, o *selfimprove.AgentView, full bool) {
-	c := cum{ok: uint64(o.Successes), fail: uint64(o.Failures)}
+	c := cum{ok: uint64(o.Successes), fail: uint64(o.Failures), sum: int64(o.Latency.Sum)}
 	copy(c.lat[:], o.Latency.Counts)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -234,13 +236,24 @@ type SeriesPoint struct {
 	Quality        float64       `json:"quality,omitempty"`
 	Costed         int           `json:"costed,omitempty"`
 	CostPerSuccess *float64      `json:"cost_per_success,omitempty"`
+	// Stored marks a point read from what the loop keeps of the agent's
+	// calls (its analysis window's buckets, Loop.ViewCalls) for a time
+	// the handler sampled nothing: Width is then the bucket's width (a
+	// sixty-fourth of the window), Mean the calls' mean latency, and P50
+	// and P95 are 0 (the loop keeps no quantiles); Version is the one in
+	// force at the bucket's middle, by the agent's changes.
+	Stored bool          `json:"stored,omitempty"`
+	Width  time.Duration `json:"width_ns,omitempty"`
+	Mean   time.Duration `json:"mean_ns,omitempty"`
 }
 
 // Series is the answer of GET /api/agents/{agent}/series: the agent's
 // timeline over Range ("hour", "day" or "week") up to Now, in slots of
-// Step, oldest first; slots never sampled are left out (the handler
-// samples each agent every Options.SampleEvery, at each change and at
-// each read of its series).
+// Step, oldest first: the slots the handler sampled (each agent every
+// Options.SampleEvery, at each change and at each read of its series),
+// and, where it sampled none, the buckets of the agent's analysis window
+// that the loop keeps (SeriesPoint.Stored), so that the calls made before
+// the handler started show.
 type Series struct {
 	Range  string        `json:"range"`
 	Now    time.Time     `json:"now"`
@@ -289,7 +302,7 @@ func (s *server) getSeries(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	o, ok := s.agentOf(w, r)
+	o, calls, ok := s.agentCalls(w, r)
 	if !ok {
 		return
 	}
@@ -304,5 +317,6 @@ func (s *server) getSeries(w http.ResponseWriter, r *http.Request) {
 		out.Points = sr.points(i)
 	}
 	s.samples.mu.Unlock()
+	s.mergeStored(&out, &o, calls)
 	writeJSON(w, http.StatusOK, out)
 }

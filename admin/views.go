@@ -20,10 +20,29 @@ type AgentSummary struct {
 	ConfigVersion int `json:"config_version"`
 	// Stats are over the agent's analysis window.
 	Stats selfimprove.Stats `json:"stats"`
-	// Health is in [0, 1] (see Loop.Health); Healthy is Health at or
-	// above Options.UnhealthyBelow with a closed circuit.
-	Health  float64 `json:"health"`
-	Healthy bool    `json:"healthy"`
+	// Health is in [0, 1] (see Loop.Health): the whole window's success,
+	// weighted by recency, whatever config ran it.
+	Health float64 `json:"health"`
+	// State is the agent's trouble state, by the rule of
+	// docs/dashboard.md: StateTrouble, StateWatch or StateOK; Why says
+	// why in a few words ("" when ok). Healthy is State not trouble.
+	State   string `json:"state"`
+	Why     string `json:"why,omitempty"`
+	Healthy bool   `json:"healthy"`
+	// Current is the calls under the config in force.
+	Current CurrentView `json:"current"`
+	// Route is the route in force, named: the ladder's primary for the
+	// empty Config.Route (see Loop.Routes); Primary is the ladder's
+	// primary ("" without a ladder, or for one whose primary is the
+	// function's own default); Fallback reports that Route is one of the
+	// ladder's fallbacks, or that the agent is away from its home route.
+	Route    string `json:"route"`
+	Primary  string `json:"primary"`
+	Fallback bool   `json:"fallback"`
+	// Next is what the loop will do next for the agent, and NextAt when
+	// (absent: at the next call that calls for it).
+	Next   string    `json:"next"`
+	NextAt time.Time `json:"next_at,omitzero"`
 	// Profile names the threshold in force; Critical and
 	// ManualThreshold are the operator's settings.
 	Profile         selfimprove.Profile `json:"profile"`
@@ -43,9 +62,13 @@ type AgentSummary struct {
 	// P95Latency is the 95th percentile of the durations of the agent's
 	// calls since the process started, interpolated inside its latency
 	// bucket (selfimprove.LatencyBuckets) as if the bucket's calls spread
-	// evenly over it; the last bound when it is beyond them; 0 for an
-	// agent with no calls in this process.
+	// evenly over it, up to where the sum of their durations lets them
+	// reach (so that calls of a few µs show a few µs, not the 5 ms of the
+	// first bucket's bound); the last bound when it is beyond them; 0 for
+	// an agent with no calls in this process.
 	P95Latency time.Duration `json:"p95_latency_ns,omitempty"`
+
+	calls []selfimprove.CallBucket // the window's buckets, for the overview (a copy)
 }
 
 // ThresholdView is a Threshold with durations as Go duration strings
@@ -83,10 +106,6 @@ type AgentDetail struct {
 	Clusters []selfimprove.Cluster `json:"clusters"`
 	// Proposals are the agent's proposals, oldest first.
 	Proposals []selfimprove.Proposal `json:"proposals"`
-	// Next is what the loop will do next for the agent, and NextAt when
-	// (absent: at the next call that calls for it).
-	Next   string    `json:"next"`
-	NextAt time.Time `json:"next_at,omitzero"`
 	// Home is the route the agent returns to while it is away from it;
 	// Held, the class it is held for (see selfimprove.ProbePolicy).
 	Home string        `json:"home,omitempty"`
@@ -214,8 +233,9 @@ type ScoreResult struct {
 // path segment. Every byte string round-trips.
 func Ref(agentID string) string { return url.PathEscape(agentID) }
 
-// summary builds an agent's summary from its view.
-func (s *server) summary(o *selfimprove.AgentView) AgentSummary {
+// summary builds an agent's summary from its view and its window's
+// buckets (Loop.ViewCalls).
+func (s *server) summary(o *selfimprove.AgentView, calls []selfimprove.CallBucket) AgentSummary {
 	v := AgentSummary{
 		ID: strings.ToValidUTF8(o.AgentID, "\uFFFD"), Ref: Ref(o.AgentID),
 		ConfigVersion: o.Config.Version, Stats: o.Stats, Health: o.Health,
@@ -223,10 +243,13 @@ func (s *server) summary(o *selfimprove.AgentView) AgentSummary {
 		Critical: o.Critical, ManualThreshold: o.Manual,
 		Circuit: o.Circuit, PendingProposals: o.Proposals, Loaded: o.Loaded,
 	}
-	v.Healthy = o.Health >= s.o.UnhealthyBelow && o.Circuit == selfimprove.CircuitClosed
 	if o.Change != nil {
 		v.ChangeState = o.Change.State
 	}
+	v.Next, v.NextAt = o.Next, o.NextAt
+	v.Current = s.current(o, calls)
+	s.routeOf(&v, o)
+	s.trouble(&v, o)
 	if o.Latency.Count > 0 {
 		v.P95Latency = quantile(o.Latency, 0.95)
 	}

@@ -29,7 +29,7 @@ var errUpstream = errors.New("upstream 503: service unavailable")
 
 // browser returns the path of a Chromium or Chrome on PATH; without one
 // the test skips locally and fails in CI.
-func browser(t *testing.T) string {
+func browser(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -41,26 +41,6 @@ func browser(t *testing.T) string {
 	}
 	t.Skip("no chromium on PATH: install with: apt-get install -y chromium")
 	return ""
-}
-
-// newBrowser starts headless Chromium; the returned context bounds the
-// whole test.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser(t)), chromedp.Headless, chromedp.WindowSize(1200, 900))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx)
-	t.Cleanup(bcancel)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return bctx
 }
 
 // outDir is where screenshots go (git-ignored).
@@ -156,12 +136,7 @@ func newDashLoop(t *testing.T) *dashLoop {
 	// review: a fault and a proposal.
 	d.calls(t, "review", 20, nil)
 	d.calls(t, "review", 4, errUpstream)
-	for deadline := time.Now().Add(5 * time.Second); len(l.Proposals(nil)) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("no proposal for review")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLoop(t, l, "a proposal for review", func() bool { return len(l.Proposals(nil)) > 0 })
 	chs := l.Changes("checkout")
 	if chs[0].State != si.ChangeConfirmed || chs[1].State != si.ChangeVerifying {
 		t.Fatalf("checkout changes: %s, %s", chs[0].State, chs[1].State)
@@ -186,17 +161,7 @@ func (d *dashLoop) callsUntil(t *testing.T, agent string, err error, want si.Cha
 // runs in the background).
 func (d *dashLoop) waitChanges(t *testing.T, agent string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); len(d.l.Changes(agent)) < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d changes, want %d", agent, len(d.l.Changes(agent)), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// until waits for a JavaScript expression to be true, for up to 20 s.
-func until(js string, opts ...chromedp.PollOption) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](js, append([]chromedp.PollOption{chromedp.WithPollingTimeout(20 * time.Second)}, opts...)...)
+	waitLoop(t, d.l, fmt.Sprintf("%s: %d changes", agent, n), func() bool { return len(d.l.Changes(agent)) >= n })
 }
 
 func rowsOf(t *testing.T, ctx context.Context) []row {
@@ -227,9 +192,24 @@ type row struct {
 	Pending string `json:"pending"`
 }
 
-const readRows = `[...document.querySelectorAll("#agents tbody tr")].map(tr => ({
-	ref: tr.dataset.ref, success: tr.cells[2].dataset.v, calls: tr.cells[4].dataset.v,
-	version: tr.cells[5].dataset.v, change: tr.cells[6].dataset.v, pending: tr.cells[7].dataset.v}))`
+// readRows reads the table's rows, each cell found by its column's key
+// (the header's data-key), so that a new column moves none of them.
+const readRows = `(() => {
+	const keys = [...document.querySelectorAll("#agents thead th")].map((th) => th.dataset.key);
+	const v = (tr, k) => tr.cells[keys.indexOf(k)].dataset.v;
+	return [...document.querySelectorAll("#agents tbody tr")].map((tr) => ({ref: tr.dataset.ref,
+		success: v(tr, "success"), calls: v(tr, "calls"), version: v(tr, "version"), change: v(tr, "change"), pending: v(tr, "pending")}));
+})()`
+
+// cellIs is a JavaScript test that the table's cell of agent ref in the
+// column key (the header's data-key) has the value v (its data-v).
+func cellIs(ref, key, v string) string {
+	return fmt.Sprintf(`(() => {
+		const i = [...document.querySelectorAll("#agents thead th")].findIndex((th) => th.dataset.key === %q);
+		const tr = document.querySelector('#agents tr[data-ref="%s"]');
+		return i >= 0 && tr !== null && tr.cells[i].dataset.v === %q;
+	})()`, key, ref, v)
+}
 
 // checkRows compares the page's rows with the loop's numbers.
 func checkRows(t *testing.T, l *si.Loop, rows []row) {
@@ -254,10 +234,10 @@ func checkRows(t *testing.T, l *si.Loop, rows []row) {
 func TestDashboard(t *testing.T) {
 	ctx := newBrowser(t)
 	d := newDashLoop(t)
-	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
+	srv, reqs := serveCounted(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
 	checkDashboardTable(t, ctx, srv, d.l)
 	checkDashboardAgent(t, ctx, d.l)
-	checkDashboardRollback(t, ctx, d)
+	checkDashboardRollback(t, ctx, d, reqs)
 	checkDashboardApprove(t, ctx, d.l)
 	checkDashboardReconnect(t, ctx, srv, d)
 }
@@ -322,26 +302,36 @@ func checkDashboardAgent(t *testing.T, ctx context.Context, l *si.Loop) {
 }
 
 // checkDashboardRollback rolls back checkout's change while its page is
-// open: the rollback appears within 2 s, there and then in the table.
-func checkDashboardRollback(t *testing.T, ctx context.Context, d *dashLoop) {
+// open: the rollback shows there and then in the table, from the event
+// stream: without a reload of the page or of the agent list, with one read
+// of the agent at most per event the loop recorded about it.
+func checkDashboardRollback(t *testing.T, ctx context.Context, d *dashLoop, reqs *requests) {
 	t.Helper()
 	do := doer(t, ctx)
 	l := d.l
+	const detail, list = "/api/agents/checkout", "/api/agents"
+	eval[bool](t, ctx, `window.__e2eSamePage = true`) // gone if the page reloads
+	before := reqs.snapshot()
+	last := l.Events(si.EventFilter{Limit: 1})
 	d.callsUntil(t, "checkout", errUpstream, si.ChangeRolledBack)
-	rolled := time.Now()
-	within := func(what, js string) {
+	shown := func(what, js string) {
 		t.Helper()
-		if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingInterval(50*time.Millisecond),
-			chromedp.WithPollingTimeout(time.Until(rolled.Add(2*time.Second))))); err != nil {
-			t.Fatalf("%s: not within 2 s of the rollback: %v", what, err)
+		do(what, until(js))
+		events := l.Events(si.EventFilter{After: last[0].ID, AgentIDs: []string{"checkout"}, Limit: 1000})
+		reads := reqs.count(detail) - before[detail]
+		t.Logf("%s: %d reads of the agent for %d events about it", what, reads, len(events))
+		if reads < 1 || reads > len(events) {
+			t.Errorf("%s: %d reads of the agent for %d events about it: want 1 to one per event", what, reads, len(events))
 		}
-		t.Logf("%s: %v after the rollback", what, time.Since(rolled).Round(time.Millisecond))
+		if n := reqs.count(list) - before[list]; n != 0 || !eval[bool](t, ctx, `window.__e2eSamePage === true`) {
+			t.Errorf("%s: the page reloaded or read the agent list again (%d reads)", what, n)
+		}
 	}
-	within("rollback in the timeline", `document.querySelector("#timeline rect.marker.rollback") !== null &&
+	shown("rollback in the timeline", `document.querySelector("#timeline rect.marker.rollback") !== null &&
 		document.querySelector('#history tr[data-version="3"] td:nth-child(4)').textContent === "rolled back"`)
 	shot(t, ctx, "3-agent-rolled-back")
 	do("back to the table", chromedp.Click(`a[href="#"]`), chromedp.WaitVisible(`#list-view`))
-	within("rollback in the table", `document.querySelector('#agents tr[data-ref="checkout"] td:nth-child(7)').dataset.v === "rolled_back"`)
+	shown("rollback in the table", cellIs("checkout", "change", "rolled_back"))
 	checkRows(t, l, rowsOf(t, ctx))
 }
 
@@ -385,8 +375,8 @@ func checkDashboardApprove(t *testing.T, ctx context.Context, l *si.Loop) {
 	if msg := text(t, ctx, "#msg"); !strings.Contains(msg, fmt.Sprintf("now runs config v%d", after.Version)) {
 		t.Errorf("message %q", msg)
 	}
-	do("the approval shown", until(fmt.Sprintf(`document.querySelector('#agents tr[data-ref="review"] td:nth-child(6)').dataset.v === "%d" &&
-		document.querySelector("#pending").textContent === "None."`, after.Version)))
+	do("the approval shown", until(cellIs("review", "version", strconv.Itoa(after.Version))+` &&
+		document.querySelector("#pending").textContent === "None."`))
 	checkRows(t, l, rowsOf(t, ctx))
 	shot(t, ctx, "5-approved")
 }
@@ -409,6 +399,6 @@ func checkDashboardReconnect(t *testing.T, ctx context.Context, srv *httptest.Se
 	if err := l.MarkCritical("steady", true); err != nil {
 		t.Fatal(err)
 	}
-	do("update after reconnecting", until(`document.querySelector('#agents tr[data-ref="steady"] td:nth-child(5)').dataset.v === "33"`))
+	do("update after reconnecting", until(cellIs("steady", "calls", "33")))
 	checkRows(t, l, rowsOf(t, ctx))
 }

@@ -41,7 +41,7 @@ func TestDashboardFleet(t *testing.T) {
 	plain := serve(t, plainLoop(t).l, admin.Options{Token: dashToken, OpenReads: true})
 	do := doer(t, ctx)
 	do("open a loop without a fleet", chromedp.Navigate(plain.URL+"/si/"), chromedp.WaitVisible(`#conn.live`),
-		chromedp.Sleep(300*time.Millisecond)) // the fleet is read after the agents
+		handled("/si/api/fleet", 1)) // read after the agents
 	if eval[bool](t, ctx, `!document.querySelector("#fleet").hidden`) {
 		t.Error("a fleet panel without a fleet")
 	}

@@ -34,7 +34,7 @@ func sampleEvent() si.Event {
 		Reason: "timeouts: raise the timeout from 1s to 1.5s",
 		Before: si.Stats{Calls: 20, Failures: 8, SuccessRate: 0.6, AvgLatency: 900 * time.Millisecond},
 		After:  si.Stats{Calls: 10, Failures: 5, SuccessRate: 0.5, AvgLatency: 1200 * time.Millisecond},
-		State:  si.ChangeRolledBack, Verdict: "5 consecutive failures under the new config (limit 5)",
+		State:  si.ChangeRolledBack, Verdict: "the last 5 calls under v2 failed in a row, against 8 in 20 before; 5 consecutive failures (limit 5)",
 	}
 	return si.Event{ID: "e1", Time: t0, Type: si.EventRolledBack, AgentID: ch.AgentID, Change: ch,
 		Message: "agent \"search <bot> & co\": rolled back config v2 to v1"}
@@ -155,6 +155,37 @@ func TestSlackRequest(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("fields lack %q:\n%s", want, all)
 		}
+	}
+}
+
+// A verdict's plain sentence ends the summary; its statistics are in the
+// Verdict field (issue 43, item 6). Before, the summary carried the whole
+// verdict, statistics and all.
+func TestSummaryEndsWithThePlainSentence(t *testing.T) {
+	f := &fakeService{}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	e := sampleEvent()
+	e.Message = "agent \"search\": rolled back config v2 to v1: " + e.Change.Verdict
+	if err := (notify.Slack{WebhookURL: srv.URL + "/hook"}).Notify(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("requests %+v", reqs)
+	}
+	var msg struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(reqs[0].Body, &msg); err != nil {
+		t.Fatal(err)
+	}
+	want := "Rolled back: agent \"search\": rolled back config v2 to v1: the last 5 calls under v2 failed in a row, against 8 in 20 before"
+	if msg.Text != want {
+		t.Errorf("text %q, want %q", msg.Text, want)
+	}
+	if body := string(reqs[0].Body); !strings.Contains(body, "*Verdict*\\n"+e.Change.Verdict) {
+		t.Errorf("no Verdict field with the whole verdict in %s", body)
 	}
 }
 

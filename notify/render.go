@@ -18,7 +18,7 @@ type message struct {
 
 // render lays out e for Slack and Telegram.
 func render(e selfimprove.Event) message {
-	m := message{title: titleOf(e), summary: e.Message}
+	m := message{title: titleOf(e), summary: summaryOf(e)}
 	add := func(k, v string) { m.fields = append(m.fields, [2]string{k, v}) }
 	if e.AgentID != "" {
 		add("Agent", e.AgentID)
@@ -67,6 +67,18 @@ func render(e selfimprove.Event) message {
 		}
 	}
 	return m
+}
+
+// summaryOf is e's message with a verdict's statistics left out: the
+// verdict's plain first sentence, up to its first "; ", ends it (the
+// Verdict field shows the verdict whole).
+func summaryOf(e selfimprove.Event) string {
+	c := e.Change
+	if c == nil || c.Verdict == "" || !strings.HasSuffix(e.Message, c.Verdict) {
+		return e.Message
+	}
+	plain, _, _ := strings.Cut(c.Verdict, "; ")
+	return strings.TrimSuffix(e.Message, c.Verdict) + plain
 }
 
 func titleOf(e selfimprove.Event) string {

@@ -3,7 +3,7 @@ module github.com/self-improving-loop/selfimprove/otel
 go 1.26.0
 
 require (
-	github.com/self-improving-loop/selfimprove v0.0.0
+	github.com/self-improving-loop/selfimprove v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -20,5 +20,3 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../

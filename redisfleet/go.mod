@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/self-improving-loop/selfimprove v0.0.0
+	github.com/self-improving-loop/selfimprove v0.1.0
 )
 
 require (
@@ -12,5 +12,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../

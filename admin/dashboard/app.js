@@ -177,9 +177,31 @@ const stateText = { verifying: "verifying", confirmed: "confirmed", rolled_back:
 
 // ---- the agents table
 
+// The trouble states, worst first (docs/dashboard.md, "Trouble at a
+// glance").
+const stateRank = { trouble: 0, watch: 1, ok: 2 };
+
+// curRate is the success of the calls under the config in force; 1 with
+// none, as the server sorts.
+function curRate(a) { return a.current && a.current.calls ? a.current.success_rate : 1; }
+
+// healthText is an agent's health as the list, the agent page and the
+// CLI's status show it: the success of the calls under the config in
+// force, a percentage with one decimal ("–" before its first call), and
+// a title that says so, with the window's recency-weighted health.
+function healthText(a) {
+  const cur = a.current || { calls: 0, version: a.config_version };
+  if (!cur.calls) return ["–", "no call under v" + cur.version + " yet; the window's health " + pct(a.health)];
+  return [pct(cur.success_rate), "v" + cur.version + ": " + (cur.calls - cur.failures) + " of " + cur.calls + " calls succeeded" +
+    (cur.since ? " since " + when(cur.since) : "") + "; the window's health " + pct(a.health)];
+}
+
 function sortValue(a, k) {
   switch (k) {
-    case "health": return a.health;
+    case "state": return (stateRank[a.state] ?? 2) * 2 + curRate(a);
+    case "health": return curRate(a);
+    case "route": return (a.fallback ? "1" : "0") + (a.route || "");
+    case "next": return a.next || "";
     case "success": return a.stats.success_rate;
     case "p95": return a.p95_latency_ns || 0;
     case "calls": return a.stats.calls;
@@ -214,14 +236,26 @@ function cell(text, value, cls) {
 
 function agentRow(a) {
   const href = "#/agent/" + a.ref;
-  return el("tr", { "data-ref": a.ref },
+  const cur = a.current || { calls: 0 };
+  const st = el("td", { class: "trouble-" + (a.state || "ok"), "data-v": a.state || "ok", title: a.why || "nothing to look at" },
+    el("span", { class: "tstate", text: a.state || "ok" }), a.why ? " " + a.why : "");
+  const [htext, htitle] = healthText(a);
+  const health = cell(htext, curRate(a), "num " + (a.healthy ? "good" : "bad"));
+  health.title = htitle;
+  const route = cell((a.route || "(default)") + (a.fallback ? " · fallback" : ""), a.route || "", a.fallback ? "warn" : "");
+  route.title = a.fallback ? "a fallback; the primary is " + (a.primary || "the function's default") : "the route in force";
+  const next = cell(a.next || "–", a.next || "", "next");
+  next.title = nextText(a);
+  return el("tr", { "data-ref": a.ref, "data-state": a.state || "ok" },
     el("td", { class: "id", title: a.id }, el("a", { href, text: a.id })),
-    cell(pct(a.health), a.health, "num " + (a.healthy ? "good" : "bad")),
+    st, health,
     cell(pct(a.stats.success_rate), a.stats.success_rate, "num"),
     cell(dur(a.p95_latency_ns), a.p95_latency_ns || 0, "num"),
     cell(String(a.stats.calls), a.stats.calls, "num"),
     cell("v" + a.config_version, a.config_version, "num"),
+    route,
     cell(stateText[a.change_state] || "–", a.change_state || "", "state-" + (a.change_state || "none")),
+    next,
     cell(String(a.pending_proposals), a.pending_proposals, "num"));
 }
 
@@ -402,6 +436,18 @@ function markers(d) {
   return out;
 }
 
+// markerLabel is a marker's label on the timeline: "applied v2",
+// "rolled back v2", "confirmed v3", "rewind v4" or "set v4".
+function markerLabel(m) {
+  const v = "v" + m.c.to.version;
+  switch (m.kind) {
+    case "confirm": return "confirmed " + v;
+    case "rollback": return "rolled back " + v;
+    case "rewind": return ((m.c.reason || "").startsWith("rewind to v") ? "rewind " : "set ") + v;
+  }
+  return "applied " + v;
+}
+
 // drawTimeline draws the agent's timeline (see drawTimeAxis).
 function drawTimeline(d) {
   drawTimeAxis(d);
@@ -428,6 +474,14 @@ function nextText(d) {
   return d.next_at ? d.next + " (at " + when(d.next_at) + ")" : d.next;
 }
 
+// nextFact is the agent page's "Next" fact: the next step, and when,
+// relative ("probe route "primary" to return to it · in 5 min"), the
+// exact time in its title.
+function nextFact(d) {
+  if (!d.next) return ["–"];
+  return d.next_at ? [vis(d.next), " · ", timeText(d.next_at)] : [vis(d.next)];
+}
+
 // firstTokenText is the agent's time to first token: "150 ms · p90 250
 // ms", with the count in the title; "–" when no stream measured one.
 function firstTokenText(d) {
@@ -442,12 +496,13 @@ function showDetail(d) {
   noteNow(d.now);
   $("agent-title").textContent = vis(d.id);
   const facts = [
-    ["Health", pct(d.health)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
+    ["Health", ...healthText(d)], ["Success", pct(d.stats.success_rate)], ["Calls", String(d.stats.calls)],
     ["Failures", String(d.stats.failures)], ["p95", dur(d.p95_latency_ns)], ["Config", "v" + d.config_version],
     ["Change", stateText[d.change_state] || "–"], ["Circuit", d.circuit], ["Profile", d.profile || "–"],
-    ["First token", ...firstTokenText(d)], ["Next", nextText(d)],
+    ["First token", ...firstTokenText(d)], ["Next", nextFact(d), nextText(d)],
   ];
-  $("agent-facts").replaceChildren(...facts.map(([k, v, title]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }), el("dd", { text: v, title: title || v }))));
+  $("agent-facts").replaceChildren(...facts.map(([k, v, title]) => el("div", { "data-fact": k.toLowerCase() }, el("dt", { text: k }),
+    typeof v === "string" ? el("dd", { text: v, title: title || v }) : el("dd", { title }, ...v))));
   drawTimeline(d);
   nextPanel(d);
   $("agent-proposals").replaceChildren(...(d.proposals.length ? d.proposals.slice().reverse().map((p) => proposalCard(p, false)) : [el("p", { class: "muted", text: "None." })]));
@@ -731,18 +786,26 @@ function drawTimeAxis(d) {
   }
   kids.push(svg("line", { id: "timeline-now", class: "now", "data-t": t1, x1: x(t1), x2: x(t1), y1: T, y2: H - B }));
   kids.push(svg("text", { x: x(t1) + 3, y: T + 8, text: "now" }));
-  const step = tlSeries ? tlSeries.step_ns / 1e6 : 0;
-  const mid = (p) => Math.min(t1, Date.parse(p.t) + step / 2);
+  const mid = (p) => Math.min(t1, Date.parse(p.t) + ptSpan(p) / 2);
   const all = (tlSeries && tlSeries.points || []).filter((p) => mid(p) >= t0);
   const pts = all.filter((p) => p.calls > 0);
+  let lastV = 0, vEnd = -Infinity; // the last version labelled, where its label ends
   for (const run of byVersion(pts)) {
     const xy = run.map((p) => [x(mid(p)), y(p.success_rate)]);
     kids.push(svg("polyline", { class: "series v" + (run[0].version % 2), "data-version": run[0].version, points: xy.map((p) => p.join(",")).join(" ") }));
     for (const [px, py] of xy) kids.push(svg("circle", { class: "dot v" + (run[0].version % 2), cx: px, cy: py, r: 2.5 }));
-    kids.push(svg("text", { class: "version-label", x: xy[0][0] + 3, y: H - B - 4, text: "v" + run[0].version }));
+    // A version's label where its run starts, unless it would run into
+    // the one before (versions minutes apart on a day's axis).
+    const vl = "v" + run[0].version;
+    if (run[0].version !== lastV && xy[0][0] + 3 >= vEnd) {
+      kids.push(svg("text", { class: "version-label", x: xy[0][0] + 3, y: H - B - 4, text: vl }));
+      vEnd = xy[0][0] + 3 + vl.length * 6.5 + 4;
+    }
+    lastV = run[0].version;
   }
-  if (!pts.length) kids.push(svg("text", { x: L + 8, y: T + 24, text: tlSeries ? "no calls sampled in this range" : "reading…" }));
+  if (!pts.length) kids.push(svg("text", { x: L + 8, y: T + 24, text: tlSeries ? "no calls in this range" : "reading…" }));
   const ms = markers(d).filter((m) => m.t >= t0 && m.t <= t1 + 1000);
+  const rows = [-Infinity, -Infinity, -Infinity, -Infinity], labels = []; // where each row of labels ends, the labels
   ms.forEach((m, i) => {
     const mx = x(m.t);
     const sel = i === selectedMarker ? " selected" : "";
@@ -753,19 +816,40 @@ function drawTimeAxis(d) {
       onmouseenter: show, onclick: show, onkeydown: (e) => { if (e.key === "Enter") show(); } });
     r.append(title);
     kids.push(r);
+    // The label beside the marker (before it near the right edge), on the
+    // first row it leaves room on (widths estimated from the length), so
+    // that labels of markers close in time do not sit on each other.
+    const label = markerLabel(m), lw = label.length * 5.6 + 6, before = mx + 8 + lw > W - 2;
+    const left = before ? mx - 8 - lw : mx + 8;
+    let row = rows.findIndex((end) => end <= left);
+    if (row < 0) row = i % rows.length;
+    rows[row] = left + lw;
+    labels.push(svg("text", { class: "marker-label " + m.kind, "data-i": i, x: before ? mx - 8 : mx + 8, "text-anchor": before ? "end" : "start",
+      y: T + 24 + row * 12, text: label }));
   });
-  g.replaceChildren(...kids);
+  g.replaceChildren(...kids, ...labels); // the labels over the markers
+
   drawLatency(lg, pts, x, W, L, R, mid);
   drawQuality(d, all, x, W, L, R, mid);
   if (selectedMarker >= 0 && selectedMarker < ms.length) showMarker(ms[selectedMarker]);
 }
 
-// byVersion splits points into runs of one config version.
+// ptSpan is the time a point spans, in ms: a stored bucket's width, else
+// the series' step.
+function ptSpan(p) { return p.width_ns ? p.width_ns / 1e6 : (tlSeries ? tlSeries.step_ns / 1e6 : 0); }
+
+// byVersion splits points into runs of one config version, and breaks a
+// run across a gap (a point that does not start within half a span of
+// where the one before ends), so that sparse points are not joined by
+// long lines across times with no calls.
 function byVersion(pts) {
   const runs = [];
+  let end = -Infinity;
   for (const p of pts) {
-    const last = runs[runs.length - 1];
-    if (last && last[0].version === p.version) last.push(p); else runs.push([p]);
+    const last = runs[runs.length - 1], t = Date.parse(p.t);
+    const gap = t - end > ptSpan(p) / 2;
+    if (last && last[0].version === p.version && !gap) last.push(p); else runs.push([p]);
+    end = t + ptSpan(p);
   }
   return runs;
 }
@@ -774,18 +858,22 @@ function byVersion(pts) {
 function drawLatency(lg, pts, x, W, L, R, mid) {
   const H = 120, T = 10, B = 10;
   lg.setAttribute("viewBox", "0 0 " + W + " " + H);
-  const top = Math.max(1e6, ...pts.map((p) => p.p95_ns));
+  // A stored point has no quantiles: its mean latency is drawn as its p50.
+  pts = pts.map((p) => p.stored ? { ...p, p50_ns: p.mean_ns, p95_ns: null } : p);
+  const top = Math.max(1e6, ...pts.map((p) => p.p95_ns || p.p50_ns));
   const y = (ns) => T + (1 - ns / top) * (H - T - B);
   const kids = [svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: H - B }), svg("line", { class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B }),
     svg("line", { class: "grid-line", x1: L, x2: W - R, y1: y(top), y2: y(top) }),
     svg("text", { x: 2, y: y(top) + 4, text: dur(top) }), svg("text", { x: 2, y: H - B, text: "0" })];
   for (const run of byVersion(pts)) {
     for (const [k, cls] of [["p95_ns", "p95"], ["p50_ns", "p50"]]) {
-      kids.push(svg("polyline", { class: "lat " + cls, "data-version": run[0].version, points: run.map((p) => x(mid(p)) + "," + y(p[k])).join(" ") }));
+      const has = run.filter((p) => p[k] !== null);
+      if (!has.length) continue;
+      kids.push(svg("polyline", { class: "lat " + cls, "data-version": run[0].version, points: has.map((p) => x(mid(p)) + "," + y(p[k])).join(" ") }));
       // A dot per point, so that a slot alone in its run shows too.
-      for (const p of run) {
+      for (const p of has) {
         const c = svg("circle", { class: "lat-dot " + cls, cx: x(mid(p)), cy: y(p[k]), r: 2.5 });
-        c.append(svg("title", { text: cls + " v" + p.version + " · " + when(p.t) + " · " + dur(p[k]) }));
+        c.append(svg("title", { text: (p.stored ? "mean (kept by the loop)" : cls) + " v" + p.version + " · " + when(p.t) + " · " + dur(p[k]) }));
         kids.push(c);
       }
     }
@@ -868,7 +956,7 @@ async function loadOverview() {
     const res = await read("api/overview?limit=" + OV_PAGE + "&offset=" + ovPage * OV_PAGE);
     noteNow(res.now);
     const pages = Math.max(1, Math.ceil(res.total / OV_PAGE));
-    $("ov-info").textContent = res.total + " agents, in trouble first · page " + (ovPage + 1) + " of " + pages;
+    $("ov-info").textContent = res.total + (res.total === 1 ? " agent" : " agents") + ", in trouble first · page " + (ovPage + 1) + " of " + pages;
     $("ov-prev").disabled = ovPage === 0;
     $("ov-next").disabled = ovPage >= pages - 1;
     $("ov-grid").replaceChildren(...res.agents.map(sparkCard));
@@ -891,11 +979,13 @@ function sparkCard(a) {
   a.day.forEach((r, i) => { if (r < 0) flush(); else run.push(xs(i) + "," + ys(r)); });
   flush();
   g.replaceChildren(...kids);
-  return el("div", { class: "spark-card " + (a.healthy ? "ok" : "trouble"), "data-ref": a.ref, "data-health": a.health, "data-healthy": a.healthy },
+  const cur = a.current || { calls: 0 };
+  return el("div", { class: "spark-card " + (a.state || "ok") + (a.healthy ? "" : " trouble"), "data-ref": a.ref, "data-health": curRate(a), "data-healthy": a.healthy, "data-state": a.state || "ok" },
     el("a", { href: "#/agent/" + a.ref, title: a.id, text: a.id }),
-    el("span", { class: "num " + (a.healthy ? "good" : "bad"), text: pct(a.health) }),
+    el("span", { class: "trouble-" + (a.state || "ok"), title: a.why || "" }, el("span", { class: "tstate", text: a.state || "ok" }),
+      el("span", { class: "num " + (a.healthy ? "good" : "bad"), text: " " + (cur.calls ? pct(cur.success_rate) : "–") })),
     g,
-    el("span", { class: "muted", text: pct(a.stats.success_rate) + " · " + a.stats.calls + " calls" + (a.change_state ? " · " + (stateText[a.change_state] || a.change_state) : "") }));
+    el("span", { class: "muted", text: (a.why ? a.why + " · " : "") + pct(a.stats.success_rate) + " · " + a.stats.calls + " calls" + (a.change_state ? " · " + (stateText[a.change_state] || a.change_state) : "") }));
 }
 
 function showOverview() {

@@ -160,14 +160,9 @@ func runStatus(ctx context.Context, e *env, _ []string) error {
 		if e.o.json {
 			return printJSON(e.stdout, StatusView{Agents: agents, Events: nonNil(evs)})
 		}
-		unhealthy := 0
-		for _, a := range agents {
-			if !a.Healthy {
-				unhealthy++
-			}
-		}
-		fmt.Fprintf(e.stdout, "%s, %d unhealthy\n\n", plural(len(agents), "agent"), unhealthy)
+		fmt.Fprintf(e.stdout, "%s\n\n", troubleLine(agents))
 		if len(agents) > 0 {
+			sortByTrouble(agents)
 			agentTable(e.stdout, agents)
 			fmt.Fprintln(e.stdout)
 		}
@@ -178,20 +173,6 @@ func runStatus(ctx context.Context, e *env, _ []string) error {
 		fmt.Fprintln(e.stdout, "Recent events:")
 		return eventTable(e.stdout, evs)
 	})
-}
-
-func agentTable(w io.Writer, agents []admin.AgentSummary) error {
-	tw := table(w)
-	fmt.Fprintln(tw, "AGENT\tVERSION\tCALLS\tSUCCESS\tHEALTH\tCHANGE\tCIRCUIT\tPROPOSALS\tPROFILE")
-	for _, a := range agents {
-		health := healthText(a.Health)
-		if !a.Healthy {
-			health += " !"
-		}
-		fmt.Fprintf(tw, "%s\tv%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", cell(a.ID), a.ConfigVersion, a.Stats.Calls,
-			pct(a.Stats.SuccessRate, a.Stats.Calls), health, dash(string(a.ChangeState)), a.Circuit, a.PendingProposals, a.Profile)
-	}
-	return tw.Flush()
 }
 
 func eventTable(w io.Writer, evs []admin.EventView) error {
@@ -310,7 +291,10 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 		s := d.Stats
 		fmt.Fprintf(tw, "Agent:\t%s\n", cell(d.ID))
 		fmt.Fprintf(tw, "Config:\tv%d %s\n", d.Config.Version, configText(d.Config))
-		fmt.Fprintf(tw, "Health:\t%s (healthy: %v), circuit %s\n", healthText(d.Health), d.Healthy, d.Circuit)
+		fmt.Fprintf(tw, "State:\t%s; under v%d %s of %d calls; circuit %s\n", stateText(&d.AgentSummary), d.Current.Version,
+			pct(d.Current.SuccessRate, d.Current.Calls), d.Current.Calls, d.Circuit)
+		fmt.Fprintf(tw, "Health:\t%s over the window, recent calls weighted more\n", healthText(d.Health))
+		fmt.Fprintf(tw, "Route:\t%s (primary %s)\n", routeText(&d.AgentSummary), dash(cell(d.Primary)))
 		fmt.Fprintf(tw, "Next:\t%s\n", nextText(d.Next, d.NextAt))
 		for _, r := range d.DeadRoutes {
 			fmt.Fprintf(tw, "Dead route:\t%s until %s: %s\n", cell(r.Route), r.Until.Format("2006-01-02 15:04"), cell(r.Reason))

@@ -2,7 +2,7 @@ module github.com/self-improving-loop/selfimprove/cmd/selfimprove
 
 go 1.26.0
 
-require github.com/self-improving-loop/selfimprove v0.0.0
+require github.com/self-improving-loop/selfimprove v0.1.0
 
 require (
 	github.com/google/jsonschema-go v0.4.3 // indirect
@@ -15,5 +15,3 @@ require (
 	golang.org/x/sys v0.41.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../..

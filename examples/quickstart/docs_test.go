@@ -47,7 +47,7 @@ func TestDocsShowTheQuickStart(t *testing.T) {
 			t.Errorf("the guide's narrative says %q; the timeline has no such count", m[0])
 		}
 	}
-	if !strings.Contains(story, "(15 calls, all failures)") || !strings.Contains(timeline, "over 15 calls") {
+	if !strings.Contains(story, "(15 calls, all failures)") || !strings.Contains(timeline, "none of the 15 before") {
 		t.Errorf("the guide's reference count does not match the timeline's")
 	}
 }

@@ -6,7 +6,7 @@ require (
 	github.com/cloudwego/eino v0.8.5
 	github.com/cloudwego/eino-ext/components/model/openai v0.1.7
 	github.com/meguminnnnnnnnn/go-openai v0.1.1
-	github.com/self-improving-loop/selfimprove v0.0.0
+	github.com/self-improving-loop/selfimprove v0.1.0
 )
 
 require (
@@ -41,5 +41,3 @@ require (
 	golang.org/x/term v0.27.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../..

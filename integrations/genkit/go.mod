@@ -2,7 +2,7 @@ module github.com/self-improving-loop/selfimprove/integrations/genkit
 
 go 1.26.0
 
-require github.com/self-improving-loop/selfimprove v0.0.0
+require github.com/self-improving-loop/selfimprove v0.1.0
 
 require github.com/coder/websocket v1.8.14 // indirect
 
@@ -36,5 +36,3 @@ require (
 	golang.org/x/sys v0.34.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../..

@@ -2,8 +2,6 @@ module github.com/self-improving-loop/selfimprove/integrations/goopenai
 
 go 1.26.0
 
-require github.com/self-improving-loop/selfimprove v0.0.0
+require github.com/self-improving-loop/selfimprove v0.1.0
 
 require github.com/sashabaranov/go-openai v1.43.0
-
-replace github.com/self-improving-loop/selfimprove => ../..

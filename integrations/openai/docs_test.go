@@ -111,9 +111,8 @@ func buildDocProgram(t *testing.T, goBin, prog string) string {
 	}
 	// This module's requirements, and this module itself.
 	goMod := strings.Replace(string(mod), "module github.com/self-improving-loop/selfimprove/integrations/openai", "module example.com/llmdoc", 1)
-	goMod = strings.Replace(goMod, "replace github.com/self-improving-loop/selfimprove => ../..",
-		fmt.Sprintf("require github.com/self-improving-loop/selfimprove/integrations/openai v0.0.0\n\nreplace github.com/self-improving-loop/selfimprove => %q\n\nreplace github.com/self-improving-loop/selfimprove/integrations/openai => %q\n",
-			filepath.Dir(filepath.Dir(here)), here), 1)
+	goMod += fmt.Sprintf("\nrequire github.com/self-improving-loop/selfimprove/integrations/openai v0.0.0\n\nreplace github.com/self-improving-loop/selfimprove => %q\n\nreplace github.com/self-improving-loop/selfimprove/integrations/openai => %q\n",
+		filepath.Dir(filepath.Dir(here)), here)
 	dir := t.TempDir()
 	for name, content := range map[string]string{"go.mod": goMod, "go.sum": string(sum), "main.go": prog} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {

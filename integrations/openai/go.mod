@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/openai/openai-go/v3 v3.96.0
-	github.com/self-improving-loop/selfimprove v0.0.0
+	github.com/self-improving-loop/selfimprove v0.1.0
 )
 
 require (
@@ -14,5 +14,3 @@ require (
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
 )
-
-replace github.com/self-improving-loop/selfimprove => ../..
