@@ -39,7 +39,14 @@ func newLoop(b testing.TB, opts ...si.Option) *si.Loop {
 	// Tracking only, as the core benchmarks measure; analysis_test.go
 	// measures the built-in strategy. The transient floor is off: a
 	// failing call is measured as one attempt, not as its backoff.
-	base := []si.Option{si.WithDir(b.TempDir()), si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil),
+	return newLoopOn(b, si.WithDir(b.TempDir()), opts...)
+}
+
+// newLoopOn is newLoop on the store that where gives (WithDir or
+// WithStore: New refuses both).
+func newLoopOn(b testing.TB, where si.Option, opts ...si.Option) *si.Loop {
+	b.Helper()
+	base := []si.Option{where, si.WithNotifier(nil), si.WithLogger(discard), si.WithStrategy(nil),
 		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})}
 	l, err := si.New(append(base, opts...)...)
 	if err != nil {

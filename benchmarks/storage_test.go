@@ -34,11 +34,11 @@ func BenchmarkTracesBatched(b *testing.B) {
 		{"file", nil},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			opts := []si.Option{si.WithTraces(si.TracesBatched)}
-			if tc.opt != nil {
-				opts = append(opts, tc.opt)
+			where := tc.opt
+			if where == nil {
+				where = si.WithDir(b.TempDir())
 			}
-			l := newLoop(b, opts...)
+			l := newLoopOn(b, where, si.WithTraces(si.TracesBatched))
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -237,14 +237,16 @@ function cell(text, value, cls) {
 function agentRow(a) {
   const href = "#/agent/" + a.ref;
   const cur = a.current || { calls: 0 };
+  // The state's reason and the next step wrap onto two lines at most
+  // (span.two): read at a glance, whole in the title, rows of one height.
   const st = el("td", { class: "trouble-" + (a.state || "ok"), "data-v": a.state || "ok", title: a.why || "nothing to look at" },
-    el("span", { class: "tstate", text: a.state || "ok" }), a.why ? " " + a.why : "");
+    el("span", { class: "two" }, el("span", { class: "tstate", text: a.state || "ok" }), a.why ? " " + a.why : ""));
   const [htext, htitle] = healthText(a);
   const health = cell(htext, curRate(a), "num " + (a.healthy ? "good" : "bad"));
   health.title = htitle;
   const route = cell((a.route || "(default)") + (a.fallback ? " · fallback" : ""), a.route || "", a.fallback ? "warn" : "");
   route.title = a.fallback ? "a fallback; the primary is " + (a.primary || "the function's default") : "the route in force";
-  const next = cell(a.next || "–", a.next || "", "next");
+  const next = el("td", { class: "next", "data-v": a.next || "" }, el("span", { class: "two", text: a.next || "–" }));
   next.title = nextText(a);
   return el("tr", { "data-ref": a.ref, "data-state": a.state || "ok" },
     el("td", { class: "id", title: a.id }, el("a", { href, text: a.id })),
