@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
 )
 
@@ -24,24 +21,9 @@ import (
 // has more than one point, and at 390 px nothing on the pages is cut.
 func TestDashboardHistoryReadOnly(t *testing.T) {
 	ctx := newBrowser(t)
-	dir := runQuickstart(t)
-	ro, err := si.OpenReadOnlyStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	if chs := l.Changes(quickstartAgent); len(chs) != 2 || chs[0].State != si.ChangeRolledBack || chs[1].State != si.ChangeConfirmed {
-		t.Fatalf("the quick start's changes: %+v, want one rolled back, then one confirmed", chs)
-	}
+	l := quickstartLoop(t, true)
 	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
-	for _, w := range []struct {
-		name          string
-		width, height int64
-	}{{"1400", 1400, 900}, {"390", 390, 844}} {
+	for _, w := range viewports {
 		t.Run(w.name, func(t *testing.T) {
 			do := doer(t, ctx)
 			do("viewport", chromedp.EmulateViewport(w.width, w.height))

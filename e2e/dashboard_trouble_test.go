@@ -108,10 +108,7 @@ func TestDashboardTrouble(t *testing.T) {
 	ctx := newBrowser(t)
 	d := troubleLoop(t)
 	srv := serve(t, d.l, admin.Options{Now: d.clk.Now, Token: dashToken, OpenReads: true})
-	for _, w := range []struct {
-		name          string
-		width, height int64
-	}{{"1400", 1400, 900}, {"390", 390, 844}} {
+	for _, w := range viewports {
 		t.Run(w.name, func(t *testing.T) {
 			do := doer(t, ctx)
 			do("viewport", chromedp.EmulateViewport(w.width, w.height))

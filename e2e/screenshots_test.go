@@ -30,20 +30,9 @@ const quickstartAgent = "order-lookup"
 // UPDATE_SCREENSHOTS=1 also into docs/img/ for docs/dashboard.md.
 func TestDashboardScreenshots(t *testing.T) {
 	ctx := newBrowser(t)
-	dir := runQuickstart(t)
-	l, err := si.New(si.WithDir(dir), si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	if chs := l.Changes(quickstartAgent); len(chs) != 2 || chs[0].State != si.ChangeRolledBack || chs[1].State != si.ChangeConfirmed {
-		t.Fatalf("the quick start's changes: %+v, want one rolled back, then one confirmed", chs)
-	}
+	l := quickstartLoop(t, false)
 	srv := serve(t, l, admin.Options{Token: dashToken, OpenReads: true})
-	for _, w := range []struct {
-		name          string
-		width, height int64
-	}{{"1400", 1400, 900}, {"390", 390, 844}} {
+	for _, w := range viewports {
 		t.Run(w.name, func(t *testing.T) {
 			do := doer(t, ctx)
 			do("viewport", chromedp.EmulateViewport(w.width, w.height))
@@ -65,6 +54,38 @@ func TestDashboardScreenshots(t *testing.T) {
 			}
 		})
 	}
+}
+
+// viewports are the widths the browser tests check: a laptop's, a phone's.
+var viewports = []struct {
+	name          string
+	width, height int64
+}{{"1400", 1400, 900}, {"390", 390, 844}}
+
+// quickstartLoop runs the quick start (runQuickstart) and opens a Loop on
+// its directory, as serve --dir does (read-only: as serve --dir
+// --read-only and status --dir do); the quick start's changes are one
+// rolled back, then one confirmed.
+func quickstartLoop(t *testing.T, readOnly bool) *si.Loop {
+	t.Helper()
+	dir := runQuickstart(t)
+	where := si.WithDir(dir)
+	if readOnly {
+		ro, err := si.OpenReadOnlyStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		where = si.WithStore(ro)
+	}
+	l, err := si.New(where, si.WithNotifier(nil), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if chs := l.Changes(quickstartAgent); len(chs) != 2 || chs[0].State != si.ChangeRolledBack || chs[1].State != si.ChangeConfirmed {
+		t.Fatalf("the quick start's changes: %+v, want one rolled back, then one confirmed", chs)
+	}
+	return l
 }
 
 // runQuickstart runs the quick start with its state in a new directory,

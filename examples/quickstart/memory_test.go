@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -21,16 +20,7 @@ func TestQuickStartMemoryCreditsTheTimeouts(t *testing.T) {
 	if err := run(io.Discard, dir); err != nil {
 		t.Fatal(err)
 	}
-	ro, err := selfimprove.OpenReadOnlyStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := selfimprove.New(selfimprove.WithStore(ro), selfimprove.WithNotifier(nil),
-		selfimprove.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := readBack(t, dir)
 	const timeouts = "31b623c915eec895" // "context deadline exceeded"
 	var confirmed *selfimprove.Change
 	for _, ch := range l.Changes("order-lookup") {

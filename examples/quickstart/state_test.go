@@ -27,6 +27,18 @@ func TestQuickStartStateIsCurrent(t *testing.T) {
 		t.Fatalf("no window line in:\n%s", b.String())
 	}
 	want, _ := strconv.Atoi(m[1])
+	l := readBack(t, dir)
+	s := l.Stats("order-lookup")
+	if s.Calls != want || want == 0 || strconv.Itoa(int(100*s.SuccessRate+0.5)) != m[2] {
+		t.Errorf("read back at the current time: %d calls, %.0f%% success; the quick start printed %s calls, %s%%",
+			s.Calls, 100*s.SuccessRate, m[1], m[2])
+	}
+}
+
+// readBack opens a Loop on a ReadOnlyStore of dir, as `selfimprove status
+// --dir` does; the test closes it.
+func readBack(t *testing.T, dir string) *selfimprove.Loop {
+	t.Helper()
 	ro, err := selfimprove.OpenReadOnlyStore(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -36,10 +48,6 @@ func TestQuickStartStateIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	s := l.Stats("order-lookup")
-	if s.Calls != want || want == 0 || strconv.Itoa(int(100*s.SuccessRate+0.5)) != m[2] {
-		t.Errorf("read back at the current time: %d calls, %.0f%% success; the quick start printed %s calls, %s%%",
-			s.Calls, 100*s.SuccessRate, m[1], m[2])
-	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
