@@ -52,7 +52,9 @@ func outDir(t *testing.T) string {
 	return d
 }
 
-func shot(t *testing.T, ctx context.Context, name string) {
+// shot saves a screenshot of the whole page as out/<test>/name.png and
+// returns it (PNG).
+func shot(t *testing.T, ctx context.Context, name string) []byte {
 	t.Helper()
 	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
 	if err != nil {
@@ -62,7 +64,8 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	if err := os.WriteFile(p, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshot: %s", p)
+	t.Logf("screenshot: %s (%d KB)", p, len(b)>>10)
+	return b
 }
 
 // dashLoop is a Loop with scripted traffic on a fake clock: "checkout"

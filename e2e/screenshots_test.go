@@ -112,15 +112,7 @@ func runQuickstart(t *testing.T) string {
 // maxImage bytes).
 func picture(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
-	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
-	if err != nil {
-		t.Fatalf("screenshot %s: %v", name, err)
-	}
-	p := filepath.Join(outDir(t), name+".png")
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s (%d KB)", p, len(b)>>10)
+	b := shot(t, ctx, name)
 	if os.Getenv("UPDATE_SCREENSHOTS") != "1" {
 		return
 	}
