@@ -26,9 +26,10 @@ const (
 	// backstopOdds is how unlikely at the reference the change's failure
 	// count must be for the backstop to roll it back;
 	// canaryBackstopOdds is MethodCanary's, whose backstop runs on the
-	// change's share of the calls only.
+	// change's share of the calls only: 1 % too since its early rule
+	// (canaryHarmOdds) takes a share of its false rollbacks (was 2 %).
 	backstopOdds       = 0.01
-	canaryBackstopOdds = 0.02
+	canaryBackstopOdds = 0.01
 	// poolOdds is the one-sided tail of three standard errors of a
 	// normal: how unlikely "before"'s failure count must be at the
 	// analysis window's rate for the two to disagree.

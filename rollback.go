@@ -31,9 +31,23 @@ import (
 // (60) under verification: the change's failure count is compared with
 // the beta-binomial distribution its reference gives (the reference's
 // own uncertainty included), and a count reached there in at most 1 % of
-// cases (2 % under MethodCanary) rolls it back. From a 90 % base, no
-// method keeps a change that costs 30 points for more than 60 calls in
-// more than 1 % of cases.
+// cases rolls it back. From a 90 % base, no method keeps a change that
+// costs 30 points for more than 60 calls in more than 1 % of cases.
+//
+// Before the backstop, MethodQuick, MethodSequential and MethodCanary
+// roll a clearly harmful change back early: one whose success rate lies
+// more than twice MaxSuccessDrop below the reference, with a failure
+// count that reference (its uncertainty included) reaches in at most
+// 0.1 % of cases (FalseRollbacks/5 if less: 0.08 % under
+// MethodSequential; 0.5 % under MethodCanary, which has no sequential
+// test). The reference is the backstop's, or under MethodQuick and
+// MethodSequential "before" alone, so that a window that earlier harmful
+// tweaks pulled down does not shield the next one. Under MethodCanary, not
+// on a run of failures the previous config did not succeed during, nor
+// while the previous config's calls fail more than the reference
+// explains. From a 90 % base, a harmful tweak that makes 60 % of the
+// calls fail is so undone after 6.6 calls on average (MethodQuick), 9.1
+// (MethodSequential) and 9.9 (MethodCanary).
 //
 // Under every method, MaxConsecutiveFailures consecutive failures under the
 // new version roll it back at once; more when the failure rate before the
@@ -165,8 +179,8 @@ type RollbackPolicy struct {
 	// change has run this many calls under verification (of both arms,
 	// under MethodCanary), its failures are compared with the reference
 	// before it, the reference's own uncertainty included, and a count
-	// that reference gives in at most 1 % of cases (2 % under
-	// MethodCanary) rolls it back. MethodQuick and MethodSequential end their test there (a
+	// that reference gives in at most 1 % of cases rolls it back.
+	// MethodQuick and MethodSequential end their test there (a
 	// change not rolled back is judged on latency); MethodFixed confirms
 	// there a change it did not roll back on MinCalls calls; MethodCanary
 	// applies it on every call from there while it compares its arms.
@@ -251,10 +265,11 @@ const (
 	// MaxSuccessDrop points below the previous config's and the gap is
 	// three standard errors wide; when the previous config has run
 	// CanaryCalls calls, the latency rule decides between roll back and
-	// confirm. Its backstop compares the change's calls with the
-	// reference before the change, leaving out a run of failures during
-	// which the previous config failed too, and not at all when the
-	// previous config's calls fail more than that reference explains.
+	// confirm. Its early rule for clearly harmful changes and its
+	// backstop compare the change's calls with the reference before the
+	// change, leaving out a run of failures during which the previous
+	// config failed too, and not at all when the previous config's calls
+	// fail more than that reference explains.
 	MethodCanary
 	// MethodFixed compares MinCalls calls under the change with the
 	// recent regime before it, by fixed thresholds, on the MinCalls-th

@@ -30,8 +30,14 @@ const (
 	streakOdds = 0.001
 	// harmOdds is how unlikely at the reference a change's failure count
 	// must be for the early rule of the sequential methods (see
-	// clearlyHarmful) to roll it back, at most.
-	harmOdds = 0.001
+	// clearlyHarmful) to roll it back, at most: FalseRollbacks/harmDivisor
+	// if less (0.08 % under MethodSequential).
+	harmOdds    = 0.001
+	harmDivisor = 5
+	// canaryHarmOdds is MethodCanary's for its early rule (see
+	// canaryHarmful): its only test against the reference before the
+	// change until the backstop, paid for by a backstop at 1 % (was 2 %).
+	canaryHarmOdds = 0.005
 )
 
 // withPrior returns Before's counts completed, when it has fewer than
@@ -248,6 +254,9 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 				failedWords(a, false), vsFailed(c, "under the previous config in the same period"), 100*rate(a), 100*rate(c), 100*(rate(c)-rate(a)), p.MaxSuccessDrop, z)}
 		}
 	}
+	if v, ok := p.canaryHarmful(e); ok {
+		return v
+	}
 	if p.backstopRuns(a.Calls+c.Calls) && (e.Before.Calls > 0 || e.Window.Calls > 0) {
 		if v, ok := p.canaryBackstop(e); ok {
 			return v
@@ -259,29 +268,74 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 	return p.latency(c, a, c, e.like(p), "under the previous config in the same period", "")
 }
 
-// clearlyHarmful is the sequential methods' early rule: before the
-// backstop, a change whose success rate lies more than twice
-// MaxSuccessDrop below the backstop's reference is rolled back as soon
-// as its failure count is one the reference (its uncertainty included,
-// as in the backstop) reaches in at most harmOdds of cases (FalseRollbacks/40
-// if less). Looked at after every call, it rolls back a
-// harmless change in well under BackstopCalls times those odds of cases,
-// and a change that costs 40 points or more within a few calls.
+// clearlyHarmful is the early rule of the sequential methods (and, by
+// canaryHarmful, of MethodCanary): before the backstop, a change whose
+// success rate lies more than twice MaxSuccessDrop below a reference is
+// rolled back as soon as its failure count is one that reference (its
+// uncertainty included, as in the backstop) reaches in at most the
+// method's odds of cases (see harmOdds). The reference is the backstop's;
+// under MethodQuick and MethodSequential, when that one does not show the
+// harm, also the calls before the change alone, if they number at least
+// MinBeforeCalls: a window whose rate earlier harmful tweaks pulled down
+// agrees with a clean "before" of 16 calls and is pooled with it, and
+// would shield the next harmful tweak. Looked at after every call, it
+// rolls back a harmless change in well under BackstopCalls times those
+// odds of cases, and a change that costs 40 points or more within a few
+// calls.
 func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
-	if a.Failures < 2 || p.BackstopCalls > 0 && a.Calls >= p.BackstopCalls {
+	if a.Failures < 2 || p.BackstopCalls > 0 && a.Calls+e.Control.Calls >= p.BackstopCalls {
 		return Verdict{}, false
+	}
+	odds := min(harmOdds, p.FalseRollbacks/harmDivisor)
+	if p.Method == MethodCanary {
+		odds = canaryHarmOdds
 	}
 	p0, ref := p.backstopRef(e)
-	if rate(a) >= p0-2*p.MaxSuccessDrop/100 {
-		return Verdict{}, false
+	tail, ok := p.harmTail(a, p0, ref.weight, odds)
+	if b := e.Before; !ok && p.Method != MethodCanary && b.Calls > 0 && b.Calls >= p.MinBeforeCalls {
+		p0, ref.weight = verdict.Estimate(b.Calls-b.Failures, b.Calls, 0, 0)
+		ref.how = refBefore
+		tail, ok = p.harmTail(a, p0, ref.weight, odds)
 	}
-	odds := min(harmOdds, p.FalseRollbacks/40)
-	tail := verdict.PredictiveTail(a.Calls, a.Failures, (1-p0)*ref.weight, p0*ref.weight)
-	if tail > odds {
+	if !ok {
 		return Verdict{}, false
 	}
 	return Verdict{DecisionRollback, fmt.Sprintf("%s; clearly harmful: success %.1f%% against a reference of %.1f%% (%s): as many failures or more have a chance of %.2g%% there, at most %g%%",
 		fellWords(a, e), 100*rate(a), 100*p0, ref, 100*tail, 100*odds)}, true
+}
+
+// harmTail is the early rule's test of a against the reference rate p0
+// estimated from m calls: the chance of as many failures or more there,
+// and whether it is at most odds with a's rate more than twice
+// MaxSuccessDrop below p0 (not computed otherwise).
+func (p RollbackPolicy) harmTail(a Stats, p0, m, odds float64) (float64, bool) {
+	if rate(a) >= p0-2*p.MaxSuccessDrop/100 {
+		return 1, false
+	}
+	tail := verdict.PredictiveTail(a.Calls, a.Failures, (1-p0)*m, p0*m)
+	return tail, tail <= odds
+}
+
+// canaryHarmful is MethodCanary's early rule: clearlyHarmful on the
+// change's side, against the reference before the change, but not on a
+// fault both sides share. The change's current run of failures is left
+// out unless the previous config succeeded during it, and the rule stays
+// silent while the previous config's calls fail more than the reference
+// explains (as many failures or more in at most shiftOdds of cases): the
+// conditions changed, and the comparison of the sides decides.
+func (p RollbackPolicy) canaryHarmful(e Evidence) (Verdict, bool) {
+	if !on(p.MaxSuccessDrop) || (e.Before.Calls <= 0 && e.Window.Calls <= 0) {
+		return Verdict{}, false
+	}
+	a, c, sc := e.After, e.Control, e.StreakControl
+	if sc.Calls <= sc.Failures && a.ConsecutiveFailures > 0 {
+		run := min(a.ConsecutiveFailures, a.Failures)
+		a.Calls, a.Failures, a.ConsecutiveFailures = a.Calls-run, a.Failures-run, 0
+	}
+	if p0, ref := p.backstopRef(e); c.Calls > 0 && verdict.PredictiveTail(c.Calls, c.Failures, (1-p0)*ref.weight, p0*ref.weight) <= shiftOdds {
+		return Verdict{}, false
+	}
+	return p.clearlyHarmful(a, e)
 }
 
 // String returns "quick", "sequential", "canary" or "fixed".

@@ -1,6 +1,7 @@
 package selfimprove_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,22 @@ func TestJudgeCustomPolicy(t *testing.T) {
 				t.Errorf("got %v (%s), want %v", got.Decision, got.Reason, tt.want)
 			}
 		})
+	}
+}
+
+// A window that earlier harmful tweaks pulled down (45 of 200 calls
+// failed, 77 %) agrees with a clean "before" (1 of 16, 94 %), and the
+// sequential tests pool the two: against 77 %, a tweak that fails two
+// calls in three is not clearly harmful for a while. The early rule also
+// weighs "before" alone, and rolls it back on the 8th call (6 failures
+// in 8 calls: 0.058 % there, under MethodSequential's 0.08 %), where the
+// pooled reference alone waited for the 13th.
+func TestClearlyHarmfulAgainstACleanBefore(t *testing.T) {
+	ms := time.Millisecond
+	e := si.Evidence{Before: st(16, 1, ms, 0), Window: st(200, 45, ms, 0)}
+	p := si.RollbackPolicy{Method: si.MethodSequential, MaxConsecutiveFailures: -1}
+	v, at := firstDecision(p, e, strings.Repeat("FFs", 20), ms)
+	if v.Decision != si.DecisionRollback || at != 8 || !strings.Contains(v.Reason, "clearly harmful: success 25.0% against a reference of 91.2% (16 calls before)") {
+		t.Errorf("%v at call %d (%s), want a rollback on the 8th call against the 16 calls before", v.Decision, at, v.Reason)
 	}
 }

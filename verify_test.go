@@ -110,16 +110,18 @@ func TestDecideSequential(t *testing.T) {
 	}{
 		// 16 successes: -4.03 ≤ -3.91 at the 16th call.
 		{"all succeed: confirm at 16", seq, strings.Repeat("s", 20), si.DecisionConfirm, 16},
-		// 4 failures (4.34) then a success (4.09): the test's 6th failure
-		// would decide (5.17 < 5.47, then 6.26), but the early rule for
-		// clearly harmful changes decides on the 5th: 5 failures in 6
-		// calls have a chance of 0.009 % at the 90 % reference, under its
-		// 0.01 %.
-		{"failures: roll back at the 5th after a success", seq, "FFFFsFF", si.DecisionRollback, 6},
-		// The test would need 6 failures (6.51); the early rule, 5 (0.002 %).
-		{"broken change: 5 failures", seq, "FFFFFFFF", si.DecisionRollback, 5},
-		// The consecutive-failure rule still applies by default.
-		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "FFFFF", si.DecisionRollback, 5},
+		// The test would need 6 failures (6.51); the early rule for
+		// clearly harmful changes decides on the 4th: 4 failures in 4
+		// calls have a chance of 0.014 % at the 90 % reference, under its
+		// 0.08 % (FalseRollbacks/5).
+		{"broken change: 4 failures", seq, "FFFFFFFF", si.DecisionRollback, 4},
+		// 5 failures in 7 calls (0.028 %), on the 7th: the early rule
+		// again; 3 in 4 (0.44 %) and 4 in 6 (0.17 %) were not enough.
+		{"failures: roll back at the 5th after a success", seq, "sFFFsFF", si.DecisionRollback, 7},
+		// The consecutive-failure rule still applies by default: 5
+		// failures in 11 calls have a chance of 0.4 % at the reference,
+		// too much for the early rule, and the test is at 3.9.
+		{"5 in a row with the default rule", si.RollbackPolicy{Method: si.MethodSequential}, "ssssssFFFFF", si.DecisionRollback, 11},
 		// A failure every 4th call is 25 %: the LLR rises 0.329 every 4
 		// calls and passes 5.50 after 17 such blocks; the backstop decides
 		// first, at 60 calls: 15 failures have a chance of 0.35 % at the
@@ -168,8 +170,19 @@ func TestDecideCanary(t *testing.T) {
 		want           si.Decision
 	}{
 		{"control arm too short", p, st(100, 50, 10*ms, 0), st(9, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
-		// 90% vs 50% over 10 calls each: 40 points, but z = 2.0: wait for more.
-		{"gap not yet wide enough", p, st(10, 5, 10*ms, 0), st(10, 1, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// 90% vs 60% over 10 calls each: 30 points, but z = 1.5: wait for
+		// more. And against the reference before the change, 4 failures
+		// in 10 calls have a chance of 1.6 %, over the early rule's 0.5 %.
+		{"gap not yet wide enough", p, st(10, 4, 10*ms, 0), st(10, 1, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// The early rule: 5 failures in 10 have a chance of 0.24 % there.
+		{"clearly harmful against the reference before", p, st(10, 5, 10*ms, 0), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
+		// Not when the previous config's calls fail more than that
+		// reference explains: the conditions changed, the arms decide.
+		{"clearly harmful, but control failing too", p, st(10, 5, 10*ms, 0), st(3, 3, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		// Nor on a run of failures during which the previous config did not
+		// succeed (here: did not run): 6 failures in a row of 10 calls are
+		// left out, and 4 calls without a failure remain.
+		{"clearly harmful, but a run no control call shared", p, st(10, 6, 10*ms, 6), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		{"change far worse than control", p, st(90, 45, 10*ms, 0), st(10, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
 		// An upstream outage hits both arms alike: not the change's fault.
 		{"both arms down alike", p, st(180, 90, 10*ms, 0), st(20, 10, 10*ms, 0), si.Stats{}, si.DecisionConfirm},
@@ -179,16 +192,19 @@ func TestDecideCanary(t *testing.T) {
 		// Consecutive failures are the change's only if the previous
 		// config succeeded while they happened.
 		{"5 consecutive failures, control succeeded meanwhile", p, st(7, 5, 10*ms, 5), st(2, 1, 10*ms, 0), st(1, 0, 10*ms, 0), si.DecisionRollback},
-		{"4 consecutive failures, control succeeded meanwhile", p, st(7, 4, 10*ms, 4), st(2, 1, 10*ms, 0), st(1, 0, 10*ms, 0), si.DecisionWait},
+		{"4 consecutive failures, control succeeded meanwhile", p, st(9, 4, 10*ms, 4), st(2, 1, 10*ms, 0), st(1, 0, 10*ms, 0), si.DecisionWait},
 		{"5 consecutive failures, control succeeded before them only", p, st(7, 5, 10*ms, 5), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		{"20 consecutive failures, control failing too", p, st(22, 20, 10*ms, 20), st(3, 2, 10*ms, 2), st(2, 2, 10*ms, 2), si.DecisionWait},
 		{"20 consecutive failures, no control call meanwhile", p, st(22, 20, 10*ms, 20), st(1, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		// The backstop, on the 60th call of both arms, against the
-		// reference before the change (90 %, 200 calls).
+		// reference before the change (90 %, 200 calls). A 20-point loss
+		// (16 of 54 fail) is not "clearly harmful" (more than 20 points):
+		// the early rule leaves it to the backstop.
 		{"backstop: 30-point loss, control fine", p, st(54, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
-		{"backstop: one call earlier, wait", p, st(53, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"backstop: 20-point loss, control fine", p, st(54, 16, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionRollback},
+		{"backstop: one call earlier, wait", p, st(53, 16, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		{"backstop: harmless", p, st(54, 6, 10*ms, 0), st(6, 1, 10*ms, 0), si.Stats{}, si.DecisionWait},
-		{"backstop: off", si.RollbackPolicy{Method: si.MethodCanary, BackstopCalls: -1}, st(54, 21, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
+		{"backstop: off", si.RollbackPolicy{Method: si.MethodCanary, BackstopCalls: -1}, st(54, 16, 10*ms, 0), st(6, 0, 10*ms, 0), si.Stats{}, si.DecisionWait},
 		// The previous config failed as often: conditions changed, the
 		// arms decide.
 		{"backstop: control failing alike", p, st(54, 21, 10*ms, 0), st(6, 4, 10*ms, 0), si.Stats{}, si.DecisionWait},

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -162,28 +164,34 @@ func harmTweak(rng *rand.Rand, p si.RollbackPolicy, base float64, h *harmRun) (r
 }
 
 // TestHarmfulTweakSimulation reports each method's calls under a harmful
-// tweak, and asserts that at a 90 % base at least 99.9 % of harmful
-// tweaks are rolled back. Not all: MethodCanary, whose verifications of
-// the earlier tweaks run long enough to fill the analysis window with
-// their failures, confirmed about 1 in 8,000 (its 20 calls of the previous
-// config at 75 %, the change at 44 %: 2.9 standard errors, under its 3,
-// against a reference the window had pooled down to 62 %).
+// tweak, and asserts at a 90 % base, under every method, that at least
+// 99.9 % of harmful tweaks are rolled back, after at most 10 calls under
+// each on average and at most 30 in 99 % of cases (issue 41). The most is
+// reported, not asserted: see the comment at the top. Under -race, the
+// 90 % rows alone. HARM_TRIALS sets the trials per row (default harmCI;
+// the docs' figures: HARM_TRIALS=5000).
 func TestHarmfulTweakSimulation(t *testing.T) {
 	n := harmCI
-	if raceEnabled {
-		n = harmCI / 5
+	if v, err := strconv.Atoi(os.Getenv("HARM_TRIALS")); err == nil && v > 0 {
+		n = v
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "| policy | base | rolled back | calls under harm: mean (95 %% interval) | 99th percentile | max |\n|---|---|---|---|---|---|\n")
 	for _, sp := range simPolicies[1:] {
 		for _, base := range simBases {
+			if raceEnabled && base != 0.90 {
+				continue
+			}
 			r := simulateHarm(sp.p, base, n, 1)
-			fmt.Fprintf(&table, "| %s | %.0f%% | %d/%d | %.1f (± %.1f) | %d | %d |\n", sp.name, 100*base, r.RolledBack, r.Tweaks, r.Mean, r.interval(), r.P99, r.Max)
+			fmt.Fprintf(&table, "| %s | %.0f%% | %d/%d | %.2f (± %.2f) | %d | %d |\n", sp.name, 100*base, r.RolledBack, r.Tweaks, r.Mean, r.interval(), r.P99, r.Max)
 			if base != 0.90 {
 				continue
 			}
 			if float64(r.RolledBack) < 0.999*float64(r.Tweaks) {
 				t.Errorf("%s: %d of %d harmful tweaks rolled back, want at least 99.9%%", sp.name, r.RolledBack, r.Tweaks)
+			}
+			if r.Mean > 10 || r.P99 > 30 {
+				t.Errorf("%s: %.2f calls under each harmful tweak on average, %d in 99%% of cases; want at most 10 and 30", sp.name, r.Mean, r.P99)
 			}
 		}
 	}
