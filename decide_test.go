@@ -8,14 +8,9 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 )
 
-// withScores and withCosts set s's quality and cost figures.
+// withScores sets s's quality figures.
 func withScores(s si.Stats, n int, mean, sd float64) si.Stats {
 	s.Scored, s.Quality, s.QualitySD = n, mean, sd
-	return s
-}
-
-func withCosts(s si.Stats, n int, perSuccess float64) si.Stats {
-	s.Costed, s.CostPerSuccess = n, perSuccess
 	return s
 }
 

@@ -259,77 +259,86 @@ func TestDecideSuite(t *testing.T) {
 	row := func(scenario, outcome, goal string) {
 		fmt.Fprintf(&table, "| %s | %s | %s |\n", scenario, outcome, goal)
 	}
-	t.Run("cheaper", func(t *testing.T) {
-		for _, worse := range []float64{0.45, 0.10, 0.02, 0} {
-			k, _ := trials(loopN, func(seed uint64) (bool, string) {
-				adopted, verdict := cheaperTrial(seed, 0.85-worse)
-				if adopted && !strings.Contains(verdict, "cost per successful call 0.5 against 1") {
-					t.Errorf("seed %d: adopted without its saving in the verdict: %s", seed, verdict)
-				}
-				return adopted, ""
-			})
-			goal := "≤ 1 %"
-			if worse < 0.10 {
-				goal = "(adopted, the saving in its verdict)"
-			}
-			row(fmt.Sprintf("cheaper candidate (half the cost) worse by %.2f, 10 %% judged", worse), "adopted in "+share(k, loopN), goal)
-			if worse >= 0.10 && float64(k) > 0.01*float64(loopN) {
-				t.Errorf("a cheaper candidate worse by %.2f adopted in %s, want at most 1 %%", worse, share(k, loopN))
-			}
-			if worse == 0 && float64(k) < 0.8*float64(loopN) {
-				t.Errorf("a cheaper candidate of equal quality adopted in %s, want at least 80 %%", share(k, loopN))
-			}
-		}
-	})
-	t.Run("repair", func(t *testing.T) {
-		for _, c := range []struct {
-			share  float64
-			warmup int
-			slow   time.Duration
-		}{{1, 500, 0}, {0.1, 2000, 0}, {1, 500, 50 * time.Millisecond}, {0.1, 2000, 50 * time.Millisecond}} {
-			k, notes := trials(loopN, func(seed uint64) (bool, string) { return repairTrial(seed, c.share, c.warmup, c.slow) })
-			name := fmt.Sprintf("pricier model (5 × the cost) repairing 0.85 → 0.60, %.0f %% judged", 100*c.share)
-			if c.slow > 0 {
-				name += ", 1.5 × slower"
-			}
-			row(name, "kept in "+share(k, loopN), "≥ 95 %")
-			if float64(k) < 0.95*float64(loopN) {
-				t.Errorf("%s: kept in %s, want at least 95 %%; rolled back for: %q", name, share(k, loopN), notes)
-			}
-		}
-	})
-	t.Run("verify", func(t *testing.T) {
-		for i, c := range []struct {
-			drop   float64
-			thumbs bool
-		}{{0.10, false}, {0, false}, {0.10, true}, {0, true}} {
-			var mu sync.Mutex
-			rolled := 0
-			within, _ := trials(verifyN, func(seed uint64) (bool, string) {
-				rb, scored := verifyTrial(rand.New(rand.NewPCG(seed, uint64(41+i))), c.drop, c.thumbs)
-				if rb {
-					mu.Lock()
-					rolled++
-					mu.Unlock()
-				}
-				return rb && scored <= 400, ""
-			})
-			law := "scores of σ 0.25"
-			if c.thumbs {
-				law = "thumbs up and down"
-			}
-			if c.drop > 0 {
-				row(fmt.Sprintf("quality −0.10, 10 %% judged, %s", law), "rolled back within 400 scored calls in "+share(within, verifyN), "≥ 90 % (scores of σ 0.25)")
-				if !c.thumbs && float64(within) < 0.9*float64(verifyN) {
-					t.Errorf("a −0.10 change rolled back within 400 scored calls in %s, want at least 90 %%", share(within, verifyN))
-				}
-				continue
-			}
-			row(fmt.Sprintf("harmless, 10 %% judged, %s", law), "rolled back in "+share(rolled, verifyN), "≤ 1 %")
-			if float64(rolled) > 0.01*float64(verifyN) {
-				t.Errorf("a harmless change (%s) rolled back in %s, want at most 1 %%", law, share(rolled, verifyN))
-			}
-		}
-	})
+	t.Run("cheaper", func(t *testing.T) { decideCheaper(t, loopN, row) })
+	t.Run("repair", func(t *testing.T) { decideRepair(t, loopN, row) })
+	t.Run("verify", func(t *testing.T) { decideVerify(t, verifyN, row) })
 	t.Logf("\n%s", table.String())
+}
+
+// decideCheaper runs the cheaper candidate's rows, loopN trials each.
+func decideCheaper(t *testing.T, loopN int, row func(scenario, outcome, goal string)) {
+	for _, worse := range []float64{0.45, 0.10, 0.02, 0} {
+		k, _ := trials(loopN, func(seed uint64) (bool, string) {
+			adopted, verdict := cheaperTrial(seed, 0.85-worse)
+			if adopted && !strings.Contains(verdict, "cost per successful call 0.5 against 1") {
+				t.Errorf("seed %d: adopted without its saving in the verdict: %s", seed, verdict)
+			}
+			return adopted, ""
+		})
+		goal := "≤ 1 %"
+		if worse < 0.10 {
+			goal = "(adopted, the saving in its verdict)"
+		}
+		row(fmt.Sprintf("cheaper candidate (half the cost) worse by %.2f, 10 %% judged", worse), "adopted in "+share(k, loopN), goal)
+		if worse >= 0.10 && float64(k) > 0.01*float64(loopN) {
+			t.Errorf("a cheaper candidate worse by %.2f adopted in %s, want at most 1 %%", worse, share(k, loopN))
+		}
+		if worse == 0 && float64(k) < 0.8*float64(loopN) {
+			t.Errorf("a cheaper candidate of equal quality adopted in %s, want at least 80 %%", share(k, loopN))
+		}
+	}
+}
+
+// decideRepair runs the pricier repair's rows, loopN trials each.
+func decideRepair(t *testing.T, loopN int, row func(scenario, outcome, goal string)) {
+	for _, c := range []struct {
+		share  float64
+		warmup int
+		slow   time.Duration
+	}{{1, 500, 0}, {0.1, 2000, 0}, {1, 500, 50 * time.Millisecond}, {0.1, 2000, 50 * time.Millisecond}} {
+		k, notes := trials(loopN, func(seed uint64) (bool, string) { return repairTrial(seed, c.share, c.warmup, c.slow) })
+		name := fmt.Sprintf("pricier model (5 × the cost) repairing 0.85 → 0.60, %.0f %% judged", 100*c.share)
+		if c.slow > 0 {
+			name += ", 1.5 × slower"
+		}
+		row(name, "kept in "+share(k, loopN), "≥ 95 %")
+		if float64(k) < 0.95*float64(loopN) {
+			t.Errorf("%s: kept in %s, want at least 95 %%; rolled back for: %q", name, share(k, loopN), notes)
+		}
+	}
+}
+
+// decideVerify runs the verification rows, verifyN changes each.
+func decideVerify(t *testing.T, verifyN int, row func(scenario, outcome, goal string)) {
+	for i, c := range []struct {
+		drop   float64
+		thumbs bool
+	}{{0.10, false}, {0, false}, {0.10, true}, {0, true}} {
+		var mu sync.Mutex
+		rolled := 0
+		within, _ := trials(verifyN, func(seed uint64) (bool, string) {
+			rb, scored := verifyTrial(rand.New(rand.NewPCG(seed, uint64(41+i))), c.drop, c.thumbs)
+			if rb {
+				mu.Lock()
+				rolled++
+				mu.Unlock()
+			}
+			return rb && scored <= 400, ""
+		})
+		law := "scores of σ 0.25"
+		if c.thumbs {
+			law = "thumbs up and down"
+		}
+		if c.drop > 0 {
+			row(fmt.Sprintf("quality −0.10, 10 %% judged, %s", law), "rolled back within 400 scored calls in "+share(within, verifyN), "≥ 90 % (scores of σ 0.25)")
+			if !c.thumbs && float64(within) < 0.9*float64(verifyN) {
+				t.Errorf("a −0.10 change rolled back within 400 scored calls in %s, want at least 90 %%", share(within, verifyN))
+			}
+			continue
+		}
+		row(fmt.Sprintf("harmless, 10 %% judged, %s", law), "rolled back in "+share(rolled, verifyN), "≤ 1 %")
+		if float64(rolled) > 0.01*float64(verifyN) {
+			t.Errorf("a harmless change (%s) rolled back in %s, want at most 1 %%", law, share(rolled, verifyN))
+		}
+	}
 }
