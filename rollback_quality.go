@@ -69,8 +69,8 @@ func reference(before Stats, z float64) float64 {
 //	latency  average of successes up more than    success rising: MaxCalls; rolled back
 //	           MaxLatencyRise % (MinLatencyRise)    a quality move: as its
 //	                                                quality gain waits
-//	quality  mean below the reference − 1 SE,     to be shown within 0.10   kept, "judged
-//	           betting test at 3 %                  (2 %): 400 scored calls   without them"
+//	quality  mean below the reference − 1 SE,     to be shown within 0.10   kept
+//	           betting test at 3 %                  (2 %): 400 scored calls
 //	                                                or 20 × MaxCalls calls
 //	cost     cost per success up more than        20 costed calls each      kept
 //	           MaxCostRise % (20 costed calls       (20 × MaxCalls); a
@@ -104,13 +104,13 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 			return v
 		}
 	}
-	q, qNote := p.qualityGuard(e, waited)
+	q, why := p.qualityGuard(e, waited)
 	if q == violated {
-		return Verdict{DecisionRollback, qNote}
+		return Verdict{DecisionRollback, why}
 	}
-	c, cNote := p.costGuard(e, waited)
+	c, why, compared := p.costGuard(e, waited)
 	if c == violated {
-		return Verdict{DecisionRollback, cNote}
+		return Verdict{DecisionRollback, why}
 	}
 	if v.Decision != DecisionConfirm {
 		return v // the success test may still decide
@@ -118,7 +118,13 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 	if q == pending || c == pending {
 		return Verdict{DecisionWait, ""}
 	}
-	v.Reason += qNote + cNote
+	// The notes are worded only now: a wait allocates nothing.
+	if e.Before.Scored >= qualityMinRef {
+		v.Reason += "; " + qualityVs(e.After, e.Before)
+	}
+	if compared {
+		v.Reason += fmt.Sprintf("; cost per successful call %.4g against %.4g", e.After.CostPerSuccess, e.Before.CostPerSuccess)
+	}
 	if e.Exploring {
 		return p.exploreVerdict(e, v, waited)
 	}
@@ -127,8 +133,7 @@ func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
 
 // qualityGuard is the quality row of the rule: violated (with the
 // rollback's reason) when the change's scores show their mean below the
-// reference; held (with a note for the confirmation) once they show it
-// within qualityMargin, or after qualityMaxScored scored calls or the
+// reference; held once they show it within qualityMargin, or after qualityMaxScored scored calls or the
 // wait; pending before. A change whose reference has fewer than
 // qualityMinRef scores is not judged on quality.
 func (p RollbackPolicy) qualityGuard(e Evidence, waited bool) (signal, string) {
@@ -143,24 +148,22 @@ func (p RollbackPolicy) qualityGuard(e Evidence, waited bool) (signal, string) {
 	if !waited && n < qualityMaxScored && !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ)-qualityMargin, qualityBeta) {
 		return pending, ""
 	}
-	return held, "; " + qualityVs(e.After, e.Before)
+	return held, ""
 }
 
 // costGuard is the cost row of the rule: violated (with the rollback's
-// reason, see costRise), held (with a note when the costs were compared),
-// or pending while the costs are short or a gain that would excuse a
-// rise may still be shown.
-func (p RollbackPolicy) costGuard(e Evidence, waited bool) (signal, string) {
-	reason, known := p.costRise(e)
+// reason, see costRise), held, or pending while the costs are short or a
+// quality move's gain that would excuse a rise may still be shown;
+// compared says the costs were compared.
+func (p RollbackPolicy) costGuard(e Evidence, waited bool) (s signal, reason string, compared bool) {
+	reason, compared = p.costRise(e)
 	switch {
 	case reason != "":
-		return violated, reason
-	case known:
-		return held, fmt.Sprintf("; cost per successful call %.4g against %.4g", e.After.CostPerSuccess, e.Before.CostPerSuccess)
-	case e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited:
-		return pending, ""
+		return violated, reason, true
+	case !compared && e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited:
+		return pending, "", false
 	}
-	return held, ""
+	return held, "", compared
 }
 
 // latencyForQuality takes v, the Method's rollback, of a change made to
