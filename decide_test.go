@@ -49,3 +49,21 @@ func TestQualityMoveWaitsOnLatency(t *testing.T) {
 		t.Errorf("a slower tweak: %v %q, want a rollback on latency", v.Decision, v.Reason)
 	}
 }
+
+// The rule's quality guardrail holds for a failure fix too: a change
+// that raised the success rate significantly (75 % to 100 % over 100
+// calls, which excuses a rise of latency or cost) is rolled back when its
+// answers score lower. (It held before the rule was written down; this
+// pins it.)
+func TestFailureFixWithAQualityDrop(t *testing.T) {
+	ms := time.Millisecond
+	e := si.Evidence{
+		Before: withScores(st(16, 4, 100*ms, 0), 100, 0.85, 0.15),
+		Window: st(200, 50, 100*ms, 0),
+		After:  withScores(st(100, 0, 100*ms, 0), 30, 0.60, 0.15),
+	}
+	v := si.RollbackPolicy{}.Decide(e)
+	if v.Decision != si.DecisionRollback || !strings.Contains(v.Reason, "scored lower") {
+		t.Errorf("a fix whose answers score 0.60 against 0.85: %v %q, want a rollback on quality", v.Decision, v.Reason)
+	}
+}
