@@ -474,8 +474,10 @@ type Evidence struct {
 	// it is confirmed only with a gain in cost, quality or success.
 	Exploring bool
 	// Repairs says the change was made to repair a fall of quality (see
-	// RollbackPolicy.QualityDrop): a rise of its cost is weighed only
-	// once the quality test has had its say on the gain it was made for.
+	// RollbackPolicy.QualityDrop): a rise of its cost or of its latency
+	// is weighed only once the quality test has had its say on the gain
+	// it was made for, and that gain, shown, excuses it (the latency up
+	// to MaxLatencyRiseOnGain percent).
 	Repairs bool
 }
 
@@ -488,9 +490,10 @@ func (e *Evidence) like(p RollbackPolicy) *Stats {
 	return &e.Comparable
 }
 
-// Decide judges a change by p's Method, then by quality and cost when
-// the Evidence has scores or costs (see docs/quality.md). It is a pure
-// function.
+// Decide judges a change by one rule over success, latency, quality and
+// cost (docs/quality.md, "How a change is judged"): p's Method on
+// success and latency, then quality and cost when the Evidence has
+// scores or costs. It is a pure function.
 func (p RollbackPolicy) Decide(e Evidence) Verdict {
 	p = p.withDefaults()
 	return p.withQuality(e, p.decide(e))

@@ -46,43 +46,157 @@ func reference(before Stats, z float64) float64 {
 	return before.Quality + z*before.QualitySD/math.Sqrt(float64(before.Scored))
 }
 
-// withQuality completes v, the verdict on success and latency, with the
-// rules on quality and cost: they may roll back a change v keeps, and
-// hold a change v would confirm until its scores and costs are in.
+// How a change is judged (docs/quality.md, "How a change is judged"):
+// one rule over success, latency, quality and cost together. A change
+// has an objective, the signal it was made for, which must be shown
+// better or not worse; the other signals are guardrails, each shown not
+// violated. While a test that may still decide is short of evidence, the
+// verdict waits, at most as long as its row says; a guardrail shown
+// violated rolls the change back, whatever the others say.
+//
+//	kind of change            objective                          a guardrail's rise it excuses
+//	failure fix, route move,  success not worse (the Method);    latency, cost: a success gain
+//	  operator change           a gain shown is better             (latency: to MaxLatencyRiseOnGain)
+//	quality move (Repairs)    quality not worse; a gain shown    latency (to MaxLatencyRiseOnGain),
+//	                            is better                          cost: a quality gain
+//	explored candidate        a gain (exploreVerdict): cost      cost: a success or quality gain
+//	  (Exploring)               10 % lower with quality shown
+//	                            within 0.07, or quality, or
+//	                            success
+//
+//	signal   violated when shown                  waits, at most            then
+//	success  the Method's test                    MaxCalls                  the Method's rule
+//	latency  average of successes up more than    success rising: MaxCalls; rolled back
+//	           MaxLatencyRise % (MinLatencyRise)    a quality move: as its
+//	                                                quality gain waits
+//	quality  mean below the reference − 1 SE,     to be shown within 0.10   kept
+//	           betting test at 3 %                  (2 %): 400 scored calls
+//	                                                or 20 × MaxCalls calls
+//	cost     cost per success up more than        20 costed calls each      kept
+//	           MaxCostRise % (20 costed calls       (20 × MaxCalls); a
+//	           each), no gain shown                 quality move: its gain,
+//	                                                as quality waits
+//	gain of  cheaper: quality shown within 0.07   400 scored calls or 200   rolled back
+//	 explored  (2 %); else a quality gain (3 %)     × MaxCalls; no gain: 400
+//	                                                scored or 20 × MaxCalls
+//
+// The success and latency rows are the Method's (decide); withQuality
+// adds the rest.
+
+// signal is where one test of the rule stands.
+type signal int
+
+const (
+	pending  signal = iota // short of evidence, and may still decide
+	held                   // shown not violated, or its wait is over
+	violated               // shown violated
+)
+
+// withQuality completes v, the Method's verdict on success and latency,
+// with the rest of the rule above: the quality and cost guardrails roll
+// back a change v keeps, or hold a change v would confirm until they are
+// in; a quality move's latency rise waits for its quality gain; an
+// explored candidate needs its gain.
 func (p RollbackPolicy) withQuality(e Evidence, v Verdict) Verdict {
-	if v.Decision == DecisionRollback {
-		return v
-	}
 	waited := e.After.Calls >= qualityWaitCalls*p.MaxCalls
-	scored := e.Before.Scored >= qualityMinRef
-	n, sum, sq := scoreSums(e.After)
-	if scored && n > 0 && verdict.BelowMean(n, sum, sq, reference(e.Before, -qualityZ), qualityAlpha) {
-		return Verdict{DecisionRollback, fmt.Sprintf("answers %s scored lower: %.3f on average, against %.3f before; mean quality fell from %.3f (%d scored calls) to %.3f (%d scored calls)",
-			underChange, e.After.Quality, e.Before.Quality, e.Before.Quality, e.Before.Scored, e.After.Quality, e.After.Scored)}
+	if v.Decision == DecisionRollback {
+		if v = p.latencyForQuality(e, v, waited); v.Decision == DecisionRollback {
+			return v
+		}
 	}
-	costly, costKnown := p.costRise(e)
-	if costly != "" {
-		return Verdict{DecisionRollback, costly}
+	q, why := p.qualityGuard(e, waited)
+	if q == violated {
+		return Verdict{DecisionRollback, why}
+	}
+	c, why, compared := p.costGuard(e, waited)
+	if c == violated {
+		return Verdict{DecisionRollback, why}
 	}
 	if v.Decision != DecisionConfirm {
-		return v
+		return v // the success test may still decide
 	}
-	if scored {
-		if !waited && n < qualityMaxScored && !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ)-qualityMargin, qualityBeta) {
-			return Verdict{DecisionWait, ""}
-		}
-		v.Reason += "; " + qualityVs(e.After, e.Before)
-	}
-	if !costKnown && e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited {
+	if q == pending || c == pending {
 		return Verdict{DecisionWait, ""}
 	}
-	if costKnown {
+	// The notes are worded only now: a wait allocates nothing.
+	if e.Before.Scored >= qualityMinRef {
+		v.Reason += "; " + qualityVs(e.After, e.Before)
+	}
+	if compared {
 		v.Reason += fmt.Sprintf("; cost per successful call %.4g against %.4g", e.After.CostPerSuccess, e.Before.CostPerSuccess)
 	}
 	if e.Exploring {
 		return p.exploreVerdict(e, v, waited)
 	}
 	return v
+}
+
+// qualityGuard is the quality row of the rule: violated (with the
+// rollback's reason) when the change's scores show their mean below the
+// reference; held once they show it within qualityMargin, or after qualityMaxScored scored calls or the
+// wait; pending before. A change whose reference has fewer than
+// qualityMinRef scores is not judged on quality.
+func (p RollbackPolicy) qualityGuard(e Evidence, waited bool) (signal, string) {
+	if e.Before.Scored < qualityMinRef {
+		return held, ""
+	}
+	n, sum, sq := scoreSums(e.After)
+	if n > 0 && verdict.BelowMean(n, sum, sq, reference(e.Before, -qualityZ), qualityAlpha) {
+		return violated, fmt.Sprintf("answers %s scored lower: %.3f on average, against %.3f before; mean quality fell from %.3f (%d scored calls) to %.3f (%d scored calls)",
+			underChange, e.After.Quality, e.Before.Quality, e.Before.Quality, e.Before.Scored, e.After.Quality, e.After.Scored)
+	}
+	if !waited && n < qualityMaxScored && !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ)-qualityMargin, qualityBeta) {
+		return pending, ""
+	}
+	return held, ""
+}
+
+// costGuard is the cost row of the rule: violated (with the rollback's
+// reason, see costRise), held, or pending while the costs are short or a
+// quality move's gain that would excuse a rise may still be shown;
+// compared says the costs were compared.
+func (p RollbackPolicy) costGuard(e Evidence, waited bool) (s signal, reason string, compared bool) {
+	reason, compared = p.costRise(e)
+	switch {
+	case reason != "":
+		return violated, reason, true
+	case !compared && e.Before.Costed >= costMinCalls && on(p.MaxCostRise) && !waited:
+		return pending, "", false
+	}
+	return held, "", compared
+}
+
+// latencyForQuality takes v, the Method's rollback, of a change made to
+// repair a fall of quality: when the latency rule alone rolled it back,
+// it waits while the quality gain it was made for may still be shown (as
+// long as quality waits), and a gain shown excuses a rise of up to
+// MaxLatencyRiseOnGain percent, as a gain in success does. Any other
+// rollback stands.
+func (p RollbackPolicy) latencyForQuality(e Evidence, v Verdict, waited bool) Verdict {
+	if !e.Repairs || !on(p.MaxLatencyRise) || e.Before.Scored < qualityMinRef {
+		return v
+	}
+	q := p
+	q.MaxLatencyRise = -1
+	u := q.decide(e)
+	if u.Decision == DecisionRollback {
+		return v // not the latency rule's
+	}
+	n, sum, sq := scoreSums(e.After)
+	if n == 0 || !verdict.AboveMean(n, sum, sq, reference(e.Before, qualityZ), qualityAlpha) {
+		if !waited && n < qualityMaxScored {
+			return Verdict{DecisionWait, ""}
+		}
+		return v
+	}
+	if q.MaxLatencyRise = p.MaxLatencyRiseOnGain; on(q.MaxLatencyRise) && q.decide(e).Decision == DecisionRollback {
+		return v
+	}
+	if u.Decision == DecisionConfirm {
+		u.Reason += fmt.Sprintf("; successful calls' average latency %v against %v before, kept for the gain in quality the move was made for",
+			avg(okStats(e.After)), avg(okStats(e.Before)))
+	}
+	return u
 }
 
 // costRise returns the reason to roll back a change whose cost per
