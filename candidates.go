@@ -135,8 +135,14 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // 2 %: never a saving on cost alone); a mean score significantly higher
 // (the betting test of verification at 3 %); or significantly fewer
 // failures. A change with none is rolled back once the quality
-// test has had its say (400 scored calls, or 20 × MaxCalls calls), and
-// refused, like every candidate rolled back, for RollbackPolicy.RefuseFor.
+// test has had its say: as soon as its mean score is shown below the
+// reference's (raised by a standard error) plus 0.05, a gain too small to
+// wait for (the betting test at 3 %), else at 400 scored calls, or
+// 20 × MaxCalls calls; and refused, like every candidate rolled back,
+// for RollbackPolicy.RefuseFor. So the candidates are compared by
+// successive elimination, each against the config in force, whose scored
+// calls are the reference: each runs as many calls as its scores need
+// (docs/quality.md#exploration, with the figures).
 //
 // The explored calls are bounded: after an exploration that ran n calls
 // (or found no candidate to try, as if it ran MinSamples), the next one
