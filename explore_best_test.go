@@ -220,32 +220,63 @@ func btoi(b bool) int {
 }
 
 // Issue 41, item 2: exploration waits for MinSamples scored calls of the
-// config in force whatever the share judged. 10 % of the calls scored,
-// every one costed: the first exploration comes only once the config has
-// 100 scored calls. Before, it came at its 100th call with a cost, with
-// about 10 scores.
+// config in force whatever the share judged. 10 % or 1 % of the calls
+// scored, every one costed: the first exploration comes only once the
+// config has 100 scored calls. Before, at 10 %, it came at its 100th call
+// with a cost, with about 10 scores; at 1 %, also after the fix of 10 %,
+// whenever none of the first 100 calls was scored (6 of 10 seeds here),
+// and a cheaper candidate was then judged on its cost alone. An agent that
+// scores none is explored on its costs, after 1,000 calls with a cost.
 func TestExplorationWaitsForScores(t *testing.T) {
-	for seed := range seeds(5) {
-		w := newCandWorld(t, 0.1, seed+1, si.WithExploration(si.Exploration{Share: 0.5}),
-			si.WithCandidates(si.Candidate{Name: "cheap", Route: "small"}))
-		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "small": 0.5}[c.Route] }
-		scored := 0
-		w.quality = func(c si.Config) float64 {
-			if c.Route == "" {
-				scored++
-			}
-			return 0.85
-		}
-		for i := 1; ; i++ {
-			if rep := w.call(); rep.Improvement != nil {
-				if scored < 100 {
-					t.Errorf("seed %d: explored at call %d, with %d scored calls of the config in force; want 100", seed, i, scored)
+	for _, share := range []float64{0.1, 0.01, 0} {
+		for seed := range seeds(10) {
+			w := newCandWorld(t, share, seed+1, si.WithExploration(si.Exploration{Share: 0.5}),
+				si.WithCandidates(si.Candidate{Name: "cheap", Route: "small"}))
+			w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "small": 0.5}[c.Route] }
+			scored := 0
+			w.quality = func(c si.Config) float64 {
+				if c.Route == "" {
+					scored++
 				}
+				return 0.85
+			}
+			for i := 1; ; i++ {
+				if rep := w.call(); rep.Improvement != nil {
+					if share > 0 && scored < 100 || share == 0 && i < 1000 {
+						t.Errorf("%.0f %% scored, seed %d: explored at call %d, with %d scored calls of the config in force; want 100 (none scored: 1,000 calls)",
+							100*share, seed, i, scored)
+					}
+					break
+				}
+				if i == 30_000 {
+					t.Fatalf("%.0f %% scored, seed %d: not explored in 30,000 calls (%d scored)", 100*share, seed, scored)
+				}
+			}
+		}
+	}
+}
+
+// Issue 41, item 2: at 1 % judged, a cheaper candidate much worse (0.40
+// against 0.85, σ 0.15) is not adopted on its cost. Before, when none of
+// the config's first 100 calls was scored, exploration began on costs
+// and the saving was confirmed with no score on either side: adopted in
+// 10 of 20 trials within 3,000 calls.
+func TestCheaperCandidateAtOnePercentJudged(t *testing.T) {
+	trials, adopted := int(seeds(20)), 0
+	for seed := range uint64(trials) {
+		w := newCandWorld(t, 0.01, seed+1, si.WithExploration(si.Exploration{Share: 0.1}),
+			si.WithCandidates(si.Candidate{Name: "cheap", Route: "small"}))
+		w.sd = 0.15
+		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "small": 0.5}[c.Route] }
+		w.quality = func(c si.Config) float64 { return map[string]float64{"": 0.85, "small": 0.40}[c.Route] }
+		for range 3000 {
+			if c := w.call().Confirmed; c != nil && c.To.Route == "small" {
+				adopted++
 				break
 			}
-			if i == 5000 {
-				t.Fatalf("seed %d: not explored in 5,000 calls (%d scored)", seed, scored)
-			}
 		}
+	}
+	if adopted > 0 {
+		t.Errorf("a candidate at half the cost and quality 0.40 (against 0.85), 1 %% judged, adopted in %d of %d trials; want none", adopted, trials)
 	}
 }
