@@ -125,7 +125,10 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // under verification, no analysis running, the failure and quality
 // cooldowns over, its circuit closed and its route not held on a
 // fallback, and the config in force with at least MinSamples scored
-// calls, or, for a config that has no score, calls with a cost. The loop
+// calls, whatever the share of calls scored, or, for an agent known to
+// score none (none of its calls scored, 10 × MinSamples of them with a
+// cost, so that one that scores 1 % of them is not taken for it), at
+// least MinSamples calls with a cost. The loop
 // then applies its next candidate (the first, in order, that is not
 // current and not refused) as a change, with no strategy run, verified
 // like any change, on success, latency, quality and cost; it is confirmed
@@ -135,8 +138,14 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // 2 %: never a saving on cost alone); a mean score significantly higher
 // (the betting test of verification at 3 %); or significantly fewer
 // failures. A change with none is rolled back once the quality
-// test has had its say (400 scored calls, or 20 × MaxCalls calls), and
-// refused, like every candidate rolled back, for RollbackPolicy.RefuseFor.
+// test has had its say: as soon as its mean score is shown below the
+// reference's (raised by a standard error) plus 0.05, a gain too small to
+// wait for (the betting test at 3 %), else at 400 scored calls, or
+// 20 × MaxCalls calls; and refused, like every candidate rolled back,
+// for RollbackPolicy.RefuseFor. So the candidates are compared by
+// successive elimination, each against the config in force, whose scored
+// calls are the reference: each runs as many calls as its scores need
+// (docs/quality.md#exploration, with the figures).
 //
 // The explored calls are bounded: after an exploration that ran n calls
 // (or found no candidate to try, as if it ran MinSamples), the next one
@@ -148,9 +157,9 @@ type Exploration struct {
 	// Share is the most share of an agent's calls that run a candidate
 	// under exploration. Default 0: off; at most 0.5.
 	Share float64
-	// MinSamples is how many scored calls (or calls with a cost) the
-	// config in force needs before the loop explores. Default 100; at
-	// most 1,000,000.
+	// MinSamples is how many scored calls (or calls with a cost, for an
+	// agent known to score none) the config in force needs before the
+	// loop explores. Default 100; at most 1,000,000.
 	MinSamples int
 }
 

@@ -234,12 +234,20 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 }
 
 // exploreSaving is the least fall of the cost per successful call that
-// is a gain for an explored candidate.
-const exploreSaving = 0.10
+// is a gain for an explored candidate; exploreMinGain the least rise of
+// its mean score worth waiting for: a candidate whose mean is shown
+// below the reference's (raised by a standard error) plus exploreMinGain,
+// by the betting test at qualityAlpha, is rolled back then (see
+// Exploration).
+const (
+	exploreSaving  = 0.10
+	exploreMinGain = 0.05
+)
 
 // exploreVerdict takes v, a confirmation of a change that explores a
 // candidate, and keeps it only with a gain (see Exploration): else it
-// waits for the quality test, then rolls the change back.
+// waits for the quality test, then rolls the change back; at once when
+// the candidate is shown short of exploreMinGain.
 func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdict {
 	b, a := e.Before, e.After
 	if b.Costed >= costMinCalls && a.Costed >= costMinCalls && b.CostPerSuccess > 0 {
@@ -259,7 +267,10 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 		b.Failures+e.Window.Failures > 0 && gain >= gainZ {
 		return v
 	}
-	if scored && !waited && n < qualityMaxScored {
+	// Successive elimination: a candidate shown short of the gain worth
+	// having is let go as soon as that is shown, not after 400 scores.
+	short := scored && n > 0 && verdict.BelowMean(n, sum, sq, reference(b, qualityZ)+exploreMinGain, qualityAlpha)
+	if scored && !waited && n < qualityMaxScored && !short {
 		return Verdict{DecisionWait, ""}
 	}
 	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s did no better than the config before it: no better answers, lower cost or fewer failures; the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",

@@ -238,9 +238,10 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 	if s.Tracker.Total < m.Next || n < s.CooldownUntil || n < s.Quality.Watch.Until || s.CircuitOpenUntil != 0 || s.Route != nil && s.Route.Hold != "" {
 		return
 	}
-	// Scored calls enough to judge quality, or, for a config that scores
-	// none, calls with a cost.
-	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) && (rec.Scored > 0 || rec.Costed < int64(x.MinSamples)) {
+	// Scored calls enough to judge quality, or, for an agent known to
+	// score none, calls with a cost.
+	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) &&
+		(rec.Costed < int64(x.MinSamples) || !s.Quality.scoreless(noScoreCalls*int64(x.MinSamples))) {
 		return
 	}
 	if len(r.cands.of(s.AgentID)) == 0 {
@@ -252,6 +253,26 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 	s.qualityOf(s.Config.Version).fill(&an.Stats)
 	s.analyzing = true
 	eff.th, eff.analysis = th, an
+}
+
+// noScoreCalls times Exploration.MinSamples is how many calls with a
+// cost, none scored, show that an agent scores none of its calls: one
+// that scores 1 % of them has one scored among 1,000 but 1 time in
+// 23,000 (among 100, 1 time in 3).
+const noScoreCalls = 10
+
+// scoreless reports whether b's agent is known to score none of its
+// calls: no record holds a score, and together they hold at least n
+// calls with a cost.
+func (b *qualityBook) scoreless(n int64) bool {
+	var costed int64
+	for i := range b.Recs {
+		if b.Recs[i].Scored > 0 {
+			return false
+		}
+		costed += b.Recs[i].Costed
+	}
+	return costed >= n
 }
 
 // explored counts the calls of the exploration decided since: the next
