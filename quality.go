@@ -209,51 +209,18 @@ func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreC
 // user's verdict that comes later. The score is credited to the config
 // version the call ran under, and to its route, also after that config was
 // replaced or rolled back and after a restart; a change under
-// verification is judged on it at once (see RollbackPolicy). A call may
-// be scored more than once: each score is a sample. A score that is NaN or
-// outside [0, 1] returns ErrInvalidScore, an ID the agent cannot place
+// verification is judged on it at once (see RollbackPolicy). A call ID
+// counts once: a score of an ID scored before (among the agent's last
+// MaxScoreKeys scores by ID) is a duplicate, which returns nil and counts
+// nothing, so that a retried score is not counted twice (ScoreCall says
+// so, and takes a key of the caller's). A score that is NaN or outside
+// [0, 1] returns ErrInvalidScore, an ID the agent cannot place
 // ErrUnknownCall, one past the horizon ErrScoreTooLate, and none of them
 // changes anything. Scores are saved with the agent's state, at the next
 // flush or with the decision they lead to.
 func (l *Loop) Score(agentID string, callID uint64, score float64) error {
-	if err := checkScore(score); err != nil {
-		return err
-	}
-	if l.isClosed.Load() {
-		return ErrClosed
-	}
-	if err := checkAgentID(agentID); err != nil {
-		return err
-	}
-	now := l.clock.Now()
-	v, live := l.agents.Load(agentID)
-	var key uint64
-	if live {
-		if in := v.(*agent).cfg.Load(); in != nil {
-			key = in.key // the agent's key, hashed once when it was loaded
-		}
-	}
-	if key == 0 {
-		key = l.keys.of(agentID)
-	}
-	low, age, err := parseCallID(callID, key, now)
-	if err != nil {
-		return err
-	}
-	if !live && !l.view(agentID, func(*agentState) {}) {
-		// An agent neither in memory nor stored made no call: a score of
-		// it creates nothing.
-		return fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
-	}
-	in := input{kind: inScore, now: now.UnixNano(), low: low, score: score}
-	var rep Report
-	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
-		if errors.Is(err, errNoVersion) {
-			return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
-		}
-		return err
-	}
-	return rep.LoopErr
+	_, err := l.ScoreCall(agentID, callID, score, 0)
+	return err
 }
 
 // errNoVersion refuses a score of a call whose version the agent does
@@ -268,6 +235,10 @@ func (a *agent) applyScore(l *Loop, in *input, eff *effects) error {
 	if !ok || a.s.Tracker.Total == 0 { // an agent that made no call has none to score
 		return errNoVersion
 	}
+	if in.low = uint64(version); a.s.scoreSeen(in.key) {
+		return errDuplicateScore
+	}
+	a.s.noteScoreKey(in.key)
 	now := time.Unix(0, in.now)
 	a.dirty = true
 	a.s.bookQuality(version, route, quality{score: in.score, scored: true}, false)
