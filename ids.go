@@ -95,7 +95,8 @@ func idCheck(low, key uint64) uint64 {
 // made on first use), so IDs stay valid across restarts; in memory
 // (RAMStore) a random one; with a fleet a fixed one, since every replica
 // must accept the IDs of the others: an ID is then bound to its agent,
-// but the check is public.
+// but the check is public, unless every replica sets the same secret
+// with WithCallIDSecret (which replaces the store's too).
 type callKeys struct{ secret []byte }
 
 // of returns agentID's key.
