@@ -106,7 +106,9 @@ var errDuplicateScore = errors.New("selfimprove: duplicate score")
 // second's score counts only with keys of their own (a grader that has
 // an ID per answer: a hash of it, not 0).
 //
-// The errors are Score's; with one, the result is the zero ScoreResult.
+// The errors are Score's, and come with the zero ScoreResult, but for an
+// error of saving what the score decided (the store, the fleet), which
+// comes with the result: the score was booked.
 func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint64) (ScoreResult, error) {
 	if err := checkScore(score); err != nil {
 		return ScoreResult{}, err
