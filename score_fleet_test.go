@@ -54,3 +54,25 @@ func TestFleetCallIDSecret(t *testing.T) {
 		t.Errorf("without WithCallIDSecret, an ID made with the fleet's fixed key: %v (the test's premise)", err)
 	}
 }
+
+// TestFleetDuplicateScorePooledOnce: a retried score counts once in the
+// fleet too: the replica that took it sends it to the pool once, and
+// every replica books it once.
+func TestFleetDuplicateScorePooledOnce(t *testing.T) {
+	e := newFleetEnv(t, 2, nil)
+	e.call(1, "a", nil)
+	rep := e.call(0, "a", nil)
+	e.sync()
+	for range 3 {
+		if err := e.reps[0].Score("a", rep.ID, 0.7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.sync()
+	e.sync()
+	for r, l := range e.reps {
+		if v, _ := l.View("a"); v.Versions[1].Scored != 1 {
+			t.Errorf("replica %d: %d scores of a call scored 3 times", r, v.Versions[1].Scored)
+		}
+	}
+}
