@@ -105,3 +105,37 @@ func (k callKeys) of(agentID string) uint64 {
 	sum := sha256.Sum256(append(append(buf[:0], k.secret...), agentID...))
 	return binary.LittleEndian.Uint64(sum[:8])
 }
+
+// MaxScoreKeys is how many keys of its latest scores by ID an agent
+// remembers (Loop.ScoreCall): a retried score counts once if no more
+// than MaxScoreKeys other scores of the agent by ID came in between. The
+// keys take 8 bytes each (1 KiB), held only by agents scored by ID, and
+// are kept in memory: a score retried after a restart, after the agent
+// was evicted from memory (WithMaxAgents), or at another replica of a
+// fleet counts again.
+const MaxScoreKeys = 128
+
+// scoreKeys are the keys of an agent's latest scores by ID, a ring.
+type scoreKeys struct {
+	keys [MaxScoreKeys]uint64 // 0: empty
+	next uint8                // the slot the next key takes
+}
+
+// has reports whether key is among k's (nil: none).
+func (k *scoreKeys) has(key uint64) bool {
+	if k == nil {
+		return false
+	}
+	for _, x := range &k.keys {
+		if x == key {
+			return true
+		}
+	}
+	return false
+}
+
+// add adds key to k, over the oldest.
+func (k *scoreKeys) add(key uint64) {
+	k.keys[k.next%MaxScoreKeys] = key
+	k.next = (k.next + 1) % MaxScoreKeys
+}

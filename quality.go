@@ -223,9 +223,80 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	return err
 }
 
+// ScoreCall scores, in [0, 1], the call of agentID whose Report carried
+// callID, as Score does, and says what it did (ScoreResult): the version
+// credited, whether it counted, and the change it confirmed, rolled back
+// or applied, or the analysis it started.
+//
+// A score counts once per key: key is the score's idempotency key, and
+// 0 takes the call ID as the key. A score whose key the agent saw among
+// its last MaxScoreKeys (128) scores by ID is a duplicate: ScoreCall
+// returns it with Duplicate set and a nil error, and it counts nothing,
+// so a grader fed by an at-least-once queue acknowledges a redelivered
+// score as it would the first. The first score stands: the judgement it
+// went into cannot unsee it. Two calls of an agent that end within the
+// same millisecond under the same config version share an ID, so the
+// second's score counts only with keys of their own (a grader that has
+// an ID per answer: a hash of it, not 0).
+//
+// The errors are Score's, and come with the zero ScoreResult, but for an
+// error of saving what the score decided (the store, the fleet), which
+// comes with the result: the score was booked.
+func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint64) (ScoreResult, error) {
+	if err := checkScore(score); err != nil {
+		return ScoreResult{}, err
+	}
+	if l.isClosed.Load() {
+		return ScoreResult{}, ErrClosed
+	}
+	if err := checkAgentID(agentID); err != nil {
+		return ScoreResult{}, err
+	}
+	now := l.clock.Now()
+	v, live := l.agents.Load(agentID)
+	var agentKey uint64
+	if live {
+		if in := v.(*agent).cfg.Load(); in != nil {
+			agentKey = in.key // the agent's key, hashed once when it was loaded
+		}
+	}
+	if agentKey == 0 {
+		agentKey = l.keys.of(agentID)
+	}
+	low, age, err := parseCallID(callID, agentKey, now)
+	if err != nil {
+		return ScoreResult{}, err
+	}
+	if !live && !l.view(agentID, func(*agentState) {}) {
+		// An agent neither in memory nor stored made no call: a score of
+		// it creates nothing.
+		return ScoreResult{}, fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
+	}
+	if key == 0 {
+		key = callID // never 0 (parseCallID)
+	}
+	in := input{kind: inScore, now: now.UnixNano(), low: low, key: key, score: score}
+	var rep Report
+	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
+		switch {
+		case errors.Is(err, errNoVersion):
+			return ScoreResult{}, fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
+		case errors.Is(err, errDuplicateScore):
+			return ScoreResult{Version: int(in.low), Duplicate: true}, nil
+		}
+		return ScoreResult{}, err
+	}
+	return ScoreResult{Version: int(in.low), Confirmed: rep.Confirmed, RolledBack: rep.Rollback,
+		Analysis: rep.ImprovementTriggered, Applied: rep.Improvement}, rep.LoopErr
+}
+
 // errNoVersion refuses a score of a call whose version the agent does
 // not keep (see Loop.Score).
 var errNoVersion = errors.New("selfimprove: no such version")
+
+// errDuplicateScore refuses, in the transition, a score whose key was
+// scored before: ScoreCall reports it as a duplicate, not an error.
+var errDuplicateScore = errors.New("selfimprove: duplicate score")
 
 // applyScore applies the score of in to a: booked for the version and
 // route that made the call, judged, watched and explored on. a.mu is

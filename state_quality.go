@@ -511,3 +511,20 @@ func (s *agentState) deliverable(e *Evidence, now int64, r *ruleBook) {
 	c := t.stats()
 	e.Before.Costed, e.Before.Cost, e.Before.CostPerSuccess = c.Costed, c.Cost, c.CostPerSuccess
 }
+
+// scoreSeen reports whether a score with key was booked among the
+// agent's latest scores by ID.
+func (s *agentState) scoreSeen(key uint64) bool {
+	return s.Quality != nil && s.Quality.Keys.has(key)
+}
+
+// noteScoreKey remembers key as a score's booked by ID.
+func (s *agentState) noteScoreKey(key uint64) {
+	if s.Quality == nil {
+		s.Quality = new(qualityBook)
+	}
+	if s.Quality.Keys == nil {
+		s.Quality.Keys = new(scoreKeys)
+	}
+	s.Quality.Keys.add(key)
+}

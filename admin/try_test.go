@@ -20,29 +20,12 @@ import (
 // counts once; another agent's call ID, or a forged one, is 404; under
 // propose-only the config tried is filed as a proposal.
 func TestTryAndScoreDecision(t *testing.T) {
-	l, clk := newLoop(t, si.WithStrategy(nil))
-	f := &fixture{l: l, clk: clk}
-	f.srv = httptest.NewServer(http.StripPrefix("/si", admin.Handler(l, admin.Options{Token: token})))
-	t.Cleanup(f.srv.Close)
-	ctx := context.Background()
-	_ = l.AddScore(ctx, 0) // the calls carry a score slot from now on
-	call := func(score float64) si.Report {
-		rep, err := l.ExecuteWithImprovement(ctx, "gamma", func(ctx context.Context, _ si.Config) error {
-			clk.Advance(2 * time.Millisecond)
-			if score >= 0 {
-				return l.AddScore(ctx, score)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
+	f, call := scoredFixture(t)
+	l := f.l
 	for range 60 {
 		call(0.9)
 	}
-	other, _ := l.ExecuteWithImprovement(ctx, "delta", func(context.Context, si.Config) error { return nil })
+	other, _ := l.ExecuteWithImprovement(context.Background(), "delta", func(context.Context, si.Config) error { return nil })
 
 	code, b := f.post(t, "/api/agents/gamma/try", `{"config":{"route":"cheap"},"reason":"half the price","author":"ops"}`)
 	var res admin.Result
@@ -108,19 +91,50 @@ func TestTryAndScoreDecision(t *testing.T) {
 		if c := l.Config("gamma"); c.Route != "" {
 			t.Fatalf("config %+v after the rollback", c)
 		}
-		// Propose-only: the config tried is filed.
-		if err := l.SetProposeOnly("gamma", true); err != nil {
-			t.Fatal(err)
-		}
-		code, b = f.post(t, "/api/agents/gamma/try", `{"config":{"route":"other"},"reason":"filed"}`)
-		res = admin.Result{}
-		if err := json.Unmarshal(b, &res); code != 200 || err != nil || res.Change != nil || res.Proposal == nil ||
-			res.Proposal.Status != si.ProposalPending || res.Proposal.Config == nil || res.Proposal.Config.Route != "other" {
-			t.Fatalf("try under propose-only: %d %s", code, b)
-		}
+		tryProposeOnly(t, f)
 		return
 	}
 	t.Fatal("40 late scores of 0.5 against 0.9 did not roll the tried config back")
+}
+
+// scoredFixture serves a loop with no strategy whose calls carry a score
+// slot, and returns a call of agent "gamma" that scores itself (score
+// ≥ 0) or not, the clock moving 2 ms.
+func scoredFixture(t *testing.T) (*fixture, func(score float64) si.Report) {
+	l, clk := newLoop(t, si.WithStrategy(nil))
+	f := &fixture{l: l, clk: clk}
+	f.srv = httptest.NewServer(http.StripPrefix("/si", admin.Handler(l, admin.Options{Token: token})))
+	t.Cleanup(f.srv.Close)
+	ctx := context.Background()
+	_ = l.AddScore(ctx, 0) // the calls carry a score slot from now on
+	return f, func(score float64) si.Report {
+		rep, err := l.ExecuteWithImprovement(ctx, "gamma", func(ctx context.Context, _ si.Config) error {
+			clk.Advance(2 * time.Millisecond)
+			if score >= 0 {
+				return l.AddScore(ctx, score)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+}
+
+// tryProposeOnly: for a propose-only agent, POST /try files the config
+// as a proposal, and applies nothing.
+func tryProposeOnly(t *testing.T, f *fixture) {
+	t.Helper()
+	if err := f.l.SetProposeOnly("gamma", true); err != nil {
+		t.Fatal(err)
+	}
+	code, b := f.post(t, "/api/agents/gamma/try", `{"config":{"route":"other"},"reason":"filed"}`)
+	var res admin.Result
+	if err := json.Unmarshal(b, &res); code != 200 || err != nil || res.Change != nil || res.Proposal == nil ||
+		res.Proposal.Status != si.ProposalPending || res.Proposal.Config == nil || res.Proposal.Config.Route != "other" {
+		t.Fatalf("try under propose-only: %d %s", code, b)
+	}
 }
 
 // mustView is l's view of agent id.
