@@ -1,7 +1,9 @@
 package selfimprove
 
 // This file makes the IDs the loop hands out: UUIDv7s for changes,
-// events and proposals, and the call IDs a late score names a call by.
+// events and proposals, and the call IDs a late score names a call by;
+// and it keeps the keys of an agent's latest scores by ID, so that a
+// retried score counts once.
 
 import (
 	crand "crypto/rand"
