@@ -146,3 +146,23 @@ func mustView(t *testing.T, l *si.Loop, id string) si.AgentView {
 	}
 	return v
 }
+
+// TestTryNeedsOperator: POST /try is an operator's mutation: the intake
+// and score tokens get 403, no token 401, and nothing is tried.
+func TestTryNeedsOperator(t *testing.T) {
+	f := newFixture(t, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"alpha"},
+		ScoreToken: scoreToken, ScoreAgents: []string{"alpha"}})
+	before := len(f.l.Changes("alpha"))
+	body := `{"config":{"route":"cheap"},"reason":"half the price"}`
+	for _, c := range []struct {
+		tok  string
+		code int
+	}{{intakeToken, 403}, {scoreToken, 403}, {"", 401}} {
+		if code, b := f.do(t, "POST", "/api/agents/alpha/try", c.tok, "application/json", body); code != c.code {
+			t.Errorf("token %q: %d %s, want %d", c.tok, code, b, c.code)
+		}
+	}
+	if n := len(f.l.Changes("alpha")); n != before {
+		t.Errorf("%d changes after refused tries, %d before", n, before)
+	}
+}
