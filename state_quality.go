@@ -30,7 +30,7 @@ type qualityBook struct {
 	Watch qualityWatch // the watch of the mean score (state_quality.go)
 	// Explore is the exploration of the agent's candidates (candidates.go).
 	Explore exploreMark
-	// Keys are the keys of the latest scores by ID (score_result.go); nil
+	// Keys are the keys of the latest scores by ID (ids.go); nil
 	// until the agent is scored by ID. Not saved.
 	Keys *scoreKeys
 }
