@@ -68,7 +68,8 @@ type input struct {
 	c   *call  // inCall
 	sig string // inCall: the failure's signature (a string: its []byte conversions are then zero-copy)
 
-	low   uint64  // inScore: the call ID's version bits
+	low   uint64  // inScore: the call ID's version bits; the transition sets the version credited
+	key   uint64  // inScore: the score's idempotency key (Loop.ScoreCall)
 	score float64 // inScore
 
 	// more holds the values of the other kinds. They sit behind a

@@ -58,6 +58,10 @@ var (
 	// ErrVerifying: the agent has a change under verification; approve
 	// again once it is decided.
 	ErrVerifying = errors.New("selfimprove: a change is under verification")
+	// ErrFiledForApproval is returned (wrapped, naming the proposal) by
+	// Loop.Try for a propose-only agent: the config was filed as a
+	// pending Proposal, which Approve applies; nothing else changed.
+	ErrFiledForApproval = errors.New("selfimprove: filed for approval")
 
 	// The loop's state, and its own machinery: the strategy, traces,
 	// notifications, subscriptions.

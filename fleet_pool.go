@@ -82,7 +82,7 @@ func (l *Loop) fleetInput(a *agent, in *input) {
 	case inCall:
 		l.fleetCount(a, in.c)
 	case inScore:
-		if version, _, ok := a.s.placeVersion(in.low); ok && a.s.Tracker.Total > 0 {
+		if version, _, ok := a.s.placeVersion(in.low); ok && a.s.Tracker.Total > 0 && !a.s.scoreSeen(in.key) {
 			l.fleetScored(a, version, in.score)
 		}
 	}

@@ -48,7 +48,7 @@ func (s *agentState) ownQuality(b **qualityBook) {
 		*b = new(qualityBook)
 	}
 	q := *b
-	q.Recs = own.Recs
+	q.Recs, q.Keys = own.Recs, own.Keys
 	w := own.Watch
 	w.Ref = q.Watch.Ref
 	q.Watch = w

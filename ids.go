@@ -1,7 +1,9 @@
 package selfimprove
 
 // This file makes the IDs the loop hands out: UUIDv7s for changes,
-// events and proposals, and the call IDs a late score names a call by.
+// events and proposals, and the call IDs a late score names a call by;
+// and it keeps the keys of an agent's latest scores by ID, so that a
+// retried score counts once.
 
 import (
 	crand "crypto/rand"
@@ -95,7 +97,8 @@ func idCheck(low, key uint64) uint64 {
 // made on first use), so IDs stay valid across restarts; in memory
 // (RAMStore) a random one; with a fleet a fixed one, since every replica
 // must accept the IDs of the others: an ID is then bound to its agent,
-// but the check is public.
+// but the check is public, unless every replica sets the same secret
+// with WithCallIDSecret (which replaces the store's too).
 type callKeys struct{ secret []byte }
 
 // of returns agentID's key.
@@ -103,4 +106,38 @@ func (k callKeys) of(agentID string) uint64 {
 	var buf [64 + MaxAgentIDLen]byte // on the stack: Score allocates nothing
 	sum := sha256.Sum256(append(append(buf[:0], k.secret...), agentID...))
 	return binary.LittleEndian.Uint64(sum[:8])
+}
+
+// MaxScoreKeys is how many keys of its latest scores by ID an agent
+// remembers (Loop.ScoreCall): a retried score counts once if no more
+// than MaxScoreKeys other scores of the agent by ID came in between. The
+// keys take 8 bytes each (1 KiB), held only by agents scored by ID, and
+// are kept in memory: a score retried after a restart, after the agent
+// was evicted from memory (WithMaxAgents), or at another replica of a
+// fleet counts again.
+const MaxScoreKeys = 128
+
+// scoreKeys are the keys of an agent's latest scores by ID, a ring.
+type scoreKeys struct {
+	keys [MaxScoreKeys]uint64 // 0: empty
+	next uint8                // the slot the next key takes
+}
+
+// has reports whether key is among k's (nil: none).
+func (k *scoreKeys) has(key uint64) bool {
+	if k == nil {
+		return false
+	}
+	for _, x := range &k.keys {
+		if x == key {
+			return true
+		}
+	}
+	return false
+}
+
+// add adds key to k, over the oldest.
+func (k *scoreKeys) add(key uint64) {
+	k.keys[k.next%MaxScoreKeys] = key
+	k.next = (k.next + 1) % MaxScoreKeys
 }

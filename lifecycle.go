@@ -89,7 +89,7 @@ func New(opts ...Option) (*Loop, error) {
 		stopFlush:       make(chan struct{}),
 		flushDone:       make(chan struct{}),
 	}
-	if l.keys, err = loadCallKeys(st, o.fleet != nil); err != nil {
+	if l.keys, err = loadCallKeys(st, o.fleet != nil, o.callSecret); err != nil {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: call IDs are valid until the loop closes, not after a restart", "error", err)
 	}

@@ -51,6 +51,7 @@ type options struct {
 	fleetTimeout    time.Duration
 	fleetInterval   time.Duration
 	fleetCalls      int
+	callSecret      []byte // WithCallIDSecret's; nil: the store's (see callKeys)
 }
 
 // defaults are the options before any Option is applied.
@@ -104,6 +105,8 @@ func (o *options) validate() error {
 		return bad("WithFleetFlush", "interval %v is negative", o.fleetInterval)
 	case o.fleetCalls < 1:
 		return bad("WithFleetFlush", "calls %d is less than 1", o.fleetCalls)
+	case o.callSecret != nil && (len(o.callSecret) < 16 || len(o.callSecret) > 64):
+		return bad("WithCallIDSecret", "%d bytes, not 16 to 64", len(o.callSecret))
 	case o.summaryOn && (o.summaryAt < 0 || o.summaryAt >= 24*time.Hour):
 		return bad("WithDailySummary", "%v not in [0, 24h)", o.summaryAt)
 	}
@@ -415,6 +418,20 @@ func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents =
 // f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state
 // to itself.
 func WithFleet(f Fleet) Option { return func(o *options) { o.fleet = f } }
+
+// WithCallIDSecret keys the check of the loop's call IDs (Report.ID,
+// which Loop.Score takes) with secret, 16 to 64 bytes, in place of the
+// state directory's secret (the document "call-id-key", made at the
+// first start) or, under WithFleet, the fixed one a fleet otherwise
+// shares. Every replica of a fleet sets the same secret: each then takes
+// the others' call IDs, and an ID made up without it is refused (but for
+// one in 65,536), as a lone loop's are. Without it a fleet's IDs are
+// bound to their agent, but anyone who reads this package can make one
+// (docs/fleet.md). Keep the secret with the fleet's other credentials;
+// changing it makes the IDs handed out before unscorable. Default none.
+func WithCallIDSecret(secret []byte) Option {
+	return func(o *options) { o.callSecret = append([]byte{}, secret...) }
+}
 
 // WithFleetTimeout bounds what one call or operator method waits on the
 // fleet in all: the operations of one decision (lease, reload, commit,

@@ -368,10 +368,14 @@ func (l *Loop) loadProposalAgents() {
 var fleetCallKey = []byte("selfimprove call IDs, shared by a fleet")
 
 // loadCallKeys returns the secret of st (see callKeys): read, or made and
-// saved, when st keeps documents and fleet is false. When it can neither
-// read nor save one, it returns a random one with the error.
-func loadCallKeys(st Store, fleet bool) (callKeys, error) {
-	if fleet {
+// saved, when st keeps documents and fleet is false; given, the one of
+// WithCallIDSecret. When it can neither read nor save one, it returns a
+// random one with the error.
+func loadCallKeys(st Store, fleet bool, given []byte) (callKeys, error) {
+	switch {
+	case given != nil:
+		return callKeys{given}, nil
+	case fleet:
 		return callKeys{fleetCallKey}, nil
 	}
 	secret := make([]byte, 32)

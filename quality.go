@@ -209,56 +209,94 @@ func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreC
 // user's verdict that comes later. The score is credited to the config
 // version the call ran under, and to its route, also after that config was
 // replaced or rolled back and after a restart; a change under
-// verification is judged on it at once (see RollbackPolicy). A call may
-// be scored more than once: each score is a sample. A score that is NaN or
-// outside [0, 1] returns ErrInvalidScore, an ID the agent cannot place
+// verification is judged on it at once (see RollbackPolicy). A call ID
+// counts once: a score of an ID scored before (among the agent's last
+// MaxScoreKeys scores by ID) is a duplicate, which returns nil and counts
+// nothing, so that a retried score is not counted twice (ScoreCall says
+// so, and takes a key of the caller's). A score that is NaN or outside
+// [0, 1] returns ErrInvalidScore, an ID the agent cannot place
 // ErrUnknownCall, one past the horizon ErrScoreTooLate, and none of them
 // changes anything. Scores are saved with the agent's state, at the next
 // flush or with the decision they lead to.
 func (l *Loop) Score(agentID string, callID uint64, score float64) error {
+	_, err := l.ScoreCall(agentID, callID, score, 0)
+	return err
+}
+
+// ScoreCall scores, in [0, 1], the call of agentID whose Report carried
+// callID, as Score does, and says what it did (ScoreResult): the version
+// credited, whether it counted, and the change it confirmed, rolled back
+// or applied, or the analysis it started.
+//
+// A score counts once per key: key is the score's idempotency key, and
+// 0 takes the call ID as the key. A score whose key the agent saw among
+// its last MaxScoreKeys (128) scores by ID is a duplicate: ScoreCall
+// returns it with Duplicate set and a nil error, and it counts nothing,
+// so a grader fed by an at-least-once queue acknowledges a redelivered
+// score as it would the first. The first score stands: the judgement it
+// went into cannot unsee it. Two calls of an agent that end within the
+// same millisecond under the same config version share an ID, so the
+// second's score counts only with keys of their own (a grader that has
+// an ID per answer: a hash of it, not 0).
+//
+// The errors are Score's, and come with the zero ScoreResult, but for an
+// error of saving what the score decided (the store, the fleet), which
+// comes with the result: the score was booked.
+func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint64) (ScoreResult, error) {
 	if err := checkScore(score); err != nil {
-		return err
+		return ScoreResult{}, err
 	}
 	if l.isClosed.Load() {
-		return ErrClosed
+		return ScoreResult{}, ErrClosed
 	}
 	if err := checkAgentID(agentID); err != nil {
-		return err
+		return ScoreResult{}, err
 	}
 	now := l.clock.Now()
 	v, live := l.agents.Load(agentID)
-	var key uint64
+	var agentKey uint64
 	if live {
 		if in := v.(*agent).cfg.Load(); in != nil {
-			key = in.key // the agent's key, hashed once when it was loaded
+			agentKey = in.key // the agent's key, hashed once when it was loaded
 		}
 	}
-	if key == 0 {
-		key = l.keys.of(agentID)
+	if agentKey == 0 {
+		agentKey = l.keys.of(agentID)
 	}
-	low, age, err := parseCallID(callID, key, now)
+	low, age, err := parseCallID(callID, agentKey, now)
 	if err != nil {
-		return err
+		return ScoreResult{}, err
 	}
 	if !live && !l.view(agentID, func(*agentState) {}) {
 		// An agent neither in memory nor stored made no call: a score of
 		// it creates nothing.
-		return fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
+		return ScoreResult{}, fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
 	}
-	in := input{kind: inScore, now: now.UnixNano(), low: low, score: score}
+	if key == 0 {
+		key = callID // never 0 (parseCallID)
+	}
+	in := input{kind: inScore, now: now.UnixNano(), low: low, key: key, score: score}
 	var rep Report
 	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
-		if errors.Is(err, errNoVersion) {
-			return fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
+		switch {
+		case errors.Is(err, errNoVersion):
+			return ScoreResult{}, fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))
+		case errors.Is(err, errDuplicateScore):
+			return ScoreResult{Version: int(in.low), Duplicate: true}, nil
 		}
-		return err
+		return ScoreResult{}, err
 	}
-	return rep.LoopErr
+	return ScoreResult{Version: int(in.low), Confirmed: rep.Confirmed, RolledBack: rep.Rollback,
+		Analysis: rep.ImprovementTriggered, Applied: rep.Improvement}, rep.LoopErr
 }
 
 // errNoVersion refuses a score of a call whose version the agent does
 // not keep (see Loop.Score).
 var errNoVersion = errors.New("selfimprove: no such version")
+
+// errDuplicateScore refuses, in the transition, a score whose key was
+// scored before: ScoreCall reports it as a duplicate, not an error.
+var errDuplicateScore = errors.New("selfimprove: duplicate score")
 
 // applyScore applies the score of in to a: booked for the version and
 // route that made the call, judged, watched and explored on. a.mu is
@@ -268,6 +306,10 @@ func (a *agent) applyScore(l *Loop, in *input, eff *effects) error {
 	if !ok || a.s.Tracker.Total == 0 { // an agent that made no call has none to score
 		return errNoVersion
 	}
+	if in.low = uint64(version); a.s.scoreSeen(in.key) {
+		return errDuplicateScore
+	}
+	a.s.noteScoreKey(in.key)
 	now := time.Unix(0, in.now)
 	a.dirty = true
 	a.s.bookQuality(version, route, quality{score: in.score, scored: true}, false)

@@ -78,7 +78,7 @@ func FuzzCallID(f *testing.F) {
 // TestScoredCallAllocs: once the agent has its record, a call that scores
 // itself and reports its cost allocates its slot alone (a context that
 // fn may keep after it returns: never reused), and a score by ID
-// allocates nothing.
+// allocates nothing, counted or a duplicate.
 func TestScoredCallAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocations differ under the race detector")
@@ -101,10 +101,16 @@ func TestScoredCallAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { rep, _ = l.ExecuteWithImprovement(ctx, "a", fn) }); n != 1 {
 		t.Errorf("a scored call allocates %v times, want 1 (its slot)", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.75) }); n != 0 {
-		t.Errorf("Score allocates %v times", n)
+	key := uint64(0)
+	if n := testing.AllocsPerRun(100, func() { key++; _, _ = l.ScoreCall("a", rep.ID, 0.75, key) }); n != 0 {
+		t.Errorf("a score by ID allocates %v times", n)
 	}
-	if v, _ := l.View("a"); v.Versions[1].Scored != 203 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
+	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.75) }); n != 0 {
+		t.Errorf("Score allocates %v times (its duplicates too)", n)
+	}
+	// 102 scored calls, 101 keyed scores and the call ID's once: the
+	// ID's repeats are duplicates.
+	if v, _ := l.View("a"); v.Versions[1].Scored != 204 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
 		t.Errorf("figures %+v", v.Versions[1])
 	}
 }

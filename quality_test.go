@@ -224,8 +224,10 @@ func TestLateScoreCreditedAcrossRollbackAndRestart(t *testing.T) {
 	}
 	e.open()
 	e.clk.Advance(10 * time.Minute)
-	for _, rep := range under2 {
-		if err := e.l.Score("a", rep.ID, 0.2); err != nil {
+	for i, rep := range under2 {
+		// Calls 1 ms apart can share an ID (its unit is 1.05 ms): each
+		// score has a key of its own, so that each counts.
+		if _, err := e.l.ScoreCall("a", rep.ID, 0.2, uint64(i+1)); err != nil {
 			t.Fatalf("late score: %v", err)
 		}
 	}

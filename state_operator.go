@@ -270,3 +270,41 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	}
 	return eff, nil
 }
+
+// try applies cfg, an operator's, as the next version verified like any
+// change (Loop.Try); under propose-only it files it as a pending
+// proposal instead (filed). It refuses while a change is verified. The
+// rolled-back list does not apply: an operator chose it.
+func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) (ch *Change, filed *Proposal, eff effects, err error) {
+	cfg = cfg.clone()
+	cfg.Version = s.Config.Version // for the comparison; apply numbers it
+	switch {
+	case s.Verifying != nil:
+		return nil, nil, eff, fmt.Errorf("%w: try the config once change %s (v%d) is decided", ErrVerifying, s.Verifying.ID, s.Verifying.To.Version)
+	case cfg.Equal(s.Config):
+		return nil, nil, eff, fmt.Errorf("%w: it is the current config", ErrTweakRejected)
+	}
+	why := loopText("tried by operator: " + freeText(reason))
+	if r.proposeOnly(s) {
+		cfg.Version = 0
+		p := s.addProposal(Proposal{ID: r.newID(now), AgentID: s.AgentID, Config: &cfg, Rationale: why, Confidence: 1,
+			Status: ProposalPending, Created: now.UTC(), Updated: now.UTC()})
+		eff.proposals = append(eff.proposals, p.clone())
+		eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
+		eff.save = true
+		c := p.clone()
+		return nil, &c, eff, nil
+	}
+	s.stayHome(&eff)
+	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
+	rejected := s.Rejected
+	s.Rejected = nil
+	ch, err = s.apply(now, an, &Tweak{Config: cfg, Reason: why}, r)
+	s.Rejected = rejected
+	if err != nil {
+		return nil, nil, effects{}, err
+	}
+	eff.applied, eff.publish, eff.save = ch, true, true
+	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
+	return ch, nil, eff, nil
+}

@@ -30,6 +30,9 @@ type qualityBook struct {
 	Watch qualityWatch // the watch of the mean score (state_quality.go)
 	// Explore is the exploration of the agent's candidates (candidates.go).
 	Explore exploreMark
+	// Keys are the keys of the latest scores by ID (ids.go); nil
+	// until the agent is scored by ID. Not saved.
+	Keys *scoreKeys
 }
 
 // clone returns a copy of b (nil for nil).
@@ -528,4 +531,21 @@ func (s *agentState) deliverable(e *Evidence, now int64, r *ruleBook) {
 	}
 	c := t.stats()
 	e.Before.Costed, e.Before.Cost, e.Before.CostPerSuccess = c.Costed, c.Cost, c.CostPerSuccess
+}
+
+// scoreSeen reports whether a score with key was booked among the
+// agent's latest scores by ID.
+func (s *agentState) scoreSeen(key uint64) bool {
+	return s.Quality != nil && s.Quality.Keys.has(key)
+}
+
+// noteScoreKey remembers key as a score's booked by ID.
+func (s *agentState) noteScoreKey(key uint64) {
+	if s.Quality == nil {
+		s.Quality = new(qualityBook)
+	}
+	if s.Quality.Keys == nil {
+		s.Quality.Keys = new(scoreKeys)
+	}
+	s.Quality.Keys.add(key)
 }

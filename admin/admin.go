@@ -264,11 +264,12 @@ const (
 //	GET  /api/agents/{agent}/series      ?range=hour|day|week
 //	GET  /api/overview                   ?limit= &offset=  (agents in trouble first)
 //	POST /api/agents/{agent}/rewind      {"version": 2, "reason": "…"}
+//	POST /api/agents/{agent}/try         {"config": {…}, "reason": "…"} (verified, rolled back if worse)
 //	GET  /api/agents/{agent}/config      the config in force, with an ETag (intake: Token or IntakeToken)
 //	POST /api/agents/{agent}/config      {"config": {…}}
 //	POST /api/agents/{agent}/threshold   {"failures": 5, "window": "10m", "cooldown": "5m"}
 //	POST /api/agents/{agent}/critical    {"critical": true}
-//	POST /api/agents/{agent}/score       {"call_id": "…", "score": 0.8} (Token or ScoreToken)
+//	POST /api/agents/{agent}/score       {"call_id": "…", "score": 0.8, "key": "…"} (Token or ScoreToken)
 //	GET  /api/proposals                  ?status= &agent=
 //	POST /api/proposals/{id}/approve     {}
 //	POST /api/proposals/{id}/reject      {"reason": "…"}
@@ -299,6 +300,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	route("/api/agents/{agent}/series", http.MethodGet, read, s.getSeries)
 	route("/api/overview", http.MethodGet, read, s.overview)
 	route("/api/agents/{agent}/rewind", http.MethodPost, mutate, s.rewind)
+	route("/api/agents/{agent}/try", http.MethodPost, mutate, s.try)
 	getConfig, setConfig := s.guardAs(http.MethodGet, intakeRead, s.agentConfig), s.guard(http.MethodPost, mutate, s.setConfig)
 	mux.HandleFunc("/api/agents/{agent}/config", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {

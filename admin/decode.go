@@ -84,6 +84,12 @@ type ScoreRequest struct {
 	CallID string `json:"call_id"`
 	// Score is in [0, 1]. Required.
 	Score *float64 `json:"score"`
+	// Key is the score's idempotency key, at most 256 bytes: a score
+	// whose key was scored before counts once. Default empty: the call
+	// ID is the key (a call counts once). A grader that scores two
+	// calls that share an ID (they ended in the same millisecond under
+	// the same version) gives each a key of its own.
+	Key string `json:"key,omitempty"`
 }
 
 // ApproveRequest is the body of POST /api/proposals/{id}/approve: an

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strconv"
 )
@@ -27,6 +28,9 @@ func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
 	case req.Score == nil:
 		refuse(refusedInvalid, bad("score", "score is required, in [0, 1]"))
 		return
+	case len(req.Key) > 256:
+		refuse(refusedInvalid, bad("key", "key is over 256 bytes"))
+		return
 	}
 	agent := r.PathValue("agent")
 	if err := checkID(agent); err != nil {
@@ -46,10 +50,27 @@ func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
 	if !ok {
 		return
 	}
-	if err := s.l.Score(o.AgentID, id, *req.Score); err != nil {
+	res, err := s.l.ScoreCall(o.AgentID, id, *req.Score, scoreKey(req.Key))
+	if err != nil && res.Version == 0 {
 		s.fail(w, err)
 		return
 	}
-	s.lim.scored.Add(1)
-	writeJSON(w, http.StatusOK, ScoreResult{Scored: true})
+	if err != nil { // booked, and what it decided could not be saved
+		s.o.Logger.Warn("selfimprove admin: a score's decision was not saved", "agent", o.AgentID, "error", err)
+	}
+	if !res.Duplicate {
+		s.lim.scored.Add(1)
+	}
+	writeJSON(w, http.StatusOK, scoreResult(res))
+}
+
+// scoreKey is the idempotency key of a ScoreRequest's key (0: none, the
+// call ID): FNV-1a, never 0 for a key given.
+func scoreKey(key string) uint64 {
+	if key == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return max(h.Sum64(), 1)
 }

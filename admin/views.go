@@ -224,9 +224,42 @@ type Result struct {
 	Proposal *selfimprove.Proposal `json:"proposal,omitempty"`
 }
 
-// ScoreResult is the answer of POST /api/agents/{agent}/score.
+// ScoreResult is the answer of POST /api/agents/{agent}/score
+// (selfimprove.Loop.ScoreCall): the score was taken, for the version it
+// was credited to; a duplicate (the call ID, or the request's key,
+// scored before) counted nothing; and the decision it led to, if any.
 type ScoreResult struct {
+	// Scored is true: the score counts, or counted when first given.
 	Scored bool `json:"scored"`
+	// Duplicate is true for a score whose call ID (or key) was scored
+	// before: it counted nothing, and the answer is 200 all the same, so
+	// that a grader's retry succeeds. Absent otherwise.
+	Duplicate bool `json:"duplicate,omitempty"`
+	// Version is the config version the score was credited to.
+	Version int `json:"version"`
+	// Decision is what the score decided: "confirmed" or "rolled_back"
+	// (the change under verification, in Change), "applied" (a change
+	// an analysis it started applied, in Change), "analysis" (it started
+	// an analysis that has not answered yet). Absent when none.
+	Decision string `json:"decision,omitempty"`
+	// Change is the change decided or applied.
+	Change *selfimprove.Change `json:"change,omitempty"`
+}
+
+// scoreResult is res as the API answers it.
+func scoreResult(res selfimprove.ScoreResult) ScoreResult {
+	out := ScoreResult{Scored: true, Duplicate: res.Duplicate, Version: res.Version}
+	switch {
+	case res.Confirmed != nil:
+		out.Decision, out.Change = "confirmed", res.Confirmed
+	case res.RolledBack != nil:
+		out.Decision, out.Change = "rolled_back", res.RolledBack
+	case res.Applied != nil:
+		out.Decision, out.Change = "applied", res.Applied
+	case res.Analysis:
+		out.Decision = "analysis"
+	}
+	return out
 }
 
 // Ref returns the reference of an agent ID in URLs: the ID as one escaped
