@@ -63,7 +63,6 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
 			return rep, rep.Err
 		}
-		c.att.loop = l
 	}
 	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, c.att)

@@ -101,7 +101,6 @@ func New(opts ...Option) (*Loop, error) {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))
 	}
 	l.restore(o.recentEvents)
-	l.slotsFollow()
 	l.start(&o)
 	return l, nil
 }

@@ -91,11 +91,6 @@ type Loop struct {
 
 	fleet *fleetLink // nil without WithFleet
 
-	// slots is set once code asked to score or cost a call of this loop
-	// from inside it and found no slot (see Loop.AddScore): from then on
-	// every tracked call carries one.
-	slots atomic.Bool
-
 	// wmu admits writes to the store (read-locked around each) until
 	// Close seals the loop (write-locked).
 	wmu    sync.RWMutex
