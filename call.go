@@ -84,7 +84,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	rep.ConfigVersion = cfg.Version
 	c.version, c.arm = cfg.Version, rep.Arm
 	rctx, sc := ctx, (*scoreCtx)(nil)
-	if a != nil {
+	if a != nil && !l.noSlots {
 		rctx, sc = l.slot(ctx, c.att)
 	}
 	start := l.now()

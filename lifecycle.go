@@ -69,6 +69,7 @@ func New(opts ...Option) (*Loop, error) {
 	l := &Loop{
 		clock:           o.clock,
 		realTime:        o.clock == Clock(realClock{}),
+		noSlots:         o.noCallScores,
 		mono:            newMonoClock(time.Now()),
 		coarse:          coarse,
 		strategy:        o.strategy,

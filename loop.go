@@ -48,6 +48,7 @@ type Loop struct {
 	// Read by every call.
 	clock     Clock
 	realTime  bool                              // clock is the default real clock
+	noSlots   bool                              // WithCallScores(false): calls carry no score slot
 	mono      monoClock                         // the calls' readings with the default clock
 	frontAt   [frontSlots]atEntry               // see Loop.agent
 	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent

@@ -135,9 +135,10 @@ func checkScore(score float64) error {
 //
 // Every call the loop tracks gives fn a context that carries its score,
 // from a Loop's first call on: nothing needs to be done at start-up. A
-// context that carries no tracked call (one made outside fn, or given to
-// a call that ran untracked, see ExecuteWithImprovement) returns
-// ErrUnknownCall and changes nothing. Loop.Score, with the Report's ID,
+// context that carries no tracked call (one made outside fn, given to a
+// call that ran untracked, see ExecuteWithImprovement, or to a call of a
+// Loop made WithCallScores(false)) returns ErrUnknownCall and changes
+// nothing. Loop.Score, with the Report's ID,
 // scores a call later and allocates nothing.
 func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	if err := checkScore(score); err != nil {
@@ -145,7 +146,7 @@ func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	}
 	c, _ := ctx.Value(scoreKey{}).(*scoreCtx)
 	if c == nil {
-		return fmt.Errorf("%w: the context carries no call to score (not a context given to fn by a tracked call)", ErrUnknownCall)
+		return fmt.Errorf("%w: the context carries no call to score (not a context given to fn by a tracked call of a Loop with call scores)", ErrUnknownCall)
 	}
 	for b := math.Float64bits(score) | 1<<63; ; {
 		old := c.score.Load()
