@@ -159,14 +159,11 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 //
 // The cost is also booked with the call, for its config version: its
 // mean per successful call is in AgentView, and a change that raises it
-// is judged by RollbackPolicy.MaxCostRise. A call's cost is booked once
-// its Loop gives calls a score slot: after the Loop's first AddScore or
-// its first AddCost under a Budget, and in every Loop of the process
-// after an AddCost that no Loop could book (one in a call made before the
-// slots were on, or outside any call: AddCost(context.Background(), 0) at
-// start-up turns them on and books nothing; the price integrations do it
-// when they are set up). See docs/quality.md. A negative or NaN cost, or
-// one over 1e12, is not booked, and a call's costs add up to 1e12 at most.
+// is judged by RollbackPolicy.MaxCostRise. Every tracked call books the
+// costs reported with its context, from a Loop's first call on; a cost
+// reported outside any call is booked nowhere (see docs/quality.md). A
+// negative or NaN cost, or one over 1e12, is not booked, and a call's
+// costs add up to 1e12 at most.
 func AddCost(ctx context.Context, cost float64) {
 	noteCost(ctx, cost)
 	if b := budgetOf(ctx); b != nil {

@@ -63,7 +63,6 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
 			return rep, rep.Err
 		}
-		c.att.loop = l
 	}
 	if l.isClosed.Load() || agentID == "" || len(agentID) > MaxAgentIDLen {
 		return l.untracked(ctx, agentID, fn, c.att)
@@ -85,7 +84,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	rep.ConfigVersion = cfg.Version
 	c.version, c.arm = cfg.Version, rep.Arm
 	rctx, sc := ctx, (*scoreCtx)(nil)
-	if a != nil {
+	if a != nil && !l.noSlots {
 		rctx, sc = l.slot(ctx, c.att)
 	}
 	start := l.now()

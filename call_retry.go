@@ -23,7 +23,7 @@ import (
 func (l *Loop) run(ctx context.Context, cfg *Config, fn func(context.Context, Config) error, n *int, b *begun, att *callCtx) (err error, exhausted bool) {
 	*n = 1
 	if att == nil && (cfg.attempts() > 1 || b != nil && b.nests) {
-		att = &callCtx{Context: ctx, loop: l}
+		att = &callCtx{Context: ctx}
 	}
 	actx := ctx
 	if att != nil {
@@ -81,7 +81,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			return err, false
 		}
 		if att == nil { // a retry the transient floor adds: its hints from now on
-			att = &callCtx{Context: ctx, loop: l}
+			att = &callCtx{Context: ctx}
 			if b != nil {
 				b.att = att
 			}

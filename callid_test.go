@@ -52,7 +52,7 @@ func TestCallIDsBoundToTheirAgent(t *testing.T) {
 // booked; before, it returned nil and the score was lost.
 func TestAddScoreAfterTheCallSaysSo(t *testing.T) {
 	e := newEnv(t)
-	if err := e.l.AddScore(context.Background(), 0); !errors.Is(err, si.ErrUnknownCall) { // the slots on
+	if err := e.l.AddScore(context.Background(), 0); !errors.Is(err, si.ErrUnknownCall) {
 		t.Fatalf("AddScore outside a call: %v", err)
 	}
 	var kept context.Context

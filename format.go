@@ -92,6 +92,10 @@ type stateDoc struct {
 	// Quality is the scores and costs booked per config version (see
 	// docs/quality.md); absent when none.
 	Quality []qualityRec `json:"quality,omitempty"`
+	// QualityAnswered is the part of each version's scores and costs that
+	// another route than the version's answered, by version and route
+	// (state_quality.go); absent when none.
+	QualityAnswered []qualityRec `json:"quality_answered,omitempty"`
 	// QualityWatch is the watch of the mean score (state_quality.go).
 	QualityWatch *qualityWatch `json:"quality_watch,omitempty"`
 	// Exploration is the exploration of the candidates (candidates.go).
@@ -352,7 +356,7 @@ func (st *agentState) doc() (stateDoc, error) {
 		return d, err
 	}
 	if st.Quality != nil {
-		d.Quality = st.Quality.Recs
+		d.Quality, d.QualityAnswered = st.Quality.Recs, st.Quality.Answered
 		if w := st.Quality.Watch; w != (qualityWatch{}) {
 			d.QualityWatch = &w
 		}

@@ -451,6 +451,7 @@ func (c *checker) cooldowns(d *stateDoc, st *agentState) {
 	}
 	if len(d.Quality) > 0 || d.QualityWatch != nil || d.Exploration != nil {
 		st.Quality = c.quality(d.Quality, d.QualityWatch)
+		c.answered(st.Quality, d.QualityAnswered)
 		c.exploration(st.Quality, d.Exploration)
 	}
 }

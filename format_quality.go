@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -16,8 +17,19 @@ func (c *checker) quality(recs []qualityRec, w *qualityWatch) *qualityBook {
 		c.fail("quality: %d versions, at most %d", len(recs), maxQualityRecs)
 		return nil
 	}
+	c.qualityRecs("quality", recs)
+	b := &qualityBook{Recs: recs}
+	if w != nil {
+		c.qualityWatch(w)
+		b.Watch = *w
+	}
+	return b
+}
+
+// qualityRecs checks the records recs of the list named name.
+func (c *checker) qualityRecs(name string, recs []qualityRec) {
 	for i := range recs {
-		r, f := &recs[i], elem("quality", i)
+		r, f := &recs[i], elem(name, i)
 		c.num(f.dot("version"), int64(r.Version), 1, c.maxVer+1)
 		if len(r.Route) > maxRouteLen || !utf8.ValidString(r.Route) {
 			c.fail("%s: not a route", f.dot("route"))
@@ -29,12 +41,23 @@ func (c *checker) quality(recs []qualityRec, w *qualityWatch) *qualityBook {
 			c.fail("%s: %v, not a cost", f.dot("cost"), r.Cost)
 		}
 	}
-	b := &qualityBook{Recs: recs}
-	if w != nil {
-		c.qualityWatch(w)
-		b.Watch = *w
+}
+
+// answered checks the parts of the versions' records that another route
+// answered, and keeps them in b: those of a version b has no record of
+// are dropped (they would move nothing).
+func (c *checker) answered(b *qualityBook, recs []qualityRec) {
+	if len(recs) > maxQualityRecs {
+		c.fail("quality_answered: %d parts, at most %d", len(recs), maxQualityRecs)
+		return
 	}
-	return b
+	c.qualityRecs("quality_answered", recs)
+	if b == nil {
+		return
+	}
+	b.Answered = slices.DeleteFunc(recs, func(a qualityRec) bool {
+		return !slices.ContainsFunc(b.Recs, func(r qualityRec) bool { return r.Version == a.Version })
+	})
 }
 
 // qualityWatch checks a saved watch.

@@ -69,6 +69,7 @@ func New(opts ...Option) (*Loop, error) {
 	l := &Loop{
 		clock:           o.clock,
 		realTime:        o.clock == Clock(realClock{}),
+		noSlots:         o.noCallScores,
 		mono:            newMonoClock(time.Now()),
 		coarse:          coarse,
 		strategy:        o.strategy,
@@ -101,7 +102,6 @@ func New(opts ...Option) (*Loop, error) {
 		l.canaryCut = uint64(math.Ldexp(pol.CanaryFraction, 64))
 	}
 	l.restore(o.recentEvents)
-	l.slotsFollow()
 	l.start(&o)
 	return l, nil
 }

@@ -48,6 +48,7 @@ type Loop struct {
 	// Read by every call.
 	clock     Clock
 	realTime  bool                              // clock is the default real clock
+	noSlots   bool                              // WithCallScores(false): calls carry no score slot
 	mono      monoClock                         // the calls' readings with the default clock
 	frontAt   [frontSlots]atEntry               // see Loop.agent
 	front     [frontSlots]atomic.Pointer[agent] // see Loop.agent
@@ -90,11 +91,6 @@ type Loop struct {
 	hub *hub // recent events and subscriptions (events.go)
 
 	fleet *fleetLink // nil without WithFleet
-
-	// slots is set once code asked to score or cost a call of this loop
-	// from inside it and found no slot (see Loop.AddScore): from then on
-	// every tracked call carries one.
-	slots atomic.Bool
 
 	// wmu admits writes to the store (read-locked around each) until
 	// Close seals the loop (write-locked).

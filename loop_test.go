@@ -363,7 +363,6 @@ func TestClosedLoopStillRunsTheCall(t *testing.T) {
 }
 
 func TestSuccessPathAllocatesNothing(t *testing.T) {
-	defer si.TestingCostSlotsOff()()
 	e := newEnv(t)
 	ctx := context.Background()
 	fn := func(context.Context, si.Config) error { return nil }

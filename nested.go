@@ -43,8 +43,6 @@ type callCtx struct {
 	// still counts (see Budget).
 	budget *Budget
 	drawn  bool
-	// loop is the Loop of the call, for AddCost (see Loop.slots).
-	loop *Loop
 }
 
 // unbudget uncounts the attempt c's budget, if any, counted last: the

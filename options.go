@@ -47,6 +47,7 @@ type options struct {
 	summaryOn       bool
 	retry           RetryPolicy
 	recentEvents    int
+	noCallScores    bool // WithCallScores(false)
 	fleet           Fleet
 	fleetTimeout    time.Duration
 	fleetInterval   time.Duration
@@ -413,6 +414,14 @@ func WithExploration(x Exploration) Option {
 // recent events with the newest of the store's (see eventHistory), so
 // they reach back past a restart.
 func WithRecentEvents(n int) Option { return func(o *options) { o.recentEvents = n } }
+
+// WithCallScores(false) gives the Loop's calls no place for a score or a
+// cost inside fn, for the leanest successful call: AddScore with fn's
+// context returns ErrUnknownCall, AddCost adds to the call's Budget only,
+// and calls are scored by ID (Loop.Score) or their costs reported with
+// Record. Default true: every tracked call carries one, at 33 bytes a
+// call, allocated 31 calls' at a time (see docs/quality.md).
+func WithCallScores(on bool) Option { return func(o *options) { o.noCallScores = !on } }
 
 // WithFleet shares each agent's state with the other replicas attached to
 // f (see Fleet and docs/fleet.md). Default: none; the Loop keeps its state

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 )
 
 // Quality and cost (docs/quality.md).
@@ -26,16 +25,18 @@ import (
 
 type scoreKey struct{}
 
-// scoreCtx is a call's context with its score and cost slot. It is never
-// reused: fn, or a goroutine it started, may keep its context after it
-// returned (a stream read later), and that context must stay the call's.
-// A score or cost reported after the call was booked is lost (Loop.Score
-// scores a call by ID).
+// scoreCtx is a call's context with its score and cost slot. Every
+// tracked call carries one, whatever other calls or Loops did before. It
+// is never reused: fn, or a goroutine it started, may keep its context
+// after it returned (a stream read later), and that context must stay the
+// call's, so that a score given with it then is refused (ErrScoreTooLate),
+// never booked to another call. The slots are allocated slotsPerBlock at
+// a time (slotBlock), so that a call allocates nothing but for one call
+// in slotsPerBlock.
 type scoreCtx struct {
 	context.Context
 	score atomic.Uint64 // math.Float64bits of the score with the top bit set; 0: none; scoreSealed: booked
-	cost  atomic.Uint64 // math.Float64bits of the cost so far
-	paid  atomic.Bool   // AddCost reported a cost
+	cost  atomic.Uint64 // math.Float64bits of the cost so far with the top bit set; 0: none
 }
 
 // Value returns c for scoreKey.
@@ -51,11 +52,11 @@ func (c *scoreCtx) Value(k any) any {
 func (c *scoreCtx) addCost(cost float64) {
 	for {
 		old := c.cost.Load()
-		if c.cost.CompareAndSwap(old, math.Float64bits(min(math.Float64frombits(old)+cost, maxRecordCost))) {
+		sum := min(math.Float64frombits(old&^(1<<63))+cost, maxRecordCost)
+		if c.cost.CompareAndSwap(old, math.Float64bits(sum)|1<<63) {
 			break
 		}
 	}
-	c.paid.Store(true)
 }
 
 // release takes what c holds, once fn returned.
@@ -64,8 +65,8 @@ func (c *scoreCtx) release() quality {
 	if b := c.score.Swap(scoreSealed); b != 0 && b != scoreSealed {
 		q.score, q.scored = math.Float64frombits(b&^(1<<63)), true
 	}
-	if c.paid.Load() {
-		q.cost, q.costed = math.Float64frombits(c.cost.Load()), true
+	if b := c.cost.Load(); b != 0 {
+		q.cost, q.costed = math.Float64frombits(b&^(1<<63)), true
 	}
 	return q
 }
@@ -75,76 +76,44 @@ func (c *scoreCtx) release() quality {
 // score's bits, which all have the top bit set.
 const scoreSealed = 1
 
-// costSlots is set once AddCost found neither a call's slot nor a loop's
-// attempt context in its context: a cost was reported that no loop could
-// book, so the calls of every Loop of the process carry a slot from then
-// on. The price integrations report a cost of 0 outside any call when
-// they are set up, so that none of their costs is lost. slotLoops holds
-// the Loops to turn on (weakly: a Loop no longer used is collected), so
-// that a call checks its own Loop's flag only.
-var (
-	costSlots atomic.Bool
-	slotLoops struct {
-		sync.Mutex
-		live []weak.Pointer[Loop]
-		kept int // len(live) after the last sweep of the collected
-	}
-)
+// slotsPerBlock is how many score slots are allocated together: 31 of
+// 32 bytes and the block's count fill a 1 kB size class. A context kept
+// after its call keeps its block, and the contexts the block's other
+// calls were made with, from being collected: at most 1 kB and 30
+// contexts, for as long as it is kept.
+const slotsPerBlock = 31
 
-// slotsFollow has l's slots follow costSlots: on now if it is set, else
-// once it is.
-func (l *Loop) slotsFollow() {
-	slotLoops.Lock()
-	defer slotLoops.Unlock()
-	if costSlots.Load() {
-		l.slots.Store(true)
-		return
-	}
-	if len(slotLoops.live) >= 2*slotLoops.kept+16 {
-		live := slotLoops.live[:0]
-		for _, w := range slotLoops.live {
-			if w.Value() != nil {
-				live = append(live, w)
-			}
-		}
-		clear(slotLoops.live[len(live):])
-		slotLoops.live, slotLoops.kept = live, len(live)
-	}
-	slotLoops.live = append(slotLoops.live, weak.Make(l))
+// slotBlock is slotsPerBlock slots, each given to one call only.
+type slotBlock struct {
+	used  int
+	slots [slotsPerBlock]scoreCtx
 }
 
-// allSlotsOn sets costSlots and turns on the slots of every Loop.
-func allSlotsOn() {
-	slotLoops.Lock()
-	defer slotLoops.Unlock()
-	if costSlots.Swap(true) {
-		return
+// slotBlocks holds the blocks with slots still to give, one per P at
+// most (sync.Pool): taking a slot takes no lock and shares no cache line
+// with the other Ps. A block the pool drops at a collection leaves its
+// slots unused: memory, never a wrong booking.
+var slotBlocks = sync.Pool{New: func() any { return new(slotBlock) }}
+
+// newSlot returns a slot, never given before, for a call under ctx.
+func newSlot(ctx context.Context) *scoreCtx {
+	b := slotBlocks.Get().(*slotBlock)
+	sc := &b.slots[b.used]
+	if b.used++; b.used < slotsPerBlock {
+		slotBlocks.Put(b)
 	}
-	for _, w := range slotLoops.live {
-		if l := w.Value(); l != nil {
-			l.slots.Store(true)
-		}
-	}
-	slotLoops.live, slotLoops.kept = nil, 0
+	sc.Context = ctx
+	return sc
 }
 
-// noteCost adds cost to the call ctx belongs to, if it carries a slot;
-// otherwise, when ctx is an attempt context of a loop's (the call has a
-// Budget, retries or nests calls), it turns that loop's slots on for the
-// calls to come (see Loop.slots), and else those of every loop
-// (costSlots).
+// noteCost adds cost to the call ctx belongs to, if it carries a slot:
+// a cost reported outside a tracked call is booked nowhere.
 func noteCost(ctx context.Context, cost float64) {
 	if !(cost >= 0 && cost <= maxRecordCost) {
 		return // NaN, negative, or more than any call costs
 	}
 	if c, _ := ctx.Value(scoreKey{}).(*scoreCtx); c != nil {
 		c.addCost(cost)
-	} else if a, _ := ctx.Value(callKey{}).(*callCtx); a != nil && a.loop != nil {
-		if !a.loop.slots.Load() {
-			a.loop.slots.Store(true)
-		}
-	} else if !costSlots.Load() {
-		allSlotsOn()
 	}
 }
 
@@ -164,20 +133,20 @@ func checkScore(score float64) error {
 // with a context kept after fn returned (the call is booked then) returns
 // ErrScoreTooLate and is not booked: Loop.Score scores the call by ID.
 //
-// The loop gives fn a context that can carry a score once it was asked for
-// one: l's first AddScore finds none, returns ErrUnknownCall, and turns
-// the slots on for the calls of l that follow, at one small allocation a
-// call (see docs/quality.md); AddScore(context.Background(), 0) at
-// start-up does it without losing a score. Loop.Score, with the Report's
-// ID, scores any call and allocates nothing.
+// Every call the loop tracks gives fn a context that carries its score,
+// from a Loop's first call on: nothing needs to be done at start-up. A
+// context that carries no tracked call (one made outside fn, given to a
+// call that ran untracked, see ExecuteWithImprovement, or to a call of a
+// Loop made WithCallScores(false)) returns ErrUnknownCall and changes
+// nothing. Loop.Score, with the Report's ID,
+// scores a call later and allocates nothing.
 func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	if err := checkScore(score); err != nil {
 		return err
 	}
 	c, _ := ctx.Value(scoreKey{}).(*scoreCtx)
 	if c == nil {
-		l.slots.Store(true)
-		return fmt.Errorf("%w: the context carries no call to score (the calls that follow will)", ErrUnknownCall)
+		return fmt.Errorf("%w: the context carries no call to score (not a context given to fn by a tracked call of a Loop with call scores)", ErrUnknownCall)
 	}
 	for b := math.Float64bits(score) | 1<<63; ; {
 		old := c.score.Load()
@@ -190,14 +159,11 @@ func (l *Loop) AddScore(ctx context.Context, score float64) error {
 	}
 }
 
-// slot gives the call that runs with ctx a score slot when l's slots are
-// on, under its attempt context att if it has one; it returns the context
-// to run the call with, and the slot (nil when off).
+// slot gives the call that runs with ctx its score slot, under its
+// attempt context att if it has one; it returns the context to run the
+// call with, and the slot.
 func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreCtx) {
-	if !l.slots.Load() {
-		return ctx, nil
-	}
-	sc := &scoreCtx{Context: ctx}
+	sc := newSlot(ctx)
 	if att != nil {
 		att.Context = sc
 	}

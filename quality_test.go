@@ -9,10 +9,11 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
 
-// scoringOn turns on the score slots of calls (the first AddScore of a
-// process, which has no call to score, does).
+// scoringOn checks that a score given outside any call is refused: every
+// tracked call carries its score slot, with nothing to turn on.
 func scoringOn(t *testing.T, l *si.Loop) {
 	t.Helper()
 	if err := l.AddScore(context.Background(), 0.5); !errors.Is(err, si.ErrUnknownCall) {
@@ -271,60 +272,41 @@ func TestKeptContextStaysTheCalls(t *testing.T) {
 	}
 }
 
-// TestCostUnderBudgetTurnsSlotsOn: a Loop's first AddCost under a Budget
-// turns its slots on; its later calls' costs are booked, another Loop's
-// are not.
-func TestCostUnderBudgetTurnsSlotsOn(t *testing.T) {
-	defer si.TestingCostSlotsOff()()
-	e, other := newEnv(t), newEnv(t)
-	ctx := si.WithBudget(context.Background(), &si.Budget{Cost: 100})
-	cost := func(l *si.Loop) {
-		l.ExecuteWithImprovement(ctx, "a", func(ctx context.Context, _ si.Config) error {
-			si.AddCost(ctx, 3)
-			return nil
-		})
+// TestFirstScoreAndCostBooked: in a fresh process, with no start-up
+// call, a Loop's first call books its score and its cost, under a Budget
+// or not; a cost reported outside any call, or a score given with a
+// context of no tracked call, changes nothing, here or in another Loop.
+func TestFirstScoreAndCostBooked(t *testing.T) {
+	if looptest.FreshProcess(t) {
+		return
 	}
-	cost(e.l)
-	cost(e.l)
-	cost(other.l)
-	if v, _ := e.l.View("a"); v.Versions[1].Costed != 1 || v.Versions[1].CostPerSuccess != 3 {
-		t.Errorf("figures %+v, want the second call's cost", v.Versions[1])
-	}
-	if v, _ := other.l.View("a"); v.Versions != nil {
-		t.Errorf("another loop booked %+v", v.Versions)
-	}
-}
-
-// TestCostNoLoopBooksTurnsSlotsOn: an AddCost that no Loop can book (one
-// outside any call, as the price integrations make when set up, or in a
-// plain call before the slots were on) turns on the slots of every Loop:
-// the plain calls that follow have their costs booked.
-func TestCostNoLoopBooksTurnsSlotsOn(t *testing.T) {
-	defer si.TestingCostSlotsOff()()
 	e := newEnv(t)
-	cost := func() {
-		e.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
-			si.AddCost(ctx, 2)
+	call := func(l *si.Loop, ctx context.Context, score, cost float64) {
+		t.Helper()
+		l.ExecuteWithImprovement(ctx, "a", func(ctx context.Context, _ si.Config) error {
+			si.AddCost(ctx, cost)
+			if err := l.AddScore(ctx, score); err != nil {
+				t.Errorf("AddScore in a call: %v", err)
+			}
 			return nil
 		})
 	}
-	cost()
-	if v, _ := e.l.View("a"); v.Versions[1].Costed != 0 {
-		t.Fatalf("figures %+v: a plain call's cost booked with the slots off", v.Versions[1])
+	call(e.l, context.Background(), 0.75, 2)
+	if v, _ := e.l.View("a"); v.Versions[1].Scored != 1 || v.Versions[1].Quality != 0.75 || v.Versions[1].Costed != 1 || v.Versions[1].CostPerSuccess != 2 {
+		t.Fatalf("the first call's figures %+v, want its score and cost", v.Versions[1])
 	}
-	si.AddCost(context.Background(), 0)
-	cost()
-	cost()
-	if v, _ := e.l.View("a"); v.Versions[1].Costed != 2 || v.Versions[1].CostPerSuccess != 2 {
-		t.Errorf("figures %+v, want the 2 calls after the start-up AddCost", v.Versions[1])
+	si.AddCost(context.Background(), 5) // outside any call: booked nowhere
+	if err := e.l.AddScore(context.Background(), 1); !errors.Is(err, si.ErrUnknownCall) {
+		t.Errorf("AddScore outside a call: %v, want ErrUnknownCall", err)
 	}
-	later := newEnv(t) // a Loop made after: its slots are on from the start
-	later.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
-		si.AddCost(ctx, 5)
-		return nil
-	})
-	if v, _ := later.l.View("a"); v.Versions[1].Costed != 1 {
-		t.Errorf("a later Loop's figures %+v, want its call's cost", v.Versions[1])
+	call(e.l, si.WithBudget(context.Background(), &si.Budget{Cost: 100}), 0.25, 4)
+	if v, _ := e.l.View("a"); v.Versions[1].Scored != 2 || v.Versions[1].Quality != 0.5 || v.Versions[1].Costed != 2 || v.Versions[1].CostPerSuccess != 3 {
+		t.Errorf("figures %+v after a call under a Budget", v.Versions[1])
+	}
+	other := newEnv(t)
+	call(other.l, context.Background(), 1, 1)
+	if v, _ := other.l.View("a"); v.Versions[1].Scored != 1 || v.Versions[1].Costed != 1 || v.Versions[1].CostPerSuccess != 1 {
+		t.Errorf("another Loop's first call: %+v", v.Versions[1])
 	}
 }
 

@@ -144,8 +144,8 @@ type Report struct {
 	// (storage, strategy), never fn's. The call's result stands regardless.
 	LoopErr error
 	// Cost is the cost the call reported with AddCost, over its attempts;
-	// 0 when it reported none (or its Loop gave it no slot yet: see
-	// AddCost). Record books it for a call that ran elsewhere.
+	// 0 when it reported none. Record books it for a call that ran
+	// elsewhere.
 	Cost float64
 }
 

@@ -78,7 +78,6 @@ func TestReportCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_ = l.AddScore(context.Background(), 0) // turns the slots on
 	rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
 		si.AddCost(ctx, 0.25)
 		si.AddCost(ctx, 0.5)

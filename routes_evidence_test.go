@@ -243,7 +243,6 @@ func halfRecovered(t *testing.T, seed uint64) (returns, back, primary int) {
 func TestCostVerdictAgainstWhatTheLadderDelivers(t *testing.T) {
 	clk := fakeclock.New(t0)
 	l := routeLoop(t, clk, si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
-	si.AddCost(context.Background(), 0) // cost slots on
 	var gone bool
 	for i := range 200 {
 		clk.Advance(10 * time.Second)

@@ -263,7 +263,7 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 	}
 	s.Tracker.record(tgen, endN, c.dur, c.failed, c.version, c.text, uint32(c.cluster))
 	if c.q.any() {
-		s.bookCall(c)
+		s.bookCall(c, r)
 	}
 	if c.failed {
 		if cl := s.observeCluster(c.cluster, sig, c.class, c.text, endN); !c.suspect {

@@ -33,6 +33,12 @@ type qualityBook struct {
 	// Keys are the keys of the latest scores by ID (ids.go); nil
 	// until the agent is scored by ID. Not saved.
 	Keys *scoreKeys
+	// Answered is, per version and route, the part of a version's
+	// record (booked in Recs too) that another route than the record's
+	// answered: a fallback within the call, a route fitted to the
+	// request, a probe of the primary. At most maxQualityRecs, oldest
+	// first.
+	Answered []qualityRec
 }
 
 // clone returns a copy of b (nil for nil).
@@ -40,7 +46,7 @@ func (b *qualityBook) clone() *qualityBook {
 	if b == nil {
 		return nil
 	}
-	return &qualityBook{Recs: slices.Clone(b.Recs), Watch: b.Watch, Explore: b.Explore}
+	return &qualityBook{Recs: slices.Clone(b.Recs), Watch: b.Watch, Explore: b.Explore, Answered: slices.Clone(b.Answered)}
 }
 
 // maxQualityRecs bounds the versions an agent keeps scores and costs for.
@@ -87,7 +93,11 @@ func (s *agentState) qualityOf(version int) *qualityRec {
 // record goes, but for those of the config in force and of the change
 // under verification.
 func (s *agentState) bookQuality(version int, route string, q quality, failed bool) {
-	r := s.recordOf(version, route)
+	s.recordOf(version, route).book(q, failed)
+}
+
+// book adds q, of a call that failed or not, to r.
+func (r *qualityRec) book(q quality, failed bool) {
 	if q.scored {
 		r.Scored++
 		r.Sum += q.score
@@ -120,7 +130,9 @@ func (s *agentState) recordOf(version int, route string) *qualityRec {
 					break
 				}
 			}
+			gone := b.Recs[drop].Version
 			b.Recs = append(b.Recs[:drop], b.Recs[drop+1:]...)
+			b.Answered = slices.DeleteFunc(b.Answered, func(a qualityRec) bool { return a.Version == gone })
 		}
 		b.Recs = append(b.Recs, qualityRec{Version: version, Route: route})
 		r = &b.Recs[len(b.Recs)-1]
@@ -129,35 +141,73 @@ func (s *agentState) recordOf(version int, route string) *qualityRec {
 }
 
 // bookCall books the score and cost call c reported of itself, for the
-// config version it ran under (and that config's route, also when the
-// call fell back to another).
-func (s *agentState) bookCall(c *call) {
+// config version it ran under, in its record (with that config's route),
+// and for the route of its last attempt, the one that answered it, when
+// that is another (a fallback within the call, a route fitted to its
+// request, a probe of the primary): in the book's Answered, which
+// qualityViews moves to that route.
+func (s *agentState) bookCall(c *call, r *ruleBook) {
 	route := c.route
-	if c.fellBack || c.fitted {
+	if c.fellBack || c.fitted || c.homeProbe {
 		_, route, _ = s.placeVersion(uint64(c.version) & (1<<idVersionBits - 1))
 	}
 	s.bookQuality(c.version, route, c.q, c.failed)
+	lad, own := s.ladder(r), s.qualityOf(c.version).Route
+	if c.route == own || !lad.empty() && lad.name(c.route) == lad.name(own) {
+		return
+	}
+	b := s.Quality
+	i := slices.IndexFunc(b.Answered, func(a qualityRec) bool { return a.Version == c.version && a.Route == c.route })
+	if i < 0 {
+		if len(b.Answered) >= maxQualityRecs {
+			b.Answered = b.Answered[1:]
+		}
+		b.Answered, i = append(b.Answered, qualityRec{Version: c.version, Route: c.route}), len(b.Answered)
+	}
+	b.Answered[i].book(c.q, c.failed)
 }
 
 // qualityViews returns the quality and cost figures by config version and
-// by route (nil when none).
+// by route (nil when none): a route's are those of the calls it answered
+// (a version's record, less its Answered parts, and the parts it
+// answered of other versions').
 func (s *agentState) qualityViews() (byVersion map[int]Stats, byRoute map[string]Stats) {
 	if s.Quality == nil || len(s.Quality.Recs) == 0 {
 		return nil, nil
 	}
 	byVersion = make(map[int]Stats, len(s.Quality.Recs))
 	sums := make(map[string]qualityRec)
+	add := func(route string, r *qualityRec, sign float64) {
+		t := sums[route]
+		n := int64(sign)
+		t.Scored, t.Sum, t.Squares = t.Scored+n*r.Scored, t.Sum+sign*r.Sum, t.Squares+sign*r.Squares
+		t.Costed, t.CostOK, t.Cost = t.Costed+n*r.Costed, t.CostOK+n*r.CostOK, t.Cost+sign*r.Cost
+		sums[route] = t
+	}
 	for i := range s.Quality.Recs {
 		r := &s.Quality.Recs[i]
 		byVersion[r.Version] = r.stats()
-		t := sums[r.Route]
-		t.Scored, t.Sum, t.Squares = t.Scored+r.Scored, t.Sum+r.Sum, t.Squares+r.Squares
-		t.Costed, t.CostOK, t.Cost = t.Costed+r.Costed, t.CostOK+r.CostOK, t.Cost+r.Cost
-		sums[r.Route] = t
+		add(r.Route, r, 1)
+	}
+	for i := range s.Quality.Answered {
+		if a := &s.Quality.Answered[i]; s.qualityOf(a.Version) != nil {
+			add(s.qualityOf(a.Version).Route, a, -1)
+			add(a.Route, a, 1)
+		}
 	}
 	byRoute = make(map[string]Stats, len(sums))
 	for route, t := range sums {
-		byRoute[route] = t.stats()
+		// What rounding left of the parts moved is no figure.
+		t.Sum, t.Squares, t.Cost = max(t.Sum, 0), max(t.Squares, 0), max(t.Cost, 0)
+		if t.Scored <= 0 {
+			t.Scored, t.Sum, t.Squares = 0, 0, 0
+		}
+		if t.Costed <= 0 {
+			t.Costed, t.CostOK, t.Cost = 0, 0, 0
+		}
+		if t.Scored > 0 || t.Costed > 0 {
+			byRoute[route] = t.stats()
+		}
 	}
 	return byVersion, byRoute
 }
@@ -307,15 +357,6 @@ func (s *agentState) exploreDone(an *Analysis, ch *Change, r *ruleBook) {
 		s.Quality.Explore.Next = s.Tracker.Total + int64(math.Ceil(float64(x.MinSamples)/x.Share))
 	}
 }
-
-// quality is what a call reported of itself: its score and its cost.
-type quality struct {
-	score, cost    float64
-	scored, costed bool
-}
-
-// any reports whether q holds a score or a cost.
-func (q quality) any() bool { return q.scored || q.costed }
 
 // Quality as a trigger (docs/quality.md): a sustained fall of the mean
 // score of the config in force starts an analysis, as failures do.

@@ -139,8 +139,11 @@ type AgentView struct {
 	DeadRoutes []DeadRoute
 	// Versions are the quality and cost figures (Stats's Scored to
 	// CostPerSuccess, the rest zero) of the config versions the agent
-	// has scored or costed calls for, by version, at most 16; Routes sums
-	// them by the versions' routes. nil when none (see docs/quality.md).
+	// has scored or costed calls for, by version, at most 16; Routes
+	// splits the same calls by the route that answered each (its last
+	// attempt's: a fallback within the call, a route fitted to the
+	// request, a probe of the primary), a late score (Loop.Score) going
+	// to its version's route. nil when none (see docs/quality.md).
 	Versions map[int]Stats
 	Routes   map[string]Stats
 }

@@ -16,7 +16,6 @@ import (
 func TestScore(t *testing.T) {
 	f := newFixture(t, admin.Options{Token: token, MaxBodyBytes: 1024})
 	rep, _ := f.l.ExecuteWithImprovement(context.Background(), "alpha", func(ctx context.Context, _ si.Config) error {
-		si.AddCost(ctx, 2) // not booked: the loop gives its calls no slot yet
 		return nil
 	})
 	body := func(id string, score string) string { return fmt.Sprintf(`{"call_id":%q,"score":%s}`, id, score) }

@@ -24,7 +24,6 @@ func BenchmarkSampleAll(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer l.Close()
-			l.AddScore(context.Background(), 0)
 			const n = 1000
 			for i := range n {
 				l.ExecuteWithImprovement(context.Background(), fmt.Sprintf("a%04d", i), func(ctx context.Context, _ selfimprove.Config) error {

@@ -20,9 +20,6 @@ import (
 // agent); an agent with neither has no such fields.
 func TestSeriesQuality(t *testing.T) {
 	l, clk := newLoop(t)
-	if err := l.AddScore(context.Background(), 0); !errors.Is(err, si.ErrUnknownCall) { // turns the places on
-		t.Fatalf("first AddScore: %v", err)
-	}
 	h := admin.Handler(l, admin.Options{Now: clk.Now, SampleEvery: -1})
 	call := func(id string, cost float64, fail bool, score float64) uint64 {
 		return costedCall(t, l, clk, id, cost, fail, score)

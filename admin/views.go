@@ -115,9 +115,9 @@ type AgentDetail struct {
 	// FirstToken is the agent's time to first token since it was loaded
 	// in this process (selfimprove.AgentView.FirstToken).
 	FirstToken FirstTokenView `json:"first_token"`
-	// Routes are the quality and cost figures summed by route, over the
-	// versions scored or costed (selfimprove.AgentView.Routes); absent
-	// when none.
+	// Routes are the quality and cost figures by the route that answered
+	// the calls, over the versions scored or costed
+	// (selfimprove.AgentView.Routes); absent when none.
 	Routes map[string]*QualityView `json:"routes,omitempty"`
 }
 

@@ -86,6 +86,17 @@ func BenchmarkSuccess(b *testing.B) {
 	}
 }
 
+// BenchmarkSuccessNoCallScores is the hot path of a Loop made
+// WithCallScores(false): its calls carry no score slot.
+func BenchmarkSuccessNoCallScores(b *testing.B) {
+	l := newLoop(b, si.WithCallScores(false))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _ = l.ExecuteWithImprovement(ctx, "agent", work)
+	}
+}
+
 // BenchmarkSuccessCoarse is the hot path with WithCoarseClock(1ms): no
 // clock read, three atomic loads instead.
 func BenchmarkSuccessCoarse(b *testing.B) {

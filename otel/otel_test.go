@@ -48,7 +48,6 @@ func TestSpansAndMetrics(t *testing.T) {
 	}
 	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
 	boom := errors.New("upstream 503 api_key=sk-abcdefghijklmnopqrstuvwxyz123456")
-	l.AddScore(context.Background(), 0) // score slots on
 	for i := range 4 {
 		_, err := w.Execute(ctx, "a", func(ctx context.Context, _ si.Config) error {
 			clk.Advance(30 * time.Millisecond)

@@ -64,7 +64,6 @@ func booked(tl *price.Tally, p price.Table) (float64, bool) {
 		panic(err)
 	}
 	defer l.Close()
-	_ = l.AddScore(context.Background(), 0) // calls get a place for their cost
 	rep, _ := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ selfimprove.Config) error {
 		tl.Report(ctx, p)
 		return nil

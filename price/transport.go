@@ -1,11 +1,9 @@
 package price
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 
-	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
 )
 
@@ -43,20 +41,13 @@ import (
 // Give it as the base transport of the HTTP client the program builds
 // for its SDK or framework: integrations/eino's and langchaingo's
 // HTTPClient(Transport(nil, t)), integrations/genkit's
-// ClientOptions(Transport(nil, t)), goopenai's ClientConfig.
-//
-// A Loop gives its calls a place for their cost only once it was asked
-// for one (see docs/quality.md): so that the first calls' costs are not
-// lost, Transport, given a table that is not empty, reports a cost of 0
-// outside any call (selfimprove.AddCost(context.Background(), 0)),
-// which books nothing and turns the places on in every Loop of the
-// process. With an empty t, it only forwards requests.
+// ClientOptions(Transport(nil, t)), goopenai's ClientConfig. Every
+// call a Loop tracks has a place for its cost, from the first on: the
+// program needs no start-up call. With an empty t, it only forwards
+// requests.
 func Transport(base http.RoundTripper, t Table) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
-	}
-	if len(t) > 0 {
-		selfimprove.AddCost(context.Background(), 0)
 	}
 	return &transport{base: base, prices: t}
 }

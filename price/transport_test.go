@@ -134,12 +134,10 @@ func TestTransportBooksNothing(t *testing.T) {
 	}
 }
 
-// TestTransportTurnsSlotsOn: in a fresh process, with no start-up call,
-// the first call made through a Transport books its cost: Transport
-// reports a cost outside any call when it is built, which turns on the
-// places of every Loop (run in a child process, as the places, once on,
-// stay on).
-func TestTransportTurnsSlotsOn(t *testing.T) {
+// TestTransportFirstCallCosted: in a fresh process, with no start-up
+// call, the first call made through a Transport books its cost (run in
+// a child process, so that nothing an earlier test did counts).
+func TestTransportFirstCallCosted(t *testing.T) {
 	if looptest.FreshProcess(t) {
 		return
 	}

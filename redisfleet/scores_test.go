@@ -40,7 +40,7 @@ func TestPooledScores(t *testing.T) {
 		}
 	}
 	for r, l := range ls {
-		if err := l.AddScore(ctx, 0.5); !errors.Is(err, si.ErrUnknownCall) { // turns the score slots on
+		if err := l.AddScore(ctx, 0.5); !errors.Is(err, si.ErrUnknownCall) { // outside a call
 			t.Fatalf("AddScore outside a call = %v", err)
 		}
 		wg.Add(1)

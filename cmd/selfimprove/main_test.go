@@ -79,7 +79,6 @@ func writeState(t *testing.T, dir string) time.Time {
 	t.Helper()
 	l, clk := openLoop(t, dir, time.Now().Add(-30*time.Minute))
 	th := si.Threshold{Failures: 3, Window: time.Hour, Cooldown: time.Minute}
-	l.AddScore(context.Background(), 0) // score slots on: alpha's calls score themselves and report a cost
 	for _, id := range []string{"alpha", "beta", "gamma"} {
 		if err := l.SetThreshold(id, th); err != nil {
 			t.Fatal(err)

@@ -1,13 +1,11 @@
 package anthropic
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 
 	ant "github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/internal/usage"
 	"github.com/self-improving-loop/selfimprove/price"
 )
@@ -20,15 +18,9 @@ import (
 // written to and read from the prompt cache; those read are priced at
 // CachedInput. A model missing from prices reports nothing. The cost is
 // booked once the client has read the response, before the SDK call
-// returns (a stream: once it ends or is closed), so within fn. Given a
-// table that is not empty, it reports a cost of 0 outside any call when
-// it is made, which turns on the place for a cost of every Loop's calls,
-// so that no cost is lost and the program needs no start-up call (see
-// docs/quality.md).
+// returns (a stream: once it ends or is closed), so within fn, from the
+// program's first call on (see docs/quality.md).
 func WithPrices(prices price.Table) option.RequestOption {
-	if len(prices) > 0 {
-		si.AddCost(context.Background(), 0)
-	}
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		res, err := next(req)
 		if err == nil && len(prices) > 0 {

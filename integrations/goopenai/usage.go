@@ -16,10 +16,8 @@ import (
 // ClientConfig as its base: ClientConfig(token, PricedTransport(prices,
 // nil)). A model missing from prices reports nothing. The cost is booked
 // once the client has read the response (a stream: once it ends or is
-// closed), so within fn. Given a table that is not empty, it reports a
-// cost of 0 outside any call when it is made, which turns on the place
-// for a cost of every Loop's calls, so that no cost is lost and the
-// program needs no start-up call (see docs/quality.md).
+// closed), so within fn, from the program's first call on (see
+// docs/quality.md).
 func PricedTransport(prices price.Table, base http.RoundTripper) http.RoundTripper {
 	return price.Transport(base, prices)
 }

@@ -1,13 +1,11 @@
 package openai
 
 import (
-	"context"
 	"net/http"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
-	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/price"
 )
 
@@ -20,14 +18,8 @@ import (
 // them as price.Transport does. A model missing from prices reports
 // nothing. The cost is booked once the client has read the response,
 // before the SDK call returns (a stream: once it ends or is closed), so
-// within fn. Given a table that is not empty, it reports a cost of 0
-// outside any call when it is made, which turns on the place for a
-// cost of every Loop's calls, so that no cost is lost and the program
-// needs no start-up call (see docs/quality.md).
+// within fn, from the program's first call on (see docs/quality.md).
 func WithPrices(prices price.Table) option.RequestOption {
-	if len(prices) > 0 {
-		si.AddCost(context.Background(), 0)
-	}
 	return option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		return price.Transport(roundTrip(next), prices).RoundTrip(req)
 	})

@@ -120,7 +120,6 @@ func TestWithPricesUnknownModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	l.AddScore(context.Background(), 0)
 	client := oai.NewClient(append(adapter.ClientOptions(nil), option.WithBaseURL(srv.URL), option.WithAPIKey("k"),
 		adapter.WithPrices(price.Table{"gpt-4o-mini": {Input: 1, Output: 1}}))...)
 	l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
