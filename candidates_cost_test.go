@@ -158,3 +158,39 @@ func TestVerdictWithNoScoredCallSaysSo(t *testing.T) {
 		t.Fatalf("reason %q: want it to say no call under the change was scored", v.Reason)
 	}
 }
+
+// Issue 41, item 1: an explored candidate that costs more but answers
+// better is not rolled back on cost while its gain in quality may still
+// be shown. The config in force answers at 0.75 for 1 a call, the
+// candidate at 0.90 for 3 (σ 0.15); 10 % of the calls are scored, all
+// costed. Before, the cost rule rolled the candidate back at its 20th
+// call with a cost, with 2 scores or so, in 20 of 20 trials.
+func TestPricierBetterCandidateWaitsForItsQuality(t *testing.T) {
+	trials := int(seeds(20))
+	adopted := 0
+	for seed := range uint64(trials) {
+		w := newCandWorld(t, 0.1, seed+1, si.WithExploration(si.Exploration{Share: 0.5}),
+			si.WithCandidates(si.Candidate{Name: "big model", Route: "big"}))
+		w.sd = 0.15
+		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 3}[c.Route] }
+		w.quality = func(c si.Config) float64 { return map[string]float64{"": 0.75, "big": 0.90}[c.Route] }
+		var verdict string
+		for range 12_000 {
+			rep := w.call()
+			if c := rep.Rollback; c != nil && c.To.Route == "big" && verdict == "" {
+				verdict = c.Verdict
+			}
+			if c := rep.Confirmed; c != nil && c.To.Route == "big" {
+				adopted++
+				break
+			}
+		}
+		if w.e.l.Config("bot").Route != "big" && seed < 3 {
+			t.Logf("seed %d: not adopted; its rollback: %s", seed, verdict)
+		}
+	}
+	if share := float64(adopted) / float64(trials); share < 0.9 {
+		t.Errorf("a better candidate (0.90 against 0.75) at 3 × the cost adopted in %d of %d trials, want at least 90 %%", adopted, trials)
+	}
+	t.Logf("a better candidate at 3 × the cost, 10 %% scored: adopted in %d of %d trials", adopted, trials)
+}

@@ -240,6 +240,7 @@ func TestExplorationCost(t *testing.T) {
 	const calls = 20_000
 	var pricey, cheap []int
 	most, again, onCheap, trials := 0.0, 0, 0, int(seeds(20))
+	falseQ := 0
 	for seed := range seeds(20) {
 		w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
 			si.WithCandidates(si.Candidate{Name: "pricey", Route: "big"}, si.Candidate{Name: "cheap", Route: "small"}))
@@ -257,11 +258,19 @@ func TestExplorationCost(t *testing.T) {
 					unshown++ // the saving waits for its quality (issue 41): refused for a day, then tried again
 					continue
 				}
+				if c.To.Route == "small" && strings.Contains(c.Verdict, "scored lower") {
+					falseQ++ // the quality test's false alarm (at 3 %), also refused for a day
+					unshown++
+					continue
+				}
 				if c.To.Route != "big" || !strings.Contains(c.Verdict, "cost per successful call rose") {
 					t.Fatalf("seed %d: call %d rolled back %s: %s", seed, i, c.To.Route, c.Verdict)
 				}
 				if rolled++; rolled == 1 {
 					pricey = append(pricey, c.After.Calls)
+				}
+				if rolled == 2 && confirmed == 0 && unshown == 0 {
+					t.Fatalf("seed %d: call %d rolled the pricey one back again before the cheap one was tried", seed, i)
 				}
 			}
 			if c := rep.Confirmed; c != nil {
@@ -271,9 +280,6 @@ func TestExplorationCost(t *testing.T) {
 				}
 				confirmed = i
 				cheap = append(cheap, c.After.Calls)
-			}
-			if i == 8000 && (rolled != 1 || confirmed == 0 && unshown == 0) {
-				t.Fatalf("seed %d: at call %d, %d rollbacks, the cheap one confirmed at %d", seed, i, rolled, confirmed)
 			}
 		}
 		if unshown > 0 {
@@ -292,6 +298,9 @@ func TestExplorationCost(t *testing.T) {
 	// A saving waits for its quality (issue 41): a candidate of equal
 	// quality whose scores do not show it within the margin in 400 is
 	// rolled back, refused for a day, and tried again.
+	if falseQ > max(1, trials*3/100) {
+		t.Errorf("the cheap candidate of equal quality rolled back for lower scores in %d of %d trials, want at most 3 %%", falseQ, trials)
+	}
 	if onCheap < trials*95/100 {
 		t.Errorf("%d of %d trials end on the cheap candidate, want at least 95 %%", onCheap, trials)
 	}

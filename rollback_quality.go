@@ -226,8 +226,10 @@ func (p RollbackPolicy) costRise(e Evidence) (string, bool) {
 	if b.Scored >= qualityMinRef && n > 0 && verdict.AboveMean(n, sum, sq, reference(b, qualityZ), qualityAlpha) {
 		return "", true // a better answer may cost more
 	}
-	if e.Repairs && n < qualityMaxScored && e.After.Calls < qualityWaitCalls*p.MaxCalls {
-		return "", false // made for quality: its gain may still be shown
+	if (e.Repairs || mayGain(e)) && n < qualityMaxScored && e.After.Calls < qualityWaitCalls*p.MaxCalls {
+		// Made for quality, or a candidate explored that looks better:
+		// its gain may still be shown.
+		return "", false
 	}
 	return fmt.Sprintf("each success %s cost %.0f%% more, with no better answers or fewer failures to show for it; cost per successful call rose %.0f%% (%.4g to %.4g, %d and %d calls with a cost), more than %.4g%%, without a significant gain in quality or success",
 		underChange, rise, rise, b.CostPerSuccess, a.CostPerSuccess, b.Costed, a.Costed, p.MaxCostRise), true
@@ -243,6 +245,36 @@ const (
 	exploreSaving  = 0.10
 	exploreMinGain = 0.05
 )
+
+// gainScores is how many scored calls an explored candidate that costs
+// more has before its mean must look like a gain for the cost rule to
+// wait (mayGain).
+const gainScores = 5
+
+// mayGain reports whether an explored candidate that costs more may
+// still show a gain in quality worth its cost, so that the cost rule
+// waits for the quality test rather than decide alone: the agent scores,
+// the candidate is not shown short of exploreMinGain (shortOfGain), and
+// it has fewer than gainScores scored calls or a mean above the
+// reference's by at least half exploreMinGain. One that looks no better
+// is let go on its cost as before, so that an equal candidate at a
+// higher price runs few calls.
+func mayGain(e Evidence) bool {
+	b, a := e.Before, e.After
+	if !e.Exploring || b.Scored < qualityMinRef || shortOfGain(e) {
+		return false
+	}
+	return a.Scored < gainScores || a.Quality >= b.Quality+exploreMinGain/2
+}
+
+// shortOfGain reports whether the explored candidate's mean score is
+// shown below the reference's (raised by a standard error) plus
+// exploreMinGain, by the betting test at qualityAlpha: it will not show
+// a gain worth its cost.
+func shortOfGain(e Evidence) bool {
+	n, sum, sq := scoreSums(e.After)
+	return n > 0 && verdict.BelowMean(n, sum, sq, reference(e.Before, qualityZ)+exploreMinGain, qualityAlpha)
+}
 
 // exploreVerdict takes v, a confirmation of a change that explores a
 // candidate, and keeps it only with a gain (see Exploration): else it
@@ -269,8 +301,7 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	}
 	// Successive elimination: a candidate shown short of the gain worth
 	// having is let go as soon as that is shown, not after 400 scores.
-	short := scored && n > 0 && verdict.BelowMean(n, sum, sq, reference(b, qualityZ)+exploreMinGain, qualityAlpha)
-	if scored && !waited && n < qualityMaxScored && !short {
+	if scored && !waited && n < qualityMaxScored && !shortOfGain(e) {
 		return Verdict{DecisionWait, ""}
 	}
 	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s did no better than the config before it: no better answers, lower cost or fewer failures; the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
