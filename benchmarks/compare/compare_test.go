@@ -116,6 +116,17 @@ func BenchmarkLoop(b *testing.B) {
 	}
 }
 
+// BenchmarkLoopNoCallScores is BenchmarkLoop with WithCallScores(false):
+// the calls carry no place for a score or cost.
+func BenchmarkLoopNoCallScores(b *testing.B) {
+	l := newLoop(b, si.WithCallScores(false))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sink = callLoop(ctx, l, work)
+	}
+}
+
 // BenchmarkLoopCoarse is BenchmarkLoop with WithCoarseClock(time.Millisecond):
 // the clock's readings come from an atomic value.
 func BenchmarkLoopCoarse(b *testing.B) {
