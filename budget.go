@@ -160,8 +160,10 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // The cost is also booked with the call, for its config version: its
 // mean per successful call is in AgentView, and a change that raises it
 // is judged by RollbackPolicy.MaxCostRise. Every tracked call books the
-// costs reported with its context, from a Loop's first call on; a cost
-// reported outside any call is booked nowhere (see docs/quality.md). A
+// costs reported with its context, from a Loop's first call on, unless
+// the Loop was made WithCallScores(false) (then the Budget alone counts
+// them); a cost reported outside any call is booked nowhere (see
+// docs/quality.md). A
 // negative or NaN cost, or one over 1e12, is not booked, and a call's
 // costs add up to 1e12 at most.
 func AddCost(ctx context.Context, cost float64) {

@@ -291,8 +291,12 @@ func TestExplorationCost(t *testing.T) {
 		// The pricey one is refused for a day (8,640 calls), then tried
 		// again from the cheap one, and rolled back again.
 		most = max(most, float64(explored)/calls)
-		if rolled < 2 || rolled > 3 || float64(explored) > 0.05*calls {
-			t.Errorf("seed %d: %d rollbacks, %d explored calls in %d, want 2 or 3 and at most 5 %%", seed, rolled, explored, calls)
+		// The share holds in the long run: after an exploration of n
+		// calls the next waits n × (1 − Share) / Share calls. Within a
+		// window that ends during that wait it is more: the pricey
+		// candidate may run up to 400 calls, waiting for its quality.
+		if rolled < 2 || rolled > 3 || float64(explored) > 0.065*calls {
+			t.Errorf("seed %d: %d rollbacks, %d explored calls in %d, want 2 or 3 and at most 6.5 %%", seed, rolled, explored, calls)
 		}
 	}
 	// A saving waits for its quality (issue 41): a candidate of equal

@@ -30,7 +30,7 @@ func (s *agentState) sharedPart() agentState {
 	sh.analyzing, sh.early, sh.leftOpen = false, false, 0
 	if q := sh.Quality; q != nil {
 		w := q.Watch
-		q.Recs = nil
+		q.Recs, q.Answered = nil, nil
 		q.Watch = qualityWatch{Ref: w.Ref}
 	}
 	return sh
@@ -48,7 +48,7 @@ func (s *agentState) ownQuality(b **qualityBook) {
 		*b = new(qualityBook)
 	}
 	q := *b
-	q.Recs, q.Keys = own.Recs, own.Keys
+	q.Recs, q.Keys, q.Answered = own.Recs, own.Keys, own.Answered
 	w := own.Watch
 	w.Ref = q.Watch.Ref
 	q.Watch = w

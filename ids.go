@@ -108,15 +108,6 @@ func (k callKeys) of(agentID string) uint64 {
 	return binary.LittleEndian.Uint64(sum[:8])
 }
 
-// MaxScoreKeys is how many keys of its latest scores by ID an agent
-// remembers (Loop.ScoreCall): a retried score counts once if no more
-// than MaxScoreKeys other scores of the agent by ID came in between. The
-// keys take 8 bytes each (1 KiB), held only by agents scored by ID, and
-// are kept in memory: a score retried after a restart, after the agent
-// was evicted from memory (WithMaxAgents), or at another replica of a
-// fleet counts again.
-const MaxScoreKeys = 128
-
 // scoreKeys are the keys of an agent's latest scores by ID, a ring.
 type scoreKeys struct {
 	keys [MaxScoreKeys]uint64 // 0: empty

@@ -63,6 +63,14 @@ const (
 	// ScoreHorizon is how long after a call ended Loop.Score accepts a
 	// score for it (see docs/quality.md).
 	ScoreHorizon = time.Hour
+	// MaxScoreKeys is how many keys of its latest scores by ID an agent
+	// remembers (Loop.ScoreCall): a retried score counts once if no more
+	// than MaxScoreKeys other scores of the agent by ID came in between.
+	// The keys take 8 bytes each (1 KiB), held only by agents scored by
+	// ID, and are kept in memory: a score retried after a restart, after
+	// the agent was evicted from memory (WithMaxAgents), or at another
+	// replica of a fleet counts again.
+	MaxScoreKeys = 128
 )
 
 // maxRecordCost bounds a call's cost, recorded or added with AddCost (a

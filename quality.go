@@ -175,11 +175,10 @@ func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreC
 // user's verdict that comes later. The score is credited to the config
 // version the call ran under, and to its route, also after that config was
 // replaced or rolled back and after a restart; a change under
-// verification is judged on it at once (see RollbackPolicy). A call ID
-// counts once: a score of an ID scored before (among the agent's last
-// MaxScoreKeys scores by ID) is a duplicate, which returns nil and counts
-// nothing, so that a retried score is not counted twice (ScoreCall says
-// so, and takes a key of the caller's). A score that is NaN or outside
+// verification is judged on it at once (see RollbackPolicy). Each score
+// is a sample: to have a retried score count once, give it a key with
+// ScoreCall (a call ID is no such key: two calls that end within the same
+// millisecond under the same version share one). A score that is NaN or outside
 // [0, 1] returns ErrInvalidScore, an ID the agent cannot place
 // ErrUnknownCall, one past the horizon ErrScoreTooLate, and none of them
 // changes anything. Scores are saved with the agent's state, at the next
@@ -194,16 +193,16 @@ func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 // credited, whether it counted, and the change it confirmed, rolled back
 // or applied, or the analysis it started.
 //
-// A score counts once per key: key is the score's idempotency key, and
-// 0 takes the call ID as the key. A score whose key the agent saw among
-// its last MaxScoreKeys (128) scores by ID is a duplicate: ScoreCall
-// returns it with Duplicate set and a nil error, and it counts nothing,
-// so a grader fed by an at-least-once queue acknowledges a redelivered
-// score as it would the first. The first score stands: the judgement it
-// went into cannot unsee it. Two calls of an agent that end within the
-// same millisecond under the same config version share an ID, so the
-// second's score counts only with keys of their own (a grader that has
-// an ID per answer: a hash of it, not 0).
+// A score with a key counts once: key is the score's idempotency key (0:
+// none, the score is a sample like any). A score whose key the agent saw
+// among its last MaxScoreKeys (128) keyed scores is a duplicate:
+// ScoreCall returns it with Duplicate set and a nil error, and it counts
+// nothing, so a grader fed by an at-least-once queue acknowledges a
+// redelivered score as it would the first. The first score stands: the
+// judgement it went into cannot unsee it. The call ID is not used as the
+// key: two calls of an agent that end within the same millisecond under
+// the same config version share an ID, and their scores are two samples
+// (a good key is a hash of the answer's or the grader's message ID).
 //
 // The errors are Score's, and come with the zero ScoreResult, but for an
 // error of saving what the score decided (the store, the fleet), which
@@ -237,9 +236,6 @@ func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint6
 		// An agent neither in memory nor stored made no call: a score of
 		// it creates nothing.
 		return ScoreResult{}, fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID)
-	}
-	if key == 0 {
-		key = callID // never 0 (parseCallID)
 	}
 	in := input{kind: inScore, now: now.UnixNano(), low: low, key: key, score: score}
 	var rep Report
@@ -275,7 +271,9 @@ func (a *agent) applyScore(l *Loop, in *input, eff *effects) error {
 	if in.low = uint64(version); a.s.scoreSeen(in.key) {
 		return errDuplicateScore
 	}
-	a.s.noteScoreKey(in.key)
+	if in.key != 0 {
+		a.s.noteScoreKey(in.key)
+	}
 	now := time.Unix(0, in.now)
 	a.dirty = true
 	a.s.bookQuality(version, route, quality{score: in.score, scored: true}, false)

@@ -105,12 +105,15 @@ func TestScoredCallAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { key++; _, _ = l.ScoreCall("a", rep.ID, 0.75, key) }); n != 0 {
 		t.Errorf("a score by ID allocates %v times", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.75) }); n != 0 {
-		t.Errorf("Score allocates %v times (its duplicates too)", n)
+	if n := testing.AllocsPerRun(100, func() { _, _ = l.ScoreCall("a", rep.ID, 0.75, 1) }); n != 0 {
+		t.Errorf("a duplicate score allocates %v times", n)
 	}
-	// 102 scored calls, 101 keyed scores and the call ID's once: the
-	// ID's repeats are duplicates.
-	if v, _ := l.View("a"); v.Versions[1].Scored != 204 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
+	if n := testing.AllocsPerRun(100, func() { _ = l.Score("a", rep.ID, 0.75) }); n != 0 {
+		t.Errorf("Score allocates %v times", n)
+	}
+	// 102 scored calls, 101 keyed scores (key 1's repeats are
+	// duplicates) and 101 scores without a key, each a sample.
+	if v, _ := l.View("a"); v.Versions[1].Scored != 304 || v.Versions[1].Costed != 102 { // AllocsPerRun runs once more
 		t.Errorf("figures %+v", v.Versions[1])
 	}
 }

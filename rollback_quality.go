@@ -247,24 +247,28 @@ const (
 )
 
 // gainScores is how many scored calls an explored candidate that costs
-// more has before its mean must look like a gain for the cost rule to
-// wait (mayGain).
+// more needs at its costMinCalls-th call with a cost for its mean to
+// count as a sign of no gain (mayGain).
 const gainScores = 5
 
 // mayGain reports whether an explored candidate that costs more may
 // still show a gain in quality worth its cost, so that the cost rule
 // waits for the quality test rather than decide alone: the agent scores,
-// the candidate is not shown short of exploreMinGain (shortOfGain), and
-// it has fewer than gainScores scored calls or a mean above the
-// reference's by at least half exploreMinGain. One that looks no better
-// is let go on its cost as before, so that an equal candidate at a
-// higher price runs few calls.
+// the candidate is not shown short of exploreMinGain (shortOfGain, an
+// anytime-valid test), and it did not look like no gain when the cost rule first
+// compared (its costMinCalls-th call with a cost, the one look at its
+// running mean: with gainScores scores or more, a mean below the
+// reference's plus half exploreMinGain). So a candidate of equal
+// quality that is scored on most calls goes at that call, as before,
+// and one scored rarely waits for the test, as long as quality waits
+// (costRise: qualityMaxScored scored calls, qualityWaitCalls × MaxCalls
+// calls).
 func mayGain(e Evidence) bool {
 	b, a := e.Before, e.After
 	if !e.Exploring || b.Scored < qualityMinRef || shortOfGain(e) {
 		return false
 	}
-	return a.Scored < gainScores || a.Quality >= b.Quality+exploreMinGain/2
+	return a.Costed > costMinCalls || a.Scored < gainScores || a.Quality >= b.Quality+exploreMinGain/2
 }
 
 // shortOfGain reports whether the explored candidate's mean score is

@@ -64,7 +64,7 @@ func TestFleetDuplicateScorePooledOnce(t *testing.T) {
 	rep := e.call(0, "a", nil)
 	e.sync()
 	for range 3 {
-		if err := e.reps[0].Score("a", rep.ID, 0.7); err != nil {
+		if _, err := e.reps[0].ScoreCall("a", rep.ID, 0.7, 42); err != nil {
 			t.Fatal(err)
 		}
 	}

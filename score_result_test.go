@@ -8,9 +8,10 @@ import (
 	si "github.com/self-improving-loop/selfimprove"
 )
 
-// TestScoreCountsOnce: a call ID scored again (a grader's retry) counts
-// once, and the retry is answered as a duplicate, not an error; a key of
-// the caller's counts once likewise; the memory of keys is bounded
+// TestScoreCountsOnce: a score retried with its key (a grader's retry)
+// counts once, and the retry is answered as a duplicate, not an error;
+// without a key each score is a sample (the call ID is no key:
+// TestScoresOfCallsSharingAnID); the memory of keys is bounded
 // (MaxScoreKeys), beyond which a retry counts again. Before, each score
 // was a sample: the retry counted twice.
 func TestScoreCountsOnce(t *testing.T) {
@@ -23,19 +24,19 @@ func TestScoreCountsOnce(t *testing.T) {
 			t.Fatalf("version 1: %d scores, mean %v; want %d, %v", got.Scored, got.Quality, want, mean)
 		}
 	}
-	res, err := e.l.ScoreCall("a", rep.ID, 0.8, 0)
+	res, err := e.l.ScoreCall("a", rep.ID, 0.8, 5)
 	if err != nil || res.Duplicate || res.Version != 1 {
 		t.Fatalf("first score: %+v, %v", res, err)
 	}
-	res, err = e.l.ScoreCall("a", rep.ID, 0.8, 0)
+	res, err = e.l.ScoreCall("a", rep.ID, 0.8, 5)
 	if err != nil || !res.Duplicate || res.Version != 1 {
 		t.Fatalf("the retry: %+v, %v; want a duplicate of version 1, no error", res, err)
 	}
-	if err := e.l.Score("a", rep.ID, 0.2); err != nil {
-		t.Fatalf("Score of a call scored before: %v, want nil (a duplicate)", err)
+	if res, err := e.l.ScoreCall("a", rep.ID, 0.2, 5); err != nil || !res.Duplicate {
+		t.Fatalf("a retry with another score: %+v, %v; want a duplicate (the first stands)", res, err)
 	}
 	scored(1, 0.8)
-	// Keys of the caller's: each counts once.
+	// Another key: another sample; its retry counts once.
 	if res, err := e.l.ScoreCall("a", rep.ID, 0.4, 7); err != nil || res.Duplicate {
 		t.Fatalf("a score with a key of its own: %+v, %v", res, err)
 	}
@@ -43,17 +44,22 @@ func TestScoreCountsOnce(t *testing.T) {
 		t.Fatalf("its retry: %+v, %v", res, err)
 	}
 	scored(2, 0.6)
+	// Without a key, each score is a sample: the call ID is no key.
+	if res, err := e.l.ScoreCall("a", rep.ID, 0.6, 0); err != nil || res.Duplicate {
+		t.Fatalf("a score without a key: %+v, %v", res, err)
+	}
+	scored(3, 0.6)
 	// The bound: MaxScoreKeys other scores later, the ID is forgotten.
 	for k := range uint64(si.MaxScoreKeys) {
 		if res, err := e.l.ScoreCall("a", rep.ID, 0.5, 1000+k); err != nil || res.Duplicate {
 			t.Fatalf("key %d: %+v, %v", 1000+k, res, err)
 		}
 	}
-	scored(2+si.MaxScoreKeys, -1)
-	if res, err := e.l.ScoreCall("a", rep.ID, 0.5, 0); err != nil || res.Duplicate {
+	scored(3+si.MaxScoreKeys, -1)
+	if res, err := e.l.ScoreCall("a", rep.ID, 0.5, 5); err != nil || res.Duplicate {
 		t.Fatalf("a retry beyond the bound: %+v, %v; want it counted", res, err)
 	}
-	scored(3+si.MaxScoreKeys, -1)
+	scored(4+si.MaxScoreKeys, -1)
 	// Refused scores take no key: the call is scored once it can be.
 	if _, err := e.l.ScoreCall("a", rep.ID, 1.5, 99); err == nil {
 		t.Fatal("a score of 1.5 was taken")

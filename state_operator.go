@@ -295,6 +295,10 @@ func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) 
 		c := p.clone()
 		return nil, &c, eff, nil
 	}
+	var route routeState // the agent's place on its ladder, if the config is refused
+	if s.Route != nil {
+		route = *s.Route
+	}
 	s.stayHome(&eff)
 	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
 	rejected := s.Rejected
@@ -302,6 +306,9 @@ func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) 
 	ch, err = s.apply(now, an, &Tweak{Config: cfg, Reason: why}, r)
 	s.Rejected = rejected
 	if err != nil {
+		if s.Route != nil {
+			*s.Route = route // refused: still away, as it was
+		}
 		return nil, nil, effects{}, err
 	}
 	eff.applied, eff.publish, eff.save = ch, true, true

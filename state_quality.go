@@ -575,9 +575,9 @@ func (s *agentState) deliverable(e *Evidence, now int64, r *ruleBook) {
 }
 
 // scoreSeen reports whether a score with key was booked among the
-// agent's latest scores by ID.
+// agent's latest keyed scores (never for key 0: none).
 func (s *agentState) scoreSeen(key uint64) bool {
-	return s.Quality != nil && s.Quality.Keys.has(key)
+	return key != 0 && s.Quality != nil && s.Quality.Keys.has(key)
 }
 
 // noteScoreKey remembers key as a score's booked by ID.

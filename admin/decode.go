@@ -85,10 +85,10 @@ type ScoreRequest struct {
 	// Score is in [0, 1]. Required.
 	Score *float64 `json:"score"`
 	// Key is the score's idempotency key, at most 256 bytes: a score
-	// whose key was scored before counts once. Default empty: the call
-	// ID is the key (a call counts once). A grader that scores two
-	// calls that share an ID (they ended in the same millisecond under
-	// the same version) gives each a key of its own.
+	// whose key was scored before counts once, so a grader's retry does
+	// not count twice. Default empty: none, each score is a sample (the
+	// call ID is no key: calls that end in the same millisecond under the
+	// same version share one).
 	Key string `json:"key,omitempty"`
 }
 

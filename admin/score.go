@@ -64,8 +64,8 @@ func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
 	writeJSON(w, http.StatusOK, scoreResult(res))
 }
 
-// scoreKey is the idempotency key of a ScoreRequest's key (0: none, the
-// call ID): FNV-1a, never 0 for a key given.
+// scoreKey is the idempotency key of a ScoreRequest's key (0: none):
+// FNV-1a, never 0 for a key given.
 func scoreKey(key string) uint64 {
 	if key == "" {
 		return 0
