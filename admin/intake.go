@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -373,10 +372,10 @@ func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, re
 		}
 		if q := outs[i].Quality; q != nil {
 			// Scored by the call's ID, as a grader would: credited to the
-			// version it ran under, and judged like any score. Each
-			// outcome's with a key of its own: the outcomes of a batch
-			// end at one time, and share their call ID.
-			if _, err := s.l.ScoreCall(id, rep.ID, *q, rand.Uint64()|1); err != nil {
+			// version it ran under, and judged like any score; without a
+			// key, each is a sample (the outcomes of a batch end at one
+			// time, and share their call ID).
+			if _, err := s.l.ScoreCall(id, rep.ID, *q, 0); err != nil {
 				s.o.Logger.Warn("selfimprove admin: an outcome's quality was not booked", "agent", id, "error", err)
 			}
 		}

@@ -11,8 +11,8 @@ import (
 
 // TestIntakeBatchQualities: the outcomes of one batch are booked at one
 // time, so their calls share an ID; each outcome's quality counts all
-// the same (a call ID counts once, but the intake gives each its own
-// key). Without the keys, one of four counted.
+// the same (a score without a key is a sample). With the call ID as the
+// idempotency key and no key of their own, one of four counted.
 func TestIntakeBatchQualities(t *testing.T) {
 	l, _ := newLoop(t)
 	srv := httptest.NewServer(admin.Handler(l, admin.Options{Token: token, IntakeToken: intakeToken, IntakeAgents: []string{"py"}}))
