@@ -76,19 +76,14 @@ func FuzzCallID(f *testing.F) {
 }
 
 // TestScoredCallAllocs: once the agent has its record, a call that scores
-// itself and reports its cost allocates its slot alone (a context that
-// fn may keep after it returns: never reused), and a score by ID
-// allocates nothing, counted or a duplicate.
+// itself and reports its cost allocates nothing but its share of a block
+// of slots (one allocation in slotsPerBlock calls: TestSlotBlocks), and a
+// score by ID allocates nothing, counted or a duplicate.
 func TestScoredCallAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocations differ under the race detector")
 	}
-	clk := fakeclock.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
-	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := quietRAMLoop(t)
 	ctx := context.Background()
 	if err := l.AddScore(ctx, 1); !errors.Is(err, ErrUnknownCall) {
 		t.Fatalf("AddScore outside a call: %v", err)
@@ -155,4 +150,17 @@ func TestQualityWatchRoundTrip(t *testing.T) {
 			t.Errorf("%s: decoded", to)
 		}
 	}
+}
+
+// quietRAMLoop returns a Loop in memory on a fake clock, with no strategy,
+// notifier or log, closed when t ends, and its clock.
+func quietRAMLoop(t *testing.T) (*Loop, *fakeclock.Clock) {
+	t.Helper()
+	clk := fakeclock.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
+	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l, clk
 }

@@ -18,12 +18,7 @@ func TestSlotBlocks(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocations differ under the race detector")
 	}
-	clk := fakeclock.New(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC))
-	l, err := New(WithStore(NewRAMStore()), WithClock(clk), WithLogger(quietLog), WithNotifier(nil), WithStrategy(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l, _ := quietRAMLoop(t)
 	ctx := context.Background()
 	seen := make(map[context.Context]bool)
 	scored := func(ctx context.Context, _ Config) error {
