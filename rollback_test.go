@@ -114,3 +114,28 @@ func TestClearlyHarmfulAgainstACleanBefore(t *testing.T) {
 		t.Errorf("%v at call %d (%s), want a rollback on the 8th call against the 16 calls before", v.Decision, at, v.Reason)
 	}
 }
+
+// A tweak made for a cluster of failures that crossed the threshold (5 of
+// the 10 calls before it failed, against 5 of the window's 115) is judged
+// against that cluster: the sequential tests' reference is "before" shrunk
+// toward the window (62 %), and a tweak at 33 % waited 30 calls or more
+// for the likelihood ratio or a run of failures. A change that did worse
+// than the calls it was made for by more than MaxSuccessDrop, and clearly
+// worse than the window, fixed nothing and made things worse: the early
+// rule rolls it back on its MinCalls-th call. A change as good as the
+// cluster (a fault it did not fix) is left to the tests.
+func TestClearlyHarmfulAfterTheCluster(t *testing.T) {
+	ms := time.Millisecond
+	e := si.Evidence{Before: st(10, 5, ms, 0), Window: st(115, 5, ms, 0)}
+	for _, m := range []si.Method{si.MethodQuick, si.MethodSequential} {
+		p := si.RollbackPolicy{Method: m}
+		v, at := firstDecision(p, e, strings.Repeat("FFs", 30), ms)
+		if v.Decision != si.DecisionRollback || at != 10 || !strings.Contains(v.Reason, "the change did worse than the 10 calls before it, at 50.0%") {
+			t.Errorf("%v: %v at call %d (%s), want a rollback on the 10th call against the window", m, v.Decision, at, v.Reason)
+		}
+		v, at = firstDecision(p, e, strings.Repeat("Fs", 45), ms)
+		if strings.Contains(v.Reason, "did worse than the") {
+			t.Errorf("%v: a change as good as the cluster: %v at call %d (%s)", m, v.Decision, at, v.Reason)
+		}
+	}
+}

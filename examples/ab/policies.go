@@ -62,6 +62,9 @@ type family struct {
 	// breaker turns the circuit breaker on (with the loop only).
 	breaker bool
 	up      func(a attempt) (time.Duration, error)
+	// trial, when set, draws another run of the same family: it enters
+	// every call's seeds (0 is the table's run).
+	trial uint64
 }
 
 var (
@@ -264,6 +267,11 @@ type outcome struct {
 	// HarmfulRolledBack those rolled back; HarmfulCalls sums the calls
 	// each ran for before its rollback, and HarmfulMax is the most.
 	Harmful, HarmfulRolledBack, HarmfulCalls, HarmfulMax int
+	// HarmfulEach is the calls under each harmful change rolled back;
+	// HarmfulKept counts those decided and kept (confirmed or
+	// superseded), not those still verifying when the run ends.
+	HarmfulEach []int
+	HarmfulKept int
 }
 
 // rate is the success rate in per cent; with Before, as a share of the
@@ -317,7 +325,7 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 		for ai, agent := range agents {
 			n := 0
 			rep, _ := l.ExecuteWithImprovement(ctx, agent, func(ctx context.Context, cfg si.Config) error {
-				seed := uint64(ai)<<32 | uint64(c)
+				seed := f.trial<<48 | uint64(ai)<<32 | uint64(c)
 				n++
 				d, err := f.up(attempt{agent: ai, i: c, cfg: cfg,
 					fate: rand.New(rand.NewPCG(seed, 2026)), rnd: rand.New(rand.NewPCG(seed, uint64(n)))})
@@ -342,6 +350,9 @@ func play(f family, p *si.RollbackPolicy) (outcome, error) {
 					o.HarmfulRolledBack++
 					o.HarmfulCalls += ch.After.Calls
 					o.HarmfulMax = max(o.HarmfulMax, ch.After.Calls)
+					o.HarmfulEach = append(o.HarmfulEach, ch.After.Calls)
+				} else if ch.State != si.ChangeVerifying {
+					o.HarmfulKept++
 				}
 			}
 		}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// harmRuns is how many runs of the harmful-advisor family
+// TestHarmfulAdvisorTrials plays per policy (about six harmful tweaks a
+// run; 15 s on 2 cores), harmRaceRuns under the race detector (ten times
+// slower); HARM_RUNS sets it (the docs' figures: HARM_RUNS=1000).
+const (
+	harmRuns     = 200
+	harmRaceRuns = 8
+)
+
+// TestHarmfulAdvisorTrials plays "a harmful advisor, 60 % fail (10
+// agents)" under other seeds, as users meet it: the whole loop, the
+// built-in thresholds, and a strategy whose every other tweak moves the
+// agent to a route that fails 60 % of its calls, proposed when a cluster
+// of failures crosses the threshold (so "before" is that cluster: 5
+// failures in 6–16 calls, against about 95 % over the window). It asserts
+// for every method but MethodFixed (whose rule looks on the 10th and the
+// 60th call) that at most 0.1 % of the harmful tweaks are kept (2 of
+// 6,143 over 1,000 runs, both confirmed against a cluster of 8–9 calls
+// they did as well as), and that the rest are rolled back after at most
+// 10 calls on average and at most 30 in 99 % of cases (issue 41, item 3), and logs the most and the share over 30 calls. Under the race
+// detector it plays harmRaceRuns runs, too few for a 99th percentile:
+// the mean alone is asserted there (CI runs the full test without it).
+func TestHarmfulAdvisorTrials(t *testing.T) {
+	n := harmRuns
+	if raceEnabled {
+		n = harmRaceRuns
+	}
+	if v, err := strconv.Atoi(os.Getenv("HARM_RUNS")); err == nil && v > 0 {
+		n = v
+	}
+	f := harmfulFamily(t)
+	for _, p := range policies[:3] {
+		var each []int
+		harmful, kept := 0, 0
+		for tr := range n {
+			f.trial = uint64(tr + 1)
+			o, err := play(f, &p.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			harmful += o.Harmful
+			kept += o.HarmfulKept
+			each = append(each, o.HarmfulEach...)
+		}
+		if len(each) == 0 {
+			t.Fatalf("%s: no harmful tweak rolled back in %d runs", p.name, n)
+		}
+		slices.Sort(each)
+		sum, over := 0, 0
+		for _, c := range each {
+			sum += c
+			if c > 30 {
+				over++
+			}
+		}
+		mean, p99, most := float64(sum)/float64(len(each)), each[len(each)*99/100], each[len(each)-1]
+		lo, hi := wilson(over, len(each))
+		t.Logf("%s: %d harmful tweaks in %d runs, %d rolled back, %d kept; calls under each: mean %.2f, 99th percentile %d, most %d; over 30: %d (%.2f %%, 95 %% interval %.2f–%.2f %%)",
+			p.name, harmful, n, len(each), kept, mean, p99, most, over, 100*float64(over)/float64(len(each)), 100*lo, 100*hi)
+		if kept*1000 > harmful {
+			t.Errorf("%s: %d of %d harmful tweaks kept, want at most 0.1 %%", p.name, kept, harmful)
+		}
+		if mean > 10 || p99 > 30 && len(each) >= 1000 {
+			t.Errorf("%s: harmful tweaks ran %.2f calls on average, %d in 99 %% of cases; want ≤ 10, ≤ 30", p.name, mean, p99)
+		}
+	}
+}
+
+// harmfulFamily is the policy table's harmful advisor over 10 agents.
+func harmfulFamily(t *testing.T) family {
+	for _, f := range families {
+		if f.name == "a harmful advisor, 60 % fail (10 agents)" {
+			return f
+		}
+	}
+	t.Fatal("no harmful-advisor family")
+	return family{}
+}
+
+// wilson is the 95 % Wilson interval of k in n.
+func wilson(k, n int) (lo, hi float64) {
+	const z = 1.96
+	p, fn := float64(k)/float64(n), float64(n)
+	c := (p + z*z/(2*fn)) / (1 + z*z/fn)
+	h := z / (1 + z*z/fn) * math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))
+	return max(c-h, 0), min(c+h, 1)
+}
