@@ -58,13 +58,13 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 	)
 	if a.fl != nil {
 		w = l.fleet.Chain(w)
-		if !l.fleetLease(a, an, w) {
+		if !l.fleet.lease(a, an, w) {
 			// Another replica runs the strategy for this trigger, or the
 			// fleet cannot be reached: nothing new is applied.
 			l.analysisOff(a, true)
 			return nil, nil
 		}
-		defer l.fleetRelease(a, w)
+		defer l.fleet.release(a, w)
 	}
 	l.gather(a, an)
 	if an.explore {

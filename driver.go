@@ -151,7 +151,7 @@ func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report,
 	l.stepNow(in)
 	var eff effects
 	if a.fl != nil {
-		l.fleetInput(a, in) // the counts of the config that served, before it moves
+		l.fleet.bookInput(a, in) // the counts of the config that served, before it moves
 	}
 	err := a.apply(l, in, &eff)
 	if a.fl != nil && in.kind == inCall {
@@ -228,7 +228,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *
 	default:
 		l.remember(eff.fixes)
 		if eff.judge {
-			l.fleetJudge(a, rep, w)
+			l.fleet.judge(a, rep, w)
 		}
 	}
 }

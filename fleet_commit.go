@@ -15,12 +15,13 @@ import (
 // and the commits other replicas announce, committing this replica's
 // decisions, and the lease that makes one strategy run fleet-wide.
 
-// fleetAttach links a new agent to the fleet and takes the fleet's state
+// attach links a new agent to the fleet and takes the fleet's state
 // of it, if any; the agent is not published yet. When the fleet cannot
 // be reached, or the chain w (nil: a load of its own) has no time left,
 // the agent runs on what the store had, and is compared with the fleet's
 // state by the flusher.
-func (l *Loop) fleetAttach(a *agent, w *replica.Chain) {
+func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
+	l := fl.l
 	fa := &fleetAgent{}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
@@ -31,38 +32,38 @@ func (l *Loop) fleetAttach(a *agent, w *replica.Chain) {
 	}
 	base, _ := encodeShared(&a.s)
 	fa.st.Took(base)
-	if l.fleet.Down() {
+	if fl.Down() {
 		// Backing off: the flusher finds when the fleet is back.
 		fa.st.Resync()
 		return
 	}
-	ctx, done, ok := l.fleet.Op(w)
+	ctx, done, ok := fl.Op(w)
 	if !ok {
 		fa.st.Resync()
 		return
 	}
-	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	rev, val, err := fl.f.Load(ctx, a.id)
 	err = replica.Cut(ctx, err)
 	done()
 	if err != nil {
-		l.fleetErr(a, err)
+		fl.onErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			fa.st.Resync()
 		} else {
 			fa.st.Invalid(rev)
-			l.fleetKick()
+			fl.kickFlush()
 		}
 		return
 	}
-	l.fleetUp()
+	fl.cameUp()
 	if rev == 0 {
 		return
 	}
 	sh, err := decodeState(val, a.id)
 	if take, kick := fa.st.Take(replica.Adopt{Rev: rev, Value: val}, err == nil); !take {
-		l.fleetBad(a, err)
+		fl.bad(a, err)
 		if kick {
-			l.fleetKick()
+			fl.kickFlush()
 		}
 		return
 	}
@@ -75,41 +76,42 @@ func (l *Loop) fleetAttach(a *agent, w *replica.Chain) {
 	l.props.note(a.id, a.s.Proposals)
 }
 
-// fleetKick asks the flusher for a flush now.
-func (l *Loop) fleetKick() {
+// kickFlush asks the flusher for a flush now.
+func (fl *fleetLink) kickFlush() {
 	select {
-	case l.fleet.kick <- struct{}{}:
+	case fl.kick <- struct{}{}:
 	default:
 	}
 }
 
-// fleetView puts the fleet's shared state of agent id, which this
+// view puts the fleet's shared state of agent id, which this
 // replica has not loaded, into st (read from the store: it keeps its call
 // statistics), so that a getter answers on any replica what the fleet
 // decided; with stats, the fleet's call statistics of the agent too
-// (fleetViewStats), in place of this replica's. It reports whether the
+// (viewStats), in place of this replica's. It reports whether the
 // fleet knows the agent: it has its shared state, or its statistics (an
 // agent that has only run calls). Its operations ask the fleet under one
 // fleet timeout, and not while backing off; an unreachable fleet or an
 // invalid state leaves st as it was.
-func (l *Loop) fleetView(id string, st *agentState, stats bool) bool {
-	if l.fleet.Down() {
+func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
+	l := fl.l
+	if fl.Down() {
 		return false
 	}
-	w := l.fleet.Chain(nil)
-	ctx, done, ok := l.fleet.Op(w)
+	w := fl.Chain(nil)
+	ctx, done, ok := fl.Op(w)
 	if !ok {
 		return false
 	}
-	rev, val, err := l.fleet.f.Load(ctx, id)
+	rev, val, err := fl.f.Load(ctx, id)
 	done()
 	if err != nil {
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			return false
 		}
 	} else {
-		l.fleetUp()
+		fl.cameUp()
 	}
 	known := false
 	if sh, err := decodeState(val, id); err == nil && rev != 0 {
@@ -121,7 +123,7 @@ func (l *Loop) fleetView(id string, st *agentState, stats bool) bool {
 		st.adopt(&sh)
 		known = true
 	}
-	if stats && l.fleetViewStats(id, st, w) {
+	if stats && fl.viewStats(id, st, w) {
 		known = true
 	}
 	if known {
@@ -144,15 +146,15 @@ func fixesOf(chs []Change, known map[string]bool) []fixNote {
 	return out
 }
 
-// fleetRefresh loads a's state from the fleet and takes it if it is newer
+// refresh loads a's state from the fleet and takes it if it is newer
 // than a's. It reports whether it could ask.
-func (l *Loop) fleetRefresh(a *agent) bool { return l.fleetRefreshWait(a, nil) }
+func (fl *fleetLink) refresh(a *agent) bool { return fl.refreshWait(a, nil) }
 
-// fleetRefreshWait is fleetRefresh as an operation of the chain w (nil: a
+// refreshWait is refresh as an operation of the chain w (nil: a
 // chain of its own). When w's time is spent it does not ask, and the
 // flusher compares a with the fleet's state later.
-func (l *Loop) fleetRefreshWait(a *agent, w *replica.Chain) bool {
-	ctx, done, ok := l.fleet.Op(l.fleet.Chain(w))
+func (fl *fleetLink) refreshWait(a *agent, w *replica.Chain) bool {
+	ctx, done, ok := fl.Op(fl.Chain(w))
 	if !ok {
 		a.mu.Lock()
 		a.fl.st.Resync()
@@ -160,20 +162,21 @@ func (l *Loop) fleetRefreshWait(a *agent, w *replica.Chain) bool {
 		return false
 	}
 	defer done()
-	return l.fleetRefreshCtx(ctx, a)
+	return fl.refreshCtx(ctx, a)
 }
 
-// fleetRefreshCtx is fleetRefresh under ctx.
-func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
+// refreshCtx is refresh under ctx.
+func (fl *fleetLink) refreshCtx(ctx context.Context, a *agent) bool {
+	l := fl.l
 	a.mu.Lock()
 	since := a.fl.st.Rev // an answer older than since says the fleet lost the state; one older than the copy's is late
 	a.mu.Unlock()
-	rev, val, err := l.fleet.f.Load(ctx, a.id)
+	rev, val, err := fl.f.Load(ctx, a.id)
 	err = replica.Cut(ctx, err)
 	res := replica.LoadOK
 	switch {
 	case err == nil:
-		l.fleetUp()
+		fl.cameUp()
 	case errors.Is(err, errFleetSlow):
 		res = replica.LoadSlow
 	case errors.Is(err, ErrFleetUnavailable):
@@ -182,7 +185,7 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 		res = replica.LoadBad
 	}
 	if err != nil {
-		l.fleetErr(a, err)
+		fl.onErr(a, err)
 	}
 	a.mu.Lock()
 	if res == replica.LoadOK {
@@ -193,38 +196,39 @@ func (l *Loop) fleetRefreshCtx(ctx context.Context, a *agent) bool {
 	if n.Lost {
 		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
 	}
-	l.fleetNext(a, n, errTakenOver, nil)
+	fl.next(a, n, errTakenOver, nil)
 	return asked
 }
 
-// fleetNext carries out n, what a's replication asks after an input, in
-// its order (a Check is done under the input's lock: fleetOutcome): take
+// next carries out n, what a's replication asks after an input, in
+// its order (a Check is done under the input's lock: outcome): take
 // a state (a take-back, for why), refresh (as an operation of the chain
 // w), ask for a flush. It reports whether a refresh it made could ask
 // the fleet (false when it made none).
-func (l *Loop) fleetNext(a *agent, n replica.Next, why error, w *replica.Chain) (asked bool) {
+func (fl *fleetLink) next(a *agent, n replica.Next, why error, w *replica.Chain) (asked bool) {
 	if n.Adopt != nil {
-		l.fleetAdopt(a, *n.Adopt, why)
+		fl.adopt(a, *n.Adopt, why)
 	}
 	if n.Refresh {
-		asked = l.fleetRefreshWait(a, w)
+		asked = fl.refreshWait(a, w)
 	}
 	if n.Kick {
-		l.fleetKick()
+		fl.kickFlush()
 	}
 	return asked
 }
 
-// fleetAdopt makes the shared state ad.Value, at revision ad.Rev, a's,
+// adopt makes the shared state ad.Value, at revision ad.Rev, a's,
 // when its replication takes it (replica.State.Take): a newer state, or a
 // take-back (ad.Force) when no state of the fleet's was taken since its
 // commit began. a keeps its call statistics;
 // the decisions not committed yet are taken back for why
 // (fleet_batch.go).
-func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {
+func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
+	l := fl.l
 	sh, err := decodeState(ad.Value, a.id)
 	if err != nil {
-		l.fleetBad(a, err)
+		fl.bad(a, err)
 	}
 	fa := a.fl
 	a.mu.Lock()
@@ -239,7 +243,7 @@ func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {
 	if !take {
 		a.mu.Unlock()
 		if kick {
-			l.fleetKick()
+			fl.kickFlush()
 		}
 		return
 	}
@@ -267,11 +271,12 @@ func (l *Loop) fleetAdopt(a *agent, ad replica.Adopt, why error) {
 	a.mu.Unlock()
 	l.remember(fixes)
 	l.props.note(a.id, props)
-	l.orphanLanded(a, landed)
+	fl.orphanLanded(a, landed)
 }
 
-// fleetNotified takes a commit another replica announced.
-func (l *Loop) fleetNotified(id string, rev uint64) {
+// notified takes a commit another replica announced.
+func (fl *fleetLink) notified(id string, rev uint64) {
+	l := fl.l
 	v, ok := l.agents.Load(id)
 	if !ok || l.isClosed.Load() {
 		return
@@ -285,11 +290,11 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 	refresh := a.fl.st.Notified(rev)
 	a.mu.Unlock()
 	if refresh {
-		l.fleetRefresh(a)
+		fl.refresh(a)
 	}
 }
 
-// fleetCommit commits a's shared state, c.Value, if it changed (c, from
+// commit commits a's shared state, c.Value, if it changed (c, from
 // replica.State.Begin, under the lock its state was taken under), with
 // the events evs of the decisions that changed it. When another replica
 // committed first, a takes its state and the error wraps
@@ -297,29 +302,30 @@ func (l *Loop) fleetNotified(id string, rev uint64) {
 // fleet's last state it knew and the error wraps ErrFleetUnavailable. In
 // both cases the decisions did not happen.
 // It waits on the fleet as part of the chain w (nil: a chain of its own).
-func (l *Loop) fleetCommit(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
+func (fl *fleetLink) commit(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
 	if !c.Changed() {
 		return nil // the fleet has it, unless it lost it or holds an invalid one
 	}
-	return l.fleetSwap(a, c, evs, w)
+	return fl.swap(a, c, evs, w)
 }
 
-// fleetSwap sends the commit c of a's shared state, whether it changed or
-// not, and carries out its outcome; see fleetCommit. The decision's
+// swap sends the commit c of a's shared state, whether it changed or
+// not, and carries out its outcome; see commit. The decision's
 // events go to the fleet's log with the next flush, off the caller's
 // path. The caller holds a's save lock: one commit of a is in flight.
-func (l *Loop) fleetSwap(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
-	fa, fl := a.fl, l.fleet
+func (fl *fleetLink) swap(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
+	l := fl.l
+	fa := a.fl
 	w = fl.Chain(w)
 	if fl.Down() {
 		// Backing off until the flusher finds the fleet again: the
 		// decision is taken back at once.
 		err := fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
-		return l.fleetOutcome(a, c, replica.NotSent, 0, nil, err, w)
+		return fl.outcome(a, c, replica.NotSent, 0, nil, err, w)
 	}
 	ctx, done, ok := fl.Op(w)
 	if !ok {
-		return l.fleetOutcome(a, c, replica.NotSent, 0, nil, errFleetSlow, w) // never sent: it cannot land
+		return fl.outcome(a, c, replica.NotSent, 0, nil, errFleetSlow, w) // never sent: it cannot land
 	}
 	a.mu.Lock()
 	fa.st.Sending()
@@ -337,14 +343,14 @@ func (l *Loop) fleetSwap(a *agent, c replica.Commit, evs []queued, w *replica.Ch
 	var keep any
 	switch {
 	case err == nil:
-		l.fleetUp()
+		fl.cameUp()
 	case errors.Is(err, ErrFleetConflict):
-		l.fleetUp()
+		fl.cameUp()
 		l.m.fleetConflicts.Add(1)
 		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
 		out = replica.Conflict
 	default:
-		l.fleetErr(a, err)
+		fl.onErr(a, err)
 		if errors.Is(err, ErrFleetUnavailable) {
 			out = replica.Unreachable
 			if len(evs) > 0 {
@@ -356,15 +362,16 @@ func (l *Loop) fleetSwap(a *agent, c replica.Commit, evs []queued, w *replica.Ch
 			err = fmt.Errorf("%w: %w", errFleetRefused, err)
 		}
 	}
-	return l.fleetOutcome(a, c, out, nrev, keep, err, w, evs...)
+	return fl.outcome(a, c, out, nrev, keep, err, w, evs...)
 }
 
-// fleetOutcome gives commit c's outcome out (at nrev when it landed; keep:
+// outcome gives commit c's outcome out (at nrev when it landed; keep:
 // the events of a commit that may have landed) to a's replication, and
 // carries out what it asks: a conflict's refresh, then its resolution; a
 // take-back for err. The events evs of a commit that landed go to the
 // fleet's log before any refresh. It returns err.
-func (l *Loop) fleetOutcome(a *agent, c replica.Commit, out replica.Outcome, nrev uint64, keep any, err error, w *replica.Chain, evs ...queued) error {
+func (fl *fleetLink) outcome(a *agent, c replica.Commit, out replica.Outcome, nrev uint64, keep any, err error, w *replica.Chain, evs ...queued) error {
+	l := fl.l
 	fa := a.fl
 	a.mu.Lock()
 	if out == replica.Landed {
@@ -380,26 +387,27 @@ func (l *Loop) fleetOutcome(a *agent, c replica.Commit, out replica.Outcome, nre
 		n.Check = false
 	}
 	a.mu.Unlock()
-	l.orphanLanded(a, landed)
+	fl.orphanLanded(a, landed)
 	if out == replica.Landed {
-		l.fleetLog(evs)
+		fl.logEvents(evs)
 	}
-	asked := l.fleetNext(a, n, err, w)
+	asked := fl.next(a, n, err, w)
 	if out == replica.Conflict {
 		a.mu.Lock()
 		n = fa.st.Resolved(c, asked)
 		a.mu.Unlock()
-		l.fleetNext(a, n, err, w)
+		fl.next(a, n, err, w)
 	}
 	return err
 }
 
-// fleetLease takes the agent's lease for the strategy run an, and checks
+// lease takes the agent's lease for the strategy run an, and checks
 // that no other replica acted on the trigger meanwhile. It reports
 // whether this replica runs the strategy.
 // Its operations are of the chain w.
-func (l *Loop) fleetLease(a *agent, an *Analysis, w *replica.Chain) bool {
-	fl, fa := l.fleet, a.fl
+func (fl *fleetLink) lease(a *agent, an *Analysis, w *replica.Chain) bool {
+	l := fl.l
+	fl, fa := fl, a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
 	busy := now < fa.leaseBusy || fa.releasing
@@ -421,10 +429,10 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *replica.Chain) bool {
 	done()
 	if err != nil {
 		l.m.fleetLeaseErrs.Add(1)
-		l.fleetErr(a, err)
+		fl.onErr(a, err)
 		return false
 	}
-	l.fleetUp()
+	fl.cameUp()
 	if ok {
 		l.m.fleetLeases.Add(1)
 	} else {
@@ -434,8 +442,8 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *replica.Chain) bool {
 		a.mu.Unlock()
 		return false
 	}
-	if !l.fleetRefreshWait(a, w) {
-		l.fleetRelease(a, w)
+	if !fl.refreshWait(a, w) {
+		fl.release(a, w)
 		return false
 	}
 	a.mu.Lock()
@@ -443,52 +451,51 @@ func (l *Loop) fleetLease(a *agent, an *Analysis, w *replica.Chain) bool {
 	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
 	a.mu.Unlock()
 	if acted {
-		l.fleetRelease(a, w)
+		fl.release(a, w)
 		return false
 	}
 	return true
 }
 
-// fleetRelease gives the agent's lease back, as an operation of the
+// release gives the agent's lease back, as an operation of the
 // chain w; not when the fleet is down (it expires). When w's time is
 // spent, the flusher gives it back, off the caller's path
-// (fleetReleaseLater).
-func (l *Loop) fleetRelease(a *agent, w *replica.Chain) {
-	if l.fleet.Down() {
+// (releaseLater).
+func (fl *fleetLink) release(a *agent, w *replica.Chain) {
+	if fl.Down() {
 		return
 	}
-	ctx, done, ok := l.fleet.Op(w)
+	ctx, done, ok := fl.Op(w)
 	if !ok {
-		l.fleetReleaseLater(a)
+		fl.releaseLater(a)
 		return
 	}
 	defer done()
-	if err := replica.Cut(ctx, l.fleet.f.Release(ctx, a.id, l.fleet.replica)); err != nil {
-		l.fleetErr(a, err)
+	if err := replica.Cut(ctx, fl.f.Release(ctx, a.id, fl.replica)); err != nil {
+		fl.onErr(a, err)
 		if errors.Is(err, errFleetSlow) {
-			l.fleetReleaseLater(a) // not down: the flusher gives it back
+			fl.releaseLater(a) // not down: the flusher gives it back
 		}
 	}
 }
 
-// fleetReleaseLater asks the flusher to give a's lease back: the call
+// releaseLater asks the flusher to give a's lease back: the call
 // that held it had spent its fleet time.
-func (l *Loop) fleetReleaseLater(a *agent) {
-	l.fleet.rel.Push(a) // beyond maxFleetReleases, the lease expires
-	l.fleetKick()
+func (fl *fleetLink) releaseLater(a *agent) {
+	fl.rel.Push(a) // beyond maxFleetReleases, the lease expires
+	fl.kickFlush()
 }
 
 // maxFleetReleases bounds the leases waiting for the flusher to give
 // them back; beyond it they expire.
 const maxFleetReleases = 1024
 
-// fleetReleases gives back the leases fleetReleaseLater queued, all
+// releases gives back the leases releaseLater queued, all
 // within one fleet timeout (best effort: a lease not given back expires).
 // A lease of an agent whose strategy runs again here is left to that
 // run, which holds it; while one is given back, the agent takes no lease
-// (fleetLease). flushMu is held.
-func (l *Loop) fleetReleases() {
-	fl := l.fleet
+// (lease). flushMu is held.
+func (fl *fleetLink) releases() {
 	rel := fl.rel.Take()
 	if len(rel) == 0 || fl.Down() {
 		return
@@ -508,7 +515,7 @@ func (l *Loop) fleetReleases() {
 		a.fl.releasing = false
 		a.mu.Unlock()
 		if err != nil {
-			l.fleetErr(a, err)
+			fl.onErr(a, err)
 			return
 		}
 	}
@@ -568,7 +575,8 @@ func (a *agent) settleOrphansLocked() []queued {
 
 // orphanLanded records the events of a decision reported as failed that
 // reached the fleet after all, and says so in the log.
-func (l *Loop) orphanLanded(a *agent, evs []queued) {
+func (fl *fleetLink) orphanLanded(a *agent, evs []queued) {
+	l := fl.l
 	if len(evs) == 0 {
 		return
 	}
@@ -582,7 +590,7 @@ func (l *Loop) orphanLanded(a *agent, evs []queued) {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
 	}
-	l.fleetLog(evs)
+	fl.logEvents(evs)
 	for _, q := range evs {
 		if !q.notified {
 			l.notify(q.ev)

@@ -14,7 +14,7 @@ import (
 // The Loop's side of a Fleet (WithFleet): attaching an agent to the
 // fleet's state, counting calls and sending them in batches, taking the
 // pooled counts back, committing decisions, and taking other replicas'
-// decisions. The call path only counts (fleetCount, under the agent's
+// decisions. The call path only counts (count, under the agent's
 // lock, O(1)); everything that talks to the fleet runs in the flusher's
 // goroutine, or when a decision is saved, each bounded by the fleet
 // timeout. No agent lock is held while the fleet is called.
@@ -39,8 +39,8 @@ type fleetLink struct {
 	flushMu replica.SaveLock        // serialises flushes
 	polled  time.Time               // the last flush that asked for every agent; guarded by flushMu
 	out     replica.Queue[noteItem] // notes for the fleet (fleet_notes.go), at most maxOutbox
-	evs     replica.Queue[Event]    // events for the fleet's log (fleetLog), at most maxFleetEvents
-	rel     replica.Queue[*agent]   // leases for the flusher to give back (fleetReleaseLater), at most maxFleetReleases
+	evs     replica.Queue[Event]    // events for the fleet's log (logEvents), at most maxFleetEvents
+	rel     replica.Queue[*agent]   // leases for the flusher to give back (releaseLater), at most maxFleetReleases
 	once    sync.Once
 	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
 	// badStats is when the invalid statistics of agents not loaded here
@@ -49,6 +49,10 @@ type fleetLink struct {
 	badStats map[string]int64
 
 	replicas replicaBook // the replicas seen (fleet_notes.go)
+
+	// l is the Loop the link serves: the driver (step), the agents and
+	// their files, the metrics and the log.
+	l *Loop
 }
 
 // fleetPoll is how often a flush asks the fleet for the revision of every
@@ -65,24 +69,22 @@ func newFleetLink(o *options) *fleetLink {
 	}
 }
 
-// startFleet subscribes to the fleet's notifications and starts the
+// start subscribes to the fleet's notifications and starts the
 // flusher.
-func (l *Loop) startFleet() {
-	fl := l.fleet
-	fl.unsub = fl.f.Subscribe(l.fleetNotified)
-	go l.fleetLoop()
+func (fl *fleetLink) start() {
+	fl.unsub = fl.f.Subscribe(fl.notified)
+	go fl.run()
 }
 
-// closeFleet stops the flusher, sends the counts not sent yet, and
+// close stops the flusher, sends the counts not sent yet, and
 // unsubscribes. Close calls it before it seals the loop.
-func (l *Loop) closeFleet() error {
-	fl := l.fleet
+func (fl *fleetLink) close() error {
 	var err error
 	fl.once.Do(func() {
 		close(fl.stop)
 		<-fl.done
-		err = l.fleetFlush()
-		l.fleetGone()
+		err = fl.flush()
+		fl.gone()
 		fl.unsub()
 	})
 	return err
@@ -93,10 +95,9 @@ func (fl *fleetLink) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), fl.Timeout)
 }
 
-// fleetLoop flushes the counts every interval, or when enough calls are
-// waiting, until closeFleet.
-func (l *Loop) fleetLoop() {
-	fl := l.fleet
+// run flushes the counts every interval, or when enough calls are
+// waiting, until close.
+func (fl *fleetLink) run() {
 	defer close(fl.done)
 	var tick <-chan time.Time
 	if fl.interval > 0 {
@@ -111,32 +112,33 @@ func (l *Loop) fleetLoop() {
 		case <-fl.stop:
 			return
 		}
-		l.fleetFlush()
+		fl.flush()
 	}
 }
 
-// fleetCount books a finished call for the fleet; a's lock is held.
-func (l *Loop) fleetCount(a *agent, c *call) {
+// count books a finished call for the fleet; a's lock is held.
+func (fl *fleetLink) count(a *agent, c *call) {
 	if c.ignored {
 		return
 	}
 	a.fl.tally.count(c)
-	if a.fl.tally.calls == l.fleet.calls {
-		l.fleetKick()
+	if a.fl.tally.calls == fl.calls {
+		fl.kickFlush()
 	}
 }
 
-// fleetErr takes an error of the fleet about agent a (nil: of no agent):
-// the fleet could not be reached (fleetDown), or it refused or held
-// invalid data (fleetBad).
-func (l *Loop) fleetErr(a *agent, err error) {
+// onErr takes an error of the fleet about agent a (nil: of no agent):
+// the fleet could not be reached (wentDown), or it refused or held
+// invalid data (bad).
+func (fl *fleetLink) onErr(a *agent, err error) {
+	l := fl.l
 	switch {
 	case errors.Is(err, errFleetSlow):
 		l.m.fleetErrors.Add(1) // the fleet answers slowly: not down (see cut)
 	case errors.Is(err, ErrFleetUnavailable):
-		l.fleetDown(err)
+		fl.wentDown(err)
 	default:
-		l.fleetBad(a, err)
+		fl.bad(a, err)
 	}
 }
 
@@ -144,12 +146,13 @@ func (l *Loop) fleetErr(a *agent, err error) {
 // reported (a log line); Metrics.FleetErrors counts every time.
 const fleetBadEvery = time.Minute
 
-// fleetBad reports an answer of the fleet that is no outage: invalid
+// bad reports an answer of the fleet that is no outage: invalid
 // data of agent a (nil: of no agent), set aside or to be replaced, or a
 // refusal. It logs at most once per fleetBadEvery per agent.
-func (l *Loop) fleetBad(a *agent, err error) {
+func (fl *fleetLink) bad(a *agent, err error) {
+	l := fl.l
 	l.m.fleetErrors.Add(1)
-	at := &l.fleet.badAt
+	at := &fl.badAt
 	if a != nil && a.fl != nil {
 		at = &a.fl.badAt
 	}
@@ -170,32 +173,33 @@ func (l *Loop) fleetBad(a *agent, err error) {
 // outage, which sends no second event.
 const fleetSettle = time.Second
 
-// fleetDown notes that the fleet could not be reached: the replica backs
+// wentDown notes that the fleet could not be reached: the replica backs
 // off until the flusher finds it again. At the first failure of an
 // outage, a log line and a stored EventFleetUnreachable.
-func (l *Loop) fleetDown(err error) {
+func (fl *fleetLink) wentDown(err error) {
+	l := fl.l
 	l.m.fleetErrors.Add(1)
 	now := l.clock.Now()
-	if !l.fleet.Failed(now.UnixNano()) {
+	if !fl.Failed(now.UnixNano()) {
 		return // backing off already, or the fleet had not answered for fleetSettle since the last failure
 	}
 	l.m.fleetOutages.Add(1)
 	l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
-	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
+	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
 		Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
 }
 
-// fleetUp notes that the fleet answered: after it was down, every live
+// cameUp notes that the fleet answered: after it was down, every live
 // agent is compared with the fleet's state at the next flush; once it
 // has answered for fleetSettle, the outage is over, with a log line and
 // a stored EventFleetRecovered.
-func (l *Loop) fleetUp() {
-	fl := l.fleet
+func (fl *fleetLink) cameUp() {
+	l := fl.l
 	now := l.clock.Now()
 	back, over, d := fl.Answered(now.UnixNano(), fleetSettle)
 	if back {
-		l.resyncAll()
-		l.fleetKick()
+		fl.resyncAll()
+		fl.kickFlush()
 		return
 	}
 	if !over {
@@ -203,13 +207,14 @@ func (l *Loop) fleetUp() {
 	}
 	d = d.Round(time.Millisecond)
 	l.log.Info("selfimprove: fleet reachable again; resynchronised", "outage", d)
-	l.fleetEvent(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
+	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
 		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
 }
 
-// fleetEvent writes ev, an event of the fleet's link, to the store (it
+// event writes ev, an event of the fleet's link, to the store (it
 // concerns no agent, and no decision waits for it) and hands it on.
-func (l *Loop) fleetEvent(ev *Event) {
+func (fl *fleetLink) event(ev *Event) {
+	l := fl.l
 	if l.enterWrite() {
 		if err := l.store.AppendEvents([]Event{*ev}); err != nil {
 			l.m.storeErrors.Add(1)
@@ -228,13 +233,13 @@ type fleetItem struct {
 	again bool
 }
 
-// fleetFlush sends the counts of the calls not sent yet, one delta per
+// flush sends the counts of the calls not sent yet, one delta per
 // agent with calls, a change under verification or a resync due, and
 // takes back the pooled counts: other replicas' calls are booked, the
 // change under verification is judged on the fleet's calls, and a newer
 // state is taken.
-func (l *Loop) fleetFlush() error {
-	fl := l.fleet
+func (fl *fleetLink) flush() error {
+	l := fl.l
 	fl.flushMu.Lock()
 	defer fl.flushMu.Unlock()
 	now := l.clock.Now()
@@ -242,27 +247,27 @@ func (l *Loop) fleetFlush() error {
 	if poll {
 		fl.polled = now
 	}
-	l.fleetNotes(now, poll)
-	l.fleetSeen(now)
-	items := l.fleetItems(poll)
-	l.fleetStats(items)
-	lag, err := l.fleetSend(items, nil, nil)
+	fl.pollNotes(now, poll)
+	fl.seen(now)
+	items := fl.items(poll)
+	fl.stats(items)
+	lag, err := fl.send(items, nil, nil)
 	if err == nil && len(items) > 0 {
 		l.m.fleetLag.Store(lag)
 	}
-	l.fleetSendEvents()
-	l.fleetReleases()
-	l.fleetRewrite()
+	fl.sendEvents()
+	fl.releases()
+	fl.rewrite()
 	return err
 }
 
-// fleetSend sends the deltas of items in one Add and takes back the pooled
-// counts (fleetPooled; rep, when set, gets a decision they make). It
+// send sends the deltas of items in one Add and takes back the pooled
+// counts (pooled; rep, when set, gets a decision they make). It
 // returns the most revisions an agent's copy was behind. flushMu is held.
 // Its waits on the fleet, and those of the decisions the counts make, are
 // of the chain w (nil: the Add and each decision a chain of its own).
-func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
-	fl := l.fleet
+func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
+	l := fl.l
 	if len(items) == 0 {
 		return 0, nil
 	}
@@ -282,7 +287,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 	}
 	if err != nil {
 		if err != errFleetSlow { // not tried: no error of the fleet's
-			l.fleetErr(nil, err)
+			fl.onErr(nil, err)
 		}
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
@@ -294,16 +299,16 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 		}
 		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 	}
-	l.fleetUp()
+	fl.cameUp()
 	for i := range items {
 		a := items[i].a
 		a.mu.Lock()
 		a.fl.deltas.Answered(items[i].d, false)
 		a.mu.Unlock()
 		if pools[i].Err != nil {
-			l.fleetBad(a, pools[i].Err)
+			fl.bad(a, pools[i].Err)
 		}
-		if n := l.fleetPooled(a, &items[i].d, &pools[i], rep, w); n > 0 {
+		if n := fl.pooled(a, &items[i].d, &pools[i], rep, w); n > 0 {
 			l.m.fleetBehind.Add(1)
 			lag = max(lag, n)
 		}
@@ -311,7 +316,7 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 	return lag, nil
 }
 
-// fleetJudge sends a's counts to the fleet at once, from the call under
+// judge sends a's counts to the fleet at once, from the call under
 // verification that made them, and judges the change on the pooled
 // counts it gets back, before the call returns: every replica decides on
 // the fleet's calls as they come, not as the flushes bring them, so that
@@ -320,8 +325,9 @@ func (l *Loop) fleetSend(items []fleetItem, rep *Report, w *replica.Chain) (lag 
 // only count, and their counts go with the next); not while backing off.
 // rep gets the decision, if this call makes one.
 // Its waits on the fleet are of the call's chain w (nil: its own).
-func (l *Loop) fleetJudge(a *agent, rep *Report, w *replica.Chain) {
-	fl, fa := l.fleet, a.fl
+func (fl *fleetLink) judge(a *agent, rep *Report, w *replica.Chain) {
+	l := fl.l
+	fl, fa := fl, a.fl
 	if fl.Down() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
 		return
 	}
@@ -333,18 +339,19 @@ func (l *Loop) fleetJudge(a *agent, rep *Report, w *replica.Chain) {
 		return // its time is spent (lockWithin would wait without end)
 	}
 	defer fl.flushMu.Unlock()
-	if it, ok := l.fleetItemOf(a, false); ok {
-		l.fleetSend([]fleetItem{it}, rep, w)
+	if it, ok := fl.itemOf(a, false); ok {
+		fl.send([]fleetItem{it}, rep, w)
 	}
 }
 
-// fleetItems returns the deltas of a flush: one per agent with calls, a
+// items returns the deltas of a flush: one per agent with calls, a
 // change under verification, a resync or rewrite due, or on a poll; an
 // agent's delta whose answer was lost goes again as it was.
-func (l *Loop) fleetItems(poll bool) []fleetItem {
+func (fl *fleetLink) items(poll bool) []fleetItem {
+	l := fl.l
 	var items []fleetItem
 	l.agents.Range(func(_, v any) bool {
-		if it, ok := l.fleetItemOf(v.(*agent), poll); ok {
+		if it, ok := fl.itemOf(v.(*agent), poll); ok {
 			items = append(items, it)
 		}
 		return true
@@ -352,9 +359,10 @@ func (l *Loop) fleetItems(poll bool) []fleetItem {
 	return items
 }
 
-// fleetItemOf returns a's delta for a flush, if it has one to send (see
-// fleetItems); flushMu is held.
-func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
+// itemOf returns a's delta for a flush, if it has one to send (see
+// items); flushMu is held.
+func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
+	l := fl.l
 	fa := a.fl
 	if fa == nil {
 		return it, false
@@ -370,9 +378,9 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 		return fleetItem{a, *fa.deltas.Pending(), true}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
 		t := fa.tally
-		d := FleetDelta{AgentID: a.id, Replica: l.fleet.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+		d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 		for i := range d.Failures {
-			d.Failures[i].Replica = l.fleet.replica
+			d.Failures[i].Replica = fl.replica
 		}
 		d.Batch = fa.deltas.Next()
 		fa.tally = fleetTally{gen: a.s.Gen}
@@ -382,12 +390,13 @@ func (l *Loop) fleetItemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	return it, false
 }
 
-// fleetRewrite writes the state of the agents whose state the fleet lost,
+// rewrite writes the state of the agents whose state the fleet lost,
 // or holds invalid, again: this replica's copy (the first replica to do
 // so wins; the others take its state). The commit that writes it ends
-// the rewrite (fleetSwap), and so does taking a valid state from the
-// fleet (fleetAdopt); a failure leaves it for the next flush.
-func (l *Loop) fleetRewrite() {
+// the rewrite (swap), and so does taking a valid state from the
+// fleet (adopt); a failure leaves it for the next flush.
+func (fl *fleetLink) rewrite() {
+	l := fl.l
 	var due []*agent
 	l.agents.Range(func(_, v any) bool {
 		if a := v.(*agent); a.fl != nil {
@@ -400,7 +409,7 @@ func (l *Loop) fleetRewrite() {
 		return true
 	})
 	for _, a := range due {
-		l.persist(a) // its errors are the fleet's, reported by fleetSwap
+		l.persist(a) // its errors are the fleet's, reported by swap
 	}
 }
 
@@ -420,14 +429,15 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.resyncAll()
+	l.fleet.resyncAll()
 	l.fleet.replicas.now.Store(true)
-	return l.fleetFlush()
+	return l.fleet.flush()
 }
 
 // resyncAll has every live agent compared with the fleet's state at the
 // next flush. No agent's lock is held.
-func (l *Loop) resyncAll() {
+func (fl *fleetLink) resyncAll() {
+	l := fl.l
 	l.agents.Range(func(_, v any) bool {
 		if a := v.(*agent); a.fl != nil {
 			a.mu.Lock()
@@ -489,9 +499,10 @@ func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
 // fleet's log; beyond it the oldest are dropped (they are in the store).
 const maxFleetEvents = 4096
 
-// fleetLog queues events for the fleet's log, sent by the next flush
-// (fleetSendEvents), and asks for one.
-func (l *Loop) fleetLog(evs []queued) {
+// logEvents queues events for the fleet's log, sent by the next flush
+// (sendEvents), and asks for one.
+func (fl *fleetLink) logEvents(evs []queued) {
+	l := fl.l
 	if len(evs) == 0 {
 		return
 	}
@@ -499,18 +510,17 @@ func (l *Loop) fleetLog(evs []queued) {
 	for i, q := range evs {
 		events[i] = *q.ev
 	}
-	if n := l.fleet.evs.PushDrop(events...); n > 0 {
+	if n := fl.evs.PushDrop(events...); n > 0 {
 		l.m.fleetErrors.Add(1)
 		l.log.Error("selfimprove: events for the fleet's log dropped: the fleet has not taken them", "count", n)
 	}
-	l.fleetKick()
+	fl.kickFlush()
 }
 
-// fleetSendEvents sends the queued events to the fleet's log; while the
+// sendEvents sends the queued events to the fleet's log; while the
 // fleet cannot be reached they wait for the next flush, a refusal drops
 // them. flushMu is held.
-func (l *Loop) fleetSendEvents() {
-	fl := l.fleet
+func (fl *fleetLink) sendEvents() {
 	evs := fl.evs.Take()
 	if len(evs) == 0 || fl.Down() {
 		fl.evs.Requeue(evs)
@@ -521,11 +531,11 @@ func (l *Loop) fleetSendEvents() {
 	cancel()
 	switch {
 	case err == nil:
-		l.fleetUp()
+		fl.cameUp()
 	case errors.Is(err, ErrFleetUnavailable):
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 		fl.evs.Requeue(evs)
 	default:
-		l.fleetErr(nil, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(evs), err))
+		fl.onErr(nil, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(evs), err))
 	}
 }

@@ -42,25 +42,25 @@ const maxOutbox = 256
 // died leaves no cause behind for long.
 func (p *ProbePolicy) causeTTL() time.Duration { return 3 * p.MaxEvery }
 
-// fleetPost queues a note for the flusher, and asks for a flush. It
+// post queues a note for the flusher, and asks for a flush. It
 // reports false when the outbox is full.
-func (l *Loop) fleetPost(n noteItem) bool {
-	ok := l.fleet.out.Push(n)
-	l.fleetKick()
+func (fl *fleetLink) post(n noteItem) bool {
+	ok := fl.out.Push(n)
+	fl.kickFlush()
 	return ok
 }
 
-// posted hands n to the fleet (fleetPost), which decides whether this
-// replica raises the cause or its end (see fleetNotes). It reports false
+// posted hands n to the fleet (post), which decides whether this
+// replica raises the cause or its end (see pollNotes). It reports false
 // without a fleet, or with the outbox full: then this replica decides.
-func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleetPost(n) }
+func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleet.post(n) }
 
-// fleetNotes sends the queued notes and renews the causes in force here;
+// pollNotes sends the queued notes and renews the causes in force here;
 // on a poll it takes the fleet's dead routes. A cause the fleet did not
 // know (or could not be asked of) is raised here; the end of one it knew
 // is told here.
-func (l *Loop) fleetNotes(now time.Time, poll bool) {
-	fl := l.fleet
+func (fl *fleetLink) pollNotes(now time.Time, poll bool) {
+	l := fl.l
 	items := fl.out.Take()
 	p := &l.rules.probes
 	for _, id := range l.causes.due(now.UnixNano(), int64(p.MaxEvery)) {
@@ -71,7 +71,7 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 		was, err := fl.f.Note(ctx, n.kind, n.name, n.reason, n.until, n.now)
 		cancel()
 		if err != nil {
-			l.fleetErr(nil, err)
+			fl.onErr(nil, err)
 		}
 		switch {
 		case n.h == nil:
@@ -88,10 +88,10 @@ func (l *Loop) fleetNotes(now time.Time, poll bool) {
 	dead, err := fl.f.Notes(ctx, noteRoute, now)
 	cancel()
 	if err != nil {
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 		return
 	}
-	l.fleetUp()
+	fl.cameUp()
 	for _, d := range dead {
 		l.dead.mark(d.Route, d.Until.UnixNano(), freeText(d.Reason), failure.ClassModelUnavailable, now.UnixNano())
 	}
@@ -103,7 +103,7 @@ func (l *Loop) causeEnded(a *agent, h *holdNote, c string, now time.Time) {
 		Message: fmt.Sprintf("account-wide %s cause %s is over: agent %q got through", h.class, c, a.id)})
 }
 
-// claim claims the probe c is about to run, in a fleet (see fleetClaim).
+// claim claims the probe c is about to run, in a fleet (see claimProbe).
 // When another replica took it, a probe of the primary becomes a plain
 // call, and claim returns false for a held agent's probe: the call fails
 // fast.
@@ -113,7 +113,7 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	}
 	c.fw = l.fleet.Chain(c.fw) // the load of a new agent, the claim and the call's decision share it
 	c.fw.Resume()
-	ok := l.fleetClaim(a, c.homeProbe, c.fw)
+	ok := l.fleet.claimProbe(a, c.homeProbe, c.fw)
 	c.fw.Pause() // fn runs now: its time is its own (resumed in finish)
 	if ok {
 		return true
@@ -123,7 +123,7 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	return false
 }
 
-// fleetClaim makes the probe a call is about to run (of the primary, or
+// claimProbe makes the probe a call is about to run (of the primary, or
 // of a held agent) this replica's alone: it commits the next probe time,
 // one interval on, before the probe runs, so that the other replicas
 // wait. It reports false when another replica claimed it first, or no
@@ -135,12 +135,13 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 // (the hold a call just made, say) never makes it lose as if another
 // replica had claimed the probe. A claim that cannot have the lock within
 // the call's fleet time does not probe.
-func (l *Loop) fleetClaim(a *agent, home bool, w *replica.Chain) bool {
-	if a.fl == nil || l.fleet.Down() || !l.enterWrite() {
+func (fl *fleetLink) claimProbe(a *agent, home bool, w *replica.Chain) bool {
+	l := fl.l
+	if a.fl == nil || fl.Down() || !l.enterWrite() {
 		return true
 	}
 	defer l.leaveWrite()
-	if left := w.Left(); left < l.fleet.Timeout/10 || !a.saveMu.LockWithin(left) {
+	if left := w.Left(); left < fl.Timeout/10 || !a.saveMu.LockWithin(left) {
 		return false // (lockWithin would wait without end on a spent time)
 	}
 	defer a.saveMu.Unlock()
@@ -196,10 +197,9 @@ type replicaBook struct {
 	now  atomic.Bool                 // the next flush notes and reads at once (SyncFleet)
 }
 
-// fleetSeen notes this replica in the fleet, and reads the replicas
+// seen notes this replica in the fleet, and reads the replicas
 // seen, when replicaEvery has passed since it last did. flushMu is held.
-func (l *Loop) fleetSeen(now time.Time) {
-	fl := l.fleet
+func (fl *fleetLink) seen(now time.Time) {
 	b := &fl.replicas
 	if !b.now.Swap(false) && !b.at.IsZero() && !now.Before(b.at) && now.Sub(b.at) < replicaEvery {
 		return
@@ -209,23 +209,23 @@ func (l *Loop) fleetSeen(now time.Time) {
 	_, err := fl.f.Note(ctx, noteReplica, fl.replica, "", now.Add(replicaTTL), now)
 	cancel()
 	if err != nil {
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 		return
 	}
 	ctx, cancel = fl.ctx()
 	seen, err := fl.f.Notes(ctx, noteReplica, now)
 	cancel()
 	if err != nil {
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 		return
 	}
 	b.seen.Store(&seen)
 }
 
-// fleetGone ends this replica's note, at Close; not while the replica
+// gone ends this replica's note, at Close; not while the replica
 // backs off (its note then ends on its own, replicaTTL after the last).
-func (l *Loop) fleetGone() {
-	fl := l.fleet
+func (fl *fleetLink) gone() {
+	l := fl.l
 	if fl.Down() {
 		return
 	}

@@ -7,11 +7,12 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
-// fleetPooled takes the pooled counts p that answered a's delta d; rep,
+// pooled takes the pooled counts p that answered a's delta d; rep,
 // when set, gets the decision they make.
 // It returns how many revisions a's copy was behind the fleet's (0: in
 // step; 1 when it had none and the fleet has one).
-func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
+func (fl *fleetLink) pooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
+	l := fl.l
 	fa := a.fl
 	a.mu.Lock()
 	rev := fa.st.Rev
@@ -28,7 +29,7 @@ func (l *Loop) fleetPooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w
 	}
 	a.mu.Unlock()
 	if newer {
-		l.fleetRefreshWait(a, w)
+		fl.refreshWait(a, w)
 	}
 	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: d, p: p}}
 	if rep == nil {
@@ -46,7 +47,7 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	d, p := x.d, x.p
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
-	l.fleetPooledQuality(a, d, p, now, eff)
+	l.fleet.pooledQuality(a, d, p, now, eff)
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
 			fa.seq = f.Seq
@@ -74,16 +75,16 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	}
 }
 
-// fleetInput books for the fleet, before the transition, what the input
+// bookInput books for the fleet, before the transition, what the input
 // in adds to the counts of a's config in force: a call, or a score. a.mu
 // is held.
-func (l *Loop) fleetInput(a *agent, in *input) {
+func (fl *fleetLink) bookInput(a *agent, in *input) {
 	switch in.kind {
 	case inCall:
-		l.fleetCount(a, in.c)
+		fl.count(a, in.c)
 	case inScore:
 		if version, _, ok := a.s.placeVersion(in.low); ok && a.s.Tracker.Total > 0 && !a.s.scoreSeen(in.key) {
-			l.fleetScored(a, version, in.score)
+			fl.scored(a, version, in.score)
 		}
 	}
 }
@@ -112,11 +113,11 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	return fresh
 }
 
-// fleetScored books, for the fleet, a score given by Loop.Score to a call
+// scored books, for the fleet, a score given by Loop.Score to a call
 // of version: in the arm of the generation in force that ran version, if
 // one did (the score of an older config stays with this replica). a's
 // lock is held.
-func (l *Loop) fleetScored(a *agent, version int, score float64) {
+func (fl *fleetLink) scored(a *agent, version int, score float64) {
 	if a.fl == nil {
 		return
 	}
@@ -128,15 +129,16 @@ func (l *Loop) fleetScored(a *agent, version int, score float64) {
 	default:
 		return
 	}
-	if a.fl.tally.calls == l.fleet.calls {
-		l.fleetKick()
+	if a.fl.tally.calls == fl.calls {
+		fl.kickFlush()
 	}
 }
 
-// fleetPooledQuality books the other replicas' scores and costs that the
+// pooledQuality books the other replicas' scores and costs that the
 // pool p, answering a's delta d, brought (see bookArms, bookPooled).
 // a's lock is held.
-func (l *Loop) fleetPooledQuality(a *agent, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
+func (fl *fleetLink) pooledQuality(a *agent, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
+	l := fl.l
 	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
 		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
 		a.dirty = true

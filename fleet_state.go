@@ -182,7 +182,7 @@ type fleetAgent struct {
 	sent, others FleetCounts
 	seq          uint64
 	leaseBusy    int64        // Unix ns: another replica holds the lease until then
-	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetJudge)
+	judging      atomic.Bool  // a call under verification is sending the agent's counts (judge)
 	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
 	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
 	// one whose answer was lost, sent again unchanged before any other.
@@ -195,7 +195,7 @@ type fleetAgent struct {
 	// mu.
 	decided *fleetBatch
 	// releasing is set while the flusher gives the agent's lease back
-	// (fleetReleases). Guarded by the agent's mu.
+	// (releases). Guarded by the agent's mu.
 	releasing bool
 	// statsAt is when the agent's statistics were last sent (Unix ns),
 	// statsMark their statsMark then; statsOwed: calls of this

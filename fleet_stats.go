@@ -30,15 +30,16 @@ func own(d *FleetDelta) bool {
 	return d.Change.Calls+d.Control.Calls+d.Change.Scored+d.Control.Scored+d.Change.Costed+d.Control.Costed > 0
 }
 
-// fleetStats adds the statistics of the items' agents that are due (see
+// stats adds the statistics of the items' agents that are due (see
 // FleetDelta.Stats) to their deltas: those whose statistics are owed (a
 // delta of this replica's calls, scores or costs went since they were
 // last sent, or, once it has sent them, the fleet brought other
-// replicas' calls: see fleetPooled) and changed, at least
+// replicas' calls: see pooled) and changed, at least
 // fleetStatsEvery after they were last sent. A delta sent again goes as
 // it was: the fleet may have booked it, and would not book statistics
 // added to it.
-func (l *Loop) fleetStats(items []fleetItem) {
+func (fl *fleetLink) stats(items []fleetItem) {
+	l := fl.l
 	now := l.clock.Now().UnixNano()
 	for i := range items {
 		it := &items[i]
@@ -79,17 +80,18 @@ func (fa *fleetAgent) owedStats(fresh FleetCounts) {
 // a replica sends.
 var errFleetStatsSize = errors.New("selfimprove: fleet: an agent's statistics over 256 KiB")
 
-// fleetViewStats puts the fleet's statistics of agent id, which this
+// viewStats puts the fleet's statistics of agent id, which this
 // replica has not loaded, in st (a new agent's state when st has none),
 // as an operation of the chain w, and reports whether the fleet has
 // them. Statistics the fleet holds that are invalid are reported (at most
 // once a minute per agent) and left out: st keeps this replica's own.
-func (l *Loop) fleetViewStats(id string, st *agentState, w *replica.Chain) bool {
-	ctx, done, ok := l.fleet.Op(w)
+func (fl *fleetLink) viewStats(id string, st *agentState, w *replica.Chain) bool {
+	l := fl.l
+	ctx, done, ok := fl.Op(w)
 	if !ok {
 		return false // the Load took the chain's time: the fleet is slow
 	}
-	b, err := l.fleet.f.LoadStats(ctx, id)
+	b, err := fl.f.LoadStats(ctx, id)
 	err = replica.Cut(ctx, err)
 	done()
 	if err == nil && b != nil {
@@ -107,9 +109,9 @@ func (l *Loop) fleetViewStats(id string, st *agentState, w *replica.Chain) bool 
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrFleetUnavailable):
-		l.fleetErr(nil, err)
+		fl.onErr(nil, err)
 	default:
-		l.fleetBadStats(id, err)
+		fl.reportBadStats(id, err)
 	}
 	return false
 }
@@ -118,12 +120,12 @@ func (l *Loop) fleetViewStats(id string, st *agentState, w *replica.Chain) bool 
 // remembers having reported: beyond, it forgets them all.
 const maxBadStats = 256
 
-// fleetBadStats reports invalid statistics of agent id in the fleet:
+// reportBadStats reports invalid statistics of agent id in the fleet:
 // counted in Metrics.FleetErrors each time, logged at most once per
 // fleetBadEvery per agent.
-func (l *Loop) fleetBadStats(id string, err error) {
+func (fl *fleetLink) reportBadStats(id string, err error) {
+	l := fl.l
 	l.m.fleetErrors.Add(1)
-	fl := l.fleet
 	now := l.clock.Now().UnixNano()
 	fl.badMu.Lock()
 	last, seen := fl.badStats[id]

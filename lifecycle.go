@@ -158,6 +158,7 @@ func (l *Loop) restore(recent int) {
 func (l *Loop) start(o *options) {
 	if o.fleet != nil {
 		l.fleet = newFleetLink(o)
+		l.fleet.l = l
 	}
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(l.store, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)
@@ -171,7 +172,7 @@ func (l *Loop) start(o *options) {
 	}
 	go l.flushLoop(o.flushInterval)
 	if l.fleet != nil {
-		l.startFleet()
+		l.fleet.start()
 	}
 	if o.summaryOn && l.disp != nil {
 		l.summaryDone = make(chan struct{})
@@ -201,7 +202,7 @@ func (l *Loop) Close() error {
 		l.bg.Wait()
 		var fleetErr error
 		if l.fleet != nil {
-			fleetErr = l.closeFleet()
+			fleetErr = l.fleet.close()
 		}
 		close(l.stopFlush)
 		<-l.flushDone

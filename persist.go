@@ -72,7 +72,7 @@ func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
 // save is persistWait, for a caller that was admitted to write. The wait
 // of a caller's chain w for another save of the agent (which holds the
 // lock for one chain at most) is part of w's: a save that finds its time
-// spent once it has the lock takes its decisions back (fleetSwap). A
+// spent once it has the lock takes its decisions back (swap). A
 // background save (nil w) starts its chain once it has the lock. The
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
@@ -83,7 +83,7 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 }
 
 // saveHeld is save, for a caller that holds a's save lock. claim, when
-// set, is a probe's claim (fleetClaim): it runs under a's lock before the
+// set, is a probe's claim (claimProbe): it runs under a's lock before the
 // state is taken, and the save goes on only if it reports true; the
 // commit is then sent even unchanged (its compare-and-set is the claim).
 func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() bool) error {
@@ -118,7 +118,7 @@ func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() 
 	if a.fl != nil {
 		var err error
 		if c.Value, err = encodeShared(&snap); err == nil {
-			err = l.fleetCommit(a, c, evs, w)
+			err = l.fleet.commit(a, c, evs, w)
 		}
 		if err != nil {
 			// The fleet did not take the decisions: their events go, and

@@ -120,7 +120,7 @@ func (l *Loop) create(id string, fw **replica.Chain) (_ *agent, created bool, _ 
 		l.props.note(id, a.s.Proposals)
 	}
 	if l.fleet != nil {
-		l.fleetAttach(a, w)
+		l.fleet.attach(a, w)
 	}
 	a.used.Store(true)
 	a.mirrorLocked()
@@ -188,7 +188,7 @@ func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 // view calls f with agent id's state, without creating or keeping the
 // agent: the live one, locked, or else a copy read from the store (not
 // after Close), with the fleet's shared state of it when there is one
-// (fleetView). It reports whether the agent is known.
+// (view). It reports whether the agent is known.
 func (l *Loop) view(id string, f func(s *agentState)) bool { return l.viewOf(id, false, f) }
 
 // viewStats is view for a getter that reports calls: an agent not
@@ -219,7 +219,7 @@ func (l *Loop) viewOf(id string, stats bool, f func(s *agentState)) bool {
 		return false
 	}
 	st, found, _ := l.loadState(id)
-	if l.fleet != nil && l.fleetView(id, &st, stats) {
+	if l.fleet != nil && l.fleet.view(id, &st, stats) {
 		found = true
 	}
 	if !found {
