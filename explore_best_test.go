@@ -190,7 +190,7 @@ func TestBestOfFourCandidates(t *testing.T) {
 			s += x
 		}
 		mean := float64(s) / float64(len(calls))
-		lo, hi := wilson(wrong, trials)
+		lo, hi := scoresim.Wilson95(wrong, trials)
 		m, p90, top := pct(calls)
 		t.Logf("%s: %.0f calls to a decision on average (median %d, 90th percentile %d, max %d); wrong winner in %d of %d trials (%.1f %%, 95 %% interval %.1f-%.1f %%)",
 			what, mean, m, p90, top, wrong, trials, 100*float64(wrong)/float64(trials), 100*lo, 100*hi)

@@ -95,15 +95,6 @@ func watchScale() float64 {
 	return scale
 }
 
-// wilson returns the 95 % Wilson interval of a proportion of k in n.
-func wilson(k, n int) (lo, hi float64) {
-	const z = 1.96
-	p, fn := float64(k)/float64(n), float64(n)
-	c := (p + z*z/(2*fn)) / (1 + z*z/fn)
-	h := z / (1 + z*z/fn) * math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))
-	return max(c-h, 0), min(c+h, 1)
-}
-
 // medianInterval returns the median of sorted xs and its 95 %
 // distribution-free interval (the order statistics n/2 ∓ 0.98·√n).
 func medianInterval(xs []int) (med, lo, hi int) {
@@ -166,7 +157,7 @@ func TestQualityWatchFigures(t *testing.T) {
 			k++
 		}
 	}
-	wlo, whi := wilson(k, len(at))
+	wlo, whi := scoresim.Wilson95(k, len(at))
 	t.Logf("0.85 → 0.60 (σ 0.15), %d trials: seen after a median %d scored calls (95%% interval %d–%d), 90th percentile %d, max %d; within 15: %.1f%% (%.1f–%.1f%%); %d alarms in the %d healthy calls before",
 		len(at), med, lo, hi, at[len(at)*9/10], at[len(at)-1], 100*float64(k)/float64(len(at)), 100*wlo, 100*whi, early, 200*trials)
 	if med > 15 {
@@ -177,13 +168,13 @@ func TestQualityWatchFigures(t *testing.T) {
 	for i, law := range []watchLaw{{0.85, 0.15}, {0.85, 0.25}, {0.6, 0.15}, {0.6, 0.25}, {0.95, 0.1}, {0.6, 0}, {0.85, 0}, {0.95, 0}} {
 		a := watchHealthy(t, uint64(10+i), agents, calls, law)
 		n := agents * calls
-		_, up := wilson(a, n)
+		_, up := scoresim.Wilson95(a, n)
 		t.Logf("healthy, %s: %d analyses in %d scored calls (%d agents): %.2f per 100,000 (95%% interval up to %.2f)",
 			law, a, n, agents, 1e5*float64(a)/float64(n), 1e5*up)
 		total, alarms = total+n, alarms+a
 	}
 	total, alarms = total+200*trials, alarms+early
-	_, up := wilson(alarms, total)
+	_, up := scoresim.Wilson95(alarms, total)
 	t.Logf("healthy, all: %d analyses in %d scored calls: %.2f per 100,000 (95%% interval up to %.2f)", alarms, total, 1e5*float64(alarms)/float64(total), 1e5*up)
 	if float64(alarms) > float64(total)/1e5 {
 		t.Errorf("%d analyses in %d healthy scored calls, want at most 1 per 100,000", alarms, total)

@@ -3,7 +3,6 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -53,18 +52,9 @@ func decideScale() (loop, verify int) {
 	return loop, verify
 }
 
-// wilson95 is the 95 % Wilson interval of k in n.
-func wilson95(k, n int) (lo, hi float64) {
-	const z = 1.96
-	p, fn := float64(k)/float64(n), float64(n)
-	c := (p + z*z/(2*fn)) / (1 + z*z/fn)
-	h := z / (1 + z*z/fn) * math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))
-	return max(c-h, 0), min(c+h, 1)
-}
-
 // share words k of n with its 95 % interval.
 func share(k, n int) string {
-	lo, hi := wilson95(k, n)
+	lo, hi := scoresim.Wilson95(k, n)
 	return fmt.Sprintf("%d of %d (%.1f %%; 95 %% interval %.1f–%.1f %%)", k, n, 100*float64(k)/float64(n), 100*lo, 100*hi)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/scoresim"
 )
 
 // The harmful-tweak strategy: a strategy that keeps proposing harmful
@@ -77,12 +78,8 @@ type harmResult struct {
 // over30 is the share of harmful tweaks that ran more than 30 calls, with
 // its 95 % (Wilson) interval.
 func (r harmResult) over30() (share, lo, hi float64) {
-	n, k := float64(r.Tweaks), float64(r.Over30)
-	const z = 1.96
-	share = k / n
-	c := (share + z*z/(2*n)) / (1 + z*z/n)
-	h := z / (1 + z*z/n) * math.Sqrt(share*(1-share)/n+z*z/(4*n*n))
-	return share, max(0, c-h), min(1, c+h)
+	lo, hi = scoresim.Wilson95(r.Over30, r.Tweaks)
+	return float64(r.Over30) / float64(r.Tweaks), lo, hi
 }
 
 // interval is the 95 % interval of the mean calls under harm.

@@ -1,11 +1,12 @@
 package main
 
 import (
-	"math"
 	"os"
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/self-improving-loop/selfimprove/internal/scoresim"
 )
 
 // harmRuns is how many runs of the harmful-advisor family
@@ -64,7 +65,7 @@ func TestHarmfulAdvisorTrials(t *testing.T) {
 			}
 		}
 		mean, p99, most := float64(sum)/float64(len(each)), each[len(each)*99/100], each[len(each)-1]
-		lo, hi := wilson(over, len(each))
+		lo, hi := scoresim.Wilson95(over, len(each))
 		t.Logf("%s: %d harmful tweaks in %d runs, %d rolled back, %d kept; calls under each: mean %.2f, 99th percentile %d, most %d; over 30: %d (%.2f %%, 95 %% interval %.2f–%.2f %%)",
 			p.name, harmful, n, len(each), kept, mean, p99, most, over, 100*float64(over)/float64(len(each)), 100*lo, 100*hi)
 		if kept*1000 > harmful {
@@ -85,13 +86,4 @@ func harmfulFamily(t *testing.T) family {
 	}
 	t.Fatal("no harmful-advisor family")
 	return family{}
-}
-
-// wilson is the 95 % Wilson interval of k in n.
-func wilson(k, n int) (lo, hi float64) {
-	const z = 1.96
-	p, fn := float64(k)/float64(n), float64(n)
-	c := (p + z*z/(2*fn)) / (1 + z*z/fn)
-	h := z / (1 + z*z/fn) * math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))
-	return max(c-h, 0), min(c+h, 1)
 }

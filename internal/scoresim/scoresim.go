@@ -35,3 +35,13 @@ func gamma(r *rand.Rand, a float64) float64 {
 		}
 	}
 }
+
+// Wilson95 returns the 95 % Wilson interval of a proportion of k in n, as
+// the simulations report their shares.
+func Wilson95(k, n int) (lo, hi float64) {
+	const z = 1.96
+	p, fn := float64(k)/float64(n), float64(n)
+	c := (p + z*z/(2*fn)) / (1 + z*z/fn)
+	h := z / (1 + z*z/fn) * math.Sqrt(p*(1-p)/fn+z*z/(4*fn*fn))
+	return max(c-h, 0), min(c+h, 1)
+}

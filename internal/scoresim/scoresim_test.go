@@ -28,3 +28,16 @@ func TestBetaMoments(t *testing.T) {
 		}
 	}
 }
+
+// The Wilson interval of 0 of 20 is [0, 16.1 %], of 10 of 20 [29.9, 70.1 %].
+func TestWilson95(t *testing.T) {
+	for _, c := range []struct {
+		k, n   int
+		lo, hi float64
+	}{{0, 20, 0, 0.1611}, {10, 20, 0.2993, 0.7007}, {20, 20, 0.8389, 1}} {
+		lo, hi := Wilson95(c.k, c.n)
+		if math.Abs(lo-c.lo) > 1e-4 || math.Abs(hi-c.hi) > 1e-4 {
+			t.Errorf("Wilson95(%d, %d) = [%.4f, %.4f], want [%.4f, %.4f]", c.k, c.n, lo, hi, c.lo, c.hi)
+		}
+	}
+}
