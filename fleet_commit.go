@@ -407,7 +407,7 @@ func (fl *fleetLink) outcome(a *agent, c replica.Commit, out replica.Outcome, nr
 // Its operations are of the chain w.
 func (fl *fleetLink) lease(a *agent, an *Analysis, w *replica.Chain) bool {
 	l := fl.l
-	fl, fa := fl, a.fl
+	fa := a.fl
 	now := l.clock.Now().UnixNano()
 	a.mu.Lock()
 	busy := now < fa.leaseBusy || fa.releasing

@@ -327,7 +327,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 // Its waits on the fleet are of the call's chain w (nil: its own).
 func (fl *fleetLink) judge(a *agent, rep *Report, w *replica.Chain) {
 	l := fl.l
-	fl, fa := fl, a.fl
+	fa := a.fl
 	if fl.Down() || l.isClosed.Load() || !fa.judging.CompareAndSwap(false, true) {
 		return
 	}
@@ -393,8 +393,8 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 // rewrite writes the state of the agents whose state the fleet lost,
 // or holds invalid, again: this replica's copy (the first replica to do
 // so wins; the others take its state). The commit that writes it ends
-// the rewrite (swap), and so does taking a valid state from the
-// fleet (adopt); a failure leaves it for the next flush.
+// the rewrite (fleetLink.swap), and so does taking a valid state from the
+// fleet (fleetLink.adopt); a failure leaves it for the next flush.
 func (fl *fleetLink) rewrite() {
 	l := fl.l
 	var due []*agent
@@ -467,8 +467,8 @@ func (a *agent) settleFleetLocked(l *Loop) {
 	}
 }
 
-// fleetReplicas counts the replicas seen alive at now (Metrics).
-func (fl *fleetLink) fleetReplicas(now time.Time) (n int64) {
+// replicasSeen counts the replicas seen alive at now (Metrics).
+func (fl *fleetLink) replicasSeen(now time.Time) (n int64) {
 	if seen := fl.replicas.seen.Load(); seen != nil {
 		for _, r := range *seen {
 			if r.Until.After(now) {

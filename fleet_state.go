@@ -182,7 +182,7 @@ type fleetAgent struct {
 	sent, others FleetCounts
 	seq          uint64
 	leaseBusy    int64        // Unix ns: another replica holds the lease until then
-	judging      atomic.Bool  // a call under verification is sending the agent's counts (judge)
+	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetLink.judge)
 	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet
 	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
 	// one whose answer was lost, sent again unchanged before any other.

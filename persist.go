@@ -83,7 +83,7 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 }
 
 // saveHeld is save, for a caller that holds a's save lock. claim, when
-// set, is a probe's claim (claimProbe): it runs under a's lock before the
+// set, is a probe's claim (fleetLink.claimProbe): it runs under a's lock before the
 // state is taken, and the save goes on only if it reports true; the
 // commit is then sent even unchanged (its compare-and-set is the claim).
 func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() bool) error {

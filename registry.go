@@ -188,7 +188,7 @@ func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 // view calls f with agent id's state, without creating or keeping the
 // agent: the live one, locked, or else a copy read from the store (not
 // after Close), with the fleet's shared state of it when there is one
-// (view). It reports whether the agent is known.
+// (fleetLink.view). It reports whether the agent is known.
 func (l *Loop) view(id string, f func(s *agentState)) bool { return l.viewOf(id, false, f) }
 
 // viewStats is view for a getter that reports calls: an agent not

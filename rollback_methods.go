@@ -188,11 +188,10 @@ type refNote struct {
 
 // How reference formed p0.
 const (
-	refBefore   = iota // "before" alone: no window
-	refPrior           // "before" completed with the window's rate
-	refPooled          // the window's rate, which agrees with "before"
-	refShrunk          // "before"'s rate shrunk toward the window's
-	refUnhelped        // the window's rate: the change did worse than "before"
+	refBefore = iota // "before" alone: no window
+	refPrior         // "before" completed with the window's rate
+	refPooled        // the window's rate, which agrees with "before"
+	refShrunk        // "before"'s rate shrunk toward the window's
 )
 
 // gainRef is the stats a rise of the success rate is judged against: the
@@ -215,8 +214,6 @@ func (n refNote) String() string {
 		return fmt.Sprintf("the analysis window's %d calls, which agree with the last %d", w.Calls, b.Calls)
 	case refShrunk:
 		return fmt.Sprintf("the last %d calls at %.1f%%, unlike the analysis window's %.1f%%", b.Calls, 100*rate(b), 100*rate(w))
-	case refUnhelped:
-		return fmt.Sprintf("the analysis window's %d calls; the change did worse than the %d calls before it, at %.1f%%", w.Calls, b.Calls, 100*rate(b))
 	}
 	return fmt.Sprintf("%d calls before", b.Calls)
 }
@@ -281,15 +278,7 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 // harm, also the calls before the change alone, if they number at least
 // MinBeforeCalls: a window whose rate earlier harmful tweaks pulled down
 // agrees with a clean "before" of 16 calls and is pooled with it, and
-// would shield the next harmful tweak. And, from the MinCalls-th call,
-// the analysis window alone, when "before" holds failures and the change
-// did worse than it by more than MaxSuccessDrop: a change made for the
-// cluster of failures that crossed the threshold is judged against that
-// cluster, whose rate the sequential tests trust over the window's (a
-// fault may have begun); one that did worse than the cluster fixed
-// nothing, and against the window it is clearly harmful. A change as good
-// as the cluster (a real fault it did not fix) is left to the tests.
-// Looked at after every call, it
+// would shield the next harmful tweak. Looked at after every call, it
 // rolls back a harmless change in well under BackstopCalls times those
 // odds of cases, and a change that costs 40 points or more within a few
 // calls.
@@ -306,11 +295,6 @@ func (p RollbackPolicy) clearlyHarmful(a Stats, e Evidence) (Verdict, bool) {
 	if b := e.Before; !ok && p.Method != MethodCanary && b.Calls > 0 && b.Calls >= p.MinBeforeCalls {
 		p0, ref.weight = verdict.Estimate(b.Calls-b.Failures, b.Calls, 0, 0)
 		ref.how = refBefore
-		tail, ok = p.harmTail(a, p0, ref.weight, odds)
-	}
-	if b, w := e.Before, e.Window; !ok && ref.how != refPooled && a.Calls >= p.MinCalls && w.Calls >= p.MinBeforeCalls && b.Calls > 0 && b.Failures > 0 && rate(a) < rate(b)-p.MaxSuccessDrop/100 {
-		p0, ref.weight = verdict.Estimate(w.Calls-w.Failures, w.Calls, 0, 0)
-		ref.how = refUnhelped
 		tail, ok = p.harmTail(a, p0, ref.weight, odds)
 	}
 	if !ok {

@@ -1,6 +1,7 @@
 package selfimprove_test
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -115,27 +116,67 @@ func TestClearlyHarmfulAgainstACleanBefore(t *testing.T) {
 	}
 }
 
-// A tweak made for a cluster of failures that crossed the threshold (5 of
-// the 10 calls before it failed, against 5 of the window's 115) is judged
-// against that cluster: the sequential tests' reference is "before" shrunk
-// toward the window (62 %), and a tweak at 33 % waited 30 calls or more
-// for the likelihood ratio or a run of failures. A change that did worse
-// than the calls it was made for by more than MaxSuccessDrop, and clearly
-// worse than the window, fixed nothing and made things worse: the early
-// rule rolls it back on its MinCalls-th call. A change as good as the
-// cluster (a fault it did not fix) is left to the tests.
-func TestClearlyHarmfulAfterTheCluster(t *testing.T) {
+// A change that helps during a real fault must not be rolled back for
+// failing more than the agent usually does. "Before" is the cluster of
+// failures the change was made for (6 of 16 calls failed, or 5 of 10,
+// where the window holds 5 failures in 115): the fault goes on, and the
+// change lifts the success rate from 62.5 % to 70 %, or from 50 % to 60 %.
+// Its calls fail far more than the window's, so against the window it
+// looks clearly harmful; against the cluster it is a fix. Its calls alone
+// cannot tell this from a harmful change made after a cluster that was
+// only noise: a rule that rolled back a change doing worse than its
+// cluster by more than MaxSuccessDrop, against the window, took the
+// harmful advisor's 99th percentile from 40 to 18 calls
+// (examples/ab, TestHarmfulAdvisorTrials), and rolled back 20.0 and
+// 18.2 % of these fixes under MethodQuick (2.6 and 8.8 % without it),
+// 20.8 and 16.8 % under MethodSequential (0.8 and 3.1 %). It was not
+// kept (docs/performance.md, "Harmful tweaks").
+func TestHelpingChangeDuringAFault(t *testing.T) {
 	ms := time.Millisecond
-	e := si.Evidence{Before: st(10, 5, ms, 0), Window: st(115, 5, ms, 0)}
-	for _, m := range []si.Method{si.MethodQuick, si.MethodSequential} {
-		p := si.RollbackPolicy{Method: m}
-		v, at := firstDecision(p, e, strings.Repeat("FFs", 30), ms)
-		if v.Decision != si.DecisionRollback || at != 10 || !strings.Contains(v.Reason, "the change did worse than the 10 calls before it, at 50.0%") {
-			t.Errorf("%v: %v at call %d (%s), want a rollback on the 10th call against the window", m, v.Decision, at, v.Reason)
-		}
-		v, at = firstDecision(p, e, strings.Repeat("Fs", 45), ms)
-		if strings.Contains(v.Reason, "did worse than the") {
-			t.Errorf("%v: a change as good as the cluster: %v at call %d (%s)", m, v.Decision, at, v.Reason)
+	for _, c := range []struct {
+		before        si.Stats
+		rate          float64
+		most, mostSeq float64 // rolled back at most: MethodQuick, MethodSequential
+	}{
+		{st(16, 6, ms, 0), 0.70, 0.05, 0.02},
+		{st(10, 5, ms, 0), 0.60, 0.12, 0.05},
+	} {
+		for _, m := range []si.Method{si.MethodQuick, si.MethodSequential} {
+			p := si.RollbackPolicy{Method: m}
+			most := c.most
+			if m == si.MethodSequential {
+				most = c.mostSeq
+			}
+			const trials = 4000
+			r := rand.New(rand.NewPCG(41, uint64(m)))
+			rolled := 0
+			for range trials {
+				e := si.Evidence{Before: c.before, Window: st(115, 5, ms, 0)}
+				for range 200 {
+					a := &e.After
+					a.Calls++
+					a.TotalLatency += ms
+					if r.Float64() >= c.rate {
+						a.Failures++
+						a.ConsecutiveFailures++
+					} else {
+						a.ConsecutiveFailures = 0
+					}
+					d := p.Decide(e).Decision
+					if d == si.DecisionRollback {
+						rolled++
+					}
+					if d != si.DecisionWait {
+						break
+					}
+				}
+			}
+			share := float64(rolled) / trials
+			t.Logf("%v, before %d of %d failed, the change at %.0f %%: rolled back in %.1f %%", m, c.before.Failures, c.before.Calls, 100*c.rate, 100*share)
+			if share > most {
+				t.Errorf("%v, before %d of %d failed, the change at %.0f %%: rolled back in %.1f %% of %d trials, want at most %.0f %%",
+					m, c.before.Failures, c.before.Calls, 100*c.rate, 100*share, trials, 100*most)
+			}
 		}
 	}
 }

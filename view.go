@@ -388,7 +388,7 @@ func (l *Loop) Metrics() Metrics {
 	}
 	if l.fleet != nil {
 		out.FleetReplica = l.fleet.replica
-		out.FleetReplicas = l.fleet.fleetReplicas(l.clock.Now())
+		out.FleetReplicas = l.fleet.replicasSeen(l.clock.Now())
 		if l.fleet.Down() {
 			out.FleetDown = 1
 		}

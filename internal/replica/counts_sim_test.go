@@ -63,7 +63,7 @@ func (s *countsSim) enabled() []step {
 	return out
 }
 
-// flush is itemOf and send's sending: the pending delta again,
+// flush is the root's fleetLink.itemOf and fleetLink.send sending: the pending delta again,
 // or a new one of the tally.
 func (s *countsSim) flush(i int) {
 	var d delta

@@ -252,7 +252,7 @@ func (r *replicaSim) make(id string) {
 	r.decided.ids = append(r.decided.ids, id)
 }
 
-// save is the driver's save (persist.go) or probe claim (claimProbe):
+// save is the driver's save (persist.go) or probe claim (fleetClaim):
 // under the lock, take the batch and Begin; then commit.
 func (s *sim) save(i int, claim, down bool) {
 	r := s.rs[i]
@@ -261,7 +261,7 @@ func (s *sim) save(i int, claim, down bool) {
 		r.locked = p
 	}
 	if claim {
-		// claimProbe: the claim is a save whose decision, the next
+		// fleetClaim: the claim is a save whose decision, the next
 		// probe's time, is made under the lock its state is taken under;
 		// it takes the decisions made on the copy and not saved yet with
 		// it, as any save.
@@ -363,7 +363,7 @@ func (s *sim) deliver(k int, fault bool) {
 	}
 }
 
-// commit is the fleet's compare-and-set.
+// fleetCommit is the fleet's compare-and-set.
 func (s *sim) fleetCommit(m *msg, fault bool) {
 	p := m.proc
 	ans := &msg{kind: mCommitAns, r: m.r, proc: p}
@@ -394,7 +394,7 @@ func (s *sim) fleetCommit(m *msg, fault bool) {
 	s.net = append(s.net, ans)
 }
 
-// outcome is outcome: Committed and its check under one lock, then
+// outcome is the root's fleetLink.outcome: Committed and its check under one lock, then
 // what it asks, each a step of its own as the driver's locks allow.
 func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	r := s.rs[p.r]
@@ -407,7 +407,7 @@ func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	s.carry(p.r, n, p, func(asked bool) { s.resolve(p, asked) })
 }
 
-// carry is next: the check under the input's lock; a state to take
+// carry is the root's fleetLink.next: the check under the input's lock; a state to take
 // later, under a lock of its own (a step: the driver decodes it
 // unlocked); then a refresh, whose answer p (nil: none) waits for; then
 // then, with whether the refresh was answered.
@@ -485,7 +485,7 @@ func (s *sim) loaded(m *msg) {
 	})
 }
 
-// adopt is adopt.
+// adopt is the root's fleetLink.adopt.
 func (s *sim) adopt(i int, ad Adopt) {
 	r := s.rs[i]
 	ids, valid := decode(string(ad.Value))
