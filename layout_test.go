@@ -21,7 +21,7 @@ import (
 // own, failure/, where the compiler enforces the wall; see
 // TestPackagesPointDown.)
 var (
-	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "rollback_methods.go", "backstop.go", "breaker.go"}
+	leafFiles = []string{"tracker.go", "threshold.go", "rollback.go", "rollback_methods.go", "rollback_backstop.go", "breaker.go"}
 	// orchestration files: the Loop and its edges, and the state machine.
 	orchestration = []string{"loop.go", "call.go", "registry.go", "analysis.go", "persist.go", "operator.go", "filestore.go", "filestore_agents.go",
 		"options.go", "state.go", "state_operator.go", "proposal.go", "cluster.go", "memory.go", "strategy.go", "summary.go",

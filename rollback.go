@@ -482,7 +482,7 @@ type Evidence struct {
 }
 
 // like is the change's successes the latency rule compares, when it
-// raised a bound; nil otherwise (see judge.go).
+// raised a bound; nil otherwise (see rollback_latency.go).
 func (e *Evidence) like(p RollbackPolicy) *Stats {
 	if !e.Raised || p.SeedCompatible {
 		return nil

@@ -11,7 +11,7 @@ import (
 // MethodQuick and MethodSequential's sequential test against the
 // reference before the change, MethodCanary's comparison of the arms, and
 // MethodFixed's fixed thresholds. They share the consecutive-failure and
-// latency rules of rollback.go and the backstop of backstop.go.
+// latency rules of rollback_latency.go and the backstop of rollback_backstop.go.
 
 const (
 	// windowWeight is the weight, in calls, of the analysis window's
