@@ -202,6 +202,11 @@ func TestBestOfFourCandidates(t *testing.T) {
 	t.Logf("the loop's calls: %.2f × the first uniform A/B's, %.2f × the second's", ml/mu, ml/mr)
 	m, p90, top := pct(worse)
 	t.Logf("a candidate worse than the config in force by 0.15 or more: rolled back after median %d calls, 90th percentile %d, max %d (%d explorations)", m, p90, top, len(worse))
+	if top > 60 {
+		// The traffic such an arm takes: at most 42 calls in 669
+		// explorations (QUALITY_SEEDS=1000).
+		t.Errorf("a candidate worse by 0.15 or more took %d calls before its rollback, want at most 60", top)
+	}
 	m, p90, top = pct(tie)
 	t.Logf("a candidate within 0.02 of the config in force: rolled back after median %d calls, 90th percentile %d, max %d (%d explorations)", m, p90, top, len(tie))
 	if m > 250 {
