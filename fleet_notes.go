@@ -50,7 +50,7 @@ func (fl *fleetLink) post(n noteItem) bool {
 	return ok
 }
 
-// posted hands n to the fleet (post), which decides whether this
+// posted hands n to the fleet (fleetLink.post), which decides whether this
 // replica raises the cause or its end (see pollNotes). It reports false
 // without a fleet, or with the outbox full: then this replica decides.
 func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleet.post(n) }

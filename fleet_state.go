@@ -195,7 +195,7 @@ type fleetAgent struct {
 	// mu.
 	decided *fleetBatch
 	// releasing is set while the flusher gives the agent's lease back
-	// (releases). Guarded by the agent's mu.
+	// (fleetLink.releases). Guarded by the agent's mu.
 	releasing bool
 	// statsAt is when the agent's statistics were last sent (Unix ns),
 	// statsMark their statsMark then; statsOwed: calls of this

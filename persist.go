@@ -72,7 +72,7 @@ func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
 // save is persistWait, for a caller that was admitted to write. The wait
 // of a caller's chain w for another save of the agent (which holds the
 // lock for one chain at most) is part of w's: a save that finds its time
-// spent once it has the lock takes its decisions back (swap). A
+// spent once it has the lock takes its decisions back (fleetLink.swap). A
 // background save (nil w) starts its chain once it has the lock. The
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
