@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
@@ -239,7 +240,14 @@ func (p RollbackPolicy) canary(e Evidence) Verdict {
 		}
 	}
 	if sc.Calls > sc.Failures {
+		// The previous config's failure rate over the run, or over all
+		// its calls since the change once it has MinBeforeCalls of them,
+		// whichever is higher: one success during a run says little of
+		// a previous config that fails half its calls.
 		q := verdict.Smoothed(sc.Failures, sc.Calls)
+		if c.Calls >= p.MinBeforeCalls {
+			q = max(q, verdict.Smoothed(c.Failures, c.Calls))
+		}
 		limit := p.MaxConsecutiveFailures
 		if limit > 0 {
 			limit = max(limit, min(verdict.RunLength(q, streakOdds), 10*limit))
@@ -317,7 +325,8 @@ func (p RollbackPolicy) harmTail(a Stats, p0, m, odds float64) (float64, bool) {
 }
 
 // canaryHarmful is MethodCanary's early rule: clearlyHarmful on the
-// change's side, against the reference before the change, but not on a
+// change's side, against the reference before the change (the calls
+// before it and the previous config's side's since), but not on a
 // fault both sides share. The change's current run of failures is left
 // out unless the previous config succeeded during it, and the rule stays
 // silent while the previous config's calls fail more than the reference
@@ -335,7 +344,16 @@ func (p RollbackPolicy) canaryHarmful(e Evidence) (Verdict, bool) {
 	if p0, ref := p.backstopRef(e); c.Calls > 0 && verdict.PredictiveTail(c.Calls, c.Failures, (1-p0)*ref.weight, p0*ref.weight) <= shiftOdds {
 		return Verdict{}, false
 	}
-	return p.clearlyHarmful(a, e)
+	// The reference is the previous config's calls since the fault began:
+	// those before the change, and its side's since.
+	all := e
+	all.Before.Calls += c.Calls
+	all.Before.Failures += c.Failures
+	v, ok := p.clearlyHarmful(a, all)
+	if ok && c.Calls > 0 {
+		v.Reason = strings.Replace(v.Reason, vsRef(all), fmt.Sprintf("%s and %d of the %d under the previous config since", vsRef(e), c.Failures, c.Calls), 1)
+	}
+	return v, ok
 }
 
 // String returns "quick", "sequential", "canary" or "fixed".
