@@ -132,20 +132,6 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 	return known
 }
 
-// fixesOf returns the outcomes of the decided changes in chs whose IDs
-// known does not hold, for the failure memory.
-func fixesOf(chs []Change, known map[string]bool) []fixNote {
-	var out []fixNote
-	for i := range chs {
-		if ch := &chs[i]; !known[ch.ID] {
-			if f, ok := fixNoteOf(ch, FixOutcome(ch.State), ch.DecidedAt); ok {
-				out = append(out, f)
-			}
-		}
-	}
-	return out
-}
-
 // refresh loads a's state from the fleet and takes it if it is newer
 // than a's. It reports whether it could ask.
 func (fl *fleetLink) refresh(a *agent) bool { return fl.refreshWait(a, nil) }
@@ -251,6 +237,7 @@ func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
 	for _, ch := range a.s.Changes {
 		known[ch.ID] = true
 	}
+	learned := decidedIn(fa.st.Base, a.id)
 	a.takenBackLocked(why)
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
@@ -262,7 +249,7 @@ func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
 	a.dirty = true
 	a.publishLocked(l.canaryCut > 0)
 	a.mirrorLocked()
-	fixes := fixesOf(a.s.Changes, known)
+	fixes := fixesOf(a.s.Changes, learned)
 	props := a.s.snapshot().Proposals
 	var landed []queued
 	for i := range due {

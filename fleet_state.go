@@ -308,3 +308,36 @@ func (s *agentState) statsMark() int64 {
 	}
 	return m
 }
+
+// fixesOf returns the outcomes of the decided changes in chs that known
+// does not hold in the same state, for the failure memory.
+func fixesOf(chs []Change, known map[string]ChangeState) []fixNote {
+	var out []fixNote
+	for i := range chs {
+		if ch := &chs[i]; known[ch.ID] != ch.State {
+			if f, ok := fixNoteOf(ch, FixOutcome(ch.State), ch.DecidedAt); ok {
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// decidedIn returns the state of each decided change in base, the
+// fleet's state of agent id the replica took last: the failure memory
+// learned those when it was taken, or when this replica's commit of it
+// landed. Not the copy's own list: it may hold decisions of this
+// replica's not committed yet, which the memory learns only once they
+// land; when a newer state of another replica's takes them back, the
+// same decision made there is new to the memory (TestFleetMemoryOfRacedRollback).
+func decidedIn(base []byte, id string) map[string]ChangeState {
+	sh, err := decodeState(base, id)
+	if err != nil || len(sh.Changes) == 0 {
+		return nil
+	}
+	out := make(map[string]ChangeState, len(sh.Changes))
+	for _, ch := range sh.Changes {
+		out[ch.ID] = ch.State
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package selfimprove_test
+
+import (
+	"context"
+	"testing"
+
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
+)
+
+// deafFleetOf is a fleet that announces no commit to the replica that
+// reaches it: that replica learns another's decision only by asking.
+type deafFleetOf struct{ *fleettest.Fleet }
+
+func (deafFleetOf) Subscribe(func(string, uint64)) func() { return func() {} }
+
+// TestFleetMemoryOfRacedRollback: two replicas roll back the same change
+// at once; the one whose commit loses takes the winner's state, and its
+// failure memory learns the rolled-back fix all the same. Before the fix
+// the loser built the list of changes it knew from its own state, which
+// already held its decision, so it skipped the fix, and decided skipped
+// it too, its save having failed (CI, stop 50: TestFleetProcesses,
+// "replica2's failure memory has no rolled-back fix for the fault").
+func TestFleetMemoryOfRacedRollback(t *testing.T) {
+	strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
+	e := newFleetEnv(t, 1, strat)
+	e.addVia(deafFleetOf{e.mem})
+	if err := e.reps[0].SetThreshold("a", manual(5)); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for ; i < 30; i++ {
+		e.call(i%2, "a", nil)
+		e.sync()
+	}
+	for e.reps[0].Config("a").Version == 1 || e.reps[1].Config("a").Version == 1 {
+		if i > 100 {
+			t.Fatal("no tweak applied")
+		}
+		e.call(i%2, "a", errBoom)
+		e.sync()
+		i++
+	}
+	// Under the tweak: calls on both, each replica synced after its own
+	// call, until replica 0 rolls back; replica 1, deaf, has not seen it.
+	for e.reps[0].Config("a").Version == 2 {
+		if i > 300 {
+			t.Fatal("not rolled back")
+		}
+		e.call(i%2, "a", errBoom)
+		if err := e.reps[i%2].SyncFleet(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}
+	t.Logf("replica 1 runs version %d", e.reps[1].Config("a").Version)
+	// Replica 1 decides the rollback on its own calls: its commit loses.
+	for n := 0; e.reps[1].Config("a").Version == 2; n++ {
+		if n > 50 {
+			t.Fatal("replica 1 did not roll back")
+		}
+		rep := e.call(1, "a", errBoom)
+		t.Logf("replica 1: rollback %v, loop error %v", rep.Rollback != nil, rep.LoopErr)
+	}
+	for r, l := range e.reps {
+		if !rolledBackInMemory(l, "boom") {
+			t.Fatalf("replica %d's memory has no rolled-back fix for the fault: %+v", r, l.Similar("boom", 3))
+		}
+	}
+	if n := e.reps[0].Metrics().Rollbacks + e.reps[1].Metrics().Rollbacks; n != 1 {
+		t.Fatalf("%d rollbacks counted, want 1", n)
+	}
+}
