@@ -531,14 +531,24 @@ func (a *agent) landedLocked(o *replica.Orphan, val []byte, changes []Change, kn
 	}
 	for _, q := range evs {
 		if ch := q.ev.Change; ch != nil && !known[ch.ID] {
-			for _, c := range changes {
-				if c.ID == ch.ID {
+			for i := range changes {
+				if sameDecision(&changes[i], ch) {
 					return evs
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// sameDecision reports whether the change c in a state of the fleet's is
+// the decision ch, as this replica made it: the same change, in the same
+// state, decided at the same time. Another replica's decision on the same
+// change (it confirmed or rolled back the change too, and its commit
+// landed) is not this replica's: its events are that replica's to record
+// (TestFleetSchedules/faults, seed 9: a confirmation logged twice).
+func sameDecision(c, ch *Change) bool {
+	return c.ID == ch.ID && c.State == ch.State && c.DecidedAt.Equal(ch.DecidedAt)
 }
 
 // settleOrphansLocked checks the orphan decisions against the state of

@@ -71,3 +71,44 @@ func TestFleetMemoryOfRacedRollback(t *testing.T) {
 		t.Fatalf("%d rollbacks counted, want 1", n)
 	}
 }
+
+// TestFleetMemoryOfDecisionBeforeFault: a replica takes the fleet's
+// rollback of a fix for a fault it has not seen yet (its memory learns
+// outcomes only of faults it knows); once the fault reaches it, its
+// memory holds the rolled-back fix. Before the fix it never learned it
+// (TestFleetSchedules, seed 85).
+func TestFleetMemoryOfDecisionBeforeFault(t *testing.T) {
+	strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
+	e := newFleetEnv(t, 2, strat)
+	if err := e.reps[0].SetThreshold("a", manual(5)); err != nil {
+		t.Fatal(err)
+	}
+	e.call(1, "a", nil) // replica 1 runs the agent, and sees no failure
+	for i := 0; i < 30; i++ {
+		e.call(0, "a", nil)
+	}
+	for i := 0; e.reps[0].Config("a").Version == 1; i++ {
+		if i > 100 {
+			t.Fatal("no tweak applied")
+		}
+		e.call(0, "a", errBoom)
+	}
+	for i := 0; e.reps[0].Config("a").Version == 2; i++ {
+		if i > 200 {
+			t.Fatal("not rolled back")
+		}
+		e.call(0, "a", errBoom)
+	}
+	// Replica 1 takes the rollback from the fleet's notification, without
+	// the failures (they come with the pooled counts of a sync).
+	if v := e.reps[1].Config("a").Version; v != 1 || e.reps[1].Changes("a")[0].State != si.ChangeRolledBack {
+		t.Fatalf("replica 1 runs version %d, changes %v", v, e.reps[1].Changes("a"))
+	}
+	if len(e.reps[1].Similar("boom", 1)) != 0 {
+		t.Fatal("replica 1's memory knows the fault before it saw it")
+	}
+	e.call(1, "a", errBoom)
+	if !rolledBackInMemory(e.reps[1], "boom") {
+		t.Fatalf("replica 1's memory has no rolled-back fix for the fault: %+v", e.reps[1].Similar("boom", 1))
+	}
+}

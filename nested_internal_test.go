@@ -19,7 +19,8 @@ func TestStateKeepsClusterFrom(t *testing.T) {
 	st := newState("task", Config{Version: 1})
 	end := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano()
 	st.Tracker.record(0, end, time.Second, true, 1, "tool-2: 503", 7)
-	st.observeCluster(7, []byte("tool-<n>: <n>"), "overloaded", "tool-2: 503", end).From = boundFrom(strings.Repeat("é", 100))
+	cl, _ := st.observeCluster(7, []byte("tool-<n>: <n>"), "overloaded", "tool-2: 503", end)
+	cl.From = boundFrom(strings.Repeat("é", 100))
 	if n := len(st.Clusters[0].From); n > maxFrom {
 		t.Fatalf("From kept %d bytes, want at most %d", n, maxFrom)
 	}

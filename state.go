@@ -266,8 +266,12 @@ func (s *agentState) record(c *call, sig []byte, r *ruleBook, eff *effects) {
 		s.bookCall(c, r)
 	}
 	if c.failed {
-		if cl := s.observeCluster(c.cluster, sig, c.class, c.text, endN); !c.suspect {
+		cl, fresh := s.observeCluster(c.cluster, sig, c.class, c.text, endN)
+		if !c.suspect {
 			cl.From = boundFrom(c.from)
+		}
+		if fresh {
+			s.fixesFor(c.cluster, eff)
 		}
 	}
 	if c.probe && s.Route != nil && s.Route.Hold != "" {

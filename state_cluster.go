@@ -8,14 +8,14 @@ import (
 )
 
 // observeCluster records a failure in a's cluster table and returns the
-// cluster. a.mu is held; sig is the failure's signature (a scratch
-// buffer), id its hash.
-func (s *agentState) observeCluster(id uint64, sig []byte, class failure.Class, text string, end int64) *clusterRec {
+// cluster, and whether the table did not hold it. a.mu is held; sig is
+// the failure's signature (a scratch buffer), id its hash.
+func (s *agentState) observeCluster(id uint64, sig []byte, class failure.Class, text string, end int64) (_ *clusterRec, fresh bool) {
 	width := s.Tracker.Win.Width * (windowSlots / clusterSlots)
 	for i := range s.Clusters {
 		if c := &s.Clusters[i]; c.ID == id {
 			c.observe(end, width, class, text)
-			return c
+			return c, false
 		}
 	}
 	rec := clusterRec{ID: id, Sig: string(sig), First: end, Width: width, Head: max(end, 0) / width}
@@ -36,7 +36,24 @@ func (s *agentState) observeCluster(id uint64, sig []byte, class failure.Class, 
 		c = &s.Clusters[i]
 	}
 	c.observe(end, width, class, text)
-	return c
+	return c, true
+}
+
+// fixesFor books in eff, for the failure memory, the outcomes of the
+// decided changes made for the cluster id: a cluster new to this copy's
+// table may be new to the memory too, which learns outcomes only of the
+// clusters it knows (a replica that took the fleet's decision on a fault
+// before it saw the fault, or a memory that evicted it).
+func (s *agentState) fixesFor(id uint64, eff *effects) {
+	if len(s.Changes) == 0 {
+		return
+	}
+	name := failure.FormatClusterID(id)
+	for i := range s.Changes {
+		if ch := &s.Changes[i]; ch.Cluster == name && ch.State != ChangeVerifying {
+			eff.remember(ch, FixOutcome(ch.State), ch.DecidedAt)
+		}
+	}
 }
 
 // clustersLocked returns a's clusters with failures in the window at time
