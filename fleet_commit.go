@@ -244,7 +244,7 @@ func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
 	base, _ := encodeShared(&a.s)
 	due := fa.st.Took(base)
 	if fa.tally.gen != a.s.Gen {
-		fa.tally = fleetTally{gen: a.s.Gen}
+		fa.tally.moveTo(a.s.Gen) // its calls so far count in the fleet's totals
 	}
 	a.dirty = true
 	a.publishLocked(l.canaryCut > 0)

@@ -231,6 +231,9 @@ type fleetItem struct {
 	d FleetDelta
 	// again: d is a delta whose answer was lost, sent again as it was.
 	again bool
+	// prior: d holds calls of earlier generations (fleetTally.prior);
+	// the agent's current counts go in a second delta (sendRest).
+	prior bool
 }
 
 // flush sends the counts of the calls not sent yet, one delta per
@@ -252,6 +255,11 @@ func (fl *fleetLink) flush() error {
 	items := fl.items(poll)
 	fl.stats(items)
 	lag, err := fl.send(items, nil, nil)
+	if err == nil {
+		var more int64
+		more, err = fl.sendRest(items, nil, nil)
+		lag = max(lag, more)
+	}
 	if err == nil && len(items) > 0 {
 		l.m.fleetLag.Store(lag)
 	}
@@ -340,7 +348,10 @@ func (fl *fleetLink) judge(a *agent, rep *Report, w *replica.Chain) {
 	}
 	defer fl.flushMu.Unlock()
 	if it, ok := fl.itemOf(a, false); ok {
-		fl.send([]fleetItem{it}, rep, w)
+		items := []fleetItem{it}
+		if _, err := fl.send(items, rep, w); err == nil {
+			fl.sendRest(items, rep, w)
+		}
 	}
 }
 
@@ -375,19 +386,43 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	case fa.deltas.Pending() != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
-		return fleetItem{a, *fa.deltas.Pending(), true}, true
+		return fleetItem{a: a, d: *fa.deltas.Pending(), again: true}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
-		t := fa.tally
-		d := FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+		var d FleetDelta
+		prior := fa.tally.hasPrior()
+		if prior {
+			// The calls of an earlier generation go first, on their own;
+			// the current ones right after (sendRest).
+			d = fa.tally.takePrior(a.id, fl.replica)
+		} else {
+			t := fa.tally
+			d = FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			fa.tally = fleetTally{gen: a.s.Gen}
+		}
 		for i := range d.Failures {
 			d.Failures[i].Replica = fl.replica
 		}
 		d.Batch = fa.deltas.Next()
-		fa.tally = fleetTally{gen: a.s.Gen}
 		fa.statsOwed = fa.statsOwed || own(&d)
-		return fleetItem{a: a, d: d}, true
+		return fleetItem{a: a, d: d, prior: prior}, true
 	}
 	return it, false
+}
+
+// sendRest sends, after the deltas of items went, the current counts of
+// the agents whose delta held calls of earlier generations (see send):
+// a second Add, made only after a generation changed with calls not sent.
+// flushMu is held.
+func (fl *fleetLink) sendRest(items []fleetItem, rep *Report, w *replica.Chain) (int64, error) {
+	var rest []fleetItem
+	for i := range items {
+		if items[i].prior {
+			if it, ok := fl.itemOf(items[i].a, false); ok {
+				rest = append(rest, it)
+			}
+		}
+	}
+	return fl.send(rest, rep, w)
 }
 
 // rewrite writes the state of the agents whose state the fleet lost,

@@ -16,7 +16,7 @@ func (t *fleetTally) score(gen uint64, control bool, score float64) {
 		if gen < t.gen {
 			return
 		}
-		*t = fleetTally{gen: gen, fails: t.fails[:0]}
+		t.moveTo(gen)
 	}
 	side := &t.change
 	if control {

@@ -39,6 +39,27 @@ type heldFleet struct {
 	fn    func(string, uint64)
 	held  []heldNote
 	fault string // the next commit's: "drop" (not sent), "lose" (landed, answer lost)
+	// addFault is the next Add's: "drop" (not booked) or "lose" (booked,
+	// answer lost).
+	addFault string
+}
+
+// Add adds the deltas, with the fault a step set, if any.
+func (h *heldFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool, error) {
+	h.mu.Lock()
+	fault := h.addFault
+	h.addFault = ""
+	h.mu.Unlock()
+	switch fault {
+	case "drop":
+		return nil, fmt.Errorf("%w: the counts were dropped", si.ErrFleetUnavailable)
+	case "lose":
+		if _, err := h.Fleet.Add(ctx, d); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: the answer to the counts was lost", si.ErrFleetUnavailable)
+	}
+	return h.Fleet.Add(ctx, d)
 }
 
 // Commit commits, with the fault a step set, if any.
@@ -96,12 +117,13 @@ func (s *routeStrategy) Analyze(context.Context, si.Analysis) (*si.Tweak, error)
 
 // schedule is one seeded run.
 type schedule struct {
-	t     *testing.T
-	seed  uint64
-	e     *fleetEnv
-	held  []*heldFleet
-	rng   *rand.Rand
-	calls int
+	t        *testing.T
+	seed     uint64
+	e        *fleetEnv
+	held     []*heldFleet
+	rng      *rand.Rand
+	calls    int
+	failures int // of the calls
 	// faults: steps may drop a replica's next commit, or lose its
 	// answer after it landed.
 	faults bool
@@ -151,6 +173,7 @@ func (s *schedule) step() {
 		rep, _ := s.e.reps[r].ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
 			s.e.clk.Advance(10 * time.Millisecond)
 			if s.fails(cfg.Route) {
+				s.failures++
 				return errBoom
 			}
 			return nil
@@ -165,10 +188,16 @@ func (s *schedule) step() {
 		s.log = append(s.log, fmt.Sprintf("deliver %d", r))
 	case k < 97 && s.faults:
 		f := [...]string{"drop", "lose"}[k%2]
-		s.held[r].mu.Lock()
-		s.held[r].fault = f
-		s.held[r].mu.Unlock()
-		s.log = append(s.log, fmt.Sprintf("%s %d's next commit", f, r))
+		h := s.held[r]
+		h.mu.Lock()
+		if s.rng.IntN(2) == 0 {
+			h.fault = f
+			s.log = append(s.log, fmt.Sprintf("%s %d's next commit", f, r))
+		} else {
+			h.addFault = f
+			s.log = append(s.log, fmt.Sprintf("%s %d's next counts", f, r))
+		}
+		h.mu.Unlock()
 	default:
 		s.e.clk.Advance(61 * time.Second)
 		s.log = append(s.log, "cooldown over")
@@ -197,7 +226,7 @@ func reportWords(rep si.Report) string {
 func (s *schedule) settle() {
 	for _, h := range s.held {
 		h.mu.Lock()
-		h.fault = ""
+		h.fault, h.addFault = "", ""
 		h.mu.Unlock()
 	}
 	for range 4 {
@@ -273,6 +302,14 @@ func (s *schedule) check() error {
 		if logged[want] != n || made[want] > n {
 			return fmt.Errorf("%d changes %s in the fleet, %d in its log, %d reported so by calls", n, want, logged[want], made[want])
 		}
+	}
+	// The fleet pooled every call once, whatever answers were lost.
+	pools, err := s.e.mem.Add(context.Background(), []si.FleetDelta{{AgentID: "a"}})
+	if err != nil {
+		return err
+	}
+	if got := pools[0].Total; got.Calls != int64(s.calls) || got.Failures != int64(s.failures) {
+		return fmt.Errorf("the fleet pooled %d calls, %d failed; %d were made, %d failed", got.Calls, got.Failures, s.calls, s.failures)
 	}
 	return s.checkMemory(ref)
 }

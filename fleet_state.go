@@ -122,6 +122,49 @@ type fleetTally struct {
 	change, control FleetCounts
 	fails           []FleetFailure
 	calls           int64
+	// prior holds the calls of earlier generations not sent yet (of
+	// priorGen, the earliest, or later), and priorFails their failures:
+	// sent as a delta of their own before the current counts, they count
+	// in the fleet's totals (what every replica's trigger and statistics
+	// see), never in the current generation's verification. Their scores
+	// stay with this replica.
+	prior      FleetCounts
+	priorGen   uint64
+	priorFails []FleetFailure
+}
+
+// moveTo starts the counts of generation gen, later than t's: those of
+// t's generation wait in prior.
+func (t *fleetTally) moveTo(gen uint64) {
+	t.keep(t.gen, t.change)
+	t.keep(t.gen, t.control)
+	n := min(len(t.fails), MaxFleetFailures-len(t.priorFails))
+	t.priorFails = append(t.priorFails, t.fails[:max(n, 0)]...)
+	t.gen, t.change, t.control, t.fails = gen, FleetCounts{}, FleetCounts{}, t.fails[:0]
+}
+
+// keep books c, calls of generation gen, in prior: their counts without
+// their scores.
+func (t *fleetTally) keep(gen uint64, c FleetCounts) {
+	if c.Calls == 0 {
+		return
+	}
+	if t.prior.Calls == 0 || gen < t.priorGen {
+		t.priorGen = gen
+	}
+	t.prior.Add(FleetCounts{Calls: c.Calls, Failures: c.Failures, LatencyNS: c.LatencyNS, SuccessLatencyNS: c.SuccessLatencyNS})
+}
+
+// hasPrior reports whether calls of earlier generations wait to be sent.
+func (t *fleetTally) hasPrior() bool { return t.prior.Calls > 0 }
+
+// takePrior returns the delta of the calls of earlier generations, and
+// leaves the current ones.
+func (t *fleetTally) takePrior(id, replica string) FleetDelta {
+	d := FleetDelta{AgentID: id, Replica: replica, Gen: t.priorGen, Change: t.prior, Failures: t.priorFails}
+	t.calls = max(t.calls-t.prior.Calls, 0)
+	t.prior, t.priorGen, t.priorFails = FleetCounts{}, 0, nil
+	return d
 }
 
 // successes books n successful calls of generation gen that took lat
@@ -129,9 +172,11 @@ type fleetTally struct {
 func (t *fleetTally) successes(gen uint64, n, lat int64) {
 	if gen != t.gen {
 		if gen < t.gen {
+			t.keep(gen, FleetCounts{Calls: n, LatencyNS: lat, SuccessLatencyNS: lat})
+			t.calls += n
 			return
 		}
-		*t = fleetTally{gen: gen, fails: t.fails[:0]}
+		t.moveTo(gen)
 	}
 	t.change.Calls += n
 	t.change.LatencyNS += lat
@@ -144,9 +189,21 @@ func (t *fleetTally) successes(gen uint64, n, lat int64) {
 func (t *fleetTally) count(c *call) {
 	if c.gen != t.gen {
 		if c.gen < t.gen {
-			return // started under a config since replaced
+			// Started under a config since replaced: in the totals only.
+			f := FleetCounts{Calls: 1, LatencyNS: int64(c.dur)}
+			if c.failed {
+				f.Failures = 1
+				if len(t.priorFails) < MaxFleetFailures {
+					t.priorFails = append(t.priorFails, c.fleetFailure())
+				}
+			} else {
+				f.SuccessLatencyNS = int64(c.dur)
+			}
+			t.keep(c.gen, f)
+			t.calls++
+			return
 		}
-		*t = fleetTally{gen: c.gen, fails: t.fails[:0]}
+		t.moveTo(c.gen)
 	}
 	side := &t.change
 	if c.arm == ArmControl {
@@ -161,13 +218,18 @@ func (t *fleetTally) count(c *call) {
 		side.Failures++
 		side.Consecutive++
 		if len(t.fails) < MaxFleetFailures {
-			t.fails = append(t.fails, FleetFailure{Gen: c.gen, EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text})
+			t.fails = append(t.fails, c.fleetFailure())
 		}
 	} else {
 		side.SuccessLatencyNS += int64(c.dur)
 		side.Consecutive = 0
 	}
 	t.calls++
+}
+
+// fleetFailure is c, a failed call, as the fleet's pool keeps it.
+func (c *call) fleetFailure() FleetFailure {
+	return FleetFailure{Gen: c.gen, EndNS: c.end.UnixNano(), DurationNS: int64(c.dur), Version: c.version, Class: c.class, Text: c.text}
 }
 
 // fleetAgent is an agent's link to the fleet. The fields without their
