@@ -2,6 +2,7 @@ package selfimprove_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -128,6 +129,7 @@ type schedule struct {
 	// answer after it landed.
 	faults bool
 	reps   []si.Report
+	ops    []opSet
 	log    []string
 }
 
@@ -198,10 +200,40 @@ func (s *schedule) step() {
 			s.log = append(s.log, fmt.Sprintf("%s %d's next counts", f, r))
 		}
 		h.mu.Unlock()
+	case k == 97:
+		route := "op" + strconv.Itoa(len(s.ops)+1)
+		err := s.e.reps[r].SetConfig("a", si.Config{Route: route})
+		s.ops = append(s.ops, opSet{route, err})
+		s.log = append(s.log, fmt.Sprintf("SetConfig %d %s: %v", r, route, err))
 	default:
 		s.e.clk.Advance(61 * time.Second)
 		s.log = append(s.log, "cooldown over")
 	}
+}
+
+// opSet is an operator's SetConfig of a schedule, and what it returned.
+type opSet struct {
+	route string
+	err   error
+}
+
+// checkOps checks that a SetConfig that returned nil is in the history
+// of configs, and one that lost to another replica's decision is not
+// (one whose answer was lost may be either).
+func (s *schedule) checkOps() error {
+	ran := map[string]bool{}
+	for _, c := range s.e.reps[0].History("a") {
+		ran[c.Route] = true
+	}
+	for _, op := range s.ops {
+		switch {
+		case op.err == nil && !ran[op.route]:
+			return fmt.Errorf("SetConfig of %s returned nil; the fleet's history has no such config", op.route)
+		case errors.Is(op.err, si.ErrFleetConflict) && ran[op.route]:
+			return fmt.Errorf("SetConfig of %s failed (%v); the fleet's history has it", op.route, op.err)
+		}
+	}
+	return nil
 }
 
 func reportWords(rep si.Report) string {
@@ -311,6 +343,9 @@ func (s *schedule) check() error {
 	if got := pools[0].Total; got.Calls != int64(s.calls) || got.Failures != int64(s.failures) {
 		return fmt.Errorf("the fleet pooled %d calls, %d failed; %d were made, %d failed", got.Calls, got.Failures, s.calls, s.failures)
 	}
+	if err := s.checkOps(); err != nil {
+		return err
+	}
 	return s.checkMemory(ref)
 }
 
@@ -367,10 +402,11 @@ func TestFleetSchedules(t *testing.T) {
 	}
 	for _, faults := range []bool{false, true} {
 		t.Run(map[bool]string{false: "calm", true: "faults"}[faults], func(t *testing.T) {
-			decided, failed := 0, 0
+			var st scheduleStats
+			failed := 0
 			for seed := first; seed < first+uint64(n); seed++ {
 				ok := t.Run("", func(t *testing.T) {
-					synctest.Test(t, func(t *testing.T) { runSchedule(t, seed, faults, &decided) })
+					synctest.Test(t, func(t *testing.T) { runSchedule(t, seed, faults, &st) })
 				})
 				if !ok {
 					failed++
@@ -379,15 +415,17 @@ func TestFleetSchedules(t *testing.T) {
 					break
 				}
 			}
-			t.Logf("%d schedules of 400 steps, %d decisions, %d failed", n, decided, failed)
+			t.Logf("%d schedules of 400 steps, %d failed: %d decisions; %d SetConfigs, %d of them failed", n, failed, st.decided, st.ops, st.opsFailed)
 		})
 	}
 }
 
-// runSchedule runs the schedule of seed, and adds the changes it decided
-// to decided. After each step, synctest.Wait lets a flush that a step
+// scheduleStats is what the schedules did.
+type scheduleStats struct{ decided, ops, opsFailed int }
+
+// runSchedule runs the schedule of seed, and adds what it did to st. After each step, synctest.Wait lets a flush that a step
 // asked for (a kick) end before the next step.
-func runSchedule(t *testing.T, seed uint64, faults bool, decided *int) {
+func runSchedule(t *testing.T, seed uint64, faults bool, st *scheduleStats) {
 	s := newSchedule(t, seed, faults)
 	for range 400 {
 		s.step()
@@ -403,7 +441,13 @@ func runSchedule(t *testing.T, seed uint64, faults bool, decided *int) {
 	synctest.Wait()
 	for _, ch := range s.e.reps[0].Changes("a") {
 		if ch.State != si.ChangeVerifying {
-			*decided++
+			st.decided++
+		}
+	}
+	st.ops += len(s.ops)
+	for _, op := range s.ops {
+		if op.err != nil {
+			st.opsFailed++
 		}
 	}
 	if err := s.check(); err != nil {
