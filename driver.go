@@ -98,6 +98,9 @@ type inputMore struct {
 
 	d *FleetDelta // inPooled: the delta sent
 	p *FleetPool  // inPooled: the pool that answered it
+	// prior: d held calls of other generations (fleetTally.prior): its
+	// pool brings the totals, never a verification's or the arms' counts.
+	prior bool
 	// fails are, for inPooled, the other replicas' failures the pool
 	// brought, found by the transition.
 	fails []FleetFailure
@@ -314,6 +317,7 @@ func (l *Loop) observe(a *agent, in *input, eff *effects) {
 		l.shared.observe(a.id, c.cluster, []byte(in.sig), c.class, c.end.UnixNano(), eff.window)
 		l.mem.observe(a.id, c.cluster, []byte(in.sig), c.class, c.end.UnixNano())
 	}
+	l.remember(eff.learned)
 	x := in.more
 	if x == nil {
 		return

@@ -7,3 +7,11 @@ func TestingEmit(l *Loop, e Event) { l.notify(&e) }
 // TestingRace is set under the race detector, for the external tests
 // that play fewer seeded runs there.
 const TestingRace = raceEnabled
+
+// TestingManualFlush has l's fleet flusher leave a kick to the next
+// SyncFleet, so that a test's schedule says when every flush runs.
+func TestingManualFlush(l *Loop) {
+	if l.fleet != nil {
+		l.fleet.manual.Store(true)
+	}
+}

@@ -49,6 +49,10 @@ type fleetLink struct {
 	badStats map[string]int64
 
 	replicas replicaBook // the replicas seen (fleet_notes.go)
+	// manual: the flusher leaves a kick to the next flush (SyncFleet, the
+	// interval), so that a test's schedule says when every flush runs
+	// (TestingManualFlush).
+	manual atomic.Bool
 
 	// l is the Loop the link serves: the driver (step), the agents and
 	// their files, the metrics and the log.
@@ -109,6 +113,9 @@ func (fl *fleetLink) run() {
 		select {
 		case <-tick:
 		case <-fl.kick:
+			if fl.manual.Load() {
+				continue
+			}
 		case <-fl.stop:
 			return
 		}
@@ -121,7 +128,7 @@ func (fl *fleetLink) count(a *agent, c *call) {
 	if c.ignored {
 		return
 	}
-	a.fl.tally.count(c)
+	a.fl.tally.count(c, a.s.Gen)
 	if a.fl.tally.calls == fl.calls {
 		fl.kickFlush()
 	}
@@ -303,6 +310,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 		for _, it := range items {
 			it.a.mu.Lock()
 			it.a.fl.deltas.Answered(it.d, again)
+			it.a.fl.pendingPrior = again && it.prior
 			it.a.mu.Unlock()
 		}
 		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
@@ -312,11 +320,12 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 		a := items[i].a
 		a.mu.Lock()
 		a.fl.deltas.Answered(items[i].d, false)
+		a.fl.pendingPrior = false
 		a.mu.Unlock()
 		if pools[i].Err != nil {
 			fl.bad(a, pools[i].Err)
 		}
-		if n := fl.pooled(a, &items[i].d, &pools[i], rep, w); n > 0 {
+		if n := fl.pooled(a, &items[i], &pools[i], rep, w); n > 0 {
 			l.m.fleetBehind.Add(1)
 			lag = max(lag, n)
 		}
@@ -386,7 +395,7 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	case fa.deltas.Pending() != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
-		return fleetItem{a: a, d: *fa.deltas.Pending(), again: true}, true
+		return fleetItem{a: a, d: *fa.deltas.Pending(), again: true, prior: fa.pendingPrior}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
 		var d FleetDelta
 		prior := fa.tally.hasPrior()

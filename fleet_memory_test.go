@@ -2,7 +2,9 @@ package selfimprove_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"testing/synctest"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/fleettest"
@@ -21,10 +23,19 @@ func (deafFleetOf) Subscribe(func(string, uint64)) func() { return func() {} }
 // already held its decision, so it skipped the fix, and decided skipped
 // it too, its save having failed (CI, stop 50: TestFleetProcesses,
 // "replica2's failure memory has no rolled-back fix for the fault").
+// It runs in a synctest bubble with the flushers manual: replica 1
+// learns of replica 0's rollback only when the script says.
 func TestFleetMemoryOfRacedRollback(t *testing.T) {
+	synctest.Test(t, racedRollback)
+}
+
+func racedRollback(t *testing.T) {
 	strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
 	e := newFleetEnv(t, 1, strat)
 	e.addVia(deafFleetOf{e.mem})
+	for _, l := range e.reps {
+		si.TestingManualFlush(l)
+	}
 	if err := e.reps[0].SetThreshold("a", manual(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -53,14 +64,22 @@ func TestFleetMemoryOfRacedRollback(t *testing.T) {
 		}
 		i++
 	}
-	t.Logf("replica 1 runs version %d", e.reps[1].Config("a").Version)
+	synctest.Wait()
+	if v := e.reps[1].Config("a").Version; v != 2 {
+		t.Fatalf("replica 1 runs version %d before its own decision, want 2", v)
+	}
 	// Replica 1 decides the rollback on its own calls: its commit loses.
+	lost := false
 	for n := 0; e.reps[1].Config("a").Version == 2; n++ {
 		if n > 50 {
 			t.Fatal("replica 1 did not roll back")
 		}
 		rep := e.call(1, "a", errBoom)
-		t.Logf("replica 1: rollback %v, loop error %v", rep.Rollback != nil, rep.LoopErr)
+		lost = lost || errors.Is(rep.LoopErr, si.ErrFleetConflict)
+	}
+	synctest.Wait()
+	if !lost {
+		t.Fatal("replica 1's rollback did not lose to replica 0's: the race is not played")
 	}
 	for r, l := range e.reps {
 		if !rolledBackInMemory(l, "boom") {
@@ -78,8 +97,15 @@ func TestFleetMemoryOfRacedRollback(t *testing.T) {
 // memory holds the rolled-back fix. Before the fix it never learned it
 // (TestFleetSchedules, seed 85).
 func TestFleetMemoryOfDecisionBeforeFault(t *testing.T) {
+	synctest.Test(t, decisionBeforeFault)
+}
+
+func decisionBeforeFault(t *testing.T) {
 	strat := &countingStrategy{tweak: si.Config{Route: "backup"}}
 	e := newFleetEnv(t, 2, strat)
+	for _, l := range e.reps {
+		si.TestingManualFlush(l) // no flush brings replica 1 the failures
+	}
 	if err := e.reps[0].SetThreshold("a", manual(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +127,7 @@ func TestFleetMemoryOfDecisionBeforeFault(t *testing.T) {
 	}
 	// Replica 1 takes the rollback from the fleet's notification, without
 	// the failures (they come with the pooled counts of a sync).
+	synctest.Wait()
 	if v := e.reps[1].Config("a").Version; v != 1 || e.reps[1].Changes("a")[0].State != si.ChangeRolledBack {
 		t.Fatalf("replica 1 runs version %d, changes %v", v, e.reps[1].Changes("a"))
 	}
@@ -108,6 +135,7 @@ func TestFleetMemoryOfDecisionBeforeFault(t *testing.T) {
 		t.Fatal("replica 1's memory knows the fault before it saw it")
 	}
 	e.call(1, "a", errBoom)
+	synctest.Wait()
 	if !rolledBackInMemory(e.reps[1], "boom") {
 		t.Fatalf("replica 1's memory has no rolled-back fix for the fault: %+v", e.reps[1].Similar("boom", 1))
 	}

@@ -7,11 +7,11 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
-// pooled takes the pooled counts p that answered a's delta d; rep,
+// pooled takes the pooled counts p that answered a's delta it.d; rep,
 // when set, gets the decision they make.
 // It returns how many revisions a's copy was behind the fleet's (0: in
 // step; 1 when it had none and the fleet has one).
-func (fl *fleetLink) pooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
+func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
 	l := fl.l
 	fa := a.fl
 	a.mu.Lock()
@@ -31,7 +31,7 @@ func (fl *fleetLink) pooled(a *agent, d *FleetDelta, p *FleetPool, rep *Report, 
 	if newer {
 		fl.refreshWait(a, w)
 	}
-	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: d, p: p}}
+	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior}}
 	if rep == nil {
 		rep = new(Report)
 	}
@@ -47,7 +47,9 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	d, p := x.d, x.p
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
-	l.fleet.pooledQuality(a, d, p, now, eff)
+	if !x.prior {
+		l.fleet.pooledQuality(a, d, p, now, eff)
+	}
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
 			fa.seq = f.Seq
@@ -65,7 +67,7 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 		// Fixes attach to the clusters the failure memory knows.
 		x.known = fixesOf(a.s.Changes, nil)
 	}
-	if a.s.Verifying != nil && p.Gen == a.s.Gen {
+	if a.s.Verifying != nil && p.Gen == a.s.Gen && !x.prior {
 		var unsent, unsentControl FleetCounts
 		if fa.tally.gen == p.Gen {
 			unsent, unsentControl = fa.tally.change, fa.tally.control

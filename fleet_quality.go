@@ -13,9 +13,6 @@ package selfimprove
 // generation gen on the arm control or not.
 func (t *fleetTally) score(gen uint64, control bool, score float64) {
 	if gen != t.gen {
-		if gen < t.gen {
-			return
-		}
 		t.moveTo(gen)
 	}
 	side := &t.change

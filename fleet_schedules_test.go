@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -139,7 +141,7 @@ func newSchedule(t *testing.T, seed uint64, faults bool) *schedule {
 	for range 3 {
 		h := &heldFleet{Fleet: s.e.mem}
 		s.held = append(s.held, h)
-		s.e.addVia(h)
+		si.TestingManualFlush(s.e.addVia(h))
 	}
 	if err := s.e.reps[0].SetThreshold("a", manual(5)); err != nil {
 		t.Fatal(err)
@@ -362,7 +364,17 @@ func (s *schedule) checkMemory(changes []si.Change) error {
 		if len(ms) == 0 {
 			continue
 		}
+		// The memory keeps a fault's latest 8 fixes, whatever became of
+		// them (one may be a change under verification): the latest 7
+		// changes for the fault are checked, those confirmed or rolled
+		// back.
+		var latest []si.Change
 		for _, ch := range changes {
+			if ch.Cluster == ms[0].Cluster {
+				latest = append(latest, ch)
+			}
+		}
+		for _, ch := range latest[max(0, len(latest)-7):] {
 			if ch.State != si.ChangeRolledBack && ch.State != si.ChangeConfirmed {
 				continue
 			}
@@ -402,7 +414,7 @@ func TestFleetSchedules(t *testing.T) {
 	}
 	for _, faults := range []bool{false, true} {
 		t.Run(map[bool]string{false: "calm", true: "faults"}[faults], func(t *testing.T) {
-			var st scheduleStats
+			st := scheduleStats{digest: fnv.New64a()}
 			failed := 0
 			for seed := first; seed < first+uint64(n); seed++ {
 				ok := t.Run("", func(t *testing.T) {
@@ -415,13 +427,17 @@ func TestFleetSchedules(t *testing.T) {
 					break
 				}
 			}
-			t.Logf("%d schedules of 400 steps, %d failed: %d decisions; %d SetConfigs, %d of them failed", n, failed, st.decided, st.ops, st.opsFailed)
+			t.Logf("%d schedules of 400 steps, %d failed: %d decisions; %d SetConfigs, %d of them failed; log digest %016x",
+				n, failed, st.decided, st.ops, st.opsFailed, st.digest.Sum64())
 		})
 	}
 }
 
 // scheduleStats is what the schedules did.
-type scheduleStats struct{ decided, ops, opsFailed int }
+type scheduleStats struct {
+	decided, ops, opsFailed int
+	digest                  hash.Hash64 // of every step's log line: the same for the same seeds
+}
 
 // runSchedule runs the schedule of seed, and adds what it did to st. After each step, synctest.Wait lets a flush that a step
 // asked for (a kick) end before the next step.
@@ -443,6 +459,9 @@ func runSchedule(t *testing.T, seed uint64, faults bool, st *scheduleStats) {
 		if ch.State != si.ChangeVerifying {
 			st.decided++
 		}
+	}
+	for _, line := range s.log {
+		st.digest.Write([]byte(line + "\n"))
 	}
 	st.ops += len(s.ops)
 	for _, op := range s.ops {

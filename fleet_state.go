@@ -122,35 +122,32 @@ type fleetTally struct {
 	change, control FleetCounts
 	fails           []FleetFailure
 	calls           int64
-	// prior holds the calls of earlier generations not sent yet (of
-	// priorGen, the earliest, or later), and priorFails their failures:
-	// sent as a delta of their own before the current counts, they count
-	// in the fleet's totals (what every replica's trigger and statistics
-	// see), never in the current generation's verification. Their scores
-	// stay with this replica.
+	// prior holds the calls of other generations than the agent's (an
+	// earlier one, or one a take-back undid) not sent yet, and priorFails
+	// their failures (each with its generation): sent as a delta of their
+	// own before the current counts, at generation 0, which no change is
+	// verified under, they count in the fleet's totals (what every
+	// replica's trigger and statistics see), never in a verification.
+	// Their scores stay with this replica.
 	prior      FleetCounts
-	priorGen   uint64
 	priorFails []FleetFailure
 }
 
-// moveTo starts the counts of generation gen, later than t's: those of
-// t's generation wait in prior.
+// moveTo starts the counts of generation gen, the agent's: those of t's
+// generation wait in prior.
 func (t *fleetTally) moveTo(gen uint64) {
-	t.keep(t.gen, t.change)
-	t.keep(t.gen, t.control)
+	t.keep(t.change)
+	t.keep(t.control)
 	n := min(len(t.fails), MaxFleetFailures-len(t.priorFails))
 	t.priorFails = append(t.priorFails, t.fails[:max(n, 0)]...)
 	t.gen, t.change, t.control, t.fails = gen, FleetCounts{}, FleetCounts{}, t.fails[:0]
 }
 
-// keep books c, calls of generation gen, in prior: their counts without
-// their scores.
-func (t *fleetTally) keep(gen uint64, c FleetCounts) {
+// keep books c, calls of another generation than the agent's, in prior:
+// their counts without their scores.
+func (t *fleetTally) keep(c FleetCounts) {
 	if c.Calls == 0 {
 		return
-	}
-	if t.prior.Calls == 0 || gen < t.priorGen {
-		t.priorGen = gen
 	}
 	t.prior.Add(FleetCounts{Calls: c.Calls, Failures: c.Failures, LatencyNS: c.LatencyNS, SuccessLatencyNS: c.SuccessLatencyNS})
 }
@@ -161,9 +158,9 @@ func (t *fleetTally) hasPrior() bool { return t.prior.Calls > 0 }
 // takePrior returns the delta of the calls of earlier generations, and
 // leaves the current ones.
 func (t *fleetTally) takePrior(id, replica string) FleetDelta {
-	d := FleetDelta{AgentID: id, Replica: replica, Gen: t.priorGen, Change: t.prior, Failures: t.priorFails}
+	d := FleetDelta{AgentID: id, Replica: replica, Gen: 0, Change: t.prior, Failures: t.priorFails}
 	t.calls = max(t.calls-t.prior.Calls, 0)
-	t.prior, t.priorGen, t.priorFails = FleetCounts{}, 0, nil
+	t.prior, t.priorFails = FleetCounts{}, nil
 	return d
 }
 
@@ -171,11 +168,6 @@ func (t *fleetTally) takePrior(id, replica string) FleetDelta {
 // nanoseconds in all: calls booked without the agent's lock, settled.
 func (t *fleetTally) successes(gen uint64, n, lat int64) {
 	if gen != t.gen {
-		if gen < t.gen {
-			t.keep(gen, FleetCounts{Calls: n, LatencyNS: lat, SuccessLatencyNS: lat})
-			t.calls += n
-			return
-		}
 		t.moveTo(gen)
 	}
 	t.change.Calls += n
@@ -185,25 +177,25 @@ func (t *fleetTally) successes(gen uint64, n, lat int64) {
 	t.calls += n
 }
 
-// count books one finished call of generation gen.
-func (t *fleetTally) count(c *call) {
-	if c.gen != t.gen {
-		if c.gen < t.gen {
-			// Started under a config since replaced: in the totals only.
-			f := FleetCounts{Calls: 1, LatencyNS: int64(c.dur)}
-			if c.failed {
-				f.Failures = 1
-				if len(t.priorFails) < MaxFleetFailures {
-					t.priorFails = append(t.priorFails, c.fleetFailure())
-				}
-			} else {
-				f.SuccessLatencyNS = int64(c.dur)
+// count books one finished call, c, of the agent at generation gen: a
+// call that started under another generation counts in the totals only.
+func (t *fleetTally) count(c *call, gen uint64) {
+	if t.gen != gen {
+		t.moveTo(gen)
+	}
+	if c.gen != gen {
+		f := FleetCounts{Calls: 1, LatencyNS: int64(c.dur)}
+		if c.failed {
+			f.Failures = 1
+			if len(t.priorFails) < MaxFleetFailures {
+				t.priorFails = append(t.priorFails, c.fleetFailure())
 			}
-			t.keep(c.gen, f)
-			t.calls++
-			return
+		} else {
+			f.SuccessLatencyNS = int64(c.dur)
 		}
-		t.moveTo(c.gen)
+		t.keep(f)
+		t.calls++
+		return
 	}
 	side := &t.change
 	if c.arm == ArmControl {
@@ -249,6 +241,9 @@ type fleetAgent struct {
 	// deltas numbers the deltas sent (FleetDelta.Batch), and keeps the
 	// one whose answer was lost, sent again unchanged before any other.
 	deltas replica.Deltas[FleetDelta]
+	// pendingPrior: the delta deltas keeps holds calls of other
+	// generations (fleetTally.prior).
+	pendingPrior bool
 	// arms is what was sent and booked of the generation's arms: the
 	// scores and costs (fleet_quality.go).
 	arms fleetArms

@@ -140,8 +140,12 @@ type ruleBook struct {
 // order), save, then log and notify the events, record fix outcomes in
 // the failure memory, index proposals, and start an analysis.
 type effects struct {
-	events    []*Event  // in decision order
-	fixes     []fixNote // outcomes for the failure memory
+	events []*Event  // in decision order
+	fixes  []fixNote // outcomes for the failure memory
+	// learned are outcomes of changes already decided, for a cluster
+	// new to the agent's table (agentState.fixesFor): the memory takes
+	// them whatever the input decides.
+	learned   []fixNote
 	proposals []Proposal
 	// decided is a change confirmed or rolled back (decision says
 	// which); applied is a change applied.

@@ -51,7 +51,9 @@ func (s *agentState) fixesFor(id uint64, eff *effects) {
 	name := failure.FormatClusterID(id)
 	for i := range s.Changes {
 		if ch := &s.Changes[i]; ch.Cluster == name && ch.State != ChangeVerifying {
-			eff.remember(ch, FixOutcome(ch.State), ch.DecidedAt)
+			if f, ok := fixNoteOf(ch, FixOutcome(ch.State), ch.DecidedAt); ok {
+				eff.learned = append(eff.learned, f)
+			}
 		}
 	}
 }
