@@ -419,19 +419,31 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 }
 
 // sendRest sends, after the deltas of items went, the current counts of
-// the agents whose delta held calls of earlier generations (see send):
-// a second Add, made only after a generation changed with calls not sent.
-// flushMu is held.
-func (fl *fleetLink) sendRest(items []fleetItem, rep *Report, w *replica.Chain) (int64, error) {
-	var rest []fleetItem
-	for i := range items {
-		if items[i].prior {
-			if it, ok := fl.itemOf(items[i].a, false); ok {
-				rest = append(rest, it)
+// the agents whose delta was not them: a delta sent again after its
+// answer was lost (again), then calls of other generations (prior). At
+// most two more Adds, made only then, so that a flush (SyncFleet, Close)
+// sends every count not sent yet. flushMu is held.
+func (fl *fleetLink) sendRest(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
+	for range 2 {
+		var rest []fleetItem
+		for i := range items {
+			if items[i].prior || items[i].again {
+				if it, ok := fl.itemOf(items[i].a, false); ok {
+					rest = append(rest, it)
+				}
 			}
 		}
+		if len(rest) == 0 {
+			return lag, nil
+		}
+		n, err := fl.send(rest, rep, w)
+		lag = max(lag, n)
+		if err != nil {
+			return lag, err
+		}
+		items = rest
 	}
-	return fl.send(rest, rep, w)
+	return lag, nil
 }
 
 // rewrite writes the state of the agents whose state the fleet lost,

@@ -120,10 +120,14 @@ func (s *routeStrategy) Analyze(context.Context, si.Analysis) (*si.Tweak, error)
 
 // schedule is one seeded run.
 type schedule struct {
-	t        *testing.T
-	seed     uint64
-	e        *fleetEnv
-	held     []*heldFleet
+	t      *testing.T
+	seed   uint64
+	e      *fleetEnv
+	held   []*heldFleet
+	stores []*si.RAMStore // each replica's, kept across its restarts
+	// idle: the replica has not run the agent since it restarted (its
+	// failure memory learns outcomes of the agents it runs).
+	idle     [3]bool
 	rng      *rand.Rand
 	calls    int
 	failures int // of the calls
@@ -141,8 +145,11 @@ func newSchedule(t *testing.T, seed uint64, faults bool) *schedule {
 	for range 3 {
 		h := &heldFleet{Fleet: s.e.mem}
 		s.held = append(s.held, h)
+		s.stores = append(s.stores, si.NewRAMStore())
+		s.e.opts = []si.Option{si.WithStore(s.stores[len(s.stores)-1])}
 		si.TestingManualFlush(s.e.addVia(h))
 	}
+	s.e.opts = nil
 	if err := s.e.reps[0].SetThreshold("a", manual(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -174,6 +181,7 @@ func (s *schedule) step() {
 	switch k := s.rng.IntN(100); {
 	case k < 55:
 		s.calls++
+		s.idle[r] = false
 		rep, _ := s.e.reps[r].ExecuteWithImprovement(context.Background(), "a", func(_ context.Context, cfg si.Config) error {
 			s.e.clk.Advance(10 * time.Millisecond)
 			if s.fails(cfg.Route) {
@@ -204,13 +212,38 @@ func (s *schedule) step() {
 		h.mu.Unlock()
 	case k == 97:
 		route := "op" + strconv.Itoa(len(s.ops)+1)
+		s.idle[r] = false
 		err := s.e.reps[r].SetConfig("a", si.Config{Route: route})
 		s.ops = append(s.ops, opSet{route, err})
 		s.log = append(s.log, fmt.Sprintf("SetConfig %d %s: %v", r, route, err))
+	case k == 98:
+		s.restart(r)
+		s.log = append(s.log, fmt.Sprintf("restart %d", r))
 	default:
 		s.e.clk.Advance(61 * time.Second)
 		s.log = append(s.log, "cooldown over")
 	}
+}
+
+// restart closes replica r and starts it again on its store. The
+// fleet answers its Close: a replica closed while the fleet cannot be
+// reached keeps the counts it could not send nowhere.
+func (s *schedule) restart(r int) {
+	h := s.held[r]
+	h.mu.Lock()
+	h.fault, h.addFault = "", ""
+	h.mu.Unlock()
+	s.idle[r] = true
+	if err := s.e.reps[r].Close(); err != nil {
+		s.t.Fatalf("seed %d: replica %d: Close: %v", s.seed, r, err)
+	}
+	s.e.opts = []si.Option{si.WithStore(s.stores[r])}
+	l := s.e.addVia(s.held[r])
+	s.e.opts = nil
+	n := len(s.e.reps) - 1
+	s.e.reps[r], s.e.recs[r] = l, s.e.recs[n]
+	s.e.reps, s.e.recs = s.e.reps[:n], s.e.recs[:n]
+	si.TestingManualFlush(l)
 }
 
 // opSet is an operator's SetConfig of a schedule, and what it returned.
@@ -357,6 +390,9 @@ func (s *schedule) check() error {
 func (s *schedule) checkMemory(changes []si.Change) error {
 	own := changes == nil
 	for i, l := range s.e.reps {
+		if s.idle[i] {
+			continue
+		}
 		if own {
 			changes = l.Changes("a")
 		}
