@@ -22,17 +22,21 @@ import (
 
 // The whole protocol, driven through the public API of three Loops on
 // one in-memory fleet by seeded schedules: each step is a call on one
-// replica (its outcome scripted by the route it runs), a sync of one
+// replica (its outcome scripted by the route it runs), an operator's
+// SetConfig, a restart of one replica on its store, a sync of one
 // replica, the delivery of the commits announced to one replica (each
 // replica's notifications wait until a step delivers them, so that a
-// replica acts on an old state as long as a schedule says), or the
-// clock past the cooldown. Once every replica is synced, the invariants
-// hold: one config and one list of changes everywhere; a decision
-// reported made is in force everywhere, each reported once; every
-// replica's failure memory holds the outcome of each decided change of
-// a fault it knows. A failing schedule prints its seed; SCHEDULE_SEED
-// replays it (the flusher's background flushes, which a kick starts,
-// are the only thing not scheduled).
+// replica acts on an old state as long as a schedule says), the clock
+// past the cooldown, and, with faults, a replica's next commit or counts
+// dropped or booked with the answer lost. After each step, the failure
+// memory of each replica that runs the agent holds the outcome of each
+// decided change of a fault it knows. Once every replica is synced: one
+// config and one list of changes everywhere; a decision a call reported
+// is in force, and each decision is in the fleet's log once; a SetConfig
+// that returned nil is in the history, one that lost a conflict is not;
+// the fleet pooled every call once. Each schedule runs in a synctest
+// bubble with the flushers left to its syncs: a failing schedule prints
+// its seed, and SCHEDULE_SEED replays it step for step.
 
 // heldFleet is one replica's way to the fleet: the commits announced to
 // it wait until deliver.
