@@ -51,13 +51,18 @@ type heldFleet struct {
 	addFault string
 }
 
+// take returns the fault *f a step set ("": none), and clears it.
+func (h *heldFleet) take(f *string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fault := *f
+	*f = ""
+	return fault
+}
+
 // Add adds the deltas, with the fault a step set, if any.
 func (h *heldFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool, error) {
-	h.mu.Lock()
-	fault := h.addFault
-	h.addFault = ""
-	h.mu.Unlock()
-	switch fault {
+	switch h.take(&h.addFault) {
 	case "drop":
 		return nil, fmt.Errorf("%w: the counts were dropped", si.ErrFleetUnavailable)
 	case "lose":
@@ -71,11 +76,7 @@ func (h *heldFleet) Add(ctx context.Context, d []si.FleetDelta) ([]si.FleetPool,
 
 // Commit commits, with the fault a step set, if any.
 func (h *heldFleet) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
-	h.mu.Lock()
-	fault := h.fault
-	h.fault = ""
-	h.mu.Unlock()
-	switch fault {
+	switch h.take(&h.fault) {
 	case "drop":
 		return 0, fmt.Errorf("%w: the commit was dropped", si.ErrFleetUnavailable)
 	case "lose":
