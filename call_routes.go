@@ -75,7 +75,7 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Chain) {
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, d.class, now.UnixNano())
-		l.posted(noteItem{kind: noteRoute, name: d.route, reason: d.why, until: time.Unix(0, d.until), now: now})
+		l.posted(replica.Note{Kind: noteRoute, Name: d.route, Reason: d.why, Until: time.Unix(0, d.until), Now: now})
 	}
 	h := eff.hold
 	if h == nil {
@@ -84,13 +84,13 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Ch
 	id := failure.FormatClusterID(h.cluster)
 	if h.ended {
 		for _, c := range l.causes.leave(a.id) {
-			if !l.posted(noteItem{kind: noteCause, name: c, until: now, now: now, a: a, h: h}) {
+			if !l.posted(l.causeNote(a, h, c, "", now, now)) {
 				l.causeEnded(a, h, c, now)
 			}
 		}
 		return
 	}
-	n := noteItem{kind: noteCause, name: id, reason: h.text, until: now.Add(l.rules.probes.causeTTL()), now: now, a: a, h: h}
+	n := l.causeNote(a, h, id, h.text, now.Add(l.rules.probes.causeTTL()), now)
 	if l.causes.join(id, h.class, a.id, now.UnixNano()) && !l.posted(n) {
 		l.accountCause(a, h, id, now, w)
 	}

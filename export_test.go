@@ -12,6 +12,6 @@ const TestingRace = raceEnabled
 // SyncFleet, so that a test's schedule says when every flush runs.
 func TestingManualFlush(l *Loop) {
 	if l.fleet != nil {
-		l.fleet.manual.Store(true)
+		l.fleet.Manual()
 	}
 }

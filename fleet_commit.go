@@ -3,7 +3,6 @@ package selfimprove
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -41,7 +40,7 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 		fa.st.Resync()
 		return
 	}
-	rev, val, err := fl.f.Load(ctx, a.id)
+	rev, val, err := fl.Fleet.Load(ctx, a.id)
 	err = replica.Cut(ctx, err)
 	done()
 	if err != nil {
@@ -50,11 +49,11 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 			fa.st.Resync()
 		} else {
 			fa.st.Invalid(rev)
-			fl.kickFlush()
+			fl.Kick()
 		}
 		return
 	}
-	fl.cameUp()
+	fl.Up()
 	if rev == 0 {
 		return
 	}
@@ -62,7 +61,7 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	if take, kick := fa.st.Take(replica.Adopt{Rev: rev, Value: val}, err == nil); !take {
 		fl.bad(a, err)
 		if kick {
-			fl.kickFlush()
+			fl.Kick()
 		}
 		return
 	}
@@ -73,14 +72,6 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	fa.st.Took(base)
 	l.remember(fixesOf(sh.Changes, nil))
 	l.props.note(a.id, a.s.Proposals)
-}
-
-// kickFlush asks the flusher for a flush now.
-func (fl *fleetLink) kickFlush() {
-	select {
-	case fl.kick <- struct{}{}:
-	default:
-	}
 }
 
 // view puts the fleet's shared state of agent id, which this
@@ -102,7 +93,7 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 	if !ok {
 		return false
 	}
-	rev, val, err := fl.f.Load(ctx, id)
+	rev, val, err := fl.Fleet.Load(ctx, id)
 	done()
 	if err != nil {
 		fl.onErr(nil, err)
@@ -110,7 +101,7 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 			return false
 		}
 	} else {
-		fl.cameUp()
+		fl.Up()
 	}
 	known := false
 	if sh, err := decodeState(val, id); err == nil && rev != 0 {
@@ -156,22 +147,9 @@ func (fl *fleetLink) refreshCtx(ctx context.Context, a *agent) bool {
 	a.mu.Lock()
 	since := a.fl.st.Rev // an answer older than since says the fleet lost the state; one older than the copy's is late
 	a.mu.Unlock()
-	rev, val, err := fl.f.Load(ctx, a.id)
-	err = replica.Cut(ctx, err)
-	res := replica.LoadOK
-	switch {
-	case err == nil:
-		fl.cameUp()
-	case errors.Is(err, errFleetSlow):
-		res = replica.LoadSlow
-	case errors.Is(err, ErrFleetUnavailable):
-		res = replica.LoadDown
-	default:
-		res = replica.LoadBad
-	}
-	if err != nil {
-		fl.onErr(a, err)
-	}
+	rev, val, err := fl.Fleet.Load(ctx, a.id)
+	id, at := fleetWho(a)
+	res, _ := fl.LoadResultOf(ctx, err, id, at)
 	a.mu.Lock()
 	if res == replica.LoadOK {
 		a.settleFleetLocked(l)
@@ -198,7 +176,7 @@ func (fl *fleetLink) next(a *agent, n replica.Next, why error, w *replica.Chain)
 		asked = fl.refreshWait(a, w)
 	}
 	if n.Kick {
-		fl.kickFlush()
+		fl.Kick()
 	}
 	return asked
 }
@@ -228,7 +206,7 @@ func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
 	if !take {
 		a.mu.Unlock()
 		if kick {
-			fl.kickFlush()
+			fl.Kick()
 		}
 		return
 	}
@@ -306,53 +284,17 @@ func (fl *fleetLink) commit(a *agent, c replica.Commit, evs []queued, w *replica
 // events go to the fleet's log with the next flush, off the caller's
 // path. The caller holds a's save lock: one commit of a is in flight.
 func (fl *fleetLink) swap(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
-	l := fl.l
 	fa := a.fl
 	w = fl.Chain(w)
-	if fl.Down() {
-		// Backing off until the flusher finds the fleet again: the
-		// decision is taken back at once.
-		err := fmt.Errorf("%w: backing off since the last failure", ErrFleetUnavailable)
-		return fl.outcome(a, c, replica.NotSent, 0, nil, err, w)
-	}
-	ctx, done, ok := fl.Op(w)
-	if !ok {
-		return fl.outcome(a, c, replica.NotSent, 0, nil, errFleetSlow, w) // never sent: it cannot land
-	}
-	a.mu.Lock()
-	fa.st.Sending()
-	a.mu.Unlock()
-	start := l.now()
-	nrev, err := fl.f.Commit(ctx, a.id, c.Rev, c.Value)
-	err = replica.Cut(ctx, err)
-	_, took := l.since(start)
-	done()
-	l.m.fleetCommits.Add(1)
-	l.m.fleetCommitNS.Add(int64(took))
-	for m := l.m.fleetCommitMax.Load(); int64(took) > m && !l.m.fleetCommitMax.CompareAndSwap(m, int64(took)); m = l.m.fleetCommitMax.Load() {
-	}
-	out := replica.Landed
+	id, at := fleetWho(a)
+	out, nrev, err := fl.Commit(w, id, c.Rev, c.Value, func() {
+		a.mu.Lock()
+		fa.st.Sending()
+		a.mu.Unlock()
+	}, at)
 	var keep any
-	switch {
-	case err == nil:
-		fl.cameUp()
-	case errors.Is(err, ErrFleetConflict):
-		fl.cameUp()
-		l.m.fleetConflicts.Add(1)
-		err = fmt.Errorf("selfimprove: another replica decided first: %w", err)
-		out = replica.Conflict
-	default:
-		fl.onErr(a, err)
-		if errors.Is(err, ErrFleetUnavailable) {
-			out = replica.Unreachable
-			if len(evs) > 0 {
-				keep = evs // without events, nothing would go unrecorded
-			}
-			err = fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
-		} else {
-			out = replica.Refused
-			err = fmt.Errorf("%w: %w", errFleetRefused, err)
-		}
+	if out == replica.Unreachable && len(evs) > 0 {
+		keep = evs // without events, nothing would go unrecorded
 	}
 	return fl.outcome(a, c, out, nrev, keep, err, w, evs...)
 }
@@ -412,23 +354,12 @@ func (fl *fleetLink) lease(a *agent, an *Analysis, w *replica.Chain) bool {
 	// The lease, the reload and the commit of the decision are one
 	// chain: the call that crossed the threshold waits on the fleet for
 	// one timeout at most.
-	ctx, done, ok := fl.Op(w)
-	if !ok {
-		return false
-	}
-	ok, err := fl.f.Lease(ctx, a.id, fl.replica, ttl)
-	err = replica.Cut(ctx, err)
-	done()
+	id, at := fleetWho(a)
+	ok, err := fl.Lease(w, id, ttl, at)
 	if err != nil {
-		l.m.fleetLeaseErrs.Add(1)
-		fl.onErr(a, err)
 		return false
 	}
-	fl.cameUp()
-	if ok {
-		l.m.fleetLeases.Add(1)
-	} else {
-		l.m.fleetBusy.Add(1)
+	if !ok {
 		a.mu.Lock()
 		fa.leaseBusy = now + int64(ttl)
 		a.mu.Unlock()
@@ -454,20 +385,8 @@ func (fl *fleetLink) lease(a *agent, an *Analysis, w *replica.Chain) bool {
 // spent, the flusher gives it back, off the caller's path
 // (releaseLater).
 func (fl *fleetLink) release(a *agent, w *replica.Chain) {
-	if fl.Down() {
-		return
-	}
-	ctx, done, ok := fl.Op(w)
-	if !ok {
-		fl.releaseLater(a)
-		return
-	}
-	defer done()
-	if err := replica.Cut(ctx, fl.f.Release(ctx, a.id, fl.replica)); err != nil {
-		fl.onErr(a, err)
-		if errors.Is(err, errFleetSlow) {
-			fl.releaseLater(a) // not down: the flusher gives it back
-		}
+	if id, at := fleetWho(a); !fl.Release(w, id, at) {
+		fl.releaseLater(a) // not down: the flusher gives it back
 	}
 }
 
@@ -475,7 +394,7 @@ func (fl *fleetLink) release(a *agent, w *replica.Chain) {
 // that held it had spent its fleet time.
 func (fl *fleetLink) releaseLater(a *agent) {
 	fl.rel.Push(a) // beyond maxFleetReleases, the lease expires
-	fl.kickFlush()
+	fl.Kick()
 }
 
 // maxFleetReleases bounds the leases waiting for the flusher to give
@@ -486,13 +405,13 @@ const maxFleetReleases = 1024
 // within one fleet timeout (best effort: a lease not given back expires).
 // A lease of an agent whose strategy runs again here is left to that
 // run, which holds it; while one is given back, the agent takes no lease
-// (lease). flushMu is held.
+// (lease). FlushMu is held.
 func (fl *fleetLink) releases() {
 	rel := fl.rel.Take()
 	if len(rel) == 0 || fl.Down() {
 		return
 	}
-	ctx, cancel := fl.ctx()
+	ctx, cancel := fl.Ctx()
 	defer cancel()
 	for _, a := range rel {
 		a.mu.Lock()
@@ -502,7 +421,7 @@ func (fl *fleetLink) releases() {
 		if run {
 			continue
 		}
-		err := fl.f.Release(ctx, a.id, fl.replica)
+		err := fl.Fleet.Release(ctx, a.id, fl.Name)
 		a.mu.Lock()
 		a.fl.releasing = false
 		a.mu.Unlock()

@@ -23,36 +23,24 @@ import (
 // fleet_commit.go has the shared state: attaching an agent, adopting the
 // fleet's state, committing decisions and the lease on a strategy run.
 
-// fleetLink is a Loop's connection to its fleet.
-type fleetLink struct {
-	// Link is the fleet timeout, the back-off and the outage under way.
-	replica.Link
-	f        Fleet
-	replica  string // this Loop's name in the fleet (a UUIDv7)
-	interval time.Duration
-	calls    int64
+// fleetClient is the transport of a Loop's fleet (replica.Client): the
+// fleet time and the outage under way, the flusher's goroutine, the
+// fleet's operations with their answers as values, the outboxes of
+// events and notes, and the replicas seen.
+type fleetClient = replica.Client[FleetDelta, FleetPool, Event, DeadRoute]
 
-	kick    chan struct{} // asks the flusher for a flush now
-	stop    chan struct{}
-	done    chan struct{}
-	unsub   func()
-	flushMu replica.SaveLock        // serialises flushes
-	polled  time.Time               // the last flush that asked for every agent; guarded by flushMu
-	out     replica.Queue[noteItem] // notes for the fleet (fleet_notes.go), at most maxOutbox
-	evs     replica.Queue[Event]    // events for the fleet's log (logEvents), at most maxFleetEvents
-	rel     replica.Queue[*agent]   // leases for the flusher to give back (releaseLater), at most maxFleetReleases
-	once    sync.Once
-	badAt   atomic.Int64 // Unix ns: the last report of an invalid answer not an agent's
+// fleetLink is a Loop's connection to its fleet: the transport, and what
+// the Loop keeps of it (the counts to send, the leases to give back). It
+// is the transport's Hooks.
+type fleetLink struct {
+	*fleetClient
+	calls  int64
+	polled time.Time             // the last flush that asked for every agent; guarded by FlushMu
+	rel    replica.Queue[*agent] // leases for the flusher to give back (releaseLater), at most maxFleetReleases
 	// badStats is when the invalid statistics of agents not loaded here
 	// were last reported (Unix ns), by agent ID, at most maxBadStats.
 	badMu    sync.Mutex
 	badStats map[string]int64
-
-	replicas replicaBook // the replicas seen (fleet_notes.go)
-	// manual: the flusher leaves a kick to the next flush (SyncFleet, the
-	// interval), so that a test's schedule says when every flush runs
-	// (TestingManualFlush).
-	manual atomic.Bool
 
 	// l is the Loop the link serves: the driver (step), the agents and
 	// their files, the metrics and the log.
@@ -64,63 +52,48 @@ type fleetLink struct {
 // subscriber reconnecting to Redis) is made up within it.
 const fleetPoll = time.Second
 
-func newFleetLink(o *options) *fleetLink {
-	return &fleetLink{
-		Link: replica.Link{Timeout: o.fleetTimeout}, f: o.fleet, replica: newID(time.Now()), interval: o.fleetInterval,
-		calls: int64(o.fleetCalls), kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		out: replica.Queue[noteItem]{Max: maxOutbox}, evs: replica.Queue[Event]{Max: maxFleetEvents},
-		rel: replica.Queue[*agent]{Max: maxFleetReleases},
-	}
+// maxFleetEvents bounds the events waiting for the flusher to go to the
+// fleet's log; beyond it the oldest are dropped (they are in the store).
+const maxFleetEvents = 4096
+
+func newFleetLink(l *Loop, o *options) *fleetLink {
+	fl := &fleetLink{calls: int64(o.fleetCalls), rel: replica.Queue[*agent]{Max: maxFleetReleases}, l: l}
+	fl.fleetClient = replica.NewClient(replica.Config[FleetDelta, FleetPool, Event, DeadRoute]{
+		Fleet: o.fleet, Name: newID(time.Now()), Timeout: o.fleetTimeout, Interval: o.fleetInterval,
+		Hooks: fl, Log: o.logger, NoteOf: func(d DeadRoute) (string, time.Time) { return d.Route, d.Until },
+		MaxEvents: maxFleetEvents, MaxNotes: maxOutbox,
+	})
+	return fl
 }
 
 // start subscribes to the fleet's notifications and starts the
 // flusher.
-func (fl *fleetLink) start() {
-	fl.unsub = fl.f.Subscribe(fl.notified)
-	go fl.run()
-}
+func (fl *fleetLink) start() { fl.Start(fl.notified) }
 
 // close stops the flusher, sends the counts not sent yet, and
 // unsubscribes. Close calls it before it seals the loop.
-func (fl *fleetLink) close() error {
-	var err error
-	fl.once.Do(func() {
-		close(fl.stop)
-		<-fl.done
-		err = fl.flush()
-		fl.gone()
-		fl.unsub()
-	})
-	return err
-}
+func (fl *fleetLink) close() error { return fl.Close() }
 
-// ctx returns a context bounded by the fleet timeout.
-func (fl *fleetLink) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), fl.Timeout)
-}
+// Now reads the Loop's clock (replica.Hooks).
+func (fl *fleetLink) Now() time.Time { return fl.l.clock.Now() }
 
-// run flushes the counts every interval, or when enough calls are
-// waiting, until close.
-func (fl *fleetLink) run() {
-	defer close(fl.done)
-	var tick <-chan time.Time
-	if fl.interval > 0 {
-		t := time.NewTicker(fl.interval)
-		defer t.Stop()
-		tick = t.C
+// Flush is the flusher's flush (replica.Hooks).
+func (fl *fleetLink) Flush() error { return fl.flush() }
+
+// Back has every live agent compared with the fleet's state at the next
+// flush, once the fleet answers after it was down (replica.Hooks).
+func (fl *fleetLink) Back() { fl.resyncAll() }
+
+// Outage records and hands on the event of an outage that began (err
+// its first failure) or ended after d (replica.Hooks).
+func (fl *fleetLink) Outage(now time.Time, err error, d time.Duration) {
+	if err != nil {
+		fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
+			Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
+		return
 	}
-	for {
-		select {
-		case <-tick:
-		case <-fl.kick:
-			if fl.manual.Load() {
-				continue
-			}
-		case <-fl.stop:
-			return
-		}
-		fl.flush()
-	}
+	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
+		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
 }
 
 // count books a finished call for the fleet; a's lock is held.
@@ -130,92 +103,35 @@ func (fl *fleetLink) count(a *agent, c *call) {
 	}
 	a.fl.tally.count(c, a.s.Gen)
 	if a.fl.tally.calls == fl.calls {
-		fl.kickFlush()
+		fl.Kick()
 	}
 }
 
 // onErr takes an error of the fleet about agent a (nil: of no agent):
-// the fleet could not be reached (wentDown), or it refused or held
-// invalid data (bad).
+// the fleet answers slowly, could not be reached, or it refused or held
+// invalid data (replica.Client.Failed).
 func (fl *fleetLink) onErr(a *agent, err error) {
-	l := fl.l
-	switch {
-	case errors.Is(err, errFleetSlow):
-		l.m.fleetErrors.Add(1) // the fleet answers slowly: not down (see cut)
-	case errors.Is(err, ErrFleetUnavailable):
-		fl.wentDown(err)
-	default:
-		fl.bad(a, err)
-	}
+	id, at := fleetWho(a)
+	fl.Failed(err, id, at)
 }
 
-// fleetBadEvery is how often an agent's invalid data in the fleet is
-// reported (a log line); Metrics.FleetErrors counts every time.
-const fleetBadEvery = time.Minute
-
-// bad reports an answer of the fleet that is no outage: invalid
-// data of agent a (nil: of no agent), set aside or to be replaced, or a
-// refusal. It logs at most once per fleetBadEvery per agent.
+// bad reports an answer of the fleet that is no outage: invalid data of
+// agent a (nil: of no agent), or a refusal (replica.Client.Bad).
 func (fl *fleetLink) bad(a *agent, err error) {
-	l := fl.l
-	l.m.fleetErrors.Add(1)
-	at := &fl.badAt
-	if a != nil && a.fl != nil {
-		at = &a.fl.badAt
-	}
-	now, last := l.clock.Now().UnixNano(), at.Load()
-	if last != 0 && now-last < int64(fleetBadEvery) || !at.CompareAndSwap(last, now) {
-		return
-	}
-	if a != nil {
-		l.log.Error("selfimprove: the fleet refused, or holds invalid data for, the agent; its state is written again (reported once a minute)", "agent", a.id, "error", err)
-	} else {
-		l.log.Error("selfimprove: the fleet refused an operation, or answered with invalid data (reported once a minute)", "error", err)
-	}
+	id, at := fleetWho(a)
+	fl.Bad(err, id, at)
 }
 
-// fleetSettle is how long the fleet must answer after a failure for an
-// outage to be over: then its EventFleetRecovered is sent, and the next
-// failure is a new outage. A failure within it belongs to the same
-// outage, which sends no second event.
-const fleetSettle = time.Second
-
-// wentDown notes that the fleet could not be reached: the replica backs
-// off until the flusher finds it again. At the first failure of an
-// outage, a log line and a stored EventFleetUnreachable.
-func (fl *fleetLink) wentDown(err error) {
-	l := fl.l
-	l.m.fleetErrors.Add(1)
-	now := l.clock.Now()
-	if !fl.Failed(now.UnixNano()) {
-		return // backing off already, or the fleet had not answered for fleetSettle since the last failure
+// fleetWho returns what the transport reports a's errors by: its ID, and
+// when they were last logged (nil: the transport's own time).
+func fleetWho(a *agent) (string, *atomic.Int64) {
+	switch {
+	case a == nil:
+		return "", nil
+	case a.fl == nil:
+		return a.id, nil
 	}
-	l.m.fleetOutages.Add(1)
-	l.log.Error("selfimprove: fleet unreachable: calls keep their configs, and no change is applied until it is back", "error", err)
-	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
-		Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
-}
-
-// cameUp notes that the fleet answered: after it was down, every live
-// agent is compared with the fleet's state at the next flush; once it
-// has answered for fleetSettle, the outage is over, with a log line and
-// a stored EventFleetRecovered.
-func (fl *fleetLink) cameUp() {
-	l := fl.l
-	now := l.clock.Now()
-	back, over, d := fl.Answered(now.UnixNano(), fleetSettle)
-	if back {
-		fl.resyncAll()
-		fl.kickFlush()
-		return
-	}
-	if !over {
-		return
-	}
-	d = d.Round(time.Millisecond)
-	l.log.Info("selfimprove: fleet reachable again; resynchronised", "outage", d)
-	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,
-		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
+	return a.id, &a.fl.badAt
 }
 
 // event writes ev, an event of the fleet's link, to the store (it
@@ -250,15 +166,15 @@ type fleetItem struct {
 // state is taken.
 func (fl *fleetLink) flush() error {
 	l := fl.l
-	fl.flushMu.Lock()
-	defer fl.flushMu.Unlock()
+	fl.FlushMu.Lock()
+	defer fl.FlushMu.Unlock()
 	now := l.clock.Now()
 	poll := now.Sub(fl.polled) >= fleetPoll || now.Before(fl.polled)
 	if poll {
 		fl.polled = now
 	}
 	fl.pollNotes(now, poll)
-	fl.seen(now)
+	fl.Seen(now)
 	items := fl.items(poll)
 	fl.stats(items)
 	lag, err := fl.send(items, nil, nil)
@@ -268,9 +184,9 @@ func (fl *fleetLink) flush() error {
 		lag = max(lag, more)
 	}
 	if err == nil && len(items) > 0 {
-		l.m.fleetLag.Store(lag)
+		fl.Counts.Lag.Store(lag)
 	}
-	fl.sendEvents()
+	fl.SendEvents()
 	fl.releases()
 	fl.rewrite()
 	return err
@@ -278,11 +194,10 @@ func (fl *fleetLink) flush() error {
 
 // send sends the deltas of items in one Add and takes back the pooled
 // counts (pooled; rep, when set, gets a decision they make). It
-// returns the most revisions an agent's copy was behind. flushMu is held.
+// returns the most revisions an agent's copy was behind. FlushMu is held.
 // Its waits on the fleet, and those of the decisions the counts make, are
 // of the chain w (nil: the Add and each decision a chain of its own).
 func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
-	l := fl.l
 	if len(items) == 0 {
 		return 0, nil
 	}
@@ -293,7 +208,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 	var pools []FleetPool
 	err := errFleetSlow
 	if ctx, done, ok := fl.Op(w); ok {
-		pools, err = fl.f.Add(ctx, deltas)
+		pools, err = fl.Fleet.Add(ctx, deltas)
 		err = replica.Cut(ctx, err)
 		done()
 	}
@@ -315,7 +230,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 		}
 		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
 	}
-	fl.cameUp()
+	fl.Up()
 	for i := range items {
 		a := items[i].a
 		a.mu.Lock()
@@ -326,7 +241,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 			fl.bad(a, pools[i].Err)
 		}
 		if n := fl.pooled(a, &items[i], &pools[i], rep, w); n > 0 {
-			l.m.fleetBehind.Add(1)
+			fl.Counts.Behind.Add(1)
 			lag = max(lag, n)
 		}
 	}
@@ -352,10 +267,10 @@ func (fl *fleetLink) judge(a *agent, rep *Report, w *replica.Chain) {
 	// A flush under way sends the counts too: the call waits for it
 	// within its fleet time, and otherwise leaves its counts to it.
 	w = fl.Chain(w)
-	if left := w.Left(); left < fl.Timeout/10 || !fl.flushMu.LockWithin(left) {
+	if left := w.Left(); left < fl.Timeout/10 || !fl.FlushMu.LockWithin(left) {
 		return // its time is spent (lockWithin would wait without end)
 	}
-	defer fl.flushMu.Unlock()
+	defer fl.FlushMu.Unlock()
 	if it, ok := fl.itemOf(a, false); ok {
 		items := []fleetItem{it}
 		if _, err := fl.send(items, rep, w); err == nil {
@@ -380,7 +295,7 @@ func (fl *fleetLink) items(poll bool) []fleetItem {
 }
 
 // itemOf returns a's delta for a flush, if it has one to send (see
-// items); flushMu is held.
+// items); FlushMu is held.
 func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 	l := fl.l
 	fa := a.fl
@@ -402,14 +317,14 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 		if prior {
 			// The calls of an earlier generation go first, on their own;
 			// the current ones right after (sendRest).
-			d = fa.tally.takePrior(a.id, fl.replica)
+			d = fa.tally.takePrior(a.id, fl.Name)
 		} else {
 			t := fa.tally
-			d = FleetDelta{AgentID: a.id, Replica: fl.replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			d = FleetDelta{AgentID: a.id, Replica: fl.Name, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 			fa.tally = fleetTally{gen: a.s.Gen}
 		}
 		for i := range d.Failures {
-			d.Failures[i].Replica = fl.replica
+			d.Failures[i].Replica = fl.Name
 		}
 		d.Batch = fa.deltas.Next()
 		fa.statsOwed = fa.statsOwed || own(&d)
@@ -422,7 +337,7 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 // the agents whose delta was not them: a delta sent again after its
 // answer was lost (again), then calls of other generations (prior). At
 // most two more Adds, made only then, so that a flush (SyncFleet, Close)
-// sends every count not sent yet. flushMu is held.
+// sends every count not sent yet. FlushMu is held.
 func (fl *fleetLink) sendRest(items []fleetItem, rep *Report, w *replica.Chain) (lag int64, _ error) {
 	for range 2 {
 		var rest []fleetItem
@@ -486,7 +401,7 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 		return err
 	}
 	l.fleet.resyncAll()
-	l.fleet.replicas.now.Store(true)
+	l.fleet.SeenNow()
 	return l.fleet.flush()
 }
 
@@ -513,7 +428,7 @@ func isFleetErr(err error) bool {
 // errFleetRefused: the fleet answered a commit with an error that is no
 // outage (a missing right, a script's error); the decision was taken
 // back.
-var errFleetRefused = errors.New("selfimprove: the fleet refused the decision")
+var errFleetRefused = replica.ErrRefused
 
 // settleFleetLocked settles a (not once it is evicted) before the fleet's
 // code reads or changes its state. a.mu is held.
@@ -521,18 +436,6 @@ func (a *agent) settleFleetLocked(l *Loop) {
 	if !a.evicted {
 		a.settleLocked(l.clock.Now().UnixNano())
 	}
-}
-
-// replicasSeen counts the replicas seen alive at now (Metrics).
-func (fl *fleetLink) replicasSeen(now time.Time) (n int64) {
-	if seen := fl.replicas.seen.Load(); seen != nil {
-		for _, r := range *seen {
-			if r.Until.After(now) {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // errFleetSlow: the chain's fleet time is spent; the operation was not
@@ -551,14 +454,9 @@ func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
 	return *w
 }
 
-// maxFleetEvents bounds the events waiting for the flusher to go to the
-// fleet's log; beyond it the oldest are dropped (they are in the store).
-const maxFleetEvents = 4096
-
 // logEvents queues events for the fleet's log, sent by the next flush
-// (sendEvents), and asks for one.
+// (replica.Client.SendEvents), and asks for one.
 func (fl *fleetLink) logEvents(evs []queued) {
-	l := fl.l
 	if len(evs) == 0 {
 		return
 	}
@@ -566,32 +464,5 @@ func (fl *fleetLink) logEvents(evs []queued) {
 	for i, q := range evs {
 		events[i] = *q.ev
 	}
-	if n := fl.evs.PushDrop(events...); n > 0 {
-		l.m.fleetErrors.Add(1)
-		l.log.Error("selfimprove: events for the fleet's log dropped: the fleet has not taken them", "count", n)
-	}
-	fl.kickFlush()
-}
-
-// sendEvents sends the queued events to the fleet's log; while the
-// fleet cannot be reached they wait for the next flush, a refusal drops
-// them. flushMu is held.
-func (fl *fleetLink) sendEvents() {
-	evs := fl.evs.Take()
-	if len(evs) == 0 || fl.Down() {
-		fl.evs.Requeue(evs)
-		return
-	}
-	ctx, cancel := fl.ctx()
-	err := fl.f.AppendEvents(ctx, evs)
-	cancel()
-	switch {
-	case err == nil:
-		fl.cameUp()
-	case errors.Is(err, ErrFleetUnavailable):
-		fl.onErr(nil, err)
-		fl.evs.Requeue(evs)
-	default:
-		fl.onErr(nil, fmt.Errorf("cannot add %d events to the fleet's log: %w", len(evs), err))
-	}
+	fl.LogEvents(events)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"sync/atomic"
-
 	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
@@ -24,15 +22,6 @@ const (
 	noteCause = "cause"
 )
 
-// noteItem is a note waiting to be sent. For a cause, a and h say what
-// to raise when the fleet did not know of it, or what ended.
-type noteItem struct {
-	kind, name, reason string
-	until, now         time.Time
-	a                  *agent
-	h                  *holdNote
-}
-
 // maxOutbox bounds the notes waiting to be sent; beyond it a cause is
 // raised (or ended) on this replica alone, and a dead route stays local.
 const maxOutbox = 256
@@ -42,59 +31,48 @@ const maxOutbox = 256
 // died leaves no cause behind for long.
 func (p *ProbePolicy) causeTTL() time.Duration { return 3 * p.MaxEvery }
 
-// post queues a note for the flusher, and asks for a flush. It
-// reports false when the outbox is full.
-func (fl *fleetLink) post(n noteItem) bool {
-	ok := fl.out.Push(n)
-	fl.kickFlush()
-	return ok
-}
-
-// posted hands n to the fleet (fleetLink.post), which decides whether this
-// replica raises the cause or its end (see pollNotes). It reports false
-// without a fleet, or with the outbox full: then this replica decides.
-func (l *Loop) posted(n noteItem) bool { return l.fleet != nil && l.fleet.post(n) }
+// posted hands n to the fleet (replica.Client.Post), which decides
+// whether this replica raises the cause or its end (n.Then). It reports
+// false without a fleet, or with the outbox full: then this replica
+// decides.
+func (l *Loop) posted(n replica.Note) bool { return l.fleet != nil && l.fleet.Post(n) }
 
 // pollNotes sends the queued notes and renews the causes in force here;
-// on a poll it takes the fleet's dead routes. A cause the fleet did not
-// know (or could not be asked of) is raised here; the end of one it knew
-// is told here.
+// on a poll it takes the fleet's dead routes. FlushMu is held.
 func (fl *fleetLink) pollNotes(now time.Time, poll bool) {
 	l := fl.l
-	items := fl.out.Take()
 	p := &l.rules.probes
+	var renew []replica.Note
 	for _, id := range l.causes.due(now.UnixNano(), int64(p.MaxEvery)) {
-		items = append(items, noteItem{kind: noteCause, name: id, until: now.Add(p.causeTTL()), now: now})
+		renew = append(renew, replica.Note{Kind: noteCause, Name: id, Until: now.Add(p.causeTTL()), Now: now})
 	}
-	for _, n := range items {
-		ctx, cancel := fl.ctx()
-		was, err := fl.f.Note(ctx, n.kind, n.name, n.reason, n.until, n.now)
-		cancel()
-		if err != nil {
-			fl.onErr(nil, err)
-		}
-		switch {
-		case n.h == nil:
-		case n.h.ended && (was || err != nil):
-			l.causeEnded(n.a, n.h, n.name, now)
-		case !n.h.ended && (!was || err != nil):
-			l.accountCause(n.a, n.h, n.name, n.now, nil)
-		}
-	}
+	fl.SendNotes(renew)
 	if !poll {
 		return
 	}
-	ctx, cancel := fl.ctx()
-	dead, err := fl.f.Notes(ctx, noteRoute, now)
-	cancel()
-	if err != nil {
-		fl.onErr(nil, err)
+	dead, ok := fl.Read(noteRoute, now)
+	if !ok {
 		return
 	}
-	fl.cameUp()
+	fl.Up()
 	for _, d := range dead {
 		l.dead.mark(d.Route, d.Until.UnixNano(), freeText(d.Reason), failure.ClassModelUnavailable, now.UnixNano())
 	}
+}
+
+// causeNote is the note of the account-wide cause id that agent a's
+// hold h raises (until its end) or ends (until now): a cause the fleet
+// did not know, or could not be asked of, is raised here; the end of one
+// it knew is told here.
+func (l *Loop) causeNote(a *agent, h *holdNote, id, reason string, until, now time.Time) replica.Note {
+	return replica.Note{Kind: noteCause, Name: id, Reason: reason, Until: until, Now: now, Then: func(was bool, err error) {
+		switch {
+		case h.ended && (was || err != nil):
+			l.causeEnded(a, h, id, now)
+		case !h.ended && (!was || err != nil):
+			l.accountCause(a, h, id, now, nil)
+		}
+	}}
 }
 
 // causeEnded tells that the account-wide cause c is over.
@@ -172,69 +150,6 @@ func (fl *fleetLink) claimProbe(a *agent, home bool, w *replica.Chain) bool {
 	return !errors.Is(err, ErrFleetConflict)
 }
 
-// The replicas seen: each replica tells the fleet it is alive with a note
-// of kind "replica" (Fleet.Note) named after it, every replicaEvery and
-// until replicaTTL later, and reads the others' notes on the same
-// cadence, from the flusher, never on the call path, each operation
-// under the fleet timeout. Close ends its note; a replica that died
-// without Close drops out when its note ends.
-
-const (
-	// noteReplica is the kind of a replica's note.
-	noteReplica = "replica"
-	// replicaEvery is how often a replica notes itself and reads the
-	// replicas seen.
-	replicaEvery = 5 * time.Second
-	// replicaTTL is how long a replica's note lasts without a renewal:
-	// four renewals missed.
-	replicaTTL = 20 * time.Second
-)
-
-// replicaBook is what a replica knows of the others.
-type replicaBook struct {
-	at   time.Time                   // the last note; guarded by flushMu
-	seen atomic.Pointer[[]DeadRoute] // the latest read: Route is a replica's name, Until its note's end
-	now  atomic.Bool                 // the next flush notes and reads at once (SyncFleet)
-}
-
-// seen notes this replica in the fleet, and reads the replicas
-// seen, when replicaEvery has passed since it last did. flushMu is held.
-func (fl *fleetLink) seen(now time.Time) {
-	b := &fl.replicas
-	if !b.now.Swap(false) && !b.at.IsZero() && !now.Before(b.at) && now.Sub(b.at) < replicaEvery {
-		return
-	}
-	b.at = now
-	ctx, cancel := fl.ctx()
-	_, err := fl.f.Note(ctx, noteReplica, fl.replica, "", now.Add(replicaTTL), now)
-	cancel()
-	if err != nil {
-		fl.onErr(nil, err)
-		return
-	}
-	ctx, cancel = fl.ctx()
-	seen, err := fl.f.Notes(ctx, noteReplica, now)
-	cancel()
-	if err != nil {
-		fl.onErr(nil, err)
-		return
-	}
-	b.seen.Store(&seen)
-}
-
-// gone ends this replica's note, at Close; not while the replica
-// backs off (its note then ends on its own, replicaTTL after the last).
-func (fl *fleetLink) gone() {
-	l := fl.l
-	if fl.Down() {
-		return
-	}
-	now := l.clock.Now()
-	ctx, cancel := fl.ctx()
-	defer cancel()
-	fl.f.Note(ctx, noteReplica, fl.replica, "", now, now)
-}
-
 // FleetReplicas returns the replicas of the fleet (WithFleet) seen alive,
 // this one among them once it has told the fleet, by name (their
 // Metrics.FleetReplica), with when each last told the fleet it was
@@ -249,16 +164,5 @@ func (l *Loop) FleetReplicas() map[string]time.Time {
 	if l.fleet == nil {
 		return nil
 	}
-	seen := l.fleet.replicas.seen.Load()
-	if seen == nil {
-		return nil
-	}
-	now := l.clock.Now()
-	out := make(map[string]time.Time, len(*seen))
-	for _, r := range *seen {
-		if r.Until.After(now) {
-			out[r.Route] = r.Until.Add(-replicaTTL)
-		}
-	}
-	return out
+	return l.fleet.Replicas(l.clock.Now())
 }

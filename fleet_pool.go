@@ -53,7 +53,7 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
 			fa.seq = f.Seq
-			if f.Replica != l.fleet.replica {
+			if f.Replica != l.fleet.Name {
 				x.fails = append(x.fails, f)
 			}
 		}
@@ -132,7 +132,7 @@ func (fl *fleetLink) scored(a *agent, version int, score float64) {
 		return
 	}
 	if a.fl.tally.calls == fl.calls {
-		fl.kickFlush()
+		fl.Kick()
 	}
 }
 

@@ -91,7 +91,7 @@ func (fl *fleetLink) viewStats(id string, st *agentState, w *replica.Chain) bool
 	if !ok {
 		return false // the Load took the chain's time: the fleet is slow
 	}
-	b, err := fl.f.LoadStats(ctx, id)
+	b, err := fl.Fleet.LoadStats(ctx, id)
 	err = replica.Cut(ctx, err)
 	done()
 	if err == nil && b != nil {
@@ -122,14 +122,14 @@ const maxBadStats = 256
 
 // reportBadStats reports invalid statistics of agent id in the fleet:
 // counted in Metrics.FleetErrors each time, logged at most once per
-// fleetBadEvery per agent.
+// replica.BadEvery per agent.
 func (fl *fleetLink) reportBadStats(id string, err error) {
 	l := fl.l
-	l.m.fleetErrors.Add(1)
+	fl.Counts.Errors.Add(1)
 	now := l.clock.Now().UnixNano()
 	fl.badMu.Lock()
 	last, seen := fl.badStats[id]
-	report := !seen || now-last >= int64(fleetBadEvery) || now < last
+	report := !seen || now-last >= int64(replica.BadEvery) || now < last
 	if report {
 		if fl.badStats == nil || len(fl.badStats) >= maxBadStats {
 			fl.badStats = map[string]int64{}

@@ -157,8 +157,7 @@ func (l *Loop) restore(recent int) {
 // daily summary's.
 func (l *Loop) start(o *options) {
 	if o.fleet != nil {
-		l.fleet = newFleetLink(o)
-		l.fleet.l = l
+		l.fleet = newFleetLink(l, o)
 	}
 	if o.traceMode != TracesOff {
 		l.traces = newTraceWriter(l.store, o.logger, l.m, o.traceMode, o.traceQueue, o.traceWait)

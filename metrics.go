@@ -53,9 +53,4 @@ type metrics struct {
 	notifyDropped, rejectedTweaks          atomic.Int64
 	traces, tracesDropped                  atomic.Int64
 	agents, loads, evictions               atomic.Int64
-	fleetErrors, fleetConflicts            atomic.Int64
-	fleetOutages, fleetCommits             atomic.Int64
-	fleetCommitNS, fleetCommitMax          atomic.Int64
-	fleetLeases, fleetBusy, fleetLeaseErrs atomic.Int64
-	fleetLag, fleetBehind                  atomic.Int64
 }

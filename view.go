@@ -381,14 +381,15 @@ func (l *Loop) Metrics() Metrics {
 		NotifyDropped: m.notifyDropped.Load(), RejectedTweaks: m.rejectedTweaks.Load(),
 		Traces: m.traces.Load(), TracesDropped: m.tracesDropped.Load(),
 		Agents: m.agents.Load(), Loads: m.loads.Load(), Evictions: m.evictions.Load(),
-		FleetErrors: m.fleetErrors.Load(), FleetConflicts: m.fleetConflicts.Load(),
-		FleetOutages: m.fleetOutages.Load(), FleetCommits: m.fleetCommits.Load(), FleetCommitNS: m.fleetCommitNS.Load(),
-		FleetCommitMaxNS: m.fleetCommitMax.Load(), FleetLeases: m.fleetLeases.Load(), FleetLeasesBusy: m.fleetBusy.Load(),
-		FleetLeaseErrors: m.fleetLeaseErrs.Load(), FleetLag: m.fleetLag.Load(), FleetBehind: m.fleetBehind.Load(),
 	}
 	if l.fleet != nil {
-		out.FleetReplica = l.fleet.replica
-		out.FleetReplicas = l.fleet.replicasSeen(l.clock.Now())
+		c := &l.fleet.Counts
+		out.FleetErrors, out.FleetConflicts, out.FleetOutages = c.Errors.Load(), c.Conflicts.Load(), c.Outages.Load()
+		out.FleetCommits, out.FleetCommitNS, out.FleetCommitMaxNS = c.Commits.Load(), c.CommitNS.Load(), c.CommitMaxNS.Load()
+		out.FleetLeases, out.FleetLeasesBusy, out.FleetLeaseErrors = c.Leases.Load(), c.LeasesBusy.Load(), c.LeaseErrors.Load()
+		out.FleetLag, out.FleetBehind = c.Lag.Load(), c.Behind.Load()
+		out.FleetReplica = l.fleet.Name
+		out.FleetReplicas = l.fleet.ReplicasSeen(l.clock.Now())
 		if l.fleet.Down() {
 			out.FleetDown = 1
 		}

@@ -1,0 +1,359 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	si "github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/fleettest"
+	"github.com/self-improving-loop/selfimprove/internal/replica"
+)
+
+// The transport's tests drive a Client on a real in-process fleet
+// (fleettest), through a fault switch (faulty) that makes it unreachable
+// or refusing, in a synctest bubble: time moves only when every
+// goroutine waits, so each sequence below is exact.
+
+type client = replica.Client[si.FleetDelta, si.FleetPool, si.Event, si.DeadRoute]
+
+// faulty is a fleet whose operations fail while down (unreachable) or
+// refuse is set (an error that is no outage).
+type faulty struct {
+	si.Fleet
+	down, refuse atomic.Bool
+}
+
+func (f *faulty) fault() error {
+	switch {
+	case f.down.Load():
+		return si.ErrFleetUnavailable
+	case f.refuse.Load():
+		return errors.New("NOPERM: no right to run the script")
+	}
+	return nil
+}
+
+func (f *faulty) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
+	if err := f.fault(); err != nil {
+		return 0, err
+	}
+	return f.Fleet.Commit(ctx, id, rev, v)
+}
+
+func (f *faulty) AppendEvents(ctx context.Context, evs []si.Event) error {
+	if err := f.fault(); err != nil {
+		return err
+	}
+	return f.Fleet.AppendEvents(ctx, evs)
+}
+
+func (f *faulty) Note(ctx context.Context, kind, name, reason string, until, now time.Time) (bool, error) {
+	if err := f.fault(); err != nil {
+		return false, err
+	}
+	return f.Fleet.Note(ctx, kind, name, reason, until, now)
+}
+
+// hooks records what the Client told the Loop.
+type hooks struct {
+	mu      sync.Mutex
+	said    []string
+	flushes int
+}
+
+func (h *hooks) Now() time.Time { return time.Now() }
+func (h *hooks) Flush() error {
+	h.mu.Lock()
+	h.flushes++
+	h.mu.Unlock()
+	return nil
+}
+func (h *hooks) Back() { h.add("back") }
+func (h *hooks) Outage(now time.Time, err error, d time.Duration) {
+	if err != nil {
+		h.add("down")
+	} else {
+		h.add("up after " + d.String())
+	}
+}
+func (h *hooks) add(s string) {
+	h.mu.Lock()
+	h.said = append(h.said, s)
+	h.mu.Unlock()
+}
+func (h *hooks) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.said
+	h.said = nil
+	return s
+}
+func (h *hooks) flushed() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.flushes
+}
+
+func newClient(t *testing.T, name string, f si.Fleet) (*client, *hooks) {
+	t.Helper()
+	h := &hooks{}
+	c := replica.NewClient(replica.Config[si.FleetDelta, si.FleetPool, si.Event, si.DeadRoute]{
+		Fleet: f, Name: name, Timeout: time.Second, Hooks: h,
+		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoteOf:    func(d si.DeadRoute) (string, time.Time) { return d.Route, d.Until },
+		MaxEvents: 3, MaxNotes: 2,
+	})
+	return c, h
+}
+
+// TestClientOutage: an outage is one "down" at its first failure, and
+// one "up" once the fleet has answered for Settle; the first answer
+// brings the replica back at once (Back), and a failure within Settle
+// belongs to the same outage. While it backs off, events wait.
+func TestClientOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, h := newClient(t, "r1", f)
+		f.down.Store(true)
+		c.SendEvents() // nothing queued: no operation
+		c.LogEvents([]si.Event{{ID: "e1"}})
+		c.SendEvents()
+		c.SendEvents() // backing off: not tried
+		if !c.Down() || c.Counts.Outages.Load() != 1 {
+			t.Fatalf("down %v, outages %d: want down, 1", c.Down(), c.Counts.Outages.Load())
+		}
+		time.Sleep(3 * time.Second)
+		f.down.Store(false)
+		c.SendEvents() // backing off: the events wait for a flush to find the fleet
+		c.Up()         // a flush's read found it: back
+		c.SendEvents() // the event sent
+		time.Sleep(500 * time.Millisecond)
+		f.down.Store(true)
+		c.Failed(si.ErrFleetUnavailable, "", nil) // within Settle: the same outage
+		f.down.Store(false)
+		c.Up()
+		time.Sleep(replica.Settle)
+		c.Up()
+		c.Up()
+		want := []string{"down", "back", "back", "up after 3.5s"}
+		if got := h.take(); !cmp.Equal(got, want) {
+			t.Errorf("hooks told %q, want %q", got, want)
+		}
+		if n := c.Counts.Outages.Load(); n != 1 {
+			t.Errorf("outages %d, want 1", n)
+		}
+		evs, _ := f.Events(context.Background(), 10)
+		if len(evs) != 1 || evs[0].ID != "e1" {
+			t.Errorf("the fleet's log holds %v, want e1 once", evs)
+		}
+	})
+}
+
+// TestClientCommitOutcomes: a commit's answer is a value: Landed with
+// the new revision, Conflict, Unreachable, Refused, or NotSent (backing
+// off, or its chain's time spent: ErrSlow); only a commit sent calls
+// sending, and each sent is counted.
+func TestClientCommitOutcomes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, _ := newClient(t, "r1", f)
+		sent := 0
+		sending := func() { sent++ }
+		type res struct {
+			Out  replica.Outcome
+			Rev  uint64
+			Kind error
+		}
+		do := func(w *replica.Chain, rev uint64) res {
+			out, nrev, err := c.Commit(w, "a", rev, []byte("{}"), sending, nil)
+			var kind error
+			for _, k := range []error{replica.ErrSlow, si.ErrFleetConflict, si.ErrFleetUnavailable, replica.ErrRefused} {
+				if errors.Is(err, k) {
+					kind = k
+					break
+				}
+			}
+			return res{out, nrev, kind}
+		}
+		got := []res{do(nil, 0)}
+		got = append(got, do(nil, 0)) // the revision moved on
+		f.refuse.Store(true)
+		got = append(got, do(nil, got[0].Rev))
+		f.refuse.Store(false)
+		f.down.Store(true)
+		got = append(got, do(nil, got[0].Rev))
+		got = append(got, do(nil, got[0].Rev)) // backing off
+		f.down.Store(false)
+		c.Up()
+		w := replica.NewChain(time.Second)
+		time.Sleep(950 * time.Millisecond)
+		got = append(got, do(w, got[0].Rev)) // a twentieth of the time left
+		want := []res{
+			{replica.Landed, 1, nil},
+			{replica.Conflict, 0, si.ErrFleetConflict},
+			{replica.Refused, 0, replica.ErrRefused},
+			{replica.Unreachable, 0, si.ErrFleetUnavailable},
+			{replica.NotSent, 0, si.ErrFleetUnavailable},
+			{replica.NotSent, 0, replica.ErrSlow},
+		}
+		if d := cmp.Diff(want, got, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
+			t.Errorf("outcomes (-want +got):\n%s", d)
+		}
+		if sent != 4 || c.Counts.Commits.Load() != 4 || c.Counts.Conflicts.Load() != 1 {
+			t.Errorf("sent %d, commits %d, conflicts %d: want 4, 4, 1", sent, c.Counts.Commits.Load(), c.Counts.Conflicts.Load())
+		}
+	})
+}
+
+// TestClientEventsOutbox: events wait for the fleet while it cannot be
+// reached, at most MaxEvents of them (the oldest dropped, counted); a
+// refusal drops them.
+func TestClientEventsOutbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, _ := newClient(t, "r1", f)
+		f.down.Store(true)
+		c.LogEvents([]si.Event{{ID: "1"}, {ID: "2"}})
+		c.SendEvents()
+		c.LogEvents([]si.Event{{ID: "3"}, {ID: "4"}}) // 1 dropped: at most 3 wait
+		f.down.Store(false)
+		c.Up()
+		c.SendEvents()
+		f.refuse.Store(true)
+		c.LogEvents([]si.Event{{ID: "5"}})
+		c.SendEvents() // refused: dropped
+		f.refuse.Store(false)
+		c.SendEvents()
+		evs, _ := f.Events(context.Background(), 10)
+		var ids []string
+		for _, e := range evs {
+			ids = append(ids, e.ID)
+		}
+		if want := []string{"2", "3", "4"}; !cmp.Equal(ids, want) {
+			t.Errorf("the fleet's log holds %q, want %q", ids, want)
+		}
+		if n := c.Counts.Errors.Load(); n != 3 { // the outage, the drop, the refusal
+			t.Errorf("errors %d, want 3", n)
+		}
+	})
+}
+
+// TestClientNotes: posted notes wait in a bounded outbox, and each is
+// told whether a note of its kind and name was in force when it was
+// sent, or the error.
+func TestClientNotes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, _ := newClient(t, "r1", f)
+		now := time.Now()
+		var got []string
+		note := func(name string) replica.Note {
+			return replica.Note{Kind: "cause", Name: name, Until: now.Add(time.Minute), Now: now, Then: func(was bool, err error) {
+				switch {
+				case err != nil:
+					got = append(got, name+": error")
+				case was:
+					got = append(got, name+": was")
+				default:
+					got = append(got, name+": new")
+				}
+			}}
+		}
+		ok := []bool{c.Post(note("x")), c.Post(note("x")), c.Post(note("y"))}
+		if !cmp.Equal(ok, []bool{true, true, false}) {
+			t.Errorf("posted %v, want the third refused (MaxNotes 2)", ok)
+		}
+		c.SendNotes([]replica.Note{note("z")})
+		f.down.Store(true)
+		c.SendNotes([]replica.Note{note("w")})
+		if want := []string{"x: new", "x: was", "z: new", "w: error"}; !cmp.Equal(got, want) {
+			t.Errorf("notes told %q, want %q", got, want)
+		}
+		f.down.Store(false)
+		c.Up()
+		if notes, ok := c.Read("cause", now); !ok || len(notes) != 2 {
+			t.Errorf("read %v, %v: want the causes x and z", notes, ok)
+		}
+	})
+}
+
+// TestClientReplicaBook: a replica notes itself and reads the others
+// every ReplicaEvery (or at once after SeenNow); a replica closed (Gone)
+// drops out at once, one that died when its note ends.
+func TestClientReplicaBook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := fleettest.New(nil)
+		c1, _ := newClient(t, "r1", f)
+		c2, _ := newClient(t, "r2", f)
+		c3, _ := newClient(t, "r3", f)
+		t0 := time.Now()
+		c1.Seen(t0)
+		c2.Seen(t0)
+		c1.Seen(t0.Add(time.Second)) // within ReplicaEvery: not read again
+		if n := c1.ReplicasSeen(t0); n != 1 {
+			t.Errorf("r1 sees %d replicas, want 1 (itself, read before r2 noted)", n)
+		}
+		c1.SeenNow()
+		c1.Seen(t0.Add(time.Second))
+		if n := c1.ReplicasSeen(t0); n != 2 {
+			t.Errorf("r1 sees %d replicas after SeenNow, want 2", n)
+		}
+		c3.Seen(t0)
+		c3.Gone() // closed: its note ends now
+		at := t0.Add(time.Second + replica.ReplicaEvery)
+		c1.Seen(at)
+		if got := c1.Replicas(at); !cmp.Equal(got, map[string]time.Time{"r1": at, "r2": t0}) {
+			t.Errorf("r1 sees %v, want r1 and r2", got)
+		}
+		// r2 died: its note ends ReplicaTTL after its last.
+		end := t0.Add(replica.ReplicaTTL)
+		c1.Seen(end)
+		if got := c1.Replicas(end); len(got) != 1 {
+			t.Errorf("r1 sees %v at r2's note's end, want itself only", got)
+		}
+	})
+}
+
+// TestClientFlusher: the flusher flushes when kicked, not when Manual
+// (the schedule owns every flush); Close flushes once more, ends the
+// replica's note, unsubscribes, and is idempotent.
+func TestClientFlusher(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := fleettest.New(nil)
+		c, h := newClient(t, "r1", f)
+		var notified atomic.Int64
+		c.Start(func(string, uint64) { notified.Add(1) })
+		c.Kick()
+		synctest.Wait()
+		if n := h.flushed(); n != 1 {
+			t.Errorf("%d flushes after a kick, want 1", n)
+		}
+		c.Manual()
+		c.Kick()
+		synctest.Wait()
+		if n := h.flushed(); n != 1 {
+			t.Errorf("%d flushes after a kick under Manual, want still 1", n)
+		}
+		f.Commit(context.Background(), "a", 0, []byte("{}"))
+		c.Seen(time.Now())
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		f.Commit(context.Background(), "a", 1, []byte("{}"))
+		if n, m := h.flushed(), notified.Load(); n != 2 || m != 1 {
+			t.Errorf("%d flushes and %d notifications after Close, want 2 and 1", n, m)
+		}
+		if notes, _ := f.Notes(context.Background(), replica.NoteReplica, time.Now()); len(notes) != 0 {
+			t.Errorf("the replica's note is still in force after Close: %v", notes)
+		}
+	})
+}
