@@ -1,8 +1,6 @@
 package selfimprove
 
 import (
-	"context"
-	"errors"
 	"slices"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -35,25 +33,17 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 		fa.st.Resync()
 		return
 	}
-	ctx, done, ok := fl.Op(w)
-	if !ok {
+	id, at := fleetWho(a)
+	rev, val, res, _ := fl.Load(w, id, at)
+	switch res {
+	case replica.LoadSlow, replica.LoadDown:
 		fa.st.Resync()
 		return
-	}
-	rev, val, err := fl.Fleet.Load(ctx, a.id)
-	err = replica.Cut(ctx, err)
-	done()
-	if err != nil {
-		fl.onErr(a, err)
-		if errors.Is(err, ErrFleetUnavailable) {
-			fa.st.Resync()
-		} else {
-			fa.st.Invalid(rev)
-			fl.Kick()
-		}
+	case replica.LoadBad:
+		fa.st.Invalid(rev)
+		fl.Kick()
 		return
 	}
-	fl.Up()
 	if rev == 0 {
 		return
 	}
@@ -94,14 +84,10 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 		return false
 	}
 	rev, val, err := fl.Fleet.Load(ctx, id)
+	res, _ := fl.LoadResultOf(ctx, err, "", nil) // reported as no agent's: it is not loaded here
 	done()
-	if err != nil {
-		fl.onErr(nil, err)
-		if errors.Is(err, ErrFleetUnavailable) {
-			return false
-		}
-	} else {
-		fl.Up()
+	if res == replica.LoadDown || res == replica.LoadSlow {
+		return false
 	}
 	known := false
 	if sh, err := decodeState(val, id); err == nil && rev != 0 {
@@ -130,26 +116,12 @@ func (fl *fleetLink) refresh(a *agent) bool { return fl.refreshWait(a, nil) }
 // chain of its own). When w's time is spent it does not ask, and the
 // flusher compares a with the fleet's state later.
 func (fl *fleetLink) refreshWait(a *agent, w *replica.Chain) bool {
-	ctx, done, ok := fl.Op(fl.Chain(w))
-	if !ok {
-		a.mu.Lock()
-		a.fl.st.Resync()
-		a.mu.Unlock()
-		return false
-	}
-	defer done()
-	return fl.refreshCtx(ctx, a)
-}
-
-// refreshCtx is refresh under ctx.
-func (fl *fleetLink) refreshCtx(ctx context.Context, a *agent) bool {
 	l := fl.l
 	a.mu.Lock()
 	since := a.fl.st.Rev // an answer older than since says the fleet lost the state; one older than the copy's is late
 	a.mu.Unlock()
-	rev, val, err := fl.Fleet.Load(ctx, a.id)
 	id, at := fleetWho(a)
-	res, _ := fl.LoadResultOf(ctx, err, id, at)
+	rev, val, res, _ := fl.Load(fl.Chain(w), id, at)
 	a.mu.Lock()
 	if res == replica.LoadOK {
 		a.settleFleetLocked(l)

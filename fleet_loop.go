@@ -205,32 +205,18 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 	for i := range items {
 		deltas[i] = items[i].d
 	}
-	var pools []FleetPool
-	err := errFleetSlow
-	if ctx, done, ok := fl.Op(w); ok {
-		pools, err = fl.Fleet.Add(ctx, deltas)
-		err = replica.Cut(ctx, err)
-		done()
-	}
-	if err == nil && len(pools) != len(items) {
-		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(items))
-	}
+	pools, again, err := fl.Add(w, deltas)
 	if err != nil {
-		if err != errFleetSlow { // not tried: no error of the fleet's
-			fl.onErr(nil, err)
-		}
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
-		again := errors.Is(err, ErrFleetUnavailable)
 		for _, it := range items {
 			it.a.mu.Lock()
 			it.a.fl.deltas.Answered(it.d, again)
 			it.a.fl.pendingPrior = again && it.prior
 			it.a.mu.Unlock()
 		}
-		return 0, fmt.Errorf("%w: %w", ErrFleetUnavailable, err)
+		return 0, err
 	}
-	fl.Up()
 	for i := range items {
 		a := items[i].a
 		a.mu.Lock()

@@ -87,13 +87,10 @@ var errFleetStatsSize = errors.New("selfimprove: fleet: an agent's statistics ov
 // once a minute per agent) and left out: st keeps this replica's own.
 func (fl *fleetLink) viewStats(id string, st *agentState, w *replica.Chain) bool {
 	l := fl.l
-	ctx, done, ok := fl.Op(w)
-	if !ok {
+	b, err := fl.LoadStats(w, id)
+	if err == errFleetSlow {
 		return false // the Load took the chain's time: the fleet is slow
 	}
-	b, err := fl.Fleet.LoadStats(ctx, id)
-	err = replica.Cut(ctx, err)
-	done()
 	if err == nil && b != nil {
 		var t agentState
 		if len(b) > maxFleetStats {

@@ -375,3 +375,63 @@ func (c *Client[D, P, E, N]) Release(w *Chain, agentID string, at *atomic.Int64)
 	}
 	return true
 }
+
+// Add sends deltas in one Add, as an operation of the chain w (nil: one
+// of its own), and returns the fleet's answer to each, in order. Its
+// error, reported (Failed) unless the operation was not tried, wraps
+// ErrUnavailable; again says the deltas are to be sent again as they
+// are (the fleet could not be reached, or answered slowly), and is false
+// when they would be refused again.
+func (c *Client[D, P, E, N]) Add(w *Chain, deltas []D) (pools []P, again bool, err error) {
+	err = ErrSlow
+	if ctx, done, ok := c.Op(w); ok {
+		pools, err = c.Fleet.Add(ctx, deltas)
+		err = Cut(ctx, err)
+		done()
+	}
+	if err == nil && len(pools) != len(deltas) {
+		err = fmt.Errorf("selfimprove: fleet: %d answers to %d deltas", len(pools), len(deltas))
+	}
+	if err != nil {
+		if err != ErrSlow { // not tried: no error of the fleet's
+			c.Failed(err, "", nil)
+		}
+		return nil, errors.Is(err, ErrUnavailable), fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	c.Up()
+	return pools, false, nil
+}
+
+// Load loads agentID's state, as an operation of the chain w (nil: one
+// of its own), and returns it with what the answer says (LoadSlow when
+// the chain's time was spent: not tried). The answer is taken (Answer,
+// at as in Failed).
+func (c *Client[D, P, E, N]) Load(w *Chain, agentID string, at *atomic.Int64) (rev uint64, val []byte, res Load, err error) {
+	ctx, done, ok := c.Op(w)
+	if !ok {
+		return 0, nil, LoadSlow, ErrSlow
+	}
+	defer done()
+	return c.LoadCtx(ctx, agentID, at)
+}
+
+// LoadCtx is Load under ctx (from Op).
+func (c *Client[D, P, E, N]) LoadCtx(ctx context.Context, agentID string, at *atomic.Int64) (rev uint64, val []byte, res Load, err error) {
+	rev, val, err = c.Fleet.Load(ctx, agentID)
+	res, err = c.LoadResultOf(ctx, err, agentID, at)
+	return rev, val, res, err
+}
+
+// LoadStats loads agentID's statistics, as an operation of the chain w;
+// its error is the caller's to report (invalid statistics are reported
+// apart). A chain whose time was spent gives ErrSlow.
+func (c *Client[D, P, E, N]) LoadStats(w *Chain, agentID string) ([]byte, error) {
+	ctx, done, ok := c.Op(w)
+	if !ok {
+		return nil, ErrSlow
+	}
+	b, err := c.Fleet.LoadStats(ctx, agentID)
+	err = Cut(ctx, err)
+	done()
+	return b, err
+}

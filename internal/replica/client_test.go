@@ -48,6 +48,20 @@ func (f *faulty) Commit(ctx context.Context, id string, rev uint64, v []byte) (u
 	return f.Fleet.Commit(ctx, id, rev, v)
 }
 
+func (f *faulty) Add(ctx context.Context, ds []si.FleetDelta) ([]si.FleetPool, error) {
+	if err := f.fault(); err != nil {
+		return nil, err
+	}
+	return f.Fleet.Add(ctx, ds)
+}
+
+func (f *faulty) Load(ctx context.Context, id string) (uint64, []byte, error) {
+	if err := f.fault(); err != nil {
+		return 0, nil, err
+	}
+	return f.Fleet.Load(ctx, id)
+}
+
 func (f *faulty) AppendEvents(ctx context.Context, evs []si.Event) error {
 	if err := f.fault(); err != nil {
 		return err
@@ -354,6 +368,60 @@ func TestClientFlusher(t *testing.T) {
 		}
 		if notes, _ := f.Notes(context.Background(), replica.NoteReplica, time.Now()); len(notes) != 0 {
 			t.Errorf("the replica's note is still in force after Close: %v", notes)
+		}
+	})
+}
+
+// TestClientAddAndLoad: an Add's deltas are to be sent again when the
+// fleet could not be reached or the chain's time was spent, not when
+// they were refused; a load's answer is a value (LoadOK, LoadDown,
+// LoadBad, LoadSlow).
+func TestClientAddAndLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, _ := newClient(t, "r1", f)
+		d := []si.FleetDelta{{AgentID: "a", Replica: "r1", Batch: 1, Change: si.FleetCounts{Calls: 2, Failures: 1}}}
+		type res struct {
+			Again, Unavailable bool
+			Pools              int
+		}
+		add := func(w *replica.Chain) res {
+			pools, again, err := c.Add(w, d)
+			return res{again, errors.Is(err, si.ErrFleetUnavailable), len(pools)}
+		}
+		var got []res
+		f.refuse.Store(true)
+		got = append(got, add(nil))
+		f.refuse.Store(false)
+		f.down.Store(true)
+		got = append(got, add(nil))
+		f.down.Store(false)
+		w := replica.NewChain(time.Second)
+		time.Sleep(950 * time.Millisecond)
+		got = append(got, add(w), add(nil))
+		want := []res{{false, true, 0}, {true, true, 0}, {true, true, 0}, {false, false, 1}}
+		if !cmp.Equal(got, want) {
+			t.Errorf("adds %+v, want %+v", got, want)
+		}
+		if c.Down() {
+			t.Error("still down after the fleet answered an Add")
+		}
+		var loads []replica.Load
+		load := func() {
+			_, _, r, _ := c.Load(nil, "a", nil)
+			loads = append(loads, r)
+		}
+		load()
+		f.refuse.Store(true)
+		load()
+		f.refuse.Store(false)
+		f.down.Store(true)
+		load()
+		f.down.Store(false)
+		c.Up()
+		loads = append(loads, func() replica.Load { _, _, r, _ := c.Load(w, "a", nil); return r }())
+		if want := []replica.Load{replica.LoadOK, replica.LoadBad, replica.LoadDown, replica.LoadSlow}; !cmp.Equal(loads, want) {
+			t.Errorf("loads %v, want %v", loads, want)
 		}
 	})
 }
