@@ -19,9 +19,12 @@ import (
 // goroutine, or when a decision is saved, each bounded by the fleet
 // timeout. No agent lock is held while the fleet is called.
 //
-// This file has the link, the counts and the flusher that sends them;
-// fleet_commit.go has the shared state: attaching an agent, adopting the
-// fleet's state, committing decisions and the lease on a strategy run.
+// Every operation on the fleet goes through the transport,
+// replica.Client (internal/replica), which knows nothing of the Loop but
+// its hooks. This file has the link (the hooks) and the counts a flush
+// sends; fleet_commit.go has the shared state: attaching an agent,
+// adopting the fleet's state, committing decisions and the lease on a
+// strategy run.
 
 // fleetClient is the transport of a Loop's fleet (replica.Client): the
 // fleet time and the outage under way, the flusher's goroutine, the
