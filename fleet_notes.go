@@ -46,7 +46,7 @@ func (fl *fleetLink) pollNotes(now time.Time, poll bool) {
 	for _, id := range l.causes.due(now.UnixNano(), int64(p.MaxEvery)) {
 		renew = append(renew, replica.Note{Kind: noteCause, Name: id, Until: now.Add(p.causeTTL()), Now: now})
 	}
-	fl.SendNotes(renew)
+	fl.SendNotes(now, renew)
 	if !poll {
 		return
 	}
@@ -62,13 +62,14 @@ func (fl *fleetLink) pollNotes(now time.Time, poll bool) {
 
 // causeNote is the note of the account-wide cause id that agent a's
 // hold h raises (until its end) or ends (until now): a cause the fleet
-// did not know, or could not be asked of, is raised here; the end of one
-// it knew is told here.
+// did not know, or could not be asked of, is raised here, at the time of
+// the call; the end of one it knew is told here, at the time of the
+// flush that learned it.
 func (l *Loop) causeNote(a *agent, h *holdNote, id, reason string, until, now time.Time) replica.Note {
-	return replica.Note{Kind: noteCause, Name: id, Reason: reason, Until: until, Now: now, Then: func(was bool, err error) {
+	return replica.Note{Kind: noteCause, Name: id, Reason: reason, Until: until, Now: now, Then: func(sent time.Time, was bool, err error) {
 		switch {
 		case h.ended && (was || err != nil):
-			l.causeEnded(a, h, id, now)
+			l.causeEnded(a, h, id, sent)
 		case !h.ended && (!was || err != nil):
 			l.accountCause(a, h, id, now, nil)
 		}

@@ -109,6 +109,39 @@ func TestFleetOneAlertPerCause(t *testing.T) {
 	}
 }
 
+// The end of an account-wide cause the fleet knew is told by the flush
+// that learns it, at that flush's time, not at the call that ended the
+// hold: the event says when the fleet's replicas were told.
+func TestFleetCauseEndAtFlush(t *testing.T) {
+	e := routeFleet(t, 1)
+	si.TestingManualFlush(e.reps[0])
+	quota := true
+	up := func(string) error {
+		if quota {
+			return errQuota
+		}
+		return nil
+	}
+	e.callRoutes(0, "a", up)
+	e.callRoutes(0, "a", up)
+	e.sync()
+	if n := e.countEvents(si.EventAccountCause); n != 1 {
+		t.Fatalf("%d account-wide alerts, want 1", n)
+	}
+	quota = false
+	e.clk.Advance(2 * time.Minute)
+	if rep := e.callRoutes(0, "a", up); !rep.Success {
+		t.Fatalf("agent not released: %v", rep.Err)
+	}
+	e.clk.Advance(30 * time.Second)
+	flushed := e.clk.Now()
+	e.sync()
+	evs := e.reps[0].Events(si.EventFilter{Types: []si.EventType{si.EventAccountRecovered}})
+	if len(evs) != 1 || !evs[0].Time.Equal(flushed.UTC()) {
+		t.Fatalf("the end of the cause: %+v; want one, at the flush (%v)", evs, flushed.UTC())
+	}
+}
+
 // While one replica's probe of a held agent is in flight, the other
 // replicas' calls of the agent fail at once: one request per interval for
 // the fleet. Before the claim, each replica sent a probe of its own.

@@ -30,8 +30,9 @@ type Fleet[D, P, E, N any] interface {
 }
 
 // Hooks is what a Client asks of the Loop it serves: the seam between
-// the transport and the core. Its methods are called with no lock of the
-// Client's held.
+// the transport and the core. Flush is called with no lock of the
+// Client's held; Back and Outage, and a Note's Then, may be called with
+// FlushMu held (from a flush's operations), and must not take it.
 type Hooks interface {
 	// Now reads the Loop's clock.
 	Now() time.Time

@@ -17,10 +17,10 @@ import (
 type Note struct {
 	Kind, Name, Reason string
 	Until, Now         time.Time
-	// Then, when set, is told once the note was sent whether a note of
-	// its kind and name was in force (was), or the error that kept the
-	// fleet from saying.
-	Then func(was bool, err error)
+	// Then, when set, is told once the note was sent, at the time now
+	// of the flush that sent it, whether a note of its kind and name was
+	// in force (was), or the error that kept the fleet from saying.
+	Then func(now time.Time, was bool, err error)
 }
 
 // Post queues the note n for the flusher, and asks for a flush. It
@@ -32,8 +32,9 @@ func (c *Client[D, P, E, N]) Post(n Note) bool {
 }
 
 // SendNotes sends the notes posted, then more, each under the fleet
-// timeout, and tells each its answer (Note.Then). FlushMu is held.
-func (c *Client[D, P, E, N]) SendNotes(more []Note) {
+// timeout, and tells each its answer (Note.Then), at now, the flush's
+// time. FlushMu is held.
+func (c *Client[D, P, E, N]) SendNotes(now time.Time, more []Note) {
 	for _, n := range append(c.notes.Take(), more...) {
 		ctx, cancel := c.Ctx()
 		was, err := c.Fleet.Note(ctx, n.Kind, n.Name, n.Reason, n.Until, n.Now)
@@ -42,7 +43,7 @@ func (c *Client[D, P, E, N]) SendNotes(more []Note) {
 			c.Failed(err, "", nil)
 		}
 		if n.Then != nil {
-			n.Then(was, err)
+			n.Then(now, was, err)
 		}
 	}
 }

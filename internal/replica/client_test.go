@@ -3,8 +3,10 @@ package replica_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +31,9 @@ type client = replica.Client[si.FleetDelta, si.FleetPool, si.Event, si.DeadRoute
 type faulty struct {
 	si.Fleet
 	down, refuse atomic.Bool
+	// hang: Commit waits for its context's end, then reports the fleet
+	// unreachable (a hang).
+	hang atomic.Bool
 }
 
 func (f *faulty) fault() error {
@@ -42,6 +47,10 @@ func (f *faulty) fault() error {
 }
 
 func (f *faulty) Commit(ctx context.Context, id string, rev uint64, v []byte) (uint64, error) {
+	if f.hang.Load() {
+		<-ctx.Done()
+		return 0, fmt.Errorf("%w: %w", si.ErrFleetUnavailable, ctx.Err())
+	}
 	if err := f.fault(); err != nil {
 		return 0, err
 	}
@@ -60,6 +69,20 @@ func (f *faulty) Load(ctx context.Context, id string) (uint64, []byte, error) {
 		return 0, nil, err
 	}
 	return f.Fleet.Load(ctx, id)
+}
+
+func (f *faulty) Lease(ctx context.Context, id, owner string, ttl time.Duration) (bool, error) {
+	if err := f.fault(); err != nil {
+		return false, err
+	}
+	return f.Fleet.Lease(ctx, id, owner, ttl)
+}
+
+func (f *faulty) Release(ctx context.Context, id, owner string) error {
+	if err := f.fault(); err != nil {
+		return err
+	}
+	return f.Fleet.Release(ctx, id, owner)
 }
 
 func (f *faulty) AppendEvents(ctx context.Context, evs []si.Event) error {
@@ -270,7 +293,7 @@ func TestClientNotes(t *testing.T) {
 		now := time.Now()
 		var got []string
 		note := func(name string) replica.Note {
-			return replica.Note{Kind: "cause", Name: name, Until: now.Add(time.Minute), Now: now, Then: func(was bool, err error) {
+			return replica.Note{Kind: "cause", Name: name, Until: now.Add(time.Minute), Now: now, Then: func(_ time.Time, was bool, err error) {
 				switch {
 				case err != nil:
 					got = append(got, name+": error")
@@ -285,9 +308,9 @@ func TestClientNotes(t *testing.T) {
 		if !cmp.Equal(ok, []bool{true, true, false}) {
 			t.Errorf("posted %v, want the third refused (MaxNotes 2)", ok)
 		}
-		c.SendNotes([]replica.Note{note("z")})
+		c.SendNotes(now, []replica.Note{note("z")})
 		f.down.Store(true)
-		c.SendNotes([]replica.Note{note("w")})
+		c.SendNotes(now, []replica.Note{note("w")})
 		if want := []string{"x: new", "x: was", "z: new", "w: error"}; !cmp.Equal(got, want) {
 			t.Errorf("notes told %q, want %q", got, want)
 		}
@@ -336,7 +359,8 @@ func TestClientReplicaBook(t *testing.T) {
 	})
 }
 
-// TestClientFlusher: the flusher flushes when kicked, not when Manual
+// TestClientFlusher: the flusher flushes when kicked (and when the fleet
+// is back after an outage), not when Manual
 // (the schedule owns every flush); Close flushes once more, ends the
 // replica's note, unsubscribes, and is idempotent.
 func TestClientFlusher(t *testing.T) {
@@ -350,11 +374,17 @@ func TestClientFlusher(t *testing.T) {
 		if n := h.flushed(); n != 1 {
 			t.Errorf("%d flushes after a kick, want 1", n)
 		}
+		c.Failed(si.ErrFleetUnavailable, "", nil)
+		c.Up() // back: every agent is compared with the fleet at a flush now
+		synctest.Wait()
+		if n := h.flushed(); n != 2 {
+			t.Errorf("%d flushes after the fleet came back, want 2", n)
+		}
 		c.Manual()
 		c.Kick()
 		synctest.Wait()
-		if n := h.flushed(); n != 1 {
-			t.Errorf("%d flushes after a kick under Manual, want still 1", n)
+		if n := h.flushed(); n != 2 {
+			t.Errorf("%d flushes after a kick under Manual, want still 2", n)
 		}
 		f.Commit(context.Background(), "a", 0, []byte("{}"))
 		c.Seen(time.Now())
@@ -363,8 +393,8 @@ func TestClientFlusher(t *testing.T) {
 		}
 		c.Close()
 		f.Commit(context.Background(), "a", 1, []byte("{}"))
-		if n, m := h.flushed(), notified.Load(); n != 2 || m != 1 {
-			t.Errorf("%d flushes and %d notifications after Close, want 2 and 1", n, m)
+		if n, m := h.flushed(), notified.Load(); n != 3 || m != 1 {
+			t.Errorf("%d flushes and %d notifications after Close, want 3 and 1", n, m)
 		}
 		if notes, _ := f.Notes(context.Background(), replica.NoteReplica, time.Now()); len(notes) != 0 {
 			t.Errorf("the replica's note is still in force after Close: %v", notes)
@@ -422,6 +452,141 @@ func TestClientAddAndLoad(t *testing.T) {
 		loads = append(loads, func() replica.Load { _, _, r, _ := c.Load(w, "a", nil); return r }())
 		if want := []replica.Load{replica.LoadOK, replica.LoadBad, replica.LoadDown, replica.LoadSlow}; !cmp.Equal(loads, want) {
 			t.Errorf("loads %v, want %v", loads, want)
+		}
+	})
+}
+
+// TestClientLease: a lease held, busy or failed is counted as such; the
+// fleet's answer brings it back (Up), a failure does not; a chain whose
+// time is spent tries nothing and counts nothing. Release does not try
+// while the fleet is down, and asks the flusher to give the lease back
+// (false) when the chain's time is spent.
+func TestClientLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c1, h := newClient(t, "r1", f)
+		c2, _ := newClient(t, "r2", f)
+		type res struct {
+			Held bool
+			Err  error
+		}
+		lease := func(c *client, w *replica.Chain) res {
+			ok, err := c.Lease(w, "a", time.Minute, nil)
+			switch {
+			case errors.Is(err, replica.ErrSlow):
+				err = replica.ErrSlow
+			case errors.Is(err, si.ErrFleetUnavailable):
+				err = si.ErrFleetUnavailable
+			case err != nil:
+				err = replica.ErrRefused // a refusal
+			}
+			return res{ok, err}
+		}
+		got := []res{lease(c1, nil), lease(c2, nil)}
+		f.refuse.Store(true)
+		got = append(got, lease(c1, nil))
+		f.refuse.Store(false)
+		f.down.Store(true)
+		got = append(got, lease(c1, nil))
+		if r := c1.Release(nil, "a", nil); !r {
+			t.Error("Release while down: false, want true (not tried: the lease expires)")
+		}
+		f.down.Store(false)
+		w := replica.NewChain(time.Second)
+		time.Sleep(950 * time.Millisecond)
+		got = append(got, lease(c1, w))
+		if said := h.take(); len(said) != 1 || said[0] != "down" {
+			t.Errorf("hooks told %q before the fleet answered, want [down]", said)
+		}
+		got = append(got, lease(c1, nil)) // the fleet answers: back
+		if c1.Release(w, "a", nil) {
+			t.Error("Release on a spent chain: true, want false (the flusher gives it back)")
+		}
+		if !c1.Release(nil, "a", nil) {
+			t.Error("Release: false, want true")
+		}
+		got = append(got, lease(c2, nil)) // released: r2 takes it
+		want := []res{{true, nil}, {false, nil}, {false, replica.ErrRefused}, {false, si.ErrFleetUnavailable},
+			{false, replica.ErrSlow}, {true, nil}, {true, nil}}
+		if d := cmp.Diff(want, got, cmp.Comparer(func(a, b error) bool { return a == b })); d != "" {
+			t.Errorf("leases (-want +got):\n%s", d)
+		}
+		if said := h.take(); len(said) != 1 || said[0] != "back" {
+			t.Errorf("hooks told %q after the answer, want [back]", said)
+		}
+		n := func(v *atomic.Int64) int64 { return v.Load() }
+		if g := []int64{n(&c1.Counts.Leases), n(&c1.Counts.LeasesBusy), n(&c1.Counts.LeaseErrors), n(&c2.Counts.LeasesBusy)}; !cmp.Equal(g, []int64{2, 0, 2, 1}) {
+			t.Errorf("r1 leases, busy, errors, r2 busy: %v, want [2 0 2 1]", g)
+		}
+	})
+}
+
+// TestClientCut: an operation given what its chain had left, at most
+// half the fleet timeout, that gets no answer by its deadline says the
+// fleet answers slowly (ErrSlow, an error counted, no outage); the first
+// operation of a chain that gets no answer in the whole timeout is an
+// outage.
+func TestClientCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, h := newClient(t, "r1", f)
+		f.hang.Store(true)
+		w := replica.NewChain(time.Second)
+		time.Sleep(600 * time.Millisecond) // 400 ms left: a short operation
+		out, _, err := c.Commit(w, "a", 0, []byte("{}"), func() {}, nil)
+		if out != replica.Unreachable || !errors.Is(err, replica.ErrSlow) || c.Down() || c.Counts.Errors.Load() != 1 {
+			t.Errorf("a short commit cut: %v, %v, down %v, errors %d; want Unreachable, ErrSlow, not down, 1", out, err, c.Down(), c.Counts.Errors.Load())
+		}
+		out, _, err = c.Commit(nil, "a", 0, []byte("{}"), func() {}, nil)
+		if out != replica.Unreachable || errors.Is(err, replica.ErrSlow) || !c.Down() {
+			t.Errorf("a whole timeout without an answer: %v, %v, down %v; want Unreachable, not slow, down", out, err, c.Down())
+		}
+		if said := h.take(); !cmp.Equal(said, []string{"down"}) {
+			t.Errorf("hooks told %q, want [down]", said)
+		}
+	})
+}
+
+// TestClientUpOn: which answers of the fleet count toward the end of an
+// outage (Up): those of a commit (landed or in conflict), a lease, an
+// Add, a load and the events sent; not a note, a read of notes or the
+// replica's own note, whose callers decide (a flush's read of the dead
+// routes does). Each op runs once the fleet is back, Settle after its
+// first answer: the outage ends with the op's answer, or not.
+func TestClientUpOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, h := newClient(t, "r1", f)
+		now := time.Now()
+		ops := []struct {
+			name string
+			do   func()
+			up   bool
+		}{
+			{"commit", func() { c.Commit(nil, "a", 0, []byte("{}"), func() {}, nil) }, true},
+			{"conflict", func() { c.Commit(nil, "a", 0, []byte("{}"), func() {}, nil) }, true},
+			{"lease", func() { c.Lease(nil, "a", time.Minute, nil) }, true},
+			{"add", func() { c.Add(nil, []si.FleetDelta{{AgentID: "a", Replica: "r1"}}) }, true},
+			{"load", func() { c.Load(nil, "a", nil) }, true},
+			{"events", func() { c.LogEvents([]si.Event{{ID: "e"}}); c.SendEvents() }, true},
+			{"release", func() { c.Release(nil, "a", nil) }, false},
+			{"note", func() {
+				c.SendNotes(now, []replica.Note{{Kind: "cause", Name: "x", Until: now.Add(time.Hour), Now: now}})
+			}, false},
+			{"read", func() { c.Read("cause", now) }, false},
+			{"seen", func() { c.SeenNow(); c.Seen(time.Now()) }, false},
+		}
+		for _, op := range ops {
+			c.Failed(si.ErrFleetUnavailable, "", nil)
+			c.Up()
+			time.Sleep(replica.Settle)
+			h.take()
+			op.do()
+			said := h.take()
+			if over := len(said) == 1 && strings.HasPrefix(said[0], "up after"); over != op.up {
+				t.Errorf("%s answered: the outage over %v (hooks told %q), want %v", op.name, over, said, op.up)
+			}
+			c.Up() // ends the outage before the next op
 		}
 	})
 }
