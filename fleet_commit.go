@@ -79,13 +79,7 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 		return false
 	}
 	w := fl.Chain(nil)
-	ctx, done, ok := fl.Op(w)
-	if !ok {
-		return false
-	}
-	rev, val, err := fl.Fleet.Load(ctx, id)
-	res, _ := fl.LoadResultOf(ctx, err, "", nil) // reported as no agent's: it is not loaded here
-	done()
+	rev, val, res, _ := fl.View(w, id)
 	if res == replica.LoadDown || res == replica.LoadSlow {
 		return false
 	}
@@ -393,12 +387,12 @@ func (fl *fleetLink) releases() {
 		if run {
 			continue
 		}
-		err := fl.Fleet.Release(ctx, a.id, fl.Name)
+		_, at := fleetWho(a)
+		err := fl.ReleaseIn(ctx, a.id, at)
 		a.mu.Lock()
 		a.fl.releasing = false
 		a.mu.Unlock()
 		if err != nil {
-			fl.onErr(a, err)
 			return
 		}
 	}

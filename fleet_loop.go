@@ -19,9 +19,9 @@ import (
 // goroutine, or when a decision is saved, each bounded by the fleet
 // timeout. No agent lock is held while the fleet is called.
 //
-// Every answer of the fleet is taken by the transport, replica.Client
-// (internal/replica), which knows nothing of the Loop but its hooks, and
-// makes every operation but two (view's load, the flusher's releases). This file has the link (the hooks) and the counts a flush
+// Every operation on the fleet is made, and its answer taken, by the
+// transport, replica.Client (internal/replica), which knows nothing of
+// the Loop but its hooks. This file has the link (the hooks) and the counts a flush
 // sends; fleet_commit.go has the shared state: attaching an agent,
 // adopting the fleet's state, committing decisions and the lease on a
 // strategy run.

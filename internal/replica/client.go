@@ -423,6 +423,31 @@ func (c *Client[D, P, E, N]) LoadCtx(ctx context.Context, agentID string, at *at
 	return rev, val, res, err
 }
 
+// View loads agentID's state for a getter of an agent this replica does
+// not run, as Load does; its failures are reported as no agent's (a
+// replica that runs the agent reports, and replaces, an invalid state).
+func (c *Client[D, P, E, N]) View(w *Chain, agentID string) (rev uint64, val []byte, res Load, err error) {
+	ctx, done, ok := c.Op(w)
+	if !ok {
+		return 0, nil, LoadSlow, ErrSlow
+	}
+	defer done()
+	rev, val, err = c.Fleet.Load(ctx, agentID)
+	res, err = c.LoadResultOf(ctx, err, "", nil)
+	return rev, val, res, err
+}
+
+// ReleaseIn gives agentID's lease back under ctx, one of a batch that
+// shares it (the flusher's); a failure is reported (Failed, at as there)
+// and returned.
+func (c *Client[D, P, E, N]) ReleaseIn(ctx context.Context, agentID string, at *atomic.Int64) error {
+	err := c.Fleet.Release(ctx, agentID, c.Name)
+	if err != nil {
+		c.Failed(err, agentID, at)
+	}
+	return err
+}
+
 // LoadStats loads agentID's statistics, as an operation of the chain w;
 // its error is the caller's to report (invalid statistics are reported
 // apart). A chain whose time was spent gives ErrSlow.

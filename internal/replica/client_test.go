@@ -549,10 +549,11 @@ func TestClientCut(t *testing.T) {
 
 // TestClientUpOn: which answers of the fleet count toward the end of an
 // outage (Up): those of a commit (landed or in conflict), a lease, an
-// Add, a load and the events sent; not a note, a read of notes or the
-// replica's own note, whose callers decide (a flush's read of the dead
-// routes does). Each op runs once the fleet is back, Settle after its
-// first answer: the outage ends with the op's answer, or not.
+// Add, a load (and a View) and the events sent; not a release, a note, a
+// read of notes or the replica's own note, whose callers decide (a
+// flush's read of the dead routes does). Each op runs once the fleet is
+// back, Settle after its first answer: the outage ends with the op's
+// answer, or not.
 func TestClientUpOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &faulty{Fleet: fleettest.New(nil)}
@@ -569,7 +570,9 @@ func TestClientUpOn(t *testing.T) {
 			{"add", func() { c.Add(nil, []si.FleetDelta{{AgentID: "a", Replica: "r1"}}) }, true},
 			{"load", func() { c.Load(nil, "a", nil) }, true},
 			{"events", func() { c.LogEvents([]si.Event{{ID: "e"}}); c.SendEvents() }, true},
+			{"view", func() { c.View(nil, "a") }, true},
 			{"release", func() { c.Release(nil, "a", nil) }, false},
+			{"release in a batch", func() { c.ReleaseIn(context.Background(), "a", nil) }, false},
 			{"note", func() {
 				c.SendNotes(now, []replica.Note{{Kind: "cause", Name: "x", Until: now.Add(time.Hour), Now: now}})
 			}, false},
