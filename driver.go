@@ -20,11 +20,17 @@ package selfimprove
 //     save fails is reported failed (a change it applied is taken back,
 //     by an input of its own), and only a saved one is reported done;
 //  4. the fix outcomes, for the failure memory, once saved;
-//  5. an analysis to start, or the call's counts for the fleet to judge.
+//  5. an analysis to start, or the call's counts for the fleet to judge;
+//  6. what a fleet's answer asks (fleetLink.carry): the events of a
+//     decision whose lost answer landed after all, a landed commit's
+//     events for the fleet's log, then the replication's Next: a state
+//     to take (an input of its own), a refresh, a flush.
 //
-// A fleet's answers to a save (landed, conflict, unreachable, refused,
-// a newer state) go back in as inputs of the replication's state machine
-// under the same lock (fleet_commit.go).
+// A fleet's answers (a commit landed, in conflict, unreachable, refused,
+// not sent; a load; a notification; a state to take) are inputs too
+// (inFleet): the replication's state machine (replica.State) takes them
+// under the agent's lock, and a state taken changes the agent's
+// (fleet_commit.go).
 
 import (
 	"context"
@@ -45,6 +51,7 @@ const (
 	inAnalysis                      // a strategy's answer: an, th, tw, also, err (analysis.go)
 	inCause                         // an account-wide cause raised: h, cause (call_routes.go)
 	inPooled                        // the fleet's pooled counts: d, p (fleet_pool.go)
+	inFleet                         // the fleet's answer to the replication: fleet (fleet_commit.go)
 	inFunc                          // a transition as a function: an operator's action, a take-back: op
 )
 
@@ -105,6 +112,8 @@ type inputMore struct {
 	// brought, found by the transition.
 	fails []FleetFailure
 	known []fixNote // inPooled: the fix outcomes in force, which the failures attach to
+
+	fleet *fleetInput // inFleet
 
 	// op is an inFunc's transition; an error refuses the input (its
 	// effects under the lock still happen, nothing is saved).
@@ -187,6 +196,8 @@ func (a *agent) apply(l *Loop, in *input, eff *effects) error {
 		a.applyCause(l, in, eff)
 	case inPooled:
 		a.applyPooled(l, in, eff)
+	case inFleet:
+		a.applyFleet(l, in.more.fleet, eff)
 	case inFunc:
 		var err error
 		*eff, err = in.more.op(a)
@@ -233,6 +244,9 @@ func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *
 		if eff.judge {
 			l.fleet.judge(a, rep, w)
 		}
+	}
+	if eff.fleet != nil {
+		l.fleet.carry(ctx, a, eff.fleet, w)
 	}
 }
 

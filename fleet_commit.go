@@ -1,8 +1,6 @@
 package selfimprove
 
 import (
-	"slices"
-
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -110,23 +108,14 @@ func (fl *fleetLink) refresh(a *agent) bool { return fl.refreshWait(a, nil) }
 // chain of its own). When w's time is spent it does not ask, and the
 // flusher compares a with the fleet's state later.
 func (fl *fleetLink) refreshWait(a *agent, w *replica.Chain) bool {
-	l := fl.l
 	a.mu.Lock()
 	since := a.fl.st.Rev // an answer older than since says the fleet lost the state; one older than the copy's is late
 	a.mu.Unlock()
 	id, at := fleetWho(a)
 	rev, val, res, _ := fl.Load(fl.Chain(w), id, at)
-	a.mu.Lock()
-	if res == replica.LoadOK {
-		a.settleFleetLocked(l)
-	}
-	n, asked := a.fl.st.Loaded(since, rev, val, res)
-	a.mu.Unlock()
-	if n.Lost {
-		l.log.Warn("selfimprove: the fleet lost the agent's state; writing it again", "agent", a.id)
-	}
-	fl.next(a, n, errTakenOver, nil)
-	return asked
+	in := &fleetInput{kind: fleetLoaded, since: since, rev: rev, val: val, res: res, why: errTakenOver}
+	fl.give(a, in, nil)
+	return in.asked
 }
 
 // next carries out n, what a's replication asks after an input, in
@@ -150,67 +139,19 @@ func (fl *fleetLink) next(a *agent, n replica.Next, why error, w *replica.Chain)
 // adopt makes the shared state ad.Value, at revision ad.Rev, a's,
 // when its replication takes it (replica.State.Take): a newer state, or a
 // take-back (ad.Force) when no state of the fleet's was taken since its
-// commit began. a keeps its call statistics;
-// the decisions not committed yet are taken back for why
-// (fleet_batch.go).
+// commit began. a keeps its call statistics; the decisions not committed
+// yet are taken back for why (fleet_batch.go). An input of the agent's
+// (fleetAdopt).
 func (fl *fleetLink) adopt(a *agent, ad replica.Adopt, why error) {
-	l := fl.l
 	sh, err := decodeState(ad.Value, a.id)
 	if err != nil {
 		fl.bad(a, err)
 	}
-	fa := a.fl
-	a.mu.Lock()
-	if a.evicted {
-		a.mu.Unlock()
-		return
-	}
-	if err == nil {
-		a.settleFleetLocked(l)
-	}
-	take, kick := fa.st.Take(ad, err == nil)
-	if !take {
-		a.mu.Unlock()
-		if kick {
-			fl.Kick()
-		}
-		return
-	}
-	known := make(map[string]bool, len(a.s.Changes))
-	for _, ch := range a.s.Changes {
-		known[ch.ID] = true
-	}
-	learned := decidedIn(fa.st.Base, a.id)
-	a.takenBackLocked(why)
-	a.s.adopt(&sh)
-	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	base, _ := encodeShared(&a.s)
-	due := fa.st.Took(base)
-	if fa.tally.gen != a.s.Gen {
-		fa.tally.moveTo(a.s.Gen) // its calls so far count in the fleet's totals
-	}
-	a.dirty = true
-	a.publishLocked(l.canaryCut > 0)
-	a.mirrorLocked()
-	fixes := fixesOf(a.s.Changes, learned)
-	props := a.s.snapshot().Proposals
-	var landed []queued
-	if len(due) > 0 {
-		chs := a.s.Changes
-		if a.s.Verifying != nil { // an apply whose answer was lost, on which others committed since
-			chs = append(slices.Clip(chs), a.s.verifying())
-		}
-		for i := range due {
-			landed = append(landed, a.landedLocked(&due[i], ad.Value, chs, known)...)
-		}
-	}
-	a.mu.Unlock()
-	l.remember(fixes)
-	l.props.note(a.id, props)
-	fl.orphanLanded(a, landed)
+	fl.give(a, &fleetInput{kind: fleetAdopt, ad: ad, sh: &sh, valid: err == nil, why: why}, nil)
 }
 
-// notified takes a commit another replica announced.
+// notified takes a commit another replica announced: an input of the
+// driver's (fleetNotified), which refreshes a when the revision is newer.
 func (fl *fleetLink) notified(id string, rev uint64) {
 	l := fl.l
 	v, ok := l.agents.Load(id)
@@ -221,13 +162,7 @@ func (fl *fleetLink) notified(id string, rev uint64) {
 	if a.fl == nil {
 		return
 	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	refresh := a.fl.st.Notified(rev)
-	a.mu.Unlock()
-	if refresh {
-		fl.refresh(a)
-	}
+	fl.give(a, &fleetInput{kind: fleetNotified, rev: rev}, nil)
 }
 
 // commit commits a's shared state, c.Value, if it changed (c, from
@@ -266,38 +201,13 @@ func (fl *fleetLink) swap(a *agent, c replica.Commit, evs []queued, w *replica.C
 }
 
 // outcome gives commit c's outcome out (at nrev when it landed; keep:
-// the events of a commit that may have landed) to a's replication, and
-// carries out what it asks: a conflict's refresh, then its resolution; a
-// take-back for err. The events evs of a commit that landed go to the
-// fleet's log before any refresh. It returns err.
+// the events of a commit that may have landed) to a's state machine, an
+// input of the driver's (fleetCommitted), which carries out what it
+// asks: a conflict's refresh, then its resolution; a take-back for err.
+// The events evs of a commit that landed go to the fleet's log before
+// any refresh. It returns err.
 func (fl *fleetLink) outcome(a *agent, c replica.Commit, out replica.Outcome, nrev uint64, keep any, err error, w *replica.Chain, evs ...queued) error {
-	l := fl.l
-	fa := a.fl
-	a.mu.Lock()
-	if out == replica.Landed {
-		a.settleFleetLocked(l)
-	}
-	n := fa.st.Committed(c, out, nrev, keep)
-	var landed []queued
-	if n.Check {
-		// A state of the fleet's taken while the commit was in flight
-		// may hold the decision whose answer was lost: checked before
-		// the lock goes, so that no newer state is taken first.
-		landed = a.settleOrphansLocked()
-		n.Check = false
-	}
-	a.mu.Unlock()
-	fl.orphanLanded(a, landed)
-	if out == replica.Landed {
-		fl.logEvents(evs)
-	}
-	asked := fl.next(a, n, err, w)
-	if out == replica.Conflict {
-		a.mu.Lock()
-		n = fa.st.Resolved(c, asked)
-		a.mu.Unlock()
-		fl.next(a, n, err, w)
-	}
+	fl.give(a, &fleetInput{kind: fleetCommitted, c: c, out: out, rev: nrev, keep: keep, why: err, evs: evs}, w)
 	return err
 }
 

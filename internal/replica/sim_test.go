@@ -394,7 +394,7 @@ func (s *sim) fleetCommit(m *msg, fault bool) {
 	s.net = append(s.net, ans)
 }
 
-// outcome is the root's fleetLink.outcome: Committed and its check under one lock, then
+// outcome is the root's fleetCommitted input (fleet_answers.go): Committed and its check under one lock, then
 // what it asks, each a step of its own as the driver's locks allow.
 func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	r := s.rs[p.r]
@@ -407,7 +407,7 @@ func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	s.carry(p.r, n, p, func(asked bool) { s.resolve(p, asked) })
 }
 
-// carry is the root's fleetLink.next: the check under the input's lock; a state to take
+// carry is the root's fleetLink.carry and next: the check under the input's lock; a state to take
 // later, under a lock of its own (a step: the driver decodes it
 // unlocked); then a refresh, whose answer p (nil: none) waits for; then
 // then, with whether the refresh was answered.
@@ -485,7 +485,7 @@ func (s *sim) loaded(m *msg) {
 	})
 }
 
-// adopt is the root's fleetLink.adopt.
+// adopt is the root's fleetAdopt input (fleetLink.adopt, agent.adoptLocked).
 func (s *sim) adopt(i int, ad Adopt) {
 	r := s.rs[i]
 	ids, valid := decode(string(ad.Value))
