@@ -245,8 +245,8 @@ func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *
 			l.fleet.judge(a, rep, w)
 		}
 	}
-	if eff.fleet != nil {
-		l.fleet.carry(ctx, a, eff.fleet, w)
+	if in.kind == inFleet {
+		l.fleet.carry(ctx, a, &in.more.fleet.next, w)
 	}
 }
 

@@ -51,6 +51,9 @@ type fleetInput struct {
 	// could ask the fleet; for fleetResolved, whether the conflict's
 	// refresh could.
 	asked bool
+	// next is what the transition found the answer asks, for the driver
+	// to carry out after the lock.
+	next fleetNext
 }
 
 // fleetNext is what an answer of the fleet's asks the driver to carry
@@ -85,8 +88,8 @@ func (fl *fleetLink) give(a *agent, in *fleetInput, w *replica.Chain) {
 // for a state taken, to its state. a.mu is held and a is settled.
 func (a *agent) applyFleet(l *Loop, in *fleetInput, eff *effects) {
 	st := &a.fl.st
-	fx := &fleetNext{why: in.why}
-	eff.fleet = fx
+	fx := &in.next
+	fx.why = in.why
 	switch in.kind {
 	case fleetCommitted:
 		fx.next = st.Committed(in.c, in.out, in.rev, in.keep)

@@ -174,9 +174,6 @@ type effects struct {
 	until   int64
 	window  int64
 	refused error
-	// fleet is what an answer of the fleet's (inFleet) asks the driver
-	// to carry out after the lock (fleetLink.carry).
-	fleet *fleetNext
 }
 
 // fixNote is a fix outcome for the failure memory's cluster.
