@@ -394,7 +394,7 @@ func (s *sim) fleetCommit(m *msg, fault bool) {
 	s.net = append(s.net, ans)
 }
 
-// outcome is the root's fleetCommitted input (fleet_answers.go): Committed and its check under one lock, then
+// outcome is the root's fleetCommitted input (fleet_commit.go): Committed and its check under one lock, then
 // what it asks, each a step of its own as the driver's locks allow.
 func (s *sim) outcome(p *proc, out Outcome, nrev uint64) {
 	r := s.rs[p.r]
