@@ -1,6 +1,8 @@
 package selfimprove
 
 import (
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -70,5 +72,45 @@ func TestOrphanDecisionLanded(t *testing.T) {
 		if got != tc.landed {
 			t.Errorf("%s: recorded %v, want %v", tc.name, got, tc.landed)
 		}
+	}
+}
+
+// TestFleetStateNotTakenIntoEvicted: a state of the fleet's to take is
+// given to an agent still live only (fleetLink.give, lockLive): an agent
+// evicted meanwhile is its successor's to load, and taking the state
+// into it would take back decisions its save still carries. The other
+// answers of the fleet's go to the agent as it is (lockThis).
+func TestFleetStateNotTakenIntoEvicted(t *testing.T) {
+	for _, evicted := range []bool{false, true} {
+		l, err := New(WithStore(NewRAMStore()), WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.ExecuteWithImprovement(context.Background(), "a", func(context.Context, Config) error { return nil })
+		v, _ := l.agents.Load("a")
+		a := v.(*agent)
+		// The agent's link to a fleet whose client never runs: taking a
+		// state asks nothing of the fleet.
+		l.fleet = newFleetLink(l, &options{fleetTimeout: time.Second})
+		a.mu.Lock()
+		a.fl = &fleetAgent{}
+		base, _ := encodeShared(&a.s)
+		a.fl.st.Took(base)
+		a.evicted = evicted
+		a.mu.Unlock()
+		newer := newState("a", Config{Version: 7, Timeout: time.Minute})
+		val, err := encodeShared(&newer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.fleet.adopt(a, replica.Adopt{Rev: 5, Value: val}, errTakenOver)
+		a.mu.Lock()
+		taken := a.s.Config.Version == 7 && a.fl.st.Rev == 5
+		a.mu.Unlock()
+		if taken == evicted {
+			t.Errorf("evicted %v: the fleet's state taken %v, want %v", evicted, taken, !evicted)
+		}
+		l.fleet = nil // never started: Close has no flusher to stop
+		l.Close()
 	}
 }
