@@ -78,7 +78,7 @@ type Config[D, P, E, N any] struct {
 // Client is one replica's connection to its fleet, which knows nothing of
 // the Loop but its Hooks: the fleet time and the outage under way (Link),
 // the flusher's goroutine, the fleet's operations with their answers as
-// values (Commit, LoadResultOf, Lease, Release), the outboxes of events
+// values (Commit, Load, Add, Lease, Release), the outboxes of events
 // and notes, and the replicas seen (the book). It is safe for concurrent
 // use.
 type Client[D, P, E, N any] struct {
@@ -258,9 +258,9 @@ func (c *Client[D, P, E, N]) Up() {
 	c.hooks.Outage(now, nil, d)
 }
 
-// Answer takes the answer err of an operation on the fleet about the
+// answer takes the answer err of an operation on the fleet about the
 // agent id (at as in Failed): Up when it answered, Failed when not.
-func (c *Client[D, P, E, N]) Answer(err error, id string, at *atomic.Int64) {
+func (c *Client[D, P, E, N]) answer(err error, id string, at *atomic.Int64) {
 	if err == nil {
 		c.Up()
 	} else {
@@ -277,7 +277,7 @@ var ErrRefused = errors.New("selfimprove: the fleet refused the decision")
 // chain w, and returns its outcome as a value, with the new revision when
 // it Landed and the error to report (wrapping ErrConflict, ErrUnavailable
 // or ErrRefused) when not; sending is called just before the commit is
-// sent (not when it is NotSent). The answer is taken (Answer) and
+// sent (not when it is NotSent). The answer is taken (answer) and
 // counted.
 func (c *Client[D, P, E, N]) Commit(w *Chain, agentID string, rev uint64, value []byte, sending func(), at *atomic.Int64) (Outcome, uint64, error) {
 	if c.Down() {
@@ -314,9 +314,9 @@ func (c *Client[D, P, E, N]) Commit(w *Chain, agentID string, rev uint64, value 
 	return Refused, 0, fmt.Errorf("%w: %w", ErrRefused, err)
 }
 
-// LoadResultOf returns what the error err of a load run under ctx (from
-// Op) says, cut by the chain (Cut), and takes the answer (Answer).
-func (c *Client[D, P, E, N]) LoadResultOf(ctx context.Context, err error, agentID string, at *atomic.Int64) (Load, error) {
+// loadResult returns what the error err of a load run under ctx (from
+// Op) says, cut by the chain (Cut), and takes the answer (answer).
+func (c *Client[D, P, E, N]) loadResult(ctx context.Context, err error, agentID string, at *atomic.Int64) (Load, error) {
 	err = Cut(ctx, err)
 	res := LoadOK
 	switch {
@@ -328,7 +328,7 @@ func (c *Client[D, P, E, N]) LoadResultOf(ctx context.Context, err error, agentI
 	default:
 		res = LoadBad
 	}
-	c.Answer(err, agentID, at)
+	c.answer(err, agentID, at)
 	return res, err
 }
 
@@ -405,35 +405,29 @@ func (c *Client[D, P, E, N]) Add(w *Chain, deltas []D) (pools []P, again bool, e
 
 // Load loads agentID's state, as an operation of the chain w (nil: one
 // of its own), and returns it with what the answer says (LoadSlow when
-// the chain's time was spent: not tried). The answer is taken (Answer,
+// the chain's time was spent: not tried). The answer is taken (answer,
 // at as in Failed).
 func (c *Client[D, P, E, N]) Load(w *Chain, agentID string, at *atomic.Int64) (rev uint64, val []byte, res Load, err error) {
-	ctx, done, ok := c.Op(w)
-	if !ok {
-		return 0, nil, LoadSlow, ErrSlow
-	}
-	defer done()
-	return c.LoadCtx(ctx, agentID, at)
-}
-
-// LoadCtx is Load under ctx (from Op).
-func (c *Client[D, P, E, N]) LoadCtx(ctx context.Context, agentID string, at *atomic.Int64) (rev uint64, val []byte, res Load, err error) {
-	rev, val, err = c.Fleet.Load(ctx, agentID)
-	res, err = c.LoadResultOf(ctx, err, agentID, at)
-	return rev, val, res, err
+	return c.load(w, agentID, agentID, at)
 }
 
 // View loads agentID's state for a getter of an agent this replica does
 // not run, as Load does; its failures are reported as no agent's (a
 // replica that runs the agent reports, and replaces, an invalid state).
 func (c *Client[D, P, E, N]) View(w *Chain, agentID string) (rev uint64, val []byte, res Load, err error) {
+	return c.load(w, agentID, "", nil)
+}
+
+// load is Load, its answer reported as of the agent who ("": of none;
+// at as in Failed).
+func (c *Client[D, P, E, N]) load(w *Chain, agentID, who string, at *atomic.Int64) (rev uint64, val []byte, res Load, err error) {
 	ctx, done, ok := c.Op(w)
 	if !ok {
 		return 0, nil, LoadSlow, ErrSlow
 	}
 	defer done()
 	rev, val, err = c.Fleet.Load(ctx, agentID)
-	res, err = c.LoadResultOf(ctx, err, "", nil)
+	res, err = c.loadResult(ctx, err, who, at)
 	return rev, val, res, err
 }
 

@@ -151,14 +151,22 @@ func newClient(t *testing.T, name string, f si.Fleet) (*client, *hooks) {
 	return c, h
 }
 
+// withClient runs test in a synctest bubble with a client "r1" on a
+// faulty in-memory fleet.
+func withClient(t *testing.T, test func(t *testing.T, f *faulty, c *client, h *hooks)) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &faulty{Fleet: fleettest.New(nil)}
+		c, h := newClient(t, "r1", f)
+		test(t, f, c, h)
+	})
+}
+
 // TestClientOutage: an outage is one "down" at its first failure, and
 // one "up" once the fleet has answered for Settle; the first answer
 // brings the replica back at once (Back), and a failure within Settle
 // belongs to the same outage. While it backs off, events wait.
 func TestClientOutage(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, h := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		f.down.Store(true)
 		c.SendEvents() // nothing queued: no operation
 		c.LogEvents([]si.Event{{ID: "e1"}})
@@ -199,9 +207,7 @@ func TestClientOutage(t *testing.T) {
 // off, or its chain's time spent: ErrSlow); only a commit sent calls
 // sending, and each sent is counted.
 func TestClientCommitOutcomes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, _ := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		sent := 0
 		sending := func() { sent++ }
 		type res struct {
@@ -254,9 +260,7 @@ func TestClientCommitOutcomes(t *testing.T) {
 // reached, at most MaxEvents of them (the oldest dropped, counted); a
 // refusal drops them.
 func TestClientEventsOutbox(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, _ := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		f.down.Store(true)
 		c.LogEvents([]si.Event{{ID: "1"}, {ID: "2"}})
 		c.SendEvents()
@@ -287,9 +291,7 @@ func TestClientEventsOutbox(t *testing.T) {
 // told whether a note of its kind and name was in force when it was
 // sent, or the error.
 func TestClientNotes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, _ := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		now := time.Now()
 		var got []string
 		note := func(name string) replica.Note {
@@ -407,9 +409,7 @@ func TestClientFlusher(t *testing.T) {
 // they were refused; a load's answer is a value (LoadOK, LoadDown,
 // LoadBad, LoadSlow).
 func TestClientAddAndLoad(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, _ := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		d := []si.FleetDelta{{AgentID: "a", Replica: "r1", Batch: 1, Change: si.FleetCounts{Calls: 2, Failures: 1}}}
 		type res struct {
 			Again, Unavailable bool
@@ -527,9 +527,7 @@ func TestClientLease(t *testing.T) {
 // operation of a chain that gets no answer in the whole timeout is an
 // outage.
 func TestClientCut(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, h := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		f.hang.Store(true)
 		w := replica.NewChain(time.Second)
 		time.Sleep(600 * time.Millisecond) // 400 ms left: a short operation
@@ -555,9 +553,7 @@ func TestClientCut(t *testing.T) {
 // back, Settle after its first answer: the outage ends with the op's
 // answer, or not.
 func TestClientUpOn(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		f := &faulty{Fleet: fleettest.New(nil)}
-		c, h := newClient(t, "r1", f)
+	withClient(t, func(t *testing.T, f *faulty, c *client, h *hooks) {
 		now := time.Now()
 		ops := []struct {
 			name string
