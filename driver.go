@@ -30,7 +30,9 @@ package selfimprove
 // not sent; a load; a notification; a state to take) are inputs too
 // (inFleet): the replication's state machine (replica.State) takes them
 // under the agent's lock, and a state taken changes the agent's
-// (fleet_commit.go).
+// (fleet_commit.go). So is the replication's bookkeeping: what the
+// flusher, a commit and a lease change of the agent's link to the fleet
+// (fleet_state.go, bookFleetLocked; TestFleetStateByInputs).
 
 import (
 	"context"
@@ -162,8 +164,8 @@ func (l *Loop) stepNow(in *input) int64 {
 func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report, w *replica.Chain) error {
 	l.stepNow(in)
 	var eff effects
-	if a.fl != nil {
-		l.fleet.bookInput(a, in) // the counts of the config that served, before it moves
+	if a.fl != nil && a.tallyLocked(in, l.fleet.calls) { // the counts of the config that served, before it moves
+		l.fleet.Kick()
 	}
 	err := a.apply(l, in, &eff)
 	if a.fl != nil && in.kind == inCall {

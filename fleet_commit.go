@@ -188,13 +188,10 @@ func (fl *fleetLink) commit(a *agent, c replica.Commit, evs []queued, w *replica
 // events go to the fleet's log with the next flush, off the caller's
 // path. The caller holds a's save lock: one commit of a is in flight.
 func (fl *fleetLink) swap(a *agent, c replica.Commit, evs []queued, w *replica.Chain) error {
-	fa := a.fl
 	w = fl.Chain(w)
 	id, at := fleetWho(a)
 	out, nrev, err := fl.Commit(w, id, c.Rev, c.Value, func() {
-		a.mu.Lock()
-		fa.st.Sending()
-		a.mu.Unlock()
+		fl.give(a, &fleetInput{kind: fleetSending}, nil)
 	}, at)
 	var keep any
 	if out == replica.Unreachable && len(evs) > 0 {
@@ -239,20 +236,15 @@ func (fl *fleetLink) lease(a *agent, an *Analysis, w *replica.Chain) bool {
 		return false
 	}
 	if !ok {
-		a.mu.Lock()
-		fa.leaseBusy = now + int64(ttl)
-		a.mu.Unlock()
+		fl.give(a, &fleetInput{kind: fleetLeaseBusy, until: now + int64(ttl)}, nil)
 		return false
 	}
 	if !fl.refreshWait(a, w) {
 		fl.release(a, w)
 		return false
 	}
-	a.mu.Lock()
-	a.settleFleetLocked(l)
-	acted := a.s.Config.Version != an.Config.Version || a.s.Verifying != nil || a.s.CooldownUntil != cooldown
-	a.mu.Unlock()
-	if acted {
+	in := &fleetInput{kind: fleetLeased, version: an.Config.Version, cooldown: cooldown}
+	if fl.give(a, in, nil); !in.ok { // another replica acted meanwhile
 		fl.release(a, w)
 		return false
 	}
@@ -293,18 +285,13 @@ func (fl *fleetLink) releases() {
 	ctx, cancel := fl.Ctx()
 	defer cancel()
 	for _, a := range rel {
-		a.mu.Lock()
-		run := a.s.analyzing
-		a.fl.releasing = !run
-		a.mu.Unlock()
-		if run {
-			continue
+		in := &fleetInput{kind: fleetReleasing, on: true}
+		if fl.give(a, in, nil); in.ok {
+			continue // its strategy runs again: that run holds the lease
 		}
 		_, at := fleetWho(a)
 		err := fl.ReleaseIn(ctx, a.id, at)
-		a.mu.Lock()
-		a.fl.releasing = false
-		a.mu.Unlock()
+		fl.give(a, &fleetInput{kind: fleetReleasing}, nil)
 		if err != nil {
 			return
 		}
@@ -313,7 +300,8 @@ func (fl *fleetLink) releases() {
 
 // The fleet's answers as inputs of the driver (Loop.step, inFleet): a
 // commit's outcome, its resolution after a conflict, a load, a
-// notification, a state to take. Each is given to the agent's
+// notification, a state to take; and the replication's bookkeeping (see
+// bookFleetLocked). Each is given to the agent's
 // replication (replica.State) under the agent's lock, and a state taken
 // changes the agent's own state in the same transition; what the answer
 // asks for after the lock (the replication's Next, the events of a
@@ -330,6 +318,18 @@ const (
 	fleetLoaded                           // a load: since, rev, val, res, why (of a take-back)
 	fleetNotified                         // another replica's commit announced: rev
 	fleetAdopt                            // a state to take: ad, sh (valid: it decoded), why (of a take-back)
+
+	// The replication's bookkeeping, inputs too (fleet_state.go): what the
+	// flusher, a commit and a lease change of the agent's fleetAgent.
+	fleetSending   // a commit goes to the fleet now
+	fleetTake      // a flush takes the agent's delta: poll; sets item and ok (one to send)
+	fleetAnswered  // the fleet answered the delta item (again: to be sent again as it was)
+	fleetPoolRev   // the revision rev of a pool: sets lag, and ok when the fleet's is newer
+	fleetResync    // compare the copy with the fleet's state at the next flush
+	fleetLeaseBusy // another replica holds the lease until until
+	fleetLeased    // the lease taken and the copy refreshed: version, cooldown (those seen before); sets ok (no one acted)
+	fleetReleasing // the flusher gives the lease back (on) or gave it; sets ok when a strategy runs (on)
+	fleetStats     // a flush's statistics of the agent, at at: sets ok when due, and sh
 )
 
 // fleetInput is an answer of the fleet's, given to the agent's state
@@ -355,6 +355,14 @@ type fleetInput struct {
 	// could ask the fleet; for fleetResolved, whether the conflict's
 	// refresh could.
 	asked bool
+
+	// The bookkeeping inputs' values (fleetAnswer's comments), and ok,
+	// lag, item and sh, what their transitions found.
+	poll, on, again, ok bool
+	item                fleetItem
+	lag, until, at      int64
+	cooldown            int64
+	version             int
 	// next is what the transition found the answer asks, for the driver
 	// to carry out after the lock.
 	next fleetNext
@@ -377,11 +385,11 @@ type fleetNext struct {
 
 // give gives the fleet's answer in to a's state machine (Loop.step) and
 // carries out what it asks; its waits on the fleet are of the chain w.
-// A state taken is given to an agent still live only (lockLive); the
-// other answers to the agent as it is.
+// A state taken, and the delta a flush takes, are given to an agent
+// still live only (lockLive); the other inputs to the agent as it is.
 func (fl *fleetLink) give(a *agent, in *fleetInput, w *replica.Chain) {
 	lock := lockThis
-	if in.kind == fleetAdopt {
+	if in.kind == fleetAdopt || in.kind == fleetTake {
 		lock = lockLive
 	}
 	var rep Report
@@ -419,7 +427,57 @@ func (a *agent) applyFleet(l *Loop, in *fleetInput, eff *effects) {
 		fx.notice = st.Notified(in.rev)
 	case fleetAdopt:
 		a.adoptLocked(l, in, eff, fx)
+	default:
+		a.bookFleetLocked(l, in)
 	}
+}
+
+// bookFleetLocked applies one of the replication's bookkeeping inputs in
+// (fleetSending to fleetStats): what a flush, a commit and a lease change
+// of a's fleetAgent, found in in.ok, in.lag, in.item and in.sh. a.mu
+// is held, and a is settled unless evicted.
+func (a *agent) bookFleetLocked(l *Loop, in *fleetInput) {
+	fa := a.fl
+	switch in.kind {
+	case fleetSending:
+		fa.st.Sending()
+	case fleetTake:
+		in.item, in.ok = a.takeDeltaLocked(l.fleet.Name, in.poll)
+	case fleetAnswered:
+		// Unreachable: the delta goes again as it was. Refused, or
+		// answered: the next is a new one.
+		fa.deltas.Answered(in.item.d, in.again)
+		fa.pendingPrior = in.again && in.item.prior
+	case fleetPoolRev:
+		in.lag, in.ok = fa.behind(in.rev)
+	case fleetResync:
+		fa.st.Resync()
+	case fleetLeaseBusy:
+		fa.leaseBusy = in.until
+	case fleetLeased:
+		in.ok = a.s.Config.Version == in.version && a.s.Verifying == nil && a.s.CooldownUntil == in.cooldown
+	case fleetReleasing:
+		in.ok = in.on && a.s.analyzing
+		fa.releasing = in.on && !in.ok
+	case fleetStats:
+		in.ok, in.sh = a.statsDueLocked(in.at)
+	}
+}
+
+// statsDueLocked reports whether a's statistics are due in a flush at
+// now (see fleetLink.stats), and returns them when they are, noting
+// that they are sent. a.mu is held.
+func (a *agent) statsDueLocked(now int64) (bool, *agentState) {
+	fa := a.fl
+	mark := a.s.statsMark()
+	due := fa.statsOwed && !a.evicted && mark != fa.statsMark &&
+		(fa.statsAt == 0 || now-fa.statsAt >= int64(fleetStatsEvery) || now < fa.statsAt)
+	if !due {
+		return false, nil
+	}
+	fa.statsAt, fa.statsMark, fa.statsOwed = now, mark, false
+	st := a.s.statsPart()
+	return true, &st
 }
 
 // adoptLocked takes the fleet's state in.sh, when the replication takes

@@ -99,17 +99,6 @@ func (fl *fleetLink) Outage(now time.Time, err error, d time.Duration) {
 		Message: fmt.Sprintf("fleet reachable again after %v: configs resynchronised, counts sent", d)})
 }
 
-// count books a finished call for the fleet; a's lock is held.
-func (fl *fleetLink) count(a *agent, c *call) {
-	if c.ignored {
-		return
-	}
-	a.fl.tally.count(c, a.s.Gen)
-	if a.fl.tally.calls == fl.calls {
-		fl.Kick()
-	}
-}
-
 // onErr takes an error of the fleet about agent a (nil: of no agent):
 // the fleet answers slowly, could not be reached, or it refused or held
 // invalid data (replica.Client.Failed).
@@ -213,19 +202,13 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
 		for _, it := range items {
-			it.a.mu.Lock()
-			it.a.fl.deltas.Answered(it.d, again)
-			it.a.fl.pendingPrior = again && it.prior
-			it.a.mu.Unlock()
+			fl.give(it.a, &fleetInput{kind: fleetAnswered, item: it, again: again}, nil)
 		}
 		return 0, err
 	}
 	for i := range items {
 		a := items[i].a
-		a.mu.Lock()
-		a.fl.deltas.Answered(items[i].d, false)
-		a.fl.pendingPrior = false
-		a.mu.Unlock()
+		fl.give(a, &fleetInput{kind: fleetAnswered, item: items[i]}, nil)
 		if pools[i].Err != nil {
 			fl.bad(a, pools[i].Err)
 		}
@@ -285,17 +268,22 @@ func (fl *fleetLink) items(poll bool) []fleetItem {
 
 // itemOf returns a's delta for a flush, if it has one to send (see
 // items); FlushMu is held.
-func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
-	l := fl.l
-	fa := a.fl
-	if fa == nil {
-		return it, false
+func (fl *fleetLink) itemOf(a *agent, poll bool) (fleetItem, bool) {
+	if a.fl == nil {
+		return fleetItem{}, false
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.settleFleetLocked(l)
+	in := &fleetInput{kind: fleetTake, poll: poll}
+	fl.give(a, in, nil) // an evicted agent's is not taken (give: lockLive)
+	return in.item, in.ok
+}
+
+// takeDeltaLocked returns a's delta for a flush (replica, this
+// replica's name), if it has one to send (see fleetLink.items): the
+// delta whose answer was lost, as it was, or the counts since the last
+// one. a.mu is held and a is live.
+func (a *agent) takeDeltaLocked(replica string, poll bool) (it fleetItem, ok bool) {
+	fa := a.fl
 	switch {
-	case a.evicted:
 	case fa.deltas.Pending() != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
@@ -306,20 +294,46 @@ func (fl *fleetLink) itemOf(a *agent, poll bool) (it fleetItem, ok bool) {
 		if prior {
 			// The calls of an earlier generation go first, on their own;
 			// the current ones right after (sendRest).
-			d = fa.tally.takePrior(a.id, fl.Name)
+			d = fa.tally.takePrior(a.id, replica)
 		} else {
 			t := fa.tally
-			d = FleetDelta{AgentID: a.id, Replica: fl.Name, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
+			d = FleetDelta{AgentID: a.id, Replica: replica, Gen: t.gen, Change: t.change, Control: t.control, Failures: t.fails}
 			fa.tally = fleetTally{gen: a.s.Gen}
 		}
 		for i := range d.Failures {
-			d.Failures[i].Replica = fl.Name
+			d.Failures[i].Replica = replica
 		}
 		d.Batch = fa.deltas.Next()
 		fa.statsOwed = fa.statsOwed || own(&d)
 		return fleetItem{a: a, d: d, prior: prior}, true
 	}
 	return it, false
+}
+
+// stats adds the statistics of the items' agents that are due (see
+// FleetDelta.Stats) to their deltas: those whose statistics are owed (a
+// delta of this replica's calls, scores or costs went since they were
+// last sent, or, once it has sent them, the fleet brought other
+// replicas' calls: see pooled) and changed, at least
+// fleetStatsEvery after they were last sent. A delta sent again goes as
+// it was: the fleet may have booked it, and would not book statistics
+// added to it.
+func (fl *fleetLink) stats(items []fleetItem) {
+	l := fl.l
+	now := l.clock.Now().UnixNano()
+	for i := range items {
+		it := &items[i]
+		if it.again {
+			continue
+		}
+		in := &fleetInput{kind: fleetStats, at: now}
+		if fl.give(it.a, in, nil); !in.ok {
+			continue
+		}
+		if b, err := encodeState(in.sh); err == nil && len(b) <= maxFleetStats {
+			it.d.Stats = b
+		}
+	}
 }
 
 // sendRest sends, after the deltas of items went, the current counts of
@@ -400,9 +414,7 @@ func (fl *fleetLink) resyncAll() {
 	l := fl.l
 	l.agents.Range(func(_, v any) bool {
 		if a := v.(*agent); a.fl != nil {
-			a.mu.Lock()
-			a.fl.st.Resync()
-			a.mu.Unlock()
+			fl.give(a, &fleetInput{kind: fleetResync}, nil)
 		}
 		return true
 	})

@@ -13,30 +13,16 @@ import (
 // step; 1 when it had none and the fleet has one).
 func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
 	l := fl.l
-	fa := a.fl
-	a.mu.Lock()
-	rev := fa.st.Rev
-	newer := p.Rev != rev
-	switch {
-	case p.Rev <= rev:
-	case rev == 0:
-		lag = 1 // the fleet's first state of the agent: one commit at least
-	default:
-		lag = int64(min(p.Rev-rev, 1<<53))
-	}
-	if !newer {
-		fa.st.Synced()
-	}
-	a.mu.Unlock()
-	if newer {
-		fl.refreshWait(a, w)
+	at := &fleetInput{kind: fleetPoolRev, rev: p.Rev}
+	if fl.give(a, at, nil); at.ok {
+		fl.refreshWait(a, w) // the fleet's state is another: take it
 	}
 	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior}}
 	if rep == nil {
 		rep = new(Report)
 	}
 	l.step(context.Background(), a, a.id, &in, rep, w)
-	return lag
+	return at.lag
 }
 
 // applyPooled applies to a the pooled counts of in: the other replicas'
@@ -48,7 +34,7 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
 	if !x.prior {
-		l.fleet.pooledQuality(a, d, p, now, eff)
+		a.pooledQualityLocked(l, d, p, now, eff)
 	}
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
@@ -77,18 +63,26 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	}
 }
 
-// bookInput books for the fleet, before the transition, what the input
-// in adds to the counts of a's config in force: a call, or a score. a.mu
-// is held.
-func (fl *fleetLink) bookInput(a *agent, in *input) {
+// tallyLocked books for the fleet, before the transition, what the
+// input in adds to the counts of a's config in force: a call, or a
+// score. It reports whether the counts not sent reached full calls, for
+// a flush. a.mu is held.
+func (a *agent) tallyLocked(in *input, full int64) bool {
 	switch in.kind {
 	case inCall:
-		fl.count(a, in.c)
-	case inScore:
-		if version, _, ok := a.s.placeVersion(in.low); ok && a.s.Tracker.Total > 0 && !a.s.scoreSeen(in.key) {
-			fl.scored(a, version, in.score)
+		if in.c.ignored {
+			return false
 		}
+		a.fl.tally.count(in.c, a.s.Gen)
+	case inScore:
+		version, _, ok := a.s.placeVersion(in.low)
+		if !ok || a.s.Tracker.Total == 0 || a.s.scoreSeen(in.key) || !a.scoredLocked(version, in.score) {
+			return false
+		}
+	default:
+		return false
 	}
+	return a.fl.tally.calls == full
 }
 
 // book books this replica's delta d in fa, and returns the other
@@ -115,32 +109,26 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	return fresh
 }
 
-// scored books, for the fleet, a score given by Loop.Score to a call
-// of version: in the arm of the generation in force that ran version, if
-// one did (the score of an older config stays with this replica). a's
-// lock is held.
-func (fl *fleetLink) scored(a *agent, version int, score float64) {
-	if a.fl == nil {
-		return
-	}
+// scoredLocked books, for the fleet, a score given by Loop.Score to a
+// call of version: in the arm of the generation in force that ran
+// version, if one did (the score of an older config stays with this
+// replica), and reports whether it did. a's lock is held.
+func (a *agent) scoredLocked(version int, score float64) bool {
 	switch {
 	case version == a.s.Config.Version:
 		a.fl.tally.score(a.s.Gen, false, score)
 	case a.s.Verifying != nil && version == a.s.Verifying.From.Version:
 		a.fl.tally.score(a.s.Gen, true, score)
 	default:
-		return
+		return false
 	}
-	if a.fl.tally.calls == fl.calls {
-		fl.Kick()
-	}
+	return true
 }
 
-// pooledQuality books the other replicas' scores and costs that the
-// pool p, answering a's delta d, brought (see bookArms, bookPooled).
+// pooledQualityLocked books the other replicas' scores and costs that
+// the pool p, answering a's delta d, brought (see bookArms, bookPooled).
 // a's lock is held.
-func (fl *fleetLink) pooledQuality(a *agent, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
-	l := fl.l
+func (a *agent) pooledQualityLocked(l *Loop, d *FleetDelta, p *FleetPool, now time.Time, eff *effects) {
 	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
 		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
 		a.dirty = true

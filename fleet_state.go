@@ -398,3 +398,27 @@ func decidedIn(base []byte, id string) map[string]ChangeState {
 	}
 	return out
 }
+
+// behind returns how many revisions the copy is behind the fleet's
+// revision rev, which a pool brought (0: in step; 1 when it had none and
+// the fleet has one), and whether rev is another than the copy's; when
+// it is not, the copy is in step (replica.State.Synced). The agent's mu
+// is held.
+func (fa *fleetAgent) behind(rev uint64) (lag int64, newer bool) {
+	own := fa.st.Rev
+	switch {
+	case rev <= own:
+	case own == 0:
+		lag = 1 // the fleet's first state of the agent: one commit at least
+	default:
+		lag = int64(min(rev-own, 1<<53))
+	}
+	if rev == own {
+		fa.st.Synced()
+	}
+	return lag, rev != own
+}
+
+// fleetStatsEvery is how often at most a replica sends an agent's
+// statistics (fleet_stats.go).
+const fleetStatsEvery = 2 * time.Second

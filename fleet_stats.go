@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"errors"
-	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
@@ -14,56 +13,16 @@ import (
 // back with the pooled counts, agentState.replay), so the last ones sent
 // are the fleet's, as of one flush ago. A replica that has not loaded
 // the agent reads them (LoadStats) for the getters that report calls.
+// A flush adds them to the deltas it sends (fleetLink.stats, in
+// fleet_loop.go, with the flush).
 
-const (
-	// maxFleetStats bounds the statistics a replica sends: a larger
-	// encoding (not met in practice: a busy agent's is about 8 KiB) is
-	// not sent.
-	maxFleetStats = 256 << 10
-	// fleetStatsEvery is how often at most a replica sends an agent's
-	// statistics.
-	fleetStatsEvery = 2 * time.Second
-)
+// maxFleetStats bounds the statistics a replica sends: a larger encoding
+// (not met in practice: a busy agent's is about 8 KiB) is not sent.
+const maxFleetStats = 256 << 10
 
 // own reports whether d carries calls, scores or costs of the replica's.
 func own(d *FleetDelta) bool {
 	return d.Change.Calls+d.Control.Calls+d.Change.Scored+d.Control.Scored+d.Change.Costed+d.Control.Costed > 0
-}
-
-// stats adds the statistics of the items' agents that are due (see
-// FleetDelta.Stats) to their deltas: those whose statistics are owed (a
-// delta of this replica's calls, scores or costs went since they were
-// last sent, or, once it has sent them, the fleet brought other
-// replicas' calls: see pooled) and changed, at least
-// fleetStatsEvery after they were last sent. A delta sent again goes as
-// it was: the fleet may have booked it, and would not book statistics
-// added to it.
-func (fl *fleetLink) stats(items []fleetItem) {
-	l := fl.l
-	now := l.clock.Now().UnixNano()
-	for i := range items {
-		it := &items[i]
-		if it.again {
-			continue
-		}
-		a, fa := it.a, it.a.fl
-		a.mu.Lock()
-		mark := a.s.statsMark()
-		due := fa.statsOwed && !a.evicted && mark != fa.statsMark &&
-			(fa.statsAt == 0 || now-fa.statsAt >= int64(fleetStatsEvery) || now < fa.statsAt)
-		var st agentState
-		if due {
-			fa.statsAt, fa.statsMark, fa.statsOwed = now, mark, false
-			st = a.s.statsPart()
-		}
-		a.mu.Unlock()
-		if !due {
-			continue
-		}
-		if b, err := encodeState(&st); err == nil && len(b) <= maxFleetStats {
-			it.d.Stats = b
-		}
-	}
 }
 
 // owedStats notes, after the fleet brought other replicas' calls, scores
