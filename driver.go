@@ -32,7 +32,7 @@ package selfimprove
 // under the agent's lock, and a state taken changes the agent's
 // (fleet_commit.go). So is the replication's bookkeeping: what the
 // flusher, a commit and a lease change of the agent's link to the fleet
-// (fleet_state.go, bookFleetLocked; TestFleetStateByInputs).
+// (bookFleetLocked, in fleet_commit.go; TestFleetStateByInputs).
 
 import (
 	"context"

@@ -319,7 +319,7 @@ const (
 	fleetNotified                         // another replica's commit announced: rev
 	fleetAdopt                            // a state to take: ad, sh (valid: it decoded), why (of a take-back)
 
-	// The replication's bookkeeping, inputs too (fleet_state.go): what the
+	// The replication's bookkeeping, inputs too (bookFleetLocked): what the
 	// flusher, a commit and a lease change of the agent's fleetAgent.
 	fleetSending   // a commit goes to the fleet now
 	fleetTake      // a flush takes the agent's delta: poll; sets item and ok (one to send)

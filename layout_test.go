@@ -58,6 +58,13 @@ func TestLeavesStayLeaves(t *testing.T) {
 // checkRoot type-checks the root package's files from source.
 func checkRoot(t *testing.T) (*token.FileSet, *types.Package, *types.Info) {
 	t.Helper()
+	fset, pkg, info, _ := checkRootFiles(t)
+	return fset, pkg, info
+}
+
+// checkRootFiles is checkRoot, with the files' syntax.
+func checkRootFiles(t *testing.T) (*token.FileSet, *types.Package, *types.Info, []*ast.File) {
+	t.Helper()
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob("*.go")
 	if err != nil {
@@ -74,13 +81,13 @@ func checkRoot(t *testing.T) (*token.FileSet, *types.Package, *types.Info) {
 		}
 		files = append(files, f)
 	}
-	info := &types.Info{Uses: map[*ast.Ident]types.Object{}}
+	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}, Types: map[ast.Expr]types.TypeAndValue{}}
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
 	pkg, err := conf.Check("github.com/self-improving-loop/selfimprove", fset, files, info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fset, pkg, info
+	return fset, pkg, info, files
 }
 
 // TestOneDriver: what a transition decides is carried out in one place,
@@ -113,6 +120,112 @@ func TestOneDriver(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("%s is called nowhere: the test looks for the wrong names", name)
 		}
+	}
+}
+
+// TestFleetStateByInputs: an agent's state, its replication's with it
+// (the agent's fleetAgent), changes only in transitions the driver gives
+// it (Loop.step; for the flusher's, a commit's and a lease's bookkeeping,
+// bookFleetLocked in fleet_commit.go). No method of fleetLink, the
+// fleet's side of the driver, writes to it or calls what changes it,
+// closures within included, but attach, which makes a new agent's link
+// before any call sees it, and claimProbe, whose claim must run inside
+// the save's compare-and-set (TestOneDriver). Two fields are not state:
+// judging, judge's atomic try-lock of the agent's flush, and badAt, when
+// the transport last logged the agent's invalid data (fleetWho hands it
+// to the transport). Reads under the agent's lock are allowed.
+func TestFleetStateByInputs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the package from source")
+	}
+	fset, _, info, files := checkRootFiles(t)
+	allowed := map[string]bool{"attach": true, "claimProbe": true}
+	notState := map[string]bool{"judging": true, "badAt": true}
+	reads := map[string]bool{"Owed": true, "Rewrite": true, "Pending": true, "Begin": true, "Load": true}
+	named := func(tp types.Type) string {
+		if p, ok := tp.(*types.Pointer); ok {
+			tp = p.Elem()
+		}
+		if n, ok := tp.(*types.Named); ok {
+			return n.Obj().Name()
+		}
+		return ""
+	}
+	// state reports whether e reaches into an agent's state: a field of
+	// its fleetAgent, or (for a write) of the agent or its agentState.
+	var state func(e ast.Expr, write bool) bool
+	state = func(e ast.Expr, write bool) bool {
+		switch x := e.(type) {
+		case *ast.ParenExpr:
+			return state(x.X, write)
+		case *ast.StarExpr:
+			return state(x.X, write)
+		case *ast.IndexExpr:
+			return state(x.X, write)
+		case *ast.SelectorExpr:
+			if sel := info.Selections[x]; sel != nil && sel.Kind() == types.FieldVal {
+				switch named(sel.Recv()) {
+				case "fleetAgent":
+					return !notState[x.Sel.Name]
+				case "agent", "agentState":
+					if write {
+						return true
+					}
+				}
+			}
+			return state(x.X, write)
+		}
+		return false
+	}
+	checked := 0
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil || fd.Body == nil || allowed[fd.Name.Name] {
+				continue
+			}
+			if tv, ok := info.Types[fd.Recv.List[0].Type]; !ok || named(tv.Type) != "fleetLink" {
+				continue
+			}
+			checked++
+			bad := func(n ast.Node, what string) {
+				t.Errorf("%s: fleetLink.%s %s: give it to the agent's state machine as an input (fleetLink.give)", fset.Position(n.Pos()), fd.Name.Name, what)
+			}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.AssignStmt:
+					for _, e := range x.Lhs {
+						if state(e, true) {
+							bad(e, "writes to an agent's state")
+						}
+					}
+				case *ast.IncDecStmt:
+					if state(x.X, true) {
+						bad(x, "writes to an agent's state")
+					}
+				case *ast.UnaryExpr:
+					if x.Op == token.AND && state(x.X, true) {
+						bad(x, "hands out a pointer into an agent's state")
+					}
+				case *ast.CallExpr:
+					sel, ok := x.Fun.(*ast.SelectorExpr)
+					if !ok || info.Selections[sel] == nil || info.Selections[sel].Kind() != types.MethodVal {
+						break
+					}
+					_, ptr := info.Selections[sel].Obj().Type().(*types.Signature).Recv().Type().(*types.Pointer)
+					switch {
+					case ptr && !reads[sel.Sel.Name] && state(sel.X, false):
+						bad(x, "changes an agent's replication ("+sel.Sel.Name+")")
+					case named(info.Selections[sel].Recv()) == "agent" && strings.HasSuffix(sel.Sel.Name, "Locked"):
+						bad(x, "runs a transition ("+sel.Sel.Name+")")
+					}
+				}
+				return true
+			})
+		}
+	}
+	if checked < 20 {
+		t.Errorf("%d methods of fleetLink checked: the test looks for the wrong receiver", checked)
 	}
 }
 
