@@ -32,7 +32,10 @@ package selfimprove
 // under the agent's lock, and a state taken changes the agent's
 // (fleet_commit.go). So is the replication's bookkeeping: what the
 // flusher, a commit and a lease change of the agent's link to the fleet
-// (bookFleetLocked, in fleet_commit.go; TestFleetStateByInputs).
+// (bookFleetLocked, in fleet_commit.go; TestFleetStateByInputs). One
+// input is given under locks its caller holds (applyHeld): a probe's
+// claim in a fleet (inClaim), which must be atomic with the Begin of the
+// save that commits it.
 
 import (
 	"context"
@@ -54,6 +57,7 @@ const (
 	inCause                         // an account-wide cause raised: h, cause (call_routes.go)
 	inPooled                        // the fleet's pooled counts: d, p (fleet_pool.go)
 	inFleet                         // the fleet's answer to the replication: fleet (fleet_commit.go)
+	inClaim                         // a probe's claim, in a fleet: home (fleet_notes.go)
 	inFunc                          // a transition as a function: an operator's action, a take-back: op
 )
 
@@ -116,6 +120,11 @@ type inputMore struct {
 	known []fixNote // inPooled: the fix outcomes in force, which the failures attach to
 
 	fleet *fleetInput // inFleet
+
+	// home is, for inClaim, set for a probe of the primary route (else a
+	// held agent's); the transition sets breaker (a breaker's probe: not
+	// claimed) and due (claimed).
+	home, breaker, due bool
 
 	// op is an inFunc's transition; an error refuses the input (its
 	// effects under the lock still happen, nothing is saved).
@@ -184,6 +193,22 @@ func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report,
 	return nil
 }
 
+// applyHeld gives in to a, which the caller has locked and settled and
+// goes on holding: for a transition that must be atomic with what the
+// caller does next under the same lock (a probe's claim, with the Begin
+// of the save that commits it: fleetLink.claimProbe). It carries out
+// under the lock what must be (commitLocked); the caller saves, and
+// reopens nothing (a save leaves the fast path to the next input).
+func (l *Loop) applyHeld(a *agent, in *input) error {
+	l.stepNow(in)
+	var eff effects
+	err := a.apply(l, in, &eff)
+	if eff.publish || eff.circuit || eff.probe || eff.save || len(eff.events) > 0 {
+		a.commitLocked(&eff, l.canaryCut > 0)
+	}
+	return err
+}
+
 // apply applies in to a's state machine, which books in eff what is to
 // be done. a.mu is held and a is settled.
 func (a *agent) apply(l *Loop, in *input, eff *effects) error {
@@ -200,6 +225,8 @@ func (a *agent) apply(l *Loop, in *input, eff *effects) error {
 		a.applyPooled(l, in, eff)
 	case inFleet:
 		a.applyFleet(l, in.more.fleet, eff)
+	case inClaim:
+		a.applyClaim(l, in, eff)
 	case inFunc:
 		var err error
 		*eff, err = in.more.op(a)

@@ -431,14 +431,6 @@ func isFleetErr(err error) bool {
 // back.
 var errFleetRefused = replica.ErrRefused
 
-// settleFleetLocked settles a (not once it is evicted) before the fleet's
-// code reads or changes its state. a.mu is held.
-func (a *agent) settleFleetLocked(l *Loop) {
-	if !a.evicted {
-		a.settleLocked(l.clock.Now().UnixNano())
-	}
-}
-
 // errFleetSlow: the chain's fleet time is spent; the operation was not
 // tried, and the fleet is not marked down (it answered, slowly).
 var errFleetSlow = replica.ErrSlow

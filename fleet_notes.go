@@ -128,27 +128,37 @@ func (fl *fleetLink) claimProbe(a *agent, home bool, w *replica.Chain) bool {
 	// made at, under the same lock (a newer state taken meanwhile, another
 	// replica's claim, makes it fail, never pass unseen), which takes the
 	// decisions made on the copy and not saved yet with it, as any save.
-	breaker, due := false, false
+	in := input{kind: inClaim, lock: lockHeld, more: &inputMore{home: home}}
+	x := in.more
 	err := l.saveHeld(a, w, nil, func() bool {
-		a.settleFleetLocked(l)
-		if !home && (a.s.Route == nil || a.s.Route.Hold == "") {
-			breaker = true // a breaker's probe: the breaker is each replica's own
-			return false
-		}
-		if due = a.s.claimProbe(l.clock.Now().UnixNano(), home, &l.rules); due {
-			eff := effects{probe: home, circuit: !home}
-			a.commitLocked(&eff, l.canaryCut > 0)
-			a.dirty = true
-		}
-		return due
+		l.applyHeld(a, &in)
+		return x.due
 	})
 	switch {
-	case breaker:
+	case x.breaker:
 		return true
-	case !due:
+	case !x.due:
 		return false
 	}
 	return !errors.Is(err, ErrFleetConflict)
+}
+
+// applyClaim claims the probe a call is about to run, in a fleet (x.home:
+// of the primary route; else a held agent's): the next probe time moves
+// one interval on (x.due; not when no probe is due any more), committed
+// by the save that takes the state under the same lock
+// (fleetLink.claimProbe). A breaker's probe is not claimed (x.breaker):
+// the breaker is each replica's own. a.mu is held.
+func (a *agent) applyClaim(l *Loop, in *input, eff *effects) {
+	x := in.more
+	if !x.home && (a.s.Route == nil || a.s.Route.Hold == "") {
+		x.breaker = true
+		return
+	}
+	if x.due = a.s.claimProbe(in.now, x.home, &l.rules); x.due {
+		eff.probe, eff.circuit = x.home, !x.home
+		a.dirty = true
+	}
 }
 
 // FleetReplicas returns the replicas of the fleet (WithFleet) seen alive,

@@ -93,15 +93,17 @@ func checkRootFiles(t *testing.T) (*token.FileSet, *types.Package, *types.Info, 
 // TestOneDriver: what a transition decides is carried out in one place,
 // the driver (driver.go). commitLocked (what runs under the agent's lock
 // after a transition) and carry (what runs after it) are called from
-// driver.go only, but for a probe's claim, which is part of a save's
-// compare-and-set and runs inside it (fleet_notes.go).
+// driver.go only. A probe's claim, which is part of a save's
+// compare-and-set and must run inside it, is an input too (inClaim),
+// given by the driver's applyHeld under the save's lock (fleet_notes.go).
 func TestOneDriver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks the package from source")
 	}
 	fset, pkg, info := checkRoot(t)
 	allowed := map[string][]string{
-		"commitLocked": {"driver.go", "fleet_notes.go"},
+		"commitLocked": {"driver.go"},
+		"applyHeld":    {"fleet_notes.go"}, // a probe's claim, atomic with its save's Begin
 		"carry":        {"driver.go"},
 		"stepLocked":   {"driver.go", "operator.go"}, // Approve and Reject find their agent locked
 	}
@@ -129,8 +131,7 @@ func TestOneDriver(t *testing.T) {
 // bookFleetLocked in fleet_commit.go). No method of fleetLink, the
 // fleet's side of the driver, writes to it or calls what changes it,
 // closures within included, but attach, which makes a new agent's link
-// before any call sees it, and claimProbe, whose claim must run inside
-// the save's compare-and-set (TestOneDriver). Two fields are not state:
+// before any call sees it. Two fields are not state:
 // judging, judge's atomic try-lock of the agent's flush, and badAt, when
 // the transport last logged the agent's invalid data (fleetWho hands it
 // to the transport). Reads under the agent's lock are allowed.
@@ -139,94 +140,107 @@ func TestFleetStateByInputs(t *testing.T) {
 		t.Skip("type-checks the package from source")
 	}
 	fset, _, info, files := checkRootFiles(t)
-	allowed := map[string]bool{"attach": true, "claimProbe": true}
-	notState := map[string]bool{"judging": true, "badAt": true}
-	reads := map[string]bool{"Owed": true, "Rewrite": true, "Pending": true, "Begin": true, "Load": true}
-	named := func(tp types.Type) string {
-		if p, ok := tp.(*types.Pointer); ok {
-			tp = p.Elem()
-		}
-		if n, ok := tp.(*types.Named); ok {
-			return n.Obj().Name()
-		}
-		return ""
-	}
-	// state reports whether e reaches into an agent's state: a field of
-	// its fleetAgent, or (for a write) of the agent or its agentState.
-	var state func(e ast.Expr, write bool) bool
-	state = func(e ast.Expr, write bool) bool {
-		switch x := e.(type) {
-		case *ast.ParenExpr:
-			return state(x.X, write)
-		case *ast.StarExpr:
-			return state(x.X, write)
-		case *ast.IndexExpr:
-			return state(x.X, write)
-		case *ast.SelectorExpr:
-			if sel := info.Selections[x]; sel != nil && sel.Kind() == types.FieldVal {
-				switch named(sel.Recv()) {
-				case "fleetAgent":
-					return !notState[x.Sel.Name]
-				case "agent", "agentState":
-					if write {
-						return true
-					}
-				}
-			}
-			return state(x.X, write)
-		}
-		return false
-	}
 	checked := 0
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || fd.Body == nil || allowed[fd.Name.Name] {
+			if !ok || fd.Recv == nil || fd.Body == nil || fd.Name.Name == "attach" {
 				continue
 			}
-			if tv, ok := info.Types[fd.Recv.List[0].Type]; !ok || named(tv.Type) != "fleetLink" {
+			if tv, ok := info.Types[fd.Recv.List[0].Type]; !ok || namedOf(tv.Type) != "fleetLink" {
 				continue
 			}
 			checked++
-			bad := func(n ast.Node, what string) {
-				t.Errorf("%s: fleetLink.%s %s: give it to the agent's state machine as an input (fleetLink.give)", fset.Position(n.Pos()), fd.Name.Name, what)
+			for _, bad := range stateChanges(info, fd.Body) {
+				t.Errorf("%s: fleetLink.%s %s: give it to the agent's state machine as an input (fleetLink.give)", fset.Position(bad.at), fd.Name.Name, bad.what)
 			}
-			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				switch x := n.(type) {
-				case *ast.AssignStmt:
-					for _, e := range x.Lhs {
-						if state(e, true) {
-							bad(e, "writes to an agent's state")
-						}
-					}
-				case *ast.IncDecStmt:
-					if state(x.X, true) {
-						bad(x, "writes to an agent's state")
-					}
-				case *ast.UnaryExpr:
-					if x.Op == token.AND && state(x.X, true) {
-						bad(x, "hands out a pointer into an agent's state")
-					}
-				case *ast.CallExpr:
-					sel, ok := x.Fun.(*ast.SelectorExpr)
-					if !ok || info.Selections[sel] == nil || info.Selections[sel].Kind() != types.MethodVal {
-						break
-					}
-					_, ptr := info.Selections[sel].Obj().Type().(*types.Signature).Recv().Type().(*types.Pointer)
-					switch {
-					case ptr && !reads[sel.Sel.Name] && state(sel.X, false):
-						bad(x, "changes an agent's replication ("+sel.Sel.Name+")")
-					case named(info.Selections[sel].Recv()) == "agent" && strings.HasSuffix(sel.Sel.Name, "Locked"):
-						bad(x, "runs a transition ("+sel.Sel.Name+")")
-					}
-				}
-				return true
-			})
 		}
 	}
 	if checked < 20 {
 		t.Errorf("%d methods of fleetLink checked: the test looks for the wrong receiver", checked)
 	}
+}
+
+// A stateChange is where code changes an agent's state, and how.
+type stateChange struct {
+	at   token.Pos
+	what string
+}
+
+// stateChanges returns the places in body that change an agent's state
+// (see TestFleetStateByInputs).
+func stateChanges(info *types.Info, body *ast.BlockStmt) (out []stateChange) {
+	reads := map[string]bool{"Owed": true, "Rewrite": true, "Pending": true, "Begin": true, "Load": true}
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.AssignStmt:
+			for _, e := range x.Lhs {
+				if inState(info, e, true) {
+					out = append(out, stateChange{e.Pos(), "writes to an agent's state"})
+				}
+			}
+		case *ast.IncDecStmt:
+			if inState(info, x.X, true) {
+				out = append(out, stateChange{x.Pos(), "writes to an agent's state"})
+			}
+		case *ast.UnaryExpr:
+			if x.Op == token.AND && inState(info, x.X, true) {
+				out = append(out, stateChange{x.Pos(), "hands out a pointer into an agent's state"})
+			}
+		case *ast.CallExpr:
+			sel, ok := x.Fun.(*ast.SelectorExpr)
+			if !ok || info.Selections[sel] == nil || info.Selections[sel].Kind() != types.MethodVal {
+				break
+			}
+			_, ptr := info.Selections[sel].Obj().Type().(*types.Signature).Recv().Type().(*types.Pointer)
+			switch {
+			case ptr && !reads[sel.Sel.Name] && inState(info, sel.X, false):
+				out = append(out, stateChange{x.Pos(), "changes an agent's replication (" + sel.Sel.Name + ")"})
+			case namedOf(info.Selections[sel].Recv()) == "agent" && strings.HasSuffix(sel.Sel.Name, "Locked"):
+				out = append(out, stateChange{x.Pos(), "runs a transition (" + sel.Sel.Name + ")"})
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// inState reports whether e reaches into an agent's state: a field of
+// its fleetAgent but judging and badAt, or, for a write, of the agent or
+// its agentState.
+func inState(info *types.Info, e ast.Expr, write bool) bool {
+	switch x := e.(type) {
+	case *ast.ParenExpr:
+		return inState(info, x.X, write)
+	case *ast.StarExpr:
+		return inState(info, x.X, write)
+	case *ast.IndexExpr:
+		return inState(info, x.X, write)
+	case *ast.SelectorExpr:
+		if sel := info.Selections[x]; sel != nil && sel.Kind() == types.FieldVal {
+			switch namedOf(sel.Recv()) {
+			case "fleetAgent":
+				return x.Sel.Name != "judging" && x.Sel.Name != "badAt"
+			case "agent", "agentState":
+				if write {
+					return true
+				}
+			}
+		}
+		return inState(info, x.X, write)
+	}
+	return false
+}
+
+// namedOf is the name of the named type tp, or of the one it points to.
+func namedOf(tp types.Type) string {
+	if p, ok := tp.(*types.Pointer); ok {
+		tp = p.Elem()
+	}
+	if n, ok := tp.(*types.Named); ok {
+		return n.Obj().Name()
+	}
+	return ""
 }
 
 // isMember reports whether obj is a method or a field: declared by a type
