@@ -57,7 +57,7 @@ const (
 	inCause                         // an account-wide cause raised: h, cause (call_routes.go)
 	inPooled                        // the fleet's pooled counts: d, p (fleet_pool.go)
 	inFleet                         // the fleet's answer to the replication: fleet (fleet_commit.go)
-	inClaim                         // a probe's claim, in a fleet: home (fleet_notes.go)
+	inClaim                         // a probe's claim, in a fleet: home (call_routes.go; fleetLink.claimProbe)
 	inFunc                          // a transition as a function: an operator's action, a take-back: op
 )
 

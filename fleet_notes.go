@@ -143,24 +143,6 @@ func (fl *fleetLink) claimProbe(a *agent, home bool, w *replica.Chain) bool {
 	return !errors.Is(err, ErrFleetConflict)
 }
 
-// applyClaim claims the probe a call is about to run, in a fleet (x.home:
-// of the primary route; else a held agent's): the next probe time moves
-// one interval on (x.due; not when no probe is due any more), committed
-// by the save that takes the state under the same lock
-// (fleetLink.claimProbe). A breaker's probe is not claimed (x.breaker):
-// the breaker is each replica's own. a.mu is held.
-func (a *agent) applyClaim(l *Loop, in *input, eff *effects) {
-	x := in.more
-	if !x.home && (a.s.Route == nil || a.s.Route.Hold == "") {
-		x.breaker = true
-		return
-	}
-	if x.due = a.s.claimProbe(in.now, x.home, &l.rules); x.due {
-		eff.probe, eff.circuit = x.home, !x.home
-		a.dirty = true
-	}
-}
-
 // FleetReplicas returns the replicas of the fleet (WithFleet) seen alive,
 // this one among them once it has told the fleet, by name (their
 // Metrics.FleetReplica), with when each last told the fleet it was
