@@ -228,3 +228,31 @@ func TestFleetHalfRecoveredPrimaryFewReturns(t *testing.T) {
 	}
 	t.Logf("%d seeded hours, 3 replicas: %.1f returns an hour to the half-recovered primary", seeds, mean)
 }
+
+// A circuit breaker's probe is not claimed in a fleet: the probe's claim
+// (fleetLink.claimProbe) lets it run, where a held agent's probe is one
+// replica's at a time. Undone (a breaker's probe claimed like a held
+// agent's, for which none is due), the probe fails at once with
+// ErrCircuitOpen and the circuit never closes.
+func TestFleetBreakerProbeNotClaimed(t *testing.T) {
+	e := newFleetEnv(t, 2, nil, si.WithCircuitBreaker(si.CircuitBreaker{Failures: 1, CoolOff: time.Minute, CoolOffCalls: -1}))
+	ctx := context.Background()
+	if _, err := e.reps[0].ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return errBoom }); !errors.Is(err, errBoom) {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		if _, err := e.reps[r].ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return nil }); !errors.Is(err, si.ErrCircuitOpen) {
+			t.Fatalf("replica %d: the circuit is not open: %v", r, err)
+		}
+	}
+	e.clk.Advance(time.Minute)
+	ran := false
+	if _, err := e.reps[1].ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("replica 1's probe after the cool-off: ran %v, %v", ran, err)
+	}
+	for r := range 2 {
+		if _, err := e.reps[r].ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return nil }); err != nil {
+			t.Fatalf("replica %d after the probe: %v", r, err)
+		}
+	}
+}
