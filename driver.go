@@ -375,3 +375,15 @@ func (l *Loop) observe(a *agent, in *input, eff *effects) {
 	}
 	l.remember(x.known)
 }
+
+// callWait returns the fleet time *w of a call of a, which its load of
+// the agent, a probe's claim, its decision's save (the wait for the
+// agent's save included) and its counts under verification share; it
+// starts it if the call has not waited on the fleet yet. Nil without a
+// fleet.
+func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
+	if a.fl != nil && *w == nil {
+		*w = l.fleet.Chain(nil)
+	}
+	return *w
+}

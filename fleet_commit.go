@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
@@ -101,6 +102,18 @@ func (fl *fleetLink) view(id string, st *agentState, stats bool) bool {
 		st.threshold(l.clock.Now().UnixNano())
 	}
 	return known
+}
+
+// fleetWho returns what the transport reports a's errors by: its ID, and
+// when they were last logged (nil: the transport's own time).
+func fleetWho(a *agent) (string, *atomic.Int64) {
+	switch {
+	case a == nil:
+		return "", nil
+	case a.fl == nil:
+		return a.id, nil
+	}
+	return a.id, &a.fl.badAt
 }
 
 // refresh loads a's state from the fleet and takes it if it is newer

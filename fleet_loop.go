@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -112,18 +111,6 @@ func (fl *fleetLink) onErr(a *agent, err error) {
 func (fl *fleetLink) bad(a *agent, err error) {
 	id, at := fleetWho(a)
 	fl.Bad(err, id, at)
-}
-
-// fleetWho returns what the transport reports a's errors by: its ID, and
-// when they were last logged (nil: the transport's own time).
-func fleetWho(a *agent) (string, *atomic.Int64) {
-	switch {
-	case a == nil:
-		return "", nil
-	case a.fl == nil:
-		return a.id, nil
-	}
-	return a.id, &a.fl.badAt
 }
 
 // event writes ev, an event of the fleet's link, to the store (it
@@ -434,18 +421,6 @@ var errFleetRefused = replica.ErrRefused
 // errFleetSlow: the chain's fleet time is spent; the operation was not
 // tried, and the fleet is not marked down (it answered, slowly).
 var errFleetSlow = replica.ErrSlow
-
-// callWait returns the fleet time *w of a call of a, which its load of
-// the agent, a probe's claim, its decision's save (the wait for the
-// agent's save included) and its counts under verification share; it
-// starts it if the call has not waited on the fleet yet. Nil without a
-// fleet.
-func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
-	if a.fl != nil && *w == nil {
-		*w = l.fleet.Chain(nil)
-	}
-	return *w
-}
 
 // logEvents queues events for the fleet's log, sent by the next flush
 // (replica.Client.SendEvents), and asks for one.
