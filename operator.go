@@ -37,9 +37,9 @@ func (l *Loop) Config(agentID string) Config {
 func (l *Loop) Stats(agentID string) Stats {
 	now := l.clock.Now().UnixNano()
 	var st Stats
-	if !l.viewStats(agentID, func(s *agentState) { st = s.stats(now) }) {
+	if !l.viewStats(agentID, func(s *agentState) { st = s.statsAt(now) }) {
 		fresh := newState(agentID, l.defaultConfig)
-		st = fresh.stats(now)
+		st = fresh.statsAt(now)
 	}
 	return st
 }
@@ -50,7 +50,7 @@ func (l *Loop) Stats(agentID string) Stats {
 func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
 	now := l.clock.Now().UnixNano()
 	th, prof := thresholdFor(nil, false, 0)
-	l.viewStats(agentID, func(s *agentState) { th, prof = s.threshold(now) })
+	l.viewStats(agentID, func(s *agentState) { th, prof = s.thresholdAt(now) })
 	return th, prof
 }
 
@@ -62,7 +62,7 @@ func (l *Loop) Threshold(agentID string) (Threshold, Profile) {
 func (l *Loop) Health(agentID string) float64 {
 	now := l.clock.Now().UnixNano()
 	h := 1.0
-	l.viewStats(agentID, func(s *agentState) { h = s.health(now) })
+	l.viewStats(agentID, func(s *agentState) { h = s.healthAt(now) })
 	return h
 }
 

@@ -405,31 +405,38 @@ func (s *agentState) abnormal(now int64) bool {
 }
 
 // threshold resolves the threshold at time now and keeps the window's
-// bucket width in step with it.
+// bucket width in step with it: a transition's (a getter's is
+// thresholdAt).
 func (s *agentState) threshold(now int64) (Threshold, Profile) {
+	th, prof := s.thresholdFor(s.Tracker.Day.sum(now))
+	s.Tracker.Win.resize(slotWidth(th.Window))
+	return th, prof
+}
+
+// thresholdFor resolves the threshold for perDay calls a day.
+func (s *agentState) thresholdFor(perDay int) (Threshold, Profile) {
 	var manual *Threshold
 	if s.Manual != nil {
 		t := s.Manual.threshold()
 		manual = &t
 	}
-	th, prof := thresholdFor(manual, s.Critical, s.Tracker.Day.sum(now))
-	s.Tracker.Win.resize(slotWidth(th.Window))
-	return th, prof
+	return thresholdFor(manual, s.Critical, perDay)
 }
 
-// stats returns the window's stats at time now.
+// stats returns the window's stats at time now: a transition's, which
+// moves the window on to now at the threshold's width (a getter's is
+// statsAt).
 func (s *agentState) stats(now int64) Stats {
 	th, prof := s.threshold(now)
-	st := s.Tracker.stats(now)
+	return s.statsOf(&s.Tracker, now, th, prof)
+}
+
+// statsOf returns the stats at time now of t, s's tracker or a copy.
+func (s *agentState) statsOf(t *tracker, now int64, th Threshold, prof Profile) Stats {
+	st := t.stats(now)
 	st.Profile, st.Window = prof, th.Window
 	s.qualityOf(s.Config.Version).fill(&st)
 	return st
-}
-
-// health returns the health score at time now.
-func (s *agentState) health(now int64) float64 {
-	s.threshold(now)
-	return s.Tracker.health(now)
 }
 
 // analysis is what the strategy is given when the threshold is crossed at

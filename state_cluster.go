@@ -71,10 +71,12 @@ func (s *agentState) clustersLocked(now int64) []Cluster {
 }
 
 // clusterViewsLocked returns a's clusters with failures in the window.
+// It changes nothing: each cluster is resized and moved on to now as a
+// copy.
 func (s *agentState) clusterViewsLocked(now int64) []clusterView {
 	var out []clusterView
 	for i := range s.Clusters {
-		c := &s.Clusters[i]
+		c := s.Clusters[i]
 		if c.Width > 0 {
 			c.resize(s.Tracker.Win.Width * (windowSlots / clusterSlots))
 		}

@@ -12,7 +12,7 @@ import (
 // state machine's side of operator.go: a config set by hand, a rewind
 // to an earlier version, settings, and the proposals filed for a
 // person's approval (file, approve, reject); pure like the rest of
-// state.go.
+// state.go. At its end, what the getters read, which changes nothing.
 
 // setConfig installs cfg as the operator's baseline, superseding a change
 // under verification.
@@ -314,4 +314,35 @@ func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) 
 	eff.applied, eff.publish, eff.save = ch, true, true
 	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
 	return ch, nil, eff, nil
+}
+
+// thresholdAt resolves the threshold at time now; it changes nothing.
+func (s *agentState) thresholdAt(now int64) (Threshold, Profile) {
+	day := s.Tracker.Day // sum moves the ring on to now: a copy's
+	return s.thresholdFor(day.sum(now))
+}
+
+// readTracker returns, for a getter, a copy of s's tracker as the
+// threshold at now sees it (its window at the threshold's width), and
+// the threshold: a getter moves and resizes the copy, so that reading an
+// agent changes nothing of it (TestGettersChangeNothing).
+func (s *agentState) readTracker(now int64) (tracker, Threshold, Profile) {
+	th, prof := s.thresholdAt(now)
+	t := s.Tracker
+	t.Win.resize(slotWidth(th.Window))
+	return t, th, prof
+}
+
+// statsAt returns the window's stats at time now, for a getter; it
+// changes nothing.
+func (s *agentState) statsAt(now int64) Stats {
+	t, th, prof := s.readTracker(now)
+	return s.statsOf(&t, now, th, prof)
+}
+
+// healthAt returns the health score at time now, for a getter; it
+// changes nothing.
+func (s *agentState) healthAt(now int64) float64 {
+	t, _, _ := s.readTracker(now)
+	return t.health(now)
 }

@@ -199,3 +199,49 @@ func TestOperatorThresholdFromTheFirstCall(t *testing.T) {
 		t.Fatalf("a new agent's first 9 calls ran the strategy %d times", n)
 	}
 }
+
+// A getter changes nothing: an agent whose profile moves high → medium →
+// low while it is idle keeps the same window whether or not someone read
+// it meanwhile (a dashboard polls View every few seconds). Before, a read
+// at the medium profile narrowed the window to 24 hours in place and
+// dropped a failure 30 hours old that the low profile's 72 hours still
+// count at the next call: the watched agent then reported 0 failures,
+// the unwatched one 1.
+func TestGettersChangeNothing(t *testing.T) {
+	run := func(watch bool) si.Stats {
+		e := newEnv(t)
+		e.calls("a", 150, nil, 0)
+		e.call("a", errBoom, 0) // t0: high profile (48 h)
+		e.clk.Advance(20 * time.Hour)
+		e.calls("a", 20, nil, 0) // t0+20h: still high
+		e.clk.Advance(10 * time.Hour)
+		if watch { // t0+30h: medium (24 h)
+			if _, prof := e.l.Threshold("a"); prof != si.ProfileMedium {
+				t.Fatalf("t0+30h: profile %s, want medium", prof)
+			}
+			e.l.Stats("a")
+			e.l.Health("a")
+			if _, ok := e.l.View("a"); !ok {
+				t.Fatal("no view of a")
+			}
+			if _, _, ok := e.l.ViewCalls("a", nil); !ok {
+				t.Fatal("no calls of a")
+			}
+			e.l.Clusters("a")
+		}
+		e.clk.Advance(15 * time.Hour)
+		e.call("a", nil, 0) // t0+45h: low (72 h)
+		st := e.l.Stats("a")
+		if st.Profile != si.ProfileLow {
+			t.Fatalf("t0+45h: profile %s, want low", st.Profile)
+		}
+		return st
+	}
+	unwatched, watched := run(false), run(true)
+	if unwatched.Failures != 1 {
+		t.Fatalf("unwatched: %d failures in the window, want the one 45 hours old", unwatched.Failures)
+	}
+	if diff := cmp.Diff(unwatched, watched); diff != "" {
+		t.Errorf("reading the agent changed it (-unwatched +watched):\n%s", diff)
+	}
+}

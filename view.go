@@ -51,10 +51,11 @@ func (l *Loop) Views() iter.Seq[AgentView] {
 func (v *AgentView) fillLocked(s *agentState, now time.Time) {
 	n := now.UnixNano()
 	v.Config = s.Config.clone()
-	v.Stats = s.stats(n)
+	t, th, prof := s.readTracker(n) // reading changes nothing of s
+	v.Stats = s.statsOf(&t, n, th, prof)
 	v.Versions, v.Routes = s.qualityViews()
-	v.Health = s.health(n)
-	v.Threshold, v.Profile = s.threshold(n)
+	v.Health = t.health(n)
+	v.Threshold, v.Profile = th, prof
 	v.Critical, v.Manual, v.ProposeOnly = s.Critical, s.Manual != nil, s.ProposeOnly
 	if s.Verifying != nil {
 		ch := s.verifying()
@@ -410,7 +411,8 @@ func (l *Loop) ViewCalls(agentID string, dst []CallBucket) (AgentView, []CallBuc
 	known := l.viewStats(agentID, func(s *agentState) {
 		v.fillLocked(s, now)
 		v.routesLocked(s, now, &l.rules)
-		dst = s.Tracker.Win.buckets(now.UnixNano(), dst)
+		t, _, _ := s.readTracker(now.UnixNano()) // reading changes nothing of s
+		dst = t.Win.buckets(now.UnixNano(), dst)
 	})
 	if a, ok := l.agents.Load(agentID); ok && known {
 		v.Loaded = true
