@@ -134,7 +134,7 @@ func FuzzStateFile(f *testing.F) {
 		tr.recentFailures(0, func(uint32) (failure.Class, string) { return "", "" })
 		tr.Win.resize(slotWidth(time.Hour))
 		tr.Win.resize(slotWidth(72 * time.Hour))
-		st.clustersLocked(now)
+		st.clustersLocked(now, st.Tracker.Win.Width)
 		encodeState(&st) // may refuse, never panic
 	})
 }

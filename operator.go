@@ -71,7 +71,7 @@ func (l *Loop) Health(agentID string) float64 {
 func (l *Loop) Clusters(agentID string) []Cluster {
 	now := l.clock.Now().UnixNano()
 	var out []Cluster
-	l.viewStats(agentID, func(s *agentState) { out = s.clustersLocked(now) })
+	l.viewStats(agentID, func(s *agentState) { out = s.clustersLocked(now, s.readWidth(now)) })
 	return out
 }
 
@@ -397,7 +397,7 @@ func (l *Loop) AllClusters() []Cluster {
 	now := l.clock.Now().UnixNano()
 	byID := map[string]*clusterView{}
 	l.eachAgent(func(a *agent) {
-		for _, c := range a.s.clusterViewsLocked(now) {
+		for _, c := range a.s.clusterViewsLocked(now, a.s.readWidth(now)) {
 			m := byID[c.ID]
 			if m == nil {
 				c.Agents, c.From = []string{a.id}, ""
@@ -444,17 +444,30 @@ func (l *Loop) SharedCauses() []SharedCause {
 // Proposals returns the proposals that keep reports true for (all of
 // them when keep is nil), oldest first. It covers every agent with
 // proposals: those in memory, and, with a Store that implements
-// metaStore (FileStore and RAMStore do), those not loaded yet.
+// metaStore (FileStore and RAMStore do), those not loaded, read from the
+// store (and the fleet's state under WithFleet) as View reads them: like
+// every getter it loads no agent, so that it never evicts one
+// (WithMaxAgents).
 func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
-	l.loadProposalAgents()
+	ids := l.proposalAgents()
 	var out []Proposal
-	l.eachAgent(func(a *agent) {
-		for _, p := range a.s.Proposals {
+	add := func(s *agentState) {
+		for _, p := range s.Proposals {
 			if keep == nil || keep(p) {
 				out = append(out, p.clone())
 			}
 		}
+	}
+	read := map[string]bool{}
+	l.eachAgent(func(a *agent) {
+		read[a.id] = true
+		add(&a.s)
 	})
+	for _, id := range ids {
+		if !read[id] {
+			l.viewOf(id, false, add)
+		}
+	}
 	slices.SortFunc(out, func(x, y Proposal) int { return cmp.Compare(x.ID, y.ID) })
 	return out
 }

@@ -317,10 +317,17 @@ func (l *Loop) addProposalAgent(agentID string) error {
 	return err
 }
 
-// loadProposalAgents loads the agents with proposals: the saved list is
-// read once, and every agent on it (or that filed one since) is loaded if
-// it is not in memory.
+// loadProposalAgents loads the agents with proposals (proposalAgents)
+// that are not in memory.
 func (l *Loop) loadProposalAgents() {
+	for _, id := range l.proposalAgents() {
+		l.agent(id) // indexes its proposals as it loads
+	}
+}
+
+// proposalAgents returns the agents with proposals: the saved list, read
+// once, and those that filed one since; none after Close.
+func (l *Loop) proposalAgents() []string {
 	x := &l.props
 	x.mu.Lock()
 	if !x.loaded {
@@ -357,11 +364,9 @@ func (l *Loop) loadProposalAgents() {
 	}
 	x.mu.Unlock()
 	if l.isClosed.Load() {
-		return // the store is closed: list the agents in memory
+		return nil // the store is closed: list the agents in memory
 	}
-	for _, id := range ids {
-		l.agent(id) // indexes its proposals as it loads
-	}
+	return ids
 }
 
 // fleetCallKey is the secret of the call IDs of a loop with a fleet.

@@ -58,3 +58,36 @@ func TestProposeOnlyPerAgent(t *testing.T) {
 		t.Fatalf("out of propose-only mode: config %+v, want the tweak applied", c)
 	}
 }
+
+// Proposals is a getter: it lists the proposals of an agent not in
+// memory without loading it, so that under WithMaxAgents it never evicts
+// another (an agent evicted loses what is never saved: its scores' keys,
+// for one). Before, it loaded every agent with proposals: with one agent
+// in memory, each Proposals evicted it for the agent that had filed one.
+func TestProposalsLoadsNoAgent(t *testing.T) {
+	st := &tweakStrategy{tweaks: []si.Config{{Route: "b"}}}
+	opts := []si.Option{si.WithStrategy(st), si.WithMaxAgents(1), si.WithRollbackPolicy(si.RollbackPolicy{MinBeforeCalls: -1, ProposeOnly: true})}
+	e := newEnv(t, opts...)
+	e.calls("gated", 2, errBoom, time.Millisecond) // files a proposal
+	e.calls("other", 1, nil, time.Millisecond)     // evicts gated
+	agents, evictions := e.l.Metrics().Agents, e.l.Metrics().Evictions
+	for range 3 {
+		ps := e.l.Proposals(nil)
+		if len(ps) != 1 || ps[0].AgentID != "gated" || ps[0].Status != si.ProposalPending {
+			t.Fatalf("proposals %+v, want gated's", ps)
+		}
+	}
+	if m := e.l.Metrics(); m.Agents != agents || m.Evictions != evictions {
+		t.Fatalf("Proposals: %d agents in memory (before, %d), %d evicted", m.Agents, agents, m.Evictions-evictions)
+	}
+	if v, _, _ := e.l.ViewCalls("other", nil); !v.Loaded {
+		t.Fatal("other is no longer in memory")
+	}
+	// Approve still finds it (and loads it: a decision, not a read).
+	if err := e.l.Approve(e.l.Proposals(nil)[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.l.Config("gated"); c.Route != "b" {
+		t.Fatalf("after approval: %+v", c)
+	}
+}

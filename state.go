@@ -457,7 +457,7 @@ func (s *agentState) analysis(now time.Time, th Threshold, prof Profile) *Analys
 		Stats:     st,
 		Threshold: th,
 		Failures:  fails,
-		Clusters:  s.clustersLocked(n),
+		Clusters:  s.clustersLocked(n, s.Tracker.Win.Width),
 		Health:    s.Tracker.health(n),
 		Rejected:  s.refused(now, ""),
 		Time:      now.UTC(),

@@ -59,9 +59,10 @@ func (s *agentState) fixesFor(id uint64, eff *effects) {
 }
 
 // clustersLocked returns a's clusters with failures in the window at time
-// now, most failures first.
-func (s *agentState) clustersLocked(now int64) []Cluster {
-	views := s.clusterViewsLocked(now)
+// now, whose buckets are width wide (the tracker's for a transition, the
+// threshold's for a getter: readWidth), most failures first.
+func (s *agentState) clustersLocked(now, width int64) []Cluster {
+	views := s.clusterViewsLocked(now, width)
 	out := make([]Cluster, len(views))
 	for i, v := range views {
 		out[i] = v.Cluster
@@ -70,15 +71,15 @@ func (s *agentState) clustersLocked(now int64) []Cluster {
 	return out
 }
 
-// clusterViewsLocked returns a's clusters with failures in the window.
-// It changes nothing: each cluster is resized and moved on to now as a
-// copy.
-func (s *agentState) clusterViewsLocked(now int64) []clusterView {
+// clusterViewsLocked returns a's clusters with failures in the window
+// whose buckets are width wide (see clustersLocked). It changes nothing:
+// each cluster is resized and moved on to now as a copy.
+func (s *agentState) clusterViewsLocked(now, width int64) []clusterView {
 	var out []clusterView
 	for i := range s.Clusters {
 		c := s.Clusters[i]
 		if c.Width > 0 {
-			c.resize(s.Tracker.Win.Width * (windowSlots / clusterSlots))
+			c.resize(width * (windowSlots / clusterSlots))
 		}
 		if e := c.export(now); e.Count > 0 {
 			out = append(out, e)

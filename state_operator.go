@@ -346,3 +346,10 @@ func (s *agentState) healthAt(now int64) float64 {
 	t, _, _ := s.readTracker(now)
 	return t.health(now)
 }
+
+// readWidth is the width of the window's buckets at now, for a getter:
+// the threshold's, which the live window takes at the next transition.
+func (s *agentState) readWidth(now int64) int64 {
+	th, _ := s.thresholdAt(now)
+	return slotWidth(th.Window)
+}

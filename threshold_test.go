@@ -208,7 +208,11 @@ func TestOperatorThresholdFromTheFirstCall(t *testing.T) {
 // count at the next call: the watched agent then reported 0 failures,
 // the unwatched one 1.
 func TestGettersChangeNothing(t *testing.T) {
-	run := func(watch bool) si.Stats {
+	type read struct {
+		Stats    si.Stats
+		Clusters []si.Cluster
+	}
+	run := func(watch bool) read {
 		e := newEnv(t)
 		e.calls("a", 150, nil, 0)
 		e.call("a", errBoom, 0) // t0: high profile (48 h)
@@ -219,7 +223,9 @@ func TestGettersChangeNothing(t *testing.T) {
 			if _, prof := e.l.Threshold("a"); prof != si.ProfileMedium {
 				t.Fatalf("t0+30h: profile %s, want medium", prof)
 			}
-			e.l.Stats("a")
+			if st, cl := e.l.Stats("a"), e.l.Clusters("a"); st.Failures != 0 || len(cl) != 0 || len(e.l.AllClusters()) != 0 {
+				t.Fatalf("t0+30h: %d failures in the 24-hour window, clusters %+v: the getters disagree", st.Failures, cl)
+			}
 			e.l.Health("a")
 			if _, ok := e.l.View("a"); !ok {
 				t.Fatal("no view of a")
@@ -235,11 +241,11 @@ func TestGettersChangeNothing(t *testing.T) {
 		if st.Profile != si.ProfileLow {
 			t.Fatalf("t0+45h: profile %s, want low", st.Profile)
 		}
-		return st
+		return read{st, e.l.Clusters("a")}
 	}
 	unwatched, watched := run(false), run(true)
-	if unwatched.Failures != 1 {
-		t.Fatalf("unwatched: %d failures in the window, want the one 45 hours old", unwatched.Failures)
+	if unwatched.Stats.Failures != 1 || len(unwatched.Clusters) != 1 {
+		t.Fatalf("unwatched: %d failures in the window, clusters %+v; want the one 45 hours old", unwatched.Stats.Failures, unwatched.Clusters)
 	}
 	if diff := cmp.Diff(unwatched, watched); diff != "" {
 		t.Errorf("reading the agent changed it (-unwatched +watched):\n%s", diff)

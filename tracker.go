@@ -568,7 +568,8 @@ type CallBucket struct {
 }
 
 // buckets appends the window's buckets with calls at time now to dst,
-// oldest first. fillLocked has set the window's width in force.
+// oldest first. ViewCalls gives it a copy of the window at the threshold's
+// width (readTracker).
 func (w *window) buckets(now int64, dst []CallBucket) []CallBucket {
 	w.advance(max(now, 0) / w.Width)
 	for i := int64(windowSlots - 1); i >= 0; i-- {
