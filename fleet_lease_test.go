@@ -91,3 +91,26 @@ func probeClaim(t *testing.T, pct int64) {
 		t.Fatalf("the end of the hold: LoopErr %v, replica 1's call %v; want it landed", rep.LoopErr, err)
 	}
 }
+
+// A probe's claim that finds the call's fleet time spent does not probe:
+// a replica whose first call of a held agent spent 95 % of its fleet time
+// loading it fails the call fast, as when another replica holds the
+// probe, rather than run a probe no other replica knows of (several
+// replicas would then probe the held route at once).
+func TestFleetProbeClaimOutOfTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, slow := slowEnv(t, 2, nil,
+			si.WithRoutes(si.Routes{Primary: "primary", Fallbacks: []string{"backup"}}), si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
+		quota := func(string) error { return errQuota }
+		e.callRoutes(0, "a", quota)
+		e.callRoutes(0, "a", quota) // held
+		e.sync()
+		e.clk.Advance(time.Minute) // the probe is due
+		slow.delay.Store(int64(slowTimeout) * 95 / 100)
+		ran := false
+		_, err := e.reps[1].ExecuteWithImprovement(context.Background(), "a", func(context.Context, si.Config) error { ran = true; return nil })
+		if ran || !errors.Is(err, si.ErrCircuitOpen) {
+			t.Fatalf("replica 1's first call, its fleet time spent on the load: ran %v, %v; want no probe, ErrCircuitOpen", ran, err)
+		}
+	})
+}
