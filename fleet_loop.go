@@ -188,18 +188,20 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 	if err != nil {
 		// Unreachable: the deltas are sent again as they are. Refused
 		// (no outage): they would be refused again, and are dropped.
+		in := new(fleetInput)
 		for _, it := range items {
-			fl.give(it.a, &fleetInput{kind: fleetAnswered, item: it, again: again}, nil)
+			fl.book(it.a, in, fleetInput{kind: fleetAnswered, item: it, again: again})
 		}
 		return 0, err
 	}
+	in := new(fleetInput) // one input for the agents' bookkeeping, in turn
 	for i := range items {
 		a := items[i].a
-		fl.give(a, &fleetInput{kind: fleetAnswered, item: items[i]}, nil)
+		fl.book(a, in, fleetInput{kind: fleetAnswered, item: items[i]})
 		if pools[i].Err != nil {
 			fl.bad(a, pools[i].Err)
 		}
-		if n := fl.pooled(a, &items[i], &pools[i], rep, w); n > 0 {
+		if n := fl.pooled(a, &items[i], &pools[i], rep, w, in); n > 0 {
 			fl.Counts.Behind.Add(1)
 			lag = max(lag, n)
 		}
@@ -244,8 +246,9 @@ func (fl *fleetLink) judge(a *agent, rep *Report, w *replica.Chain) {
 func (fl *fleetLink) items(poll bool) []fleetItem {
 	l := fl.l
 	var items []fleetItem
+	in := new(fleetInput) // one input for every agent's, in turn
 	l.agents.Range(func(_, v any) bool {
-		if it, ok := fl.itemOf(v.(*agent), poll); ok {
+		if it, ok := fl.take(v.(*agent), poll, in); ok {
 			items = append(items, it)
 		}
 		return true
@@ -256,12 +259,27 @@ func (fl *fleetLink) items(poll bool) []fleetItem {
 // itemOf returns a's delta for a flush, if it has one to send (see
 // items); FlushMu is held.
 func (fl *fleetLink) itemOf(a *agent, poll bool) (fleetItem, bool) {
+	return fl.take(a, poll, new(fleetInput))
+}
+
+// take is itemOf, with in for the input: a flush gives every agent the
+// same one in turn (book), so that it allocates one input, not one an
+// agent.
+func (fl *fleetLink) take(a *agent, poll bool, in *fleetInput) (fleetItem, bool) {
 	if a.fl == nil {
 		return fleetItem{}, false
 	}
-	in := &fleetInput{kind: fleetTake, poll: poll}
-	fl.give(a, in, nil) // an evicted agent's is not taken (give: lockLive)
+	fl.book(a, in, fleetInput{kind: fleetTake, poll: poll}) // an evicted agent's is not taken (give: lockLive)
 	return in.item, in.ok
+}
+
+// book gives a the bookkeeping input x (bookFleetLocked), held in in,
+// which the caller reuses from one agent to the next (the driver keeps
+// nothing of a bookkeeping input once give returns), and returns in.
+func (fl *fleetLink) book(a *agent, in *fleetInput, x fleetInput) *fleetInput {
+	*in = x
+	fl.give(a, in, nil)
+	return in
 }
 
 // takeDeltaLocked returns a's delta for a flush (replica, this
@@ -308,13 +326,13 @@ func (a *agent) takeDeltaLocked(replica string, poll bool) (it fleetItem, ok boo
 func (fl *fleetLink) stats(items []fleetItem) {
 	l := fl.l
 	now := l.clock.Now().UnixNano()
+	in := new(fleetInput)
 	for i := range items {
 		it := &items[i]
 		if it.again {
 			continue
 		}
-		in := &fleetInput{kind: fleetStats, at: now}
-		if fl.give(it.a, in, nil); !in.ok {
+		if fl.book(it.a, in, fleetInput{kind: fleetStats, at: now}); !in.ok {
 			continue
 		}
 		if b, err := encodeState(in.sh); err == nil && len(b) <= maxFleetStats {
@@ -399,9 +417,10 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 // next flush. No agent's lock is held.
 func (fl *fleetLink) resyncAll() {
 	l := fl.l
+	in := new(fleetInput)
 	l.agents.Range(func(_, v any) bool {
 		if a := v.(*agent); a.fl != nil {
-			fl.give(a, &fleetInput{kind: fleetResync}, nil)
+			fl.book(a, in, fleetInput{kind: fleetResync})
 		}
 		return true
 	})

@@ -10,19 +10,20 @@ import (
 // pooled takes the pooled counts p that answered a's delta it.d; rep,
 // when set, gets the decision they make.
 // It returns how many revisions a's copy was behind the fleet's (0: in
-// step; 1 when it had none and the fleet has one).
-func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, w *replica.Chain) (lag int64) {
+// step; 1 when it had none and the fleet has one). in holds its
+// bookkeeping input (fleetLink.book).
+func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, w *replica.Chain, in *fleetInput) (lag int64) {
 	l := fl.l
-	at := &fleetInput{kind: fleetPoolRev, rev: p.Rev}
-	if fl.give(a, at, nil); at.ok {
+	if fl.book(a, in, fleetInput{kind: fleetPoolRev, rev: p.Rev}); in.ok {
 		fl.refreshWait(a, w) // the fleet's state is another: take it
 	}
-	in := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior}}
+	lag = in.lag
+	pin := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior}}
 	if rep == nil {
 		rep = new(Report)
 	}
-	l.step(context.Background(), a, a.id, &in, rep, w)
-	return at.lag
+	l.step(context.Background(), a, a.id, &pin, rep, w)
+	return lag
 }
 
 // applyPooled applies to a the pooled counts of in: the other replicas'

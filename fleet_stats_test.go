@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/fleettest"
+	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // TestGettersStatsFromFleet: a replica that never loaded an agent answers
@@ -297,4 +299,32 @@ func (f *statsFleet) LoadStats(ctx context.Context, id string) ([]byte, error) {
 		return f.planted, nil
 	}
 	return f.Fleet.LoadStats(ctx, id)
+}
+
+// A flush costs about one allocation per agent, whatever the
+// replication's bookkeeping asks of each: the inputs it gives the agents
+// in turn share one (fleetLink.book). Giving each agent inputs of their
+// own made a SyncFleet of 1,000 idle agents allocate 6,029 times, where
+// it had allocated 1,029 before they were inputs.
+func TestFlushAllocationsPerAgent(t *testing.T) {
+	if si.TestingRace {
+		t.Skip("the race detector allocates of its own")
+	}
+	const n = 1000
+	clk := fakeclock.New(t0)
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithFleet(fleettest.New(clk)), si.WithFleetFlush(0, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	for i := range n {
+		l.ExecuteWithImprovement(ctx, fmt.Sprint("a", i), func(context.Context, si.Config) error { return nil })
+	}
+	if err := l.SyncFleet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(5, func() { l.SyncFleet(ctx) }); allocs > 1.5*n {
+		t.Errorf("a SyncFleet of %d idle agents allocates %.0f times, want at most %d", n, allocs, n*3/2)
+	}
 }
