@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // analysisMemories is how many memories an Analysis carries.
@@ -14,7 +12,7 @@ const analysisMemories = 5
 
 // startAnalysis runs the strategy for a in the background and waits for it
 // while ctx lasts. The strategy's own deadline bounds the wait.
-func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report, w *replica.Chain) {
+func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Threshold, rep *Report, w waits) {
 	l.bgMu.Lock()
 	if l.closed {
 		l.bgMu.Unlock()
@@ -50,22 +48,19 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 // proposal) and saves it. A change that cannot be saved is taken back.
 // With a fleet, the lease, the reload, the commit and the release are one
 // chain of waits on it (w; nil: a chain of its own).
-func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w *replica.Chain) (*Change, error) {
+func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w waits) (*Change, error) {
 	var (
 		tw   *Tweak
 		also []Tweak
 		err  error
 	)
-	if a.fl != nil {
-		w = l.fleet.Chain(w)
-		if !l.fleet.lease(a, an, w) {
-			// Another replica runs the strategy for this trigger, or the
-			// fleet cannot be reached: nothing new is applied.
-			l.analysisOff(a, true)
-			return nil, nil
-		}
-		defer l.fleet.release(a, w)
+	if !l.leaseAnalysis(a, an, &w) {
+		// Another replica runs the strategy for this trigger, or the
+		// fleet cannot be reached: nothing new is applied.
+		l.analysisOff(a, true)
+		return nil, nil
 	}
+	defer l.releaseAnalysis(a, w)
 	l.gather(a, an)
 	if an.explore {
 		tw = exploreTweak(an)
@@ -73,9 +68,7 @@ func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold
 		l.m.strategyRuns.Add(1)
 		began := time.Now()
 		tw, also, err = l.callStrategy(ctx, an)
-		if w != nil {
-			w.Exclude(time.Since(began)) // the strategy has its own timeout
-		}
+		w.exclude(time.Since(began)) // the strategy has its own timeout
 		if err != nil {
 			l.m.strategyErrors.Add(1)
 			l.log.Warn("selfimprove: strategy failed", "agent", a.id, "error", err)
@@ -124,7 +117,7 @@ func (l *Loop) analysisOff(a *agent, early bool) {
 		return effects{}, nil
 	}}}
 	var rep Report
-	l.step(context.Background(), a, a.id, &in, &rep, nil)
+	l.step(context.Background(), a, a.id, &in, &rep, waits{})
 }
 
 // gather completes an, the analysis of a, with what the whole loop knows:

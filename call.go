@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/self-improving-loop/selfimprove/failure"
-	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // ExecuteWithImprovement runs fn under agentID's current config and returns
@@ -69,7 +68,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	}
 	// The agent and the config the call runs under, found here rather
 	// than in a function of their own: a call less on the success path.
-	a, err := l.agentIn(agentID, &c.fw)
+	a, err := l.agentIn(agentID, &c.w)
 	var cfg *Config
 	var home string // the primary's route, when the call probes it
 	if a != nil {
@@ -232,9 +231,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, fellCluster: b.fellCluster, q: b.q,
 		fitted: b.fitted, fellSilent: b.fellSilent}
-	if b.fw != nil {
-		b.fw.Resume() // the chain began before fn (a load, a probe's claim)
-	}
+	b.w.resume() // the waits began before fn (a load, a probe's claim)
 	rep.Duration = dur
 	if pv != nil {
 		rep.Err = failure.Panic(pv)
@@ -257,10 +254,10 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 		f := l.describe(rep.Err, 0, b)
 		text, c.text, c.class, c.cluster = f.Text, f.Text, f.Class, f.Cluster
 		c.from, c.suspect = l.cause(a, b, rep.Err)
-		l.record(ctx, a, c, b.fw, f.Signature, rep)
+		l.record(ctx, a, c, b.w, f.Signature, rep)
 		l.leave(ctx, agentID, rep.Err)
 	} else {
-		l.record(ctx, a, c, b.fw, "", rep)
+		l.record(ctx, a, c, b.w, "", rep)
 	}
 	rep.Version = a.cfg.Load().Version // after a change the call made
 	if b.homeProbe {
@@ -385,10 +382,10 @@ func (l *Loop) arm(in *installed) Arm {
 }
 
 // record books a finished call on its agent, through the driver
-// (Loop.step). w is the call's fleet time, once its load of a new agent
-// or a probe's claim started it (nil: untouched); sig is a failure's
-// signature.
-func (l *Loop) record(ctx context.Context, a *agent, c *call, w *replica.Chain, sig string, rep *Report) {
+// (Loop.step). w is the call's waits on the replication, once its load
+// of a new agent or a probe's claim started them (zero: untouched; see
+// waits); sig is a failure's signature.
+func (l *Loop) record(ctx context.Context, a *agent, c *call, w waits, sig string, rep *Report) {
 	in := input{kind: inCall, now: c.end.UnixNano(), c: c, sig: sig}
 	if _, err := l.step(ctx, a, a.id, &in, rep, w); err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/self-improving-loop/selfimprove/internal/replica"
-
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
@@ -70,12 +68,12 @@ func (l *Loop) runProbe(ctx context.Context, cfg *Config, home string, fn func(c
 // causes: it marks dead routes loop-wide, and raises an account-wide
 // cause once, with one proposal, or ends it. With a fleet, dead routes
 // and causes go to the fleet's notes too, and the fleet says which
-// replica raises a cause or its end. The call's waits on the fleet are
-// of its chain w (replica.Chain).
-func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Chain) {
+// replica raises a cause or its end (postDead, postCause). w is the
+// call's waits (see waits).
+func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w waits) {
 	for _, d := range eff.dead {
 		l.dead.mark(d.route, d.until, d.why, d.class, now.UnixNano())
-		l.posted(replica.Note{Kind: noteRoute, Name: d.route, Reason: d.why, Until: time.Unix(0, d.until), Now: now})
+		l.postDead(d, now)
 	}
 	h := eff.hold
 	if h == nil {
@@ -84,14 +82,13 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Ch
 	id := failure.FormatClusterID(h.cluster)
 	if h.ended {
 		for _, c := range l.causes.leave(a.id) {
-			if !l.posted(l.causeNote(a, h, c, "", now, now)) {
+			if !l.postCause(a, h, c, "", now, now) {
 				l.causeEnded(a, h, c, now)
 			}
 		}
 		return
 	}
-	n := l.causeNote(a, h, id, h.text, now.Add(l.rules.probes.causeTTL()), now)
-	if l.causes.join(id, h.class, a.id, now.UnixNano()) && !l.posted(n) {
+	if l.causes.join(id, h.class, a.id, now.UnixNano()) && !l.postCause(a, h, id, h.text, now.Add(l.rules.probes.causeTTL()), now) {
 		l.accountCause(a, h, id, now, w)
 	}
 }
@@ -99,7 +96,7 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w *replica.Ch
 // accountCause raises a new account-wide cause: one event, and one
 // proposal on the agent that found it. Its save waits on the fleet as
 // part of the chain w (nil: its own).
-func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w *replica.Chain) {
+func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w waits) {
 	in := input{kind: inCause, now: now.UnixNano(), more: &inputMore{h: h, cause: id}}
 	var rep Report
 	if _, err := l.step(context.Background(), a, a.id, &in, &rep, w); err != nil {

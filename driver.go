@@ -138,10 +138,10 @@ type inputMore struct {
 
 // step gives the input in to agent a, or to agent id's for lockLoad (a
 // nil: found or loaded), and carries out what it decides (see the
-// file's comment). rep gets the outcome, w is the caller's fleet time
-// (nil: none yet; see callWait). It returns the agent it ran on, and an
+// file's comment). rep gets the outcome, w is the caller's waits on the
+// replication (zero: none yet; see waits). It returns the agent it ran on, and an
 // error when no agent could be had or the transition refused the input.
-func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Report, w *replica.Chain) (*agent, error) {
+func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Report, w waits) (*agent, error) {
 	switch in.lock {
 	case lockLoad:
 		var err error
@@ -160,6 +160,33 @@ func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Re
 	return a, l.stepLocked(ctx, a, in, rep, w)
 }
 
+// operate runs an operator transition on agentID's state, loading or
+// creating the agent, and saves it before returning. A transition that
+// fails changes nothing. After Close it returns ErrClosed.
+func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	if err := checkAgentID(agentID); err != nil {
+		return err
+	}
+	var w waits // the method's waits on the replication, every try's
+	if l.fleet != nil {
+		w.c = l.fleet.Chain(nil)
+	}
+	for try := 0; ; try++ {
+		in := input{kind: inFunc, more: &inputMore{op: f}}
+		var rep Report
+		if _, err := l.step(context.Background(), nil, agentID, &in, &rep, w); err != nil {
+			return err
+		}
+		if errors.Is(rep.LoopErr, ErrFleetConflict) && try < 3 {
+			continue // another replica decided first: again, on its state
+		}
+		return rep.LoopErr
+	}
+}
+
 // stepNow is the time of in, the clock's when it has none.
 func (l *Loop) stepNow(in *input) int64 {
 	if in.now == 0 {
@@ -170,7 +197,7 @@ func (l *Loop) stepNow(in *input) int64 {
 
 // stepLocked is step, from the locked agent on: it applies in, carries
 // out under the lock what must be, unlocks a and carries out the rest.
-func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report, w *replica.Chain) error {
+func (l *Loop) stepLocked(ctx context.Context, a *agent, in *input, rep *Report, w waits) error {
 	l.stepNow(in)
 	var eff effects
 	if a.fl != nil && a.tallyLocked(in, l.fleet.calls) { // the counts of the config that served, before it moves
@@ -237,9 +264,9 @@ func (a *agent) apply(l *Loop, in *input, eff *effects) error {
 
 // carry carries out, in order, the effects eff of the input in to a,
 // after a's lock was released (see the file's comment): b is the batch
-// of its decision (commitLocked), rep gets the outcome, and the waits on
-// the fleet are of the chain w (nil: started when needed).
-func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
+// of its decision (commitLocked), rep gets the outcome, and its waits on
+// the replication are w's (zero: started when needed).
+func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *fleetBatch, rep *Report, w waits) {
 	if eff.moved {
 		l.circuitMoved(a, in.c, eff.until)
 	}
@@ -271,11 +298,11 @@ func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *
 	default:
 		l.remember(eff.fixes)
 		if eff.judge {
-			l.fleet.judge(a, rep, w)
+			l.fleet.judge(a, rep, w.c)
 		}
 	}
 	if in.kind == inFleet {
-		l.fleet.carry(ctx, a, &in.more.fleet.next, w)
+		l.fleet.carry(ctx, a, &in.more.fleet.next, w.c)
 	}
 }
 
@@ -283,7 +310,7 @@ func (l *Loop) carry(ctx context.Context, a *agent, in *input, eff *effects, b *
 // reports it: as made once saved; as not made when the fleet took it
 // back. One that could not be saved otherwise stands in memory, and a
 // rollback's failure is reported (rollbackUnsaved).
-func (l *Loop) decided(a *agent, eff *effects, b *fleetBatch, rep *Report, w *replica.Chain) {
+func (l *Loop) decided(a *agent, eff *effects, b *fleetBatch, rep *Report, w waits) {
 	err := l.persistWait(a, w, b)
 	if err != nil {
 		rep.LoopErr = errors.Join(rep.LoopErr, err)
@@ -333,7 +360,7 @@ func (l *Loop) unsaved(ctx context.Context, a *agent, in *input, eff *effects, e
 		undo := in.more.undo
 		op := input{kind: inFunc, lock: lockThis, more: &inputMore{op: func(a *agent) (effects, error) { return undo(a, ch), nil }}}
 		var rep Report
-		l.step(ctx, a, a.id, &op, &rep, nil)
+		l.step(ctx, a, a.id, &op, &rep, waits{})
 	}
 	return fmt.Errorf("selfimprove: change not applied: %w", err)
 }
@@ -376,14 +403,46 @@ func (l *Loop) observe(a *agent, in *input, eff *effects) {
 	l.remember(x.known)
 }
 
-// callWait returns the fleet time *w of a call of a, which its load of
-// the agent, a probe's claim, its decision's save (the wait for the
-// agent's save included) and its counts under verification share; it
-// starts it if the call has not waited on the fleet yet. Nil without a
-// fleet.
-func (l *Loop) callWait(a *agent, w **replica.Chain) *replica.Chain {
-	if a.fl != nil && *w == nil {
-		*w = l.fleet.Chain(nil)
+// waits is the time a call, or an operator's method, may spend on the
+// replication of its agent's state, all of it together: the load of a
+// new agent, a probe's claim, its decision's save and commit, its counts
+// under verification, an analysis's lease (docs/fleet.md, "Timeouts").
+// The call path carries it without opening it: only the driver and the
+// replication do (callWait, fleetLink), so that the call's types hold no
+// handle of the fleet. Its zero value has not waited yet; without a
+// fleet it stays so. A call's is paused while fn runs: that time is fn's
+// (Loop.finish).
+type waits struct{ c *replica.Chain }
+
+// pause stops w's clock, if it has started.
+func (w *waits) pause() {
+	if w.c != nil {
+		w.c.Pause()
+	}
+}
+
+// resume restarts w's clock, if it has started.
+func (w *waits) resume() {
+	if w.c != nil {
+		w.c.Resume()
+	}
+}
+
+// exclude takes d, spent on what has a timeout of its own (a strategy's
+// run), out of w's time, if its clock has started.
+func (w *waits) exclude(d time.Duration) {
+	if w.c != nil {
+		w.c.Exclude(d)
+	}
+}
+
+// callWait returns the waits *w of a call of a, which its load of the
+// agent, a probe's claim, its decision's save (the wait for the agent's
+// save included) and its counts under verification share; with a fleet,
+// it starts their clock if the call has not waited yet.
+func (l *Loop) callWait(a *agent, w *waits) waits {
+	if a.fl != nil && w.c == nil {
+		w.c = l.fleet.Chain(nil)
 	}
 	return *w
 }

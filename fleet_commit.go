@@ -224,6 +224,26 @@ func (fl *fleetLink) outcome(a *agent, c replica.Commit, out replica.Outcome, nr
 	return err
 }
 
+// leaseAnalysis has this replica run the strategy for a's analysis an
+// alone: with a fleet, it takes the agent's lease (lease), its waits
+// starting w's clock if none has. It reports false when another replica
+// runs it, or the fleet cannot be reached; true without a fleet.
+func (l *Loop) leaseAnalysis(a *agent, an *Analysis, w *waits) bool {
+	if a.fl == nil {
+		return true
+	}
+	w.c = l.fleet.Chain(w.c)
+	return l.fleet.lease(a, an, w.c)
+}
+
+// releaseAnalysis ends what leaseAnalysis took: with a fleet, it gives
+// the agent's lease back (release).
+func (l *Loop) releaseAnalysis(a *agent, w waits) {
+	if a.fl != nil {
+		l.fleet.release(a, w.c)
+	}
+}
+
 // lease takes the agent's lease for the strategy run an, and checks
 // that no other replica acted on the trigger meanwhile. It reports
 // whether this replica runs the strategy.
@@ -406,7 +426,7 @@ func (fl *fleetLink) give(a *agent, in *fleetInput, w *replica.Chain) {
 		lock = lockLive
 	}
 	var rep Report
-	fl.l.step(context.Background(), a, a.id, &input{kind: inFleet, lock: lock, more: &inputMore{fleet: in}}, &rep, w)
+	fl.l.step(context.Background(), a, a.id, &input{kind: inFleet, lock: lock, more: &inputMore{fleet: in}}, &rep, waits{w})
 }
 
 // applyFleet applies the fleet's answer in: to a's replication, and,

@@ -31,11 +31,20 @@ const maxOutbox = 256
 // died leaves no cause behind for long.
 func (p *ProbePolicy) causeTTL() time.Duration { return 3 * p.MaxEvery }
 
-// posted hands n to the fleet (replica.Client.Post), which decides
-// whether this replica raises the cause or its end (n.Then). It reports
-// false without a fleet, or with the outbox full: then this replica
-// decides.
-func (l *Loop) posted(n replica.Note) bool { return l.fleet != nil && l.fleet.Post(n) }
+// postDead tells the fleet that the route of d is dead (until d.until),
+// as seen now (replica.Client.Post). It reports whether the note went to
+// the outbox: false without a fleet, or with the outbox full.
+func (l *Loop) postDead(d deadNote, now time.Time) bool {
+	return l.fleet != nil && l.fleet.Post(replica.Note{Kind: noteRoute, Name: d.route, Reason: d.why, Until: time.Unix(0, d.until), Now: now})
+}
+
+// postCause hands the fleet the note of the account-wide cause id that
+// agent a's hold h raises or ends (causeNote); the fleet decides whether
+// this replica raises the cause or its end (its Then). It reports false
+// without a fleet, or with the outbox full: then this replica decides.
+func (l *Loop) postCause(a *agent, h *holdNote, id, reason string, until, now time.Time) bool {
+	return l.fleet != nil && l.fleet.Post(l.causeNote(a, h, id, reason, until, now))
+}
 
 // pollNotes sends the queued notes and renews the causes in force here;
 // on a poll it takes the fleet's dead routes. FlushMu is held.
@@ -71,7 +80,7 @@ func (l *Loop) causeNote(a *agent, h *holdNote, id, reason string, until, now ti
 		case h.ended && (was || err != nil):
 			l.causeEnded(a, h, id, sent)
 		case !h.ended && (!was || err != nil):
-			l.accountCause(a, h, id, now, nil)
+			l.accountCause(a, h, id, now, waits{})
 		}
 	}}
 }
@@ -90,10 +99,10 @@ func (l *Loop) claim(a *agent, c *begun) bool {
 	if l.fleet == nil || (!c.probe && !c.homeProbe) {
 		return true
 	}
-	c.fw = l.fleet.Chain(c.fw) // the load of a new agent, the claim and the call's decision share it
-	c.fw.Resume()
-	ok := l.fleet.claimProbe(a, c.homeProbe, c.fw)
-	c.fw.Pause() // fn runs now: its time is its own (resumed in finish)
+	c.w.c = l.fleet.Chain(c.w.c) // the load of a new agent, the claim and the call's decision share it
+	c.w.resume()
+	ok := l.fleet.claimProbe(a, c.homeProbe, c.w.c)
+	c.w.pause() // fn runs now: its time is its own (resumed in finish)
 	if ok {
 		return true
 	}
@@ -130,7 +139,7 @@ func (fl *fleetLink) claimProbe(a *agent, home bool, w *replica.Chain) bool {
 	// decisions made on the copy and not saved yet with it, as any save.
 	in := input{kind: inClaim, lock: lockHeld, more: &inputMore{home: home}}
 	x := in.more
-	err := l.saveHeld(a, w, nil, func() bool {
+	err := l.saveHeld(a, waits{w}, nil, func() bool {
 		l.applyHeld(a, &in)
 		return x.due
 	})

@@ -22,7 +22,7 @@ func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, 
 	if rep == nil {
 		rep = new(Report)
 	}
-	l.step(context.Background(), a, a.id, &pin, rep, w)
+	l.step(context.Background(), a, a.id, &pin, rep, waits{w})
 	return lag
 }
 

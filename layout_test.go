@@ -174,6 +174,77 @@ func TestFleetStateByInputs(t *testing.T) {
 // and evicting an agent (registry.go), and its save (persist.go).
 var driverFiles = map[string]bool{"driver.go": true, "registry.go": true, "persist.go": true}
 
+// TestFleetBesideTheCore: the fleet is beside the core, not through it.
+// Only the fleet's own files (fleet*.go), the driver's (driverFiles, and
+// the Loop's making and closing: loop.go, lifecycle.go; agent.go, whose
+// agent holds the replication's state beside its own) and the files of
+// the exported API that name the fleet (fleetAPIFiles) refer to
+// anything of the fleet: a name with "fleet" in it, the replication's
+// package (internal/replica), or a value, field or method of a type
+// that is either. The call path, the state machine, scoring, analysis
+// and the operator's methods carry the call's waits (waits) and call
+// the driver's hooks (postDead, leaseAnalysis) without knowing a fleet
+// is there.
+func TestFleetBesideTheCore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the package from source")
+	}
+	fset, _, info, _ := checkRootFiles(t)
+	fleety := func(tp types.Type) bool {
+		s := types.TypeString(tp, nil)
+		return strings.Contains(strings.ToLower(s), "fleet") || strings.Contains(s, "internal/replica")
+	}
+	mentions := map[string]map[string]bool{}
+	for id, obj := range info.Uses {
+		hit := strings.Contains(strings.ToLower(obj.Name()), "fleet") ||
+			obj.Pkg() != nil && strings.HasSuffix(obj.Pkg().Path(), "internal/replica")
+		switch o := obj.(type) {
+		case *types.Var:
+			hit = hit || fleety(o.Type())
+		case *types.Func:
+			if r := o.Type().(*types.Signature).Recv(); r != nil {
+				hit = hit || fleety(r.Type())
+			}
+		case *types.PkgName:
+			hit = hit || strings.HasSuffix(o.Imported().Path(), "internal/replica")
+		}
+		if !hit {
+			continue
+		}
+		file := filepath.Base(fset.Position(id.Pos()).Filename)
+		if mentions[file] == nil {
+			mentions[file] = map[string]bool{}
+		}
+		mentions[file][obj.Name()] = true
+	}
+	var files []string
+	for f := range mentions {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		if strings.HasPrefix(f, "fleet") || driverFiles[f] || fleetAPIFiles[f] || f == "loop.go" || f == "lifecycle.go" || f == "agent.go" {
+			continue
+		}
+		var names []string
+		for n := range mentions[f] {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		t.Errorf("%s refers to the fleet (%s): carry the call's waits, and call the driver's hooks", f, strings.Join(names, ", "))
+	}
+	t.Logf("%d root files refer to the fleet: %s", len(files), strings.Join(files, " "))
+	if len(files) < 10 {
+		t.Errorf("only %d files refer to the fleet: the test looks for the wrong names", len(files))
+	}
+}
+
+// fleetAPIFiles are the files of the exported API that name the fleet:
+// its errors, defaults and limits, options, events and metrics (whose
+// fleet fields the fleet's own file fills: Loop.replicaMetrics).
+var fleetAPIFiles = map[string]bool{"errors.go": true, "limits.go": true, "options.go": true, "eventlevel.go": true,
+	"notifier.go": true, "metrics.go": true}
+
 // A stateChange is where code changes an agent's state, and how.
 type stateChange struct {
 	at   token.Pos

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/self-improving-loop/selfimprove/failure"
-	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // This file is what a call knows of the calls nested in it: a call made
@@ -256,10 +255,10 @@ var errBudgetSpent = errors.New("selfimprove: budget spent: the call made no att
 
 // begun is what a call knows when fn starts: the config it runs under.
 type begun struct {
-	// fw is the call's fleet time, once its load of a new agent or a
-	// probe's claim started it, paused while fn runs (nil: untouched; see
-	// replica.Chain).
-	fw      *replica.Chain
+	// w is the call's waits on the replication, once its load of a new
+	// agent or a probe's claim started them, paused while fn runs (zero:
+	// untouched; see waits).
+	w       waits
 	gen     uint64 // the config generation
 	version int    // the config version
 	key     uint64 // the agent's key of call IDs (see callKeys)

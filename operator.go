@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/self-improving-loop/selfimprove/failure"
-	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
 // The Loop's methods for operators and tools. Getters never create an
@@ -253,33 +252,6 @@ func (l *Loop) update(agentID string, t EventType, msg string, f func(*agentStat
 	})
 }
 
-// operate runs an operator transition on agentID's state, loading or
-// creating the agent, and saves it before returning. A transition that
-// fails changes nothing. After Close it returns ErrClosed.
-func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error {
-	if l.isClosed.Load() {
-		return ErrClosed
-	}
-	if err := checkAgentID(agentID); err != nil {
-		return err
-	}
-	var w *replica.Chain // the method's waits on the fleet, every try's
-	if l.fleet != nil {
-		w = l.fleet.Chain(nil)
-	}
-	for try := 0; ; try++ {
-		in := input{kind: inFunc, more: &inputMore{op: f}}
-		var rep Report
-		if _, err := l.step(context.Background(), nil, agentID, &in, &rep, w); err != nil {
-			return err
-		}
-		if errors.Is(rep.LoopErr, ErrFleetConflict) && try < 3 {
-			continue // another replica decided first: again, on its state
-		}
-		return rep.LoopErr
-	}
-}
-
 // SetCandidates gives agentID candidate configs of its own, in place of
 // those WithCandidates sets, in the order the loop tries them; nil or
 // empty removes the agent's own. The built-in strategy tries them one at
@@ -503,7 +475,7 @@ func (l *Loop) Approve(id string) error {
 			return effects{publish: true}
 		}}}
 	var rep Report
-	if err := l.stepLocked(context.Background(), a, &in, &rep, nil); err != nil {
+	if err := l.stepLocked(context.Background(), a, &in, &rep, waits{}); err != nil {
 		if errors.Is(err, ErrTweakRejected) {
 			l.m.rejectedTweaks.Add(1)
 		}
@@ -531,7 +503,7 @@ func (l *Loop) Reject(id, reason string) error {
 		return a.s.reject(l.clock.Now(), id, reason, &l.rules)
 	}}}
 	var rep Report
-	if err := l.stepLocked(context.Background(), a, &in, &rep, nil); err != nil {
+	if err := l.stepLocked(context.Background(), a, &in, &rep, waits{}); err != nil {
 		return err
 	}
 	return rep.LoopErr

@@ -55,13 +55,13 @@ func (l *Loop) remember(fixes []fixNote) {
 // log follows the order of decisions. Events that could not be logged go
 // back to the head of the queue for the next save. After Close has sealed
 // the loop it writes nothing and returns ErrClosed.
-func (l *Loop) persist(a *agent) error { return l.persistWait(a, nil, nil) }
+func (l *Loop) persist(a *agent) error { return l.persistWait(a, waits{}, nil) }
 
-// persistWait is persist, whose wait on the fleet is part of the chain w
-// (nil: a chain of its own; see replica.Chain), for the caller of a decision
+// persistWait is persist, whose wait on the fleet is part of the waits w
+// (zero: a chain of its own; see waits), for the caller of a decision
 // of batch b (effects.batch; nil: none), which fails if its decision was
 // taken back before its turn (fleet_batch.go).
-func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
+func (l *Loop) persistWait(a *agent, w waits, b *fleetBatch) error {
 	if !l.enterWrite() {
 		return ErrClosed
 	}
@@ -76,7 +76,7 @@ func (l *Loop) persistWait(a *agent, w *replica.Chain, b *fleetBatch) error {
 // background save (nil w) starts its chain once it has the lock. The
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
-func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
+func (l *Loop) save(a *agent, w waits, b *fleetBatch) error {
 	a.saveMu.Lock() // its wait counts in w's time
 	defer a.saveMu.Unlock()
 	return l.saveHeld(a, w, b, nil)
@@ -86,7 +86,7 @@ func (l *Loop) save(a *agent, w *replica.Chain, b *fleetBatch) error {
 // set, is a probe's claim (fleetLink.claimProbe): it runs under a's lock before the
 // state is taken, and the save goes on only if it reports true; the
 // commit is then sent even unchanged (its compare-and-set is the claim).
-func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() bool) error {
+func (l *Loop) saveHeld(a *agent, w waits, b *fleetBatch, claim func() bool) error {
 	a.mu.Lock()
 	if err := b.takenBack(); err != nil {
 		a.mu.Unlock()
@@ -118,7 +118,7 @@ func (l *Loop) saveHeld(a *agent, w *replica.Chain, b *fleetBatch, claim func() 
 	if a.fl != nil {
 		var err error
 		if c.Value, err = encodeShared(&snap); err == nil {
-			err = l.fleet.commit(a, c, evs, w)
+			err = l.fleet.commit(a, c, evs, w.c)
 		}
 		if err != nil {
 			// The fleet did not take the decisions: their events go, and
@@ -210,7 +210,7 @@ func (l *Loop) flushAdmitted() error {
 		dirty := a.dirty
 		a.mu.Unlock()
 		if dirty {
-			if err := l.save(a, nil, nil); err != nil {
+			if err := l.save(a, waits{}, nil); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -239,7 +239,7 @@ func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint6
 	}
 	in := input{kind: inScore, now: now.UnixNano(), low: low, key: key, score: score}
 	var rep Report
-	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, nil); err != nil {
+	if _, err := l.step(context.Background(), nil, agentID, &in, &rep, waits{}); err != nil {
 		switch {
 		case errors.Is(err, errNoVersion):
 			return ScoreResult{}, fmt.Errorf("%w: agent %q keeps no config version ending in %d (the call ended %v ago)", ErrUnknownCall, agentID, low, age.Round(time.Millisecond))

@@ -47,10 +47,10 @@ func atSlot(addr uintptr) int { return int(uint64(addr) * 0x9e3779b97f4a7c15 >> 
 // eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) { return l.agentIn(id, nil) }
 
-// agentIn is agent for a call whose fleet time is *fw (see replica.Chain;
-// fw nil: a load of its own): loading the agent from the fleet is part
-// of it, and *fw is set when it was nil.
-func (l *Loop) agentIn(id string, fw **replica.Chain) (*agent, error) {
+// agentIn is agent for a call whose waits on the replication are *fw
+// (see waits; fw nil: a load of its own): loading the agent from the
+// fleet is part of them, and starts their clock.
+func (l *Loop) agentIn(id string, fw *waits) (*agent, error) {
 	// The front caches: the agents called last, first by the address of
 	// the ID's bytes (a caller usually passes the same string each time: a
 	// constant, a field), then by hash of the ID, so that a call of a busy
@@ -80,8 +80,8 @@ func (l *Loop) agentIn(id string, fw **replica.Chain) (*agent, error) {
 		return a, nil
 	}
 	a, created, err := l.create(id, fw)
-	if fw != nil && *fw != nil {
-		(*fw).Pause() // fn runs now: its time is its own (resumed in finish)
+	if fw != nil {
+		fw.pause() // fn runs now: its time is its own (resumed in finish)
 	}
 	if a != nil {
 		slot.Store(a)
@@ -96,12 +96,12 @@ func (l *Loop) agentIn(id string, fw **replica.Chain) (*agent, error) {
 // create loads or creates agent id, unless another call did meanwhile;
 // created reports that this call did. With a fleet and fw, its wait for
 // another call's load, and its own, are of the chain *fw (agentIn).
-func (l *Loop) create(id string, fw **replica.Chain) (_ *agent, created bool, _ error) {
+func (l *Loop) create(id string, fw *waits) (_ *agent, created bool, _ error) {
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
 	var w *replica.Chain
 	if l.fleet != nil && fw != nil {
-		*fw = l.fleet.Chain(*fw) // the wait for mu counts in its time
-		w = *fw
+		fw.c = l.fleet.Chain(fw.c) // the wait for mu counts in its time
+		w = fw.c
 	}
 	mu.Lock()
 	defer mu.Unlock()

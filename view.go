@@ -383,18 +383,7 @@ func (l *Loop) Metrics() Metrics {
 		Traces: m.traces.Load(), TracesDropped: m.tracesDropped.Load(),
 		Agents: m.agents.Load(), Loads: m.loads.Load(), Evictions: m.evictions.Load(),
 	}
-	if l.fleet != nil {
-		c := &l.fleet.Counts
-		out.FleetErrors, out.FleetConflicts, out.FleetOutages = c.Errors.Load(), c.Conflicts.Load(), c.Outages.Load()
-		out.FleetCommits, out.FleetCommitNS, out.FleetCommitMaxNS = c.Commits.Load(), c.CommitNS.Load(), c.CommitMaxNS.Load()
-		out.FleetLeases, out.FleetLeasesBusy, out.FleetLeaseErrors = c.Leases.Load(), c.LeasesBusy.Load(), c.LeaseErrors.Load()
-		out.FleetLag, out.FleetBehind = c.Lag.Load(), c.Behind.Load()
-		out.FleetReplica = l.fleet.Name
-		out.FleetReplicas = l.fleet.ReplicasSeen(l.clock.Now())
-		if l.fleet.Down() {
-			out.FleetDown = 1
-		}
-	}
+	l.replicaMetrics(&out)
 	return out
 }
 
