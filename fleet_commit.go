@@ -224,26 +224,6 @@ func (fl *fleetLink) outcome(a *agent, c replica.Commit, out replica.Outcome, nr
 	return err
 }
 
-// leaseAnalysis has this replica run the strategy for a's analysis an
-// alone: with a fleet, it takes the agent's lease (lease), its waits
-// starting w's clock if none has. It reports false when another replica
-// runs it, or the fleet cannot be reached; true without a fleet.
-func (l *Loop) leaseAnalysis(a *agent, an *Analysis, w *waits) bool {
-	if a.fl == nil {
-		return true
-	}
-	w.c = l.fleet.Chain(w.c)
-	return l.fleet.lease(a, an, w.c)
-}
-
-// releaseAnalysis ends what leaseAnalysis took: with a fleet, it gives
-// the agent's lease back (release).
-func (l *Loop) releaseAnalysis(a *agent, w waits) {
-	if a.fl != nil {
-		l.fleet.release(a, w.c)
-	}
-}
-
 // lease takes the agent's lease for the strategy run an, and checks
 // that no other replica acted on the trigger meanwhile. It reports
 // whether this replica runs the strategy.

@@ -20,10 +20,50 @@ import (
 //
 // Every operation on the fleet is made, and its answer taken, by the
 // transport, replica.Client (internal/replica), which knows nothing of
-// the Loop but its hooks. This file has the link (the hooks) and the counts a flush
-// sends; fleet_commit.go has the shared state: attaching an agent,
+// the Loop but its hooks. This file has the link (the hooks), the Loop's
+// hooks into the replication that the core calls (leaseAnalysis,
+// replicaMetrics; fleet_notes.go has postDead and postCause), and the
+// counts a flush sends; fleet_commit.go has the shared state: attaching an agent,
 // adopting the fleet's state, committing decisions and the lease on a
 // strategy run.
+
+// leaseAnalysis has this replica run the strategy for a's analysis an
+// alone: with a fleet, it takes the agent's lease (lease), its waits
+// starting w's clock if none has. It reports false when another replica
+// runs it, or the fleet cannot be reached; true without a fleet.
+func (l *Loop) leaseAnalysis(a *agent, an *Analysis, w *waits) bool {
+	if a.fl == nil {
+		return true
+	}
+	w.c = l.fleet.Chain(w.c)
+	return l.fleet.lease(a, an, w.c)
+}
+
+// releaseAnalysis ends what leaseAnalysis took: with a fleet, it gives
+// the agent's lease back (release).
+func (l *Loop) releaseAnalysis(a *agent, w waits) {
+	if a.fl != nil {
+		l.fleet.release(a, w.c)
+	}
+}
+
+// replicaMetrics fills out's fleet fields (Metrics.FleetErrors and the
+// rest), with a fleet; without one it leaves them zero.
+func (l *Loop) replicaMetrics(out *Metrics) {
+	if l.fleet == nil {
+		return
+	}
+	c := &l.fleet.Counts
+	out.FleetErrors, out.FleetConflicts, out.FleetOutages = c.Errors.Load(), c.Conflicts.Load(), c.Outages.Load()
+	out.FleetCommits, out.FleetCommitNS, out.FleetCommitMaxNS = c.Commits.Load(), c.CommitNS.Load(), c.CommitMaxNS.Load()
+	out.FleetLeases, out.FleetLeasesBusy, out.FleetLeaseErrors = c.Leases.Load(), c.LeasesBusy.Load(), c.LeaseErrors.Load()
+	out.FleetLag, out.FleetBehind = c.Lag.Load(), c.Behind.Load()
+	out.FleetReplica = l.fleet.Name
+	out.FleetReplicas = l.fleet.ReplicasSeen(l.clock.Now())
+	if l.fleet.Down() {
+		out.FleetDown = 1
+	}
+}
 
 // fleetClient is the transport of a Loop's fleet (replica.Client): the
 // fleet time and the outage under way, the flusher's goroutine, the

@@ -98,21 +98,3 @@ func (fl *fleetLink) reportBadStats(id string, err error) {
 			"agent", id, "error", err)
 	}
 }
-
-// replicaMetrics fills out's fleet fields (Metrics.FleetErrors and the
-// rest), with a fleet; without one it leaves them zero.
-func (l *Loop) replicaMetrics(out *Metrics) {
-	if l.fleet == nil {
-		return
-	}
-	c := &l.fleet.Counts
-	out.FleetErrors, out.FleetConflicts, out.FleetOutages = c.Errors.Load(), c.Conflicts.Load(), c.Outages.Load()
-	out.FleetCommits, out.FleetCommitNS, out.FleetCommitMaxNS = c.Commits.Load(), c.CommitNS.Load(), c.CommitMaxNS.Load()
-	out.FleetLeases, out.FleetLeasesBusy, out.FleetLeaseErrors = c.Leases.Load(), c.LeasesBusy.Load(), c.LeaseErrors.Load()
-	out.FleetLag, out.FleetBehind = c.Lag.Load(), c.Behind.Load()
-	out.FleetReplica = l.fleet.Name
-	out.FleetReplicas = l.fleet.ReplicasSeen(l.clock.Now())
-	if l.fleet.Down() {
-		out.FleetDown = 1
-	}
-}
