@@ -46,8 +46,8 @@ func (l *Loop) startAnalysis(ctx context.Context, a *agent, an *Analysis, th Thr
 // analyze runs the strategy under its deadline, then has the agent's
 // state take its answer (start the cooldown, apply the tweak or file the
 // proposal) and saves it. A change that cannot be saved is taken back.
-// With a fleet, the lease, the reload, the commit and the release are one
-// chain of waits on it (w; nil: a chain of its own).
+// With a fleet, the lease, the reload, the commit and the release are
+// waits of w (zero: their own; see waits).
 func (l *Loop) analyze(ctx context.Context, a *agent, an *Analysis, th Threshold, w waits) (*Change, error) {
 	var (
 		tw   *Tweak

@@ -94,8 +94,8 @@ func (l *Loop) routeEffects(a *agent, eff *effects, now time.Time, w waits) {
 }
 
 // accountCause raises a new account-wide cause: one event, and one
-// proposal on the agent that found it. Its save waits on the fleet as
-// part of the chain w (nil: its own).
+// proposal on the agent that found it. Its save's waits on the fleet
+// are w's (zero: its own; see waits).
 func (l *Loop) accountCause(a *agent, h *holdNote, id string, now time.Time, w waits) {
 	in := input{kind: inCause, now: now.UnixNano(), more: &inputMore{h: h, cause: id}}
 	var rep Report

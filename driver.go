@@ -138,8 +138,9 @@ type inputMore struct {
 // step gives the input in to agent a, or to agent id's for lockLoad (a
 // nil: found or loaded), and carries out what it decides (see the
 // file's comment). rep gets the outcome, w is the caller's waits on the
-// replication (zero: none yet; see waits). It returns the agent it ran on, and an
-// error when no agent could be had or the transition refused the input.
+// replication (zero: none yet; see waits). It returns the agent it ran
+// on, and an error when no agent could be had or the transition refused
+// the input.
 func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Report, w waits) (*agent, error) {
 	switch in.lock {
 	case lockLoad:

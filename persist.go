@@ -73,7 +73,7 @@ func (l *Loop) persistWait(a *agent, w waits, b *fleetBatch) error {
 // of a caller's chain w for another save of the agent (which holds the
 // lock for one chain at most) is part of w's: a save that finds its time
 // spent once it has the lock takes its decisions back (fleetLink.swap). A
-// background save (nil w) starts its chain once it has the lock. The
+// background save (zero w) starts its chain once it has the lock. The
 // decision of batch b that the previous save took back with its own is
 // not reported done: save returns why (fleet_batch.go).
 func (l *Loop) save(a *agent, w waits, b *fleetBatch) error {
