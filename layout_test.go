@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -62,13 +63,41 @@ func checkRoot(t *testing.T) (*token.FileSet, *types.Package, *types.Info) {
 	return fset, pkg, info
 }
 
-// checkRootFiles is checkRoot, with the files' syntax.
+// checkRootFiles is checkRoot, with the files' syntax. The package is
+// type-checked once per test binary, from source with its imports (some
+// seconds, a minute under -race), and the result shared: its users only
+// read it.
 func checkRootFiles(t *testing.T) (*token.FileSet, *types.Package, *types.Info, []*ast.File) {
 	t.Helper()
+	rootCheck.once.Do(func() { rootCheck.checked = typeCheckRoot() })
+	c := &rootCheck.checked
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c.fset, c.pkg, c.info, c.files
+}
+
+// rootCheck is the root package type-checked (checkRootFiles).
+var rootCheck struct {
+	once    sync.Once
+	checked checkedRoot
+}
+
+// checkedRoot is the root package's files type-checked, or why not.
+type checkedRoot struct {
+	fset  *token.FileSet
+	pkg   *types.Package
+	info  *types.Info
+	files []*ast.File
+	err   error
+}
+
+// typeCheckRoot type-checks the root package's non-test files from source.
+func typeCheckRoot() checkedRoot {
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob("*.go")
 	if err != nil {
-		t.Fatal(err)
+		return checkedRoot{err: err}
 	}
 	var files []*ast.File
 	for _, m := range matches {
@@ -77,7 +106,7 @@ func checkRootFiles(t *testing.T) (*token.FileSet, *types.Package, *types.Info, 
 		}
 		f, err := parser.ParseFile(fset, m, nil, parser.SkipObjectResolution)
 		if err != nil {
-			t.Fatal(err)
+			return checkedRoot{err: err}
 		}
 		files = append(files, f)
 	}
@@ -85,9 +114,9 @@ func checkRootFiles(t *testing.T) (*token.FileSet, *types.Package, *types.Info, 
 	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
 	pkg, err := conf.Check("github.com/self-improving-loop/selfimprove", fset, files, info)
 	if err != nil {
-		t.Fatal(err)
+		return checkedRoot{err: err}
 	}
-	return fset, pkg, info, files
+	return checkedRoot{fset: fset, pkg: pkg, info: info, files: files}
 }
 
 // TestOneDriver: what a transition decides is carried out in one place,
