@@ -1,12 +1,15 @@
 package selfimprove
 
 import (
+	"fmt"
 	"go/ast"
+	"go/build"
 	"go/importer"
 	"go/parser"
 	"go/token"
 	"go/types"
 	"io/fs"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -93,7 +96,17 @@ type checkedRoot struct {
 }
 
 // typeCheckRoot type-checks the root package's non-test files from source.
+// A test binary built with -trimpath knows no GOROOT (runtime.GOROOT is
+// empty): the go command's tells the source importer where the standard
+// library is.
 func typeCheckRoot() checkedRoot {
+	if build.Default.GOROOT == "" {
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return checkedRoot{err: fmt.Errorf("no GOROOT in a -trimpath test binary, and go env GOROOT: %w", err)}
+		}
+		build.Default.GOROOT = strings.TrimSpace(string(out))
+	}
 	fset := token.NewFileSet()
 	matches, err := filepath.Glob("*.go")
 	if err != nil {
