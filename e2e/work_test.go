@@ -110,8 +110,39 @@ func newBrowser(t testing.TB) context.Context {
 }
 
 // until waits for a JavaScript expression to be true (hangGuard at most).
+// chromedp's poll does not survive a new document: when the page's
+// execution context goes while it waits, or it was handed the context of
+// the document a Reload just replaced (the browser answers "Cannot find
+// context with specified id"; seen once in three CI runs, on the first
+// poll after a Reload), it fails. The expression is then asked again, of
+// the new document, up to maxContextLost times, 50 ms apart: the same
+// wait, on the page the test asked for.
 func until(js string, opts ...chromedp.PollOption) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](js, append([]chromedp.PollOption{chromedp.WithPollingTimeout(hangGuard)}, opts...)...)
+	poll := chromedp.Poll[chromedp.Void](js, append([]chromedp.PollOption{chromedp.WithPollingTimeout(hangGuard)}, opts...)...)
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		for lost := 0; ; lost++ {
+			v, err := poll(ctx, t)
+			if err == nil || lost == maxContextLost || !contextLost(err) {
+				return v, err
+			}
+			select {
+			case <-ctx.Done():
+				return v, err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// maxContextLost bounds the polls until asks again after the page's
+// document changed under them.
+const maxContextLost = 20
+
+// contextLost reports whether err is the browser's answer to a poll whose
+// document went: its execution context destroyed, or not found.
+func contextLost(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find context with specified id") || strings.Contains(msg, "Execution context was destroyed")
 }
 
 // handled waits until the page has handled n answers from path (under the
