@@ -69,7 +69,10 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			break
 		}
 		acfg := cfg
-		if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit, needs); ok {
+		if !l.ownFailure(b, att, err) {
+			// A failure passed on from a call nested in the attempt is the
+			// nested agent's: it says nothing of this call's route.
+		} else if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit, needs); ok {
 			c := *cfg
 			c.Route, acfg = alt, &c
 			if !b.fellBack { // the call's own route's failure
@@ -111,11 +114,26 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
 			LastStatus: status, Waited: wait, WaitReason: reason})
-		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil || acfg != cfg {
+		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil {
 			return err, false
 		}
+		cfg = acfg // the attempts left run on the route that failed last, or further down
 	}
 	return err, false
+}
+
+// ownFailure reports whether err, the failure of an attempt of the call
+// b, is its route's own: not one a call nested in the attempt returned
+// (see Loop.cause, which says the same of the call's last failure).
+func (l *Loop) ownFailure(b *begun, att *callCtx, err error) bool {
+	switch {
+	case b == nil:
+		return true
+	case att != nil:
+		return att.from(err) == ""
+	default:
+		return !l.lately.seen(b.id, err, b.seq)
+	}
 }
 
 // wait returns how long to wait after the given failed attempt, before

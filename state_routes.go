@@ -144,6 +144,15 @@ func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 	if c.homeProbe {
 		s.homeProbed(c, r, eff)
 	}
+	if c.fellBack && s.deadClass(c.fellClass, r) {
+		// A withdrawn model is dead whatever became of the call, answered
+		// by the next route or not (once: a call that skipped it because it
+		// was dead leaves it so). The call fell back on its own route's
+		// failure, never on one a nested call passed on (Loop.ownFailure).
+		if _, dead := s.deadAt(c.fellFrom, c.end.UnixNano(), r); !dead {
+			s.markDead(c.fellFrom, c.fellClass, c.fellText, c.end, r, eff)
+		}
+	}
 	if c.failed && c.nested() {
 		return
 	}
@@ -151,15 +160,11 @@ func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 		if s.Route != nil {
 			s.Route.Run = 0
 		}
-		if c.fellBack && s.deadClass(c.fellClass, r) {
-			// A withdrawn model is dead whatever became of the call (once:
-			// a call that skipped it because it was dead leaves it so).
-			if _, dead := s.deadAt(c.fellFrom, c.end.UnixNano(), r); !dead {
-				s.markDead(c.fellFrom, c.fellClass, c.fellText, c.end, r, eff)
-			}
-		}
 		s.strike(c, r, eff)
 		return
+	}
+	if s.Route != nil && !c.fitted {
+		s.Route.Strikes = 0 // a call that failed ends a run of calls answered on the next route
 	}
 	if s.deadClass(c.class, r) {
 		s.markDead(c.route, c.class, c.text, c.end, r, eff)
@@ -180,6 +185,9 @@ func (s *agentState) routeCall(c *call, r *ruleBook, eff *effects) {
 // text at now.
 func (s *agentState) markDead(route string, class failure.Class, text string, now time.Time, r *ruleBook, eff *effects) {
 	name := s.routeName(route, r)
+	if name == "" && s.ladder(r).empty() {
+		return // an agent off the ladders, on its own model: no route to skip it for
+	}
 	n := now.UnixNano()
 	until := n + int64(r.probes.DeadFor)
 	why := loopText(fmt.Sprintf("%s: %s", class, text))
@@ -192,7 +200,11 @@ func (s *agentState) markDead(route string, class failure.Class, text string, no
 		rs.Dead = slices.DeleteFunc(rs.Dead, func(d routeDead) bool { return d.Until <= n })
 		rs.Dead = appendBounded(rs.Dead, routeDead{name, until, why}, maxAgentDead)
 	}
-	eff.dead = append(eff.dead, deadNote{name, until, why, class})
+	if name != "" {
+		// The unnamed route is each agent's own model (fn's default): no
+		// name that is dead for every agent. It is dead for this one.
+		eff.dead = append(eff.dead, deadNote{name, until, why, class})
+	}
 	eff.save = true
 	if rs.Away && s.routeName(rs.Home, r) == name {
 		// No probe of a dead route: the next once it has expired (a
@@ -447,7 +459,7 @@ func (s *agentState) stayHome(eff *effects) {
 // ladder is a strike against its own route, and moveRun strikes in a row
 // (one, when the route is dead) move the agent to that route, as a change verified like any other
 // (the move is temporary: see moved). A call that succeeded on its own
-// route clears the strikes.
+// route clears the strikes, as one that failed does (routeCall).
 func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	if c.fitted {
 		return // it ran off the agent's route for a reason of its own: no evidence about that route
