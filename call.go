@@ -238,6 +238,9 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 	}
 	rep.Success = rep.Err == nil
 	rep.Ignored = !rep.Success && pv == nil && ctx.Err() != nil
+	if rep.Ignored {
+		rep.ID = 0 // not booked, so nothing to score: an untracked call's ID
+	}
 	if a == nil {
 		rep.Version = rep.ConfigVersion
 		if !rep.Success && !rep.Ignored {

@@ -40,10 +40,12 @@ func newID(t time.Time) string {
 
 // The call ID: the low idVersionBits of the config version, then the low
 // idTimeBits of the time the call ended in units of 2^idTimeShift ns
-// (about a millisecond; they wrap after 4.9 hours, four times
-// ScoreHorizon), then 16 bits of check: a keyed hash of the rest and of
-// the agent (the agent's key, callKeys), so that an ID of another agent,
-// or a made-up one, is refused but with a chance of 1 in 65,536.
+// (about a millisecond), then 16 bits of check: a keyed hash of the rest,
+// of the time's high bits (which the ID does not carry: its time field
+// wraps every 4.9 hours) and of the agent (the agent's key, callKeys), so
+// that an ID of another agent, or a made-up one, is refused but with a
+// chance of 1 in 65,536, and an ID whose time field has wrapped since is
+// not taken for a recent call's.
 const (
 	idVersionBits = 24
 	idTimeBits    = 24
@@ -52,43 +54,57 @@ const (
 	// scoreSkew is how far in the future a call ID may end: the clocks of
 	// the loops that share a state directory may differ by this much.
 	scoreSkew = time.Minute
+	// idWraps is how many wraps of the time field back parseCallID looks
+	// for the call, to tell a score too late from an unknown call: 16
+	// wraps are 78 hours.
+	idWraps = 16
 )
 
 // callID is the ID of a call of the agent whose key is key (see callKeys)
 // that ended at endN (Unix ns) under version.
 func callID(endN int64, version int, key uint64) uint64 {
-	low := uint64(version)&(1<<idVersionBits-1) | (uint64(endN)>>idTimeShift)<<idVersionBits&(1<<idLowBits-1)
-	return low | idCheck(low, key)
+	units := uint64(endN) >> idTimeShift
+	low := uint64(version)&(1<<idVersionBits-1) | units<<idVersionBits&(1<<idLowBits-1)
+	return low | idCheck(low, units>>idTimeBits, key)
 }
 
 // parseCallID returns the low bits of the version of the call id names and
 // how long ago, before now, it ended, for the agent whose key is key. It
-// refuses an ID whose check is wrong (another agent's, or made up), or
-// that ended in the future or more than ScoreHorizon ago.
+// refuses an ID whose check is wrong for every time the ID may stand for
+// (another agent's, made up, or older than idWraps wraps), and one that
+// ended in the future or more than ScoreHorizon ago.
 func parseCallID(id, key uint64, now time.Time) (version uint64, age time.Duration, err error) {
 	low := id & (1<<idLowBits - 1)
-	if id == 0 || id&^(1<<idLowBits-1) != idCheck(low, key) {
-		return 0, 0, fmt.Errorf("%w: ID %016x is not a call of this agent's", ErrUnknownCall, id)
+	const wrap = 1 << idTimeBits
+	// The latest time, in units, up to scoreSkew ahead of now, whose low
+	// bits are the ID's; then one wrap ahead, and idWraps back.
+	last := (uint64(now.Add(scoreSkew).UnixNano()) >> idTimeShift) &^ (wrap - 1)
+	if last |= low >> idVersionBits; last > uint64(now.Add(scoreSkew).UnixNano())>>idTimeShift {
+		last -= wrap
 	}
-	units := uint32(low >> idVersionBits)
-	const pad = 32 - idTimeBits // the difference of two times, sign-extended
-	ago := int64(int32((uint32(uint64(now.UnixNano())>>idTimeShift)-units)<<pad) >> pad)
-	age = time.Duration(ago << idTimeShift)
-	switch {
-	case age < -scoreSkew:
-		return 0, 0, fmt.Errorf("%w: ID %016x ends %v in the future", ErrUnknownCall, id, -age)
-	case age > ScoreHorizon:
-		return 0, 0, fmt.Errorf("%w: the call ended %v ago, more than %v", ErrScoreTooLate, age.Round(time.Second), ScoreHorizon)
+	for k := -1; id != 0 && k <= idWraps; k++ {
+		units := last - uint64(k)*wrap
+		if id&^(1<<idLowBits-1) != idCheck(low, units>>idTimeBits, key) {
+			continue
+		}
+		age = time.Duration(now.UnixNano() - int64(units<<idTimeShift))
+		switch {
+		case age < -scoreSkew:
+			return 0, 0, fmt.Errorf("%w: ID %016x ends %v in the future", ErrUnknownCall, id, -age.Round(time.Second))
+		case age > ScoreHorizon:
+			return 0, 0, fmt.Errorf("%w: the call ended %v ago, more than %v", ErrScoreTooLate, age.Round(time.Second), ScoreHorizon)
+		}
+		return low & (1<<idVersionBits - 1), max(age, 0), nil
 	}
-	return low & (1<<idVersionBits - 1), max(age, 0), nil
+	return 0, 0, fmt.Errorf("%w: ID %016x is not a call of this agent's (or one older than %v)", ErrUnknownCall, id, time.Duration(idWraps*wrap)<<idTimeShift)
 }
 
-// idCheck is the check of an ID's low bits for the agent's key, in place:
-// the top bits of their xor times the golden ratio's odd constant
-// (Fibonacci hashing: every bit of both reaches the top bits), one
-// multiplication on the success path.
-func idCheck(low, key uint64) uint64 {
-	return (low ^ key) * 0x9e3779b97f4a7c15 >> idLowBits << idLowBits
+// idCheck is the check of an ID's low bits and of its time's high bits
+// (epoch) for the agent's key, in place: the top bits of their mix times
+// the golden ratio's odd constant (Fibonacci hashing: every bit reaches
+// the top bits), two multiplications.
+func idCheck(low, epoch, key uint64) uint64 {
+	return (low ^ key ^ epoch*0xbf58476d1ce4e5b9) * 0x9e3779b97f4a7c15 >> idLowBits << idLowBits
 }
 
 // callKeys keys the check of the loop's call IDs: an agent's key is the

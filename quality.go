@@ -180,8 +180,9 @@ func (l *Loop) slot(ctx context.Context, att *callCtx) (context.Context, *scoreC
 // ScoreCall (a call ID is no such key: two calls that end within the same
 // millisecond under the same version share one). A score that is NaN or outside
 // [0, 1] returns ErrInvalidScore, an ID the agent cannot place
-// ErrUnknownCall, one past the horizon ErrScoreTooLate, and none of them
-// changes anything. Scores are saved with the agent's state, at the next
+// ErrUnknownCall, one past the horizon ErrScoreTooLate, a Loop on a
+// ReadOnlyStore ErrReadOnly, and none of them changes anything. Scores
+// are saved with the agent's state, at the next
 // flush or with the decision they lead to.
 func (l *Loop) Score(agentID string, callID uint64, score float64) error {
 	_, err := l.ScoreCall(agentID, callID, score, 0)
@@ -216,6 +217,11 @@ func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint6
 	}
 	if err := checkAgentID(agentID); err != nil {
 		return ScoreResult{}, err
+	}
+	if _, ro := l.store.(*ReadOnlyStore); ro {
+		// Booked in memory, it would never be saved: refused, as every
+		// operator's mutation of a read-only Loop is.
+		return ScoreResult{}, fmt.Errorf("selfimprove: score of agent %q: %w", agentID, ErrReadOnly)
 	}
 	now := l.clock.Now()
 	v, live := l.agents.Load(agentID)

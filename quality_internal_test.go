@@ -66,6 +66,19 @@ func FuzzCallID(f *testing.F) {
 		if err != nil || v != uint64(version)&(1<<idVersionBits-1) {
 			t.Fatalf("own ID %x of v%d: %d, %v", own, version, v, err)
 		}
+		// Past the horizon it is too late, however late: the time field's
+		// wrap is no way back in (but for a check that coincides, one in
+		// 65,536, for the wrap it would be taken for).
+		if late := time.Duration(later)*7 + ScoreHorizon + time.Second; late < 78*time.Hour {
+			when := time.Unix(0, endN).Add(late)
+			if _, age, err := parseCallID(own, key, when); err == nil {
+				units := uint64(endN) >> idTimeShift
+				taken := (uint64(when.UnixNano()) - uint64(age)) >> idTimeShift
+				if idCheck(own&(1<<idLowBits-1), taken>>idTimeBits, key) != idCheck(own&(1<<idLowBits-1), units>>idTimeBits, key) {
+					t.Fatalf("own ID %x accepted %v after its call, as %v old", own, late, age)
+				}
+			}
+		}
 		// Another agent's key refuses it, but for one in 65,536.
 		if _, _, err := parseCallID(own, key^0x5bd1e995, time.Unix(0, endN).Add(time.Duration(later))); err == nil && own>>idLowBits == callID(endN, version, key^0x5bd1e995)>>idLowBits {
 			return

@@ -138,7 +138,8 @@ type Report struct {
 	// config version and the millisecond it ended, with a check keyed by
 	// the agent (docs/quality.md). Two calls that end in
 	// the same millisecond under the same version share it, and a score
-	// of either counts for that version alike. 0 for an untracked call.
+	// of either counts for that version alike. 0 for an untracked call,
+	// and for one its caller cancelled (Ignored), which is not booked.
 	ID uint64
 	// LoopErr is an error of the loop's own machinery during this call
 	// (storage, strategy), never fn's. The call's result stands regardless.

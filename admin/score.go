@@ -28,6 +28,9 @@ func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
 	case req.Score == nil:
 		refuse(refusedInvalid, bad("score", "score is required, in [0, 1]"))
 		return
+	case !(*req.Score >= 0 && *req.Score <= 1): // before the rate: a refused score books nothing
+		refuse(refusedInvalid, bad("score", "score must be in [0, 1]"))
+		return
 	case len(req.Key) > 256:
 		refuse(refusedInvalid, bad("key", "key is over 256 bytes"))
 		return

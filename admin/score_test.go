@@ -80,3 +80,23 @@ func TestScoreRateBound(t *testing.T) {
 	code, b := f.post(t, "/api/agents/alpha/score", body)
 	errorOf(t, "second score in the same second", code, b, 429, "score")
 }
+
+// A score out of [0, 1] is refused before the rate bound and the agent's
+// lookup: it is counted among the refused as invalid, and it spends none
+// of the rate the good scores share. Before, it was checked only by the
+// Loop, after both: the good score after it got a 429, and one for an
+// unknown agent got 404 "agent".
+func TestInvalidScoreRefusedFirst(t *testing.T) {
+	f := newFixture(t, admin.Options{Token: token, OutcomeRate: 1, MaxOutcomes: 1})
+	rep, _ := f.l.ExecuteWithImprovement(context.Background(), "alpha", func(context.Context, si.Config) error { return nil })
+	for _, agent := range []string{"alpha", "nobody"} {
+		code, b := f.post(t, "/api/agents/"+agent+"/score", fmt.Sprintf(`{"call_id":%q,"score":1.5}`, rep.CallID()))
+		errorOf(t, "score 1.5 of "+agent, code, b, 400, "score")
+	}
+	if _, m := f.do(t, "GET", "/metrics", token, "", ""); !strings.Contains(string(m), `selfimprove_intake_refused_total{reason="invalid"} 2`) {
+		t.Errorf("the refused scores are not counted as invalid:\n%s", m)
+	}
+	if code, b := f.post(t, "/api/agents/alpha/score", fmt.Sprintf(`{"call_id":%q,"score":0.5}`, rep.CallID())); code != 200 {
+		t.Errorf("a good score after the refused ones: %d %s", code, b)
+	}
+}
