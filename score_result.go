@@ -9,9 +9,10 @@ type ScoreResult struct {
 	// Version is the config version the score was credited to: the one
 	// the call ran under. Set for a duplicate too.
 	Version int
-	// Duplicate reports that the score's key (the call ID, or the key
-	// given) was scored before, among the agent's last MaxScoreKeys
-	// scores by ID: this score counted nothing and decided nothing.
+	// Duplicate reports that the score's key (the key given to
+	// ScoreCall; never the call ID) was scored before, among the agent's
+	// last MaxScoreKeys keyed scores: this score counted nothing and
+	// decided nothing.
 	Duplicate bool
 	// Confirmed is the change whose verification this score completed,
 	// kept; RolledBack the change it rolled back (a fall of quality, or

@@ -44,6 +44,10 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "", strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "", "the loop is closed")
+	case errors.Is(err, selfimprove.ErrReadOnly):
+		// A Loop on a ReadOnlyStore: as selfimprove serve --read-only
+		// answers a mutation.
+		writeError(w, http.StatusForbidden, "", "read-only: the loop reads a state directory another process owns; mutations are disabled")
 	default:
 		s.o.Logger.Error("selfimprove admin: the loop failed", "error", err)
 		writeError(w, http.StatusInternalServerError, "", "the loop could not do it; see its log")

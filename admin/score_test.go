@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +99,44 @@ func TestInvalidScoreRefusedFirst(t *testing.T) {
 	}
 	if code, b := f.post(t, "/api/agents/alpha/score", fmt.Sprintf(`{"call_id":%q,"score":0.5}`, rep.CallID())); code != 200 {
 		t.Errorf("a good score after the refused ones: %d %s", code, b)
+	}
+}
+
+// A Loop on a ReadOnlyStore refuses a score, and a config, with 403, as
+// selfimprove serve --read-only does. Before, the score was 200
+// {"scored":true} and lost, and the config a 500.
+func TestReadOnlyLoopRefusesMutations(t *testing.T) {
+	dir := t.TempDir()
+	l, err := si.New(si.WithDir(dir), si.WithNotifier(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	rep, _ := l.ExecuteWithImprovement(context.Background(), "alpha", func(context.Context, si.Config) error { return nil })
+	if err := l.MarkCritical("alpha", false); err != nil { // saves the agent's state
+		t.Fatal(err)
+	}
+	ro, err := si.OpenReadOnlyStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := si.New(si.WithStore(ro), si.WithNotifier(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	h := admin.Handler(r, admin.Options{Token: token})
+	for _, c := range []struct{ path, body string }{
+		{"/api/agents/alpha/score", fmt.Sprintf(`{"call_id":%q,"score":0.5}`, rep.CallID())},
+		{"/api/agents/alpha/config", `{"config": {"timeout": "9s"}}`},
+	} {
+		req := httptest.NewRequest("POST", "http://localhost"+c.path, strings.NewReader(c.body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 403 || !strings.Contains(w.Body.String(), "read-only") {
+			t.Errorf("POST %s on a read-only Loop: %d %s, want 403", c.path, w.Code, w.Body)
+		}
 	}
 }
