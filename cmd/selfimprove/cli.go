@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,6 +141,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err == nil && (len(pos) < c.nargs[0] || len(pos) > c.nargs[1]) {
 		err = usageErr("expects %s", argsText(c))
+	}
+	if err == nil && slices.Contains(pos, "") {
+		err = usageErr("an argument is empty: expects %s", argsText(c))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "selfimprove %s: %v (see selfimprove %s -h)\n", c.name, err, c.name)
@@ -286,7 +290,7 @@ func connect(o *opts, write bool) (*client, error) {
 // readToken reads the admin token from file, else from SELFIMPROVE_TOKEN.
 func readToken(file string) (string, error) {
 	if file == "" {
-		return os.Getenv("SELFIMPROVE_TOKEN"), nil
+		return strings.TrimSpace(os.Getenv("SELFIMPROVE_TOKEN")), nil
 	}
 	return readTokenFile(file, "--token-file")
 }
@@ -306,7 +310,12 @@ func readTokenFile(file, flagName string) (string, error) {
 	if len(b) > 4096 {
 		return "", fmt.Errorf("%s: %s is larger than 4 KiB: is it the token?", flagName, file)
 	}
-	return strings.TrimSpace(string(b)), nil
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		// A token not written yet would open the server to anyone.
+		return "", usageErr("%s: %s is empty: write the token in it", flagName, file)
+	}
+	return tok, nil
 }
 
 func mainUsage(w io.Writer) {

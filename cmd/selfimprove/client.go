@@ -62,6 +62,9 @@ func (e *apiError) Error() string {
 	case http.StatusUnauthorized:
 		return msg + ": set SELFIMPROVE_TOKEN or --token-file to the admin token"
 	case http.StatusForbidden:
+		if strings.HasPrefix(msg, "read-only:") {
+			return msg // the server's own word: no token would do
+		}
 		return msg + ": check the admin token (SELFIMPROVE_TOKEN or --token-file)"
 	}
 	return msg

@@ -38,7 +38,7 @@ func init() {
 		{name: "status", summary: "one screen: the agents, their health, and what changed recently",
 			example: "selfimprove status --dir ./state", nargs: [2]int{0, 0},
 			flags: func(fs *flag.FlagSet, o *opts) {
-				fs.IntVar(&o.limit, "limit", 10, "recent events to show")
+				fs.IntVar(&o.limit, "limit", 10, "recent events to show (1..1000)")
 			}, run: runStatus},
 		{name: "agents", summary: "list the agents",
 			example: "selfimprove agents --unhealthy --url http://127.0.0.1:8080/selfimprove", nargs: [2]int{0, 0},
@@ -117,17 +117,27 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 
 
 // allAgents reads every page of GET /api/agents.
 func allAgents(ctx context.Context, c *client, q url.Values) ([]admin.AgentSummary, error) {
+	l, err := agentList(ctx, c, q)
+	return l.Agents, err
+}
+
+// agentList is every agent, page after page, with the time the first
+// page was made (AgentList.Now).
+func agentList(ctx context.Context, c *client, q url.Values) (admin.AgentList, error) {
 	if q == nil {
 		q = url.Values{}
 	}
 	q.Set("limit", "1000")
-	out := []admin.AgentSummary{}
+	out := admin.AgentList{Agents: []admin.AgentSummary{}}
 	for {
 		var page admin.AgentList
 		if err := c.get(ctx, "/api/agents", q, &page); err != nil {
-			return nil, err
+			return admin.AgentList{}, err
 		}
-		out = append(out, page.Agents...)
+		if out.Now.IsZero() {
+			out.Now = page.Now
+		}
+		out.Agents = append(out.Agents, page.Agents...)
 		if page.Next == "" {
 			return out, nil
 		}
@@ -148,12 +158,15 @@ func withClient(e *env, write bool, f func(c *client) error) error {
 }
 
 func runStatus(ctx context.Context, e *env, _ []string) error {
+	if e.o.limit < 1 || e.o.limit > 1000 {
+		return usageErr("--limit: %d is not in 1..1000", e.o.limit)
+	}
 	return withClient(e, false, func(c *client) error {
 		agents, err := allAgents(ctx, c, nil)
 		if err != nil {
 			return err
 		}
-		evs, err := c.events(ctx, selfimprove.EventFilter{}, clamp(e.o.limit, 1, 1000))
+		evs, err := c.events(ctx, selfimprove.EventFilter{}, e.o.limit)
 		if err != nil {
 			return err
 		}
@@ -232,7 +245,6 @@ func pct(rate float64, calls int) string {
 	return fmt.Sprintf("%.1f%%", 100*rate)
 }
 
-func clamp(n, lo, hi int) int { return max(lo, min(n, hi)) }
 
 func nonNil[T any](s []T) []T {
 	if s == nil {
@@ -250,12 +262,13 @@ func runAgents(ctx context.Context, e *env, _ []string) error {
 		if e.o.prefix != "" {
 			q.Set("prefix", e.o.prefix)
 		}
-		agents, err := allAgents(ctx, c, q)
+		list, err := agentList(ctx, c, q)
 		if err != nil {
 			return err
 		}
+		agents := list.Agents
 		if e.o.json {
-			return printJSON(e.stdout, admin.AgentList{Agents: agents})
+			return printJSON(e.stdout, list)
 		}
 		if len(agents) == 0 {
 			fmt.Fprintln(e.stdout, "No agents.")
@@ -265,10 +278,22 @@ func runAgents(ctx context.Context, e *env, _ []string) error {
 	})
 }
 
-func agentPath(id string) string { return "/api/agents/" + admin.Ref(id) }
+// agentPath is the API path of agent id. The IDs "." and ".." are
+// escaped whole (%2E): as path segments, HTTP path cleaning would take
+// them for the directory itself or its parent.
+func agentPath(id string) string {
+	ref := admin.Ref(id)
+	if id == "." || id == ".." {
+		ref = strings.Repeat("%2E", len(id))
+	}
+	return "/api/agents/" + ref
+}
 
 func getAgent(ctx context.Context, c *client, id string) (admin.AgentDetail, error) {
 	var d admin.AgentDetail
+	if id == "" {
+		return d, usageErr("the agent ID is empty")
+	}
 	err := c.get(ctx, agentPath(id), nil, &d)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.status == 404 {
