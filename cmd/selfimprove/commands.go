@@ -245,7 +245,6 @@ func pct(rate float64, calls int) string {
 	return fmt.Sprintf("%.1f%%", 100*rate)
 }
 
-
 func nonNil[T any](s []T) []T {
 	if s == nil {
 		return []T{}
