@@ -283,7 +283,7 @@ func statusClass(code int) Class {
 		return ClassTimeout
 	case code == 401, code == 403:
 		return ClassAuth
-	case code == 400, code == 422:
+	case code == 400, code == 413, code == 422:
 		return ClassBadRequest
 	case code == 404, code == 410:
 		return ClassNotFound

@@ -19,6 +19,13 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/hostileerr"
 )
 
+// rawErr carries a provider's error body the way the Stainless SDKs'
+// errors do (RawJSON), its status only in its text.
+type rawErr struct{ msg, raw string }
+
+func (e rawErr) Error() string   { return e.msg + " " + e.raw }
+func (e rawErr) RawJSON() string { return e.raw }
+
 // statusErr reports an HTTP status the way API client libraries do.
 type statusErr struct {
 	code int
@@ -169,6 +176,13 @@ func classifyCasesB() []classifyCase {
 		{"marked", failure.BadOutput(errors.New("the summary is empty")), failure.ClassBadOutput},
 		{"tool error", e("tool call failed: search_web"), failure.ClassToolError},
 		{"function call", e("function call get_weather raised"), failure.ClassToolError},
+		// A provider's 400 about tool calls is a bad request, sent once
+		// (before: tool_error, retried), and a 413 too large a request.
+		{"tool_call_id, with a status", statusErr{400, "An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'"}, failure.ClassBadRequest},
+		{"tool_use, with a status", e("400 invalid_request_error: `tool_use` ids were found without `tool_result` blocks"), failure.ClassBadRequest},
+		{"413", statusErr{413, "Request exceeds the maximum allowed number of bytes."}, failure.ClassBadRequest},
+		{"tool_use in a provider's body, its status unsaid", rawErr{`POST "https://api.anthropic.com/v1/messages": 400 Bad Request`, `{"type":"error","error":{"type":"invalid_request_error","message":"messages.2: tool_use ids were found without tool_result blocks"}}`}, failure.ClassBadRequest},
+		{"request_too_large in a provider's body", rawErr{`POST "https://api.anthropic.com/v1/messages": 413 Request Entity Too Large`, `{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}`}, failure.ClassBadRequest},
 		{"panic text without a panic", e("the panic button"), failure.ClassOther},
 		{"cancelled text", e("operation was cancelled"), failure.ClassCanceled},
 		{"unrelated", e("something odd happened"), failure.ClassOther},

@@ -129,6 +129,7 @@ var providerCodes = map[string]Class{
 	"permission_error":     ClassAuth,
 	"billing_error":        ClassQuota,
 	"timeout_error":        ClassTimeout,
+	"request_too_large":    ClassBadRequest, // 413: over the request's byte limit; no retry or model fixes it
 }
 
 // providerClass classifies a provider's error body raw, with text the
@@ -151,6 +152,12 @@ func providerClass(raw, text string, status int) Class {
 	msg := p.Message
 	if len(msg) > maxProviderMessage {
 		msg = msg[:cutAt(msg, maxProviderMessage)]
+	}
+	if status == 0 {
+		// The body is an HTTP error response's, whose status the error
+		// does not report: a text rule for a text without one (a tool's
+		// failure, a bad output) does not apply to it.
+		status = -1
 	}
 	if c := classifyText(p.Type+" "+p.Code+" "+msg+" "+text, status); c != ClassOther {
 		return c

@@ -57,6 +57,9 @@ var textRules = func() []textRule {
 			"empty response", "empty reply", "empty completion", "empty output", "empty result",
 			"empty body", "no content", "no choices", "no output", "no response", "blank response",
 			"returned nothing", "response was empty", "response is empty"}},
+		// A tool's own failure, in an agent's text; in a provider's error
+		// (with its HTTP status) the words are about the request: a 400
+		// over tool_call_id or tool_use blocks stays bad_request.
 		{ClassToolError, 60, "", []string{
 			"tool error", "tool failed", "tool call", "tool execution", "tool use", "function call",
 			"tool invocation", "toolerror", "invalid tool", "unknown tool"}},
@@ -83,7 +86,7 @@ var textRules = func() []textRule {
 		for _, p := range g.phrases {
 			var words []string
 			forWords(p, func(lo, hi int) bool { words = append(words, p[lo:hi]); return true })
-			rules = append(rules, textRule{words: words, class: g.class, prio: g.prio, need: g.need})
+			rules = append(rules, textRule{words: words, class: g.class, prio: g.prio, need: g.need, bare: g.class == ClassToolError})
 		}
 	}
 	// The caller's own verdict on an answer: only in a text without an

@@ -71,6 +71,10 @@ func (e *streamError) FailureClass() failure.Class { return failure.ClassNetwork
 // received its final event or not:
 //
 //   - nil, when err is nil and final is set;
+//   - nil, when final is set and err is a read error (not one that names
+//     its class) while ctx lives: the provider said the answer was
+//     complete, and the connection was cut after that, before the
+//     transport's own end; asking again would only pay for it twice;
 //   - ErrTruncated, when err is nil and final is not;
 //   - err unchanged, when an error in its chain names its class (as the
 //     adapters' Wrap errors do: a provider's error event in the stream
@@ -91,6 +95,8 @@ func End(ctx context.Context, err error, final bool) error {
 		return ErrTruncated
 	case named(err):
 		return err
+	case final && ctx.Err() == nil:
+		return nil // complete, then cut
 	case ctx.Err() != nil:
 		if cause := context.Cause(ctx); !failure.Is(err, cause) {
 			return errors.Join(err, cause)

@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"syscall"
 	"testing"
@@ -33,6 +34,11 @@ func TestEnd(t *testing.T) {
 		{"read deadline mid-stream", live, os.ErrDeadlineExceeded, false, failure.ClassStreamStalled},
 		{"client timeout mid-stream", live, context.DeadlineExceeded, false, failure.ClassStreamStalled},
 		{"cut by the loop's first-token deadline", cut, context.Canceled, false, failure.ClassFirstTokenTimeout},
+		// Complete (message_stop, or a finish_reason), then the connection
+		// cut before the chunked body's end: before, interrupted, and the
+		// answer asked for again (a user-level review's finding).
+		{"complete, then reset", live, io.ErrUnexpectedEOF, true, ""},
+		{"complete, then reset after the caller gave up", cut, io.ErrUnexpectedEOF, true, failure.ClassFirstTokenTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := stream.End(tc.ctx, tc.err, tc.final)
