@@ -164,6 +164,13 @@ func (l *Loop) step(ctx context.Context, a *agent, id string, in *input, rep *Re
 // creating the agent, and saves it before returning. A transition that
 // fails changes nothing. After Close it returns ErrClosed.
 func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error {
+	return l.operateUndo(agentID, f, nil)
+}
+
+// operateUndo is operate for a transition that applies a change, which
+// undo takes back when it cannot be saved (see inputMore.undo): a change
+// that cannot be recorded is not made.
+func (l *Loop) operateUndo(agentID string, f func(a *agent) (effects, error), undo func(a *agent, ch *Change) effects) error {
 	if l.isClosed.Load() {
 		return ErrClosed
 	}
@@ -175,7 +182,7 @@ func (l *Loop) operate(agentID string, f func(a *agent) (effects, error)) error 
 		w.c = l.fleet.Chain(nil)
 	}
 	for try := 0; ; try++ {
-		in := input{kind: inFunc, more: &inputMore{op: f}}
+		in := input{kind: inFunc, more: &inputMore{op: f, undo: undo}}
 		var rep Report
 		if _, err := l.step(context.Background(), nil, agentID, &in, &rep, w); err != nil {
 			return err

@@ -55,9 +55,11 @@ const (
 	// the loops that share a state directory may differ by this much.
 	scoreSkew = time.Minute
 	// idWraps is how many wraps of the time field back parseCallID looks
-	// for the call, to tell a score too late from an unknown call: 16
-	// wraps are 78 hours.
-	idWraps = 16
+	// for the call, to tell a score too late from an unknown call: 2
+	// wraps are 9.8 hours. Each wrap looked at is one more chance in
+	// 65,536 that another agent's ID, or a made-up one, is refused as too
+	// late rather than unknown (refused all the same).
+	idWraps = 2
 )
 
 // callID is the ID of a call of the agent whose key is key (see callKeys)

@@ -148,11 +148,13 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 // returns ErrClosed and writes nothing.
 func (l *Loop) Rewind(agentID string, version int, reason string) (Change, error) {
 	var ch *Change
-	err := l.operate(agentID, func(a *agent) (effects, error) {
+	var route *routeState
+	err := l.operateUndo(agentID, func(a *agent) (effects, error) {
+		route = a.s.routeCopy()
 		c, eff, err := a.s.rewind(l.clock.Now(), version, reason, &l.rules)
 		ch = c
 		return eff, err
-	})
+	}, func(a *agent, ch *Change) effects { return a.unapplyOperator(ch, route) })
 	if err != nil {
 		return Change{}, err
 	}
@@ -190,14 +192,16 @@ func (l *Loop) Try(agentID string, cfg Config, reason string) (Change, error) {
 	}
 	var ch *Change
 	var filed *Proposal
-	err := l.operate(agentID, func(a *agent) (effects, error) {
+	var route *routeState
+	err := l.operateUndo(agentID, func(a *agent) (effects, error) {
 		if err := checkVersion(cfg.Version, a.s.Config.Version); err != nil {
 			return effects{}, err
 		}
+		route = a.s.routeCopy()
 		c, p, eff, err := a.s.try(l.clock.Now(), cfg, reason, &l.rules)
 		ch, filed = c, p
 		return eff, err
-	})
+	}, func(a *agent, ch *Change) effects { return a.unapplyOperator(ch, route) })
 	switch {
 	case err != nil:
 		return Change{}, err
@@ -450,7 +454,8 @@ func (l *Loop) Proposals(keep func(Proposal) bool) []Proposal {
 // regresses; the proposal then records the outcome. It fails with
 // ErrVerifying while another change is verified, and with
 // ErrTweakRejected when the config was rolled back before (see
-// ClearRejected) or is invalid or already current. A proposal with only
+// ClearRejected; but for a config Try filed: an operator chose it) or is
+// invalid or already current. A proposal with only
 // a rule is marked approved. The outcome is saved before Approve returns;
 // an approval that cannot be saved is taken back. After Close it returns
 // ErrClosed.

@@ -235,6 +235,9 @@ func (l *Loop) ScoreCall(agentID string, callID uint64, score float64, key uint6
 		agentKey = l.keys.of(agentID)
 	}
 	low, age, err := parseCallID(callID, agentKey, now)
+	if errors.Is(err, ErrScoreTooLate) && !live && !l.view(agentID, func(*agentState) {}) {
+		err = fmt.Errorf("%w: agent %q has made no call", ErrUnknownCall, agentID) // no call of its can be late
+	}
 	if err != nil {
 		return ScoreResult{}, err
 	}

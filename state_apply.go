@@ -105,14 +105,8 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	if s.Config.Version != an.Config.Version || s.Verifying != nil {
 		return nil, ErrStale
 	}
-	if err := tw.check(); err != nil {
+	if err := s.refusal(now, tw, r); err != nil {
 		return nil, err
-	}
-	if cfg.Equal(s.Config) {
-		return reject("it is the current config")
-	}
-	if why, dead := s.deadAt(cfg.Route, now.UnixNano(), r); dead && s.routeName(cfg.Route, r) != s.routeName(s.Config.Route, r) {
-		return reject("route %q is dead: %s", s.routeName(cfg.Route, r), why)
 	}
 	cluster := tw.Cluster
 	if cluster == "" {
@@ -151,6 +145,22 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 	var eff effects
 	s.install(cfg, &eff)
 	return ch, nil
+}
+
+// refusal is why apply refuses tw whatever the agent's verification
+// and rolled-back tweaks: out of bounds, the current config, or on a
+// dead route; nil when none of these.
+func (s *agentState) refusal(now time.Time, tw *Tweak, r *ruleBook) error {
+	if err := tw.check(); err != nil {
+		return err
+	}
+	if tw.Config.Equal(s.Config) {
+		return fmt.Errorf("%w: it is the current config", ErrTweakRejected)
+	}
+	if why, dead := s.deadAt(tw.Config.Route, now.UnixNano(), r); dead && s.routeName(tw.Config.Route, r) != s.routeName(s.Config.Route, r) {
+		return fmt.Errorf("%w: route %q is dead: %s", ErrTweakRejected, s.routeName(tw.Config.Route, r), why)
+	}
+	return nil
 }
 
 // check refuses, with ErrTweakRejected, a tweak whose stored fields are

@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -68,14 +69,17 @@ func (s *agentState) rewind(now time.Time, version int, reason string, r *ruleBo
 	case version == s.Config.Version:
 		return nil, eff, fmt.Errorf("%w: version %d is the current config", ErrTweakRejected, version)
 	}
+	tw := &Tweak{Config: old, Reason: fmt.Sprintf("rewind to v%d: %s", version, reason)}
+	if err := s.refusal(now, tw, r); err != nil {
+		return nil, eff, err // refused before it supersedes anything: a refused rewind changes nothing
+	}
 	if s.Verifying != nil {
 		s.decide(now, ChangeSuperseded, "an operator rewound to an earlier version before the verdict; superseded by a rewind", &eff)
 	}
-	s.stayHome(&eff)
+	s.operatorRoute(old, r, &eff)
 	n := now.UnixNano()
 	st := s.stats(n)
 	an := &Analysis{Config: s.Config, Stats: st}
-	tw := &Tweak{Config: old, Reason: fmt.Sprintf("rewind to v%d: %s", version, reason)}
 	// apply refuses rolled-back configs; a rewind is the operator's call.
 	rejected := s.Rejected
 	s.Rejected = nil
@@ -87,6 +91,39 @@ func (s *agentState) rewind(now time.Time, version int, reason string, r *ruleBo
 	eff.applied, eff.publish, eff.save = ch, true, true
 	eff.event(newEvent(r.newID(now), now, EventImprovementApplied, ch))
 	return ch, eff, nil
+}
+
+// routeCopy returns a copy of the agent's route state (nil: none).
+func (s *agentState) routeCopy() *routeState {
+	if s.Route == nil {
+		return nil
+	}
+	c := *s.Route
+	return &c
+}
+
+// unapplyOperator takes back an operator's change ch (Try, Rewind) that
+// could not be saved: its config, its events, and the agent's place on
+// its ladder (route, as it was before). A change a rewind superseded
+// stays superseded.
+func (a *agent) unapplyOperator(ch *Change, route *routeState) effects {
+	a.dropQueued(func(ev *Event) bool { return ev.Change != nil && ev.Change.ID == ch.ID })
+	if a.s.unapply(ch) {
+		a.s.Route = route
+	}
+	return effects{publish: true, probe: true}
+}
+
+// operatorRoute ends a stay away from the primary when an operator's
+// verified change (Try, Rewind) installs cfg on another route: the
+// operator chose the route. A change that keeps the route leaves the
+// agent where it is on its ladder: away, it goes on probing its primary
+// (but returns only once the change is decided), and a rollback leaves it
+// away, as it was.
+func (s *agentState) operatorRoute(cfg Config, r *ruleBook, eff *effects) {
+	if s.routeName(cfg.Route, r) != s.routeName(s.Config.Route, r) {
+		s.stayHome(eff)
+	}
 }
 
 // operatorSet applies an operator setting f, and notes it with an event
@@ -223,8 +260,11 @@ func (s *agentState) approve(now time.Time, id string, r *ruleBook) (*Change, ef
 	}
 	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
 	rejected := s.Rejected
-	if p.CostRise {
-		s.Rejected = nil // it was refused for its cost, which the person accepts
+	if p.CostRise || strings.HasPrefix(p.Rationale, triedByOperator) {
+		// Refused for its cost, which the person accepts; or a config an
+		// operator tried (Try under propose-only), which may be one rolled
+		// back before, as Try's own may.
+		s.Rejected = nil
 	}
 	ch, err := s.apply(now, an, &Tweak{Config: *p.Config, Reason: "approved proposal: " + p.Rationale, Cluster: p.ClusterID}, r)
 	s.Rejected = rejected
@@ -271,6 +311,10 @@ func (s *agentState) reject(now time.Time, id, reason string, r *ruleBook) (effe
 	return eff, nil
 }
 
+// triedByOperator begins the reason of a config an operator tried (Try),
+// and the rationale of the proposal Try files under propose-only.
+const triedByOperator = "tried by operator: "
+
 // try applies cfg, an operator's, as the next version verified like any
 // change (Loop.Try); under propose-only it files it as a pending
 // proposal instead (filed). It refuses while a change is verified. The
@@ -284,7 +328,7 @@ func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) 
 	case cfg.Equal(s.Config):
 		return nil, nil, eff, fmt.Errorf("%w: it is the current config", ErrTweakRejected)
 	}
-	why := loopText("tried by operator: " + freeText(reason))
+	why := loopText(triedByOperator + freeText(reason))
 	if r.proposeOnly(s) {
 		cfg.Version = 0
 		p := s.addProposal(Proposal{ID: r.newID(now), AgentID: s.AgentID, Config: &cfg, Rationale: why, Confidence: 1,
@@ -299,7 +343,7 @@ func (s *agentState) try(now time.Time, cfg Config, reason string, r *ruleBook) 
 	if s.Route != nil {
 		route = *s.Route
 	}
-	s.stayHome(&eff)
+	s.operatorRoute(cfg, r, &eff)
 	an := &Analysis{Config: s.Config, Stats: s.stats(now.UnixNano())}
 	rejected := s.Rejected
 	s.Rejected = nil
