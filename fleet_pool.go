@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -45,8 +46,24 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 			}
 		}
 	}
-	if ok := fresh.Calls - fresh.Failures; ok > 0 || len(x.fails) > 0 {
-		a.s.replay(in.now, ok, fresh.SuccessLatencyNS, x.fails)
+	ok := fresh.Calls - fresh.Failures
+	lost, lostLatency := fresh.Failures-int64(len(x.fails)), fresh.LatencyNS-fresh.SuccessLatencyNS
+	for i := range x.fails {
+		lostLatency -= x.fails[i].DurationNS
+	}
+	if lost = max(lost, 0); lost == 0 {
+		lostLatency = 0
+	}
+	if ok > 0 || lost > 0 || len(x.fails) > 0 {
+		a.s.replay(in.now, ok, fresh.SuccessLatencyNS, lost, max(lostLatency, 0), x.fails)
+		// The run of failures is the fleet's, as the deltas arrived,
+		// then this replica's calls not sent yet: the other replicas'
+		// failures, booked after their successes, are no run of theirs.
+		run := p.Total
+		run.Add(fa.tally.prior)
+		run.Add(fa.tally.change)
+		run.Add(fa.tally.control)
+		a.s.Tracker.Consec = int(min(run.Consecutive, math.MaxInt32))
 		a.dirty = true
 	}
 	eff.window = a.s.Tracker.Win.Width * windowSlots

@@ -94,16 +94,19 @@ func (s *agentState) pool(change, control, unsent, unsentControl FleetCounts) {
 }
 
 // replay books calls of other replicas: ok successes that took
-// okLatency in all, ending at end, and the failures fails (each under its
+// okLatency in all, ending at end; lost failures that took lostLatency,
+// counted but not told of one by one (beyond the MaxFleetFailures the
+// fleet keeps), ending at end; and the failures fails (each under its
 // generation), so that the trigger and the stats see the fleet's calls.
-func (s *agentState) replay(end int64, ok, okLatency int64, fails []FleetFailure) {
-	if ok > 0 {
-		t := &s.Tracker
-		t.Total += ok
-		t.Day.addN(end, uint64(ok))
+func (s *agentState) replay(end int64, ok, okLatency, lost, lostLatency int64, fails []FleetFailure) {
+	t := &s.Tracker
+	if n := ok + lost; n > 0 {
+		t.Total += n
+		t.Day.addN(end, uint64(n))
 		sl := t.Win.at(end)
-		sl.Calls = uint32(min(int64(sl.Calls)+ok, math.MaxUint32))
-		sl.Latency += okLatency
+		sl.Calls = uint32(min(int64(sl.Calls)+n, math.MaxUint32))
+		sl.Failures = uint32(min(int64(sl.Failures)+lost, math.MaxUint32))
+		sl.Latency += okLatency + lostLatency
 	}
 	for i := range fails {
 		f := &fails[i]
