@@ -221,6 +221,14 @@ def _field_index(body):
     return int(m.group(1)) if m else None
 
 
+def _agent_ref(agent):
+    """agent as one escaped path segment: "." and ".." whole, as %2E (path
+    cleaning would take them for the directory or its parent)."""
+    if agent in (".", ".."):
+        return "%2E" * len(agent)
+    return urllib.parse.quote(agent, safe="")
+
+
 class _Unavailable(Exception):
     """A send the sidecar did not take: the batch stays queued."""
 
@@ -436,13 +444,21 @@ class Client:
         if waiting and not refresh:
             return cached[0] if cached else self.default_config
         headers = {"If-None-Match": cached[1]} if cached else {}
-        path = "/api/agents/%s/config" % urllib.parse.quote(agent, safe="")
+        path = "/api/agents/%s/config" % _agent_ref(agent)
         try:
             status, hdrs, body = self._request("GET", path, headers=headers)
             if status == 304 and cached:
                 cfg, etag = cached[0], cached[1]
             elif status == 200:
                 cfg, etag = Config(json.loads(body)["config"]), hdrs.get("ETag", "")
+            elif 400 <= status < 500 and status not in (401, 408, 429):
+                # The sidecar answered, and refused this agent (a token
+                # scoped to other agents, an ID it refuses): no outage,
+                # and no reason to stop reading the other agents' configs.
+                self._warn_once(("config", agent, status), "selfimprove: the config of %r is refused (%s %s): "
+                                "its calls run under the last config read, or default_config", agent, status,
+                                body[:200].decode("utf-8", "replace"))
+                return self._fallback(agent)
             else:
                 raise _Unavailable("config of %r: %s %s" % (agent, status, body[:200].decode("utf-8", "replace")))
         except Exception as exc:  # down, refusing, or a body we cannot read

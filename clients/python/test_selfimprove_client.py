@@ -140,6 +140,33 @@ class TestAnswersNeverLost(Base):
             self.assertEqual(c.call("a", lambda cfg: cfg.version), 3)
         self.assertTrue(c.offline)
 
+    def test_one_agent_refused_is_no_outage(self):
+        """A config refused for one agent (403: a token scoped to others)
+        neither puts the client offline nor keeps the other agents on a
+        stale config. Before, every agent ran on its default config until
+        the outage's back-off ended."""
+        def respond(method, path, headers, body):
+            if path.startswith("/api/agents/summarize/"):
+                return 403, {}, b'{"error": "the token may not act for this agent", "field": "agent"}'
+            return intake.default(method, path, headers, body)
+        intake = self.intake(respond)
+        intake.configs["py-ok"] = 2
+        c = client(intake.url, config_ttl=0)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            self.assertEqual(c.call("summarize", lambda cfg: cfg.version), c.default_config.version)
+        self.assertFalse(c.offline)
+        self.assertEqual(c.call("py-ok", lambda cfg: cfg.version), 2)
+
+    def test_dot_agents_escaped(self):
+        """The agents "." and ".." are asked for as %2E, one path segment
+        each (path cleaning would answer with a redirect)."""
+        intake = self.intake()
+        c = client(intake.url)
+        c.config(".")
+        c.config("..")
+        paths = [p for m, p, _, _ in intake.requests if m == "GET"]
+        self.assertEqual(paths, ["/api/agents/%2E/config", "/api/agents/%2E%2E/config"])
+
     def test_last_config_after_a_change_while_down(self):
         intake = self.intake()
         intake.configs["a"] = 3
