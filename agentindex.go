@@ -3,8 +3,10 @@ package selfimprove
 import (
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -24,7 +26,13 @@ type agentIndex struct {
 	sorted []string          // the IDs, in byte order
 	stamp  time.Time         // the directory's modification time when read
 	stale  bool              // the store wrote or removed a file since
+	// unlisted names the agent files passed over because they could not
+	// be read or parsed, each logged once (at most maxUnlisted).
+	unlisted map[string]bool
 }
+
+// maxUnlisted bounds agentIndex.unlisted: past it, such files go unlogged.
+const maxUnlisted = 1024
 
 // touch marks the index stale: the store changed the directory.
 func (x *agentIndex) touch() {
@@ -36,7 +44,7 @@ func (x *agentIndex) touch() {
 // ids returns the IDs of agents, in byte order (a slice the caller must
 // not change), reading the directory again when it changed; a file whose
 // ID the loop refuses goes to refused, once.
-func (x *agentIndex) ids(fsys fsx.FS, agents string, refused func(name string, why error)) ([]string, error) {
+func (x *agentIndex) ids(fsys fsx.FS, agents string, refused func(name string, why error), log *slog.Logger) ([]string, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	fi, err := fsys.Lstat(agents)
@@ -55,8 +63,15 @@ func (x *agentIndex) ids(fsys fsx.FS, agents string, refused func(name string, w
 	for _, e := range ents {
 		if id, ok := old[e.Name()]; ok && e.Type().IsRegular() {
 			x.byName[e.Name()] = id // the name is the ID's: it holds the same one
-		} else if id, ok := agentFileID(fsys, agents, e, refused); ok {
+		} else if id, why := agentFileID(fsys, agents, e, refused); why == nil {
 			x.byName[e.Name()] = id
+		} else if why != errNotAgentFile && !x.unlisted[e.Name()] && len(x.unlisted) < maxUnlisted {
+			if x.unlisted == nil {
+				x.unlisted = map[string]bool{}
+			}
+			x.unlisted[e.Name()] = true
+			log.Error("selfimprove: an agent's state file cannot be read: not listed (reading the agent by its ID reports it, and a Loop that owns the directory then sets it aside)",
+				"file", filepath.Join(agents, e.Name()), "why", why)
 		}
 	}
 	x.sorted = make([]string, 0, len(x.byName))
@@ -74,32 +89,37 @@ type sortedLister interface {
 	sortedAgentIDs() ([]string, error)
 }
 
+// errNotAgentFile is agentFileID's answer for a file that is no agent's
+// state file by its name or kind.
+var errNotAgentFile = errors.New("not an agent's state file")
+
 // agentFileID reads the agent ID of the state file e in agents. Files
-// that are not agents' state files, cannot be read or parsed, or are
-// not named after the ID they hold are passed over (ok false); a file
-// whose ID the loop refuses goes to refused.
-func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name string, why error)) (string, bool) {
+// that are not agents' state files (errNotAgentFile), cannot be read or
+// parsed, or are not named after the ID they hold are passed over, with
+// why; a file whose ID the loop refuses goes to refused (why
+// errNotAgentFile: reported there).
+func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name string, why error)) (string, error) {
 	name := e.Name()
 	if e.IsDir() || !isAgentFile(name) {
-		return "", false
+		return "", errNotAgentFile
 	}
 	data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
 	if err != nil {
-		return "", false // not a regular file, too large, unreadable: not an agent's
+		return "", err // not a regular file, too large, unreadable
 	}
 	var head struct {
 		ID string `json:"agent_id_b64"`
 	}
-	if json.Unmarshal(data, &head) != nil {
-		return "", false
+	if err := json.Unmarshal(data, &head); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrCorruptState, err)
 	}
 	id, err := base64.StdEncoding.DecodeString(head.ID)
 	if err != nil || fileName(string(id)) != name {
-		return "", false
+		return "", fmt.Errorf("%w: its agent ID is not the one its name is made of", ErrCorruptState)
 	}
 	if err := checkAgentID(string(id)); err != nil {
 		refused(name, err)
-		return "", false
+		return "", errNotAgentFile
 	}
-	return string(id), true
+	return string(id), nil
 }

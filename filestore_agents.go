@@ -40,8 +40,9 @@ func fileName(id string) string {
 }
 
 // ListAgents implements agentLister: it reads the agent ID of each state
-// file in the agents directory (files set aside as corrupt, temporary
-// files, and files that cannot be read or parsed are passed over). A file
+// file in the agents directory (files set aside as corrupt and temporary
+// files are passed over, and so are files that cannot be read or parsed,
+// each logged as an error once). A file
 // whose agent ID the loop refuses (the empty ID an older version could
 // write, see ErrInvalidAgentID) is set aside like a corrupt one and
 // logged as an error.
@@ -57,7 +58,7 @@ func (s *FileStore) ListAgents(yield func(agentID string) bool) error {
 
 // sortedAgentIDs implements sortedLister, from the store's index.
 func (s *FileStore) sortedAgentIDs() ([]string, error) {
-	return s.idx.ids(s.fs, s.agents, s.refuseFile)
+	return s.idx.ids(s.fs, s.agents, s.refuseFile, s.log)
 }
 
 // emptyIDFile is the name of the empty agent ID's state file.

@@ -109,7 +109,7 @@ func (s *ReadOnlyStore) sortedAgentIDs() ([]string, error) {
 			slog.Default().Error("selfimprove: a state file holds an agent ID the loop refuses: not listed (a Loop that owns the directory sets it aside)",
 				"file", filepath.Join(s.dir, "agents", name), "why", why)
 		}
-	})
+	}, slog.Default())
 }
 
 // SaveAgent implements Store: it fails, wrapping ErrReadOnly.
