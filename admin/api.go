@@ -29,9 +29,11 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	case errors.Is(err, selfimprove.ErrUnknownVersion):
 		writeError(w, http.StatusBadRequest, "version", "the agent's history has no such version")
 	case errors.Is(err, selfimprove.ErrInvalidConfig):
-		writeError(w, http.StatusBadRequest, "config", strings.TrimPrefix(err.Error(), "selfimprove: "))
+		// The loop names the field "config.timeout": so does the body.
+		writeError(w, http.StatusBadRequest, namedField(err, "config.", "config."), strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrInvalidThreshold):
-		writeError(w, http.StatusBadRequest, "threshold", strings.TrimPrefix(err.Error(), "selfimprove: "))
+		// The loop names it "threshold.window"; the body, "window".
+		writeError(w, http.StatusBadRequest, namedField(err, "threshold.", ""), strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrInvalidScore):
 		writeError(w, http.StatusBadRequest, "score", strings.TrimPrefix(err.Error(), "selfimprove: "))
 	case errors.Is(err, selfimprove.ErrUnknownCall):
@@ -52,6 +54,26 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 		s.o.Logger.Error("selfimprove admin: the loop failed", "error", err)
 		writeError(w, http.StatusInternalServerError, "", "the loop could not do it; see its log")
 	}
+}
+
+// namedField is the body field the loop's error err names as
+// prefix+"name" (a word of lower-case letters and underscores): as
+// body+"name"; without one, prefix without its dot.
+func namedField(err error, prefix, body string) string {
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return strings.TrimSuffix(prefix, ".")
+	}
+	name := msg[i+len(prefix):]
+	n := 0
+	for n < len(name) && (name[n] >= 'a' && name[n] <= 'z' || name[n] == '_') {
+		n++
+	}
+	if n == 0 {
+		return strings.TrimSuffix(prefix, ".")
+	}
+	return body + name[:n]
 }
 
 // agentCalls is agentOf with the agent's window's buckets
@@ -135,6 +157,7 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 		from = prefix
 	}
 	out := AgentList{Now: s.o.Now().UTC(), Agents: []AgentSummary{}}
+	last := "" // the ID of the last agent on the page
 	buf := make([]selfimprove.CallBucket, 0, 64)
 	for batch := n + 1; ; batch = min(4*batch, 4*maxPage) {
 		ids := s.l.AgentsFrom(from, batch)
@@ -144,14 +167,14 @@ func (s *server) listAgents(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			if len(out.Agents) == n {
-				out.Next = Ref(out.Agents[n-1].ID)
+				out.Next = Ref(last) // the real ID: a summary's ID is readable, its bad bytes U+FFFD
 				writeJSON(w, http.StatusOK, out)
 				return
 			}
 			if o, calls, ok := s.l.ViewCalls(id, buf[:0]); ok { // else gone meanwhile
 				buf = calls
 				if v := s.summary(&o, calls); !unhealthy || !v.Healthy {
-					out.Agents = append(out.Agents, v)
+					out.Agents, last = append(out.Agents, v), id
 				}
 			}
 		}

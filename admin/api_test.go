@@ -212,7 +212,8 @@ func TestSetConfigThresholdCritical(t *testing.T) {
 		{"threshold", `{"failures":65,"window":"1m"}`, "failures"},
 		{"threshold", `{"failures":3}`, "window"},
 		{"threshold", `{"failures":3,"window":"1m","cooldown":"x"}`, "cooldown"},
-		{"threshold", `{"failures":3,"window":"9000h"}`, "threshold"},
+		{"threshold", `{"failures":3,"window":"9000h"}`, "window"}, // the loop's check, named by the body's field (was "threshold")
+		{"threshold", `{"failures":3,"window":"1m","cooldown":"9000h"}`, "cooldown"},
 		{"threshold", `{"clear":true,"failures":3}`, "clear"},
 		{"critical", `{}`, "critical"},
 		{"critical", `{"critical":"yes"}`, "critical"},

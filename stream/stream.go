@@ -71,10 +71,12 @@ func (e *streamError) FailureClass() failure.Class { return failure.ClassNetwork
 // received its final event or not:
 //
 //   - nil, when err is nil and final is set;
-//   - nil, when final is set and err is a read error (not one that names
-//     its class) while ctx lives: the provider said the answer was
-//     complete, and the connection was cut after that, before the
-//     transport's own end; asking again would only pay for it twice;
+//   - nil, when final is set and err is a network error (a reset, an
+//     unexpected EOF; not one that names its class) while ctx lives: the
+//     provider said the answer was complete, and the connection was cut
+//     after that, before the transport's own end; asking again would only
+//     pay for it twice. Any other error (the caller's streaming
+//     function's, the client's verdict on the answer) unchanged;
 //   - ErrTruncated, when err is nil and final is not;
 //   - err unchanged, when an error in its chain names its class (as the
 //     adapters' Wrap errors do: a provider's error event in the stream
@@ -96,7 +98,10 @@ func End(ctx context.Context, err error, final bool) error {
 	case named(err):
 		return err
 	case final && ctx.Err() == nil:
-		return nil // complete, then cut
+		if failure.Classify(err) == failure.ClassNetwork {
+			return nil // complete, then the connection cut
+		}
+		return err // not the stream's: the client's own verdict, the caller's callback
 	case ctx.Err() != nil:
 		if cause := context.Cause(ctx); !failure.Is(err, cause) {
 			return errors.Join(err, cause)

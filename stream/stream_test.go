@@ -39,6 +39,8 @@ func TestEnd(t *testing.T) {
 		// answer asked for again (a user-level review's finding).
 		{"complete, then reset", live, io.ErrUnexpectedEOF, true, ""},
 		{"complete, then reset after the caller gave up", cut, io.ErrUnexpectedEOF, true, failure.ClassFirstTokenTimeout},
+		{"complete, then the caller's callback failed", live, errors.New("callback error: client went away"), true, failure.ClassOther},
+		{"complete, then the client found no choice", live, errors.New("no choices in completion"), true, failure.ClassEmptyResponse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := stream.End(tc.ctx, tc.err, tc.final)

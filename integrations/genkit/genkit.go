@@ -205,24 +205,44 @@ func Generate(ctx context.Context, fn ai.ModelFunc, req *ai.ModelRequest, cb ai.
 	}
 	w := &oaicompat.Capture{Stream: true}
 	first := false
+	var cbErr error // the first error of the caller's callback
 	resp, err := fn(w.Context(ctx), req, func(ctx2 context.Context, c *ai.ModelResponseChunk) error {
 		if !first && len(c.Content) > 0 {
 			first = true
 			stream.FirstToken(ctx)
 		}
 		stream.Chunk(ctx) // the idle limit counts from here
-		return cb(ctx2, c)
+		err := cb(ctx2, c)
+		if err != nil && cbErr == nil {
+			cbErr = err
+		}
+		return err
 	})
+	if cbErr != nil && errors.Is(err, cbErr) {
+		return nil, err // the caller stopped the stream: its error, as it is
+	}
 	err = Wrap(err)
 	body := w.Watched()
 	if body == nil {
 		if err != nil && ctx.Err() != nil {
 			err = stream.End(ctx, err, false)
 		}
-		return resp, err
+		return answered(resp, err)
 	}
 	if err = stream.End(ctx, err, body.Final()); err != nil {
 		return nil, err
 	}
-	return resp, nil
+	return answered(resp, nil)
+}
+
+// errNoResponse is Generate's error when the model returned neither a
+// response nor an error (Genkit would dereference the response).
+var errNoResponse = errors.New("genkit adapter: the model returned no response")
+
+// answered is resp and err, or errNoResponse when both are nil.
+func answered(resp *ai.ModelResponse, err error) (*ai.ModelResponse, error) {
+	if resp == nil && err == nil {
+		return nil, errNoResponse
+	}
+	return resp, err
 }
