@@ -57,10 +57,9 @@ func (h *Middleware) WrapInvokableToolCall(_ context.Context, next adk.Invokable
 		return next, nil
 	}
 	return func(ctx context.Context, args string, opts ...tool.Option) (string, error) {
-		out, _, err := si.Execute(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(ctx context.Context, _ si.Config) (string, error) {
+		return runTool(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(ctx context.Context) (string, error) {
 			return next(ctx, args, opts...)
 		})
-		return out, err
 	}, nil
 }
 
@@ -73,10 +72,9 @@ func (h *Middleware) WrapStreamableToolCall(_ context.Context, next adk.Streamab
 		return next, nil
 	}
 	return func(ctx context.Context, args string, opts ...tool.Option) (*schema.StreamReader[string], error) {
-		out, _, err := si.Execute(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(context.Context, si.Config) (*schema.StreamReader[string], error) {
+		return runTool(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(context.Context) (*schema.StreamReader[string], error) {
 			return next(ctx, args, opts...)
 		})
-		return out, err
 	}, nil
 }
 
@@ -87,10 +85,9 @@ func (h *Middleware) WrapEnhancedInvokableToolCall(_ context.Context, next adk.E
 		return next, nil
 	}
 	return func(ctx context.Context, arg *schema.ToolArgument, opts ...tool.Option) (*schema.ToolResult, error) {
-		out, _, err := si.Execute(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(ctx context.Context, _ si.Config) (*schema.ToolResult, error) {
+		return runTool(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(ctx context.Context) (*schema.ToolResult, error) {
 			return next(ctx, arg, opts...)
 		})
-		return out, err
 	}, nil
 }
 
@@ -101,9 +98,8 @@ func (h *Middleware) WrapEnhancedStreamableToolCall(_ context.Context, next adk.
 		return next, nil
 	}
 	return func(ctx context.Context, arg *schema.ToolArgument, opts ...tool.Option) (*schema.StreamReader[*schema.ToolResult], error) {
-		out, _, err := si.Execute(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(context.Context, si.Config) (*schema.StreamReader[*schema.ToolResult], error) {
+		return runTool(ctx, h.loop, h.o.ToolPrefix+tc.Name, func(context.Context) (*schema.StreamReader[*schema.ToolResult], error) {
 			return next(ctx, arg, opts...)
 		})
-		return out, err
 	}, nil
 }

@@ -23,22 +23,40 @@ func ToolMiddleware(loop *si.Loop, prefix string) compose.ToolMiddleware {
 	return compose.ToolMiddleware{
 		Invokable: func(next compose.InvokableToolEndpoint) compose.InvokableToolEndpoint {
 			return func(ctx context.Context, in *compose.ToolInput) (*compose.ToolOutput, error) {
-				out, _, err := si.Execute(ctx, loop, prefix+in.Name, func(ctx context.Context, _ si.Config) (*compose.ToolOutput, error) {
+				return runTool(ctx, loop, prefix+in.Name, func(ctx context.Context) (*compose.ToolOutput, error) {
 					return next(ctx, in)
 				})
-				return out, err
 			}
 		},
 		Streamable: func(next compose.StreamableToolEndpoint) compose.StreamableToolEndpoint {
 			return func(ctx context.Context, in *compose.ToolInput) (*compose.StreamToolOutput, error) {
-				out, _, err := si.Execute(ctx, loop, prefix+in.Name, func(context.Context, si.Config) (*compose.StreamToolOutput, error) {
+				return runTool(ctx, loop, prefix+in.Name, func(context.Context) (*compose.StreamToolOutput, error) {
 					// The caller's context, not the attempt's: the stream
 					// is read after the attempt returned, when the
 					// attempt's deadline has been cancelled.
 					return next(ctx, in)
 				})
-				return out, err
 			}
 		},
 	}
+}
+
+// runTool runs a tool call, f, through the loop as agent id. A human's
+// turn the tool asks for (compose.Interrupt, Eino's human in the loop)
+// is no failure of the tool: it is passed on as it is, after one run,
+// and the call booked as a success; every other error is the tool's.
+func runTool[T any](ctx context.Context, loop *si.Loop, id string, f func(ctx context.Context) (T, error)) (T, error) {
+	var interrupt error
+	out, _, err := si.Execute(ctx, loop, id, func(ctx context.Context, _ si.Config) (T, error) {
+		v, err := f(ctx)
+		if _, ok := compose.IsInterruptRerunError(err); ok {
+			interrupt = err
+			return v, nil
+		}
+		return v, err
+	})
+	if interrupt != nil {
+		return out, interrupt
+	}
+	return out, err
 }
