@@ -167,6 +167,9 @@ func WithBudget(ctx context.Context, b *Budget) context.Context {
 // negative or NaN cost, or one over 1e12, is not booked, and a call's
 // costs add up to 1e12 at most.
 func AddCost(ctx context.Context, cost float64) {
+	if !(cost >= 0 && cost <= maxRecordCost) {
+		return // NaN, negative, or more than any call costs: booked nowhere, the Budget included
+	}
 	noteCost(ctx, cost)
 	if b := budgetOf(ctx); b != nil {
 		b.mu.Lock()
