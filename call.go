@@ -230,7 +230,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, fellCluster: b.fellCluster, q: b.q,
-		fitted: b.fitted, fellSilent: b.fellSilent}
+		fitted: b.fitted, fellSilent: b.fellSilent, earlier: b.earlier}
 	b.w.resume() // the waits began before fn (a load, a probe's claim)
 	rep.Duration = dur
 	if pv != nil {
@@ -549,7 +549,7 @@ func (l *Loop) Record(ctx context.Context, agentID string, r Report) (Report, er
 		c.arm, c.version, c.route = ArmControl, inst.prev.Version, inst.prev.Route
 	default:
 		// An earlier version: another generation than the one in force.
-		c.gen, c.version, c.route = inst.gen-1, r.ConfigVersion, ""
+		c.gen, c.version, c.route, c.earlier = inst.gen-1, r.ConfigVersion, "", true
 	}
 	r.Duration = min(max(r.Duration, 0), maxRecordDuration)
 	r.Attempts = max(r.Attempts, 1)

@@ -291,13 +291,14 @@ type begun struct {
 	// fellSilent: its own route left the attempt without an answer;
 	// fitted: the call runs off its agent's route for a reason of its
 	// own: its request does not fit it (WithNeeds), or it cools down
-	// (Loop.cooled). Beside fellBack, in its padding.
-	fellSilent, fitted bool
-	fellClass          failure.Class
-	fellRoute          string
-	fellFrom           string
-	fellText           string
-	fellCluster        uint64 // the cluster of fellText's failure
+	// (Loop.cooled); earlier: Record books it under an earlier version
+	// (see call.earlier). Beside fellBack, in its padding.
+	fellSilent, fitted, earlier bool
+	fellClass                   failure.Class
+	fellRoute                   string
+	fellFrom                    string
+	fellText                    string
+	fellCluster                 uint64 // the cluster of fellText's failure
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).

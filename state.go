@@ -229,14 +229,18 @@ type call struct {
 	fitted bool
 	// fellSilent: its own route left an attempt without an answer.
 	fellSilent bool
-	end        time.Time
-	dur        time.Duration
-	attempts   int // the attempts it made
-	failed     bool
-	ignored    bool // its caller's context ended first: counted only as ignored
-	text       string
-	class      failure.Class
-	cluster    uint64
+	// earlier: a call Record books under an earlier version than the
+	// one in force, whose route is that version's (route "": found when
+	// it is booked).
+	earlier  bool
+	end      time.Time
+	dur      time.Duration
+	attempts int // the attempts it made
+	failed   bool
+	ignored  bool // its caller's context ended first: counted only as ignored
+	text     string
+	class    failure.Class
+	cluster  uint64
 	// from is the agent of the call nested in this one whose failure
 	// this one passed on; suspect, that the failure looked passed on
 	// from another call, unproven (see Loop.cause).

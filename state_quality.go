@@ -148,8 +148,11 @@ func (s *agentState) recordOf(version int, route string) *qualityRec {
 // qualityViews moves to that route.
 func (s *agentState) bookCall(c *call, r *ruleBook) {
 	route := c.route
-	if c.fellBack || c.fitted || c.homeProbe {
+	if c.fellBack || c.fitted || c.homeProbe || c.earlier {
 		_, route, _ = s.placeVersion(uint64(c.version) & (1<<idVersionBits - 1))
+	}
+	if c.earlier {
+		c.route = route // its version's: it answered there
 	}
 	s.bookQuality(c.version, route, c.q, c.failed)
 	lad, own := s.ladder(r), s.qualityOf(c.version).Route
