@@ -121,7 +121,9 @@ func (l *Loop) History(agentID string) []Config {
 // SetConfig sets agentID's baseline config, as an operator action. The
 // config gets the agent's next version; a change under verification is
 // superseded. The new config and an EventConfigSet are saved before
-// SetConfig returns. After Close it returns ErrClosed and writes nothing.
+// SetConfig returns; a config that cannot be saved is not set (the error
+// says so; a change it superseded stays superseded). After Close it
+// returns ErrClosed and writes nothing.
 //
 // cfg.Version must be 0, or the agent's current version (a config read
 // with Config and edited); another version is refused, as is a field
@@ -131,12 +133,14 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	return l.operate(agentID, func(a *agent) (effects, error) {
+	var route *routeState
+	return l.operateUndo(agentID, func(a *agent) (effects, error) {
 		if err := checkVersion(cfg.Version, a.s.Config.Version); err != nil {
 			return effects{}, err
 		}
+		route = a.s.routeCopy()
 		return a.s.setConfig(l.clock.Now(), cfg, &l.rules), nil
-	})
+	}, func(a *agent, ch *Change) effects { return a.unsetConfig(ch, route) })
 }
 
 // Rewind installs the config agentID ran as version as its next version,

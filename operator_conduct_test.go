@@ -85,9 +85,9 @@ func (s *failingStore) SaveAgent(id string, b []byte) error {
 	return s.RAMStore.SaveAgent(id, b)
 }
 
-// A Try or Rewind whose change cannot be saved is not made: the config
-// before it stays in force, and the next Try works once the disk is back.
-// Before, each returned an error with the change in force and verified.
+// A Try, Rewind or SetConfig whose change cannot be saved is not made:
+// the config before it stays in force, and the next Try works once the
+// disk is back. Before, each returned an error with its change in force.
 func TestUnsavedTryAndRewindAreTakenBack(t *testing.T) {
 	clk := fakeclock.New(t0)
 	st := &failingStore{RAMStore: si.NewRAMStore()}
@@ -108,6 +108,12 @@ func TestUnsavedTryAndRewindAreTakenBack(t *testing.T) {
 	}
 	if c := l.Config("a"); c.Version != 2 || c.Route != "x" {
 		t.Errorf("Rewind failed (its change not saved), yet config v%d (route %q) is in force; want v2", c.Version, c.Route)
+	}
+	if err := l.SetConfig("a", si.Config{Route: "w"}); err == nil {
+		t.Fatal("SetConfig saved with the disk failing")
+	}
+	if c := l.Config("a"); c.Version != 2 || c.Route != "x" {
+		t.Errorf("SetConfig failed (not saved), yet config v%d (route %q) is in force; want v2", c.Version, c.Route)
 	}
 	st.fail.Store(false)
 	if _, err := l.Try("a", si.Config{Route: "z"}, "the disk is back"); err != nil {

@@ -31,9 +31,25 @@ func (s *agentState) setConfig(now time.Time, cfg Config, r *ruleBook) (eff effe
 	}
 	s.History = appendBounded(s.History, s.Config, maxHistory)
 	s.install(cfg, &eff)
-	eff.save = true
+	eff.applied, eff.save = ch, true
 	eff.event(newEvent(r.newID(now), now, EventConfigSet, ch))
 	return eff
+}
+
+// unsetConfig takes back an operator's config ch (SetConfig) that could
+// not be saved: the config before it, its events, and the agent's place
+// on its ladder (route). A change it superseded stays superseded.
+func (a *agent) unsetConfig(ch *Change, route *routeState) effects {
+	a.dropQueued(func(ev *Event) bool { return ev.Change != nil && ev.Change.ID == ch.ID })
+	if a.s.Config.Version == ch.To.Version {
+		var eff effects
+		a.s.install(ch.From.clone(), &eff)
+		if n := len(a.s.History); n > 0 && a.s.History[n-1].Version == ch.From.Version {
+			a.s.History = a.s.History[:n-1]
+		}
+		a.s.Route = route
+	}
+	return effects{publish: true, probe: true}
 }
 
 // configOf returns the config the agent ran as version v: the current
