@@ -298,6 +298,9 @@ func checkRewind(req *RewindRequest) error {
 // setConfig serves POST /api/agents/{agent}/config.
 func (s *server) setConfig(w http.ResponseWriter, r *http.Request) {
 	changeAgent(s, w, r, func(o selfimprove.AgentView, req *ConfigRequest) (Result, error) {
+		if err := req.Config.required(); err != nil {
+			return Result{}, err
+		}
 		cfg, err := req.Config.config()
 		if err != nil {
 			return Result{}, err

@@ -206,7 +206,9 @@ func TestSetConfigThresholdCritical(t *testing.T) {
 		{"config", `{"config":{"timeout":"-1s"}}`, "config.timeout"},
 		{"config", `{"config":{"max_attempts":101}}`, "config.max_attempts"},
 		{"config", `{"config":{"max_attempts":1.5}}`, "config.max_attempts"},
-		{"config", `{"config":{"version":3}}`, "version"},
+		{"config", `{"config":{"version":3}}`, "config.version"}, // a nested field by its path (was "version")
+		{"config", `{"config":{"timeot":"1s"}}`, "config.timeot"},
+		{"config", `{}`, "config"}, // no config: before, the default config was set
 		{"config", `{"config":{"params":{"k":1}}}`, "config.params"},
 		{"threshold", `{"failures":0,"window":"1m"}`, "failures"},
 		{"threshold", `{"failures":65,"window":"1m"}`, "failures"},

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,6 +60,38 @@ type ConfigBody struct {
 	// FirstTokenTimeout is Config.FirstTokenTimeout (at most "1h");
 	// default empty: none.
 	FirstTokenTimeout string `json:"first_token_timeout,omitempty"`
+
+	given bool // the body had it (UnmarshalJSON): {} is the default config, no "config" a mistake
+}
+
+// UnmarshalJSON reads a config of a request body: an unknown field is
+// refused, named by its path (config.timeot), and the body is noted to
+// have had a config (null is none).
+func (c *ConfigBody) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	type plain ConfigBody // without this method
+	var p plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return fmt.Errorf("json: unknown field %q", "config."+strings.Trim(f, `"`))
+		}
+		return err
+	}
+	*c = ConfigBody(p)
+	c.given = true
+	return nil
+}
+
+// required refuses a body without its config.
+func (c *ConfigBody) required() error {
+	if !c.given {
+		return bad("config", "config is required: the config to set ({} for the default one)")
+	}
+	return nil
 }
 
 // ThresholdRequest is the body of POST /api/agents/{agent}/threshold:

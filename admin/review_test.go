@@ -44,3 +44,19 @@ func TestAgentPagesOverIDsNotUTF8(t *testing.T) {
 		}
 	}
 }
+
+// POST /try and /config without a config are refused (400, config), and
+// an unknown field inside it is named by its path. Before, both applied
+// the empty config (the default), and the field was named "timeot".
+func TestConfigRequired(t *testing.T) {
+	f := newFixture(t, admin.Options{Token: token})
+	code, b := f.post(t, "/api/agents/alpha/try", `{"reason":"x"}`)
+	errorOf(t, "try without config", code, b, 400, "config")
+	code, b = f.post(t, "/api/agents/alpha/config", `{}`)
+	errorOf(t, "config without config", code, b, 400, "config")
+	code, b = f.post(t, "/api/agents/alpha/try", `{"config":{"timeot":"1s"},"reason":"x"}`)
+	errorOf(t, "try, config.timeot", code, b, 400, "config.timeot")
+	if code, b := f.post(t, "/api/agents/alpha/config", `{"config":{}}`); code != 200 {
+		t.Errorf("the default config, {}: %d %s", code, b)
+	}
+}

@@ -25,6 +25,9 @@ type TryRequest struct {
 // was filed as (approve it to apply it), and no change.
 func (s *server) try(w http.ResponseWriter, r *http.Request) {
 	changeAgent(s, w, r, func(o selfimprove.AgentView, req *TryRequest) (Result, error) {
+		if err := req.Config.required(); err != nil {
+			return Result{}, err
+		}
 		cfg, err := req.Config.config()
 		if err != nil {
 			return Result{}, err
