@@ -14,13 +14,23 @@ import (
 	"github.com/self-improving-loop/selfimprove/failure"
 )
 
-// summaryLoop sends the daily summary until Close.
+// summaryLoop sends the daily summary until Close. It waits on a
+// runtime timer; a Clock that lags it (WithCoarseClock, a simulated or a
+// stepped-back clock) would read the time of day just sent as still to
+// come: the next is always a day after the last sent.
 func (l *Loop) summaryLoop(at time.Duration) {
 	defer close(l.summaryDone)
+	var sent time.Time // the time of day last sent for
 	for {
-		t := time.NewTimer(nextDaily(l.clock.Now(), at))
+		now := l.clock.Now()
+		next := now.Add(nextDaily(now, at))
+		if !sent.IsZero() && !next.After(sent) {
+			next = sent.Add(nextDaily(sent, at))
+		}
+		t := time.NewTimer(next.Sub(now))
 		select {
 		case <-t.C:
+			sent = next
 			s := l.DailySummary()
 			l.notify(&Event{ID: newID(s.Time), Time: s.Time, Type: EventDailySummary, Summary: &s,
 				Message: "daily summary of " + strconv.Itoa(len(s.Agents)) + " agents"})
