@@ -68,19 +68,8 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		if *n >= limit {
 			break
 		}
-		acfg := cfg
-		if !l.ownFailure(b, att, err) {
-			// A failure passed on from a call nested in the attempt is the
-			// nested agent's: it says nothing of this call's route.
-		} else if alt, ok := l.fallBack(b, cfg, class, *n+1 == limit, needs); ok {
-			c := *cfg
-			c.Route, acfg = alt, &c
-			if !b.fellBack { // the call's own route's failure
-				b.fellClass, b.fellFrom, b.fellText, b.fellCluster = class, b.route, text, f.Cluster
-				b.fellSilent = b.silent || b.stalled || b.idled
-			}
-			b.fellBack, b.fellRoute, b.route = true, alt, alt
-		} else if !l.retryRules.retries(class) {
+		acfg, moved := l.nextRoute(b, att, cfg, err, &f, *n+1 == limit, needs)
+		if !moved && !l.retryRules.retries(class) {
 			return err, false
 		}
 		if att == nil { // a retry the transient floor adds: its hints from now on
@@ -120,6 +109,30 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		cfg = acfg // the attempts left run on the route that failed last, or further down
 	}
 	return err, false
+}
+
+// nextRoute returns the config the next attempt of call b runs under
+// after the failure err of its last attempt (f described), under cfg: on
+// the next route of its ladder, when fallBack says so (moved), noting the
+// fall in b; cfg itself otherwise. A failure passed on from a call nested
+// in the attempt is the nested agent's: it says nothing of this call's
+// route, and moves it nowhere (it is retried, or not, by its class).
+func (l *Loop) nextRoute(b *begun, att *callCtx, cfg *Config, err error, f *failure.Failure, last bool, needs *Needs) (*Config, bool) {
+	if !l.ownFailure(b, att, err) {
+		return cfg, false
+	}
+	alt, ok := l.fallBack(b, cfg, f.Class, last, needs)
+	if !ok {
+		return cfg, false
+	}
+	c := *cfg
+	c.Route = alt
+	if !b.fellBack { // the call's own route's failure
+		b.fellClass, b.fellFrom, b.fellText, b.fellCluster = f.Class, b.route, f.Text, f.Cluster
+		b.fellSilent = b.silent || b.stalled || b.idled
+	}
+	b.fellBack, b.fellRoute, b.route = true, alt, alt
+	return &c, true
 }
 
 // ownFailure reports whether err, the failure of an attempt of the call

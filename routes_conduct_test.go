@@ -94,8 +94,8 @@ func TestNestedWithdrawnModelLeavesTheOuterRoute(t *testing.T) {
 	if ds := l.DeadRoutes(); len(ds) != 0 {
 		t.Fatalf("dead routes %+v after the inner agent's withdrawn model, want none", ds)
 	}
-	if len(outer) != 2 || outer[1] != "" || err != nil {
-		t.Fatalf("outer attempts on %q (%v), want both on its own route", outer, err)
+	if len(outer) != 1 || outer[0] != "" || err == nil {
+		t.Fatalf("outer attempts on %q (%v), want one, on its own route, failing with the inner agent's error (a permanent class: not retried)", outer, err)
 	}
 }
 
