@@ -210,3 +210,18 @@ func (e *env) heldCall(id string, err error) (release func(), done <-chan si.Rep
 // a call makes the attempts its config allows, as the tests of the
 // strategy's own answers need.
 var noFloor = si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})
+
+// readOnlyLoop is a Loop on a ReadOnlyStore of dir, closed with the test.
+func readOnlyLoop(t *testing.T, dir string) *si.Loop {
+	t.Helper()
+	ro, err := si.OpenReadOnlyStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}

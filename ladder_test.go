@@ -36,15 +36,7 @@ func TestReaderNamesTheLadder(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro, err := si.OpenReadOnlyStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := readOnlyLoop(t, dir)
 	if diff := cmp.Diff(ladder, r.Routes("chat")); diff != "" {
 		t.Errorf("the reader's ladder of chat (-saved +read):\n%s", diff)
 	}

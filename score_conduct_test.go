@@ -82,15 +82,7 @@ func TestReadOnlyLoopRefusesScores(t *testing.T) {
 	if err := l.MarkCritical("a", false); err != nil { // saves the agent's state
 		t.Fatal(err)
 	}
-	ro, err := si.OpenReadOnlyStore(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := readOnlyLoop(t, dir)
 	if res, err := r.ScoreCall("a", rep.ID, 0.5, 0); !errors.Is(err, si.ErrReadOnly) {
 		t.Fatalf("ScoreCall on a read-only Loop: %+v, %v; want ErrReadOnly", res, err)
 	}
