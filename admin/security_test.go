@@ -13,7 +13,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -220,40 +219,38 @@ func agentDir(t *testing.T, n int) string {
 	return dir
 }
 
-// pageTime is the median time of GET /api/agents?limit=1 over dir: with a
-// Loop on the directory (serve), and with a Loop on a shared read-only
-// store for each request (serve --read-only).
-func pageTime(t *testing.T, dir string, want int) (owner, readOnly time.Duration) {
+// pageAllocs is the allocations of one GET /api/agents?limit=1 over dir,
+// after a first request has read the directory: with a Loop on the
+// directory (serve), and with a Loop on a shared read-only store, made
+// anew for each request (serve --read-only). Reading the state files, or
+// even the directory's entries, allocates for each agent; a page read
+// from the index allocates the same over 50 agents or 10,000.
+func pageAllocs(t *testing.T, dir string, want int) (owner, readOnly float64) {
 	t.Helper()
-	median := func(h func() http.Handler) time.Duration {
-		var ds []time.Duration
-		for i := range 41 {
-			start := time.Now()
+	allocs := func(h func() http.Handler) float64 {
+		get := func() {
 			rec := httptest.NewRecorder()
 			h().ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/api/agents?limit=1", nil))
-			if i > 0 {
-				ds = append(ds, time.Since(start))
-			}
 			var list admin.AgentList
 			if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Agents) != 1 || list.Agents[0].ID != "agent-00000" || list.Next == "" {
 				t.Fatalf("over %d agents: %d %s", want, rec.Code, rec.Body)
 			}
 		}
-		slices.Sort(ds)
-		return ds[len(ds)/2]
+		get()
+		return testing.AllocsPerRun(20, get)
 	}
 	l, err := si.New(si.WithDir(dir), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := admin.Handler(l, admin.Options{})
-	owner = median(func() http.Handler { return h })
+	owner = allocs(func() http.Handler { return h })
 	l.Close()
 	ro, err := si.OpenReadOnlyStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readOnly = median(func() http.Handler {
+	readOnly = allocs(func() http.Handler {
 		l, err := si.New(si.WithStore(ro), si.WithNotifier(nil), si.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
@@ -264,18 +261,19 @@ func pageTime(t *testing.T, dir string, want int) (owner, readOnly time.Duration
 	return owner, readOnly
 }
 
-// TestAgentPageCost: a one-agent page over 10,000 agent files costs
-// within 5 times a page over 50: the listing reads an index of the IDs,
-// not every state file (issue 29, item 4: 0.47 s a request over 10,016).
+// TestAgentPageCost: a one-agent page over 10,000 agent files costs what
+// a page over 50 does: the listing reads an index of the IDs, not every
+// state file (issue 29, item 4: 0.47 s a request over 10,016). Counted in
+// allocations, not timed: a timed ratio failed under a loaded machine.
 func TestAgentPageCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 10,000 files")
 	}
-	o50, r50 := pageTime(t, agentDir(t, 50), 50)
-	o10k, r10k := pageTime(t, agentDir(t, 10_000), 10_000)
-	t.Logf("GET /api/agents?limit=1, median: owner Loop %v over 50 agents, %v over 10,000 (%.1fx); read-only %v over 50, %v over 10,000 (%.1fx)",
-		o50, o10k, float64(o10k)/float64(o50), r50, r10k, float64(r10k)/float64(r50))
-	if o10k > 5*o50 || r10k > 5*r50 {
-		t.Errorf("a page over 10,000 agents costs more than 5 times one over 50")
+	o50, r50 := pageAllocs(t, agentDir(t, 50), 50)
+	o10k, r10k := pageAllocs(t, agentDir(t, 10_000), 10_000)
+	t.Logf("GET /api/agents?limit=1, allocations: owner Loop %.0f over 50 agents, %.0f over 10,000; read-only %.0f over 50, %.0f over 10,000",
+		o50, o10k, r50, r10k)
+	if o10k > o50+16 || r10k > r50+16 {
+		t.Errorf("a page over 10,000 agents allocates more than one over 50 (16 allocations of slack): the page reads more than the index")
 	}
 }
