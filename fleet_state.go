@@ -31,7 +31,7 @@ func (s *agentState) sharedPart() agentState {
 	if q := sh.Quality; q != nil {
 		w := q.Watch
 		q.Recs, q.Answered = nil, nil
-		q.Watch = qualityWatch{Ref: w.Ref}
+		q.Watch = qualityWatch{Ref: w.Ref, RefFor: w.RefFor}
 	}
 	return sh
 }
@@ -50,7 +50,7 @@ func (s *agentState) ownQuality(b **qualityBook) {
 	q := *b
 	q.Recs, q.Keys, q.Answered = own.Recs, own.Keys, own.Answered
 	w := own.Watch
-	w.Ref = q.Watch.Ref
+	w.Ref, w.RefFor = q.Watch.Ref, q.Watch.RefFor
 	q.Watch = w
 }
 

@@ -83,7 +83,13 @@ func (c *checker) qualityWatch(w *qualityWatch) {
 	r := &w.Ref
 	c.num(f.dot("change_reference").dot("version"), int64(r.Version), 0, c.maxVer+1)
 	c.scoreSums(f.dot("change_reference"), r.Scored, r.Sum, r.Squares)
+	if len(w.RefFor) > maxRefFor {
+		c.fail("%s: %d bytes, at most %d", f.dot("change_reference_proposal"), len(w.RefFor), maxRefFor)
+	}
 }
+
+// maxRefFor bounds a saved qualityWatch.RefFor: a proposal's ID.
+const maxRefFor = 128
 
 // scoreSums checks n scores' sums: scores are in [0, 1], so their sum is
 // in [0, n] and their squares' in [0, sum] (with room for rounding).

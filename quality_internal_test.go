@@ -149,6 +149,12 @@ func TestQualityWatchRoundTrip(t *testing.T) {
 	if w := back.Quality.Watch; w.N != 0 || w.Sum != 0 || w.Squares != 0 || w.LogW != 0 || w.Mean != 0.7 || w.Until != 4e18 || w.Ref.Scored != 3 {
 		t.Errorf("a watch saved before the bet decoded as %+v", w)
 	}
+	// The reference of a fall whose proposal waits for approval.
+	pending := st
+	pending.Quality = &qualityBook{Recs: st.Quality.Recs, Watch: qualityWatch{Ref: qualityRec{Scored: 3, Sum: 1.5, Squares: 1}, RefFor: "p-1"}}
+	if enc := roundTrip(t, &pending); !strings.Contains(string(enc), `"change_reference":{"version":0,"scored":3,"score_sum":1.5,"score_squares":1},"change_reference_proposal":"p-1"`) {
+		t.Errorf("state file with a reference waiting for its approval: %s", enc)
+	}
 	for _, bad := range []string{
 		`"mean":0.7` + "|" + `"mean":1.7`,
 		`"bet":0.5` + "|" + `"bet":1`,
@@ -157,6 +163,7 @@ func TestQualityWatchRoundTrip(t *testing.T) {
 		`"score_sum":1,` + "|" + `"score_sum":3,`,
 		`"change_reference":{"version":2` + "|" + `"change_reference":{"version":9`,
 		`"cooldown_until_ns":4000000000000000000` + "|" + `"cooldown_until_ns":-1`,
+		`"cooldown_until_ns"` + "|" + `"change_reference_proposal":"` + strings.Repeat("x", maxRefFor+1) + `","cooldown_until_ns"`,
 	} {
 		from, to, _ := strings.Cut(bad, "|")
 		if _, err := decodeState([]byte(strings.Replace(string(enc), from, to, 1)), "a"); err == nil {

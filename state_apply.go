@@ -85,7 +85,11 @@ func (s *agentState) fileReview(now time.Time, an *Analysis, tw *Tweak, r *ruleB
 	if cl := s.clusterByID(tw.Cluster); cl != nil && r.probes.holds(cl.Class) {
 		return nil // the account-wide cause's own proposal stands for it
 	}
-	if p, isNew := s.file(an, tw, now, r); isNew {
+	p, isNew := s.file(an, tw, now, r)
+	if p.Status == ProposalPending {
+		s.qualityFiled(an, p.ID)
+	}
+	if isNew {
 		eff.proposals = append(eff.proposals, p.clone())
 		eff.event(proposalEvent(r.newID(now), now, EventProposalFiled, p))
 		eff.save = true

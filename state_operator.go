@@ -288,6 +288,7 @@ func (s *agentState) approve(now time.Time, id string, r *ruleBook) (*Change, ef
 		return nil, eff, err
 	}
 	s.Verifying.ProposalID, ch.ProposalID = p.ID, p.ID
+	s.qualityApproved(p.ID, ch)
 	s.Verifying.CostAccepted, ch.CostAccepted = p.CostRise, p.CostRise
 	p.Status, p.ChangeID, p.Updated = ProposalApplied, ch.ID, now.UTC()
 	eff.applied, eff.publish, eff.save = ch, true, true

@@ -410,6 +410,10 @@ type qualityWatch struct {
 	// (Ref.Version is that change's new version): that change is judged
 	// against them, not against the config's whole past.
 	Ref qualityRec `json:"change_reference,omitzero"`
+	// RefFor is the proposal filed for the fall Ref holds, while Ref
+	// waits for its approval (Ref.Version 0): the change that approval
+	// makes is judged against the fall, as one the loop made would be.
+	RefFor string `json:"change_reference_proposal,omitempty"`
 }
 
 // watchScores feeds n scores of version, summing sum with squares
@@ -424,7 +428,7 @@ func (s *agentState) watchScores(version int, n int64, sum, squares float64, now
 	}
 	w := &s.Quality.Watch
 	if w.Version != version {
-		*w = qualityWatch{Version: version, Until: w.Until, Ref: w.Ref}
+		*w = qualityWatch{Version: version, Until: w.Until, Ref: w.Ref, RefFor: w.RefFor}
 	}
 	if w.N == 0 && !w.start(s.qualityOf(version), n, sum, squares, p.QualityDrop) {
 		return
@@ -486,6 +490,28 @@ func (s *agentState) qualityAnswered(an *Analysis, ch *Change) {
 	}
 	s.Quality.Watch.Ref = fallReference(an.QualityDrop, an.Stats)
 	s.Quality.Watch.Ref.Version = ch.To.Version
+	s.Quality.Watch.RefFor = ""
+}
+
+// qualityFiled notes, for the proposal id the analysis an filed, the
+// fall of quality that started an (if one did): the change an approval
+// of id makes is judged against it (qualityApproved).
+func (s *agentState) qualityFiled(an *Analysis, id string) {
+	if an.QualityDrop.Scored == 0 || s.Quality == nil {
+		return
+	}
+	s.Quality.Watch.Ref = fallReference(an.QualityDrop, an.Stats)
+	s.Quality.Watch.RefFor = id
+}
+
+// qualityApproved marks ch, made by the approval of the proposal id, as
+// the answer to the fall that proposal was filed for, if it was.
+func (s *agentState) qualityApproved(id string, ch *Change) {
+	if s.Quality == nil || s.Quality.Watch.RefFor != id || s.Quality.Watch.Ref.Scored == 0 {
+		return
+	}
+	s.Quality.Watch.Ref.Version = ch.To.Version
+	s.Quality.Watch.RefFor = ""
 }
 
 // fallReference returns the scores of the fall drop of a config whose
