@@ -512,7 +512,7 @@ func (d *dispatcher) deliverTo(n Notifier, e Event) {
 		if ra := retryAfter(err); ra > 0 {
 			w = min(ra, d.o.MaxBackoff)
 		}
-		wait *= 2
+		wait = min(2*wait, d.o.MaxBackoff) // doubled without overflowing
 		t := time.NewTimer(w)
 		select {
 		case <-t.C:

@@ -1,7 +1,9 @@
 package notify
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -61,13 +63,28 @@ func render(e selfimprove.Event) message {
 		add(d.Time.UTC().Format("15:04:05"), d.Message)
 	}
 	if s := e.Summary; s != nil {
-		for _, a := range s.Agents {
+		agents := s.Agents
+		if len(agents) > maxSummaryAgents {
+			// The least healthy first: a chat message has room for some
+			// (Slack takes 50 blocks, Telegram 4,096 characters).
+			agents = slices.Clone(agents)
+			slices.SortStableFunc(agents, func(a, b selfimprove.AgentView) int { return cmp.Compare(a.Health, b.Health) })
+			agents = agents[:maxSummaryAgents]
+		}
+		for _, a := range agents {
 			add(a.AgentID, fmt.Sprintf("%d calls, %.1f%% success, health %.2f; changes: %d applied, %d confirmed, %d rolled back",
 				a.Stats.CallsPerDay, 100*a.Stats.SuccessRate, a.Health, a.Applied, a.Confirmed, a.RolledBack))
+		}
+		if more := len(s.Agents) - len(agents); more > 0 {
+			add("…", fmt.Sprintf("and %d more agents, each at least as healthy", more))
 		}
 	}
 	return m
 }
+
+// maxSummaryAgents is how many agents a daily summary's message lists:
+// the least healthy, when there are more.
+const maxSummaryAgents = 40
 
 // summaryOf is e's message with a verdict's statistics left out: the
 // verdict's plain first sentence, up to its first "; ", ends it (the
