@@ -109,7 +109,7 @@ func (e Event) LogValue() slog.Value {
 		attrs = append(attrs, slog.String("proposal", p.ID), slog.String("class", string(p.Class)), slog.String("status", string(p.Status)))
 	}
 	if e.Err != "" {
-		attrs = append(attrs, slog.String("error", e.Err))
+		attrs = append(attrs, slog.String("error", failure.Scrub(e.Err)))
 	}
 	return slog.GroupValue(attrs...)
 }

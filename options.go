@@ -167,6 +167,7 @@ func (o *options) fill() {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
+	o.logger = scrubbing(o.logger)
 	if o.breakerSet {
 		if o.breaker.Failures == 0 {
 			o.breaker.Failures = 5
@@ -293,7 +294,9 @@ func validateNotifiers(ns []Notifier) error {
 }
 
 // WithLogger sets the logger for the loop's own failures and, by default,
-// its events. Default (and nil): slog.Default().
+// its events. Default (and nil): slog.Default(). The loop logs through
+// a handler around l's that runs failure.Scrub over every error value
+// (and every string under the key "error") it logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithRollbackPolicy sets the verification policy. Default: the zero

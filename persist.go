@@ -34,7 +34,7 @@ func (l *Loop) leaveWrite() { l.wmu.RUnlock() }
 // next save that succeeds; the notifier hears of the failure now.
 func (l *Loop) rollbackUnsaved(a *agent, ch *Change, err error) {
 	ev := newEvent(newID(l.clock.Now()), l.clock.Now(), EventRollbackFailed, ch)
-	ev.Err = err.Error()
+	ev.Err = failure.Scrub(err.Error())
 	a.mu.Lock()
 	a.queue(queued{ev: ev, notified: true})
 	a.mu.Unlock()
