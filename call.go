@@ -18,7 +18,8 @@ import (
 // that fn's stream.FirstToken disarms), a failed attempt is retried up to
 // MaxAttempts with exponential Backoff, and retries stop when ctx ends. A
 // panic in fn is recorded as a failure and re-raised from the frame it
-// was raised in, so that its trace still shows fn and its callers. A call
+// was raised in, so that its trace still shows fn and its callers; fn
+// calling runtime.Goexit is recorded as a failure too. A call
 // whose ctx ended before fn succeeded is recorded as ignored, not as a
 // failure. A nil fn returns ErrNilFunc and records nothing. A Budget in
 // ctx (WithBudget) bounds the attempts and cost of the call and of the
@@ -90,12 +91,18 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	done := false
 	defer func() {
 		if !done {
-			if pv := recover(); pv != nil {
-				// Recorded, then raised again here, on top of fn's
-				// frames: the trace still shows where it panicked.
-				l.panicked(ctx, a, &c, &rep, start, sc, pv)
-				panic(pv)
+			pv := recover()
+			if pv == nil {
+				// fn ended its goroutine (runtime.Goexit: t.FailNow in
+				// a test): recorded as a failure, and the probe or
+				// slot it held given back; the exit goes on.
+				l.panicked(ctx, a, &c, &rep, start, sc, goexit{})
+				return
 			}
+			// Recorded, then raised again here, on top of fn's
+			// frames: the trace still shows where it panicked.
+			l.panicked(ctx, a, &c, &rep, start, sc, pv)
+			panic(pv)
 		}
 	}()
 	if c.homeProbe {
@@ -149,6 +156,11 @@ func (l *Loop) untrackedConfig() *Config {
 	d := l.defaultConfig
 	return &d
 }
+
+// goexit is the "panic value" of a call whose fn called runtime.Goexit.
+type goexit struct{}
+
+func (goexit) String() string { return "fn called runtime.Goexit" }
 
 // panicked records the call c, whose fn panicked with pv after it
 // started at start; sc is its score slot (nil: none).

@@ -59,17 +59,16 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			b.idled = true // a stream its client's own deadline cut (see stream.End)
 		}
 		limit := l.retryRules.attempts(cfg, class)
-		if class == failure.ClassContextLength {
-			// A request too long for this route's model goes to the next
-			// route of the ladder whatever MaxAttempts says, as a router's
-			// fallback does; never again to the same model (fallBack).
-			limit = max(limit, *n+1)
-		}
-		if *n >= limit {
+		// A request too long for this route's model goes to the next
+		// route of the ladder whatever MaxAttempts says, as a router's
+		// fallback does (fallBack); on the same model, only as the
+		// attempts allow, when RetryPolicy.Permanent lets it be retried.
+		tooLong := class == failure.ClassContextLength
+		if *n >= limit && !tooLong {
 			break
 		}
-		acfg, moved := l.nextRoute(b, att, cfg, err, &f, *n+1 == limit, needs)
-		if !moved && !l.retryRules.retries(class) {
+		acfg, moved := l.nextRoute(b, att, cfg, err, &f, *n+1 >= limit, needs)
+		if !moved && (*n >= limit || !l.retryRules.retries(class)) {
 			return err, false
 		}
 		if att == nil { // a retry the transient floor adds: its hints from now on
