@@ -85,9 +85,9 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 			wait, reason = l.wait(cfg, *n, err, hint, why, sdkRetried(class))
 		}
 		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && reason != failure.WaitBackoff && time.Until(dl) < wait {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 				att.unbudget()
-				return err, false // the server's wait would pass the caller's deadline
+				return err, false // the wait would pass the caller's deadline
 			}
 			if l.sleep(ctx, wait) != nil {
 				att.unbudget()

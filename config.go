@@ -54,7 +54,8 @@ type Config struct {
 	// capped at one hour. 0 (the default) means the LLM SDKs' wait after
 	// a transient failure (the server's wait, else 0.5 s doubled with
 	// jitter, up to 8 s; see RetryPolicy) and a retry at once after any
-	// other; Backoff itself is at most one hour.
+	// other; Backoff itself is at most one hour. A wait that would pass
+	// the caller's deadline is not slept: the call returns the failure.
 	Backoff time.Duration
 	// Route names the model, endpoint or tool variant fn should use: at
 	// most 256 bytes of UTF-8, as a route of Routes.

@@ -54,7 +54,12 @@ func TestBackoffIsExponentialWithJitter(t *testing.T) {
 	})
 }
 
-func TestBackoffStopsWhenCallerLeaves(t *testing.T) {
+// TestBackoffPastTheDeadlineReturnsAtOnce: a backoff wait that would
+// pass the caller's deadline is not slept; the call returns fn's failure
+// at once, booked as the agent's failure (fn failed while the caller's
+// context was live). Before, the loop slept into the deadline and booked
+// the call as ignored.
+func TestBackoffPastTheDeadlineReturnsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Backoff: time.Minute, MaxAttempts: 5}))
 		defer l.Close()
@@ -62,11 +67,67 @@ func TestBackoffStopsWhenCallerLeaves(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		rep, err := l.ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return errBoom })
+		if !errors.Is(err, errBoom) || rep.Attempts != 1 || rep.Ignored {
+			t.Fatalf("report = %+v, err = %v", rep, err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("returned after %v, want at once", d)
+		}
+		if st := l.Stats("a"); st.Failures != 1 || st.Ignored != 0 {
+			t.Errorf("stats %+v, want one failure, none ignored", st)
+		}
+	})
+}
+
+// TestBackoffStopsWhenCallerLeaves: a caller that cancels during a
+// backoff wait ends it; the call is ignored, not the agent's failure.
+func TestBackoffStopsWhenCallerLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithDefaultConfig(si.Config{Backoff: time.Minute, MaxAttempts: 5}))
+		defer l.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		start := time.Now()
+		rep, err := l.ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return errBoom })
 		if !errors.Is(err, errBoom) || rep.Attempts != 1 || !rep.Ignored {
 			t.Fatalf("report = %+v, err = %v", rep, err)
 		}
 		if d := time.Since(start); d != time.Second {
-			t.Errorf("returned after %v, want 1s (the caller's deadline)", d)
+			t.Errorf("returned after %v, want 1s (when the caller left)", d)
+		}
+	})
+}
+
+// TestOutageBehindShortDeadlines: an upstream down hard (every request
+// fails at once with a 503) behind callers with a 300 ms deadline, the
+// default config and retry policy, and a circuit breaker of 3 failures.
+// Before, each call slept the transient retries' backoff into its
+// deadline and was booked as ignored: 6 calls, 0 failures, the breaker
+// never opened, and each call took the whole 300 ms. Now the failures
+// are the agent's, the breaker opens, and no call sleeps past its
+// deadline.
+func TestOutageBehindShortDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithCircuitBreaker(si.CircuitBreaker{Failures: 3, CoolOff: time.Minute}))
+		defer l.Close()
+		down := errors.New("503 service unavailable")
+		fastFails := 0
+		for range 6 {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			start := time.Now()
+			_, err := l.ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error { return down })
+			cancel()
+			if d := time.Since(start); d >= 300*time.Millisecond {
+				t.Errorf("a call took %v, its whole deadline", d)
+			}
+			if errors.Is(err, si.ErrCircuitOpen) {
+				fastFails++
+			} else if !errors.Is(err, down) {
+				t.Fatalf("err %v", err)
+			}
+		}
+		if st := l.Stats("a"); st.Failures < 3 || st.Ignored != 0 || fastFails != 3 {
+			t.Errorf("6 calls against a hard outage: %d failures, %d ignored, %d failed fast by the breaker; want 3, 0 and 3", st.Failures, st.Ignored, fastFails)
 		}
 	})
 }

@@ -17,10 +17,11 @@ import (
 // the wait the failure asks for, capped at MaxWait: the failed
 // response's headers, seen through Transport (HeaderWait), else an error
 // in the chain with a method RetryAfter() time.Duration, else the
-// provider's message ("Please try again in 1.5s", ErrorWait). When that
-// wait would pass the caller's deadline, the call returns the failure at
-// once instead of sleeping into certain failure (a Backoff wait is cut
-// short when the caller's context ends, as Config says).
+// provider's message ("Please try again in 1.5s", ErrorWait). When the
+// wait, whichever it is, would pass the caller's deadline, the call
+// returns the failure at once instead of sleeping into certain failure,
+// and the failure is the agent's (not an ignored call); a wait is cut
+// short when the caller's context is cancelled.
 type RetryPolicy struct {
 	// Permanent are the classes whose failure ends a call at once: a
 	// retry cannot succeed. Default (nil): failure.PermanentClasses, that
