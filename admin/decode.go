@@ -181,10 +181,14 @@ func decode(r io.Reader, v any, empty bool) error {
 // typeName names a Go kind in JSON's words.
 func typeName(kind string) string {
 	switch kind {
-	case "int", "int64", "uint64", "float64":
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
 		return "number"
 	case "map", "struct":
 		return "object"
+	case "slice", "array":
+		return "array"
+	case "bool":
+		return "boolean"
 	case "ptr":
 		return "value of the right type"
 	}

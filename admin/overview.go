@@ -454,7 +454,8 @@ func (s *server) overviewPage(now time.Time, off, n int) (int, []ovRow) {
 	got := map[string]AgentSummary{}
 	var page []*ovEntry
 	for try := 0; ; try++ {
-		page = slices.Clone(x.order[min(off, len(x.order)):min(off+n, len(x.order))])
+		lo := min(off, len(x.order)) // an offset past the end: an empty page
+		page = slices.Clone(x.order[lo : lo+min(n, len(x.order)-lo)])
 		moved := false
 		for _, e := range page {
 			if _, ok := got[e.id]; ok {

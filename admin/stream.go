@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -51,10 +52,14 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		return
 	}
-	bw := bufio.NewWriter(w)
+	// Every write that reaches the connection sets a fresh deadline
+	// first: the backlog overflows bw before the first flush, and an
+	// event over bw's size after an idle spell would else go out under
+	// the last flush's deadline, long passed.
+	dw := &deadlineWriter{w: w, rc: rc, timeout: s.o.WriteTimeout}
+	bw := bufio.NewWriter(dw)
 	flush := func() bool {
-		rc.SetWriteDeadline(time.Now().Add(s.o.WriteTimeout))
-		return bw.Flush() == nil && rc.Flush() == nil
+		return bw.Flush() == nil && dw.flush() == nil
 	}
 	bw.WriteString("retry: 2000\n\n")
 	for i := range sub.Backlog {
@@ -91,6 +96,26 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// deadlineWriter writes to w under a write deadline of timeout from now,
+// set before each write and flush: a client that reads nothing for
+// timeout is cut, one that reads is not, however long the stream idled.
+type deadlineWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.w.Write(b)
+}
+
+// flush sends what the server buffered of w.
+func (d *deadlineWriter) flush() error {
+	d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.rc.Flush()
 }
 
 // writeEvent writes ev as one server-sent event, if f keeps it (its
