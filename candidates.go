@@ -127,7 +127,8 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // fallback, and the config in force with at least MinSamples scored
 // calls, whatever the share of calls scored, or, for an agent known to
 // score none (none of its calls scored, 10 × MinSamples of them with a
-// cost, so that one that scores 1 % of them is not taken for it), at
+// cost and still none scored ScoreHorizon later, so that one that scores
+// 1 % of them, or a grader that scores them late, is not taken for it), at
 // least MinSamples calls with a cost. The loop
 // then applies its next candidate (the first, in order, that is not
 // current and not refused) as a change, with no strategy run, verified
@@ -186,4 +187,9 @@ type exploreMark struct {
 	// Next is the agent's call count (Tracker.Total) before which it is
 	// not explored.
 	Next int64 `json:"next_at_call,omitempty"`
+	// Quiet is when the agent was first seen with calls enough with a
+	// cost and none scored (Unix ns; 0: not so): it is taken for one
+	// that scores none only ScoreHorizon later, as the scores of those
+	// calls may still come until then.
+	Quiet int64 `json:"scoreless_since_ns,omitempty"`
 }

@@ -108,6 +108,7 @@ func (c *checker) exploration(b *qualityBook, x *exploreMark) {
 	f := path("exploration")
 	c.num(f.dot("version"), int64(x.Version), 0, c.maxVer+1)
 	c.num(f.dot("next_at_call"), x.Next, 0, maxCount)
+	c.num(f.dot("scoreless_since_ns"), x.Quiet, 0, maxNanos)
 	b.Explore = *x
 }
 

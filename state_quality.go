@@ -297,7 +297,7 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 	// Scored calls enough to judge quality, or, for an agent known to
 	// score none, calls with a cost.
 	if rec := s.qualityOf(s.Config.Version); rec == nil || rec.Scored < int64(x.MinSamples) &&
-		(rec.Costed < int64(x.MinSamples) || !s.Quality.scoreless(noScoreCalls*int64(x.MinSamples))) {
+		(rec.Costed < int64(x.MinSamples) || !s.Quality.scoreless(noScoreCalls*int64(x.MinSamples), n)) {
 		return
 	}
 	if len(r.cands.of(s.AgentID)) == 0 {
@@ -317,18 +317,28 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 // 23,000 (among 100, 1 time in 3).
 const noScoreCalls = 10
 
-// scoreless reports whether b's agent is known to score none of its
-// calls: no record holds a score, and together they hold at least n
-// calls with a cost.
-func (b *qualityBook) scoreless(n int64) bool {
+// scoreless reports whether b's agent is known, at now (Unix ns), to
+// score none of its calls: no record holds a score, and together they
+// have held at least n calls with a cost for ScoreHorizon, the time a
+// late grader has to score them (it notes when that began in
+// b.Explore.Quiet). A grader that scores minutes after the call is not
+// taken for none.
+func (b *qualityBook) scoreless(n, now int64) bool {
 	var costed int64
 	for i := range b.Recs {
 		if b.Recs[i].Scored > 0 {
+			b.Explore.Quiet = 0
 			return false
 		}
 		costed += b.Recs[i].Costed
 	}
-	return costed >= n
+	if costed < n {
+		return false
+	}
+	if b.Explore.Quiet == 0 || b.Explore.Quiet > now {
+		b.Explore.Quiet = now
+	}
+	return now-b.Explore.Quiet >= int64(ScoreHorizon)
 }
 
 // explored counts the calls of the exploration decided since: the next
