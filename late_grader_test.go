@@ -74,4 +74,3 @@ func TestLateGraderIsNotScoreless(t *testing.T) {
 		}
 	}
 }
-
