@@ -89,22 +89,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	}
 	start := l.now()
 	done := false
-	defer func() {
-		if !done {
-			pv := recover()
-			if pv == nil {
-				// fn ended its goroutine (runtime.Goexit: t.FailNow in
-				// a test): recorded as a failure, and the probe or
-				// slot it held given back; the exit goes on.
-				l.panicked(ctx, a, &c, &rep, start, sc, goexit{})
-				return
-			}
-			// Recorded, then raised again here, on top of fn's
-			// frames: the trace still shows where it panicked.
-			l.panicked(ctx, a, &c, &rep, start, sc, pv)
-			panic(pv)
-		}
-	}()
+	defer l.unwound(ctx, a, &c, &rep, start, sc, &done)
 	if c.homeProbe {
 		rep.Err, rep.BudgetExhausted = l.runProbe(rctx, cfg, home, fn, &rep.Attempts, &c)
 	} else {
@@ -155,6 +140,24 @@ func (l *Loop) refused(ctx context.Context, a *agent, c *begun, rep *Report) boo
 func (l *Loop) untrackedConfig() *Config {
 	d := l.defaultConfig
 	return &d
+}
+
+// unwound records the call c when fn did not return (!*done): it
+// panicked, and the panic is raised again here, on top of fn's frames
+// (the trace still shows where it panicked); or it ended its goroutine
+// (runtime.Goexit: t.FailNow in a test), recorded as a failure, with the
+// probe or slot it held given back, and the exit goes on.
+func (l *Loop) unwound(ctx context.Context, a *agent, c *begun, rep *Report, start reading, sc *scoreCtx, done *bool) {
+	if *done {
+		return
+	}
+	pv := recover()
+	if pv == nil {
+		l.panicked(ctx, a, c, rep, start, sc, goexit{})
+		return
+	}
+	l.panicked(ctx, a, c, rep, start, sc, pv)
+	panic(pv)
 }
 
 // goexit is the "panic value" of a call whose fn called runtime.Goexit.
@@ -309,39 +312,6 @@ func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Co
 	_, rep.Duration = l.since(start)
 	rep.Success = rep.Err == nil
 	return rep, rep.Err
-}
-
-// reading is the time a call started: off, nanoseconds since the clock's
-// base, with the default and the coarse clocks; t with another clock.
-type reading struct {
-	off int64
-	t   time.Time
-}
-
-// now is the reading a call starts with.
-func (l *Loop) now() reading {
-	switch {
-	case l.realTime:
-		return reading{off: l.mono.offset()}
-	case l.coarse != nil:
-		return reading{off: l.coarse.offset()}
-	}
-	return reading{t: l.clock.Now()}
-}
-
-// since returns the time now (Unix nanoseconds) and the time elapsed since
-// start, a reading of l.now. With the default clock it reads the
-// monotonic clock only; with the coarse clock, an atomic value.
-func (l *Loop) since(start reading) (int64, time.Duration) {
-	switch {
-	case l.realTime:
-		return l.mono.since(start.off)
-	case l.coarse != nil:
-		off := l.coarse.offset()
-		return l.coarse.baseN + off, time.Duration(off - start.off)
-	}
-	end := l.clock.Now()
-	return end.UnixNano(), end.Sub(start.t)
 }
 
 // Execute is ExecuteWithImprovement for a function that returns a value:

@@ -460,3 +460,36 @@ func (l *Loop) runWatched(ctx context.Context, cfg *Config, fn func(context.Cont
 	}
 	return err
 }
+
+// reading is the time a call started: off, nanoseconds since the clock's
+// base, with the default and the coarse clocks; t with another clock.
+type reading struct {
+	off int64
+	t   time.Time
+}
+
+// now is the reading a call starts with.
+func (l *Loop) now() reading {
+	switch {
+	case l.realTime:
+		return reading{off: l.mono.offset()}
+	case l.coarse != nil:
+		return reading{off: l.coarse.offset()}
+	}
+	return reading{t: l.clock.Now()}
+}
+
+// since returns the time now (Unix nanoseconds) and the time elapsed since
+// start, a reading of l.now. With the default clock it reads the
+// monotonic clock only; with the coarse clock, an atomic value.
+func (l *Loop) since(start reading) (int64, time.Duration) {
+	switch {
+	case l.realTime:
+		return l.mono.since(start.off)
+	case l.coarse != nil:
+		off := l.coarse.offset()
+		return l.coarse.baseN + off, time.Duration(off - start.off)
+	}
+	end := l.clock.Now()
+	return end.UnixNano(), end.Sub(start.t)
+}

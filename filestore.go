@@ -337,7 +337,11 @@ func (s *FileStore) metaLimit(name string) int64 {
 
 // AppendEvents implements Store.
 func (s *FileStore) AppendEvents(events []Event) error {
-	data, err := marshalLines(events)
+	lines := make([]eventLine, len(events))
+	for i := range events {
+		lines[i] = eventLine{Event: events[i], AgentIDB64: logIDB64(events[i].AgentID)}
+	}
+	data, err := marshalLines(lines)
 	if err != nil {
 		return err
 	}

@@ -139,8 +139,10 @@ func FuzzStateFile(f *testing.F) {
 	})
 }
 
-// FuzzTraceJSON checks the hand-written trace encoder against encoding/json.
+// FuzzTraceJSON checks the hand-written trace encoder against encoding/json,
+// and that ReadTraces reads the agent ID back exactly.
 func FuzzTraceJSON(f *testing.F) {
+	f.Add("bot-\xff\xfe", "", int64(1_700_000_000_000000000), int64(0), 1, 1)
 	f.Add("agent-1", "boom", int64(1_700_000_000_123456789), int64(1500), 2, 3)
 	f.Add("a\"b\\c\n\t\x00\x1f", "\xff\xfe<>&\u2028\u2029é", int64(0), int64(-1), 0, -5)
 	f.Add("", "", int64(-62135596800), int64(1<<62), 1<<40, 1)
@@ -155,13 +157,20 @@ func FuzzTraceJSON(f *testing.F) {
 		if again := enc.appendJSON(nil, &tr); string(again) != string(got) {
 			t.Fatalf("second encoding differs:\n%s\n%s", got, again)
 		}
-		want, err := marshalLines([]Trace{{Time: tr.Time.UTC(), AgentID: agent, Version: version,
-			Outcome: OutcomeFailure, Duration: tr.Duration, Attempts: attempts, Err: errText}})
+		want, err := marshalLines([]traceLine{{Trace: Trace{Time: tr.Time.UTC(), AgentID: agent, Version: version,
+			Outcome: OutcomeFailure, Duration: tr.Duration, Attempts: attempts, Err: errText}, AgentIDB64: logIDB64(agent)}})
 		if err != nil {
 			return // a time encoding/json refuses (year outside 0..9999)
 		}
 		if string(got) != string(want) {
 			t.Fatalf("appendJSON:\n%s\nencoding/json:\n%s", got, want)
+		}
+		var back []string
+		ReadTraces(bytes.NewReader(got), func(tr Trace) error { back = append(back, tr.AgentID); return nil })
+		if checkAgentID(agent) == nil || utf8.ValidString(agent) { // an ID the loop may trace
+			if len(back) != 1 || back[0] != agent {
+				t.Fatalf("agent %q read back as %q from\n%s", agent, back, got)
+			}
 		}
 	})
 }

@@ -94,20 +94,40 @@ func checkMetaName(name string) error {
 // a decompressed archive). It returns how many lines it skipped: a torn
 // last line (a crash during an append), lines that are not an event, and
 // lines over 1 MiB.
+//
+// An event's AgentID is exact: a line of an agent whose ID is not UTF-8
+// carries it in agent_id_b64 (docs/format.md), and a line whose
+// agent_id_b64 is not a valid agent ID, or not the one its agent_id shows,
+// is skipped too.
 func ReadEvents(r io.Reader, fn func(Event) error) (skipped int, err error) {
-	return readLog(r, fn)
+	return readLog(r, func(l *eventLine) (Event, error) {
+		id, err := logAgentID(l.AgentID, l.AgentIDB64)
+		l.AgentID = id
+		return l.Event, err
+	}, fn)
 }
 
 // ReadTraces is ReadEvents for a trace log (traces.jsonl).
 func ReadTraces(r io.Reader, fn func(Trace) error) (skipped int, err error) {
-	return readLog(r, fn)
+	return readLog(r, func(l *traceLine) (Trace, error) {
+		id, err := logAgentID(l.AgentID, l.AgentIDB64)
+		l.AgentID = id
+		return l.Trace, err
+	}, fn)
 }
 
-func readLog[T any](r io.Reader, fn func(T) error) (int, error) {
+// readLog calls fn with each line of r that decodes as an L and that
+// value converts to a T, and returns how many lines it skipped.
+func readLog[L, T any](r io.Reader, value func(*L) (T, error), fn func(T) error) (int, error) {
 	bad := 0
 	skipped, err := jsonl.Read(r, maxLogLine, func(line []byte) error {
-		var v T
-		if json.Unmarshal(line, &v) != nil {
+		var l L
+		if json.Unmarshal(line, &l) != nil {
+			bad++
+			return nil
+		}
+		v, err := value(&l)
+		if err != nil {
 			bad++
 			return nil
 		}

@@ -129,7 +129,11 @@ func checkNoHalfWrittenFiles(t *testing.T, dir string) {
 			t.Errorf("temporary file %s left", name)
 		case strings.HasSuffix(name, ".jsonl"):
 			f, _ := os.Open(filepath.Join(dir, name))
-			skipped, err := readLog(f, func(json.RawMessage) error { return nil })
+			read := func(r io.Reader) (int, error) { return ReadEvents(r, func(Event) error { return nil }) }
+			if strings.HasPrefix(name, "traces") {
+				read = func(r io.Reader) (int, error) { return ReadTraces(r, func(Trace) error { return nil }) }
+			}
+			skipped, err := read(f)
 			f.Close()
 			if err != nil || skipped != 0 {
 				t.Errorf("%s: %d lines skipped (%v)", name, skipped, err)

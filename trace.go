@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -81,8 +82,9 @@ type traceEncoder struct {
 	prefix []byte // "2006-01-02T15:04:05" of sec
 }
 
-// appendJSON appends t as one JSON line, as encoding/json would encode it
-// (with HTML escaping off), without reflection or allocation.
+// appendJSON appends t as one line of the trace log, as encoding/json
+// would encode its traceLine (with HTML escaping off), without reflection
+// or allocation (but for an agent ID that is not UTF-8).
 func (e *traceEncoder) appendJSON(b []byte, t *Trace) []byte {
 	b = append(b, `{"time":"`...)
 	b = e.appendTime(b, t.Time.UTC())
@@ -99,6 +101,11 @@ func (e *traceEncoder) appendJSON(b []byte, t *Trace) []byte {
 	if t.Err != "" {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, t.Err)
+	}
+	if !utf8.ValidString(t.AgentID) {
+		b = append(b, `,"agent_id_b64":"`...)
+		b = base64.StdEncoding.AppendEncode(b, []byte(t.AgentID))
+		b = append(b, '"')
 	}
 	return append(b, "}\n"...)
 }

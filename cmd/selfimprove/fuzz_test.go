@@ -57,6 +57,10 @@ func FuzzArgs(f *testing.F) {
 func FuzzEventLog(f *testing.F) {
 	f.Add([]byte(`{"id":"1","type":"critical_set","agent_id":"a","time":"2026-03-01T12:00:00Z","message":"m"}` + "\n" + `{"id":"2"`))
 	f.Add([]byte("\n\n{}\nnot json\n"))
+	// An agent whose ID is not UTF-8: its exact ID in agent_id_b64; then
+	// one whose agent_id_b64 is not the ID agent_id shows.
+	f.Add([]byte(`{"id":"1","type":"config_set","agent_id":"bot-\ufffd\ufffd","agent_id_b64":"Ym90Lf/+","message":"m"}` + "\n" +
+		`{"id":"2","type":"config_set","agent_id":"a","agent_id_b64":"Ym90Lf/+","message":"m"}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "events.jsonl"), data, 0o600); err != nil {
