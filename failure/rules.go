@@ -38,13 +38,20 @@ var textRules = func() []textRule {
 		{ClassContextLength, 85, "", []string{
 			"context length", "context window", "maximum context", "too many tokens",
 			"token limit", "tokens exceeds", "tokens exceed", "prompt is too long", "input is too long",
-			"max tokens exceeded", "context limit", "contextlength", "too long for context", "reduce the length"}},
+			"max tokens exceeded", "context limit", "contextlength", "too long for context", "reduce the length",
+			"input token count", "maximum number of tokens"}},
 		{ClassContentFilter, 80, "", []string{
 			"content filter", "contentfilter", "content policy", "content management policy", "safety",
 			"moderation", "flagged", "refused to", "refusal", "responsible ai", "harmful", "policy violation",
 			"blocked by"}},
+		// A limit that lifts within the minute names its wait: Gemini's
+		// per-minute limits say "You exceeded your current quota ...
+		// Please retry in 37.2s"; its daily one, and a spent balance,
+		// name none.
+		{ClassRateLimit, 77, "", []string{"please retry in"}},
 		{ClassQuota, 76, "", []string{
-			"current quota", "insufficient quota", "billing hard limit", "credit balance is too low"}},
+			"current quota", "insufficient quota", "billing hard limit", "credit balance is too low",
+			"specified api usage limits", "regain access on"}},
 		{ClassRateLimit, 75, "", []string{
 			"rate limit", "rate limited", "rate limits", "ratelimit", "ratelimited", "too many requests",
 			"quota", "throttled", "throttling", "throttle", "resource exhausted", "requests per minute",
