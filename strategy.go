@@ -404,12 +404,13 @@ func (p *plan) move() *Tweak {
 	case failure.ClassModelUnavailable:
 	case failure.ClassNotFound:
 	case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled, failure.ClassNetwork, failure.ClassEmptyResponse:
-		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) {
+		run, ok := runClass(a, p.class)
+		if a.Stats.ConsecutiveFailures < max(moveRun, a.Threshold.Failures) || !ok {
 			return nil
 		}
 		// The rates the move is made on, as counted.
 		why = fmt.Sprintf("the last %d calls on route %q failed (%s), each after its attempts; %d of the window's %d calls failed",
-			a.Stats.ConsecutiveFailures, cur, p.class, a.Stats.Failures, a.Stats.Calls)
+			a.Stats.ConsecutiveFailures, cur, run, a.Stats.Failures, a.Stats.Calls)
 	default:
 		return nil
 	}
@@ -426,6 +427,34 @@ func (p *plan) move() *Tweak {
 		return p.safe(fmt.Sprintf("move to route %q: %s", r, why))
 	}
 	return nil
+}
+
+// runClass returns the class of the run of failures a ends with (its
+// last Stats.ConsecutiveFailures failures), the one most of them have
+// (class on a tie), and whether each has a class another route can fix:
+// a run of bad requests after scattered overloads moves no route. With
+// no failures listed it trusts class.
+func runClass(a *Analysis, class failure.Class) (failure.Class, bool) {
+	run := a.Failures[max(len(a.Failures)-a.Stats.ConsecutiveFailures, 0):]
+	if len(run) == 0 {
+		return class, true
+	}
+	count := map[failure.Class]int{}
+	for _, f := range run {
+		switch f.Class {
+		case failure.ClassOverloaded, failure.ClassTimeout, failure.ClassFirstTokenTimeout, failure.ClassStreamStalled, failure.ClassNetwork, failure.ClassEmptyResponse:
+			count[f.Class]++
+		default:
+			return f.Class, false
+		}
+	}
+	best := class
+	for c, n := range count {
+		if n > count[best] || n == count[best] && best != class && c < best {
+			best = c
+		}
+	}
+	return best, true
 }
 
 // outage reports whether the agent's dominant cluster cl is an upstream
