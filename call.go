@@ -234,7 +234,7 @@ func (l *Loop) skipDead(c *begun, cfg *Config, needs *Needs) *Config {
 	}
 	cp := *cfg
 	cp.Route = alt
-	c.fellBack, c.fellClass, c.fellRoute, c.fellFrom, c.route = true, d.Class, alt, cfg.Route, alt
+	c.fellBack, c.fellClass, c.fellRoute, c.fellFrom, c.route, c.skipped = true, d.Class, alt, cfg.Route, alt, true
 	return &cp
 }
 
@@ -245,7 +245,7 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 	c := &call{gen: b.gen, version: b.version, arm: b.arm, probe: b.probe, dur: dur, attempts: rep.Attempts, route: b.route,
 		homeProbe: b.homeProbe, probeClass: b.probeClass, probeText: b.probeText,
 		fellBack: b.fellBack, fellClass: b.fellClass, fellRoute: b.fellRoute, fellFrom: b.fellFrom, fellText: b.fellText, fellCluster: b.fellCluster, q: b.q,
-		fitted: b.fitted, fellSilent: b.fellSilent, earlier: b.earlier}
+		fitted: b.fitted, fellSilent: b.fellSilent, earlier: b.earlier, skipped: b.skipped}
 	b.w.resume() // the waits began before fn (a load, a probe's claim)
 	rep.Duration = dur
 	if pv != nil {

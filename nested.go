@@ -292,8 +292,10 @@ type begun struct {
 	// fitted: the call runs off its agent's route for a reason of its
 	// own: its request does not fit it (WithNeeds), or it cools down
 	// (Loop.cooled); earlier: Record books it under an earlier version
-	// (see call.earlier). Beside fellBack, in its padding.
-	fellSilent, fitted, earlier bool
+	// (see call.earlier); skipped: its own route was known dead, and it
+	// went to fellRoute without asking it. Beside fellBack, in its
+	// padding.
+	fellSilent, fitted, earlier, skipped bool
 	fellClass                   failure.Class
 	fellRoute                   string
 	fellFrom                    string

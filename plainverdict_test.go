@@ -124,7 +124,7 @@ func TestRouteReasonsPlainFirst(t *testing.T) {
 		got = append(got, reason, verdict)
 	}
 	want := []string{
-		`moved to route "backup", where the last call succeeded after failing on route "primary"`,
+		`moved to route "backup", as route "primary" is marked dead (model_unavailable): the last call went to "backup" without asking it`,
 		"the last 5 calls under v2 failed in a row, against 5 in 6 before",
 		`moved on to route "spare", as rolling back would return to route "primary", which is dead`,
 		"all 10 calls under v3 succeeded, against 5 in 15 before",

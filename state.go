@@ -229,6 +229,9 @@ type call struct {
 	fitted bool
 	// fellSilent: its own route left an attempt without an answer.
 	fellSilent bool
+	// skipped: its own route was known dead before the call, which went
+	// to fellRoute without asking it.
+	skipped bool
 	// earlier: a call Record books under an earlier version than the
 	// one in force, whose route is that version's (route "": found when
 	// it is booked).

@@ -485,6 +485,11 @@ func (s *agentState) strike(c *call, r *ruleBook, eff *effects) {
 	home := s.Config.Route
 	reason := fmt.Sprintf("moved to route %q, where %s; %s on route %q",
 		c.fellRoute, lastCalls(need, fmt.Sprintf("succeeded after failing on route %q", s.routeName(home, r))), c.fellClass, s.routeName(home, r))
+	if c.skipped {
+		// It never asked the route: another call marked it dead.
+		reason = fmt.Sprintf("moved to route %q, as route %q is marked dead (%s): the last call went to %q without asking it",
+			c.fellRoute, s.routeName(home, r), c.fellClass, c.fellRoute)
+	}
 	cluster := "" // the move fixes the failures on the route it leaves: the memory credits their cluster
 	if c.fellCluster != 0 {
 		cluster = failure.FormatClusterID(c.fellCluster)
