@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -31,5 +32,15 @@ func TestNestedExample(t *testing.T) {
 	}
 	if i := strings.Index(out, "task   config"); strings.Contains(out[i:], "change v") {
 		t.Errorf("the task agent changed its config:\n%s", out[i:])
+	}
+	// The guide shows the output from its first task on (it said 17×
+	// where the program prints 13×).
+	guide, err := os.ReadFile("../../docs/guide.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := out[strings.Index(out, "One task"):]
+	if !strings.Contains(string(guide), "```\n"+shown+"```\n") {
+		t.Errorf("docs/guide.md does not show the nested example's output; it prints:\n%s", shown)
 	}
 }
