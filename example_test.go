@@ -10,7 +10,6 @@ import (
 
 	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/fleettest"
-	"github.com/self-improving-loop/selfimprove/internal/fakeclock"
 )
 
 // The quick start: wrap an agent call. The loop runs it under the agent's
@@ -290,25 +289,3 @@ func ExampleWithFleet() {
 	// 3
 }
 
-// RetryPolicy.JitterSeed makes the retry backoff's jitter a fixed
-// sequence: on a simulated clock, the same calls take the same time on
-// every run.
-func ExampleRetryPolicy_jitterSeed() {
-	clk := fakeclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	l, err := selfimprove.New(selfimprove.WithStore(selfimprove.NewRAMStore()), selfimprove.WithNotifier(nil), selfimprove.WithClock(clk),
-		selfimprove.WithRetryPolicy(selfimprove.RetryPolicy{JitterSeed: 42}),
-		selfimprove.WithDefaultConfig(selfimprove.Config{MaxAttempts: 3, Backoff: 100 * time.Millisecond}))
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	tries := 0
-	rep, err := l.ExecuteWithImprovement(context.Background(), "search", func(context.Context, selfimprove.Config) error {
-		if tries++; tries < 3 {
-			return errors.New("upstream 503")
-		}
-		return nil
-	})
-	fmt.Println(rep.Attempts, rep.Duration, err)
-	// Output: 3 194.761895ms <nil>
-}
