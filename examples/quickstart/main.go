@@ -136,6 +136,11 @@ func main() {
 // run runs the quick start with its state in dir, or in a temporary
 // directory removed at the end when dir is empty.
 func run(w io.Writer, dir string) error {
+	if ents, err := os.ReadDir(dir); dir != "" && err == nil && len(ents) > 0 {
+		// A second run would go on from the first one's state and tell
+		// another story under the same header.
+		return fmt.Errorf("quickstart: %s already holds state from an earlier run: remove it (rm -r %s) or choose another -dir", dir, dir)
+	}
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "selfimprove-quickstart")
 		if err != nil {

@@ -51,3 +51,24 @@ func readBack(t *testing.T, dir string) *selfimprove.Loop {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// TestQuickStartRefusesItsOwnState: a second run in the same -dir (the
+// README and docs/cli.md both give the command) is refused with how to
+// go on, and leaves the first run's state as it was. Before, it went on
+// from that state, printed the hang's story under the same header while
+// running on v3 from its first call, and doubled the counts status shows.
+func TestQuickStartRefusesItsOwnState(t *testing.T) {
+	dir := t.TempDir()
+	if err := run(io.Discard, dir); err != nil {
+		t.Fatal(err)
+	}
+	before := readBack(t, dir).Stats("order-lookup").Calls
+	var b strings.Builder
+	err := run(&b, dir)
+	if err == nil || !strings.Contains(err.Error(), "already holds state") || b.Len() != 0 {
+		t.Errorf("a second run in the same directory: error %v, printed %q; want a refusal that prints nothing", err, b.String())
+	}
+	if after := readBack(t, dir).Stats("order-lookup").Calls; after != before {
+		t.Errorf("the refused run changed the state: %d calls, %d before", after, before)
+	}
+}
