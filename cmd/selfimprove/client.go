@@ -175,6 +175,7 @@ type readOnlyHandler struct {
 	mu     sync.Mutex
 	loop   *selfimprove.Loop // the streams' Loop
 	stream http.Handler
+	closed bool // by Close: no more streams
 }
 
 func newReadOnlyHandler(dir string, opts admin.Options) (*readOnlyHandler, error) {
@@ -200,6 +201,10 @@ func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.URL.Path == "/api/events/stream" {
 		sh, err := h.streams()
+		if errors.Is(err, selfimprove.ErrClosed) {
+			refuse(w, http.StatusServiceUnavailable, "the loop is closed")
+			return
+		}
 		if err != nil {
 			h.opts.Logger.Error("selfimprove: open the state directory", "error", err)
 			refuse(w, http.StatusInternalServerError, "cannot read the state directory")
@@ -222,6 +227,9 @@ func (h *readOnlyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *readOnlyHandler) streams() (http.Handler, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return nil, selfimprove.ErrClosed
+	}
 	if h.stream == nil {
 		l, err := h.open()
 		if err != nil {
@@ -232,10 +240,12 @@ func (h *readOnlyHandler) streams() (http.Handler, error) {
 	return h.stream, nil
 }
 
-// Close closes the streams' Loop, which ends the streams.
+// Close closes the streams' Loop, which ends the streams; a stream asked
+// for afterwards is refused with 503.
 func (h *readOnlyHandler) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closed = true
 	if h.loop == nil {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 
 // SimilarInput is the input of the tool similar_failures.
 type SimilarInput struct {
-	Text string `json:"text" jsonschema:"the failure to look up: an error message or a description of what went wrong"`
+	Text string `json:"text" jsonschema:"the failure to look up: an error message or a description of what went wrong; its first 4096 bytes count"`
 	K    int    `json:"k,omitempty" jsonschema:"how many remembered failures to return, 1 to 100; default 5"`
 }
 
@@ -55,8 +55,8 @@ func newMCPServer(c *client, version string) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "similar_failures",
 		Description: "Remembered failure clusters similar to a text, most similar first, each with the config changes tried against it and how they fared."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in SimilarInput) (*mcp.CallToolResult, any, error) {
-			if in.Text == "" {
-				return nil, nil, errors.New("text is required")
+			if similarText(in.Text) == "" {
+				return nil, nil, errors.New("text is required: the failure's message")
 			}
 			k := in.K
 			if k == 0 {
@@ -105,8 +105,8 @@ func newMCPServer(c *client, version string) *mcp.Server {
 		Arguments:   []*mcp.PromptArgument{{Name: "failure", Description: "the failure's message", Required: true}}},
 		func(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			text := req.Params.Arguments["failure"]
-			if text == "" {
-				return nil, errors.New("failure is required")
+			if similarText(text) == "" {
+				return nil, errors.New("failure is required: the failure's message")
 			}
 			list, err := similar(ctx, c, text, 5)
 			if err != nil {
@@ -126,18 +126,22 @@ func newMCPServer(c *client, version string) *mcp.Server {
 }
 
 // runMCP serves the MCP server over stdin and stdout until the client
-// disconnects or the command is interrupted.
+// disconnects or the command is interrupted. stdin goes through a
+// frameFilter, which answers the lines that are no JSON-RPC message the
+// SDK takes (which would end the session) with a JSON-RPC error.
 func runMCP(ctx context.Context, e *env, _ []string) error {
 	return withClient(e, false, func(c *client) error {
 		s := newMCPServer(c, moduleVersion().Version)
-		err := s.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(e.stdin), Writer: nopWriteCloser{e.stdout}})
+		out := &lineWriter{w: e.stdout}
+		pr, pw := io.Pipe()
+		f := &frameFilter{out: out, stderr: e.stderr}
+		go f.run(e.stdin, pw)
+		err := s.Run(ctx, &mcp.IOTransport{Reader: pr, Writer: out})
+		out.Close()
+		pr.Close()
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	})
 }
-
-type nopWriteCloser struct{ io.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

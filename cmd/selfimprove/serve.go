@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -64,10 +65,7 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 	}
 	srv := newHTTPServer(h, lim, logger)
 	fmt.Fprintf(e.stderr, "selfimprove: serving %s on http://%s/ (%s%s)\n", dir, ln.Addr(), serveMode(e.o.readOnly, token), tokensMode(&opts))
-	err = serveUntil(ctx, srv, ln)
-	if cerr := closeH(); cerr != nil && err == nil {
-		err = cerr
-	}
+	err = serveUntil(ctx, srv, ln, closeH)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -143,22 +141,87 @@ func serveMode(readOnly bool, token string) string {
 	return "reads and mutations need the token"
 }
 
-// serveUntil serves srv on ln until srv fails or ctx is done; then requests
-// under way get 2 s, and event streams are cut.
-func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+// serveUntil serves srv on ln until srv fails or ctx is done, and closes
+// what closeH closes (the Loop). When ctx is done, srv takes no new
+// connection, the requests under way (event streams aside) get 2 s, and
+// then the Loop is closed, which sends each event stream an event
+// "closed" and ends it; the connections still open after the 2 s are cut.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener, closeH func() error) error {
+	gate := &requestGate{h: srv.Handler}
+	srv.Handler = gate
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case err := <-done:
-		return err
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		if errors.Is(err, context.DeadlineExceeded) {
-			err = srv.Close()
+		if cerr := closeH(); cerr != nil && err == nil {
+			err = cerr
 		}
 		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	closed := make(chan error, 1)
+	// Shutdown runs this once it has closed the listener; it then waits
+	// for the streams, which the Loop's end ends.
+	srv.RegisterOnShutdown(func() {
+		gate.wait(sctx)
+		closed <- closeH()
+	})
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	if cerr := <-closed; cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// requestGate serves h, and counts the requests under way that are not
+// event streams: serve lets them finish before it closes the Loop.
+type requestGate struct {
+	h    http.Handler
+	mu   sync.Mutex
+	n    int           // requests under way, event streams aside
+	idle chan struct{} // while wait waits: closed when n drops to 0
+}
+
+func (g *requestGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/api/events/stream" {
+		g.h.ServeHTTP(w, r)
+		return
+	}
+	g.mu.Lock()
+	g.n++
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		if g.n--; g.n == 0 && g.idle != nil {
+			close(g.idle)
+			g.idle = nil
+		}
+		g.mu.Unlock()
+	}()
+	g.h.ServeHTTP(w, r)
+}
+
+// wait waits until no request is under way (event streams aside), or ctx
+// is done.
+func (g *requestGate) wait(ctx context.Context) {
+	g.mu.Lock()
+	if g.n == 0 {
+		g.mu.Unlock()
+		return
+	}
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	idle := g.idle
+	g.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
 	}
 }
 

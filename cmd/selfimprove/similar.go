@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
@@ -16,6 +17,9 @@ import (
 func runSimilar(ctx context.Context, e *env, args []string) error {
 	if e.o.k < 1 || e.o.k > 100 {
 		return usageErr("-k: %d is not in 1..100", e.o.k)
+	}
+	if similarText(args[0]) == "" {
+		return usageErr("TEXT is blank: give the failure's message")
 	}
 	return withClient(e, false, func(c *client) error {
 		list, err := similar(ctx, c, args[0], e.o.k)
@@ -73,9 +77,30 @@ func changeText(from, to selfimprove.Config) string {
 	return strings.Join(parts, ", ")
 }
 
+// maxSimilarText is the admin API's bound on the text of /api/similar, in
+// bytes.
+const maxSimilarText = 4096
+
+// similarText is text as similar sends it: without its surrounding blanks,
+// and cut to its first maxSimilarText bytes, at a character's start (a
+// stack trace's head is the failure's message). It is "" for a blank text.
+func similarText(text string) string {
+	text = strings.TrimSpace(text)
+	if len(text) <= maxSimilarText {
+		return text
+	}
+	cut := maxSimilarText
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut]
+}
+
+// similar returns the k remembered failures most similar to text, which
+// the caller checked is not blank.
 func similar(ctx context.Context, c *client, text string, k int) (admin.SimilarList, error) {
 	var list admin.SimilarList
-	err := c.get(ctx, "/api/similar", url.Values{"q": {text}, "k": {strconv.Itoa(k)}}, &list)
+	err := c.get(ctx, "/api/similar", url.Values{"q": {similarText(text)}, "k": {strconv.Itoa(k)}}, &list)
 	list.Memories = nonNil(list.Memories)
 	return list, err
 }
