@@ -88,6 +88,12 @@ type Options struct {
 	// that one here (selfimprove serve: its --allow-host flag). Default
 	// "list it in admin.Options.AllowedHosts".
 	HostHint string
+	// TokenHint ends the 403 answer to a mutation when no token is
+	// configured, in parentheses: how to set one. A program that reads
+	// the token from its own flag or setting names that one here
+	// (selfimprove serve: SELFIMPROVE_TOKEN or --token-file). Default
+	// "set admin.Options.Token".
+	TokenHint string
 	// MaxStreams bounds the event streams served at once; one more gets
 	// 503 with Retry-After. Default 100.
 	MaxStreams int
@@ -188,6 +194,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.HostHint == "" {
 		o.HostHint = "list it in admin.Options.AllowedHosts"
+	}
+	if o.TokenHint == "" {
+		o.TokenHint = "set admin.Options.Token"
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -422,7 +431,7 @@ func (s *server) authorized(w http.ResponseWriter, r *http.Request, a access) (r
 	switch {
 	case s.o.Token == "" && second == "":
 		if a == mutate || a == intakeMutate || a == scoreMutate {
-			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled (set admin.Options.Token)")
+			writeError(w, http.StatusForbidden, "", "no token configured: mutations are disabled ("+s.o.TokenHint+")")
 			return roleOpen, false
 		}
 		return roleOpen, true

@@ -62,8 +62,8 @@ func (e *apiError) Error() string {
 	case http.StatusUnauthorized:
 		return msg + ": set SELFIMPROVE_TOKEN or --token-file to the admin token"
 	case http.StatusForbidden:
-		if strings.HasPrefix(msg, "read-only:") {
-			return msg // the server's own word: no token would do
+		if strings.HasPrefix(msg, "read-only:") || strings.HasPrefix(msg, "no token configured:") {
+			return msg // the server's own word: no token the client sends would do
 		}
 		return msg + ": check the admin token (SELFIMPROVE_TOKEN or --token-file)"
 	}

@@ -50,7 +50,8 @@ func runServe(ctx context.Context, e *env, _ []string) error {
 	lim := defaultLimits
 	lim.idle, lim.maxStreams = e.o.idleTimeout, e.o.maxStreams
 	opts := admin.Options{Token: token, Logger: logger, AllowedHosts: e.o.allowHosts, MaxStreams: lim.maxStreams,
-		HostHint: "pass its name to selfimprove serve --allow-host"}
+		HostHint:  "pass its name to selfimprove serve --allow-host",
+		TokenHint: "start selfimprove serve with SELFIMPROVE_TOKEN or --token-file"}
 	if err := serveTokens(e.o, &opts); err != nil {
 		return err
 	}

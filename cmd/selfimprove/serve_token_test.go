@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeWithoutTokenSaysHowToSetOne starts `selfimprove serve --dir`
+// without a token, as a newcomer does after the quick start, and tries a
+// mutation (what the dashboard's Approve/Reject or `rewind --url` sends).
+// The refusal says to start serve with SELFIMPROVE_TOKEN or --token-file,
+// as serve's own first line does, and the CLI relays it without telling
+// the client to check its token. Before, it said "set
+// admin.Options.Token", a Go field the command's user cannot set.
+func TestServeWithoutTokenSaysHowToSetOne(t *testing.T) {
+	dir := t.TempDir()
+	writeState(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SELFIMPROVE_TOKEN=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		t.Fatalf("serve: %q", line)
+	}
+	u := strings.TrimSuffix(strings.Fields(line[i:])[0], "/")
+	resp, err := http.Post(u+"/api/agents/alpha/rewind", "application/json", strings.NewReader(`{"version":1,"reason":"try v1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("serve printed: %s", strings.TrimSpace(line))
+	t.Logf("POST rewind: %d %s", resp.StatusCode, body)
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("status %d, want 403", resp.StatusCode)
+	}
+	if strings.Contains(string(body), "admin.Options.Token") || !strings.Contains(string(body), "SELFIMPROVE_TOKEN") {
+		t.Errorf("selfimprove serve refuses a mutation with %s; the remedy for serve is SELFIMPROVE_TOKEN or --token-file (as its own start line says), not admin.Options.Token", strings.TrimSpace(string(body)))
+	}
+	// The CLI relays the same text, and no advice of its own.
+	out, _ := exec.Command(bin, "rewind", "alpha", "1", "--reason", "x", "--url", u).CombinedOutput()
+	if s := string(out); !strings.Contains(s, "start selfimprove serve with SELFIMPROVE_TOKEN") || strings.Contains(s, "check the admin token") {
+		t.Errorf("selfimprove rewind --url: %s", strings.TrimSpace(s))
+	}
+}
