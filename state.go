@@ -227,11 +227,9 @@ type call struct {
 	// fitted: it ran on route, not its agent's, which its request did not
 	// fit (see WithNeeds): no evidence about the agent's route.
 	fitted bool
-	// fellSilent: its own route left an attempt without an answer.
-	fellSilent bool
-	// skipped: its own route was known dead before the call, which went
-	// to fellRoute without asking it.
-	skipped bool
+	// fellSilent: its own route left an attempt without an answer;
+	// skipped: it was known dead, and the call never asked it.
+	fellSilent, skipped bool
 	// earlier: a call Record books under an earlier version than the
 	// one in force, whose route is that version's (route "": found when
 	// it is booked).
