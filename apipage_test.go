@@ -10,19 +10,36 @@ import (
 	"testing"
 )
 
+// goFiles parses the root package's Go files: its test files when tests
+// is set, else the others, keyed by name.
+func goFiles(t *testing.T, tests bool) map[string]*ast.File {
+	t.Helper()
+	ents, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	files := map[string]*ast.File{}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasSuffix(n, ".go") && strings.HasSuffix(n, "_test.go") == tests {
+			f, err := parser.ParseFile(fset, n, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files[n] = f
+		}
+	}
+	return files
+}
+
 // rootNames returns the names the root package declares, from its
 // source: its top-level names, and the names of its methods and struct
 // fields (which the API page names as Type.Name or (*Type).Name).
 func rootNames(t *testing.T) map[string]bool {
 	t.Helper()
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := map[string]bool{}
-	for _, p := range pkgs {
-		ast.Inspect(p, func(n ast.Node) bool {
+	for _, f := range goFiles(t, false) {
+		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.FuncDecl:
 				names[n.Name.Name] = true

@@ -288,4 +288,3 @@ func ExampleWithFleet() {
 	// 2 fast-model
 	// 3
 }
-

@@ -2,9 +2,6 @@ package selfimprove_test
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"os"
 	"strings"
 	"testing"
 )
@@ -15,13 +12,8 @@ import (
 // internal/fakeclock: a program that copied it did not build ("use of
 // internal package not allowed").
 func TestExamplesUsePublicPackages(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return strings.HasSuffix(fi.Name(), "_test.go") }, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pkgs {
-		for name, f := range p.Files {
+	{
+		for name, f := range goFiles(t, true) {
 			examples := false
 			for _, d := range f.Decls {
 				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Example") {

@@ -296,11 +296,11 @@ type begun struct {
 	// went to fellRoute without asking it. Beside fellBack, in its
 	// padding.
 	fellSilent, fitted, earlier, skipped bool
-	fellClass                   failure.Class
-	fellRoute                   string
-	fellFrom                    string
-	fellText                    string
-	fellCluster                 uint64 // the cluster of fellText's failure
+	fellClass                            failure.Class
+	fellRoute                            string
+	fellFrom                             string
+	fellText                             string
+	fellCluster                          uint64 // the cluster of fellText's failure
 	// att is the call's attempt context, if it has one; seq, the
 	// loop's recent failures when it started, without one (see
 	// Loop.cause).
