@@ -84,11 +84,16 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		if acfg == cfg { // another route's attempt goes at once: the waits are this route's
 			wait, reason = l.wait(cfg, *n, err, hint, why, sdkRetried(class))
 		}
-		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		if dl, ok := ctx.Deadline(); ok && wait > 0 && time.Until(dl) < wait {
+			// The wait would pass the caller's deadline: this route's
+			// attempts are over; the next route goes at once, if any.
+			if acfg, moved = l.nextRoute(b, att, cfg, err, &f, true, needs); !moved {
 				att.unbudget()
-				return err, false // the wait would pass the caller's deadline
+				return err, false
 			}
+			wait, reason = 0, failure.WaitNone
+		}
+		if wait > 0 {
 			if l.sleep(ctx, wait) != nil {
 				att.unbudget()
 				break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -50,5 +51,39 @@ func TestContextLengthRetriesWithinMaxAttempts(t *testing.T) {
 				t.Errorf("MaxAttempts %d: fn ran %d times (attempts %d), want %d; error %v", tc.cfg.MaxAttempts, n, rep.Attempts, want, err)
 			}
 		})
+	}
+}
+
+// waitingLimit is a provider's 429 that asks for a wait.
+type waitingLimit struct{ wait time.Duration }
+
+func (e waitingLimit) Error() string             { return "429 Rate limit reached for gpt-4.1 on requests per min (RPM)" }
+func (e waitingLimit) StatusCode() int           { return 429 }
+func (e waitingLimit) RetryAfter() time.Duration { return e.wait }
+
+// TestRateLimitedPrimaryUnderADeadlineFallsBack: the primary answers 429
+// asking for 30 s, under a caller deadline of 5 s; the fallback answers
+// at once. The wait would pass the deadline, so the primary's attempts
+// are over, and the call goes to the fallback at once. Before, it
+// returned the 429 after one attempt: the fallback, which would have
+// answered, was never asked (with the default config and with
+// MaxAttempts 3).
+func TestRateLimitedPrimaryUnderADeadlineFallsBack(t *testing.T) {
+	for _, attempts := range []int{0, 3} {
+		e := newEnv(t, si.WithRoutes(si.Routes{Primary: "gpt-4.1", Fallbacks: []string{"gpt-4o"}}),
+			si.WithDefaultConfig(si.Config{MaxAttempts: attempts}), si.WithRetryPolicy(si.RetryPolicy{})) // the transient floor: 3 attempts
+		var asked []string
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rep, err := e.l.ExecuteWithImprovement(ctx, "a", func(_ context.Context, cfg si.Config) error {
+			asked = append(asked, cfg.Route)
+			if cfg.Route == "" || cfg.Route == "gpt-4.1" {
+				return waitingLimit{30 * time.Second}
+			}
+			return nil
+		})
+		cancel()
+		if err != nil || len(asked) != 2 || asked[1] != "gpt-4o" {
+			t.Errorf("MaxAttempts %d: error %v after %d attempts on %q; want the fallback asked at once", attempts, err, rep.Attempts, asked)
+		}
 	}
 }
