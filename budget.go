@@ -189,7 +189,8 @@ type Attempt struct {
 	// Loop.Similar), at most 3, with the fixes tried for them.
 	Memories []Memory
 	// LastStatus is the HTTP status of the previous attempt's last failed
-	// response, as Transport saw it. Default 0: none seen.
+	// response, as Transport saw it, else as its error reports it (a
+	// StatusCode() or HTTPStatusCode() method). Default 0: none seen.
 	LastStatus int
 	// Waited is how long the loop waited before this attempt. Default 0:
 	// it did not wait.

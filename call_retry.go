@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"sync"
@@ -106,7 +107,7 @@ func (l *Loop) retry(ctx context.Context, att *callCtx, cfg *Config, fn func(con
 		att.next()
 		actx := context.WithValue(att, attemptKey{}, &Attempt{Number: *n, LastErr: err, LastClass: class,
 			Memories:   l.mem.similar(text, attemptMemories, l.clock.Now().UnixNano()),
-			LastStatus: status, Waited: wait, WaitReason: reason})
+			LastStatus: cmp.Or(status, f.Status), Waited: wait, WaitReason: reason})
 		if err = l.runOnce(actx, acfg, fn, b); err == nil || ctx.Err() != nil {
 			return err, false
 		}

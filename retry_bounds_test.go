@@ -87,3 +87,24 @@ func TestRateLimitedPrimaryUnderADeadlineFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestLastStatusFromTheError: Attempt.LastStatus is the previous
+// attempt's HTTP status, from the transport's record or, without one,
+// from the error (its StatusCode method). Before, an error's own status
+// was left out: a retry after a 429 said "after a 0".
+func TestLastStatusFromTheError(t *testing.T) {
+	e := newEnv(t, si.WithDefaultConfig(si.Config{MaxAttempts: 2}))
+	n, last := 0, -1
+	e.l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, _ si.Config) error {
+		if a, ok := si.AttemptInfo(ctx); ok {
+			last = a.LastStatus
+		}
+		if n++; n == 1 {
+			return waitingLimit{time.Millisecond}
+		}
+		return nil
+	})
+	if last != 429 {
+		t.Errorf("the second attempt's LastStatus is %d, want 429", last)
+	}
+}

@@ -92,7 +92,11 @@ func run(w io.Writer) error {
 		rep, err := loop.ExecuteWithImprovement(ctx, "writer", chat)
 		switch {
 		case rep.Improvement != nil:
-			fmt.Fprintf(w, "  call %2d: %s; the loop moves the route to %q\n", i, failure.Classify(err), rep.Improvement.To.Route)
+			what := "answered by the fallback" // the call itself fell back within its attempts
+			if err != nil {
+				what = string(failure.Classify(err))
+			}
+			fmt.Fprintf(w, "  call %2d: %s; the loop moves the route to %q\n", i, what, rep.Improvement.To.Route)
 		case err != nil:
 			fmt.Fprintf(w, "  call %2d: %s after %d attempt(s): %v\n", i, failure.Classify(err), rep.Attempts, err)
 		}
