@@ -5,6 +5,7 @@ package otel
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -23,12 +24,32 @@ const ScopeName = "github.com/self-improving-loop/selfimprove/otel"
 // otherAgents is the agent attribute of the agents beyond MaxAgentSeries.
 const otherAgents = "_other"
 
-// Options configures RegisterMetrics.
+// DefaultMaxAgentSeries is the default of Options.MaxAgentSeries: 600.
+// The OpenTelemetry SDK keeps at most 2,000 series an instrument by
+// default (sdkmetric.WithCardinalityLimit) and merges the rest into one
+// series without attributes; selfimprove.calls has 3 series an agent (one
+// an outcome), so 600 agents and _other make 1,803 of them, which fit.
+// admin's /metrics, which has no such limit, keeps 1,000 by default.
+const DefaultMaxAgentSeries = 600
+
+// Options configures RegisterMetrics and WrapWith.
 type Options struct {
-	// MaxAgentSeries bounds the agents observed with their own agent
-	// attribute: the first ones by ID; the others are summed under
-	// agent="_other". Default 1,000.
+	// MaxAgentSeries bounds the agents with their own agent attribute; the
+	// others are summed under agent="_other". RegisterMetrics keeps the
+	// first ones by ID among the agents in memory; the duration histogram
+	// of WrapWith keeps the first ones whose calls it records, for the
+	// life of the Loop it returns. Default DefaultMaxAgentSeries (600).
+	// Above 665, raise the SDK's cardinality limit to more than
+	// 3×MaxAgentSeries+3 too, or selfimprove.calls overflows it.
 	MaxAgentSeries int
+}
+
+// maxAgents returns o.MaxAgentSeries, or its default.
+func (o Options) maxAgents() int {
+	if o.MaxAgentSeries <= 0 {
+		return DefaultMaxAgentSeries
+	}
+	return o.MaxAgentSeries
 }
 
 // RegisterMetrics registers observable instruments reading l on a meter
@@ -46,12 +67,11 @@ type Options struct {
 //	.conflicts, .commits, .commit.time (ns), .leases.taken, .leases.busy, .leases.errors, .behind  counters
 //
 // Call latency is a histogram, which OpenTelemetry cannot observe: Wrap
-// records it (selfimprove.call.duration) for the calls it runs.
+// records it (selfimprove.call.duration) for the calls the loop counts
+// (see Execute).
 // Unregister the returned Registration to stop.
 func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.Registration, error) {
-	if opts.MaxAgentSeries <= 0 {
-		opts.MaxAgentSeries = 1000
-	}
+	opts.MaxAgentSeries = opts.maxAgents()
 	m := mp.Meter(ScopeName)
 	in, err := newInstruments(m)
 	if err != nil {
@@ -225,24 +245,33 @@ type Loop struct {
 	l        *si.Loop
 	tracer   trace.Tracer
 	duration metric.Float64Histogram
+	series   *agentSeries // the histogram's series; nil without it
 }
 
 // Wrap returns l with tracing from tp and the call-duration histogram on
 // mp (either may be nil: the global providers of go.opentelemetry.io/otel
-// are not used; a nil one turns its part off).
+// are not used; a nil one turns its part off). It is WrapWith with the
+// default Options (600 agents with their own duration series).
 func Wrap(l *si.Loop, tp trace.TracerProvider, mp metric.MeterProvider) (*Loop, error) {
+	return WrapWith(l, tp, mp, Options{})
+}
+
+// WrapWith is Wrap with opts: the duration histogram keeps a series for
+// each of the first opts.MaxAgentSeries agents whose calls it records,
+// and records the calls of the others under agent="_other".
+func WrapWith(l *si.Loop, tp trace.TracerProvider, mp metric.MeterProvider, opts Options) (*Loop, error) {
 	w := &Loop{l: l}
 	if tp != nil {
 		w.tracer = tp.Tracer(ScopeName)
 	}
 	if mp != nil {
 		h, err := mp.Meter(ScopeName).Float64Histogram("selfimprove.call.duration",
-			metric.WithDescription("Duration of the calls (every attempt and the waits between), by agent and outcome."), metric.WithUnit("s"),
+			metric.WithDescription("Duration of the calls the loop counted (every attempt and the waits between), by agent and outcome."), metric.WithUnit("s"),
 			metric.WithExplicitBucketBoundaries(bounds()...))
 		if err != nil {
 			return nil, err
 		}
-		w.duration = h
+		w.duration, w.series = h, newAgentSeries(opts.maxAgents())
 	}
 	return w, nil
 }
@@ -260,7 +289,11 @@ func bounds() []float64 {
 // selfimprove.agent, selfimprove.config.version, selfimprove.outcome
 // (success, failure, ignored) and selfimprove.attempts; a failed call
 // sets the span's status to Error with fn's error. fn's error and the
-// Report are returned unchanged.
+// Report are returned unchanged. The call's duration goes to the
+// histogram when the loop counted the call: not when its caller
+// cancelled it (ignored), nor when fn never ran (an open circuit, a
+// spent Budget), nor when it ran untracked (an invalid agent ID, a
+// closed Loop).
 func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Context, si.Config) error) (si.Report, error) {
 	var span trace.Span
 	if w.tracer != nil {
@@ -290,10 +323,27 @@ func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Cont
 			span.SetStatus(codes.Error, failure.Scrub(err.Error()))
 		}
 	}
-	if w.duration != nil && out != "ignored" {
-		w.duration.Record(ctx, rep.Duration.Seconds(), metric.WithAttributes(attribute.String("agent", agent), attribute.String("outcome", out)))
+	if w.duration != nil && out != "ignored" && counted(&rep) {
+		sets := w.series.of(agentID)
+		opt := sets.success
+		if out == "failure" {
+			opt = sets.failure
+		}
+		w.duration.Record(ctx, rep.Duration.Seconds(), opt)
 	}
 	return rep, err
+}
+
+// counted reports whether the loop counted the call of rep among its
+// agent's calls (selfimprove.calls, AgentView.Latency): fn ran (a call an
+// open circuit or a spent Budget refused has no attempt) for an agent the
+// loop tracks (a call with an invalid agent ID, or after Close, runs
+// untracked).
+func counted(rep *si.Report) bool {
+	if rep.Attempts == 0 {
+		return false
+	}
+	return rep.LoopErr == nil || !errors.Is(rep.LoopErr, si.ErrInvalidAgentID) && !errors.Is(rep.LoopErr, si.ErrClosed)
 }
 
 // sortedViews returns the views of l's agents in memory (Loop.Views), by
