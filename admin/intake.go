@@ -85,6 +85,22 @@ type OutcomeResult struct {
 	Agents []AgentVersion `json:"agents"`
 }
 
+// OutcomeConflict answers, with 409, a batch of POST /api/outcomes the
+// loop booked in part: the outcomes before the one Field names
+// (outcomes[i]) were booked, that one and those after it were not. A
+// client sending the batch again sends none of the booked ones.
+type OutcomeConflict struct {
+	ErrorBody
+	// Booked counts the outcomes booked: those before outcomes[Booked].
+	Booked int `json:"booked"`
+	// Retry says why outcomes[Booked] was not booked. false: the loop
+	// refused it (a version the agent never had): drop it and send those
+	// after it. true: the loop itself failed (a store it could not read,
+	// the loop closing): send it and those after it again, later, as
+	// after a 5xx.
+	Retry bool `json:"retry"`
+}
+
 // AgentVersion is an agent with the version of its config in force.
 type AgentVersion struct {
 	ID            string `json:"id"`
@@ -362,12 +378,8 @@ func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, re
 		id := outs[i].Agent
 		rep, err := s.l.Record(r.Context(), id, reps[i])
 		if err != nil {
-			if errors.Is(err, selfimprove.ErrUnknownVersion) {
-				err = &badRequest{status: http.StatusConflict, field: at(i, "config_version"),
-					msg: fmt.Sprintf("%v; the %d outcomes before it were booked", err, i)}
-			}
 			s.lim.booked.Add(int64(out.Booked))
-			s.fail(w, err)
+			s.failBooking(w, err, i)
 			return
 		}
 		if q := outs[i].Quality; q != nil {
@@ -389,6 +401,31 @@ func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, re
 	}
 	s.lim.booked.Add(int64(out.Booked))
 	writeJSON(w, http.StatusOK, out)
+}
+
+// failBooking answers a batch whose i-th outcome the loop did not book,
+// the outcomes before it booked. With none booked, the loop's error as
+// any (a 5xx: the batch can be sent again whole). With some booked, 409
+// with an OutcomeConflict saying how many, so that a client sending the
+// batch again never books those twice: Retry false for a version the
+// agent never had (drop outcomes[i]), true for the loop's own failure (a
+// store it cannot read, the loop closing: send outcomes[i] on, later).
+func (s *server) failBooking(w http.ResponseWriter, err error, i int) {
+	c := OutcomeConflict{ErrorBody: ErrorBody{Status: http.StatusConflict}, Booked: i}
+	switch {
+	case errors.Is(err, selfimprove.ErrUnknownVersion):
+		c.Field = at(i, "config_version")
+		c.Error = fmt.Sprintf("%s; the %d outcomes before it were booked", strings.TrimPrefix(err.Error(), "selfimprove: "), i)
+	case i == 0:
+		s.fail(w, err)
+		return
+	default:
+		s.o.Logger.Error("selfimprove admin: the loop could not book an outcome", "outcome", at(i, ""), "booked", i, "error", err)
+		c.Field, c.Retry = at(i, ""), true
+		c.Error = fmt.Sprintf("the loop could not book %s (see its log); the %d outcomes before it were booked: "+
+			"send %s and those after it again, later, not the %d booked", at(i, ""), i, at(i, ""), i)
+	}
+	writeJSON(w, http.StatusConflict, c)
 }
 
 // agentConfig serves GET /api/agents/{agent}/config, with an ETag, and

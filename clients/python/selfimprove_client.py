@@ -229,6 +229,39 @@ def _agent_ref(agent):
     return urllib.parse.quote(agent, safe="")
 
 
+def _retry_booked(body, i, n):
+    """For a 409 whose body says the loop failed after booking some (retry:
+    true), how many it booked (0..n); None for any other 409."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("retry") is not True:
+        return None
+    booked = doc.get("booked", i)
+    if isinstance(booked, bool) or not isinstance(booked, int) or not 0 <= booked <= n:
+        return i if i is not None and 0 <= i <= n else None
+    return booked
+
+
+class _Budget:
+    """The requests a send may still make (None: any number)."""
+
+    def __init__(self, n=None):
+        self.n = n
+
+    def left(self):
+        return self.n is None or self.n > 0
+
+    def take(self):
+        if self.n is None:
+            return True
+        if self.n <= 0:
+            return False
+        self.n -= 1
+        return True
+
+
 class _Unavailable(Exception):
     """A send the sidecar did not take: the batch stays queued."""
 
@@ -282,7 +315,9 @@ class Client:
     background thread sends it (None: no thread; reports then go out at a
     call's start once batch_size are queued or a failure is, and on
     flush()). A failed call's report is sent before the next call reads
-    its config, so the loop's decision reaches that call.
+    its config, so the loop's decision reaches that call. A call's start
+    sends one batch at most (one request), and none while another send
+    is in progress: it never waits for the background thread.
     max_queue (10000): reports kept while the sidecar cannot take them;
     over it the oldest are dropped (counted in dropped). max_wait (60.0):
     the cap, in seconds, on any Retry-After honoured, the function's or
@@ -329,7 +364,6 @@ class Client:
         self._queue = []                    # (outcome, its JSON bytes)
         self._queued_at = 0.0               # when the oldest queued report was queued
         self._urgent = False                # a failure's report is queued
-        self._inflight_urgent = False       # a sender is sending one
         self._configs = {}                  # agent -> (Config, etag, read at)
         self._retry_at = 0.0                # no send (nor config read, offline) before
         self._retry_wait = 0.0
@@ -527,6 +561,14 @@ class Client:
         warning) rather than have the sidecar refuse the report.
         """
         try:
+            self._report(agent, success, duration_ms, config_version, error, status, code, attempts, quality,
+                         cost, canceled)
+        except Exception:  # nothing of reporting raises into the caller
+            self.log.exception("selfimprove: a report could not be queued")
+
+    def _report(self, agent, success, duration_ms, config_version, error, status, code, attempts, quality,
+                cost, canceled):
+        try:
             o = self._outcome(agent, success, duration_ms, config_version, error, status, code, attempts,
                               quality, cost, canceled)
             if o is None:
@@ -546,7 +588,9 @@ class Client:
             if over > 0:
                 del self._queue[:over]
             self._urgent = self._urgent or not o["success"]
-            wake = not o["success"] or len(self._queue) >= self.batch_size
+            # A failure's report is left to the next call's start (sent
+            # before it reads its config), or to the thread's next turn.
+            wake = len(self._queue) >= self.batch_size
         if over > 0:
             self._drop(over, "queue_full", "the queue is full (max_queue=%d)" % self.max_queue)
         self._start_thread()
@@ -562,14 +606,21 @@ class Client:
                         "see Client.dropped)", n, why, total)
 
     def _start_thread(self):
+        """Starts the background sender unless it runs. Never raises: when
+        no thread can be started (the OS refuses one), the reports go out
+        at the calls' starts instead (see _due) and on flush()."""
         if self.flush_interval is None or self._stop.is_set():
             return
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._thread = threading.Thread(target=_flusher, name="selfimprove-flush", daemon=True,
-                                            args=(weakref.ref(self), self._stop, self._wake, self.flush_interval))
-            self._thread.start()
+        try:
+            with self._lock:
+                if self._thread is not None and self._thread.is_alive():
+                    return
+                self._thread = threading.Thread(target=_flusher, name="selfimprove-flush", daemon=True,
+                                                args=(weakref.ref(self), self._stop, self._wake, self.flush_interval))
+                self._thread.start()
+        except Exception as exc:  # RuntimeError: can't start new thread
+            self._warn_once(("thread", type(exc).__name__), "selfimprove: the background sender cannot start "
+                            "(%s: %s): reports are sent at the calls' starts", type(exc).__name__, exc)
 
     def _tick(self):
         """The background thread's turn: send what is queued, unless waiting."""
@@ -583,7 +634,7 @@ class Client:
         with self._lock:
             if self.clock() < self._retry_at:
                 return False
-            if self._urgent or self._inflight_urgent:
+            if self._urgent:
                 return True
             if not self._queue:
                 return False
@@ -633,34 +684,43 @@ class Client:
             self._queued_at = self.clock()
         return batch
 
-    def _send_pending(self, wait_429):
-        merged, waits = None, 0
+    def _send_pending(self, wait_429, posts=None):
+        """Sends what is queued, batch by batch and in order, one sender
+        at a time. posts: the most requests to make (None: until the queue
+        is empty or the sidecar cannot take more); what is left stays
+        queued. Returns the merged answer of the batches booked, or None."""
         with self._send_lock:
+            return self._drain(wait_429, _Budget(posts))
+
+    def _drain(self, wait_429, budget):
+        """_send_pending's work, under _send_lock."""
+        merged, waits = None, 0
+        while budget.left():
             with self._lock:
-                self._inflight_urgent, self._urgent = self._urgent, False
+                batch = self._take()
+                if not batch:
+                    self._urgent = False
+                    return merged
             try:
-                while True:
+                answer, rest = self._deliver(batch, budget)
+                merged, waits = self._merge(merged, answer), 0
+                if rest:  # out of requests: the rest waits for the next send
+                    self._requeue(rest)
+                    break
+            except _Unavailable as u:
+                self._requeue(u.rest)
+                if u.wait is None:
+                    self._unavailable(u.why)
+                    return merged
+                waits += 1
+                if not wait_429 or waits > 3:
                     with self._lock:
-                        batch = self._take()
-                    if not batch:
-                        return merged
-                    try:
-                        merged = self._merge(merged, self._deliver(batch))
-                        waits = 0
-                    except _Unavailable as u:
-                        self._requeue(u.rest)
-                        if u.wait is None:
-                            self._unavailable(u.why)
-                            return merged
-                        waits += 1
-                        if not wait_429 or waits > 3:
-                            with self._lock:
-                                self._retry_at = self.clock() + u.wait
-                            return merged
-                        self.sleep(u.wait)
-            finally:
-                with self._lock:
-                    self._inflight_urgent = False
+                        self._retry_at = self.clock() + u.wait
+                    return merged
+                self.sleep(u.wait)
+        with self._lock:  # out of requests, reports left: is a failure's among them?
+            self._urgent = any(not o["success"] for o, _ in self._queue)
+        return merged
 
     @staticmethod
     def _merge(merged, answer):
@@ -689,19 +749,25 @@ class Client:
         body = b'{"outcomes":[' + b",".join(d for _, d in part) + b"]}"
         return self._send_bytes("POST", "/api/outcomes", body)
 
-    def _deliver(self, batch):
+    def _deliver(self, batch, budget):
         """Posts batch, in parts when the intake refuses some of its reports.
 
-        Returns the merged answer. A 400 (or a 403 or 422 naming an
+        A 400 (or a 403 or 422 naming an
         outcome) drops the report it names (outcomes[i]) and sends the
         others again; a 400 or 413 naming none halves the part, down to
         single reports; a 409 (the batch was booked up to its outcomes[i])
         drops that one; a 429 naming outcomes[i] sends the first i again
-        before it waits. Raises _Unavailable, with the reports not yet
-        booked in rest, when the sidecar is down or answers anything else.
+        before it waits; a 409 saying the loop failed after it booked the
+        first i (retry) counts those booked and keeps the others queued, as
+        for a 5xx. Returns the merged answer and the reports left unsent
+        when budget ran out of requests. Raises _Unavailable, with the
+        reports not yet booked in rest, when the sidecar is down or answers
+        anything else.
         """
         merged, todo = {"booked": 0, "agents": []}, [batch]
         while todo:
+            if not budget.take():
+                return merged, [x for p in todo for x in p]
             part = todo.pop(0)
             try:
                 status, hdrs, body = self._post(part)
@@ -720,6 +786,12 @@ class Client:
             i = _field_index(body)
             if i is not None and not 0 <= i < len(part):
                 i = None
+            if status == 409:
+                n = _retry_booked(body, i, len(part))
+                if n is not None:  # the loop failed after booking the first n: never send those again
+                    self._booked(n, [])
+                    why = "409 %s" % body[:200].decode("utf-8", "replace")
+                    raise self._rest(_Unavailable(why), part[n:], todo)
             if status == 429:
                 if i:  # a limit the i-th reached (new agents): the first i fit, send them first
                     todo[:0] = [part[:i], part[i:]]
@@ -731,7 +803,7 @@ class Client:
                 raise self._rest(_Unavailable(why), part, todo)
             self._available()
             todo[:0] = self._refused(part, status, body[:300].decode("utf-8", "replace"), i)
-        return merged
+        return merged, []
 
     @staticmethod
     def _rest(u, part, todo):
@@ -786,9 +858,21 @@ class Client:
             return None
 
     def _before_call(self):
+        """Sends what is due before a call runs: one request at most (so
+        within about request_timeout), and nothing while another send is in
+        progress (the background thread's: fn does not wait for it). What
+        is left goes in the background. Never raises."""
         try:
-            if self._due():
-                self._send_pending(wait_429=False)
+            if not self._due() or not self._send_lock.acquire(blocking=False):
+                return
+            try:
+                self._drain(False, _Budget(1))
+            finally:
+                self._send_lock.release()
+            with self._lock:
+                more = bool(self._queue) and self.clock() >= self._retry_at
+            if more:
+                self._wake.set()
         except Exception:
             self.log.exception("selfimprove: sending reports failed")
 
@@ -826,11 +910,24 @@ class Client:
                     d = min(3600.0, base * 2 ** min(attempts - 1, 30))
                     self.sleep(max(random.uniform(d / 2, d), _retry_after(exc, self.max_wait)))
                     continue
+                self._report_call(agent, cfg, start, attempts, exc, None, quality, cost)
+                raise
+            self._report_call(agent, cfg, start, attempts, None, result, quality, cost)
+            return result
+
+    def _report_call(self, agent, cfg, start, attempts, exc, result, quality, cost):
+        """Reports a call of call(): exc, its last exception (None: it
+        succeeded with result). Never raises: fn's answer or exception is
+        the call's, whatever reporting meets."""
+        try:
+            if exc is not None:
                 self.report(agent, False, (self.clock() - start) * 1e3, cfg.version, error=_error_text(exc),
                             status=_status_of(exc), code=_code_of(exc), attempts=attempts,
                             quality=None if callable(quality) else quality,
                             cost=None if callable(cost) else cost)
-                raise
-            self.report(agent, True, (self.clock() - start) * 1e3, cfg.version, attempts=attempts,
-                        quality=self._measure("quality", quality, result), cost=self._measure("cost", cost, result))
-            return result
+            else:
+                self.report(agent, True, (self.clock() - start) * 1e3, cfg.version, attempts=attempts,
+                            quality=self._measure("quality", quality, result),
+                            cost=self._measure("cost", cost, result))
+        except Exception:
+            self.log.exception("selfimprove: the call could not be reported")

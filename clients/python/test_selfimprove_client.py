@@ -400,6 +400,118 @@ class TestEarlyFlush(Base):
         self.assertEqual(order, [("run", 1), ("post", 1), ("run", 2)])
 
 
+class TestPartialBatch(Base):
+    """A batch the loop booked in part is never booked twice."""
+
+    def test_409_retry_sends_only_the_unbooked(self):
+        """The intake answers 409 {"booked": 2, "retry": true} when the
+        loop failed (its store, its closing) after booking the first 2 of
+        4. Before, the loop's failure was a 500 after the first were
+        booked, and the client sent the whole batch again: each try booked
+        them once more. Now the client counts the 2 booked, keeps the
+        other 2 queued as after a 5xx, and sends only those."""
+        answered = []
+
+        def partial(method, path, headers, body):
+            if method == "POST" and not answered:
+                answered.append(1)
+                intake.booked.extend(json.loads(body)["outcomes"][:2])
+                return 409, {}, json.dumps({"error": "the loop could not book outcomes[2]", "field": "outcomes[2]",
+                                            "status": 409, "booked": 2, "retry": True}).encode()
+            return intake.default(method, path, headers, body)
+        intake = self.intake(partial)
+        c = client(intake.url)
+        for v in (1, 2, 3, 4):
+            c.report("a", True, v, 1)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            c.flush()
+            self.assertEqual((c.booked, c.pending, c.dropped, c.offline), (2, 2, 0, True))
+            c.flush()
+        self.assertEqual((c.booked, c.pending, c.dropped, c.offline), (4, 0, 0, False))
+        self.assertEqual([o["duration_ms"] for o in intake.booked], [1, 2, 3, 4], "each booked once, in order")
+
+
+class TestCallStart(Base):
+    """docs/intake.md: a call's start may send the queue "within
+    request_timeout"; the rest goes in the background."""
+
+    def test_call_start_sends_one_batch(self):
+        """4,000 reports queued (after an outage): before, the next call's
+        start sent them all (8 POSTs) before fn ran. Now it sends one
+        batch, and fn runs."""
+        intake = self.intake()
+        c = client(intake.url)  # no thread: the rest goes at the next calls' starts, or on flush()
+        for _ in range(4000):
+            c.report("a", True, 5, 1)
+        posts = lambda: sum(1 for r in intake.requests if r[0] == "POST")  # noqa: E731
+        before = []
+        self.assertEqual(c.call("a", lambda cfg: before.append(posts()) or "ok"), "ok")
+        self.assertEqual(before, [1], "POSTs made before fn ran")
+        self.assertGreater(c.pending, 3000)
+        c.flush()
+        self.assertEqual((c.pending, c.booked, c.dropped), (0, 4001, 0))
+
+    def test_call_start_does_not_wait_on_a_background_send(self):
+        """A send in progress (the background thread's, here a flush on
+        another thread) whose POST the sidecar holds: before, the call
+        waited for it to end; now fn runs at once, and its report goes
+        with a later send."""
+        held, answered, release = threading.Event(), threading.Event(), threading.Event()
+
+        def hold(method, path, headers, body):
+            if method == "POST" and not held.is_set():
+                held.set()
+                release.wait(30)  # a safety net: the test releases it
+                answered.set()
+            return intake.default(method, path, headers, body)
+        intake = self.intake(hold)
+        c = client(intake.url, request_timeout=60)
+        c.report("a", True, 5, 1)
+        sender = threading.Thread(target=c.flush)
+        sender.start()
+        self.assertTrue(held.wait(30))
+        c.report("a", False, 5, 1, error="boom")  # a failure's report: due at the next call's start
+        seen = []
+        self.assertEqual(c.call("a", lambda cfg: seen.append(answered.is_set()) or "ok"), "ok")
+        release.set()
+        sender.join()
+        self.assertEqual(seen, [False], "fn ran only after the send in progress ended")
+        c.flush()
+        self.assertEqual((c.pending, c.booked), (0, 3))
+
+
+class TestReportingNeverRaises(Base):
+    """docs/intake.md: reporting never raises into the call."""
+
+    def test_thread_start_refused(self):
+        """The OS refuses a new thread (a pids limit: RuntimeError "can't
+        start new thread"): before, call() raised it after fn had run, and
+        fn's answer was lost. Now call() returns the answer, fn's own
+        exception stays fn's, and the reports stay queued, sent at the
+        calls' starts or on flush()."""
+        c = client(closed_port_url(), flush_interval=1.0)
+        orig = threading.Thread.start
+
+        def refuse(self):
+            raise RuntimeError("can't start new thread")
+        threading.Thread.start = refuse
+        try:
+            with self.assertLogs("selfimprove_client", "WARNING") as logs:
+                self.assertEqual(c.call("a", lambda cfg: "answer"), "answer")
+                with self.assertRaises(KeyError):
+                    c.call("a", lambda cfg: {}["x"])
+        finally:
+            threading.Thread.start = orig
+            c._stop.set()
+        self.assertEqual((c.pending, c.dropped), (2, 0))
+        self.assertTrue(any("cannot start" in r for r in logs.output), logs.output)
+        intake = self.intake()
+        c.url = intake.url
+        with self.assertLogs("selfimprove_client", "WARNING"):  # the sidecar is back
+            c.flush()
+        self.assertEqual((c.pending, c.booked), (0, 2))
+
+
 class TestRetryAfterSeconds(unittest.TestCase):
     def test_values(self):
         f = sc.retry_after_seconds
