@@ -18,16 +18,19 @@ import (
 // accumulated (oai.ChatCompletionAccumulator) with the error the loop
 // should see. It calls onChunk, when not nil, with each chunk as it
 // arrives, and reports the first token to the loop (stream.FirstToken)
-// with the first chunk that carries content, a refusal or a tool call,
-// so that the config's FirstTokenTimeout bounds the wait for it. Its
-// error is:
+// with the first chunk that carries content, audio, a refusal, a tool
+// call or a (legacy) function call, so that the config's
+// FirstTokenTimeout bounds the wait for it. Its error is:
 //
 //   - nil for a stream that ended with "data: [DONE]", or that said why
-//     it finished (a choice's finish_reason) and, when the request asked
-//     for the usage (stream_options.include_usage), sent it: the answer
-//     is complete even when the server closed before "data: [DONE]";
+//     every choice it carried finished (each one's finish_reason: the
+//     choices of a request with n above 1 stream side by side) and,
+//     when the request asked for the usage
+//     (stream_options.include_usage), sent it: the answer is complete
+//     even when the server closed before "data: [DONE]";
 //   - stream.ErrTruncated (class network, retried) for one the server
-//     closed without either: the answer may be cut short;
+//     closed without either, a choice still unfinished: the answer may be
+//     cut short;
 //   - an *Error (see Wrap) for an HTTP error, and for an error event
 //     inside the 200 stream ("data: {"error": {…}}"), whose class comes
 //     from the provider's code and type like any API error's (its Status
@@ -46,7 +49,8 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 	s := client.Chat.Completions.NewStreaming(ctx, params, append(opts, option.WithMiddleware(done.middleware))...)
 	defer s.Close()
 	var acc oai.ChatCompletionAccumulator
-	first, finished, usage := false, false, !params.StreamOptions.IncludeUsage.Value
+	var choices oaicompat.Choices
+	first, usage := false, !params.StreamOptions.IncludeUsage.Value
 	for s.Next() {
 		chunk := s.Current()
 		if !first && hasToken(&chunk) {
@@ -54,7 +58,7 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 			stream.FirstToken(ctx)
 		}
 		stream.Chunk(ctx) // the idle limit counts from here
-		finished = finished || hasFinish(&chunk)
+		noteChoices(&choices, &chunk)
 		usage = usage || chunk.Usage.TotalTokens > 0
 		acc.AddChunk(chunk)
 		if onChunk != nil {
@@ -65,24 +69,27 @@ func Stream(ctx context.Context, client *oai.Client, params oai.ChatCompletionNe
 	if done.body == nil && err != nil && ctx.Err() == nil {
 		return acc.ChatCompletion, err // no stream began: the request's own failure
 	}
-	return acc.ChatCompletion, stream.End(ctx, err, done.seen() || finished && usage)
+	return acc.ChatCompletion, stream.End(ctx, err, done.seen() || choices.Finished() && usage)
 }
 
-// hasFinish reports whether c says why a choice finished.
-func hasFinish(c *oai.ChatCompletionChunk) bool {
+// noteChoices notes in cs the choices c carries, and which of them say
+// why they finished.
+func noteChoices(cs *oaicompat.Choices, c *oai.ChatCompletionChunk) {
 	for i := range c.Choices {
-		if c.Choices[i].FinishReason != "" {
-			return true
-		}
+		cs.Note(c.Choices[i].Index, c.Choices[i].FinishReason != "")
 	}
-	return false
 }
 
-// hasToken reports whether c carries a piece of the answer.
+// hasToken reports whether c carries a piece of the answer: content,
+// audio, a refusal, a tool call or a legacy function call (the
+// functions parameter's answer).
 func hasToken(c *oai.ChatCompletionChunk) bool {
 	for i := range c.Choices {
 		d := &c.Choices[i].Delta
-		if d.Content != "" || d.Refusal != "" || len(d.ToolCalls) > 0 {
+		//lint:ignore SA1019 a request may still ask for function_call: its answer is a token
+		fc := &d.FunctionCall
+		if d.Content != "" || d.Refusal != "" || len(d.ToolCalls) > 0 ||
+			fc.Name != "" || fc.Arguments != "" || d.Audio.Data != "" || d.Audio.Transcript != "" {
 			return true
 		}
 	}

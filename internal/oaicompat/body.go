@@ -8,17 +8,17 @@ import (
 )
 
 // Body is a streamed response body that notes, as it is read, a line
-// "data: [DONE]" (or "data:[DONE]"), a chunk that says why a choice
-// finished (a finish_reason), and the first error event
-// (`data: {"error": ...}`), which some clients skip. Lines are read up
-// to MaxErrorBody bytes.
+// "data: [DONE]" (or "data:[DONE]"), the choices its chunks carried and
+// which of them said why they finished (a finish_reason; see Choices),
+// and the first error event (`data: {"error": ...}`), which some clients
+// skip. Lines are read up to MaxErrorBody bytes.
 type Body struct {
 	io.ReadCloser
-	mu       sync.Mutex
-	line     []byte
-	done     bool
-	finished bool   // a chunk carried a finish_reason
-	event    []byte // the first error event's data
+	mu      sync.Mutex
+	line    []byte
+	done    bool
+	choices Choices // the choices the chunks carried, finished or not
+	event   []byte  // the first error event's data
 }
 
 // Read implements io.Reader.
@@ -52,15 +52,16 @@ func (b *Body) endLine() {
 		b.done = true
 		return
 	}
-	if !b.finished && bytes.Contains(data, []byte(`"finish_reason"`)) {
+	if bytes.Contains(data, []byte(`"choices"`)) {
 		var ch struct {
 			Choices []struct {
+				Index        int64   `json:"index"`
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
 		}
 		if json.Unmarshal(data, &ch) == nil {
 			for _, c := range ch.Choices {
-				b.finished = b.finished || c.FinishReason != nil && *c.FinishReason != ""
+				b.choices.Note(c.Index, c.FinishReason != nil && *c.FinishReason != "")
 			}
 		}
 	}
@@ -76,12 +77,13 @@ func (b *Body) endLine() {
 }
 
 // Result returns whether the body carried "data: [DONE]" or a
-// finish_reason (the answer is complete: some servers never send the
-// sentinel), and the first error event's data (nil: none).
+// finish_reason for every choice it carried (the answer is complete:
+// some servers never send the sentinel), and the first error event's
+// data (nil: none).
 func (b *Body) Result() (final bool, event []byte) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.done || b.finished, b.event
+	return b.done || b.choices.Finished(), b.event
 }
 
 // Done reports whether b carried "data: [DONE]" itself.
@@ -91,8 +93,8 @@ func (b *Body) Done() bool {
 	return b.done
 }
 
-// Final reports whether b carried "data: [DONE]" or a finish_reason:
-// true for a nil b (no body was watched).
+// Final reports whether b carried "data: [DONE]" or a finish_reason for
+// every choice: true for a nil b (no body was watched).
 func (b *Body) Final() bool {
 	if b == nil {
 		return true

@@ -3,6 +3,7 @@ package oaicompat
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -24,6 +25,12 @@ func read(s string, bytewise bool) *Body {
 	return b
 }
 
+// chunk is a chunk of a streamed chat completion for its choice i, with
+// finish, its finish_reason as JSON.
+func chunk(i int, finish string) string {
+	return fmt.Sprintf(`data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":%d,"delta":{"content":"x"},"finish_reason":%s}]}`+"\n\n", i, finish)
+}
+
 const errEvent = `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`
 
 func TestBody(t *testing.T) {
@@ -43,6 +50,13 @@ func TestBody(t *testing.T) {
 		{"null error", "data: {\"error\":null}\n\n", false, ""},
 		{"error as content", "data: {\"content\":\"\\\"error\\\"\"}\n\n", false, ""},
 		{"not data", "event: " + errEvent + "\n\n", false, ""},
+		{"finish reason", chunk(0, `null`) + chunk(0, `"stop"`), true, ""},
+		{"no finish reason", chunk(0, `null`) + chunk(0, `null`), false, ""},
+		// n=2: each choice must finish (before, the first finish_reason
+		// made a stream cut in choice 1 complete)
+		{"one of two choices finished", chunk(0, `null`) + chunk(1, `null`) + chunk(0, `"stop"`) + chunk(1, `null`), false, ""},
+		{"both choices finished", chunk(0, `null`) + chunk(1, `null`) + chunk(0, `"stop"`) + chunk(1, `"length"`), true, ""},
+		{"a choice beyond MaxChoices", chunk(0, `"stop"`) + chunk(MaxChoices, `"stop"`), false, ""},
 	}
 	for _, c := range cases {
 		for _, bytewise := range []bool{false, true} {
@@ -141,5 +155,35 @@ func TestEvent(t *testing.T) {
 	}
 	if e.Status != 200 || e.Type != "server_error" || e.Class != failure.ClassOverloaded || e.Message == "" {
 		t.Fatalf("%+v", e)
+	}
+}
+
+// Choices is finished once every choice that came has finished, however
+// the finish_reasons come: each alone, repeated, or before another
+// choice's first chunk.
+func TestChoices(t *testing.T) {
+	var c Choices
+	if c.Finished() {
+		t.Error("no choice came: finished")
+	}
+	c.Note(0, false)
+	c.Note(3, false)
+	c.Note(0, true)
+	c.Note(0, true)
+	if c.Finished() {
+		t.Error("choice 3 unfinished: finished")
+	}
+	c.Note(3, true)
+	if !c.Finished() {
+		t.Error("choices 0 and 3 finished: not finished")
+	}
+	c.Note(MaxChoices-1, false)
+	if c.Finished() {
+		t.Error("choice 127 unfinished: finished")
+	}
+	c.Note(MaxChoices-1, true)
+	c.Note(-1, true)
+	if c.Finished() {
+		t.Error("a choice whose index is not followed: finished")
 	}
 }
