@@ -205,9 +205,13 @@ type FleetDelta struct {
 	Change, Control FleetCounts
 	// Failures are the failures among them, at most MaxFleetFailures.
 	Failures []FleetFailure
-	// Batch numbers the replica's deltas of the agent, from 1 (0: not
-	// numbered). A fleet books a numbered delta once, however often it
-	// is sent: a delta whose answer was lost is sent again, unchanged.
+	// Batch numbers the replica's deltas, rising for each agent (0: not
+	// numbered): a replica numbers its deltas of every agent in one
+	// sequence, so that an agent evicted and loaded again goes on above
+	// its last number. A fleet books a numbered delta once, however
+	// often it is sent: a delta whose answer was lost is sent again,
+	// unchanged; it takes any number above the last it booked of the
+	// replica and agent.
 	Batch uint64
 	// Stats, when set, are the agent's call statistics as the replica
 	// holds them (its own calls and those the fleet brought it): its

@@ -20,7 +20,7 @@ import (
 // state by the flusher.
 func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	l := fl.l
-	fa := &fleetAgent{}
+	fa := &fleetAgent{stored: a.s.Tracker.Total > 0}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
 	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {
@@ -455,7 +455,7 @@ func (a *agent) bookFleetLocked(l *Loop, in *fleetInput) {
 	case fleetSending:
 		fa.st.Sending()
 	case fleetTake:
-		in.item, in.ok = a.takeDeltaLocked(l.fleet.Name, in.poll)
+		in.item, in.ok = a.takeDeltaLocked(l.fleet.Name, in.poll, &l.fleet.batches)
 	case fleetAnswered:
 		// Unreachable: the delta goes again as it was. Refused, or
 		// answered: the next is a new one.

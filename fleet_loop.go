@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/replica"
@@ -76,9 +77,12 @@ type fleetClient = replica.Client[FleetDelta, FleetPool, Event, DeadRoute]
 // is the transport's Hooks.
 type fleetLink struct {
 	*fleetClient
-	calls  int64
-	polled time.Time             // the last flush that asked for every agent; guarded by FlushMu
-	rel    replica.Queue[*agent] // leases for the flusher to give back (releaseLater), at most maxFleetReleases
+	calls int64
+	// batches numbers the replica's deltas, of every agent (see
+	// FleetDelta.Batch).
+	batches atomic.Uint64
+	polled  time.Time             // the last flush that asked for every agent; guarded by FlushMu
+	rel     replica.Queue[*agent] // leases for the flusher to give back (releaseLater), at most maxFleetReleases
 	// badStats is when the invalid statistics of agents not loaded here
 	// were last reported (Unix ns), by agent ID, at most maxBadStats.
 	badMu    sync.Mutex
@@ -184,9 +188,14 @@ type fleetItem struct {
 // change under verification is judged on the fleet's calls, and a newer
 // state is taken.
 func (fl *fleetLink) flush() error {
-	l := fl.l
 	fl.FlushMu.Lock()
 	defer fl.FlushMu.Unlock()
+	return fl.flushLocked()
+}
+
+// flushLocked is flush, with FlushMu held.
+func (fl *fleetLink) flushLocked() error {
+	l := fl.l
 	now := l.clock.Now()
 	poll := now.Sub(fl.polled) >= fleetPoll || now.Before(fl.polled)
 	if poll {
@@ -326,7 +335,7 @@ func (fl *fleetLink) book(a *agent, in *fleetInput, x fleetInput) *fleetInput {
 // replica's name), if it has one to send (see fleetLink.items): the
 // delta whose answer was lost, as it was, or the counts since the last
 // one. a.mu is held and a is live.
-func (a *agent) takeDeltaLocked(replica string, poll bool) (it fleetItem, ok bool) {
+func (a *agent) takeDeltaLocked(replica string, poll bool, seq *atomic.Uint64) (it fleetItem, ok bool) {
 	fa := a.fl
 	switch {
 	case fa.deltas.Pending() != nil:
@@ -348,7 +357,7 @@ func (a *agent) takeDeltaLocked(replica string, poll bool) (it fleetItem, ok boo
 		for i := range d.Failures {
 			d.Failures[i].Replica = replica
 		}
-		d.Batch = fa.deltas.Next()
+		d.Batch = fa.deltas.Next(seq)
 		fa.statsOwed = fa.statsOwed || own(&d)
 		return fleetItem{a: a, d: d, prior: prior}, true
 	}
@@ -437,7 +446,11 @@ func (fl *fleetLink) rewrite() {
 // as the background flush does every WithFleetFlush interval; it also
 // tells the fleet this replica is alive and reads the replicas seen
 // (FleetReplicas). It returns
-// nil at once without a fleet, and ErrClosed after Close.
+// nil at once without a fleet, and ErrClosed after Close. It waits no
+// longer than ctx allows: when ctx ends first it returns ctx's error,
+// and the sync, each of its operations bounded by the fleet timeout,
+// goes on in the background (it gives up at ctx's deadline if the flush
+// of another holds the flush's lock until then).
 func (l *Loop) SyncFleet(ctx context.Context) error {
 	if l.fleet == nil {
 		return nil
@@ -448,9 +461,31 @@ func (l *Loop) SyncFleet(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	l.fleet.resyncAll()
-	l.fleet.SeenNow()
-	return l.fleet.flush()
+	within := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		within = time.Until(dl)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l.fleet.resyncAll()
+		l.fleet.SeenNow()
+		if !l.fleet.FlushMu.LockWithin(within) {
+			done <- context.DeadlineExceeded
+			return
+		}
+		defer l.fleet.FlushMu.Unlock()
+		if l.isClosed.Load() {
+			done <- ErrClosed // Close's own flush went first
+			return
+		}
+		done <- l.fleet.flushLocked()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // resyncAll has every live agent compared with the fleet's state at the

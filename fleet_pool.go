@@ -33,6 +33,7 @@ func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, 
 func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	fa, x, now := a.fl, in.more, time.Unix(0, in.now)
 	d, p := x.d, x.p
+	stored := fa.stored // the store's statistics hold the failures the pool lists
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
 	if !x.prior {
@@ -41,7 +42,7 @@ func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	for _, f := range p.Failures {
 		if f.Seq > fa.seq {
 			fa.seq = f.Seq
-			if f.Replica != l.fleet.Name {
+			if f.Replica != l.fleet.Name && !stored {
 				x.fails = append(x.fails, f)
 			}
 		}
@@ -110,9 +111,12 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	fa.sent.Add(d.Change)
 	fa.sent.Add(d.Control)
 	others := p.Total.sub(fa.sent)
-	if others.negative() {
-		// The fleet's counts started again (lost, or set aside): from
-		// this delta on.
+	if others.negative() || fa.stored {
+		// The fleet's counts started again (lost, or set aside), or the
+		// agent came from the store, whose statistics hold what the
+		// fleet had brought it (evicted and loaded again, or the replica
+		// restarted): from this delta on.
+		fa.stored = false
 		fa.sent = FleetCounts{}
 		fa.sent.Add(d.Change)
 		fa.sent.Add(d.Control)

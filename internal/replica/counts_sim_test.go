@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 )
 
 // The counts simulator: replicas that count calls of one agent and send
@@ -31,6 +32,7 @@ type countsSim struct {
 	tally    []int
 	made     []int
 	q        []Deltas[delta]
+	seq      []atomic.Uint64 // each replica's numbering (Deltas.Next)
 	inflight []bool
 	net      []countsMsg
 	booked   map[int]uint64 // each replica's latest number booked
@@ -70,7 +72,7 @@ func (s *countsSim) flush(i int) {
 	if p := s.q[i].Pending(); p != nil {
 		d = *p
 	} else if s.tally[i] > 0 {
-		d = delta{batch: s.q[i].Next(), calls: s.tally[i]}
+		d = delta{batch: s.q[i].Next(&s.seq[i]), calls: s.tally[i]}
 		s.tally[i] = 0
 	} else {
 		return
@@ -106,7 +108,7 @@ func (s *countsSim) deliver(k int, fault bool) {
 
 func runCounts(sc countsScript, choices []int) (widths []int, trace []string, err error) {
 	s := &countsSim{sc: sc, budget: sc, tally: make([]int, sc.replicas), made: make([]int, sc.replicas),
-		q: make([]Deltas[delta], sc.replicas), inflight: make([]bool, sc.replicas), booked: map[int]uint64{}}
+		q: make([]Deltas[delta], sc.replicas), seq: make([]atomic.Uint64, sc.replicas), inflight: make([]bool, sc.replicas), booked: map[int]uint64{}}
 	widths, trace = steps(s.enabled, choices, false, func() bool { return false })
 	// Sync: flush every replica until nothing is owed.
 	for range 10 {

@@ -1,5 +1,7 @@
 package replica
 
+import "sync/atomic"
+
 // Deltas numbers one agent's count deltas on one replica, so that the
 // fleet books each once (the fleet remembers each replica's latest
 // number and only reads a number it booked), and keeps the delta whose
@@ -17,9 +19,12 @@ type Deltas[D any] struct {
 func (q *Deltas[D]) Pending() *D { return q.pending }
 
 // Next numbers a new delta (its calls taken from the replica's tally):
-// one more than the last.
-func (q *Deltas[D]) Next() uint64 {
-	q.batch++
+// the next number of seq, which numbers the replica's deltas of every
+// agent in one rising sequence: an agent evicted and loaded again goes
+// on from a number above its last, where numbers of its own, from 1
+// again, would be taken by the fleet for those it booked, and dropped.
+func (q *Deltas[D]) Next(seq *atomic.Uint64) uint64 {
+	q.batch = seq.Add(1)
 	return q.batch
 }
 
