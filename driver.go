@@ -113,6 +113,9 @@ type inputMore struct {
 	// prior: d held calls of other generations (fleetTally.prior): its
 	// pool brings the totals, never a verification's or the arms' counts.
 	prior bool
+	// bad: p's counts are beyond what the state holds (FleetCounts.fits):
+	// refused, nothing booked.
+	bad bool
 	// fails are, for inPooled, the other replicas' failures the pool
 	// brought, found by the transition.
 	fails []FleetFailure

@@ -2,6 +2,7 @@ package selfimprove
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove/failure"
@@ -135,6 +136,19 @@ func (c *FleetCounts) Add(o FleetCounts) {
 		c.Consecutive += o.Failures
 	}
 }
+
+// fits reports whether c's counters fit an agent's state, whose counters
+// stay below 2^50 (docs/format.md).
+func (c FleetCounts) fits() bool {
+	return c.Calls < maxCount && c.Failures < maxCount && c.Consecutive < maxCount &&
+		c.Scored < maxCount && c.Costed < maxCount && c.CostOK < maxCount
+}
+
+// errFleetPoolRange is the error of a pool whose counts an agent's state
+// cannot hold (counters below 2^50, docs/format.md): values planted in
+// the fleet, refused rather than booked, so that the agent stays
+// savable.
+var errFleetPoolRange = errors.New("selfimprove: fleet: pooled counts beyond what an agent's state holds (2^50)")
 
 // negative reports whether a sum of c is below zero (a float sum by more
 // than its rounding: c is a difference of sums).

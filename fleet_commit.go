@@ -20,7 +20,7 @@ import (
 // state by the flusher.
 func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	l := fl.l
-	fa := &fleetAgent{stored: a.s.Tracker.Total > 0}
+	fa := &fleetAgent{rebase: a.s.Tracker.Total > 0}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
 	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {

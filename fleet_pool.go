@@ -19,7 +19,11 @@ func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, 
 		fl.refreshWait(a, w) // the fleet's state is another: take it
 	}
 	lag = in.lag
-	pin := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior}}
+	bad := !p.Total.fits() || !p.Change.fits() || !p.Control.fits()
+	if bad {
+		fl.bad(a, errFleetPoolRange)
+	}
+	pin := input{kind: inPooled, lock: lockLive, more: &inputMore{d: &it.d, p: p, prior: it.prior, bad: bad}}
 	if rep == nil {
 		rep = new(Report)
 	}
@@ -33,7 +37,15 @@ func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, 
 func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	fa, x, now := a.fl, in.more, time.Unix(0, in.now)
 	d, p := x.d, x.p
-	stored := fa.stored // the store's statistics hold the failures the pool lists
+	if x.bad {
+		// Counts beyond what the state holds (planted in the fleet):
+		// booked nowhere, and the next valid pool starts the count.
+		fa.sent.Add(d.Change)
+		fa.sent.Add(d.Control)
+		fa.rebase = true
+		return
+	}
+	stored := fa.rebase // the statistics hold the failures the pool lists
 	fresh := fa.book(d, p)
 	fa.owedStats(fresh)
 	if !x.prior {
@@ -111,12 +123,12 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	fa.sent.Add(d.Change)
 	fa.sent.Add(d.Control)
 	others := p.Total.sub(fa.sent)
-	if others.negative() || fa.stored {
+	if others.negative() || fa.rebase {
 		// The fleet's counts started again (lost, or set aside), or the
 		// agent came from the store, whose statistics hold what the
 		// fleet had brought it (evicted and loaded again, or the replica
 		// restarted): from this delta on.
-		fa.stored = false
+		fa.rebase = false
 		fa.sent = FleetCounts{}
 		fa.sent.Add(d.Change)
 		fa.sent.Add(d.Control)

@@ -236,12 +236,13 @@ type fleetAgent struct {
 	tally fleetTally
 	// sent is this replica's calls the fleet has; others, the other
 	// replicas' calls booked here; seq, the newest failure booked.
-	// stored: the agent came from the store with calls, whose statistics
-	// hold the fleet's calls it had booked: the first pool is where its
-	// count starts (book), not calls to book again.
+	// rebase: the next pool is where the count of the fleet's calls
+	// starts (book), not calls to book: the agent came from the store
+	// with calls, whose statistics hold the fleet's calls it had booked,
+	// or the last pool was refused (out of the state's range).
 	sent, others FleetCounts
 	seq          uint64
-	stored       bool
+	rebase       bool
 	leaseBusy    int64        // Unix ns: another replica holds the lease until then
 	judging      atomic.Bool  // a call under verification is sending the agent's counts (fleetLink.judge)
 	badAt        atomic.Int64 // Unix ns: the last report of the agent's invalid data in the fleet

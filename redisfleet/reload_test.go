@@ -3,6 +3,7 @@ package redisfleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -112,5 +113,35 @@ func TestSyncFleetHonoursItsContext(t *testing.T) {
 		if took > time.Second || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("SyncFleet %d with a 50 ms context, Redis stopped: %v after %v; want the context's error at its deadline", i, err, took)
 		}
+	}
+}
+
+// TestHugePooledCountsRefused: counts planted in the fleet beyond what an
+// agent's state holds (its counters stay below 2^50; the fleet's scripts
+// take up to 4e18) are refused, not booked: the replica keeps saving the
+// agent. Before, it booked them, and every save of the agent failed
+// after ("calls.total: 4000000000000000002 out of range"), every
+// decision with it, until the process ended.
+func TestHugePooledCountsRefused(t *testing.T) {
+	s := startRedis(t)
+	admin := client(t, s)
+	ctx := context.Background()
+	a := reloadReplica(t, s, "huge:", t.TempDir())
+	id := "h"
+	a.ExecuteWithImprovement(ctx, id, ok)
+	syncTwice(t, []*si.Loop{a})
+	plant(t, admin, `redis.call('HSET', KEYS[1], 'tc', '4000000000000000000')`, agentKey("huge:", id, "n"))
+	for i := range 3 {
+		a.ExecuteWithImprovement(ctx, id, ok)
+		syncTwice(t, []*si.Loop{a})
+		if err := a.SetConfig(id, si.Config{Route: fmt.Sprint("after", i)}); err != nil {
+			t.Errorf("SetConfig %d after the plant: %v", i, err)
+		}
+	}
+	if st := a.Stats(id); st.TotalCalls > 100 {
+		t.Errorf("the planted count was booked: %d calls in all", st.TotalCalls)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("Close after the plant: %v", err)
 	}
 }
