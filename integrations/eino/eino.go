@@ -23,7 +23,8 @@
 //
 // The agent ID is Options.AgentID, one per wrapped model (wrap the model
 // once per agent, under the agent's Name), unless the call's context
-// names another (WithAgentID).
+// names another (WithAgentID), which holds for the calls made with that
+// context, not for those nested in them (a tool's).
 //
 // Eino runs its callbacks around the wrapper, not around each attempt
 // (see Model.IsCallbacksEnabled).
@@ -83,7 +84,9 @@ type Options struct {
 	// ErrStartOver: the chunks received before it are void, and the next
 	// attempt's follow. A call that fails in the end returns its error
 	// last; a failure is never an answer cut short. Closing the reader
-	// cancels the call. Default false: the reader holds the chunks of the
+	// cancels the call at once, even while the stream stalls or the loop
+	// waits before a retry (the reader's Close, made by the goroutine
+	// that reads it). Default false: the reader holds the chunks of the
 	// attempt that succeeded, once it has ended, as Eino's own
 	// ModelRetryConfig does.
 	Incremental bool
@@ -128,18 +131,36 @@ func New(loop *si.Loop, inner model.ToolCallingChatModel, o Options) (*Model, er
 type agentKey struct{}
 
 // WithAgentID returns ctx with the agent ID the calls made with it are
-// booked under, instead of Options.AgentID: a graph node's own ID.
+// booked under, instead of Options.AgentID: a graph node's own ID. It
+// names the step for the model calls made with ctx, not for the calls
+// nested in them: the adapter drops it from the context it hands down
+// from inside a call (the inner model's) and to a tool it runs
+// (ToolMiddleware, Middleware's tool hooks), so that a wrapped model a
+// tool calls is booked under its own Options.AgentID, under its own
+// config. WithAgentID(ctx, "") gives Options.AgentID back.
 func WithAgentID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
 }
 
-// start returns the agent ID of the call and ctx without the call's
-// callback handlers, for the inner model's attempts.
+// withoutAgentID returns ctx without the agent ID of WithAgentID, for
+// what runs inside a call or a tool: a model called there is booked
+// under its own Options.AgentID.
+func withoutAgentID(ctx context.Context) context.Context {
+	if id, _ := ctx.Value(agentKey{}).(string); id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, agentKey{}, "")
+}
+
+// start returns the agent ID of the call and ctx without it (see
+// WithAgentID) and without the call's callback handlers, for the inner
+// model's attempts.
 func (m *Model) start(ctx context.Context) (context.Context, string) {
 	id, _ := ctx.Value(agentKey{}).(string)
 	if id == "" {
 		id = m.o.AgentID
 	}
+	ctx = withoutAgentID(ctx)
 	if m.callbacks {
 		return ctx, id
 	}
@@ -213,45 +234,6 @@ func (m *Model) Stream(ctx context.Context, input []*schema.Message, opts ...mod
 		return nil, err
 	}
 	return schema.StreamReaderFromArray(out), nil
-}
-
-// streamIncremental is Stream for Options.Incremental: the call runs in
-// its own goroutine and passes each chunk on as it arrives.
-func (m *Model) streamIncremental(ctx context.Context, input []*schema.Message, opts ...model.Option) *schema.StreamReader[*schema.Message] {
-	sr, sw := schema.Pipe[*schema.Message](16)
-	ctx, cancel := context.WithCancel(ctx)
-	ctx, id := m.start(ctx)
-	go func() {
-		defer cancel()
-		defer sw.Close()
-		sent := false // the attempt under way passed chunks on
-		send := func(msg *schema.Message, err error) {
-			if sw.Send(msg, err) {
-				cancel() // the caller closed the reader: nobody reads on
-			}
-		}
-		_, err := m.loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
-			if sent {
-				send(nil, ErrStartOver)
-				sent = false
-			}
-			chunks, err := Stream(ctx, m.inner, m.route(cfg), input, func(msg *schema.Message) {
-				sent = true
-				send(msg, nil)
-			}, opts...)
-			if err == nil && m.o.Check != nil {
-				msg, cerr := schema.ConcatMessages(chunks)
-				if err = cerr; err == nil {
-					err = m.check(msg)
-				}
-			}
-			return err
-		})
-		if err != nil {
-			send(nil, err)
-		}
-	}()
-	return sr
 }
 
 // WithTools returns the inner model with tools bound (its WithTools),

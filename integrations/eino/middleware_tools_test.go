@@ -107,7 +107,7 @@ func TestMiddlewareToolHook(t *testing.T) {
 // them (Eino's OpenAI model cannot send an enhanced tool's result back,
 // so no Runner): each call runs through the loop as "tool:" and the
 // tool's name, its failed first call retried; without ToolPrefix, the
-// endpoint is returned as it is.
+// tool runs once, as it is, unbooked.
 func TestMiddlewareEnhancedToolHooks(t *testing.T) {
 	l := newLoop(t, si.WithStrategy(nil), si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1}),
 		si.WithDefaultConfig(si.Config{MaxAttempts: 2, Timeout: time.Minute}))

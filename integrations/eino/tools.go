@@ -18,7 +18,8 @@ import (
 // run through the loop until its stream is returned, under the caller's
 // context (the config's Timeout would cancel the stream before it is
 // read): what fails while the stream is read is the tool's reader's, as
-// Eino returns it.
+// Eino returns it. The tool's context has no agent ID of WithAgentID: a
+// wrapped model the tool calls is booked under its own Options.AgentID.
 func ToolMiddleware(loop *si.Loop, prefix string) compose.ToolMiddleware {
 	return compose.ToolMiddleware{
 		Invokable: func(next compose.InvokableToolEndpoint) compose.InvokableToolEndpoint {
@@ -30,6 +31,7 @@ func ToolMiddleware(loop *si.Loop, prefix string) compose.ToolMiddleware {
 		},
 		Streamable: func(next compose.StreamableToolEndpoint) compose.StreamableToolEndpoint {
 			return func(ctx context.Context, in *compose.ToolInput) (*compose.StreamToolOutput, error) {
+				ctx = withoutAgentID(ctx)
 				return runTool(ctx, loop, prefix+in.Name, func(context.Context) (*compose.StreamToolOutput, error) {
 					// The caller's context, not the attempt's: the stream
 					// is read after the attempt returned, when the
@@ -41,11 +43,14 @@ func ToolMiddleware(loop *si.Loop, prefix string) compose.ToolMiddleware {
 	}
 }
 
-// runTool runs a tool call, f, through the loop as agent id. A human's
-// turn the tool asks for (compose.Interrupt, Eino's human in the loop)
-// is no failure of the tool: it is passed on as it is, after one run,
-// and the call booked as a success; every other error is the tool's.
+// runTool runs a tool call, f, through the loop as agent id, without
+// the agent ID of WithAgentID in its context: a wrapped model the tool
+// calls is booked under its own. A human's turn the tool asks for
+// (compose.Interrupt, Eino's human in the loop) is no failure of the
+// tool: it is passed on as it is, after one run, and the call booked as
+// a success; every other error is the tool's.
 func runTool[T any](ctx context.Context, loop *si.Loop, id string, f func(ctx context.Context) (T, error)) (T, error) {
+	ctx = withoutAgentID(ctx)
 	var interrupt error
 	out, _, err := si.Execute(ctx, loop, id, func(ctx context.Context, _ si.Config) (T, error) {
 		v, err := f(ctx)

@@ -26,7 +26,9 @@
 //     once its request asks for it: see ClientOptions).
 //
 // The agent ID is Options.AgentID, one per middleware (make one per
-// agent or flow), unless the call's context names another (WithAgentID).
+// agent or flow), unless the call's context names another (WithAgentID),
+// which holds for the calls made with that context, not for those nested
+// in them (a tool's).
 //
 // Genkit deprecates ai.ModelMiddleware (ai.WithMiddleware) for
 // ai.Middleware; the adapter offers only the latter.
@@ -83,9 +85,26 @@ var ErrNoModel = errors.New("genkit adapter: no such model")
 type agentKey struct{}
 
 // WithAgentID returns ctx with the agent ID the calls made with it are
-// booked under, instead of Options.AgentID: a flow step's own ID.
+// booked under, instead of Options.AgentID: a flow step's own ID. It
+// names the step for the model calls of the Generate calls made with
+// ctx, not for the calls nested in them: the middleware drops it from
+// the context it hands down from inside a model call and to each tool
+// (its WrapTool hook, with or without Options.ToolPrefix; WrapTool), so
+// that a model a tool calls through another middleware is booked under
+// that middleware's Options.AgentID, under its config.
+// WithAgentID(ctx, "") gives Options.AgentID back.
 func WithAgentID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
+}
+
+// withoutAgentID returns ctx without the agent ID of WithAgentID, for
+// what runs inside a call or a tool: a model called there is booked
+// under its own middleware's Options.AgentID.
+func withoutAgentID(ctx context.Context) context.Context {
+	if id, _ := ctx.Value(agentKey{}).(string); id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, agentKey{}, "")
 }
 
 // Name is the name the middleware of Middleware gives Genkit
@@ -95,7 +114,8 @@ const Name = "selfimprove/loop"
 // Middleware returns the ai.Middleware, given to genkit.Generate (or a
 // prompt) with ai.WithUse, whose WrapModel hook runs each model call
 // through loop, and whose WrapTool hook runs each tool call through it
-// when Options.ToolPrefix is set. Put it last in ai.WithUse: a route that
+// when Options.ToolPrefix is set (and, either way, without the agent ID
+// of WithAgentID in the tool's context). Put it last in ai.WithUse: a route that
 // names another model calls that model directly, not the middleware
 // after it. A streamed call hands the callback each attempt's chunks: a
 // retried attempt streams again from the start.
@@ -115,14 +135,9 @@ type middleware struct {
 // Name returns Name.
 func (*middleware) Name() string { return Name }
 
-// New returns the hooks of one Generate call: WrapModel, and WrapTool
-// when Options.ToolPrefix is set.
+// New returns the hooks of one Generate call: WrapModel and WrapTool.
 func (m *middleware) New(context.Context) (*ai.Hooks, error) {
-	h := &ai.Hooks{WrapModel: m.wrapModel}
-	if m.o.ToolPrefix != "" {
-		h.WrapTool = m.wrapTool
-	}
-	return h, nil
+	return &ai.Hooks{WrapModel: m.wrapModel, WrapTool: m.wrapTool}, nil
 }
 
 // wrapModel runs the model call of p through the loop.
@@ -131,6 +146,7 @@ func (m *middleware) wrapModel(ctx context.Context, p *ai.ModelParams, next ai.M
 	if id == "" {
 		id = m.o.AgentID
 	}
+	ctx = withoutAgentID(ctx)
 	fn := func(ctx context.Context, req *ai.ModelRequest, cb ai.ModelStreamCallback) (*ai.ModelResponse, error) {
 		return next(ctx, &ai.ModelParams{Request: req, Callback: cb})
 	}
@@ -150,11 +166,16 @@ func (m *middleware) wrapModel(ctx context.Context, p *ai.ModelParams, next ai.M
 	return out, err
 }
 
-// wrapTool runs the tool call of p through the loop as the agent
-// Options.ToolPrefix followed by the tool's name. A tool's interrupt
-// (ai.IsToolInterruptError) is no failure of the tool: it is booked as a
-// success and returned as it is, not retried.
+// wrapTool runs the tool call of p, without the agent ID of WithAgentID
+// in its context, through the loop as the agent Options.ToolPrefix
+// followed by the tool's name; as it is with Options.ToolPrefix "". A
+// tool's interrupt (ai.IsToolInterruptError) is no failure of the tool:
+// it is booked as a success and returned as it is, not retried.
 func (m *middleware) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.ToolNext) (*ai.MultipartToolResponse, error) {
+	ctx = withoutAgentID(ctx)
+	if m.o.ToolPrefix == "" {
+		return next(ctx, p)
+	}
 	var interrupt error
 	out, _, err := si.Execute(ctx, m.loop, m.o.ToolPrefix+p.Tool.Name(), func(ctx context.Context, _ si.Config) (*ai.MultipartToolResponse, error) {
 		resp, err := next(ctx, p)

@@ -23,7 +23,8 @@
 //
 // The agent ID is Options.AgentID, one per wrapped model, unless the
 // call's context names another (WithAgentID): give each step of a chain
-// its own ID when its calls differ.
+// its own ID when its calls differ. The context's ID holds for the calls
+// made with it, not for those nested in them (a tool's).
 package langchaingo
 
 import (
@@ -81,9 +82,25 @@ func New(loop *si.Loop, inner llms.Model, o Options) (*Model, error) {
 type agentKey struct{}
 
 // WithAgentID returns ctx with the agent ID the calls made with it are
-// booked under, instead of Options.AgentID: a chain step's own ID.
+// booked under, instead of Options.AgentID: a chain step's own ID. It
+// names the step for the model calls made with ctx, not for the calls
+// nested in them: the adapter drops it from the context it hands down
+// from inside a call (to the inner model, and so to the streaming
+// functions) and to a tool it runs (Tool.Call), so that a wrapped model a
+// tool calls is booked under its own Options.AgentID, under its own
+// config. WithAgentID(ctx, "") gives Options.AgentID back.
 func WithAgentID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
+}
+
+// withoutAgentID returns ctx without the agent ID of WithAgentID, for
+// what runs inside a call or a tool: a model called there is booked
+// under its own Options.AgentID.
+func withoutAgentID(ctx context.Context) context.Context {
+	if id, _ := ctx.Value(agentKey{}).(string); id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, agentKey{}, "")
 }
 
 // GenerateContent runs inner's GenerateContent through the loop under
@@ -95,6 +112,7 @@ func (m *Model) GenerateContent(ctx context.Context, messages []llms.MessageCont
 	if id == "" {
 		id = m.o.AgentID
 	}
+	ctx = withoutAgentID(ctx)
 	var out *llms.ContentResponse
 	_, err := m.loop.ExecuteWithImprovement(ctx, id, func(ctx context.Context, cfg si.Config) error {
 		model := cfg.Route
@@ -129,8 +147,13 @@ func (m *Model) Call(ctx context.Context, prompt string, options ...llms.CallOpt
 // server closed without "data: [DONE]" fails with stream.ErrTruncated,
 // and one that carried an error event fails with the provider's error
 // (an *Error of Status 200), both retried by their class. An error of
-// the caller's streaming function is returned as it is. Generate is what
-// Model runs in the loop's fn; use it in a fn of your own.
+// the caller's streaming function is returned as it is. An attempt cut
+// by its context (the caller's deadline or cancel, the config's
+// Timeout), streamed or not, returns langchaingo's error joined with the
+// context's cause: errors.Is(err, context.DeadlineExceeded) holds for a
+// deadline, where langchaingo's own "request timeout: API call exceeded
+// deadline" does not. Generate is what Model runs in the loop's fn; use
+// it in a fn of your own.
 func Generate(ctx context.Context, inner llms.Model, model string, messages []llms.MessageContent, options ...llms.CallOption) (*llms.ContentResponse, error) {
 	var co llms.CallOptions
 	for _, o := range options {
@@ -144,7 +167,13 @@ func Generate(ctx context.Context, inner llms.Model, model string, messages []ll
 	if !c.Stream {
 		resp, err := inner.GenerateContent(c.Context(ctx), messages, opts...)
 		if err != nil {
-			return nil, c.Wrap("langchaingo", err)
+			if err = c.Wrap("langchaingo", err); ctx.Err() != nil {
+				// langchaingo's OpenAI client flattens the context's
+				// error ("request timeout: API call exceeded deadline"):
+				// the context's cause is joined to it, as for a stream.
+				err = stream.End(ctx, err, false)
+			}
+			return nil, err
 		}
 		return resp, nil
 	}

@@ -34,10 +34,12 @@ func WrapTool(loop *si.Loop, prefix string, t ToolCaller) *Tool {
 	return &Tool{ToolCaller: t, loop: loop, prefix: prefix}
 }
 
-// Call runs the tool's Call through the loop and returns its last
-// attempt's answer and error.
+// Call runs the tool's Call through the loop, without the agent ID of
+// WithAgentID in its context (a wrapped model the tool calls is booked
+// under its own Options.AgentID), and returns its last attempt's answer
+// and error.
 func (t *Tool) Call(ctx context.Context, input string) (string, error) {
-	out, _, err := si.Execute(ctx, t.loop, t.prefix+t.Name(), func(ctx context.Context, _ si.Config) (string, error) {
+	out, _, err := si.Execute(withoutAgentID(ctx), t.loop, t.prefix+t.Name(), func(ctx context.Context, _ si.Config) (string, error) {
 		return t.ToolCaller.Call(ctx, input)
 	})
 	return out, err
