@@ -57,7 +57,9 @@ func TestContextLengthRetriesWithinMaxAttempts(t *testing.T) {
 // waitingLimit is a provider's 429 that asks for a wait.
 type waitingLimit struct{ wait time.Duration }
 
-func (e waitingLimit) Error() string             { return "429 Rate limit reached for gpt-4.1 on requests per min (RPM)" }
+func (e waitingLimit) Error() string {
+	return "429 Rate limit reached for gpt-4.1 on requests per min (RPM)"
+}
 func (e waitingLimit) StatusCode() int           { return 429 }
 func (e waitingLimit) RetryAfter() time.Duration { return e.wait }
 
