@@ -229,3 +229,31 @@ func (a *agent) decidedLocked() *fleetBatch {
 	}
 	return fa.decided
 }
+
+// unsetConfig takes back an operator's config ch (SetConfig) that could
+// not be saved: the config before it, its events, and the agent's place
+// on its ladder (route). A change it superseded stays superseded.
+func (a *agent) unsetConfig(ch *Change, route *routeState) effects {
+	a.dropQueued(func(ev *Event) bool { return ev.Change != nil && ev.Change.ID == ch.ID })
+	if a.s.Config.Version == ch.To.Version {
+		var eff effects
+		a.s.install(ch.From.clone(), &eff)
+		if n := len(a.s.History); n > 0 && a.s.History[n-1].Version == ch.From.Version {
+			a.s.History = a.s.History[:n-1]
+		}
+		a.s.Route = route
+	}
+	return effects{publish: true, probe: true}
+}
+
+// unapplyOperator takes back an operator's change ch (Try, Rewind) that
+// could not be saved: its config, its events, and the agent's place on
+// its ladder (route, as it was before). A change a rewind superseded
+// stays superseded.
+func (a *agent) unapplyOperator(ch *Change, route *routeState) effects {
+	a.dropQueued(func(ev *Event) bool { return ev.Change != nil && ev.Change.ID == ch.ID })
+	if a.s.unapply(ch) {
+		a.s.Route = route
+	}
+	return effects{publish: true, probe: true}
+}

@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"math"
-	"time"
 
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
@@ -62,49 +61,6 @@ type qualityWatch struct {
 	RefFor string `json:"change_reference_proposal,omitempty"`
 }
 
-// watchScores feeds n scores of version, summing sum with squares
-// summing squares, to the watch (see watchScore): one call's, or those of
-// other replicas that a fleet's pool brought, which do not fire it (fire
-// false): the replica's next scored call does, as its next failure
-// answers the failures the pool brought. They are already booked.
-func (s *agentState) watchScores(version int, n int64, sum, squares float64, now time.Time, fire bool, r *ruleBook, eff *effects) {
-	p := &r.policy
-	if !on(p.QualityDrop) || version != s.Config.Version || s.Verifying != nil || eff.analysis != nil || s.Quality == nil {
-		return
-	}
-	w := &s.Quality.Watch
-	if w.Version != version {
-		*w = qualityWatch{Version: version, Until: w.Until, Ref: w.Ref, RefFor: w.RefFor}
-	}
-	if w.N == 0 && !w.start(s.qualityOf(version), n, sum, squares, p.QualityDrop) {
-		return
-	}
-	limit := verdict.DetectLimit(qualityWatchAlpha)
-	// Held at the limit while the watch may not fire.
-	if w.LogW = min(verdict.DetectStep(w.LogW, int(n), sum, squares, w.Mean, w.Bet), limit); w.LogW <= 0 {
-		w.N, w.Sum, w.Squares, w.LogW = 0, 0, 0, 0
-		return
-	}
-	w.N += n
-	w.Sum += sum
-	w.Squares += squares
-	endN := now.UnixNano()
-	if !fire || w.LogW < limit || s.analyzing || endN < w.Until ||
-		s.Tracker.Total < int64(p.MinBeforeCalls) && !s.operatorThreshold() {
-		return
-	}
-	th, prof := s.threshold(endN)
-	an := s.analysis(now, th, prof)
-	an.Failures, an.Clusters = nil, nil // the analysis is about quality
-	s.qualityOf(version).fill(&an.Stats)
-	fall := qualityRec{Scored: w.N, Sum: w.Sum, Squares: w.Squares}
-	an.QualityDrop = fall.stats()
-	w.Until = endN + int64(p.QualityCooldown)
-	w.N, w.Sum, w.Squares, w.LogW = 0, 0, 0, 0
-	s.analyzing = true
-	eff.th, eff.analysis = th, an
-}
-
 // start starts a run of the watch, at n scores of sum sum and squares
 // squares of the config whose record is rec (already booked there): it
 // sets the m they are tested against, from the scores before them, and
@@ -125,39 +81,6 @@ func (w *qualityWatch) start(rec *qualityRec, n int64, sum, squares, drop float6
 	}
 	w.Mean, w.Bet = min(m, 1), verdict.DetectBet(mean, sd, m)
 	return w.Bet > 0
-}
-
-// qualityAnswered notes, for the change ch the analysis an led to, the
-// fall of quality that started an (if one did): ch is judged against the
-// scores of the fall (fallReference).
-func (s *agentState) qualityAnswered(an *Analysis, ch *Change) {
-	if an.QualityDrop.Scored == 0 || s.Quality == nil {
-		return
-	}
-	s.Quality.Watch.Ref = fallReference(an.QualityDrop, an.Stats)
-	s.Quality.Watch.Ref.Version = ch.To.Version
-	s.Quality.Watch.RefFor = ""
-}
-
-// qualityFiled notes, for the proposal id the analysis an filed, the
-// fall of quality that started an (if one did): the change an approval
-// of id makes is judged against it (qualityApproved).
-func (s *agentState) qualityFiled(an *Analysis, id string) {
-	if an.QualityDrop.Scored == 0 || s.Quality == nil {
-		return
-	}
-	s.Quality.Watch.Ref = fallReference(an.QualityDrop, an.Stats)
-	s.Quality.Watch.RefFor = id
-}
-
-// qualityApproved marks ch, made by the approval of the proposal id, as
-// the answer to the fall that proposal was filed for, if it was.
-func (s *agentState) qualityApproved(id string, ch *Change) {
-	if s.Quality == nil || s.Quality.Watch.RefFor != id || s.Quality.Watch.Ref.Scored == 0 {
-		return
-	}
-	s.Quality.Watch.Ref.Version = ch.To.Version
-	s.Quality.Watch.RefFor = ""
 }
 
 // fallReference returns the scores of the fall drop of a config whose
@@ -181,9 +104,4 @@ func fallReference(drop, all Stats) qualityRec {
 	ref.Sum = min(ref.Sum, float64(ref.Scored))
 	ref.Squares = min(ref.Squares, ref.Sum)
 	return ref
-}
-
-// qualityMove reports whether ch answered a fall of quality.
-func (s *agentState) qualityMove(ch *Change) bool {
-	return s.Quality != nil && s.Quality.Watch.Ref.Version == ch.To.Version && s.Quality.Watch.Ref.Scored > 0
 }
