@@ -18,23 +18,8 @@ func TestApprovedRepairNotUndoneForItsCost(t *testing.T) {
 	trials := int(seeds(20))
 	kept, approved := 0, 0
 	for seed := range uint64(trials) {
-		w := newCandWorld(t, 0.1, seed+1, si.WithRollbackPolicy(si.RollbackPolicy{ProposeOnly: true}))
-		w.sd = 0.15
-		if err := w.e.l.SetCandidates("bot", []si.Candidate{{Name: "big model", Route: "big"}}); err != nil {
-			t.Fatal(err)
-		}
-		primary := 0.85
-		w.quality = func(c si.Config) float64 {
-			if c.Route == "big" {
-				return 0.85
-			}
-			return primary
-		}
-		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 5}[c.Route] }
-		for range 2000 {
-			w.call()
-		}
-		primary = 0.60
+		w, primary := repairWorld(t, seed, si.WithRollbackPolicy(si.RollbackPolicy{ProposeOnly: true}))
+		*primary = 0.60
 		var verdict string
 		for range 4000 {
 			rep := w.call()

@@ -80,23 +80,8 @@ func TestRepairNotUndoneForItsCost(t *testing.T) {
 	trials := int(seeds(20))
 	kept := 0
 	for seed := range uint64(trials) {
-		w := newCandWorld(t, 0.1, seed+1)
-		w.sd = 0.15
-		if err := w.e.l.SetCandidates("bot", []si.Candidate{{Name: "big model", Route: "big"}}); err != nil {
-			t.Fatal(err)
-		}
-		primary := 0.85
-		w.quality = func(c si.Config) float64 {
-			if c.Route == "big" {
-				return 0.85
-			}
-			return primary
-		}
-		w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 5}[c.Route] }
-		for range 2000 {
-			w.call()
-		}
-		primary = 0.60
+		w, primary := repairWorld(t, seed)
+		*primary = 0.60
 		var verdict string
 		for range 4000 {
 			rep := w.call()
@@ -115,6 +100,30 @@ func TestRepairNotUndoneForItsCost(t *testing.T) {
 		t.Errorf("the pricier repair kept in %d of %d trials, want at least 95 %%", kept, trials)
 	}
 	t.Logf("a pricier model (5 × the cost) repairing a fall 0.85 → 0.60, 10 %% scored: kept in %d of %d trials (%.0f %%)", kept, trials, 100*share)
+}
+
+// repairWorld is the world of a repair: the config in force at quality
+// 0.85 (σ 0.15, 10 % of the calls scored, all costed at 1) and its
+// candidate, a pricier model (5 × the cost) at 0.85, after 2,000 calls.
+// Setting *primary makes the config's quality fall.
+func repairWorld(t *testing.T, seed uint64, opts ...si.Option) (w *candWorld, primary *float64) {
+	w = newCandWorld(t, 0.1, seed+1, opts...)
+	w.sd = 0.15
+	if err := w.e.l.SetCandidates("bot", []si.Candidate{{Name: "big model", Route: "big"}}); err != nil {
+		t.Fatal(err)
+	}
+	q := 0.85
+	w.quality = func(c si.Config) float64 {
+		if c.Route == "big" {
+			return 0.85
+		}
+		return q
+	}
+	w.cost = func(c si.Config) float64 { return map[string]float64{"": 1, "big": 5}[c.Route] }
+	for range 2000 {
+		w.call()
+	}
+	return w, &q
 }
 
 // Issue 41, item 5: a score for an agent that made no call is refused

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestServeWithoutTokenSaysHowToSetOne starts `selfimprove serve --dir`
@@ -22,28 +18,7 @@ import (
 func TestServeWithoutTokenSaysHowToSetOne(t *testing.T) {
 	dir := t.TempDir()
 	writeState(t, dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--dir", dir, "--addr", "127.0.0.1:0")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SELFIMPROVE_TOKEN=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(stderr).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := strings.Index(line, "http://")
-	if i < 0 {
-		t.Fatalf("serve: %q", line)
-	}
-	u := strings.TrimSuffix(strings.Fields(line[i:])[0], "/")
+	u, line := startServe(t, []string{"SELFIMPROVE_TOKEN="}, "--dir", dir) // the last value of a key is the one used
 	resp, err := http.Post(u+"/api/agents/alpha/rewind", "application/json", strings.NewReader(`{"version":1,"reason":"try v1"}`))
 	if err != nil {
 		t.Fatal(err)
