@@ -230,7 +230,7 @@ func BenchmarkHarmfulTweakSimulation(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/base=%.0f", sp.name, 100*base), func(b *testing.B) {
 				var r harmResult
 				for b.Loop() {
-					r = simulateHarm(sp.p, base, harmN, 1)
+					r = simulateHarm(sp.p, base, benchTrials(harmN), 1)
 				}
 				b.ReportMetric(r.Mean, "calls-harm-mean")
 				b.ReportMetric(r.interval(), "calls-harm-ci95")

@@ -209,6 +209,11 @@ func BenchmarkMemoryPerAgent(b *testing.B) {
 	for _, distinct := range []bool{false, true} {
 		for _, calls := range []int{100, 10_000} {
 			b.Run(fmt.Sprintf("distinct-errors=%v/calls=%d", distinct, calls), func(b *testing.B) {
+				if testing.Short() && calls > 100 {
+					// 3,000,000 calls; TestMemoryPerAgentBounded checks
+					// that memory does not grow with calls.
+					b.Skip("-short: 100 calls an agent only")
+				}
 				var perAgent float64
 				for b.Loop() {
 					perAgent = agentMemory(b, 300, calls, distinct)

@@ -231,6 +231,16 @@ func regimeShift(t testing.TB, p si.RollbackPolicy) (kept bool, verdict string) 
 	return false, ""
 }
 
+// benchTrials is n, or a tenth of it under -short: CI's one pass of
+// every benchmark (-short) keeps the simulations running, and their
+// tests give the figures.
+func benchTrials(n int) int {
+	if testing.Short() {
+		return n / 10
+	}
+	return n
+}
+
 // simN is how many changes of each kind the simulation runs.
 const simN = 10000
 
@@ -374,7 +384,7 @@ func BenchmarkVerificationSimulation(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/base=%.0f", sp.name, 100*base), func(b *testing.B) {
 				var r simResult
 				for b.Loop() {
-					r = simulate(sp.p, base, simN, 1)
+					r = simulate(sp.p, base, benchTrials(simN), 1)
 				}
 				b.ReportMetric(100*r.FalseRollbacks, "false%")
 				b.ReportMetric(100*r.Detected, "caught%")
