@@ -168,6 +168,14 @@ type Options struct {
 	// that (a version its agent never had, IntakeNewAgents) stays
 	// charged. Default 1,000.
 	OutcomeRate float64
+	// OutcomeIDs bounds the outcome IDs (Outcome.ID) the intake
+	// remembers, to book each outcome once: an outcome sent again is
+	// known as one booked while its ID is among the last OutcomeIDs
+	// booked (a minute and more at OutcomeRate's default), about 45
+	// bytes each (3 MB at the default). Per process: a sidecar
+	// restarted, or another replica behind a load balancer, books it
+	// again. Default 65,536.
+	OutcomeIDs int
 }
 
 func (o Options) withDefaults() Options {
@@ -219,6 +227,9 @@ func (o Options) withDefaults() Options {
 	if o.IntakeNewAgents <= 0 {
 		o.IntakeNewAgents = 60
 	}
+	if o.OutcomeIDs <= 0 {
+		o.OutcomeIDs = 1 << 16
+	}
 	return o
 }
 
@@ -237,6 +248,8 @@ type server struct {
 	samples sampler
 	// ov is the overview's sort keys (overview.go).
 	ov ovIndex
+	// ids are the outcome IDs booked (outcome_ids.go).
+	ids *outcomeIDs
 }
 
 // access is what an endpoint needs to be served.
@@ -294,6 +307,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 	s := &server{l: l, o: opts.withDefaults(), token: sha256.Sum256([]byte(opts.Token)), intake: sha256.Sum256([]byte(opts.IntakeToken)),
 		scorer: sha256.Sum256([]byte(opts.ScoreToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
+	s.ids = newOutcomeIDs(s.o.OutcomeIDs)
 	s.lim.init(&s.o)
 	s.streams = make(chan struct{}, s.o.MaxStreams)
 	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -20,6 +21,7 @@ import (
 const (
 	maxOutcomeError    = 4096            // bytes of an outcome's error text
 	maxOutcomeCode     = 128             // bytes of its error code
+	maxOutcomeID       = 128             // bytes of its ID
 	maxOutcomeDurMS    = 24 * 3600 * 1e3 // its duration, in milliseconds
 	maxOutcomeAttempts = 100             // its attempts
 	maxOutcomeCost     = 1e12            // its cost
@@ -73,12 +75,23 @@ type Outcome struct {
 	// optional.
 	Quality *float64 `json:"quality,omitempty"`
 	Cost    *float64 `json:"cost,omitempty"`
+	// ID names the outcome, so that the intake books it once: an outcome
+	// whose agent and ID are among the last Options.OutcomeIDs booked
+	// is not booked again (OutcomeResult.Duplicates counts it), as when a
+	// client sends a batch again after its answer was lost. At most 128
+	// bytes of UTF-8; unique per outcome (the Python client sends 24 random
+	// hex digits). Optional: an outcome without one is booked each time
+	// it is sent.
+	ID string `json:"id,omitempty"`
 }
 
 // OutcomeResult answers POST /api/outcomes.
 type OutcomeResult struct {
-	// Booked counts the outcomes booked: all of them.
+	// Booked counts the outcomes booked: all of them but Duplicates.
 	Booked int `json:"booked"`
+	// Duplicates counts the outcomes not booked because one with their
+	// agent and ID was booked before (Outcome.ID). Omitted when 0.
+	Duplicates int `json:"duplicates,omitempty"`
 	// Agents are the batch's agents, by first appearance, each with the
 	// config version in force once the batch was booked: a client whose
 	// config has another version reads it again.
@@ -91,7 +104,8 @@ type OutcomeResult struct {
 // client sending the batch again sends none of the booked ones.
 type OutcomeConflict struct {
 	ErrorBody
-	// Booked counts the outcomes booked: those before outcomes[Booked].
+	// Booked counts the outcomes booked: those before outcomes[Booked]
+	// (those among them whose ID was booked before, at that time).
 	Booked int `json:"booked"`
 	// Retry says why outcomes[Booked] was not booked. false: the loop
 	// refused it (a version the agent never had): drop it and send those
@@ -191,6 +205,9 @@ func (o *Outcome) check(i int) (selfimprove.Report, error) {
 		return r, err
 	}
 	if err := text(f("code"), o.Code, maxOutcomeCode, false); err != nil {
+		return r, err
+	}
+	if err := text(f("id"), o.ID, maxOutcomeID, false); err != nil {
 		return r, err
 	}
 	if *o.Success {
@@ -376,20 +393,15 @@ func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, re
 	seen := map[string]int{}
 	for i := range reps {
 		id := outs[i].Agent
-		rep, err := s.l.Record(r.Context(), id, reps[i])
+		rep, dup, err := s.bookOne(r.Context(), &outs[i], reps[i])
 		if err != nil {
 			s.lim.booked.Add(int64(out.Booked))
 			s.failBooking(w, err, i)
 			return
 		}
-		if q := outs[i].Quality; q != nil {
-			// Scored by the call's ID, as a grader would: credited to the
-			// version it ran under, and judged like any score; without a
-			// key, each is a sample (the outcomes of a batch end at one
-			// time, and share their call ID).
-			if _, err := s.l.ScoreCall(id, rep.ID, *q, 0); err != nil {
-				s.o.Logger.Warn("selfimprove admin: an outcome's quality was not booked", "agent", id, "error", err)
-			}
+		if dup {
+			out.Duplicates++ // booked before: its answer was lost
+			continue
 		}
 		out.Booked++
 		if j, ok := seen[id]; ok {
@@ -401,6 +413,42 @@ func (s *server) book(w http.ResponseWriter, r *http.Request, outs []Outcome, re
 	}
 	s.lim.booked.Add(int64(out.Booked))
 	writeJSON(w, http.StatusOK, out)
+}
+
+// bookOne books o (its report rep) and its quality, once for its ID: dup
+// when an outcome with its agent and ID was booked before.
+func (s *server) bookOne(ctx context.Context, o *Outcome, rep selfimprove.Report) (selfimprove.Report, bool, error) {
+	if o.ID != "" {
+		key, dup, err := s.ids.claim(ctx, o.Agent, o.ID)
+		if dup || err != nil {
+			return selfimprove.Report{}, dup, err
+		}
+		booked := false
+		defer func() { s.ids.done(key, booked) }()
+		res, err := s.record(ctx, o, rep)
+		booked = err == nil
+		return res, false, err
+	}
+	res, err := s.record(ctx, o, rep)
+	return res, false, err
+}
+
+// record books o's report rep, and its quality when it has one.
+func (s *server) record(ctx context.Context, o *Outcome, rep selfimprove.Report) (selfimprove.Report, error) {
+	res, err := s.l.Record(ctx, o.Agent, rep)
+	if err != nil {
+		return res, err
+	}
+	if q := o.Quality; q != nil {
+		// Scored by the call's ID, as a grader would: credited to the
+		// version it ran under, and judged like any score; without a
+		// key, each is a sample (the outcomes of a batch end at one
+		// time, and share their call ID).
+		if _, err := s.l.ScoreCall(o.Agent, res.ID, *q, 0); err != nil {
+			s.o.Logger.Warn("selfimprove admin: an outcome's quality was not booked", "agent", o.Agent, "error", err)
+		}
+	}
+	return res, nil
 }
 
 // failBooking answers a batch whose i-th outcome the loop did not book,

@@ -31,6 +31,7 @@ import email.utils
 import json
 import logging
 import math
+import os
 import random
 import re
 import socket
@@ -211,14 +212,28 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 _INDEX = re.compile(r"^outcomes\[(\d+)\]")
 
 
-def _field_index(body):
-    """The outcome index an intake error names (outcomes[3].x), or None."""
+def _field_name(body):
+    """The field an intake error names (outcomes[3].x), or ""."""
     try:
         field = json.loads(body).get("field", "")
     except (ValueError, AttributeError):
-        return None
-    m = _INDEX.match(field or "")
+        return ""
+    return field if isinstance(field, str) else ""
+
+
+def _field_index(body):
+    """The outcome index an intake error names (outcomes[3].x), or None."""
+    m = _INDEX.match(_field_name(body))
     return int(m.group(1)) if m else None
+
+
+def _without_ids(part):
+    """The reports of part without their IDs, encoded again."""
+    out = []
+    for o, _ in part:
+        o = {k: v for k, v in o.items() if k != "id"}
+        out.append((o, json.dumps(o, ensure_ascii=False, allow_nan=False).encode("utf-8")))
+    return out
 
 
 def _agent_ref(agent):
@@ -365,6 +380,7 @@ class Client:
         self._queued_at = 0.0               # when the oldest queued report was queued
         self._urgent = False                # a failure's report is queued
         self._configs = {}                  # agent -> (Config, etag, read at)
+        self._ids = True                    # send each outcome with an ID (False: the sidecar is older)
         self._retry_at = 0.0                # no send (nor config read, offline) before
         self._retry_wait = 0.0
         self._down_since = None
@@ -531,6 +547,10 @@ class Client:
              "duration_ms": min(MAX_DURATION_MS, max(0.0, d if d is not None else 0.0)),
              "config_version": max(1, int(config_version or 1)),
              "attempts": min(MAX_ATTEMPTS, max(0, int(attempts or 0)))}
+        if self._ids:
+            # The intake books an outcome once by its ID: one sent again
+            # after its answer was lost (a timeout) is not booked twice.
+            o["id"] = os.urandom(12).hex()
         if not success:
             if error:
                 o["error"] = _cut(error, MAX_ERROR_BYTES)
@@ -786,6 +806,15 @@ class Client:
             i = _field_index(body)
             if i is not None and not 0 <= i < len(part):
                 i = None
+            if status == 400 and _field_name(body).endswith("].id") and any("id" in o for o, _ in part):
+                # A sidecar older than the outcomes' IDs: send them without.
+                if self._ids:
+                    self._ids = False
+                    self.log.warning("selfimprove: the sidecar at %s books outcomes without IDs (an older "
+                                     "version): an outcome sent again after a lost answer may be booked "
+                                     "twice", self.url)
+                todo[:0] = [_without_ids(part)]
+                continue
             if status == 409:
                 n = _retry_booked(body, i, len(part))
                 if n is not None:  # the loop failed after booking the first n: never send those again

@@ -3,6 +3,7 @@
     python3 sidecar_checks.py outage   --url URL   # phases driven over stdin
     python3 sidecar_checks.py texts    --url URL
     python3 sidecar_checks.py decision --url URL [--batch-size 50] [--legacy]
+    python3 sidecar_checks.py lost     --url URL [--calls 50]   # through a proxy that loses an answer
 
 The token is read from $SELFIMPROVE_INTAKE_TOKEN (or $SELFIMPROVE_TOKEN). Each mode prints JSON lines;
 sidecar_client_test.go reads them and checks the sidecar's own figures.
@@ -106,9 +107,24 @@ def decision(args):
     out(versions=versions)
 
 
+def lost(args):
+    """Calls, flushed through a proxy that loses the first batch's answer
+    after the sidecar booked it; flushed again until none is pending."""
+    c = Client(args.url, token=os.environ.get("SELFIMPROVE_INTAKE_TOKEN") or os.environ.get("SELFIMPROVE_TOKEN", ""),
+               sleep=lambda s: None, flush_interval=None, flush_at_exit=False, config_ttl=3600)
+    answers, _ = calls(c, args.agent, 0, args.calls)
+    c.flush()
+    for _ in range(10):
+        if not c.pending:
+            break
+        c._retry_at = 0.0  # the retry's wait, passed (sleep is not the clock)
+        c.flush()
+    out(calls=args.calls, answers=answers, **c.stats())
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["outage", "texts", "decision"])
+    p.add_argument("mode", choices=["outage", "texts", "decision", "lost"])
     p.add_argument("--url", required=True)
     p.add_argument("--agent", default="py-outage")
     p.add_argument("--calls", type=int, default=50)
@@ -116,7 +132,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=50)
     p.add_argument("--legacy", action="store_true", help="only the arguments the old client took")
     args = p.parse_args()
-    {"outage": outage, "texts": texts, "decision": decision}[args.mode](args)
+    {"outage": outage, "texts": texts, "decision": decision, "lost": lost}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ import selfimprove_client as sc  # noqa: E402
 
 
 class Intake:
-    """A fake sidecar: answers with respond(method, path, headers, body) -> (status, headers, body)."""
+    """A fake sidecar: answers with respond(method, path, headers, body) -> (status, headers, body),
+    or closes the connection without an answer when respond returns None."""
 
     def __init__(self, respond=None):
         self.requests = []  # (method, path, headers, body)
@@ -37,7 +38,11 @@ class Intake:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 intake.requests.append((self.command, self.path, dict(self.headers), body))
-                status, headers, out = intake.respond(self.command, self.path, self.headers, body)
+                answer = intake.respond(self.command, self.path, self.headers, body)
+                if answer is None:  # the answer is lost: the connection closes without one
+                    self.close_connection = True
+                    return
+                status, headers, out = answer
                 self.send_response(status)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -429,6 +434,59 @@ class TestPartialBatch(Base):
             c.flush()
         self.assertEqual((c.booked, c.pending, c.dropped, c.offline), (4, 0, 0, False))
         self.assertEqual([o["duration_ms"] for o in intake.booked], [1, 2, 3, 4], "each booked once, in order")
+
+
+class TestOutcomeIDs(Base):
+    """Each report carries an ID, kept when it is sent again, so that the
+    intake books it once even when its answer was lost."""
+
+    def test_ids_kept_when_sent_again(self):
+        """The first POST's answer never comes (the connection drops after
+        the intake read it); the reports are sent again with the same IDs."""
+        lost = []
+
+        def lose(method, path, headers, body):
+            if method == "POST" and not lost:
+                lost.append(json.loads(body)["outcomes"])
+                return None
+            return intake.default(method, path, headers, body)
+        intake = self.intake(lose)
+        c = client(intake.url)
+        for v in (1, 2, 3):
+            c.report("a", True, v, 1)
+        with self.assertLogs("selfimprove_client", "WARNING"):
+            c.flush()
+            self.assertEqual((c.booked, c.pending), (0, 3))
+            c._retry_at = 0.0  # the retry's wait, passed
+            c.flush()
+        self.assertEqual((c.booked, c.pending, c.dropped), (3, 0, 0))
+        ids = [o["id"] for o in lost[0]]
+        self.assertEqual(len(set(ids)), 3, "an ID of its own for each report: %s" % ids)
+        self.assertEqual([o["id"] for o in intake.booked], ids, "the same IDs the second time")
+
+    def test_older_sidecar_without_ids(self):
+        """A sidecar that knows no outcome IDs refuses the field (400
+        naming outcomes[0].id): the client sends the reports again without
+        IDs, and every later report too, dropping none."""
+        def old(method, path, headers, body):
+            if method == "POST":
+                outs = json.loads(body)["outcomes"]
+                for i, o in enumerate(outs):
+                    if "id" in o:
+                        f = "outcomes[%d].id" % i
+                        return 400, {}, json.dumps({"error": 'unknown field "%s"' % f, "field": f, "status": 400}).encode()
+            return intake.default(method, path, headers, body)
+        intake = self.intake(old)
+        c = client(intake.url)
+        c.report("a", True, 1, 1)
+        c.report("a", True, 2, 1)
+        with self.assertLogs("selfimprove_client", "WARNING") as logs:
+            c.flush()
+        c.report("a", True, 3, 1)
+        c.flush()
+        self.assertEqual((c.booked, c.pending, c.dropped), (3, 0, 0))
+        self.assertEqual([o["duration_ms"] for o in intake.booked], [1, 2, 3])
+        self.assertEqual(len(logs.output), 1, logs.output)
 
 
 class TestCallStart(Base):
