@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -135,19 +138,37 @@ type RejectRequest struct {
 	Reason string `json:"reason"`
 }
 
-// decode reads one JSON object from r into v: no unknown fields, nothing
-// after it. An empty body is allowed only when empty is true. Errors are
-// *badRequest (413 for a body over the limit).
+// decode reads one JSON object from r into v: no unknown fields, field
+// names as written (exactNames), nothing after it. An empty body is
+// allowed only when empty is true. Errors are *badRequest (413 for a body
+// over the limit).
 func decode(r io.Reader, v any, empty bool) error {
-	dec := json.NewDecoder(r)
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return decodeError(err, empty, "")
+	}
+	return decodeJSON(raw, v, empty, "")
+}
+
+// decodeJSON decodes raw into v as decode does; at, when not empty, is
+// the path of raw in the body (outcomes[3]), and prefixes the fields that
+// errors name.
+func decodeJSON(raw []byte, v any, empty bool, at string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
 		if dec.More() || dec.Decode(&struct{}{}) != io.EOF {
-			return bad("", "the body must be one JSON object")
+			return bad(at, "%s must be one JSON object", or(at, "the body"))
 		}
-		return nil
+		return exactNames(raw, reflect.TypeOf(v), at)
 	}
+	return decodeError(err, empty, at)
+}
+
+// decodeError turns an error of decoding (a read's, encoding/json's)
+// into a *badRequest.
+func decodeError(err error, empty bool, at string) error {
 	var (
 		maxErr  *http.MaxBytesError
 		typeErr *json.UnmarshalTypeError
@@ -160,22 +181,72 @@ func decode(r io.Reader, v any, empty bool) error {
 		if empty {
 			return nil
 		}
-		return bad("", "the body is empty; it must be a JSON object")
+		return bad(at, "%s is empty; it must be a JSON object", or(at, "the body"))
 	case errors.As(err, &typeErr):
 		if typeErr.Field == "" {
-			return bad("", "the body must be a JSON object")
+			return bad(at, "%s must be a JSON object", or(at, "the body"))
 		}
-		return bad(typeErr.Field, "%s must be a JSON %s", typeErr.Field, typeName(typeErr.Type.Kind().String()))
+		return typeError(join(at, typeErr.Field), typeErr)
 	case errors.As(err, &synErr):
-		return bad("", "malformed JSON at byte %d", synErr.Offset)
+		return bad(at, "malformed JSON at byte %d", synErr.Offset)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return bad("", "malformed JSON: the body ends early")
+		return bad(at, "malformed JSON: the body ends early")
 	}
 	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		f = strings.Trim(f, `"`)
+		if at != "" {
+			return bad(join(at, f), "%s: unknown field %q", at, f)
+		}
 		return bad(f, "unknown field %q", f)
 	}
-	return bad("", "malformed JSON")
+	return bad(at, "malformed JSON")
+}
+
+// typeError words a value of the wrong type for field: a number that is
+// no whole number where one is due (1.5), or out of the field's range
+// (1e30), is a JSON number, and is refused as such.
+func typeError(field string, e *json.UnmarshalTypeError) *badRequest {
+	num, isNum := strings.CutPrefix(e.Value, "number ")
+	if !isNum || e.Type == nil {
+		return bad(field, "%s must be a JSON %s", field, typeName(kindOf(e.Type)))
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	switch k := e.Type.Kind(); {
+	case err != nil || k == reflect.Float32 || k == reflect.Float64:
+		return bad(field, "%s is out of range: %s", field, num)
+	case f != math.Trunc(f):
+		return bad(field, "%s must be a whole number (an integer), not %s", field, num)
+	case k >= reflect.Int && k <= reflect.Int64 && (f < math.MinInt64 || f >= math.MaxInt64 || reflect.New(e.Type).Elem().OverflowInt(int64(f))),
+		k >= reflect.Uint && k <= reflect.Uintptr && (f < 0 || f >= math.MaxUint64 || reflect.New(e.Type).Elem().OverflowUint(uint64(f))):
+		return bad(field, "%s is out of range: %s", field, num)
+	case k >= reflect.Int && k <= reflect.Uintptr:
+		return bad(field, "%s must be a whole number written without a fraction or exponent (%.0f), not %s", field, f, num)
+	}
+	return bad(field, "%s must be a JSON %s", field, typeName(e.Type.Kind().String()))
+}
+
+// kindOf is t's kind in Go's words, "" for no type.
+func kindOf(t reflect.Type) string {
+	if t == nil {
+		return ""
+	}
+	return t.Kind().String()
+}
+
+// join is the path of name under at.
+func join(at, name string) string {
+	if at == "" {
+		return name
+	}
+	return at + "." + name
+}
+
+// or is s, or def when s is empty.
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // typeName names a Go kind in JSON's words.

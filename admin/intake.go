@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -250,9 +249,9 @@ func (s *server) lookup(id string) (int, bool) {
 func decodeBatch(body io.Reader, b *OutcomeBatch) error {
 	raw, err := io.ReadAll(body)
 	if err != nil {
-		return decode(errReader{err}, b, false)
+		return decodeError(err, false, "")
 	}
-	err = decode(bytes.NewReader(raw), b, false)
+	err = decodeJSON(raw, b, false, "")
 	var br *badRequest
 	if err == nil || !errors.As(err, &br) || br.status != http.StatusBadRequest || br.field == "" {
 		return err
@@ -266,20 +265,12 @@ func decodeBatch(body io.Reader, b *OutcomeBatch) error {
 	}
 	for i, e := range elems.Outcomes {
 		var o Outcome
-		if eerr := decode(bytes.NewReader(e), &o, false); errors.As(eerr, &br) {
-			if br.field == "" {
-				return bad(at(i, ""), "%s must be a JSON object", at(i, ""))
-			}
-			return bad(at(i, br.field), "%s: %s", at(i, ""), br.msg)
+		if eerr := decodeJSON(e, &o, false, at(i, "")); eerr != nil {
+			return eerr
 		}
 	}
 	return err
 }
-
-// errReader is a body whose read failed.
-type errReader struct{ err error }
-
-func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // outcomes serves POST /api/outcomes: it checks the whole batch by
 // itself, takes its outcomes from the rate bound, then checks it against
