@@ -106,7 +106,9 @@ func (c Class) RootCause() RootCause {
 // (with only numbers between). Specific phrases (a withdrawn model, an
 // exceeded context window, a content filter, a rate limit) override a
 // status code, so "400: maximum context length exceeded" is
-// context_length; generic ones ("timeout", "refused") give way to it.
+// context_length, and an Anthropic SDK's own refusal "streaming is
+// required for operations that may take longer than 10 minutes" is
+// bad_request; generic ones ("timeout", "refused") give way to it.
 // Without any HTTP status (the caller's own error, not a provider's),
 // phrases of a failed validation, parse or refusal ("does not match
 // schema", "missing required property", "cannot unmarshal", "model

@@ -1,6 +1,7 @@
 package failure_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -92,6 +93,32 @@ func TestProviderBodies(t *testing.T) {
 	for _, c := range cases {
 		if got := failure.Classify(c.err); got != c.want {
 			t.Errorf("%s: Classify = %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAnthropicMaxTokensTooLargeIsBadRequest: a request whose max_tokens
+// the caller must lower (or stream) is bad_request, which the loop does
+// not retry: anthropic-sdk-go's own refusal, before any request, of a
+// non-streaming request that may take longer than 10 minutes, and the
+// API's 400 for max_tokens above the model's output limit. Before: the
+// SDK's refusal was other, retried to no end.
+func TestAnthropicMaxTokensTooLargeIsBadRequest(t *testing.T) {
+	sdkRefusal := errors.New("streaming is required for operations that may take longer than 10 minutes")
+	cases := []struct {
+		name string
+		err  error
+	}{
+		{"sdk refusal", sdkRefusal},
+		{"sdk refusal wrapped", fmt.Errorf("agent step 3: %w", sdkRefusal)},
+		{"sdk refusal, older text", errors.New("streaming is strongly recommended for operations that may take longer than 10 minutes")},
+		{"python sdk refusal", errors.New("Streaming is strongly recommended for operations that may take longer than 10 minutes. See https://github.com/anthropics/anthropic-sdk-python#long-requests for more details")},
+		{"api max_tokens over the model's limit", sdkErr{400, `{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-5-20250929"}}`}},
+		{"api max_tokens over the model's limit, text only", errors.New(`POST "https://api.anthropic.com/v1/messages": 400 Bad Request {"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 8193 > 8192, which is the maximum allowed number of output tokens for claude-3-5-haiku-20241022"}}`)},
+	}
+	for _, c := range cases {
+		if got := failure.Classify(c.err); got != failure.ClassBadRequest {
+			t.Errorf("%s: Classify(%q) = %s, want %s", c.name, c.err, got, failure.ClassBadRequest)
 		}
 	}
 }

@@ -40,6 +40,10 @@ var textRules = func() []textRule {
 			"token limit", "tokens exceeds", "tokens exceed", "prompt is too long", "input is too long",
 			"max tokens exceeded", "context limit", "contextlength", "too long for context", "reduce the length",
 			"input token count", "maximum number of tokens"}},
+		// The Anthropic SDKs refuse, before sending it, a non-streaming
+		// request whose max_tokens may take longer than 10 minutes: the
+		// caller must stream it or lower max_tokens; a retry cannot help.
+		{ClassBadRequest, 84, "", []string{"streaming is required", "streaming is strongly recommended"}},
 		{ClassContentFilter, 80, "", []string{
 			"content filter", "contentfilter", "content policy", "content management policy", "safety",
 			"moderation", "flagged", "refused to", "refusal", "responsible ai", "harmful", "policy violation",

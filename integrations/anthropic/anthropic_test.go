@@ -273,3 +273,26 @@ func TestWithdrawnModelRecoveredByFallback(t *testing.T) {
 		t.Errorf("%d of the last 10 calls succeeded, want 10 (route %q)", okCalls, l.Config("a").Route)
 	}
 }
+
+// TestLargeMaxTokensWithoutStreamingNotRetried: anthropic-sdk-go refuses,
+// before sending it, a non-streaming request whose max_tokens may take
+// longer than 10 minutes; the call ends at its first attempt with that
+// error, of class bad_request (the caller must stream, or lower
+// max_tokens), and nothing reaches the server. Before: the refusal was
+// other, and the loop retried it.
+func TestLargeMaxTokensWithoutStreamingNotRetried(t *testing.T) {
+	s := newServer(t, func(string, int) reply { return ok })
+	l := newLoop(t, si.WithDefaultConfig(si.Config{MaxAttempts: 3}))
+	cl := client(s.URL)
+	rep, err := l.ExecuteWithImprovement(context.Background(), "a", func(ctx context.Context, cfg si.Config) error {
+		_, err := cl.Messages.New(ctx, ant.MessageNewParams{Model: "claude-sonnet-4-5", MaxTokens: 64000,
+			Messages: []ant.MessageParam{ant.NewUserMessage(ant.NewTextBlock("hi"))}})
+		return adapter.Wrap(err)
+	})
+	if err == nil || rep.Attempts != 1 || s.requests() != 0 {
+		t.Errorf("err %v: %d attempts, %d requests; want the SDK's refusal at the first attempt, no request", err, rep.Attempts, s.requests())
+	}
+	if got := failure.Classify(err); got != failure.ClassBadRequest {
+		t.Errorf("Classify(%v) = %q, want %q", err, got, failure.ClassBadRequest)
+	}
+}
