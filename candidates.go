@@ -124,7 +124,9 @@ func (b *candidateBook) of(agentID string) []Candidate {
 // An agent with candidates is explored once it is settled: no change
 // under verification, no analysis running, the failure and quality
 // cooldowns over, its circuit closed and its route not held on a
-// fallback, and the config in force with at least MinSamples scored
+// fallback, no run of low scores open in the quality watch (a fall it
+// has not fired on yet: the config's scores are then no reference), and
+// the config in force with at least MinSamples scored
 // calls, whatever the share of calls scored, or, for an agent known to
 // score none (none of its calls scored, 10 × MinSamples of them with a
 // cost and still none scored ScoreHorizon later, so that one that scores

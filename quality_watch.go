@@ -105,3 +105,11 @@ func fallReference(drop, all Stats) qualityRec {
 	ref.Squares = min(ref.Squares, ref.Sum)
 	return ref
 }
+
+// falling reports whether the watch of version has a run of scores open:
+// its latest scores, taken together, fell below the mean it tests
+// against (a fall it may not have fired on yet). The config is not
+// explored then: its scores are no reference while they may be falling.
+func (w *qualityWatch) falling(version int) bool {
+	return w.Version == version && w.LogW > 0
+}

@@ -291,7 +291,8 @@ func (s *agentState) exploreDue(now time.Time, r *ruleBook, eff *effects) {
 		s.explored(x)
 	}
 	n := now.UnixNano()
-	if s.Tracker.Total < m.Next || n < s.CooldownUntil || n < s.Quality.Watch.Until || s.CircuitOpenUntil != 0 || s.Route != nil && s.Route.Hold != "" {
+	if s.Tracker.Total < m.Next || n < s.CooldownUntil || n < s.Quality.Watch.Until || s.Quality.Watch.falling(s.Config.Version) ||
+		s.CircuitOpenUntil != 0 || s.Route != nil && s.Route.Hold != "" {
 		return
 	}
 	// Scored calls enough to judge quality, or, for an agent known to
