@@ -58,6 +58,8 @@ func FuzzClassifySignature(f *testing.F) {
 		"key sk-abcdefghijklmnop1234 rejected", "password=hunter2&x=1", "https://u:p@h/x",
 		"550e8400-e29b-41d4-a716-446655440000", "Ошибка 500", "\xff\xfe", "'a 'b'", "\"unterminated",
 		strings.Repeat("é", 130), "0xdeadbeef1", "1.2.3,4", "Bearer abc.def/ghi~jkl", `C:\x\y`,
+		"aws secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY.", "redis://:p@ss@h:1/x", "/x?key=abc&Sig=y",
+		"password = x", "m=AbCdEf0123456789AbCdEf0123456789xx", "/a/.aws/credentials: no",
 	} {
 		f.Add(s)
 	}

@@ -16,8 +16,10 @@ const Redacted = "<redacted>"
 //
 //   - API keys by their prefix: sk-, sk_, pk_, rk_, xoxb-, xoxp-, xoxa-,
 //     xoxs-, ghp_, gho_, ghu_, ghs_, github_pat_, glpat-, hf_ (followed by
-//     16 or more key characters; the prefix is kept), and AWS access key
-//     IDs (AKIA or ASIA and 16 capitals or digits);
+//     16 or more key characters; the prefix is kept), AWS access key
+//     IDs (AKIA or ASIA and 16 capitals or digits), and AWS secret access
+//     keys (40 characters of [A-Za-z0-9+/] with a '/' or '+' that mix
+//     upper case, lower case and digits, not within a path);
 //   - the credentials after "Bearer ", "Basic " and "Token ";
 //   - the value after a key that names a secret (one containing password,
 //     passwd, pwd, secret, token, apikey, api_key, api-key, access_key,
@@ -25,11 +27,16 @@ const Redacted = "<redacted>"
 //     or ends in _auth or -auth, but not one whose last word names a
 //     quantity or a kind: timeout, count, limit, type, ttl, length, size,
 //     as in first_token_timeout: 3), as in password=hunter2,
-//     "api_key": "abc" or Authorization: xyz;
-//   - the user information of a URL (https://user:pass@host);
+//     password = hunter2, "api_key": "abc" or Authorization: xyz, and
+//     the value of a URL's query parameter key, sig or one ending in
+//     signature (?key=abc&X-Amz-Signature=def); the key is kept, and the
+//     last word of a path is no key (/root/.aws/credentials: x is kept);
+//   - the user information of a URL, up to its last '@'
+//     (https://user:p@ss@host);
 //   - runs of 32 or more hex digits;
 //   - runs of 32 or more key characters ([A-Za-z0-9_+=-]) that mix upper
-//     case, lower case and digits (tokens, JWT parts, base64 secrets).
+//     case, lower case and digits (tokens, JWT parts, base64 secrets); of
+//     a run key=value, only the value when the key alone is none.
 //
 // It returns msg itself, without allocating, when there is nothing to
 // remove.
@@ -90,6 +97,9 @@ func nextSecret(s string, from int) (lo, hi int) {
 				end++
 			}
 			if i == 0 || !keyByte[s[i-1]] && !afterWordPlaceholder(s, i) {
+				if lo, hi := awsSecret(s, i); lo >= 0 {
+					return lo, hi
+				}
 				if lo, hi := tokenSecret(s, i, end); lo >= 0 {
 					return lo, hi
 				}
@@ -97,6 +107,9 @@ func nextSecret(s string, from int) (lo, hi int) {
 			for k := i; k < end; k++ {
 				if s[k] == '=' {
 					if lo, hi := keyValueSecret(s, k); lo >= 0 {
+						return lo, hi
+					}
+					if lo, hi := awsSecret(s, k+1); lo >= 0 {
 						return lo, hi
 					}
 				}
@@ -146,8 +159,36 @@ func afterWordPlaceholder(s string, i int) bool {
 	return strings.HasSuffix(p, "<n>") || strings.HasSuffix(p, "<hex>") || strings.HasSuffix(p, "<uuid>")
 }
 
-// tokenSecret looks at the run of key characters s[i:j].
+// tokenSecret looks at the run of key characters s[i:j]. When the run is
+// a key=value pair whose value alone is a secret, and whose key is not,
+// only the value is a secret: the key's name stays readable.
 func tokenSecret(s string, i, j int) (lo, hi int) {
+	lo, hi = runSecret(s, i, j)
+	if lo != i || hi != j {
+		return lo, hi
+	}
+	p := strings.IndexByte(s[i:j], '=')
+	if p <= 0 {
+		return lo, hi
+	}
+	q := i + p
+	for q < j && s[q] == '=' {
+		q++
+	}
+	if q == j {
+		return lo, hi // base64 padding
+	}
+	if k, _ := runSecret(s, i, i+p); k >= 0 {
+		return lo, hi
+	}
+	if vlo, vhi := runSecret(s, q, j); vlo >= 0 {
+		return vlo, vhi
+	}
+	return lo, hi
+}
+
+// runSecret looks at the run of key characters s[i:j] as one token.
+func runSecret(s string, i, j int) (lo, hi int) {
 	w := s[i:j]
 	if len(w) < 19 { // the shortest key: a 3-byte prefix and 16 more
 		return -1, -1
@@ -195,6 +236,38 @@ func tokenSecret(s string, i, j int) (lo, hi int) {
 	return -1, -1
 }
 
+// awsSecret returns the bounds of an AWS secret access key starting at i:
+// 40 characters of base64 ([A-Za-z0-9+/]) that hold a '/' or a '+' and
+// mix upper case, lower case and digits, standing alone (not part of a
+// path: no '/' or '.' before it, no file extension after it).
+func awsSecret(s string, i int) (lo, hi int) {
+	const n = 40
+	if len(s)-i < n || i > 0 && (s[i-1] == '/' || s[i-1] == '.') {
+		return -1, -1
+	}
+	up, low, dig, sep := false, false, false, false
+	for k := i; k < i+n; k++ {
+		switch c := s[k]; {
+		case 'A' <= c && c <= 'Z':
+			up = true
+		case 'a' <= c && c <= 'z':
+			low = true
+		case '0' <= c && c <= '9':
+			dig = true
+		case c == '/' || c == '+':
+			sep = true
+		default:
+			return -1, -1
+		}
+	}
+	j := i + n
+	if !(up && low && dig && sep) || j < len(s) && (keyByte[s[j]] || s[j] == '/' ||
+		s[j] == '.' && j+1 < len(s) && isAlnumByte(s[j+1])) {
+		return -1, -1
+	}
+	return i, j
+}
+
 // schemeSecret looks for "Bearer x", "Basic x" or "Token x" whose word
 // ends at the white space at i, and returns the bounds of x.
 func schemeSecret(s string, i int) (lo, hi int) {
@@ -234,6 +307,14 @@ func schemeSecret(s string, i int) (lo, hi int) {
 // (allowing a closing quote) and returns the bounds of its value.
 func keyValueSecret(s string, i int) (lo, hi int) {
 	k := i
+	if s[i] == '=' {
+		if i+1 < len(s) && s[i+1] == '=' {
+			return -1, -1 // a comparison, as in password == nil
+		}
+		for k > 0 && (s[k-1] == ' ' || s[k-1] == '\t') {
+			k-- // key = value, as in a credentials file
+		}
+	}
 	if k > 0 && (s[k-1] == '"' || s[k-1] == '\'') {
 		k--
 	}
@@ -241,7 +322,11 @@ func keyValueSecret(s string, i int) (lo, hi int) {
 	for k > 0 && (isAlnumByte(s[k-1]) || s[k-1] == '-' || s[k-1] == '.') {
 		k--
 	}
-	if !secretKey(s[k:e]) {
+	if k > 0 && s[k-1] == '/' {
+		return -1, -1 // the end of a path, as in open /root/.aws/credentials: …
+	}
+	query := s[i] == '=' && k > 0 && (s[k-1] == '?' || s[k-1] == '&')
+	if !secretKey(s[k:e]) && !(query && queryKey(s[k:e])) {
 		return -1, -1
 	}
 	j := i + 1
@@ -306,6 +391,15 @@ func secretKey(k string) bool {
 	return false
 }
 
+// queryKey reports whether k, a URL query parameter, carries a secret:
+// key (an API key), sig or a name ending in signature (a signed URL's
+// signature, as in X-Amz-Signature).
+func queryKey(k string) bool {
+	const sig = "signature"
+	return strings.EqualFold(k, "key") || strings.EqualFold(k, "sig") ||
+		len(k) >= len(sig) && strings.EqualFold(k[len(k)-len(sig):], sig)
+}
+
 // quantityWord reports whether w, the last word of a key, names a
 // quantity or a kind rather than a secret: the key's value is then no
 // secret, whatever words come before it.
@@ -318,18 +412,21 @@ func quantityWord(w []byte) bool {
 }
 
 // userinfoSecret returns the bounds of the user information of the URL
-// whose authority starts at i, if it has any.
+// whose authority starts at i, if it has any: up to the authority's last
+// '@', as a URL parser reads it (a password may hold an '@').
 func userinfoSecret(s string, i int) (lo, hi int) {
+	at := -1
+scan:
 	for j := i; j < len(s); j++ {
 		switch s[j] {
 		case '@':
-			if j == i || s[i:j] == Redacted {
-				return -1, -1
-			}
-			return i, j
+			at = j
 		case '/', '?', '#', ' ', '"', '\'', '\n', '\t', '<', '>':
-			return -1, -1
+			break scan
 		}
 	}
-	return -1, -1
+	if at <= i || s[i:at] == Redacted {
+		return -1, -1
+	}
+	return i, at
 }
