@@ -347,9 +347,12 @@ func (s *agentState) statsPart() agentState {
 }
 
 // takeStats puts the call statistics of t (decoded from the fleet's) in
-// s, in place of its own.
+// s, in place of its own, but for its count of ignored calls: the fleet
+// keeps no count of them, and t's are those of the replica that sent it.
 func (s *agentState) takeStats(t *agentState) {
+	ignored := s.Tracker.Ignored
 	s.Tracker, s.Clusters = t.Tracker, t.Clusters
+	s.Tracker.Ignored = ignored
 	var recs []qualityRec
 	if t.Quality != nil {
 		recs = t.Quality.Recs

@@ -328,3 +328,38 @@ func TestFlushAllocationsPerAgent(t *testing.T) {
 		t.Errorf("a SyncFleet of %d idle agents allocates %.0f times, want at most %d", n, allocs, n*3/2)
 	}
 }
+
+// TestStatsIgnoredIsEachReplicasOwn: Stats.Ignored counts the calls the
+// replica's own callers cancelled (the fleet keeps no count of them),
+// also on a replica that has not loaded the agent and answers from the
+// fleet's statistics. Before, that replica reported the Ignored of
+// whichever replica sent the statistics last: 4, or 1, never its own 0.
+func TestStatsIgnoredIsEachReplicasOwn(t *testing.T) {
+	for _, last := range []int{0, 1} {
+		e := newFleetEnv(t, 3, nil)
+		for r, n := range []int{4, 1} {
+			for range n {
+				ctx, cancel := context.WithCancel(context.Background())
+				rep, _ := e.reps[r].ExecuteWithImprovement(ctx, "a", func(context.Context, si.Config) error {
+					cancel()
+					return context.Canceled
+				})
+				if !rep.Ignored {
+					t.Fatalf("replica %d: a call its caller cancelled was not ignored: %+v", r, rep)
+				}
+			}
+			e.call(r, "a", nil)
+		}
+		e.sync()
+		e.clk.Advance(2 * time.Second)
+		e.call(last, "a", nil)
+		if err := e.reps[last].SyncFleet(context.Background()); err != nil { // it sends the statistics last
+			t.Fatal(err)
+		}
+		for r, want := range []int64{4, 1, 0} {
+			if got := e.reps[r].Stats("a").Ignored; got != want {
+				t.Errorf("statistics sent last by replica %d: replica %d reports %d ignored, want its own %d", last, r, got, want)
+			}
+		}
+	}
+}
