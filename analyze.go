@@ -136,6 +136,14 @@ type Tweak struct {
 	// refusing it (see RollbackPolicy.RefuseFor); zero: until
 	// ClearRejected. The loop ignores it in a strategy's answer.
 	Until time.Time `json:"until,omitzero"`
+	// Explored marks, in Analysis.Rejected, a candidate an exploration
+	// rolled back for bringing no gain over the config while the agent
+	// was healthy (not for harm): the loop refuses it to explorations
+	// only, and a fall of success or quality may still be answered with
+	// it (a candidate a little worse than the healthy config may repair
+	// the fallen one). The loop ignores it in a strategy's answer.
+	// Default false.
+	Explored bool `json:"explored,omitempty"`
 }
 
 // qualityWatchReason is the figures of the strategy's reason for a fall

@@ -78,3 +78,67 @@ func TestFallJustBeforeAnExplorationIsAnswered(t *testing.T) {
 		t.Errorf("%d of %d trials left on the fallen primary %d calls after the fall, want at most 10 %%", stuck, trials, after)
 	}
 }
+
+// TestFallAnsweredWithACandidateExploredBefore: a candidate that an
+// exploration rolled back for bringing no gain over the healthy config
+// still answers a later fall of that config. The primary answers at 0.85
+// (every call scored, σ 0.25), its one candidate, a backup model, at
+// 0.80; Exploration{Share: 0.05}. The exploration of the candidate is
+// rolled back for no gain; 300 calls later (50 minutes, well within
+// RefuseFor's day) the primary falls to 0.60. Before, the refusal held
+// for every cluster: the fall had no candidate left and, with no ladder,
+// was answered by a proposal, the agent left on the fallen primary in
+// every trial. Now the refusal holds for explorations only
+// (Tweak.Explored), and the fall moves the agent to the candidate. A
+// trial whose exploration showed the candidate worse (a refusal for
+// harm, which stays whole) is left out.
+func TestFallAnsweredWithACandidateExploredBefore(t *testing.T) {
+	const after = 1000
+	trials, moved, shown := 0, 0, 0
+	for seed := range seeds(20) {
+		w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
+			si.WithCandidates(si.Candidate{Name: "backup", Route: "backup"}))
+		primary := 0.85
+		w.quality = func(c si.Config) float64 {
+			if c.Route == "backup" {
+				return 0.80
+			}
+			return primary
+		}
+		var undone *si.Change
+		for i := 0; i < 5000 && undone == nil; i++ {
+			if c := w.call().Rollback; c != nil && c.To.Route == "backup" {
+				undone = c
+			}
+		}
+		if undone == nil {
+			t.Fatalf("seed %d: the candidate was not explored and rolled back in 5,000 calls", seed)
+		}
+		if !strings.Contains(undone.Verdict, "no gain") {
+			// Shown worse than the healthy config: refused for any
+			// fall too (a refusal for harm stays whole).
+			shown++
+			continue
+		}
+		for range 300 {
+			w.call()
+		}
+		primary = 0.60
+		for range after {
+			w.call()
+		}
+		trials++
+		if route := w.e.l.Config("bot").Route; route == "backup" {
+			moved++
+		} else {
+			t.Logf("seed %d: %d calls after the fall the agent is on route %q", seed, after, route)
+		}
+	}
+	t.Logf("%d of %d trials moved to the candidate explored before, within %d calls of the fall; %d more rolled the candidate back as worse (left out)", moved, trials, after, shown)
+	if trials < 2*shown {
+		t.Errorf("only %d of %d explorations rolled back for no gain", trials, trials+shown)
+	}
+	if moved < trials*9/10 {
+		t.Errorf("%d of %d trials moved to the candidate within %d calls of the fall, want at least 90 %%", moved, trials, after)
+	}
+}

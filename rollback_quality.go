@@ -3,6 +3,7 @@ package selfimprove
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/self-improving-loop/selfimprove/internal/verdict"
 )
@@ -308,7 +309,7 @@ func (p RollbackPolicy) exploreVerdict(e Evidence, v Verdict, waited bool) Verdi
 	if scored && !waited && n < qualityMaxScored && !shortOfGain(e) {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s did no better than the config before it: no better answers, lower cost or fewer failures; the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
+	return Verdict{DecisionRollback, fmt.Sprintf(noGainPrefix+"%s did no better than the config before it: no better answers, lower cost or fewer failures; the explored candidate brought no gain: %s, cost per successful call %.4g against %.4g, success rate %.3f against %.3f",
 		underChange,
 		qualityVs(a, b), a.CostPerSuccess, b.CostPerSuccess, a.SuccessRate, b.SuccessRate)}
 }
@@ -344,7 +345,7 @@ func cheaper(e Evidence, v Verdict, waited bool) Verdict {
 	if !waited && n < qualityMaxScored {
 		return Verdict{DecisionWait, ""}
 	}
-	return Verdict{DecisionRollback, fmt.Sprintf("the candidate explored %s is cheaper, but its answers were not shown to be as good; the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: %s",
+	return Verdict{DecisionRollback, fmt.Sprintf(noGainPrefix+"%s is cheaper, but its answers were not shown to be as good; the explored candidate costs less (%.4g against %.4g per successful call), but its quality was not shown within %.2f of the reference: %s",
 		underChange, a.CostPerSuccess, b.CostPerSuccess, costQualityMargin, qualityVs(a, b))}
 }
 
@@ -364,6 +365,18 @@ func qualityVs(after, before Stats) string {
 		return "no call under the change was scored (mean quality before: " + ref + ")"
 	}
 	return fmt.Sprintf("mean quality %.3f (%d scored calls) against %s", after.Quality, after.Scored, ref)
+}
+
+// noGainPrefix begins the reasons of the verdicts that roll back an
+// explored candidate for bringing no gain (exploreVerdict, cheaper), not
+// for harm.
+const noGainPrefix = "the candidate explored "
+
+// noGain reports whether v rolls back a change that explores a candidate
+// for bringing no gain over the config while the agent was healthy:
+// refused to explorations only (Tweak.Explored).
+func noGain(e Evidence, v Verdict) bool {
+	return e.Exploring && v.Decision == DecisionRollback && strings.HasPrefix(v.Reason, noGainPrefix)
 }
 
 // costOnly reports whether v, p's verdict on e, rolls the change back for

@@ -117,6 +117,9 @@ func (s *agentState) apply(now time.Time, an *Analysis, tw *Tweak, r *ruleBook) 
 		cluster = an.targetID()
 	}
 	for _, rb := range s.refused(now, cluster) {
+		if rb.Explored && !an.explore {
+			continue // refused to explorations only
+		}
 		if cfg.Equal(rb.Config) || repeats(s.Config, cfg, rb.Config) {
 			return reject("it repeats a tweak rolled back before (version %d: %s)", rb.Config.Version, rb.Reason)
 		}

@@ -121,8 +121,13 @@ func (s *agentState) judge(now time.Time, r *ruleBook, eff *effects) {
 	case DecisionRollback:
 		id := s.Verifying.ID
 		s.rollback(now, reason, r, eff)
-		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack && p.costOnly(e, v) {
-			s.fileCostRise(now, ch, r, eff)
+		if ch := eff.decided; ch != nil && ch.ID == id && ch.State == ChangeRolledBack {
+			if p.costOnly(e, v) {
+				s.fileCostRise(now, ch, r, eff)
+			}
+			if n := len(s.Rejected); n > 0 && noGain(e, v) && s.Rejected[n-1].Config.Equal(ch.To) {
+				s.Rejected[n-1].Explored = true // refused to explorations only
+			}
 		}
 	case DecisionConfirm:
 		s.confirm(now, reason, r, eff)

@@ -279,10 +279,10 @@ type plan struct {
 }
 
 // rejected reports whether c repeats a tweak rolled back or rejected for
-// the cluster.
+// the cluster (not one refused to explorations only: Tweak.Explored).
 func (p *plan) rejected(c Config) bool {
 	return slices.ContainsFunc(p.a.Rejected, func(t Tweak) bool {
-		return (t.Cluster == "" || t.Cluster == p.cl.ID) && (t.Config.Equal(c) || repeats(p.cur, c, t.Config))
+		return !t.Explored && (t.Cluster == "" || t.Cluster == p.cl.ID) && (t.Config.Equal(c) || repeats(p.cur, c, t.Config))
 	})
 }
 
@@ -584,7 +584,7 @@ func (p *plan) candidateOr(t *Tweak) *Tweak {
 	case failure.ClassCanceled, failure.ClassPanic, failure.ClassAuth:
 		return t
 	}
-	next, name, ok := p.a.nextCandidate(p.cl.ID)
+	next, name, ok := p.a.nextCandidate(p.cl.ID, false)
 	if !ok {
 		return t
 	}

@@ -15,7 +15,7 @@ const qualityRule = "The answers got worse without failing (a provider's silent 
 // like any change; with none, a proposal for a person.
 func qualityAnswer(a *Analysis) *Tweak {
 	why := qualityWatchReason(a)
-	if next, name, ok := a.nextCandidate(""); ok {
+	if next, name, ok := a.nextCandidate("", false); ok {
 		return &Tweak{Config: next, Reason: fmt.Sprintf("try candidate %q: the answers got worse without failing; %s", name, why), Confidence: 1}
 	}
 	if !a.Routes.empty() {
@@ -25,7 +25,7 @@ func qualityAnswer(a *Analysis) *Tweak {
 			next := a.Config.clone()
 			next.Route = r
 			if a.dead(r) || slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
-				return t.Config.Equal(next) || repeats(a.Config, next, t.Config)
+				return !t.Explored && (t.Config.Equal(next) || repeats(a.Config, next, t.Config))
 			}) {
 				continue
 			}
@@ -37,15 +37,17 @@ func qualityAnswer(a *Analysis) *Tweak {
 
 // nextCandidate returns the first of a's candidates that changes a's
 // config, runs on no dead route, is within Config's bounds, and does not
-// repeat a tweak refused for cluster (empty: for any): its config and
-// name; ok is false when there is none.
-func (a *Analysis) nextCandidate(cluster string) (cfg Config, name string, ok bool) {
+// repeat a tweak refused for cluster (empty: for any; one refused after
+// an exploration for no gain, only for explore): its config and name; ok
+// is false when there is none.
+func (a *Analysis) nextCandidate(cluster string, explore bool) (cfg Config, name string, ok bool) {
 	for i := range a.Candidates {
 		c := &a.Candidates[i]
 		next := c.apply(a.Config)
 		if next.Equal(a.Config) || next.Route != a.Config.Route && a.dead(next.Route) || next.validate() != nil ||
 			slices.ContainsFunc(a.Rejected, func(t Tweak) bool {
-				return (cluster == "" || t.Cluster == "" || t.Cluster == cluster) && (t.Config.Equal(next) || repeats(a.Config, next, t.Config))
+				return (explore || !t.Explored) && (cluster == "" || t.Cluster == "" || t.Cluster == cluster) &&
+					(t.Config.Equal(next) || repeats(a.Config, next, t.Config))
 			}) {
 			continue
 		}
@@ -57,7 +59,7 @@ func (a *Analysis) nextCandidate(cluster string) (cfg Config, name string, ok bo
 // exploreTweak is the loop's answer to an exploration: the next
 // candidate, nil when none.
 func exploreTweak(an *Analysis) *Tweak {
-	next, name, ok := an.nextCandidate("")
+	next, name, ok := an.nextCandidate("", true)
 	if !ok {
 		return nil
 	}
