@@ -157,6 +157,14 @@ func childOptions(strat si.Strategy) []si.Option {
 		si.WithRetryPolicy(si.RetryPolicy{TransientAttempts: 1})} // the fleet's figures, not the retries' waits
 }
 
+// childFlushEvery and childFlushCalls are the replicas' flush policy
+// (WithFleetFlush): every 200 ms, and when an agent's calls not sent
+// reach 1,024. checkBatched bounds the replicas' round trips by it.
+const (
+	childFlushEvery = 200 * time.Millisecond
+	childFlushCalls = 1024
+)
+
 // TestFleetChild is a replica when childEnv is set (see startChild); it
 // does nothing otherwise.
 func TestFleetChild(t *testing.T) {
@@ -178,7 +186,7 @@ func TestFleetChild(t *testing.T) {
 	}
 	defer f.Close()
 	rp.l, err = si.New(append(childOptions(rp.strat), si.WithFleet(f), si.WithFleetTimeout(300*time.Millisecond),
-		si.WithFleetFlush(200*time.Millisecond, 1024))...)
+		si.WithFleetFlush(childFlushEvery, childFlushCalls))...)
 	if err != nil {
 		t.Fatal(err)
 	}
