@@ -23,31 +23,25 @@ import (
 // candidate left and the agent stayed on the fallen primary. Before the
 // exploration waited for the watch's run of low scores to close, 124 of
 // 200 trials (QUALITY_SEEDS=200) explored in the fall and 119 were left on
-// the fallen primary 1,000 calls after it; now 9 and 8 (the fall a few
-// scores old, its first scores not yet below the watch's mean); 40 trials
-// by default. Waiting only while the statistic was above half the watch's
+// the fallen primary 1,000 calls after it; with the wait, 9 and 8 (the
+// fall a few scores old, its first scores not yet below the watch's
+// mean), and 9 and 1 since a candidate explored for no gain may answer a
+// fall (TestFallAnsweredWithACandidateExploredBefore); 40 trials by
+// default. Waiting only while the statistic was above half the watch's
 // threshold left 63 of 200 on the fallen primary.
 func TestFallJustBeforeAnExplorationIsAnswered(t *testing.T) {
 	const after = 1000
 	trials, stuck, explored := 0, 0, 0
 	var at []int
 	for seed := range seeds(40) {
-		w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
-			si.WithCandidates(si.Candidate{Name: "backup", Route: "backup"}))
-		primary := 0.85
-		w.quality = func(c si.Config) float64 {
-			if c.Route == "backup" {
-				return 0.80
-			}
-			return primary
-		}
+		w, primary := exploredWorld(t, seed)
 		fall := 60 + rand.New(rand.NewPCG(seed, 5)).IntN(40)
 		for i := 1; i < fall; i++ {
 			if rep := w.call(); rep.Improvement != nil || rep.ImprovementTriggered {
 				t.Fatalf("seed %d: healthy call %d triggered a change: %+v", seed, i, rep.Improvement)
 			}
 		}
-		primary = 0.60 // the provider's silent model update
+		*primary = 0.60 // the provider's silent model update
 		confirmed, exploring := 0, false
 		for i := 1; i <= after; i++ {
 			rep := w.call()
@@ -96,15 +90,7 @@ func TestFallAnsweredWithACandidateExploredBefore(t *testing.T) {
 	const after = 1000
 	trials, moved, shown := 0, 0, 0
 	for seed := range seeds(20) {
-		w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
-			si.WithCandidates(si.Candidate{Name: "backup", Route: "backup"}))
-		primary := 0.85
-		w.quality = func(c si.Config) float64 {
-			if c.Route == "backup" {
-				return 0.80
-			}
-			return primary
-		}
+		w, primary := exploredWorld(t, seed)
 		var undone *si.Change
 		for i := 0; i < 5000 && undone == nil; i++ {
 			if c := w.call().Rollback; c != nil && c.To.Route == "backup" {
@@ -123,7 +109,7 @@ func TestFallAnsweredWithACandidateExploredBefore(t *testing.T) {
 		for range 300 {
 			w.call()
 		}
-		primary = 0.60
+		*primary = 0.60
 		for range after {
 			w.call()
 		}
@@ -141,4 +127,20 @@ func TestFallAnsweredWithACandidateExploredBefore(t *testing.T) {
 	if moved < trials*9/10 {
 		t.Errorf("%d of %d trials moved to the candidate within %d calls of the fall, want at least 90 %%", moved, trials, after)
 	}
+}
+
+// exploredWorld is the world of the tests above: agent "bot" with every
+// call scored, its primary at *primary (0.85 until the test changes it),
+// one candidate, a backup model, at 0.80, and Exploration{Share: 0.05}.
+func exploredWorld(t *testing.T, seed uint64) (*candWorld, *float64) {
+	w := newCandWorld(t, 1, seed+1, si.WithExploration(si.Exploration{Share: 0.05}),
+		si.WithCandidates(si.Candidate{Name: "backup", Route: "backup"}))
+	primary := 0.85
+	w.quality = func(c si.Config) float64 {
+		if c.Route == "backup" {
+			return 0.80
+		}
+		return primary
+	}
+	return w, &primary
 }
