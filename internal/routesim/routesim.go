@@ -101,6 +101,13 @@ type SDK struct {
 // The scenarios run in parallel (each has its own clock, server and
 // Loops), which halves their time on two cores; the table keeps their
 // order.
+//
+// Under the race detector, the three long ones (WithdrawnPrimary,
+// QuotaExhausted, HealthyNoise: 8,640 to 34,560 calls each, through the
+// loop and the baseline) skip, saying so: they exercise no concurrency
+// the five others do not, and took 70 % of an SDK's test time under
+// -race (about 4 times their time without it). .ci/run runs all eight
+// without -race in a step of their own.
 func Run(t *testing.T, sdk SDK) {
 	s := &sim{sdk: sdk, rows: map[string]string{}}
 	scs := []struct {
@@ -115,6 +122,9 @@ func Run(t *testing.T, sdk SDK) {
 	t.Run("all", func(t *testing.T) {
 		for _, sc := range scs {
 			t.Run(sc.name, func(t *testing.T) {
+				if raceOn && longScenarios[sc.name] {
+					t.Skip("a long scenario: it runs without -race (go test -run TestScenarios; .ci/run runs it so)")
+				}
 				t.Parallel()
 				sc.run(t)
 			})
@@ -125,6 +135,9 @@ func Run(t *testing.T, sdk SDK) {
 	}
 	s.table(t)
 }
+
+// longScenarios are the scenarios Run skips under the race detector.
+var longScenarios = map[string]bool{"WithdrawnPrimary": true, "QuotaExhausted": true, "HealthyNoise": true}
 
 // sim runs the scenarios with one SDK and collects their table.
 type sim struct {
