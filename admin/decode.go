@@ -139,8 +139,8 @@ type RejectRequest struct {
 }
 
 // decode reads one JSON object from r into v: no unknown fields, field
-// names as written (exactNames), nothing after it. An empty body is
-// allowed only when empty is true. Errors are *badRequest (413 for a body
+// names as written (exactNames), nothing after it. An empty body, or one
+// that is just null, is allowed only when empty is true. Errors are *badRequest (413 for a body
 // over the limit).
 func decode(r io.Reader, v any, empty bool) error {
 	raw, err := io.ReadAll(r)
@@ -160,6 +160,9 @@ func decodeJSON(raw []byte, v any, empty bool, at string) error {
 	if err == nil {
 		if dec.More() || dec.Decode(&struct{}{}) != io.EOF {
 			return bad(at, "%s must be one JSON object", or(at, "the body"))
+		}
+		if !empty && at == "" && bytes.Equal(bytes.TrimSpace(raw), []byte("null")) { // read as no value: say so
+			return bad("", "the body is null; it must be a JSON object")
 		}
 		return exactNames(raw, reflect.TypeOf(v), at)
 	}

@@ -125,3 +125,39 @@ func TestRequestsRefuseFieldsInAnotherCase(t *testing.T) {
 		}
 	}
 }
+
+// TestIntakeNullsAreNamed: a null where the intake wants a value is
+// refused saying it is null: a required field of an outcome that is null
+// (encoding/json reads a null string as no value at all), the outcomes
+// that are null, and a body that is just null. Before, they answered
+// "outcomes[0].agent is required" and "outcomes must hold 1..N".
+func TestIntakeNullsAreNamed(t *testing.T) {
+	f := newIntakeFixture(t)
+	for _, c := range []struct{ body, field, want string }{
+		{`{"outcomes": [{"agent": null, "success": true, "duration_ms": 5, "config_version": 1}]}`, "outcomes[0].agent", "outcomes[0].agent is null"},
+		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": 5, "config_version": 1}, {"agent": "py", "success": null, "duration_ms": 5, "config_version": 1}]}`,
+			"outcomes[1].success", "outcomes[1].success is null; it is required: true or false"},
+		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": null, "config_version": 1}]}`, "outcomes[0].duration_ms", "outcomes[0].duration_ms is null"},
+		{`{"outcomes": [{"agent": "py", "success": true, "duration_ms": 5, "config_version": null}]}`, "outcomes[0].config_version", "outcomes[0].config_version is null"},
+		{`{"outcomes": null}`, "outcomes", "outcomes is null"},
+		{`null`, "", "the body is null"},
+		{" null\n", "", "the body is null"},
+	} {
+		e := intakeRefusal(t, f, c.body)
+		if e.Field != c.field || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: field %q, %q; want field %q saying %q", c.body, e.Field, e.Error, c.field, c.want)
+		}
+	}
+	// A field left out is still said to be required.
+	if e := intakeRefusal(t, f, `{"outcomes": [{"success": true, "duration_ms": 5, "config_version": 1}]}`); e.Error != "outcomes[0].agent is required" {
+		t.Errorf("an outcome without its agent: %q, want it said required", e.Error)
+	}
+	if n := f.l.Stats("py").Calls; n != 0 {
+		t.Errorf("booked %d calls of refused batches", n)
+	}
+	// So is any other body that must be an object.
+	code, b := f.do(t, "POST", "/api/agents/py/rewind", token, "application/json", "null")
+	if code != http.StatusBadRequest || !strings.Contains(string(b), "the body is null") {
+		t.Errorf("a rewind whose body is null: %d %s, want 400 saying the body is null", code, b)
+	}
+}

@@ -105,17 +105,19 @@ func testNotifications(t *testing.T, f, g si.Fleet) {
 	stop := g.Subscribe(func(id string, rev uint64) { got <- fmt.Sprintf("%q@%d", id, rev) })
 	defer stop()
 	waitSubscribed(t, f, g, got)
-	rev, err := f.Commit(ctx, "x\x00{y}", 0, []byte("v"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case s := <-got:
-		if s != fmt.Sprintf("%q@%d", "x\x00{y}", rev) {
-			t.Fatalf("notified %s", s)
+	for _, id := range []string{"x\x00{y}", "\xff:\xfe"} {
+		rev, err := f.Commit(ctx, id, 0, []byte("v"))
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no notification after 10s")
+		select {
+		case s := <-got:
+			if s != fmt.Sprintf("%q@%d", id, rev) {
+				t.Fatalf("notified %s, want %q@%d", s, id, rev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no notification after 10s")
+		}
 	}
 }
 
@@ -219,7 +221,7 @@ func testLease(t *testing.T, f, g si.Fleet) {
 }
 
 // testEvents checks that events appended through either handle are read
-// back in order, the most recent n of them.
+// back in order, the most recent n of them, each with its exact agent ID.
 func testEvents(t *testing.T, f, g si.Fleet) {
 	ctx := context.Background()
 	evs := []si.Event{{ID: "1", Type: si.EventImprovementApplied, AgentID: "a\x00/", Message: "one"},
@@ -238,11 +240,35 @@ func testEvents(t *testing.T, f, g si.Fleet) {
 	if err != nil || len(got) != 3 || got[0].AgentID != "a\x00/" {
 		t.Fatalf("Events(10): %+v %v", got, err)
 	}
+	testEventsExactIDs(t, f, g)
+}
+
+// testEventsExactIDs checks that an event's agent ID comes back exactly,
+// bytes that are not UTF-8 included (JSON alone would turn them into
+// U+FFFD), and a UTF-8 one that looks like an escape as it is.
+func testEventsExactIDs(t *testing.T, f, g si.Fleet) {
+	ctx := context.Background()
+	ids := []string{"\xff\xfe", "a\xc3(b", "caf\xe9", "\uFFFD", "a\x00\x80"}
+	for i, id := range ids {
+		e := si.Event{ID: fmt.Sprint("x", i), Type: si.EventConfigSet, AgentID: id, Message: "set"}
+		if err := f.AppendEvents(ctx, []si.Event{e}); err != nil {
+			t.Fatalf("AppendEvents of agent %q: %v", id, err)
+		}
+	}
+	got, err := g.Events(ctx, len(ids))
+	if err != nil || len(got) != len(ids) {
+		t.Fatalf("Events(%d): %+v %v", len(ids), got, err)
+	}
+	for i, id := range ids {
+		if got[i].AgentID != id {
+			t.Errorf("event of agent %q read back as agent %q", id, got[i].AgentID)
+		}
+	}
 }
 
 // testHostileAgentIDs checks that agent IDs with path separators, braces, NUL
-// bytes, invalid UTF-8 or the maximum length are stored, counted and leased
-// apart.
+// bytes, invalid UTF-8 or the maximum length are stored, counted, leased
+// and given their statistics apart.
 func testHostileAgentIDs(t *testing.T, f, g si.Fleet) {
 	ctx := context.Background()
 	ids := []string{"a/b/../../c", "{a}", "}{", "a\x00b", "a\x00c", "\xff\xfe", strings.Repeat("é", si.MaxAgentIDLen/2),
@@ -251,7 +277,8 @@ func testHostileAgentIDs(t *testing.T, f, g si.Fleet) {
 		if _, err := f.Commit(ctx, id, 0, []byte(id)); err != nil {
 			t.Fatalf("Commit(%q): %v", id, err)
 		}
-		if _, err := f.Add(ctx, []si.FleetDelta{{AgentID: id, Gen: 1, Change: si.FleetCounts{Calls: int64(i + 1)}}}); err != nil {
+		d := si.FleetDelta{AgentID: id, Gen: 1, Change: si.FleetCounts{Calls: int64(i + 1)}, Stats: []byte("s" + id)}
+		if _, err := f.Add(ctx, []si.FleetDelta{d}); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := f.Lease(ctx, id, "r", time.Minute); !ok || err != nil {
@@ -266,6 +293,9 @@ func testHostileAgentIDs(t *testing.T, f, g si.Fleet) {
 		ps, err := g.Add(ctx, []si.FleetDelta{{AgentID: id, Gen: 1}})
 		if err != nil || ps[0].Change.Calls != int64(i+1) {
 			t.Fatalf("counts of %q: %+v %v", id, ps, err)
+		}
+		if st, err := g.LoadStats(ctx, id); err != nil || string(st) != "s"+id {
+			t.Fatalf("LoadStats(%q): %q %v", id, st, err)
 		}
 	}
 }

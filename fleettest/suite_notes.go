@@ -47,9 +47,10 @@ func testNotes(t *testing.T, f, g si.Fleet) {
 	note(g, "route", "gpt-4o", 2*time.Hour, true)
 	note(g, "route", "gpt-4o", time.Minute, true)
 	note(f, "route", "a\x00b", time.Hour, false)
+	note(f, "route", "\xff\xfe", time.Hour, false)
 	note(f, "route", "a", time.Hour, false)
 	note(f, "cause", "gpt-4o", 3*time.Hour, false)
-	if got, want := notes(t, g, "route", now), `"a"=1h0m0s;"a\x00b"=1h0m0s;"gpt-4o"=2h0m0s;`; got != want {
+	if got, want := notes(t, g, "route", now), `"a"=1h0m0s;"a\x00b"=1h0m0s;"gpt-4o"=2h0m0s;"\xff\xfe"=1h0m0s;`; got != want {
 		t.Fatalf("route notes: %s, want %s", got, want)
 	}
 	if got, want := notes(t, f, "cause", now), `"gpt-4o"=3h0m0s;`; got != want {

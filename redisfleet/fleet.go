@@ -32,6 +32,7 @@ package redisfleet
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -208,11 +210,25 @@ func (f *Fleet) listen(ps *redis.PubSub, done chan struct{}) {
 	}
 }
 
+// eventLine is an entry of the stream <prefix>events: a line of the event
+// log (events.jsonl, docs/format.md), so that an agent ID that is not
+// UTF-8, which JSON shows with U+FFFD, also travels exactly, in
+// agent_id_b64. An event of a UTF-8 agent ID has no agent_id_b64, as
+// entries always had.
+type eventLine struct {
+	si.Event
+	AgentIDB64 string `json:"agent_id_b64,omitempty"`
+}
+
 // AppendEvents adds events to the stream <prefix>events.
 func (f *Fleet) AppendEvents(ctx context.Context, events []si.Event) error {
 	pipe := f.c.Pipeline()
 	for _, e := range events {
-		b, err := json.Marshal(e)
+		l := eventLine{Event: e}
+		if !utf8.ValidString(e.AgentID) {
+			l.AgentIDB64 = base64.StdEncoding.EncodeToString([]byte(e.AgentID))
+		}
+		b, err := json.Marshal(l)
 		if err != nil {
 			return fmt.Errorf("redisfleet: append events: %w", err)
 		}
@@ -241,16 +257,24 @@ func (f *Fleet) Events(ctx context.Context, limit int) ([]si.Event, error) {
 	if err != nil {
 		return nil, fail("events", err)
 	}
-	out := make([]si.Event, 0, len(msgs))
+	// The entries, oldest first, as the lines of an event log: ReadEvents
+	// takes each agent's exact ID from agent_id_b64 and skips the entries
+	// that are not an event (an entry holding a newline, which
+	// AppendEvents never writes, is one).
+	var log strings.Builder
 	for i := len(msgs) - 1; i >= 0; i-- {
-		s := msgs[i]
-		if len(s) > maxEventBytes {
-			continue
+		if s := msgs[i]; len(s) <= maxEventBytes && !strings.Contains(s, "\n") {
+			log.WriteString(s)
+			log.WriteByte('\n')
 		}
-		var e si.Event
-		if json.Unmarshal([]byte(s), &e) == nil {
-			out = append(out, e)
-		}
+	}
+	out := make([]si.Event, 0, len(msgs))
+	_, err = si.ReadEvents(strings.NewReader(log.String()), func(e si.Event) error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisfleet: events: %w", err)
 	}
 	return out, nil
 }
