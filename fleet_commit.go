@@ -21,6 +21,9 @@ import (
 func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	l := fl.l
 	fa := &fleetAgent{rebase: a.s.Tracker.Total > 0}
+	if m, ok := fl.unpark(a.id); ok {
+		fa.resume(m) // evicted, and loaded again (fleet_pool.go)
+	}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
 	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {

@@ -87,6 +87,10 @@ type fleetLink struct {
 	// were last reported (Unix ns), by agent ID, at most maxBadStats.
 	badMu    sync.Mutex
 	badStats map[string]int64
+	// parked is the fleet bookkeeping of agents evicted, by ID, until
+	// they are loaded again, at most WithMaxAgents's (fleet_pool.go).
+	parkMu sync.Mutex
+	parked map[string]fleetMark
 
 	// l is the Loop the link serves: the driver (step), the agents and
 	// their files, the metrics and the log.
@@ -341,6 +345,7 @@ func (a *agent) takeDeltaLocked(replica string, poll bool, seq *atomic.Uint64) (
 	case fa.deltas.Pending() != nil:
 		// Its answer was lost: the fleet may have booked it. Sent again
 		// as it was, it counts once (FleetDelta.Batch).
+		fa.flying = true
 		return fleetItem{a: a, d: *fa.deltas.Pending(), again: true, prior: fa.pendingPrior}, true
 	case poll || fa.tally.calls > 0 || a.s.Verifying != nil || fa.st.Owed():
 		var d FleetDelta
@@ -359,6 +364,7 @@ func (a *agent) takeDeltaLocked(replica string, poll bool, seq *atomic.Uint64) (
 		}
 		d.Batch = fa.deltas.Next(seq)
 		fa.statsOwed = fa.statsOwed || own(&d)
+		fa.flying = true
 		return fleetItem{a: a, d: d, prior: prior}, true
 	}
 	return it, false

@@ -37,6 +37,7 @@ func (fl *fleetLink) pooled(a *agent, it *fleetItem, p *FleetPool, rep *Report, 
 func (a *agent) applyPooled(l *Loop, in *input, eff *effects) {
 	fa, x, now := a.fl, in.more, time.Unix(0, in.now)
 	d, p := x.d, x.p
+	fa.flying = false // the delta's pool: booked, or refused and the count started again
 	if x.bad {
 		// Counts beyond what the state holds (planted in the fleet):
 		// booked nowhere, and the next valid pool starts the count.
@@ -126,8 +127,9 @@ func (fa *fleetAgent) book(d *FleetDelta, p *FleetPool) FleetCounts {
 	if others.negative() || fa.rebase {
 		// The fleet's counts started again (lost, or set aside), or the
 		// agent came from the store, whose statistics hold what the
-		// fleet had brought it (evicted and loaded again, or the replica
-		// restarted): from this delta on.
+		// fleet had brought it (evicted and loaded again without its
+		// bookkeeping, fleet_pool.go, or the replica restarted): from
+		// this delta on.
 		fa.rebase = false
 		fa.sent = FleetCounts{}
 		fa.sent.Add(d.Change)
@@ -166,5 +168,71 @@ func (a *agent) pooledQualityLocked(l *Loop, d *FleetDelta, p *FleetPool, now ti
 	if q := a.fl.bookArms(d, p); q[0].Scored|q[0].Costed|q[1].Scored|q[1].Costed != 0 {
 		a.s.bookPooled(p.Gen, q, now, &l.rules, eff)
 		a.dirty = true
+	}
+}
+
+// What a replica keeps of an evicted agent's fleet bookkeeping. An agent
+// evicted from memory (WithMaxAgents) is saved with the calls it had
+// booked, its own and the other replicas'; loaded again, it books from
+// its next pool the fleet's calls beyond those, the other replicas' calls
+// made while it was out of memory among them (fleetAgent.book). Without
+// the mark, the first pool after the load would only start the count
+// again, and those calls would never be booked here.
+
+// fleetMark is an evicted agent's fleet bookkeeping: this replica's
+// calls the fleet has, the other replicas' it booked, and the newest
+// failure it booked (fleetAgent's sent, others and seq).
+type fleetMark struct {
+	sent, others FleetCounts
+	seq          uint64
+}
+
+// markLocked returns fa's bookkeeping, for eviction, and whether it holds
+// all that the agent's statistics hold of the fleet: not when the next
+// pool starts the count again anyway (rebase), nor with a delta taken
+// whose pool is not booked (its answer lost, or not in yet), which the
+// fleet may hold or not. The agent's mu is held.
+func (fa *fleetAgent) markLocked() (fleetMark, bool) {
+	ok := !fa.rebase && !fa.flying && fa.deltas.Pending() == nil
+	return fleetMark{sent: fa.sent, others: fa.others, seq: fa.seq}, ok
+}
+
+// park keeps m, the bookkeeping of agent id evicted, until it is loaded
+// again (unpark): at most as many as the agents in memory, beyond which
+// one kept goes (it then starts the count again at its load, as it would
+// without).
+func (fl *fleetLink) park(id string, m fleetMark) {
+	fl.parkMu.Lock()
+	defer fl.parkMu.Unlock()
+	if fl.parked == nil {
+		fl.parked = map[string]fleetMark{}
+	}
+	if _, ok := fl.parked[id]; !ok && len(fl.parked) >= fl.l.maxAgents {
+		for k := range fl.parked {
+			delete(fl.parked, k)
+			break
+		}
+	}
+	fl.parked[id] = m
+}
+
+// unpark takes the bookkeeping kept at the eviction of agent id, if
+// any: kept once only.
+func (fl *fleetLink) unpark(id string) (fleetMark, bool) {
+	fl.parkMu.Lock()
+	defer fl.parkMu.Unlock()
+	m, ok := fl.parked[id]
+	delete(fl.parked, id)
+	return m, ok
+}
+
+// resume gives fa, the new link of an agent loaded from the store, m,
+// the bookkeeping kept at its eviction, when fa would start the count
+// again (its statistics hold calls): from its next pool, it books the
+// fleet's calls beyond those it had booked. Called by attach only,
+// before any call sees the agent.
+func (fa *fleetAgent) resume(m fleetMark) {
+	if fa.rebase {
+		fa.sent, fa.others, fa.seq, fa.rebase = m.sent, m.others, m.seq, false
 	}
 }

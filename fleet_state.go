@@ -250,8 +250,9 @@ type fleetAgent struct {
 	// one whose answer was lost, sent again unchanged before any other.
 	deltas replica.Deltas[FleetDelta]
 	// pendingPrior: the delta deltas keeps holds calls of other
-	// generations (fleetTally.prior).
-	pendingPrior bool
+	// generations (fleetTally.prior). flying: a delta was taken whose
+	// pool is not booked yet (markLocked).
+	pendingPrior, flying bool
 	// arms is what was sent and booked of the generation's arms: the
 	// scores and costs (fleet_quality.go).
 	arms fleetArms

@@ -241,7 +241,10 @@ func WithTraceQueue(size int, wait time.Duration) Option {
 // agent over the cap first saves and evicts an idle agent (an approximate
 // least-recently-used order), which is reloaded from the store on its
 // next call. Agents with an analysis running or events not yet logged
-// stay until the next periodic flush finds them idle.
+// stay until the next periodic flush finds them idle. With WithFleet, a
+// replica also keeps what it had booked of the fleet's calls for up to n
+// agents evicted (about 250 bytes each), so that an agent loaded again
+// books the other replicas' calls made meanwhile.
 func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 
 // WithClock sets the clock. Default (and nil): the real clock, time.Now.

@@ -374,6 +374,11 @@ func (l *Loop) evict(a *agent) bool {
 	}
 	a.settleLocked(l.clock.Now().UnixNano())
 	snap := a.s.snapshot()
+	var mark fleetMark
+	park := false
+	if a.fl != nil {
+		mark, park = a.fl.markLocked()
+	}
 	a.evicted = true
 	a.set(flagGone, true)
 	a.mu.Unlock()
@@ -385,6 +390,9 @@ func (l *Loop) evict(a *agent) bool {
 		a.reopenLocked()
 		a.mu.Unlock()
 		return false
+	}
+	if park {
+		l.fleet.park(a.id, mark) // before the agent goes: its next load takes it
 	}
 	l.agents.CompareAndDelete(a.id, a)
 	l.m.agents.Add(-1)
