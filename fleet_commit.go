@@ -21,15 +21,15 @@ import (
 func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	l := fl.l
 	fa := &fleetAgent{rebase: a.s.Tracker.Total > 0}
-	if m, ok := fl.unpark(a.id); ok {
-		fa.resume(m) // evicted, and loaded again (fleet_pool.go)
-	}
 	a.fl = fa
 	fa.tally.gen = a.s.Gen
 	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {
 		// The store's records may hold this replica's scores of the
 		// generation, which the fleet's arms hold too (see bookArms).
 		fa.arms.stored, fa.arms.storedGen = true, a.s.Gen
+	}
+	if m, ok := fl.unpark(a.id); ok {
+		fa.resume(m, a.s.Gen) // evicted, and loaded again (fleet_pool.go)
 	}
 	base, _ := encodeShared(&a.s)
 	fa.st.Took(base)

@@ -185,6 +185,7 @@ func (a *agent) pooledQualityLocked(l *Loop, d *FleetDelta, p *FleetPool, now ti
 type fleetMark struct {
 	sent, others FleetCounts
 	seq          uint64
+	arms         fleetArms // what it had sent and booked of the scores and costs
 }
 
 // markLocked returns fa's bookkeeping, for eviction, and whether it holds
@@ -194,7 +195,7 @@ type fleetMark struct {
 // fleet may hold or not. The agent's mu is held.
 func (fa *fleetAgent) markLocked() (fleetMark, bool) {
 	ok := !fa.rebase && !fa.flying && fa.deltas.Pending() == nil
-	return fleetMark{sent: fa.sent, others: fa.others, seq: fa.seq}, ok
+	return fleetMark{sent: fa.sent, others: fa.others, seq: fa.seq, arms: fa.arms}, ok
 }
 
 // park keeps m, the bookkeeping of agent id evicted, until it is loaded
@@ -229,10 +230,14 @@ func (fl *fleetLink) unpark(id string) (fleetMark, bool) {
 // resume gives fa, the new link of an agent loaded from the store, m,
 // the bookkeeping kept at its eviction, when fa would start the count
 // again (its statistics hold calls): from its next pool, it books the
-// fleet's calls beyond those it had booked. Called by attach only,
-// before any call sees the agent.
-func (fa *fleetAgent) resume(m fleetMark) {
+// fleet's calls beyond those it had booked; and the same of the scores
+// and costs of gen, the agent's generation (the arms, when the mark's are
+// of gen). Called by attach only, before any call sees the agent.
+func (fa *fleetAgent) resume(m fleetMark, gen uint64) {
 	if fa.rebase {
 		fa.sent, fa.others, fa.seq, fa.rebase = m.sent, m.others, m.seq, false
+	}
+	if m.arms.started && m.arms.gen == gen {
+		fa.arms = m.arms
 	}
 }

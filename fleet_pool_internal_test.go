@@ -32,7 +32,7 @@ func TestFleetMarkKeptOnlyWhenWhole(t *testing.T) {
 	}
 	fa := &fleetAgent{rebase: true}
 	if m, ok := fl.unpark("c"); ok {
-		fa.resume(m)
+		fa.resume(m, 0)
 	}
 	if fa.rebase || fa.seq != 1 || len(fl.parked) != 1 {
 		t.Fatalf("unpark: rebase %v seq %d, %d kept; want the mark taken and dropped", fa.rebase, fa.seq, len(fl.parked))
@@ -40,7 +40,7 @@ func TestFleetMarkKeptOnlyWhenWhole(t *testing.T) {
 	fresh := &fleetAgent{} // loaded with no calls: nothing to book from
 	for id := range fl.parked {
 		if m, ok := fl.unpark(id); ok {
-			fresh.resume(m)
+			fresh.resume(m, 0)
 		}
 	}
 	if fresh.seq != 0 || len(fl.parked) != 0 {
