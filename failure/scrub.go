@@ -19,11 +19,16 @@ const Redacted = "<redacted>"
 //     16 or more key characters; the prefix is kept), AWS access key
 //     IDs (AKIA or ASIA and 16 capitals or digits), and AWS secret access
 //     keys (40 characters of [A-Za-z0-9+/] with a '/' or '+' that mix
-//     upper case, lower case and digits, not within a path);
+//     upper case, lower case and digits, not within a path; one that
+//     starts with '/' holds at most four);
+//   - JSON web tokens whole, without "Bearer" before them: a header
+//     starting "eyJ" of 16 or more characters and one to four more parts
+//     after dots;
 //   - the credentials after "Bearer ", "Basic " and "Token ";
 //   - the value after a key that names a secret (one containing password,
 //     passwd, pwd, secret, token, apikey, api_key, api-key, access_key,
-//     private_key, credential, session or authorization, or that is auth
+//     private_key, credential, session, authorization or
+//     subscription-key (Ocp-Apim-Subscription-Key), or that is auth
 //     or ends in _auth or -auth, but not one whose last word names a
 //     quantity or a kind: timeout, count, limit, type, ttl, length, size,
 //     as in first_token_timeout: 3), as in password=hunter2,
@@ -32,7 +37,9 @@ const Redacted = "<redacted>"
 //     signature (?key=abc&X-Amz-Signature=def); the key is kept, and the
 //     last word of a path is no key (/root/.aws/credentials: x is kept);
 //   - the user information of a URL, up to its last '@'
-//     (https://user:p@ss@host);
+//     (https://user:p@ss@host), also past a '/' in the password when what
+//     comes before that '/' is user:password with no port
+//     (redis://user:pa/ss@host);
 //   - runs of 32 or more hex digits;
 //   - runs of 32 or more key characters ([A-Za-z0-9_+=-]) that mix upper
 //     case, lower case and digits (tokens, JWT parts, base64 secrets); of
@@ -97,6 +104,11 @@ func nextSecret(s string, from int) (lo, hi int) {
 				end++
 			}
 			if i == 0 || !keyByte[s[i-1]] && !afterWordPlaceholder(s, i) {
+				if c == 'e' {
+					if lo, hi := jwtSecret(s, i); lo >= 0 {
+						return lo, hi
+					}
+				}
 				if lo, hi := awsSecret(s, i); lo >= 0 {
 					return lo, hi
 				}
@@ -107,6 +119,9 @@ func nextSecret(s string, from int) (lo, hi int) {
 			for k := i; k < end; k++ {
 				if s[k] == '=' {
 					if lo, hi := keyValueSecret(s, k); lo >= 0 {
+						return lo, hi
+					}
+					if lo, hi := jwtSecret(s, k+1); lo >= 0 {
 						return lo, hi
 					}
 					if lo, hi := awsSecret(s, k+1); lo >= 0 {
@@ -122,6 +137,12 @@ func nextSecret(s string, from int) (lo, hi int) {
 		case ' ', '\t', '\n', '\r', '\v', '\f':
 			if lo, hi := schemeSecret(s, i); lo >= 0 {
 				return lo, hi
+			}
+		case '/':
+			if i == 0 || beforeSlashKey[s[i-1]] {
+				if lo, hi := awsSecret(s, i); lo >= 0 {
+					return lo, hi
+				}
 			}
 		case ':':
 			if lo, hi := keyValueSecret(s, i); lo >= 0 {
@@ -178,10 +199,16 @@ func tokenSecret(s string, i, j int) (lo, hi int) {
 	if q == j {
 		return lo, hi // base64 padding
 	}
+	if vlo, vhi := keyValueSecret(s, i+p); vlo >= 0 {
+		return vlo, vhi // the key names a secret: its name stays
+	}
 	if k, _ := runSecret(s, i, i+p); k >= 0 {
 		return lo, hi
 	}
 	if vlo, vhi := runSecret(s, q, j); vlo >= 0 {
+		if jlo, jhi := jwtSecret(s, q); jlo >= 0 {
+			return jlo, jhi
+		}
 		return vlo, vhi
 	}
 	return lo, hi
@@ -239,7 +266,9 @@ func runSecret(s string, i, j int) (lo, hi int) {
 // awsSecret returns the bounds of an AWS secret access key starting at i:
 // 40 characters of base64 ([A-Za-z0-9+/]) that hold a '/' or a '+' and
 // mix upper case, lower case and digits, standing alone (not part of a
-// path: no '/' or '.' before it, no file extension after it).
+// path: no '/' or '.' before it, no file extension after it). A key that
+// starts with a '/' holds at most 4 (a path of 40 characters holds more);
+// the caller sees that it follows a byte of beforeSlashKey.
 func awsSecret(s string, i int) (lo, hi int) {
 	const n = 40
 	if len(s)-i < n || i > 0 && (s[i-1] == '/' || s[i-1] == '.') {
@@ -263,6 +292,51 @@ func awsSecret(s string, i int) (lo, hi int) {
 	j := i + n
 	if !(up && low && dig && sep) || j < len(s) && (keyByte[s[j]] || s[j] == '/' ||
 		s[j] == '.' && j+1 < len(s) && isAlnumByte(s[j+1])) {
+		return -1, -1
+	}
+	if s[i] == '/' && strings.Count(s[i:j], "/") > 4 {
+		return -1, -1 // a path of 40 characters
+	}
+	return i, j
+}
+
+// beforeSlashKey marks the bytes after which an AWS secret key may start
+// with a '/': white space, quotes, opening brackets, a comma, an '='.
+var beforeSlashKey = func() (t [256]bool) {
+	for _, c := range []byte(" \t\n\r\v\f\"'`([{,=") {
+		t[c] = true
+	}
+	return t
+}()
+
+// jwtSecret returns the bounds of a JSON web token starting at i: a
+// header of 16 or more base64url characters starting with "eyJ" (the
+// encoding of `{"`), and one to four more parts after dots (a JWS has
+// three, a JWE five; a part may be empty, as an unsigned JWS's signature).
+// A dot that ends the token is kept: it may end a sentence.
+func jwtSecret(s string, i int) (lo, hi int) {
+	if len(s)-i < 16 || s[i] != 'e' || s[i+1] != 'y' || s[i+2] != 'J' {
+		return -1, -1
+	}
+	j := i + 3
+	for j < len(s) && keyByte[s[j]] {
+		j++
+	}
+	if j-i < 16 {
+		return -1, -1
+	}
+	parts := 1
+	for parts < 5 && j < len(s) && s[j] == '.' {
+		k := j + 1
+		for k < len(s) && keyByte[s[k]] {
+			k++
+		}
+		if k == j+1 && (k == len(s) || s[k] != '.') {
+			break
+		}
+		parts, j = parts+1, k
+	}
+	if parts < 2 {
 		return -1, -1
 	}
 	return i, j
@@ -377,6 +451,8 @@ func secretKey(k string) bool {
 		return false // a quantity, as in first_token_timeout: 3, token_type: bearer
 	case string(lk) == "auth", bytes.HasSuffix(lk, []byte("_auth")), bytes.HasSuffix(lk, []byte("-auth")):
 		return true
+	case len(lk) >= 15 && lk[len(lk)-1] == 'y' && subscriptionKey(lk):
+		return true // Azure's Ocp-Apim-Subscription-Key
 	}
 	for i := range lk {
 		switch lk[i] {
@@ -389,6 +465,21 @@ func secretKey(k string) bool {
 		}
 	}
 	return false
+}
+
+// subscriptionKey reports whether lk, a key in lower case, ends in
+// subscription-key, subscription_key or subscriptionkey: Azure's API
+// Management key (Ocp-Apim-Subscription-Key).
+func subscriptionKey(lk []byte) bool {
+	n := len(lk)
+	if n < 15 || lk[n-1] != 'y' || lk[n-2] != 'e' || lk[n-3] != 'k' {
+		return false
+	}
+	p := lk[:n-3]
+	if c := p[len(p)-1]; c == '-' || c == '_' || c == '.' {
+		p = p[:len(p)-1]
+	}
+	return bytes.HasSuffix(p, []byte("subscription"))
 }
 
 // queryKey reports whether k, a URL query parameter, carries a secret:
@@ -413,15 +504,31 @@ func quantityWord(w []byte) bool {
 
 // userinfoSecret returns the bounds of the user information of the URL
 // whose authority starts at i, if it has any: up to the authority's last
-// '@', as a URL parser reads it (a password may hold an '@').
+// '@', as a URL parser reads it (a password may hold an '@'). A password
+// may also hold an unescaped '/': when what comes before the first '/'
+// is user:password with no '@' (what follows its last ':' is no port),
+// the '@' may come after that '/'.
 func userinfoSecret(s string, i int) (lo, hi int) {
-	at := -1
+	at, colon, slashed := -1, -1, false
 scan:
 	for j := i; j < len(s); j++ {
 		switch s[j] {
 		case '@':
 			at = j
-		case '/', '?', '#', ' ', '"', '\'', '\n', '\t', '<', '>':
+		case ':':
+			if !slashed {
+				colon = j
+			}
+		case ']':
+			if !slashed {
+				colon = -1 // an IPv6 address's colons
+			}
+		case '/':
+			if at >= 0 || !slashed && (colon < 0 || isPort(s[colon+1:j])) {
+				break scan
+			}
+			slashed = true
+		case '?', '#', ' ', '"', '\'', '\n', '\t', '<', '>':
 			break scan
 		}
 	}
@@ -429,4 +536,14 @@ scan:
 		return -1, -1
 	}
 	return i, at
+}
+
+// isPort reports whether p is a port: one or more digits.
+func isPort(p string) bool {
+	for k := 0; k < len(p); k++ {
+		if p[k] < '0' || p[k] > '9' {
+			return false
+		}
+	}
+	return p != ""
 }
