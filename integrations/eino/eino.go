@@ -135,9 +135,9 @@ type agentKey struct{}
 // names the step for the model calls made with ctx, not for the calls
 // nested in them: the adapter drops it from the context it hands down
 // from inside a call (the inner model's) and to a tool it runs
-// (ToolMiddleware, Middleware's tool hooks), so that a wrapped model a
-// tool calls is booked under its own Options.AgentID, under its own
-// config. WithAgentID(ctx, "") gives Options.AgentID back.
+// (ToolMiddleware, Middleware's tool hooks, WrapTool), so that a wrapped
+// model a tool calls is booked under its own Options.AgentID, under its
+// own config. WithAgentID(ctx, "") gives Options.AgentID back.
 func WithAgentID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, agentKey{}, id)
 }
