@@ -6,6 +6,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -63,6 +64,8 @@ func (o Options) maxAgents() int {
 //	                             of the config in force, for the agents that have any
 //	selfimprove.notify.delivered, .failures, .dropped; selfimprove.store.errors;
 //	selfimprove.agents.loaded (gauge), selfimprove.agent.loads, selfimprove.agent.evictions  counters
+//	selfimprove.strategy.runs, .strategy.errors; selfimprove.tweaks.rejected;
+//	selfimprove.traces.written, .traces.dropped  counters
 //	selfimprove.fleet.up, .commit.max, .revision.lag  gauges; selfimprove.fleet.outages, .errors,
 //	.conflicts, .commits, .commit.time (ns), .leases.taken, .leases.busy, .leases.errors, .behind  counters
 //
@@ -101,6 +104,11 @@ var loopCounters = []loopCounter{
 	{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
 	{"selfimprove.agent.evictions", "Idle agents evicted from memory.", false, func(m si.Metrics) int64 { return m.Evictions }},
 	{"selfimprove.agents.loaded", "Agents in memory.", true, func(m si.Metrics) int64 { return m.Agents }},
+	{"selfimprove.strategy.runs", "Strategy runs.", false, func(m si.Metrics) int64 { return m.StrategyRuns }},
+	{"selfimprove.strategy.errors", "Strategy runs that failed (errors, panics, timeouts).", false, func(m si.Metrics) int64 { return m.StrategyErrors }},
+	{"selfimprove.tweaks.rejected", "Tweaks the loop refused to apply.", false, func(m si.Metrics) int64 { return m.RejectedTweaks }},
+	{"selfimprove.traces.written", "Traces written to the trace log.", false, func(m si.Metrics) int64 { return m.Traces }},
+	{"selfimprove.traces.dropped", "Traces lost (see WithTraceQueue).", false, func(m si.Metrics) int64 { return m.TracesDropped }},
 	// The fleet (WithFleet); 0 without one.
 	{"selfimprove.fleet.up", "1 while the fleet answers, 0 while this replica cannot reach it (or has no fleet).", true, func(m si.Metrics) int64 {
 		if m.FleetReplica == "" {
@@ -184,18 +192,21 @@ func (in *instruments) observables() []metric.Observable {
 
 // observeAgents observes the calls, config version and circuit of each of
 // the first maxAgents of l's agents by ID, and the calls and open circuits
-// of the others summed under agent="_other" (an agent whose ID is "_other"
-// is summed too).
+// of the others summed under agent="_other" (an agent whose ID is "_other",
+// or whose attribute repeats an earlier agent's, is summed too: IDs that
+// are not UTF-8 and differ only in their invalid bytes).
 func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
 	all := sortedViews(l)
 	var other si.AgentView
 	var otherOpen, otherN int64
-	for i, a := range all {
+	seen := make(map[string]struct{}, min(len(all), maxAgents))
+	for _, a := range all {
 		open := int64(0)
 		if a.Circuit != si.CircuitClosed {
 			open = 1
 		}
-		if i >= maxAgents || a.AgentID == otherAgents {
+		label := strings.ToValidUTF8(a.AgentID, "\uFFFD")
+		if _, dup := seen[label]; dup || len(seen) >= maxAgents || label == otherAgents {
 			other.Successes += a.Successes
 			other.Failures += a.Failures
 			other.Ignored += a.Ignored
@@ -203,7 +214,8 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 			otherN++
 			continue
 		}
-		agent := attribute.String("agent", strings.ToValidUTF8(a.AgentID, "\uFFFD"))
+		seen[label] = struct{}{}
+		agent := attribute.String("agent", label)
 		in.observeCalls(o, agent, a)
 		o.ObserveInt64(in.version, int64(a.Config.Version), metric.WithAttributes(agent))
 		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
@@ -293,14 +305,32 @@ func bounds() []float64 {
 // histogram when the loop counted the call: not when its caller
 // cancelled it (ignored), nor when fn never ran (an open circuit, a
 // spent Budget), nor when it ran untracked (an invalid agent ID, a
-// closed Loop).
+// closed Loop). A call whose fn panics (or calls runtime.Goexit) ends its
+// span too, as a failure: status Error and an "exception" event, both
+// with the panic's text scrubbed of secrets (see failure.Scrub); the
+// panic then goes on to the caller.
 func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Context, si.Config) error) (si.Report, error) {
 	var span trace.Span
+	returned := false // ExecuteWithImprovement returned: fn did not unwind
 	if w.tracer != nil {
 		ctx, span = w.tracer.Start(ctx, "selfimprove.call", trace.WithSpanKind(trace.SpanKindInternal))
-		defer span.End()
+		defer func() {
+			if returned {
+				span.End()
+				return
+			}
+			// fn panicked or ended its goroutine: recovered here, the
+			// SDK's End sees no panic, so its exception event (the raw
+			// panic text) gives way to a scrubbed one.
+			pv := recover()
+			endUnwound(span, agentID, pv)
+			if pv != nil {
+				panic(pv)
+			}
+		}()
 	}
 	rep, err := w.l.ExecuteWithImprovement(ctx, agentID, fn)
+	returned = true
 	out := "success"
 	switch {
 	case rep.Ignored:
@@ -332,6 +362,27 @@ func (w *Loop) Execute(ctx context.Context, agentID string, fn func(context.Cont
 		w.duration.Record(ctx, rep.Duration.Seconds(), opt)
 	}
 	return rep, err
+}
+
+// endUnwound ends the span of a call whose fn did not return: it
+// panicked with pv, or (pv nil) called runtime.Goexit. The loop counted
+// the call as a failure of agentID.
+func endUnwound(span trace.Span, agentID string, pv any) {
+	msg := "fn called runtime.Goexit"
+	typ := "runtime.Goexit"
+	if pv != nil {
+		msg, typ = failure.Scrub(fmt.Sprint("panic: ", pv)), fmt.Sprintf("%T", pv)
+	}
+	span.SetAttributes(
+		attribute.String("selfimprove.agent", strings.ToValidUTF8(agentID, "\uFFFD")),
+		attribute.String("selfimprove.outcome", "failure"),
+	)
+	span.AddEvent("exception", trace.WithAttributes(
+		attribute.String("exception.type", typ),
+		attribute.String("exception.message", msg),
+	))
+	span.SetStatus(codes.Error, msg)
+	span.End()
 }
 
 // counted reports whether the loop counted the call of rep among its
