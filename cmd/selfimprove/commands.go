@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -315,8 +313,8 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 		s := d.Stats
 		fmt.Fprintf(tw, "Agent:\t%s\n", cell(d.ID))
 		fmt.Fprintf(tw, "Config:\tv%d %s\n", d.Config.Version, configText(d.Config))
-		fmt.Fprintf(tw, "State:\t%s; under v%d %s of %d calls; circuit %s\n", stateText(&d.AgentSummary), d.Current.Version,
-			pct(d.Current.SuccessRate, d.Current.Calls), d.Current.Calls, d.Circuit)
+		fmt.Fprintf(tw, "State:\t%s; under v%d %s of %d calls; circuit %s\n", cell(stateText(&d.AgentSummary)), d.Current.Version,
+			pct(d.Current.SuccessRate, d.Current.Calls), d.Current.Calls, cell(string(d.Circuit)))
 		fmt.Fprintf(tw, "Health:\t%s over the window, recent calls weighted more\n", healthText(d.Health))
 		fmt.Fprintf(tw, "Route:\t%s (primary %s)\n", routeText(&d.AgentSummary), dash(cell(d.Primary)))
 		fmt.Fprintf(tw, "Next:\t%s\n", nextText(d.Next, d.NextAt))
@@ -330,7 +328,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 			manual = ", set by an operator"
 		}
 		fmt.Fprintf(tw, "Threshold:\t%d failures in %s, then a cooldown of %s (profile %s%s)\n",
-			d.Threshold.Failures, d.Threshold.Window, d.Threshold.Cooldown, d.Profile, manual)
+			d.Threshold.Failures, d.Threshold.Window, d.Threshold.Cooldown, cell(string(d.Profile)), manual)
 		fmt.Fprintf(tw, "Critical:\t%v\n", d.Critical)
 		tw.Flush()
 
@@ -343,7 +341,7 @@ func runAgent(ctx context.Context, e *env, args []string) error {
 				mark = " (current)"
 			}
 			if v.Change != nil {
-				state = dash(string(v.Change.State))
+				state = dash(cell(string(v.Change.State)))
 			}
 			if !v.At.IsZero() {
 				at = v.At.UTC().Format(time.RFC3339)
@@ -470,10 +468,10 @@ func printResult(e *env, what string, r admin.Result) error {
 	}
 	fmt.Fprintln(e.stdout, what)
 	if r.Change != nil {
-		fmt.Fprintf(e.stdout, "change %s: v%d -> v%d, %s\n", r.Change.ID, r.Change.From.Version, r.Change.To.Version, dash(string(r.Change.State)))
+		fmt.Fprintf(e.stdout, "change %s: v%d -> v%d, %s\n", cell(r.Change.ID), r.Change.From.Version, r.Change.To.Version, dash(cell(string(r.Change.State))))
 	}
 	if r.Proposal != nil {
-		fmt.Fprintf(e.stdout, "proposal %s: %s\n", r.Proposal.ID, r.Proposal.Status)
+		fmt.Fprintf(e.stdout, "proposal %s: %s\n", cell(r.Proposal.ID), cell(string(r.Proposal.Status)))
 	}
 	if r.Agent != nil {
 		fmt.Fprintf(e.stdout, "agent %s: config v%d, %d pending proposals\n", cell(r.Agent.ID), r.Agent.ConfigVersion, r.Agent.PendingProposals)
@@ -534,40 +532,6 @@ func runRewind(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		return printResult(e, fmt.Sprintf("Rewound %s to the config of v%d.", cell(args[0]), v), r)
-	})
-}
-
-func runExport(_ context.Context, e *env, _ []string) error {
-	if e.o.url != "" {
-		return usageErr("export reads a state directory: use --dir (the admin API does not serve the whole memory)")
-	}
-	return withClient(e, false, func(c *client) error {
-		l, err := openReadOnly(c.dir, slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-		if err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		defer l.Close()
-		var buf bytes.Buffer
-		if err := l.ExportMemory(&buf); err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		var doc struct {
-			Memories []json.RawMessage `json:"memories"`
-		}
-		if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		for _, m := range doc.Memories {
-			var line bytes.Buffer
-			if err := json.Compact(&line, m); err != nil {
-				return fmt.Errorf("export: %w", err)
-			}
-			line.WriteByte('\n')
-			if _, err := e.stdout.Write(line.Bytes()); err != nil {
-				return err
-			}
-		}
-		return nil
 	})
 }
 

@@ -75,7 +75,7 @@ func agentTable(w io.Writer, agents []admin.AgentSummary) error {
 		a := &agents[i]
 		fmt.Fprintf(tw, "%s\t%s\tv%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", cell(a.ID), cell(stateText(a)), a.ConfigVersion, routeText(a),
 			a.Stats.Calls, pct(a.Stats.SuccessRate, a.Stats.Calls), pct(a.Current.SuccessRate, a.Current.Calls),
-			dash(string(a.ChangeState)), a.PendingProposals, nextText(a.Next, a.NextAt))
+			dash(cell(string(a.ChangeState))), a.PendingProposals, nextText(a.Next, a.NextAt))
 	}
 	return tw.Flush()
 }

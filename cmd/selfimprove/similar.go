@@ -36,10 +36,10 @@ func runSimilar(ctx context.Context, e *env, args []string) error {
 		tw := table(e.stdout)
 		fmt.Fprintln(tw, "SIMILARITY\tCLUSTER\tCLASS\tCOUNT\tAGENTS\tLAST SEEN\tSIGNATURE")
 		for _, m := range list.Memories {
-			fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%d\t%d\t%s\t%s\n", 100*m.Similarity, m.Cluster, m.Class, m.Count, len(m.Agents),
+			fmt.Fprintf(tw, "%.0f%%\t%s\t%s\t%d\t%d\t%s\t%s\n", 100*m.Similarity, cell(m.Cluster), cell(string(m.Class)), m.Count, len(m.Agents),
 				m.LastSeen.UTC().Format(time.DateTime), cell(m.Signature))
 			for _, f := range m.Fixes {
-				fmt.Fprintf(tw, "\t  fix\t%s\t\t\t%s\t%s\n", f.State, f.Time.UTC().Format(time.DateTime), cell(fixText(f)))
+				fmt.Fprintf(tw, "\t  fix\t%s\t\t\t%s\t%s\n", cell(string(f.State)), f.Time.UTC().Format(time.DateTime), cell(fixText(f)))
 			}
 		}
 		return tw.Flush()
