@@ -7,7 +7,9 @@
 //		notify.Webhook{URL: "https://ops.example.com/hooks/selfimprove", Secret: os.Getenv("HOOK_SECRET")},
 //	))
 //
-// A sender's Notify makes one synchronous request. Retries, digests of
+// A sender's Notify makes one synchronous request, and follows no redirect
+// (a 3xx is a failed delivery, not redelivered) unless its Client has a
+// CheckRedirect of its own. Retries, digests of
 // bursts and the queue are the Loop's (see selfimprove.NotifyOptions): a
 // failed request returns a *DeliveryError, whose Redeliver method tells
 // the Loop whether to try again. Each sender's Validate, which New calls,
@@ -57,6 +59,8 @@ func (e *DeliveryError) Error() string {
 		return fmt.Sprintf("notify: %s: %v", e.Notifier, e.Err)
 	case e.Wait > 0:
 		return fmt.Sprintf("notify: %s: HTTP %d (retry after %v)", e.Notifier, e.Status, e.Wait)
+	case e.Status >= 300 && e.Status < 400:
+		return fmt.Sprintf("notify: %s: HTTP %d (a redirect, not followed)", e.Notifier, e.Status)
 	}
 	return fmt.Sprintf("notify: %s: HTTP %d", e.Notifier, e.Status)
 }
@@ -65,11 +69,19 @@ func (e *DeliveryError) Error() string {
 func (e *DeliveryError) Unwrap() error { return e.Err }
 
 // Redeliver reports whether another delivery attempt may succeed: true on
-// a transport error (Status 0), 429 and 5xx; false on other statuses.
+// a transport error (Status 0), 429 and 5xx; false on other statuses, and
+// on an address no request can be made to (an invalid URL).
 // The Loop redelivers an event when it is true (see selfimprove.Notifier).
 func (e *DeliveryError) Redeliver() bool {
+	if errors.Is(e.Err, errInvalidURL) {
+		return false
+	}
 	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
+
+// errInvalidURL is the Err of a DeliveryError for an address no request
+// can be made to. It never quotes the address.
+var errInvalidURL = errors.New("invalid URL")
 
 // RetryAfter returns Wait, the wait the receiver asked for; the Loop
 // waits that long (up to NotifyOptions.MaxBackoff) before the next
@@ -84,16 +96,13 @@ func post(ctx context.Context, client *http.Client, name, rawURL string, body []
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
-		return &DeliveryError{Notifier: name, Err: errors.New("cannot build the request")}
+		return &DeliveryError{Notifier: name, Err: errInvalidURL}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	resp, err := noRedirects(client).Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -122,12 +131,31 @@ func post(ctx context.Context, client *http.Client, name, rawURL string, body []
 	return de
 }
 
+// noRedirects returns client (http.DefaultClient when nil) made not to
+// follow redirects, unless it has a CheckRedirect of its own: followed,
+// a redirect sent the secret URL on in the Referer header, turned the POST
+// of a 301, 302 or 303 into a GET without the event (and a success), and
+// could go on over plain http. The 3xx is answered as a failed delivery.
+func noRedirects(client *http.Client) *http.Client {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	if client.CheckRedirect != nil {
+		return client
+	}
+	c := *client
+	c.CheckRedirect = useLastResponse
+	return &c
+}
+
+func useLastResponse(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
 // checkURL accepts an https URL, or an http one to a loopback address.
 // The URL is a secret: errors never quote it.
 func checkURL(name, rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Host == "" {
-		return &DeliveryError{Notifier: name, Err: errors.New("invalid URL")}
+		return &DeliveryError{Notifier: name, Err: errInvalidURL}
 	}
 	if u.Scheme != "https" && (u.Scheme != "http" || !isLoopback(u.Hostname())) {
 		return fmt.Errorf("%w (%s)", ErrInsecureURL, name)

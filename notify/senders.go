@@ -11,6 +11,7 @@ import (
 	"html"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -92,13 +93,27 @@ type Telegram struct {
 	Client *http.Client
 }
 
-// Validate checks that Token and ChatID are set, and the Bot API's
-// address: https, or http to a loopback address.
+// Validate checks that Token and ChatID are set, that Token can stand in
+// a URL's path as it is (no space, newline, '/', '?', '#' or '%': a token
+// read from a file often ends in a newline), and the Bot API's address:
+// https, or http to a loopback address.
 func (n Telegram) Validate() error {
 	if n.Token == "" || n.ChatID == "" {
 		return &DeliveryError{Notifier: "telegram", Err: errors.New("token and chat ID are required")}
 	}
+	if err := checkToken(n.Token); err != nil {
+		return err
+	}
 	return checkURL("telegram", n.base())
+}
+
+// checkToken refuses a bot token that a URL's path cannot carry as it is.
+// The token is a secret: the error never quotes it.
+func checkToken(token string) error {
+	if url.PathEscape(token) != token {
+		return &DeliveryError{Notifier: "telegram", Err: fmt.Errorf("%w: the token holds a space, a newline or one of / ? # %%", errInvalidURL)}
+	}
+	return nil
 }
 
 // Notify sends e.
@@ -123,6 +138,9 @@ func (n Telegram) Notify(ctx context.Context, e selfimprove.Event) error {
 	}{n.ChatID, text, "HTML", true})
 	if err != nil {
 		return fmt.Errorf("notify: telegram: %w", err)
+	}
+	if err := checkToken(n.Token); err != nil {
+		return err
 	}
 	return post(ctx, n.Client, "telegram", n.base()+"/bot"+n.Token+"/sendMessage", body, nil)
 }

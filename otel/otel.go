@@ -98,7 +98,7 @@ type loopCounter struct {
 // loopCounters are the instruments of RegisterMetrics without attributes.
 var loopCounters = []loopCounter{
 	{"selfimprove.notify.delivered", "Events delivered to the notifier.", false, func(m si.Metrics) int64 { return m.Notified }},
-	{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors + m.NotifyPanics }},
+	{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors }},
 	{"selfimprove.notify.dropped", "Events dropped because the notifier queue was full or closed.", false, func(m si.Metrics) int64 { return m.NotifyDropped }},
 	{"selfimprove.store.errors", "Failed reads and writes of the store.", false, func(m si.Metrics) int64 { return m.StoreErrors }},
 	{"selfimprove.agent.loads", "Agents loaded from the store.", false, func(m si.Metrics) int64 { return m.Loads }},
