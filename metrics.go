@@ -13,7 +13,7 @@ type Metrics struct {
 	StrategyRuns, StrategyErrors           int64 // errors include panics and timeouts
 	StrategyPanics, StrategyTimeouts       int64
 	StoreErrors                            int64
-	Notified, NotifyErrors, NotifyPanics   int64 // deliveries made; failed for good, panics included; the panics among them
+	Notified, NotifyErrors, NotifyPanics   int64 // deliveries made (one per notifier that took an event); failed for good, panics included; the panics among them
 	NotifyDropped                          int64
 	RejectedTweaks                         int64 // tweaks the loop refused to apply
 	Traces, TracesDropped                  int64 // traces written; traces lost (also logged)

@@ -555,9 +555,12 @@ func (d *dispatcher) close(ctx context.Context) error {
 		d.levels, d.pending = [levels]fifo{}, 0
 		d.mu.Unlock()
 		d.m.notifyDropped.Add(int64(n))
-		d.dropsUnlogged.Add(int64(n))
-		d.logDrops(true)
-		return fmt.Errorf("selfimprove: notifier did not drain, %d events undelivered: %w", n, ctx.Err())
+		d.logDrops(true) // those the full queue dropped, not logged yet
+		err := fmt.Errorf("selfimprove: notifier did not drain, %d events undelivered: %w", n, ctx.Err())
+		if n > 0 {
+			d.log.Warn("selfimprove: events not delivered", "dropped", n, "error", "left queued at Close: "+err.Error())
+		}
+		return err
 	}
 }
 

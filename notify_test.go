@@ -389,3 +389,41 @@ func TestDefaultDirIsLogged(t *testing.T) {
 		t.Errorf("log lacks one %s:\n%s", want, logs.String())
 	}
 }
+
+// Events still queued when Close's wait for the notifiers ends are logged
+// as left at Close, not as dropped for a full queue: before, the line
+// said "notifier queue full" for 3 events the queue of 8 had room for.
+func TestDropsAtCloseSayWhy(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	started := make(chan struct{}, 1)
+	logs := &looptest.Buffer{}
+	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+		si.WithNotifyOptions(si.NotifyOptions{Queue: 8, BurstLimit: -1, Timeout: 50 * time.Millisecond}),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	send := func(typ si.EventType) { si.TestingEmit(l, si.Event{ID: string(typ), Type: typ, AgentID: "a"}) }
+	send(si.EventConfigSet) // in flight
+	<-started
+	for range 3 {
+		send(si.EventChangeConfirmed)
+	}
+	l.Close()
+	out := logs.String()
+	if strings.Contains(out, "queue full") {
+		t.Errorf("drops at Close logged as a full queue:\n%s", out)
+	}
+	if !strings.Contains(out, "Close") || !strings.Contains(out, "dropped=") {
+		t.Errorf("drops at Close not logged with their cause:\n%s", out)
+	}
+}

@@ -200,7 +200,7 @@ func (e *encoder) loopMetrics(m selfimprove.Metrics) {
 		{"selfimprove_strategy_errors_total", "counter", "Strategy runs that failed (errors, panics, timeouts).", m.StrategyErrors},
 		{"selfimprove_rejected_tweaks_total", "counter", "Tweaks the loop refused to apply.", m.RejectedTweaks},
 		{"selfimprove_store_errors_total", "counter", "Failed reads and writes of the store.", m.StoreErrors},
-		{"selfimprove_notify_delivered_total", "counter", "Events delivered to the notifier.", m.Notified},
+		{"selfimprove_notify_delivered_total", "counter", "Deliveries made: an event taken by one notifier (an event sent to 3 notifiers counts 3).", m.Notified},
 		{"selfimprove_notify_failures_total", "counter", "Failed notifier deliveries, panics included.", m.NotifyErrors},
 		{"selfimprove_notify_dropped_total", "counter", "Events dropped because the notifier queue was full or closed.", m.NotifyDropped},
 		{"selfimprove_traces_total", "counter", "Traces written.", m.Traces},

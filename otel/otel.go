@@ -97,7 +97,7 @@ type loopCounter struct {
 
 // loopCounters are the instruments of RegisterMetrics without attributes.
 var loopCounters = []loopCounter{
-	{"selfimprove.notify.delivered", "Events delivered to the notifier.", false, func(m si.Metrics) int64 { return m.Notified }},
+	{"selfimprove.notify.delivered", "Deliveries made: an event taken by one notifier (an event sent to 3 notifiers counts 3).", false, func(m si.Metrics) int64 { return m.Notified }},
 	{"selfimprove.notify.failures", "Failed notifier deliveries, panics included.", false, func(m si.Metrics) int64 { return m.NotifyErrors }},
 	{"selfimprove.notify.dropped", "Events dropped because the notifier queue was full or closed.", false, func(m si.Metrics) int64 { return m.NotifyDropped }},
 	{"selfimprove.store.errors", "Failed reads and writes of the store.", false, func(m si.Metrics) int64 { return m.StoreErrors }},
