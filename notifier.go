@@ -536,9 +536,8 @@ func (d *dispatcher) try(n Notifier, e Event) (err error) {
 }
 
 // close stops taking events and waits until the queued ones are delivered
-// (one by one, or collapsed into one digest if that would go over
-// BurstLimit; with no waiting between retries) or ctx ends; events still
-// queued then are counted as dropped.
+// (one by one, or one digest if that would go over BurstLimit; no waiting
+// between retries) or ctx ends; events still queued then are dropped.
 func (d *dispatcher) close(ctx context.Context) error {
 	d.mu.Lock()
 	if !d.closed {
@@ -557,7 +556,7 @@ func (d *dispatcher) close(ctx context.Context) error {
 		d.m.notifyDropped.Add(int64(n))
 		d.logDrops(true) // those the full queue dropped, not logged yet
 		err := fmt.Errorf("selfimprove: notifier did not drain, %d events undelivered: %w", n, ctx.Err())
-		if n > 0 {
+		if n > 0 { // left queued: logged with their own cause
 			d.log.Warn("selfimprove: events not delivered", "dropped", n, "error", "left queued at Close: "+err.Error())
 		}
 		return err

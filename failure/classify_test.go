@@ -332,9 +332,31 @@ func TestScrub(t *testing.T) {
 		{"azure subscription key header, any value", "401: Ocp-Apim-Subscription-Key: 0123456789abcdef0123456789abcde invalid", "401: Ocp-Apim-Subscription-Key: <redacted> invalid"},
 		{"azure subscription key in a query", "GET https://h/x?Ocp-Apim-Subscription-Key=0123456789abcdef0123456789abcde&a=1 failed", "GET https://h/x?Ocp-Apim-Subscription-Key=<redacted>&a=1 failed"},
 		{"azure openai api-key header", "401: api-key: 0123456789abcdef0123456789abcdef invalid", "401: api-key: <redacted> invalid"},
+		{"slack incoming webhook", `Post "https://hooks.slack.com/services/T0123ABCD/B0456EFGH/abcDEF123ghiJKL456mnoPQR": dial tcp: i/o timeout`, `Post "https://hooks.slack.com/services/<redacted>": dial tcp: i/o timeout`},
+		{"slack workflow webhook", "Post https://hooks.slack.com/triggers/T0123ABCD/6123456789012/abcDEF123ghiJKL456mnoPQR: EOF", "Post https://hooks.slack.com/triggers/<redacted>: EOF"},
+		{"discord webhook", `Post "https://discord.com/api/webhooks/1234567890123456789/Xk3_9fQwZ-LmN0pRt7sUvY2aBcD4eFgH5iJkL6mNoP8qRsT1uVwX-yZ0aB_cD3eF4gHi?wait=true": EOF`, `Post "https://discord.com/api/webhooks/<redacted>?wait=true": EOF`},
+		{"discordapp webhook with an api version", "Post https://discordapp.com/api/v10/webhooks/1234567890123456789/a1b2c3d4e5f6g7h8i9j0k1l2m3n4o5p6q7r8s9t0u1v2w3x4y5z6a7b8c9d0e1f2g3h4i5j6 failed", "Post https://discordapp.com/api/v10/webhooks/<redacted> failed"},
+		{"teams incoming webhook", `Post "https://contoso.webhook.office.com/webhookb2/5d8b2a1e-3c4f-4e7a-9b1d-2f6c8e0a4b7d@72f988bf-86f1-41af-91ab-2d7cd011db47/IncomingWebhook/0123456789abcdef0123456789abcdef/8e2d4c6a-1b3f-4a5d-9c7e-0f2b4d6a8c1e/V2aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789aBcDeF": 400`, `Post "https://contoso.webhook.office.com/webhookb2/<redacted>": 400`},
+		{"power automate webhook", `Post "https://prod-12.westus.logic.azure.com:443/workflows/0123456789abcdef0123456789abcdef/triggers/manual/paths/invoke?api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig=AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdEFG": 401`, `Post "https://prod-12.westus.logic.azure.com:443/workflows/<redacted>/triggers/manual/paths/invoke?api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig=<redacted>": 401`},
+		{"mattermost webhook", `Post "https://chat.example.com/hooks/xi4q9yc7rtrnpkjmm4b5bgrswc": EOF`, `Post "https://chat.example.com/hooks/<redacted>": EOF`},
+		{"google chat webhook", `Post "https://chat.googleapis.com/v1/spaces/AAAAbCdEfGh/messages?key=AIzaSyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsHI&token=qW3rTy8uIoP1aSdFgHjKl2ZxCvBnM4QwErTyUiOp5As%3D": EOF`, `Post "https://chat.googleapis.com/v1/spaces/AAAAbCdEfGh/messages?key=<redacted>&token=<redacted>": EOF`},
+		{"an api url stays", `Post "https://api.openai.com/v1/chat/completions": context deadline exceeded`, `Post "https://api.openai.com/v1/chat/completions": context deadline exceeded`},
+		{"a hooks host stays", "GET https://hooks.example.com/health: 503", "GET https://hooks.example.com/health: 503"},
+		{"a hooks path stays", "GET https://example.com/hooks/health and /repos/o/r/hooks/12345678: 404", "GET https://example.com/hooks/health and /repos/o/r/hooks/12345678: 404"},
+		{"a slack page stays", "GET https://api.slack.com/messaging/webhooks: 200", "GET https://api.slack.com/messaging/webhooks: 200"},
 		{"nothing", "connection refused", "connection refused"},
 		{"short hex kept", "trace 9f86d081 dropped", "trace 9f86d081 dropped"},
 	}
+	checkScrub(t, cases)
+	if n := testing.AllocsPerRun(100, func() { failure.Scrub("connection refused by upstream host after 3 retries") }); n != 0 {
+		t.Errorf("Scrub of a clean text allocates %v times", n)
+	}
+}
+
+// checkScrub checks that Scrub turns each case's in into its want, and
+// that scrubbing that again changes nothing.
+func checkScrub(t *testing.T, cases []struct{ name, in, want string }) {
+	t.Helper()
 	for _, c := range cases {
 		got := failure.Scrub(c.in)
 		if got != c.want {
@@ -343,8 +365,5 @@ func TestScrub(t *testing.T) {
 		if again := failure.Scrub(got); again != got {
 			t.Errorf("%s: Scrub not idempotent: %q → %q", c.name, got, again)
 		}
-	}
-	if n := testing.AllocsPerRun(100, func() { failure.Scrub("connection refused by upstream host after 3 retries") }); n != 0 {
-		t.Errorf("Scrub of a clean text allocates %v times", n)
 	}
 }

@@ -40,6 +40,11 @@ const Redacted = "<redacted>"
 //     (https://user:p@ss@host), also past a '/' in the password when what
 //     comes before that '/' is user:password with no port
 //     (redis://user:pa/ss@host);
+//   - the path of a webhook URL, which is its credential, after
+//     hooks.slack.com/services/ (/workflows/, /triggers/),
+//     discord.com/api/webhooks/ (discordapp.com, /api/v10/webhooks/) and
+//     <tenant>.webhook.office.com/webhookb2/, and on any host the
+//     26-character ID after /hooks/ (Mattermost);
 //   - runs of 32 or more hex digits;
 //   - runs of 32 or more key characters ([A-Za-z0-9_+=-]) that mix upper
 //     case, lower case and digits (tokens, JWT parts, base64 secrets); of
@@ -143,6 +148,9 @@ func nextSecret(s string, from int) (lo, hi int) {
 				if lo, hi := awsSecret(s, i); lo >= 0 {
 					return lo, hi
 				}
+			}
+			if lo, hi := webhookSecret(s, i); lo >= 0 {
+				return lo, hi
 			}
 		case ':':
 			if lo, hi := keyValueSecret(s, i); lo >= 0 {
