@@ -29,6 +29,9 @@ type agentIndex struct {
 	// unlisted names the agent files passed over because they could not
 	// be read or parsed, each logged once (at most maxUnlisted).
 	unlisted map[string]bool
+	// bad is why each agent file of the last reading of the directory
+	// could not be read or parsed, by name.
+	bad map[string]error
 }
 
 // maxUnlisted bounds agentIndex.unlisted: past it, such files go unlogged.
@@ -60,12 +63,25 @@ func (x *agentIndex) ids(fsys fsx.FS, agents string, refused func(name string, w
 	}
 	old := x.byName
 	x.byName = make(map[string]string, len(ents))
+	x.bad = nil
 	for _, e := range ents {
 		if id, ok := old[e.Name()]; ok && e.Type().IsRegular() {
 			x.byName[e.Name()] = id // the name is the ID's: it holds the same one
-		} else if id, why := agentFileID(fsys, agents, e, refused); why == nil {
+			continue
+		}
+		id, why := agentFileID(fsys, agents, e, refused)
+		switch {
+		case why == nil:
 			x.byName[e.Name()] = id
-		} else if why != errNotAgentFile && !x.unlisted[e.Name()] && len(x.unlisted) < maxUnlisted {
+			continue
+		case why == errNotAgentFile:
+			continue
+		}
+		if x.bad == nil {
+			x.bad = map[string]error{}
+		}
+		x.bad[e.Name()] = why
+		if !x.unlisted[e.Name()] && len(x.unlisted) < maxUnlisted {
 			if x.unlisted == nil {
 				x.unlisted = map[string]bool{}
 			}
@@ -104,8 +120,15 @@ func agentFileID(fsys fsx.FS, agents string, e fs.DirEntry, refused func(name st
 		return "", errNotAgentFile
 	}
 	data, err := fsx.ReadRegular(fsys, filepath.Join(agents, name), maxStateFile)
+	if errors.Is(err, fsx.ErrNotRegular) || errors.Is(err, fsx.ErrTooLarge) {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the file is named beside the error
+		}
+		return "", fmt.Errorf("%w: %w", ErrCorruptState, err)
+	}
 	if err != nil {
-		return "", err // not a regular file, too large, unreadable
+		return "", err // unreadable
 	}
 	var head struct {
 		ID string `json:"agent_id_b64"`

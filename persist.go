@@ -272,7 +272,11 @@ func (l *Loop) loadMemory() error {
 	case err == nil, failure.Is(err, fs.ErrNotExist):
 	case failure.Is(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
+		if _, ro := l.store.(*ReadOnlyStore); ro {
+			l.log.Error("selfimprove: the failure memory cannot be read: read as empty and left as it is (read-only; the Loop that owns the directory sets it aside)", "error", err)
+		} else {
+			l.log.Error("selfimprove: the failure memory was corrupt; starting afresh", "error", err)
+		}
 	default:
 		return err
 	}

@@ -3,9 +3,12 @@ package selfimprove
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/self-improving-loop/selfimprove/internal/fsx"
@@ -111,6 +114,69 @@ func (s *ReadOnlyStore) sortedAgentIDs() ([]string, error) {
 		}
 	}, slog.Default())
 }
+
+// UnreadableFile is a state file that a ReadOnlyStore cannot read.
+type UnreadableFile struct {
+	// Path is the file's path.
+	Path string
+	// Err is why. It wraps ErrCorruptState for a file cut short, not
+	// JSON, not a regular file or over its bound, and is the read's
+	// error (such as fs.ErrPermission) for a file that cannot be read.
+	Err error
+}
+
+// UnreadableAgentFiles returns the agents' state files that ListAgents
+// passes over because they cannot be read or parsed (their agents' IDs
+// cannot be known from them), sorted by path: what a tool shows as
+// damaged. It reads the agents directory as ListAgents does, and
+// changes nothing there.
+func (s *ReadOnlyStore) UnreadableAgentFiles() ([]UnreadableFile, error) {
+	if _, err := s.sortedAgentIDs(); err != nil {
+		return nil, err
+	}
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	out := make([]UnreadableFile, 0, len(s.idx.bad))
+	for name, why := range s.idx.bad {
+		out = append(out, UnreadableFile{Path: filepath.Join(s.dir, "agents", name), Err: why})
+	}
+	slices.SortFunc(out, func(a, b UnreadableFile) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
+
+// CheckAgent reads agent id's state file as a Loop on the store reads
+// it, and reports what it found: nil when the file can be read, an
+// UnreadableFile error wrapping fs.ErrNotExist when there is none, and
+// one wrapping ErrCorruptState when it is damaged (cut short, not JSON,
+// not a regular file, over its bound, or not this agent's state). A Loop
+// shows no agent for the last two.
+func (s *ReadOnlyStore) CheckAgent(id string) error {
+	path := filepath.Join(s.dir, "agents", fileName(id))
+	data, err := fsx.ReadRegular(s.fs, path, maxStateFile)
+	if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+		err = pe.Err // UnreadableFile names the file
+	}
+	switch {
+	case errors.Is(err, fsx.ErrNotRegular), errors.Is(err, fsx.ErrTooLarge):
+		err = fmt.Errorf("%w: %w", ErrCorruptState, err)
+	case err == nil:
+		if _, derr := decodeState(data, id); derr != nil {
+			err = fmt.Errorf("%w: %w", ErrCorruptState, derr)
+		}
+	}
+	if err != nil {
+		return &UnreadableFile{Path: path, Err: err}
+	}
+	return nil
+}
+
+// Error says which file and why.
+func (u *UnreadableFile) Error() string {
+	return fmt.Sprintf("selfimprove: state file %s cannot be read: %v", u.Path, u.Err)
+}
+
+// Unwrap returns Err.
+func (u *UnreadableFile) Unwrap() error { return u.Err }
 
 // SaveAgent implements Store: it fails, wrapping ErrReadOnly.
 func (s *ReadOnlyStore) SaveAgent(id string, _ []byte) error {

@@ -151,7 +151,11 @@ func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
 		return newState(id, l.defaultConfig.clone()), false, nil
 	case failure.Is(err, ErrCorruptState):
 		l.m.storeErrors.Add(1)
-		l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
+		if _, ro := l.store.(*ReadOnlyStore); ro { // it starts nothing
+			l.log.Error("selfimprove: an agent's state file cannot be read: left as it is (read-only; the Loop that owns the directory sets it aside)", "agent", id, "error", err)
+		} else {
+			l.log.Error("selfimprove: agent state was corrupt; starting afresh", "agent", id, "error", err)
+		}
 		return newState(id, l.defaultConfig.clone()), false, err
 	default:
 		l.m.storeErrors.Add(1)

@@ -21,6 +21,8 @@ const (
 	exitError    = 1 // the command failed (unreachable, locked, refused)
 	exitUsage    = 2 // bad flags or arguments, or input the loop refused as invalid
 	exitNotFound = 3 // unknown agent or proposal
+	// exitUnreadable: a state file of --dir cannot be read (damaged).
+	exitUnreadable = 4
 )
 
 // usageError is a mistake in the command line (exit code 2).
@@ -168,9 +170,12 @@ func exitCode(err error) int {
 	var ue *usageError
 	var nf *notFoundError
 	var ae *apiError
+	var ur *unreadableError
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
+	case errors.As(err, &ur):
+		return exitUnreadable
 	case errors.As(err, &nf):
 		return exitNotFound
 	case errors.As(err, &ae) && ae.status == http.StatusNotFound:
@@ -334,7 +339,8 @@ library's default directory) or talks to a running admin handler (--url URL,
 with the token in $SELFIMPROVE_TOKEN or --token-file FILE). Flags may stand
 before or after the arguments; --json prints JSON.
 
-Exit codes: 0 ok, 1 error, 2 usage, 3 not found (agent or proposal).
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found (agent or proposal),
+4 a state file cannot be read (damaged).
 Run 'selfimprove COMMAND -h' for a command's flags and an example.
 `)
 }
@@ -348,5 +354,5 @@ func commandUsage(w io.Writer, c *command, fs *flag.FlagSet) {
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
-	fmt.Fprintf(w, "\nExample:\n  %s\n\nExit codes: 0 ok, 1 error, 2 usage, 3 not found.\n", c.example)
+	fmt.Fprintf(w, "\nExample:\n  %s\n\nExit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 a state file cannot be read.\n", c.example)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +24,9 @@ import (
 type StatusView struct {
 	Agents []admin.AgentSummary `json:"agents"`
 	Events []admin.EventView    `json:"events"`
+	// Unreadable lists, with --dir, the agents' state files that cannot
+	// be read; absent when there are none.
+	Unreadable []UnreadableFile `json:"unreadable,omitempty"`
 }
 
 // VersionView is the JSON of selfimprove version.
@@ -164,25 +168,32 @@ func runStatus(ctx context.Context, e *env, _ []string) error {
 		if err != nil {
 			return err
 		}
+		bad, err := unreadableFiles(c)
+		if err != nil {
+			return err
+		}
 		evs, err := c.events(ctx, selfimprove.EventFilter{}, e.o.limit)
 		if err != nil {
 			return err
 		}
 		if e.o.json {
-			return printJSON(e.stdout, StatusView{Agents: agents, Events: nonNil(evs)})
+			return cmp.Or(printJSON(e.stdout, StatusView{Agents: agents, Events: nonNil(evs), Unreadable: bad}), unreadableErr(c, bad))
 		}
-		fmt.Fprintf(e.stdout, "%s\n\n", troubleLine(agents))
-		if len(agents) > 0 {
+		fmt.Fprintf(e.stdout, "%s\n\n", troubleLine(agents, len(bad)))
+		if len(agents)+len(bad) > 0 {
 			sortByTrouble(agents)
-			agentTable(e.stdout, agents)
+			agentTable(e.stdout, agents, bad)
 			fmt.Fprintln(e.stdout)
 		}
 		if len(evs) == 0 {
 			fmt.Fprintln(e.stdout, "No recent events.")
-			return nil
+		} else {
+			fmt.Fprintln(e.stdout, "Recent events:")
+			if err := eventTable(e.stdout, evs); err != nil {
+				return err
+			}
 		}
-		fmt.Fprintln(e.stdout, "Recent events:")
-		return eventTable(e.stdout, evs)
+		return unreadableErr(c, bad)
 	})
 }
 
@@ -263,15 +274,18 @@ func runAgents(ctx context.Context, e *env, _ []string) error {
 		if err != nil {
 			return err
 		}
-		agents := list.Agents
-		if e.o.json {
-			return printJSON(e.stdout, list)
+		bad, err := unreadableFiles(c)
+		if err != nil {
+			return err
 		}
-		if len(agents) == 0 {
+		if e.o.json {
+			return cmp.Or(printJSON(e.stdout, AgentsView{list, bad}), unreadableErr(c, bad))
+		}
+		if len(list.Agents)+len(bad) == 0 {
 			fmt.Fprintln(e.stdout, "No agents.")
 			return nil
 		}
-		return agentTable(e.stdout, agents)
+		return cmp.Or(agentTable(e.stdout, list.Agents, bad), unreadableErr(c, bad))
 	})
 }
 
@@ -294,6 +308,9 @@ func getAgent(ctx context.Context, c *client, id string) (admin.AgentDetail, err
 	err := c.get(ctx, agentPath(id), nil, &d)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.status == 404 {
+		if err := unreadableAgent(c, id); err != nil {
+			return d, err
+		}
 		return d, &notFoundError{fmt.Sprintf("no agent %q: see selfimprove agents", id)}
 	}
 	return d, err
@@ -406,8 +423,8 @@ func runEvents(ctx context.Context, e *env, _ []string) error {
 		return usageErr("--poll must be positive")
 	}
 	f := selfimprove.EventFilter{AgentIDs: e.o.agents, Since: since}
-	for _, t := range e.o.types {
-		f.Types = append(f.Types, selfimprove.EventType(t))
+	if f.Types, err = eventTypes(e.o.types); err != nil {
+		return err
 	}
 	return withClient(e, false, func(c *client) error {
 		if e.o.follow {

@@ -11,8 +11,10 @@ import (
 
 // troubleLine is the first line of status: "3 agents, 1 unhealthy, 1 to
 // watch", unhealthy being the agents in trouble by the dashboard's rule
-// (admin.AgentSummary.State; docs/dashboard.md).
-func troubleLine(agents []admin.AgentSummary) string {
+// (admin.AgentSummary.State; docs/dashboard.md), and the unreadable
+// agents' state files, counted as agents and unhealthy: "3 agents, 2
+// unhealthy (1 unreadable), 0 to watch".
+func troubleLine(agents []admin.AgentSummary, unreadable int) string {
 	bad, watch := 0, 0
 	for _, a := range agents {
 		switch {
@@ -22,7 +24,11 @@ func troubleLine(agents []admin.AgentSummary) string {
 			watch++
 		}
 	}
-	return fmt.Sprintf("%s, %d unhealthy, %d to watch", plural(len(agents), "agent"), bad, watch)
+	more := ""
+	if unreadable > 0 {
+		more = fmt.Sprintf(" (%d unreadable)", unreadable)
+	}
+	return fmt.Sprintf("%s, %d unhealthy%s, %d to watch", plural(len(agents)+unreadable, "agent"), bad+unreadable, more, watch)
 }
 
 // stateRank orders the states: trouble first.
@@ -67,10 +73,11 @@ func routeText(a *admin.AgentSummary) string {
 
 // agentTable prints the agents, one a line: HEALTH is the success of the
 // calls under the config in force (admin.AgentSummary.Current), SUCCESS
-// that of the whole window.
-func agentTable(w io.Writer, agents []admin.AgentSummary) error {
+// that of the whole window. The unreadable state files come first.
+func agentTable(w io.Writer, agents []admin.AgentSummary, bad []UnreadableFile) error {
 	tw := table(w)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tVERSION\tROUTE\tCALLS\tSUCCESS\tHEALTH\tCHANGE\tPROPOSALS\tNEXT")
+	unreadableRows(tw, bad)
 	for i := range agents {
 		a := &agents[i]
 		fmt.Fprintf(tw, "%s\t%s\tv%d\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", cell(a.ID), cell(stateText(a)), a.ConfigVersion, routeText(a),
