@@ -22,7 +22,6 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	l := fl.l
 	fa := &fleetAgent{rebase: a.s.Tracker.Total > 0}
 	a.fl = fa
-	fa.tally.gen = a.s.Gen
 	if a.s.Quality != nil && len(a.s.Quality.Recs) > 0 {
 		// The store's records may hold this replica's scores of the
 		// generation, which the fleet's arms hold too (see bookArms).
@@ -31,6 +30,7 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	if m, ok := fl.unpark(a.id); ok {
 		fa.resume(m, a.s.Gen) // evicted, and loaded again (fleet_pool.go)
 	}
+	fa.tally.follow(a.s.Gen) // a tally kept at the eviction is of the generation then
 	base, _ := encodeShared(&a.s)
 	fa.st.Took(base)
 	if fl.Down() {
@@ -62,7 +62,7 @@ func (fl *fleetLink) attach(a *agent, w *replica.Chain) {
 	}
 	a.s.adopt(&sh)
 	a.s.threshold(l.clock.Now().UnixNano()) // the window's width follows the threshold at once
-	fa.tally.gen = a.s.Gen
+	fa.tally.follow(a.s.Gen)
 	base, _ = encodeShared(&a.s)
 	fa.st.Took(base)
 	l.remember(fixesOf(sh.Changes, nil))
@@ -461,9 +461,11 @@ func (a *agent) bookFleetLocked(l *Loop, in *fleetInput) {
 		in.item, in.ok = a.takeDeltaLocked(l.fleet.Name, in.poll, &l.fleet.batches)
 	case fleetAnswered:
 		// Unreachable: the delta goes again as it was. Refused, or
-		// answered: the next is a new one.
+		// answered: the next is a new one. Failed (why): no pool comes,
+		// and the delta is in flight no longer.
 		fa.deltas.Answered(in.item.d, in.again)
 		fa.pendingPrior = in.again && in.item.prior
+		fa.flying = fa.flying && in.why == nil
 	case fleetPoolRev:
 		in.lag, in.ok = fa.behind(in.rev)
 	case fleetResync:

@@ -1,7 +1,9 @@
 package selfimprove_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	si "github.com/self-improving-loop/selfimprove"
 )
@@ -57,5 +59,113 @@ func TestFleetStatsCountCallsMadeWhileEvicted(t *testing.T) {
 	}
 	if cs := a.Clusters("x"); len(cs) != 1 || cs[0].Count != failures {
 		t.Errorf("replica 0: Clusters %+v, want one of the fleet's %d failures", cs, failures)
+	}
+}
+
+// TestEvictedAgentsUnsentCallsReachTheFleet: calls a replica made of an
+// agent and had not sent to the fleet yet when a new agent took it over
+// WithMaxAgents reach the fleet, and every replica counts them once
+// synced: pooled counts equal calls made. Before, the eviction dropped
+// them with the agent's fleet link: the fleet counted 2 calls of 7.
+func TestEvictedAgentsUnsentCallsReachTheFleet(t *testing.T) {
+	e := newFleetEnv(t, 2, nil, si.WithMaxAgents(1))
+	a := e.reps[0]
+	for range 2 {
+		e.call(1, "x", nil)
+	}
+	e.sync()
+	for range 5 {
+		e.call(0, "x", nil) // not sent yet
+	}
+	e.call(0, "other", nil) // takes replica 0 over its cap of 1 agent
+	e.sync()
+	// The statistics of x on replica 0, out of its memory now, are the
+	// fleet's: those a replica sent last, at most every 2s.
+	e.clk.Advance(3 * time.Second)
+	e.sync()
+	if got := e.pooled("x"); got != 7 {
+		t.Errorf("the fleet counts %d calls of x, want 7", got)
+	}
+	for r, l := range e.reps {
+		if got := l.Stats("x"); got.Calls != 7 || got.TotalCalls != 7 {
+			t.Errorf("replica %d: Stats %d calls (%d in all), want the fleet's 7", r, got.Calls, got.TotalCalls)
+		}
+	}
+	// The agent stayed until its calls were sent; then it went.
+	if m := a.Metrics(); m.Agents != 1 || m.Evictions != 1 {
+		t.Errorf("replica 0: %d agents in memory, %d evicted; want 1 and 1", m.Agents, m.Evictions)
+	}
+}
+
+// TestAgentEvictedInAnOutageSendsItsCallsAtItsNextLoad: while the fleet
+// cannot be reached, an agent whose calls have not gone to the fleet is
+// evicted all the same (WithMaxAgents holds), and the replica keeps its
+// counts: the agent's next load sends them, once each.
+func TestAgentEvictedInAnOutageSendsItsCallsAtItsNextLoad(t *testing.T) {
+	e := newFleetEnv(t, 0, nil, si.WithMaxAgents(1))
+	link := &faultyFleet{Fleet: e.mem}
+	a := e.addVia(link)
+	e.add()
+	e.call(1, "x", nil)
+	e.sync()
+	for range 3 {
+		e.call(0, "x", nil)
+	}
+	link.down.Store(true)
+	if err := a.SyncFleet(t.Context()); err == nil {
+		t.Fatal("SyncFleet with the fleet down: nil error")
+	}
+	e.call(0, "y", nil) // evicts x, its 3 calls not booked by the fleet
+	if m := a.Metrics(); m.Agents != 1 || m.Evictions != 1 {
+		t.Fatalf("replica 0 in the outage: %d agents in memory, %d evicted; want 1 and 1", m.Agents, m.Evictions)
+	}
+	link.down.Store(false)
+	e.sync()
+	if got := e.pooled("x"); got != 1 {
+		t.Fatalf("the fleet counts %d calls of x before its load, want 1 (test setup)", got)
+	}
+	e.call(0, "x", nil) // loaded again: sends the 3 calls with its own
+	e.sync()
+	e.clk.Advance(3 * time.Second)
+	e.sync()
+	if got := e.pooled("x"); got != 5 {
+		t.Errorf("the fleet counts %d calls of x, want 5", got)
+	}
+	for r, l := range e.reps {
+		if got := l.Stats("x"); got.Calls != 5 || got.TotalCalls != 5 {
+			t.Errorf("replica %d: Stats %d calls (%d in all), want the fleet's 5", r, got.Calls, got.TotalCalls)
+		}
+	}
+}
+
+// TestMaxAgentsHoldsWhileCallsWaitForTheFleet: agents whose calls have
+// not gone to the fleet stay in memory beyond WithMaxAgents by a quarter
+// of it plus one at most; beyond, one is evicted all the same, and its
+// next load sends its calls (until then, the fleet has not booked them).
+func TestMaxAgentsHoldsWhileCallsWaitForTheFleet(t *testing.T) {
+	e := newFleetEnv(t, 1, nil, si.WithMaxAgents(4))
+	l := e.reps[0]
+	const n = 8
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("agent-", i)
+		e.call(0, ids[i], nil) // not sent: no flush before SyncFleet
+		// The cap, 4, and a quarter of it plus one.
+		if m := l.Metrics(); m.Agents > 6 {
+			t.Fatalf("after %d agents: %d in memory, want at most 6", i+1, m.Agents)
+		}
+	}
+	e.sync()
+	for _, id := range ids {
+		e.call(0, id, nil) // an agent evicted above sends its first call too
+		e.sync()
+	}
+	for _, id := range ids {
+		if got := e.pooled(id); got != 2 {
+			t.Errorf("the fleet counts %d calls of %s, want 2", got, id)
+		}
+	}
+	if m := l.Metrics(); m.Agents > 4 {
+		t.Errorf("after the sync: %d agents in memory, want at most 4", m.Agents)
 	}
 }

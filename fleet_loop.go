@@ -120,9 +120,14 @@ func newFleetLink(l *Loop, o *options) *fleetLink {
 // flusher.
 func (fl *fleetLink) start() { fl.Start(fl.notified) }
 
-// close stops the flusher, sends the counts not sent yet, and
+// close stops the flusher, sends the counts not sent yet of the agents
+// in memory (those kept of agents evicted are logged as lost), and
 // unsubscribes. Close calls it before it seals the loop.
-func (fl *fleetLink) close() error { return fl.Close() }
+func (fl *fleetLink) close() error {
+	err := fl.Close()
+	fl.unparkAll()
+	return err
+}
 
 // Now reads the Loop's clock (replica.Hooks).
 func (fl *fleetLink) Now() time.Time { return fl.l.clock.Now() }
@@ -221,6 +226,7 @@ func (fl *fleetLink) flushLocked() error {
 	fl.SendEvents()
 	fl.releases()
 	fl.rewrite()
+	l.evictOver(nil) // agents kept over the cap until their counts went
 	return err
 }
 
@@ -243,7 +249,7 @@ func (fl *fleetLink) send(items []fleetItem, rep *Report, w *replica.Chain) (lag
 		// (no outage): they would be refused again, and are dropped.
 		in := new(fleetInput)
 		for _, it := range items {
-			fl.book(it.a, in, fleetInput{kind: fleetAnswered, item: it, again: again})
+			fl.book(it.a, in, fleetInput{kind: fleetAnswered, item: it, again: again, why: err})
 		}
 		return 0, err
 	}

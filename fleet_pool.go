@@ -181,27 +181,57 @@ func (a *agent) pooledQualityLocked(l *Loop, d *FleetDelta, p *FleetPool, now ti
 
 // fleetMark is an evicted agent's fleet bookkeeping: this replica's
 // calls the fleet has, the other replicas' it booked, and the newest
-// failure it booked (fleetAgent's sent, others and seq).
+// failure it booked (fleetAgent's sent, others and seq), when booked; and
+// the counts the fleet had not booked, when the agent was evicted anyway
+// (evictOne's force: the fleet down, or the agents beyond the cap's
+// slack): its calls and scores not sent (tally), and the delta to send
+// again (pending; of earlier generations: pendingPrior), which its next
+// load sends.
 type fleetMark struct {
 	sent, others FleetCounts
 	seq          uint64
+	booked       bool
 	arms         fleetArms // what it had sent and booked of the scores and costs
+	tally        fleetTally
+	pending      *FleetDelta
+	pendingPrior bool
 }
 
-// markLocked returns fa's bookkeeping, for eviction, and whether it holds
-// all that the agent's statistics hold of the fleet: not when the next
-// pool starts the count again anyway (rebase), nor with a delta taken
-// whose pool is not booked (its answer lost, or not in yet), which the
-// fleet may hold or not. The agent's mu is held.
+// unsent is how many calls (and scores) of m the fleet has not booked.
+func (m *fleetMark) unsent() int64 {
+	n := m.tally.calls
+	if d := m.pending; d != nil {
+		n += d.Change.Calls + d.Control.Calls
+	}
+	return n
+}
+
+// unsentLocked reports whether fa holds counts the fleet has not booked:
+// a delta in flight (taken by a flush, its pool not booked yet), or, but
+// with force, calls or scores not sent, or a delta to send again. The
+// agent's mu is held.
+func (fa *fleetAgent) unsentLocked(force bool) bool {
+	return fa.flying || !force && (fa.tally.calls > 0 || fa.deltas.Pending() != nil)
+}
+
+// markLocked returns fa's bookkeeping, for eviction, and whether it is
+// worth keeping: it holds all that the agent's statistics hold of the
+// fleet (booked: not when the next pool starts the count again anyway,
+// rebase, nor with a delta taken whose pool is not booked, which the
+// fleet may hold or not), or counts the fleet has not booked. The agent's
+// mu is held.
 func (fa *fleetAgent) markLocked() (fleetMark, bool) {
-	ok := !fa.rebase && !fa.flying && fa.deltas.Pending() == nil
-	return fleetMark{sent: fa.sent, others: fa.others, seq: fa.seq, arms: fa.arms}, ok
+	m := fleetMark{sent: fa.sent, others: fa.others, seq: fa.seq, booked: !fa.rebase && !fa.flying, arms: fa.arms, tally: fa.tally}
+	if d := fa.deltas.Pending(); d != nil {
+		m.pending, m.pendingPrior = d, fa.pendingPrior
+	}
+	return m, m.booked || m.unsent() > 0
 }
 
 // park keeps m, the bookkeeping of agent id evicted, until it is loaded
 // again (unpark): at most as many as the agents in memory, beyond which
 // one kept goes (it then starts the count again at its load, as it would
-// without).
+// without; its counts not sent, if any, are lost, and logged).
 func (fl *fleetLink) park(id string, m fleetMark) {
 	fl.parkMu.Lock()
 	defer fl.parkMu.Unlock()
@@ -209,12 +239,35 @@ func (fl *fleetLink) park(id string, m fleetMark) {
 		fl.parked = map[string]fleetMark{}
 	}
 	if _, ok := fl.parked[id]; !ok && len(fl.parked) >= fl.l.maxAgents {
-		for k := range fl.parked {
-			delete(fl.parked, k)
+		fl.dropOneLocked()
+	}
+	fl.parked[id] = m
+}
+
+// dropOneLocked drops one mark kept: one without counts not sent among
+// the first few the map gives, if there is one; else one whose counts
+// are lost, and logged. parkMu is held.
+func (fl *fleetLink) dropOneLocked() {
+	victim, n := "", 0
+	for k, m := range fl.parked {
+		if victim == "" || m.unsent() == 0 {
+			victim = k
+		}
+		if n++; m.unsent() == 0 || n == 8 {
 			break
 		}
 	}
-	fl.parked[id] = m
+	m := fl.parked[victim]
+	delete(fl.parked, victim)
+	fl.lost(victim, &m, "more agents evicted than WithMaxAgents keep")
+}
+
+// lost logs the counts of m, kept for agent id, that will never reach
+// the fleet, for why.
+func (fl *fleetLink) lost(id string, m *fleetMark, why string) {
+	if n := m.unsent(); n > 0 {
+		fl.l.log.Warn("selfimprove: calls of an evicted agent not sent to the fleet are lost: "+why, "agent", id, "calls", n)
+	}
 }
 
 // unpark takes the bookkeeping kept at the eviction of agent id, if
@@ -227,17 +280,35 @@ func (fl *fleetLink) unpark(id string) (fleetMark, bool) {
 	return m, ok
 }
 
+// unparkAll drops the bookkeeping kept of every agent evicted, at Close:
+// its counts not sent are lost, and logged.
+func (fl *fleetLink) unparkAll() {
+	fl.parkMu.Lock()
+	defer fl.parkMu.Unlock()
+	for id, m := range fl.parked {
+		fl.lost(id, &m, "the replica closed before its next load")
+	}
+	fl.parked = nil
+}
+
 // resume gives fa, the new link of an agent loaded from the store, m,
-// the bookkeeping kept at its eviction, when fa would start the count
-// again (its statistics hold calls): from its next pool, it books the
-// fleet's calls beyond those it had booked; and the same of the scores
-// and costs of gen, the agent's generation (the arms, when the mark's are
-// of gen). Called by attach only, before any call sees the agent.
+// the bookkeeping kept at its eviction: its counts the fleet had not
+// booked, which the next flush sends, and, when fa would start the count
+// again (its statistics hold calls) and m is booked, what it had booked,
+// so that from its next pool it books the fleet's calls beyond those;
+// and the same of the scores and costs of gen, the agent's generation
+// (the arms, when m is booked and its arms are of gen). Called by attach
+// only, before any call sees the agent.
 func (fa *fleetAgent) resume(m fleetMark, gen uint64) {
-	if fa.rebase {
+	if fa.rebase && m.booked {
 		fa.sent, fa.others, fa.seq, fa.rebase = m.sent, m.others, m.seq, false
 	}
-	if m.arms.started && m.arms.gen == gen {
+	if m.booked && m.arms.started && m.arms.gen == gen {
 		fa.arms = m.arms
+	}
+	fa.tally = m.tally
+	if m.pending != nil {
+		fa.deltas.Keep(*m.pending)
+		fa.pendingPrior = m.pendingPrior
 	}
 }

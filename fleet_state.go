@@ -136,6 +136,15 @@ type fleetTally struct {
 	priorFails []FleetFailure
 }
 
+// follow makes gen, the agent's generation, t's: the counts t holds of
+// another wait in prior (a tally kept at an eviction, fleetMark, given
+// to an agent whose generation the fleet moved on meanwhile).
+func (t *fleetTally) follow(gen uint64) {
+	if t.gen != gen {
+		t.moveTo(gen)
+	}
+}
+
 // moveTo starts the counts of generation gen, the agent's: those of t's
 // generation wait in prior.
 func (t *fleetTally) moveTo(gen uint64) {

@@ -244,7 +244,10 @@ func WithTraceQueue(size int, wait time.Duration) Option {
 // stay until the next periodic flush finds them idle. With WithFleet, a
 // replica also keeps what it had booked of the fleet's calls for up to n
 // agents evicted (about 250 bytes each), so that an agent loaded again
-// books the other replicas' calls made meanwhile.
+// books the other replicas' calls made meanwhile; an agent whose calls
+// have not gone to the fleet stays until the next flush sends them, up to
+// n/4+1 agents beyond n, beyond which (or while the fleet cannot be
+// reached) it is evicted with its counts kept for its next load.
 func WithMaxAgents(n int) Option { return func(o *options) { o.maxAgents = n } }
 
 // WithClock sets the clock. Default (and nil): the real clock, time.Now.

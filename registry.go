@@ -87,8 +87,7 @@ func (l *Loop) agentIn(id string, fw *waits) (*agent, error) {
 		slot.Store(a)
 	}
 	if created {
-		for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne() {
-		}
+		l.evictOver(a) // not a itself: its call would load it again, and again
 	}
 	return a, err
 }
@@ -325,17 +324,22 @@ func (r *evictRing) removeLocked(a *agent) {
 }
 
 // victim moves the hand to an idle agent and takes it out of the ring: not
-// used since the hand last passed, with no strategy running and no event
-// waiting for the log. It gives up after two turns (every agent busy).
-func (r *evictRing) victim() *agent {
+// used since the hand last passed, with no strategy running, no event
+// waiting for the log and, with a fleet, no count the fleet has not booked
+// (unless force: see unsentLocked). It gives up after two turns (every
+// agent busy). It never takes keep.
+func (r *evictRing) victim(force bool, keep *agent) *agent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for steps := 2*len(r.agents) + 1; steps > 0 && len(r.agents) > 0; steps-- {
 		a := r.agents[r.hand]
 		r.hand = (r.hand + 1) % len(r.agents)
+		if a == keep {
+			continue
+		}
 		recent := a.used.Swap(false)
 		a.mu.Lock()
-		busy := a.evicted || a.s.analyzing || a.pending != nil
+		busy := a.busyLocked(force)
 		a.mu.Unlock()
 		if !recent && !busy {
 			r.removeLocked(a)
@@ -345,14 +349,38 @@ func (r *evictRing) victim() *agent {
 	return nil
 }
 
-// evictOne saves and evicts one idle agent, and reports whether it did.
-func (l *Loop) evictOne() bool {
+// busyLocked reports whether a stays in memory when the cap would evict
+// it: evicted already, analysing, with events not yet logged or, with a
+// fleet, with counts the fleet has not booked (fleetAgent.unsentLocked;
+// force: only a delta in flight). a.mu is held.
+func (a *agent) busyLocked(force bool) bool {
+	return a.evicted || a.s.analyzing || a.pending != nil || a.fl != nil && a.fl.unsentLocked(force)
+}
+
+// evictSlack is how many agents beyond the cap (WithMaxAgents) a replica
+// of a fleet keeps in memory because their counts have not gone to the
+// fleet yet: a quarter of the cap, plus one. Beyond it, and while the
+// fleet cannot be reached, such an agent is evicted anyway, its counts
+// kept for its next load (fleetMark).
+func (l *Loop) evictSlack() int64 { return int64(l.maxAgents/4 + 1) }
+
+// evictOver evicts idle agents but keep (nil: any) while more than the
+// cap are in memory.
+func (l *Loop) evictOver(keep *agent) {
+	for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne(keep) {
+	}
+}
+
+// evictOne saves and evicts one idle agent other than keep (nil: any),
+// and reports whether it did.
+func (l *Loop) evictOne(keep *agent) bool {
+	force := l.fleet != nil && (l.fleet.Down() || l.m.agents.Load() > int64(l.maxAgents)+l.evictSlack())
 	for range 4 {
-		a := l.ring.victim()
+		a := l.ring.victim(force, keep)
 		if a == nil {
 			return false
 		}
-		if l.evict(a) {
+		if l.evict(a, force) {
 			return true
 		}
 		l.ring.add(a) // busy after all, or not saved: it stays
@@ -360,11 +388,10 @@ func (l *Loop) evictOne() bool {
 	return false
 }
 
-// evict saves a and removes it from memory, unless it is busy (analysing,
-// or with events not yet logged) or cannot be saved. A call that still
-// holds a finds it evicted and moves to a fresh agent loaded from the
-// store.
-func (l *Loop) evict(a *agent) bool {
+// evict saves a and removes it from memory, unless it is busy (busyLocked,
+// with force) or cannot be saved. A call that still holds a finds it
+// evicted and moves to a fresh agent loaded from the store.
+func (l *Loop) evict(a *agent, force bool) bool {
 	if !l.enterWrite() {
 		return false
 	}
@@ -372,7 +399,7 @@ func (l *Loop) evict(a *agent) bool {
 	a.saveMu.Lock()
 	defer a.saveMu.Unlock()
 	a.mu.Lock()
-	if a.evicted || a.s.analyzing || a.pending != nil {
+	if a.busyLocked(force) {
 		a.mu.Unlock()
 		return false
 	}
@@ -418,9 +445,7 @@ func (l *Loop) flushLoop(interval time.Duration) {
 		select {
 		case <-t.C:
 			l.flush()
-			// Agents kept over the cap because they were busy.
-			for l.m.agents.Load() > int64(l.maxAgents) && l.evictOne() {
-			}
+			l.evictOver(nil) // agents kept over the cap because they were busy
 		case <-l.stopFlush:
 			return
 		}

@@ -206,7 +206,7 @@ func TestEvictionKeepsAnAgentItCannotSave(t *testing.T) {
 		t.Fatalf("metrics %+v: an agent that could not be saved was evicted", m)
 	}
 	ffs.Heal()
-	for l.m.agents.Load() > 1 && l.evictOne() {
+	for l.m.agents.Load() > 1 && l.evictOne(nil) {
 	}
 	if m := l.Metrics(); m.Evictions != 1 || m.Agents != 1 {
 		t.Fatalf("metrics %+v after the disk healed", m)

@@ -37,3 +37,7 @@ func (q *Deltas[D]) Answered(d D, lost bool) {
 		q.pending = &d
 	}
 }
+
+// Keep takes d as the delta to send again: that of an agent evicted
+// while it waited, given to the agent's new link when it is loaded again.
+func (q *Deltas[D]) Keep(d D) { q.pending = &d }
