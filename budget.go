@@ -195,10 +195,11 @@ type Attempt struct {
 	// Waited is how long the loop waited before this attempt. Default 0:
 	// it did not wait.
 	Waited time.Duration
-	// WaitReason says why it waited that long: WaitBackoff (the config's
-	// Backoff), WaitHeader followed by the header's name
-	// ("header retry-after"), WaitErrorMethod or WaitProviderMessage (see
-	// RetryPolicy). Default WaitNone: it did not wait.
+	// WaitReason says why it waited that long: failure.WaitBackoff (the
+	// config's Backoff), failure.WaitHeader followed by the header's name
+	// ("header retry-after"), failure.WaitErrorMethod or
+	// failure.WaitProviderMessage (see RetryPolicy). Default
+	// failure.WaitNone: it did not wait.
 	WaitReason string
 }
 

@@ -11,11 +11,11 @@
 // crash-safe JSON files before the call that made it returns, and reported
 // to a Notifier asynchronously.
 //
-// Every failure is scrubbed of secrets (Scrub), classified (Classify) and
-// clustered by its Signature; the loop scores each agent's Health and
-// spots SharedCauses across agents. The built-in strategy
-// (DefaultStrategy) applies the safe tweak for the dominant class of
-// failure, and files a Proposal for a person to Approve or Reject when no
+// Every failure is scrubbed of secrets (failure.Scrub), classified
+// (failure.Classify) and clustered by its signature (failure.Signature);
+// the loop scores each agent's Health and spots SharedCauses across
+// agents. The built-in strategy (BuiltinStrategy, what New uses without
+// WithStrategy) applies the safe tweak for the dominant class of failure, and files a Proposal for a person to Approve or Reject when no
 // safe tweak is left. A Notifier delivers events (package notify has
 // Slack, Telegram and webhook senders), with retries, digests of bursts
 // and a daily summary.

@@ -15,10 +15,10 @@ import (
 //
 // Before a retry the loop waits the longer of the config's Backoff and
 // the wait the failure asks for, capped at MaxWait: the failed
-// response's headers, seen through Transport (HeaderWait), else an error
-// in the chain with a method RetryAfter() time.Duration, else the
-// provider's message ("Please try again in 1.5s", ErrorWait). When the
-// wait, whichever it is, would pass the caller's deadline, the call
+// response's headers, seen through Transport (failure.HeaderWait), else
+// an error in the chain with a method RetryAfter() time.Duration, else
+// the provider's message ("Please try again in 1.5s",
+// failure.ErrorWait). When the wait, whichever it is, would pass the caller's deadline, the call
 // returns the failure at once instead of sleeping into certain failure,
 // and the failure is the agent's (not an ignored call); a wait is cut
 // short when the caller's context is cancelled.

@@ -17,8 +17,8 @@ import (
 //
 //   - timeout: Timeout × 1.5, up to MaxTimeout;
 //   - rate_limit: Backoff × 2 (from 1s when unset), or the longest wait
-//     the window's rate-limit failures asked for when longer (see
-//     FailureWait), up to MaxBackoff, and MaxAttempts + 1, up to
+//     the window's rate-limit failures asked for in their text when longer
+//     (see failure.TextWait), up to MaxBackoff, and MaxAttempts + 1, up to
 //     MaxAttempts;
 //   - overloaded, network, empty_response, bad_output (an answer fn
 //     found bad; a new sample usually passes): MaxAttempts + 1, up to
@@ -85,7 +85,8 @@ import (
 // that call's agent, and is named in the evidence as left to it. With no
 // cluster of its own, it proposes nothing.
 //
-// The zero value is ready to use; DefaultStrategy returns one.
+// The zero value is ready to use: &BuiltinStrategy{} is what New uses
+// without WithStrategy.
 type BuiltinStrategy struct {
 	// MaxTimeout caps the timeout it sets. Default 2 minutes; at most
 	// Config.Timeout's bound, 24 hours.

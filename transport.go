@@ -11,7 +11,7 @@ import (
 // base (nil: http.DefaultTransport) and tells the loop, when the request
 // was made within an attempt of ExecuteWithImprovement, the HTTP status
 // of a failed response and the wait its headers ask for (see
-// HeaderWait). The loop then waits at least that long before the next
+// failure.HeaderWait). The loop then waits at least that long before the next
 // attempt, and returns at once when the wait would pass the caller's
 // deadline. Install it in any SDK's HTTP client:
 //
