@@ -245,7 +245,7 @@ func runSecret(s string, i, j int) (lo, hi int) {
 			return i, j
 		}
 	}
-	if len(w) < 32 {
+	if len(w) < 32 || agentFileName(s, i, j) {
 		return -1, -1
 	}
 	// A long run of hex digits, or a long token that mixes cases and
@@ -269,6 +269,23 @@ func runSecret(s string, i, j int) (lo, hi int) {
 		return i, j
 	}
 	return -1, -1
+}
+
+// agentFileName reports whether s[i:j] names an agent's state file in a
+// path (the root's fileName: up to 40 bytes of [a-z0-9_-], "_", 32
+// lower-case hex digits, then ".json"), which an operator needs to read.
+func agentFileName(s string, i, j int) bool {
+	w := s[i:j]
+	if i == 0 || s[i-1] != '/' || !strings.HasPrefix(s[j:], ".json") || len(w) > 40+33 || w[len(w)-33] != '_' {
+		return false
+	}
+	for k := 0; k < len(w); k++ {
+		c := w[k]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') || k > len(w)-33 && !isHex(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // awsSecret returns the bounds of an AWS secret access key starting at i:
