@@ -170,7 +170,7 @@ func scoreStats(s *si.Stats, n int, sum, squares float64) {
 }
 
 func TestBestOfFourCandidates(t *testing.T) {
-	trials := int(seeds(40))
+	trials := int(allSeeds(40))
 	var loop, uni, round, tie, worse []int
 	wrong, uwrong, rwrong := 0, 0, 0
 	for seed := range uint64(trials) {
