@@ -42,6 +42,13 @@ type Options struct {
 	// life of the Loop it returns. Default DefaultMaxAgentSeries (600).
 	// Above 665, raise the SDK's cardinality limit to more than
 	// 3×MaxAgentSeries+3 too, or selfimprove.calls overflows it.
+	// selfimprove.calls counts each series' calls in this process and
+	// never goes down, though an agent's own counts start again from zero
+	// when it is evicted and loaded again: RegisterMetrics remembers the
+	// totals of up to MaxAgentSeries series whose agents went from memory
+	// (beyond that, the least recently seen start again from zero). The
+	// calls of an agent evicted before a collection sees them are not
+	// counted.
 	MaxAgentSeries int
 }
 
@@ -57,6 +64,8 @@ func (o Options) maxAgents() int {
 // of mp: the same numbers as the admin package's /metrics.
 //
 //	selfimprove.calls            counter  {agent, outcome=success|failure|ignored}
+//	                             the calls in this process: monotonic across evictions
+//	                             (see Options.MaxAgentSeries)
 //	selfimprove.config.version   gauge    {agent}
 //	selfimprove.circuit.open     gauge    {agent}  1 open or half-open, else 0
 //	selfimprove.changes          counter  {result=applied|confirmed|rolled_back}
@@ -66,8 +75,8 @@ func (o Options) maxAgents() int {
 //	selfimprove.agents.loaded (gauge), selfimprove.agent.loads, selfimprove.agent.evictions  counters
 //	selfimprove.strategy.runs, .strategy.errors; selfimprove.tweaks.rejected;
 //	selfimprove.traces.written, .traces.dropped  counters
-//	selfimprove.fleet.up, .commit.max, .revision.lag  gauges; selfimprove.fleet.outages, .errors,
-//	.conflicts, .commits, .commit.time (ns), .leases.taken, .leases.busy, .leases.errors, .behind  counters
+//	selfimprove.fleet.up, .commit.max (seconds, float), .revision.lag  gauges; selfimprove.fleet.outages, .errors,
+//	.conflicts, .commits, .commit.time (seconds, float), .leases.taken, .leases.busy, .leases.errors, .behind  counters
 //
 // Call latency is a histogram, which OpenTelemetry cannot observe: Wrap
 // records it (selfimprove.call.duration) for the calls the loop counts
@@ -80,6 +89,7 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 	if err != nil {
 		return nil, err
 	}
+	in.totals = newCallTotals(opts.MaxAgentSeries)
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observeAgents(o, l, opts.MaxAgentSeries)
 		in.observeLoop(o, l.Metrics())
@@ -120,8 +130,6 @@ var loopCounters = []loopCounter{
 	{"selfimprove.fleet.errors", "Failed operations on the fleet.", false, func(m si.Metrics) int64 { return m.FleetErrors }},
 	{"selfimprove.fleet.conflicts", "Decisions another replica committed first.", false, func(m si.Metrics) int64 { return m.FleetConflicts }},
 	{"selfimprove.fleet.commits", "Commits of decisions to the fleet.", false, func(m si.Metrics) int64 { return m.FleetCommits }},
-	{"selfimprove.fleet.commit.time", "Nanoseconds the commits to the fleet took in all (divide by selfimprove.fleet.commits).", false, func(m si.Metrics) int64 { return m.FleetCommitNS }},
-	{"selfimprove.fleet.commit.max", "Nanoseconds the slowest commit to the fleet took.", true, func(m si.Metrics) int64 { return m.FleetCommitMaxNS }},
 	{"selfimprove.fleet.leases.taken", "Leases a strategy run took.", false, func(m si.Metrics) int64 { return m.FleetLeases }},
 	{"selfimprove.fleet.leases.busy", "Leases another replica held.", false, func(m si.Metrics) int64 { return m.FleetLeasesBusy }},
 	{"selfimprove.fleet.leases.errors", "Lease requests that failed.", false, func(m si.Metrics) int64 { return m.FleetLeaseErrors }},
@@ -142,13 +150,17 @@ type instruments struct {
 	scored      metric.Int64ObservableGauge
 	qualityMean metric.Float64ObservableGauge
 	costPer     metric.Float64ObservableGauge
+	// The time the commits to the fleet took, in seconds.
+	commitTime metric.Float64ObservableCounter
+	commitMax  metric.Float64ObservableGauge
+	totals     *callTotals // keep calls monotonic
 }
 
 // newInstruments creates the instruments on m.
 func newInstruments(m metric.Meter) (*instruments, error) {
 	var in instruments
 	var err error
-	in.calls, err = m.Int64ObservableCounter("selfimprove.calls", metric.WithDescription("Calls by agent and outcome since the agent was loaded in this process."), metric.WithUnit("{call}"))
+	in.calls, err = m.Int64ObservableCounter("selfimprove.calls", metric.WithDescription("Calls by agent and outcome in this process (its own series while the agent has one, else _other)."), metric.WithUnit("{call}"))
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +195,7 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 
 // observables returns every instrument, for RegisterCallback.
 func (in *instruments) observables() []metric.Observable {
-	obs := []metric.Observable{in.calls, in.version, in.circuit, in.changes, in.scored, in.qualityMean, in.costPer}
+	obs := []metric.Observable{in.calls, in.version, in.circuit, in.changes, in.scored, in.qualityMean, in.costPer, in.commitTime, in.commitMax}
 	for _, inst := range in.loop {
 		obs = append(obs, inst)
 	}
@@ -194,12 +206,15 @@ func (in *instruments) observables() []metric.Observable {
 // the first maxAgents of l's agents by ID, and the calls and open circuits
 // of the others summed under agent="_other" (an agent whose ID is "_other",
 // or whose attribute repeats an earlier agent's, is summed too: IDs that
-// are not UTF-8 and differ only in their invalid bytes).
+// are not UTF-8 and differ only in their invalid bytes). The calls are
+// the running totals of in.totals, which never go down.
 func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
 	all := sortedViews(l)
-	var other si.AgentView
+	var other callCounts
 	var otherOpen, otherN int64
 	seen := make(map[string]struct{}, min(len(all), maxAgents))
+	in.totals.begin()
+	defer in.totals.end()
 	for _, a := range all {
 		open := int64(0)
 		if a.Circuit != si.CircuitClosed {
@@ -207,16 +222,14 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 		}
 		label := strings.ToValidUTF8(a.AgentID, "\uFFFD")
 		if _, dup := seen[label]; dup || len(seen) >= maxAgents || label == otherAgents {
-			other.Successes += a.Successes
-			other.Failures += a.Failures
-			other.Ignored += a.Ignored
+			other = in.totals.add(otherAgents, a)
 			otherOpen += open
 			otherN++
 			continue
 		}
 		seen[label] = struct{}{}
 		agent := attribute.String("agent", label)
-		in.observeCalls(o, agent, a)
+		in.observeCalls(o, agent, in.totals.add(label, a))
 		o.ObserveInt64(in.version, int64(a.Config.Version), metric.WithAttributes(agent))
 		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
 		// Read under the agent's lock: one short lock an agent a
@@ -225,17 +238,17 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 	}
 	if otherN > 0 {
 		agent := attribute.String("agent", otherAgents)
-		in.observeCalls(o, agent, &other)
+		in.observeCalls(o, agent, other)
 		o.ObserveInt64(in.circuit, otherOpen, metric.WithAttributes(agent))
 	}
 }
 
-// observeCalls observes a's calls by outcome with the agent attribute.
-func (in *instruments) observeCalls(o metric.Observer, agent attribute.KeyValue, a *si.AgentView) {
+// observeCalls observes calls by outcome with the agent attribute.
+func (in *instruments) observeCalls(o metric.Observer, agent attribute.KeyValue, n callCounts) {
 	outcome := func(v string) attribute.KeyValue { return attribute.String("outcome", v) }
-	o.ObserveInt64(in.calls, a.Successes, metric.WithAttributes(agent, outcome("success")))
-	o.ObserveInt64(in.calls, a.Failures, metric.WithAttributes(agent, outcome("failure")))
-	o.ObserveInt64(in.calls, a.Ignored, metric.WithAttributes(agent, outcome("ignored")))
+	o.ObserveInt64(in.calls, n[0], metric.WithAttributes(agent, outcome("success")))
+	o.ObserveInt64(in.calls, n[1], metric.WithAttributes(agent, outcome("failure")))
+	o.ObserveInt64(in.calls, n[2], metric.WithAttributes(agent, outcome("ignored")))
 }
 
 // observeLoop observes the loop-wide instruments from lm.
@@ -249,6 +262,8 @@ func (in *instruments) observeLoop(o metric.Observer, lm si.Metrics) {
 	for i, c := range loopCounters {
 		o.ObserveInt64(in.loop[i], c.get(lm))
 	}
+	o.ObserveFloat64(in.commitTime, float64(lm.FleetCommitNS)/1e9)
+	o.ObserveFloat64(in.commitMax, float64(lm.FleetCommitMaxNS)/1e9)
 }
 
 // Loop runs calls of a selfimprove Loop, each in a span and timed in a
@@ -424,6 +439,16 @@ func (in *instruments) newQuality(m metric.Meter) (err error) {
 		return err
 	}
 	in.costPer, err = m.Float64ObservableGauge("selfimprove.cost.per_success", metric.WithDescription("Mean cost (AddCost's unit) per successful call under the config in force, by agent that has any."))
+	if err != nil {
+		return err
+	}
+	// The fleet's commit times: in seconds, as selfimprove.call.duration
+	// (OpenTelemetry's conventions for durations); 0 without a fleet.
+	in.commitTime, err = m.Float64ObservableCounter("selfimprove.fleet.commit.time", metric.WithDescription("Seconds the commits to the fleet took in all (divide by selfimprove.fleet.commits)."), metric.WithUnit("s"))
+	if err != nil {
+		return err
+	}
+	in.commitMax, err = m.Float64ObservableGauge("selfimprove.fleet.commit.max", metric.WithDescription("Seconds the slowest commit to the fleet took."), metric.WithUnit("s"))
 	return err
 }
 
