@@ -246,8 +246,8 @@ func findErr[T any](err error) (T, bool) {
 
 // dispatcher delivers events to its notifiers from one goroutine through a
 // bounded queue, in the order they came. Sending never blocks: when the
-// queue is full, the least important pending event (or the new one, if it
-// is the least important) is dropped, counted and logged.
+// queue is full, the oldest of the least important pending events (or the
+// new one, if less important than all) is dropped, counted and logged.
 type dispatcher struct {
 	ns      []Notifier // each gets every event, with its own retries
 	log     *slog.Logger
@@ -321,13 +321,13 @@ func (d *dispatcher) send(e Event) {
 	dropped := false
 	rank := importance(e.Type)
 	if d.pending >= d.o.Queue {
-		// Drop the oldest of the least important pending events, unless
-		// the new one is less important still.
+		// Drop the oldest of the least important pending events, the new
+		// one's level included (the newer is kept), or else the new one.
 		l := 0
-		for l < rank && d.levels[l].len() == 0 {
+		for l <= rank && d.levels[l].len() == 0 {
 			l++
 		}
-		if l >= rank {
+		if l > rank {
 			d.mu.Unlock()
 			d.drop(e, ErrNotifyQueueFull)
 			return

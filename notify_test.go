@@ -49,8 +49,8 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 	send(si.EventRolledBack)
 	send(si.EventChangeConfirmed)
 	send(si.EventRolledBack)      // full: drops the oldest confirmation
-	send(si.EventChangeConfirmed) // full, and the least important: dropped
-	send(si.EventRollbackFailed)  // drops the other confirmation
+	send(si.EventChangeConfirmed) // full: drops the older confirmation
+	send(si.EventRollbackFailed)  // drops the newer confirmation
 	if m := l.Metrics(); m.NotifyDropped != 3 {
 		t.Errorf("dropped %d, want 3", m.NotifyDropped)
 	}
@@ -65,6 +65,48 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "dropped=1 ") || !strings.Contains(out, "dropped=2 ") {
 		t.Errorf("drops not logged with their counts:\n%s", out)
+	}
+}
+
+// TestFullQueueKeepsTheNewerOfEqualEvents: when the queue is full and a
+// new event is as important as the least important pending ones, the
+// oldest of those is dropped, not the new one, which tells the current
+// state. Before, the new event was dropped and the older kept.
+func TestFullQueueKeepsTheNewerOfEqualEvents(t *testing.T) {
+	block, started := make(chan struct{}), make(chan struct{}, 1)
+	var got []string
+	var mu sync.Mutex
+	logs := &looptest.Buffer{}
+	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-block
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, e.ID)
+		return nil
+	})
+	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
+		si.WithNotifyOptions(si.NotifyOptions{Queue: 2, BurstLimit: -1}),
+		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	send := func(id string, typ si.EventType) { si.TestingEmit(l, si.Event{ID: id, Type: typ, AgentID: "a"}) }
+	send("in-flight", si.EventConfigSet)
+	<-started
+	send("opened-1", si.EventCircuitOpened)
+	send("opened-2", si.EventCircuitOpened)
+	send("opened-3", si.EventCircuitOpened) // full: opened-1 goes
+	if m := l.Metrics(); m.NotifyDropped != 1 {
+		t.Errorf("dropped %d, want 1", m.NotifyDropped)
+	}
+	close(block)
+	l.Close()
+	if want := "[in-flight opened-2 opened-3]"; fmt.Sprint(got) != want {
+		t.Errorf("delivered %v, want %s", got, want)
+	}
+	if out := logs.String(); !strings.Contains(out, "id=opened-1 ") || !strings.Contains(out, "notifier queue full") {
+		t.Errorf("the drop is not logged with the event and its cause:\n%s", out)
 	}
 }
 

@@ -12,16 +12,21 @@ var slackHookPaths = []string{"/services/", "/workflows/", "/triggers/"}
 // prefix goes (the IDs with the token): hooks.slack.com/services/,
 // /workflows/ and /triggers/; discord.com or discordapp.com
 // /api/webhooks/ (also /api/v10/webhooks/); <tenant>.webhook.office.com
-// /webhookb2/ (Microsoft Teams). On any host, the 26-character ID after
-// /hooks/ goes (Mattermost). The query stays: its secrets are keys
-// (key=, token=, sig=) that keyValueSecret finds.
+// /webhookb2/ (Microsoft Teams); hooks.zapier.com /hooks/<kind>/ (Zapier:
+// /hooks/catch/<account>/<hook>/); maker.ifttt.com /trigger/<event>/with/key/
+// and /trigger/<event>/json/with/key/ (IFTTT: the key goes, the event
+// stays). On any host, the 26-character ID after /hooks/ goes
+// (Mattermost). The query stays: its secrets are keys (key=, token=, sig=)
+// that keyValueSecret finds.
 func webhookSecret(s string, i int) (lo, hi int) {
 	if i+1 >= len(s) {
 		return -1, -1
 	}
 	switch s[i+1] {
 	case 'h':
-		return mattermostHook(s, i)
+		if lo, hi = mattermostHook(s, i); lo >= 0 || !strings.HasPrefix(s[i:], "/hooks/") {
+			return lo, hi
+		}
 	case 's', 't', 'w', 'a':
 	default:
 		return -1, -1
@@ -77,8 +82,31 @@ func webhookPrefix(host, path string) int {
 		if strings.HasPrefix(path, teams) {
 			return len(teams)
 		}
+	case hostIs(host, "hooks.zapier.com"):
+		return afterSegment(path, "/hooks/", "/")
+	case hostIs(host, "maker.ifttt.com"):
+		if k := afterSegment(path, "/trigger/", "/json/with/key/"); k >= 0 {
+			return k
+		}
+		return afterSegment(path, "/trigger/", "/with/key/")
 	}
 	return -1
+}
+
+// afterSegment returns the length of path's prefix made of before, one
+// segment (a name of URL bytes, not empty) and after, or -1.
+func afterSegment(path, before, after string) int {
+	if !strings.HasPrefix(path, before) {
+		return -1
+	}
+	k := len(before)
+	for k < len(path) && (keyByte[path[k]] || strings.IndexByte(".~%", path[k]) >= 0) {
+		k++
+	}
+	if k == len(before) || !strings.HasPrefix(path[k:], after) {
+		return -1
+	}
+	return k + len(after)
 }
 
 // urlHost returns the host name that ends at i, before a URL's path,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -157,4 +158,19 @@ func cut(s string, n int) string {
 		n--
 	}
 	return s[:n]
+}
+
+// cutUTF16 returns the longest prefix of s, cut at a character, that is
+// at most n UTF-16 code units long (Telegram's count), that length, and
+// whether the prefix is s whole. A byte that is not UTF-8 counts one: JSON
+// sends it as U+FFFD.
+func cutUTF16(s string, n int) (prefix string, units int, whole bool) {
+	for i, r := range s {
+		u := utf16.RuneLen(r)
+		if units+u > n {
+			return s[:i], units, false
+		}
+		units += u
+	}
+	return s, units, true
 }

@@ -118,24 +118,12 @@ func checkToken(token string) error {
 
 // Notify sends e.
 func (n Telegram) Notify(ctx context.Context, e selfimprove.Event) error {
-	m := render(e)
-	var b strings.Builder
-	b.WriteString("<b>" + html.EscapeString(m.title) + "</b>\n" + html.EscapeString(m.summary))
-	for _, f := range m.fields {
-		b.WriteString("\n<b>" + html.EscapeString(f[0]) + ":</b> " + html.EscapeString(f[1]))
-	}
-	text := b.String()
-	if len(text) > 4000 { // the API takes 4,096 characters; cut at a line
-		if i := strings.LastIndexByte(text[:4000], '\n'); i > 0 {
-			text = text[:i]
-		}
-	}
 	body, err := json.Marshal(struct {
 		ChatID    string `json:"chat_id"`
 		Text      string `json:"text"`
 		ParseMode string `json:"parse_mode"`
 		NoPreview bool   `json:"disable_web_page_preview"`
-	}{n.ChatID, text, "HTML", true})
+	}{n.ChatID, telegramText(render(e)), "HTML", true})
 	if err != nil {
 		return fmt.Errorf("notify: telegram: %w", err)
 	}
@@ -143,6 +131,40 @@ func (n Telegram) Notify(ctx context.Context, e selfimprove.Event) error {
 		return err
 	}
 	return post(ctx, n.Client, "telegram", n.base()+"/bot"+n.Token+"/sendMessage", body, nil)
+}
+
+// telegramMax is the longest text sendMessage takes: 4,096 characters,
+// which Telegram counts in UTF-16 code units of the text as shown (after
+// the HTML is parsed: tags count nothing, an entity one).
+const telegramMax = 4096
+
+// telegramText lays m out in Telegram's HTML: the title in bold, the
+// summary, and a line per field, its name in bold. A text longer than
+// telegramMax is cut at a character and ends with "…". The plain text is
+// cut before it is escaped, so that no cut falls inside a tag or an
+// entity.
+func telegramText(m message) string {
+	var b strings.Builder
+	left := telegramMax - 1 // less the room of the "…" that marks a cut
+	// put writes s, or as much of it as fits, and reports whether it was
+	// whole.
+	put := func(s string, bold bool) bool {
+		part, n, whole := cutUTF16(s, left)
+		left -= n
+		if part = html.EscapeString(part); bold && part != "" {
+			part = "<b>" + part + "</b>"
+		}
+		b.WriteString(part)
+		return whole
+	}
+	whole := put(m.title, true) && put("\n"+m.summary, false)
+	for _, f := range m.fields {
+		whole = whole && put("\n", false) && put(f[0]+":", true) && put(" "+f[1], false)
+	}
+	if !whole {
+		b.WriteString("…")
+	}
+	return b.String()
 }
 
 func (n Telegram) base() string {
