@@ -237,7 +237,8 @@ func (s *server) done(w http.ResponseWriter, id string, res Result) {
 // apply's Result.
 func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply func(o selfimprove.AgentView, req *T) (Result, error)) {
 	var req T
-	if err := decode(r.Body, &req, false); err != nil {
+	raw, err := decode(r.Body, &req, false)
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -247,7 +248,7 @@ func changeAgent[T any](s *server, w http.ResponseWriter, r *http.Request, apply
 	}
 	res, err := apply(o, &req)
 	if err != nil {
-		s.fail(w, err)
+		s.fail(w, nullNamed(raw, err))
 		return
 	}
 	s.done(w, o.AgentID, res)
@@ -419,7 +420,7 @@ func (s *server) proposal(id string) (selfimprove.Proposal, bool) {
 
 // approve serves POST /api/proposals/{id}/approve.
 func (s *server) approve(w http.ResponseWriter, r *http.Request) {
-	if err := decode(r.Body, &ApproveRequest{}, true); err != nil {
+	if _, err := decode(r.Body, &ApproveRequest{}, true); err != nil {
 		s.fail(w, err)
 		return
 	}
@@ -429,12 +430,13 @@ func (s *server) approve(w http.ResponseWriter, r *http.Request) {
 // reject serves POST /api/proposals/{id}/reject.
 func (s *server) reject(w http.ResponseWriter, r *http.Request) {
 	var req RejectRequest
-	if err := decode(r.Body, &req, false); err != nil {
+	raw, err := decode(r.Body, &req, false)
+	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	if err := text("reason", req.Reason, maxReason, true); err != nil {
-		s.fail(w, err)
+		s.fail(w, nullNamed(raw, err))
 		return
 	}
 	s.decideProposal(w, r, func(id string) error { return s.l.Reject(id, req.Reason) })

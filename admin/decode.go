@@ -140,14 +140,55 @@ type RejectRequest struct {
 
 // decode reads one JSON object from r into v: no unknown fields, field
 // names as written (exactNames), nothing after it. An empty body, or one
-// that is just null, is allowed only when empty is true. Errors are *badRequest (413 for a body
-// over the limit).
-func decode(r io.Reader, v any, empty bool) error {
+// that is just null, is allowed only when empty is true. Errors are
+// *badRequest (413 for a body over the limit). It returns the body, for
+// nullNamed.
+func decode(r io.Reader, v any, empty bool) ([]byte, error) {
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		return decodeError(err, empty, "")
+		return nil, decodeError(err, empty, "")
 	}
-	return decodeJSON(raw, v, empty, "")
+	return raw, decodeJSON(raw, v, empty, "")
+}
+
+// nullNamed returns err, the refusal of a field of the body raw (a path
+// such as "reason", "config.timeout" or "outcomes[3].agent"), saying that
+// the field is null when it is: encoding/json reads a null as no value,
+// so the check that refused it cannot tell it from a field left out. It
+// reads raw again, on this refusal's path only.
+func nullNamed(raw []byte, err error) error {
+	var br *badRequest
+	if !errors.As(err, &br) || br.field == "" || !strings.HasPrefix(br.msg, br.field+" ") {
+		return err
+	}
+	if string(valueAt(raw, br.field)) != "null" {
+		return err
+	}
+	return &badRequest{status: br.status, field: br.field,
+		msg: fmt.Sprintf("%s is null; it %s", br.field, strings.TrimPrefix(br.msg, br.field+" "))}
+}
+
+// valueAt returns the value at path in raw, a JSON object; nil when raw
+// has none there.
+func valueAt(raw []byte, path string) json.RawMessage {
+	v := json.RawMessage(raw)
+	for name := range strings.SplitSeq(path, ".") {
+		name, index, indexed := strings.Cut(name, "[")
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(v, &obj) != nil {
+			return nil
+		}
+		v = obj[name]
+		if indexed {
+			i, err := strconv.Atoi(strings.TrimSuffix(index, "]"))
+			var arr []json.RawMessage
+			if err != nil || json.Unmarshal(v, &arr) != nil || i < 0 || i >= len(arr) {
+				return nil
+			}
+			v = arr[i]
+		}
+	}
+	return v
 }
 
 // decodeJSON decodes raw into v as decode does; at, when not empty, is

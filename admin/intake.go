@@ -277,39 +277,6 @@ func decodeOutcomes(raw []byte, b *OutcomeBatch) error {
 	return err
 }
 
-// nullNamed returns err, the refusal of a field of the batch raw
-// (outcomes when i is -1, else a field of outcomes[i]), saying that the
-// field is null when it is: encoding/json reads a null as no value, so
-// that check cannot tell it from a field left out. It reads raw again,
-// on this refusal's path only.
-func nullNamed(raw []byte, i int, err error) error {
-	var br *badRequest
-	if !errors.As(err, &br) || !strings.HasPrefix(br.msg, br.field+" ") {
-		return err
-	}
-	var v json.RawMessage
-	if i < 0 {
-		var b struct {
-			Outcomes json.RawMessage `json:"outcomes"`
-		}
-		if json.Unmarshal(raw, &b) == nil && br.field == "outcomes" {
-			v = b.Outcomes
-		}
-	} else {
-		var b struct {
-			Outcomes []map[string]json.RawMessage `json:"outcomes"`
-		}
-		name, ok := strings.CutPrefix(br.field, at(i, "")+".")
-		if json.Unmarshal(raw, &b) == nil && ok && i < len(b.Outcomes) {
-			v = b.Outcomes[i][name]
-		}
-	}
-	if string(v) != "null" {
-		return err
-	}
-	return bad(br.field, "%s is null; it %s", br.field, strings.TrimPrefix(br.msg, br.field+" "))
-}
-
 // outcomes serves POST /api/outcomes: it checks the whole batch by
 // itself, takes its outcomes from the rate bound, then checks it against
 // the loop's state (the versions, the agents it would create) and books
@@ -336,14 +303,14 @@ func (s *server) outcomes(w http.ResponseWriter, r *http.Request, who role) {
 		return
 	}
 	if len(b.Outcomes) == 0 || len(b.Outcomes) > s.o.MaxOutcomes {
-		refuse(refusedInvalid, nullNamed(raw, -1, bad("outcomes", "outcomes must hold 1..%d outcomes", s.o.MaxOutcomes)))
+		refuse(refusedInvalid, nullNamed(raw, bad("outcomes", "outcomes must hold 1..%d outcomes", s.o.MaxOutcomes)))
 		return
 	}
 	reps := make([]selfimprove.Report, len(b.Outcomes))
 	for i := range b.Outcomes {
 		var err error
 		if reps[i], err = b.Outcomes[i].check(i); err != nil {
-			refuse(refusedInvalid, nullNamed(raw, i, err))
+			refuse(refusedInvalid, nullNamed(raw, err))
 			return
 		}
 		if err := s.lim.allowed(who, b.Outcomes[i].Agent, at(i, "agent")); err != nil {

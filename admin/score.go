@@ -11,12 +11,14 @@ import (
 // ScoreToken the agents of Options.ScoreAgents. It checks the body, the
 // agent's right and the rate bound before it reads the agent.
 func (s *server) score(w http.ResponseWriter, r *http.Request, who role) {
+	var raw []byte
 	refuse := func(reason int, err error) {
 		s.lim.refused[reason].Add(1)
-		s.fail(w, err)
+		s.fail(w, nullNamed(raw, err))
 	}
 	var req ScoreRequest
-	if err := decode(r.Body, &req, false); err != nil {
+	raw, err := decode(r.Body, &req, false)
+	if err != nil {
 		refuse(refusedInvalid, err)
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
@@ -45,6 +46,9 @@ type client struct {
 	dir  string
 	loop *selfimprove.Loop // with --dir
 	ro   *readOnlyHandler  // with --dir, read-only
+	// reported is set when the command reports the agents' state files
+	// that cannot be read itself (reportUnreadable), with --dir.
+	reported *atomic.Bool
 }
 
 // apiError is an error answer of the admin API.
@@ -115,11 +119,15 @@ func openDir(dir string, write bool) (*client, error) {
 		return nil, err
 	}
 	// Problems of the loop are errors of the command: shown, one line each.
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	reported := new(atomic.Bool)
+	logger := slog.New(&reportedHandler{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), on: reported})
 	token := newToken()
 	opts := admin.Options{Token: token, Logger: logger}
-	c := &client{base: "http://localhost", token: token, dir: dir} // in-process: a loopback Host
+	c := &client{base: "http://localhost", token: token, dir: dir, reported: reported} // in-process: a loopback Host
 	if !write {
+		// The ReadOnlyStore logs to slog.Default: the same format and
+		// filter there, from Info, as the log package's lines go there too.
+		slog.SetDefault(slog.New(&reportedHandler{Handler: slog.NewTextHandler(os.Stderr, nil), on: reported}))
 		h, err := newReadOnlyHandler(dir, opts)
 		if err != nil {
 			return nil, fmt.Errorf("state directory %s: %w", dir, err)

@@ -164,6 +164,7 @@ func runStatus(ctx context.Context, e *env, _ []string) error {
 		return usageErr("--limit: %d is not in 1..1000", e.o.limit)
 	}
 	return withClient(e, false, func(c *client) error {
+		c.reportUnreadable()
 		agents, err := allAgents(ctx, c, nil)
 		if err != nil {
 			return err
@@ -263,6 +264,7 @@ func nonNil[T any](s []T) []T {
 
 func runAgents(ctx context.Context, e *env, _ []string) error {
 	return withClient(e, false, func(c *client) error {
+		c.reportUnreadable()
 		q := url.Values{}
 		if e.o.unhealthy {
 			q.Set("unhealthy", "true")
@@ -318,6 +320,7 @@ func getAgent(ctx context.Context, c *client, id string) (admin.AgentDetail, err
 
 func runAgent(ctx context.Context, e *env, args []string) error {
 	return withClient(e, false, func(c *client) error {
+		c.reportUnreadable()
 		d, err := getAgent(ctx, c, args[0])
 		if err != nil {
 			return err

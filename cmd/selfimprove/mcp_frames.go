@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -55,6 +54,9 @@ type lineWriter struct {
 	initID  string          // the key of the initialize request's ID
 	version string          // the negotiated protocol version; "" before
 	pending map[string]bool // IDs of batched requests not yet answered
+
+	standIns    map[string]json.RawMessage // the client's IDs, by their stand-in
+	nextStandIn uint64                     // the number of the last stand-in
 }
 
 // Write writes p, one whole message, unless the session ended.
@@ -64,8 +66,12 @@ func (lw *lineWriter) Write(p []byte) (int, error) {
 	if lw.closed {
 		return len(p), nil
 	}
-	lw.learn(p)
-	return lw.w.Write(p)
+	out := lw.restoreIDs(p)
+	lw.learn(out)
+	if _, err := lw.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // Close ends the writes: stdout itself stays open.
@@ -165,8 +171,8 @@ func readFrame(r *bufio.Reader, limit int) (line []byte, over bool, err error) {
 	}
 }
 
-// check returns line when the SDK takes it; otherwise it answers it, or
-// drops it (a malformed response), and returns nil.
+// check returns line, as the SDK gets it, when the SDK takes it; otherwise
+// it answers it, or drops it (a malformed response), and returns nil.
 func (f *frameFilter) check(line []byte) []byte {
 	if !json.Valid(line) {
 		f.out.answer(nil, rpcParseError, "Parse error: the line is not one JSON value")
@@ -178,16 +184,11 @@ func (f *frameFilter) check(line []byte) []byte {
 	}
 	switch line[0] {
 	case '{':
-		if f.checkMessage(line) {
-			return line
-		}
+		return f.checkMessage(line)
 	case '[':
-		if f.checkBatch(line) {
-			return line
-		}
-	default:
-		f.out.answer(nil, rpcInvalidRequest, "Invalid Request: a message is a JSON object")
+		return f.checkBatch(line)
 	}
+	f.out.answer(nil, rpcInvalidRequest, "Invalid Request: a message is a JSON object")
 	return nil
 }
 
@@ -196,24 +197,35 @@ type wireMessage struct {
 	JSONRPC json.RawMessage `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
 	Result  json.RawMessage `json:"result"`
 	Error   json.RawMessage `json:"error"`
 }
 
-// checkMessage reports whether line, one JSON object, is a message the SDK
-// takes; it answers, or drops, the others.
-func (f *frameFilter) checkMessage(line []byte) bool {
+// checkMessage returns line, one JSON object, as the SDK gets it when it
+// is a message the SDK takes; it answers, or drops, the others.
+func (f *frameFilter) checkMessage(line []byte) []byte {
 	var m wireMessage
 	json.Unmarshal(line, &m)
 	id, problem := messageProblem(&m)
 	switch {
-	case problem == "":
-		if method, _ := unquote(m.Method); method == "initialize" && id != nil {
-			f.out.mu.Lock()
+	case problem == "" && m.Method != nil:
+		f.out.mu.Lock()
+		defer f.out.mu.Unlock()
+		switch method, _ := unquote(m.Method); {
+		case method == "initialize" && id != nil:
 			f.out.initID = idKey(id)
-			f.out.mu.Unlock()
+		case method == "notifications/cancelled" && id == nil:
+			return f.out.cancelToSDK(line, m.Params)
 		}
-		return true
+		return f.out.toSDK(line, id)
+	case problem == "" && !echoedAsSent(id):
+		// A response to none of the server's requests (their IDs are
+		// small integers), which the SDK could take for another one's,
+		// or fail to read and end the session.
+		fmt.Fprintln(f.stderr, "selfimprove mcp: dropped a response whose id is no request's of the server")
+	case problem == "":
+		return line
 	case m.Method == nil && (m.Result != nil || m.Error != nil):
 		// A malformed response: answering it could start an endless
 		// exchange of errors with the client.
@@ -221,7 +233,7 @@ func (f *frameFilter) checkMessage(line []byte) bool {
 	default:
 		f.out.answer(id, rpcInvalidRequest, "Invalid Request: "+problem)
 	}
-	return false
+	return nil
 }
 
 // messageProblem says what is wrong with m, "" if nothing, and returns its
@@ -262,31 +274,32 @@ func unquote(raw json.RawMessage) (s string, ok bool) {
 	return s, len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil
 }
 
-// validID reports whether id is a string or a number the SDK reads.
+// validID reports whether id, valid JSON, is a string or a number.
 func validID(id json.RawMessage) bool {
 	return idKey(id) != ""
 }
 
-// idKey is the SDK's identity of a valid ID: a number counts as its
-// integer part.
+// idKey is the identity of a valid ID, "" for an invalid one: a string,
+// or a number as written. (A number the SDK would not echo as sent goes
+// to it as a stand-in of its own, so two such IDs never clash there.)
 func idKey(id json.RawMessage) string {
 	if s, ok := unquote(id); ok {
 		return "s" + s
 	}
-	var n float64
-	if len(id) > 0 && (id[0] == '-' || id[0] >= '0' && id[0] <= '9') && json.Unmarshal(id, &n) == nil {
-		return "n" + strconv.FormatInt(int64(n), 10)
+	if len(id) > 0 && (id[0] == '-' || id[0] >= '0' && id[0] <= '9') {
+		return "n" + string(id)
 	}
 	return ""
 }
 
-// checkBatch reports whether line, one JSON array, is a batch the SDK
-// answers; it answers the others with one error. The protocol versions
-// from 2025-06-18 have no batches; under the earlier ones the SDK answers
-// a batch of requests, but never one with a notification (it hangs), and
-// ends the session at an ID that a batch repeats, or that a batch still
-// unanswered holds: such a batch is refused whole.
-func (f *frameFilter) checkBatch(line []byte) bool {
+// checkBatch returns line, one JSON array, as the SDK gets it when it is a
+// batch the SDK answers; it answers the others with one error. The
+// protocol versions from 2025-06-18 have no batches; under the earlier
+// ones the SDK answers a batch of requests, but never one with a
+// notification (it hangs), and ends the session at an ID that a batch
+// repeats, or that a batch still unanswered holds: such a batch is
+// refused whole.
+func (f *frameFilter) checkBatch(line []byte) []byte {
 	var batch []json.RawMessage
 	json.Unmarshal(line, &batch)
 	f.out.mu.Lock()
@@ -299,6 +312,7 @@ func (f *frameFilter) checkBatch(line []byte) bool {
 			problem = "a request of an earlier batch, still unanswered, has the same ID"
 		}
 	}
+	var fwd []byte
 	if problem == "" {
 		if f.out.pending == nil {
 			f.out.pending = map[string]bool{}
@@ -306,13 +320,13 @@ func (f *frameFilter) checkBatch(line []byte) bool {
 		for id := range ids {
 			f.out.pending[id] = true
 		}
+		fwd = f.out.batchToSDK(batch)
 	}
 	f.out.mu.Unlock()
 	if problem != "" {
 		f.out.answer(nil, rpcInvalidRequest, "Invalid Request: "+problem)
-		return false
 	}
-	return true
+	return fwd
 }
 
 // batchProblem says what makes batch one the SDK would not answer under

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/self-improving-loop/selfimprove"
 	"github.com/self-improving-loop/selfimprove/admin"
@@ -48,6 +51,48 @@ func unreadableAgent(c *client, id string) error {
 	}
 	return &unreadableError{fmt.Sprintf("agent %q: its state file %s cannot be read (%s): %s",
 		id, u.Path, whyText(u.Err), restoreAdvice)}
+}
+
+// unreadableLog begins the loop's log lines about an agent's state file
+// that cannot be read (the ReadOnlyStore's "not listed", the Loop's
+// "left as it is").
+const unreadableLog = "selfimprove: an agent's state file cannot be read"
+
+// reportedHandler passes the loop's log lines on to Handler, but for
+// those about an agent's state file that cannot be read once the
+// command reports such files itself (reportUnreadable): the user reads
+// one message about the file, not also a log line saying it is "not
+// listed" above a table that lists it.
+type reportedHandler struct {
+	slog.Handler
+	on *atomic.Bool // the command reports them
+}
+
+// Handle implements slog.Handler.
+func (h *reportedHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.on.Load() && strings.HasPrefix(r.Message, unreadableLog) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h *reportedHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &reportedHandler{Handler: h.Handler.WithAttrs(attrs), on: h.on}
+}
+
+// WithGroup implements slog.Handler.
+func (h *reportedHandler) WithGroup(name string) slog.Handler {
+	return &reportedHandler{Handler: h.Handler.WithGroup(name), on: h.on}
+}
+
+// reportUnreadable says that the command reports the agents' state files
+// that cannot be read itself (a row of the agents' table, its error line,
+// exit code 4), so that the loop's log lines about them are not shown.
+func (c *client) reportUnreadable() {
+	if c.reported != nil {
+		c.reported.Store(true)
+	}
 }
 
 // restoreAdvice says what to do about a damaged state file.
