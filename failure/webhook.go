@@ -15,7 +15,7 @@ var slackHookPaths = []string{"/services/", "/workflows/", "/triggers/"}
 // /webhookb2/ (Microsoft Teams); hooks.zapier.com /hooks/<kind>/ (Zapier:
 // /hooks/catch/<account>/<hook>/); maker.ifttt.com /trigger/<event>/with/key/
 // and /trigger/<event>/json/with/key/ (IFTTT: the key goes, the event
-// stays). On any host, the 26-character ID after /hooks/ goes
+// stays), and /use/ (the key's own page). On any host, the 26-character ID after /hooks/ goes
 // (Mattermost). The query stays: its secrets are keys (key=, token=, sig=)
 // that keyValueSecret finds.
 func webhookSecret(s string, i int) (lo, hi int) {
@@ -27,7 +27,7 @@ func webhookSecret(s string, i int) (lo, hi int) {
 		if lo, hi = mattermostHook(s, i); lo >= 0 || !strings.HasPrefix(s[i:], "/hooks/") {
 			return lo, hi
 		}
-	case 's', 't', 'w', 'a':
+	case 's', 't', 'w', 'a', 'u':
 	default:
 		return -1, -1
 	}
@@ -88,7 +88,12 @@ func webhookPrefix(host, path string) int {
 		if k := afterSegment(path, "/trigger/", "/json/with/key/"); k >= 0 {
 			return k
 		}
-		return afterSegment(path, "/trigger/", "/with/key/")
+		if k := afterSegment(path, "/trigger/", "/with/key/"); k >= 0 {
+			return k
+		}
+		if strings.HasPrefix(path, "/use/") { // the key's own page
+			return len("/use/")
+		}
 	}
 	return -1
 }

@@ -16,6 +16,7 @@ func TestScrubWebhooks(t *testing.T) {
 		{"zapier hook, silent", "Post https://hooks.zapier.com/hooks/catch/1234567/b8xk2p9/silent/ failed", "Post https://hooks.zapier.com/hooks/catch/<redacted> failed"},
 		{"ifttt maker webhook", `Post "https://maker.ifttt.com/trigger/deploy_done/with/key/dZx9Pq2Lm4Kj7Hg1Fd3Sa5Qw": EOF`, `Post "https://maker.ifttt.com/trigger/deploy_done/with/key/<redacted>": EOF`},
 		{"ifttt maker webhook, json", "Post https://maker.ifttt.com/trigger/deploy-done/json/with/key/dZx9Pq2Lm4Kj7Hg1Fd3Sa5Qw?x=1: 401", "Post https://maker.ifttt.com/trigger/deploy-done/json/with/key/<redacted>?x=1: 401"},
+		{"ifttt key page", "GET https://maker.ifttt.com/use/dZx9Pq2Lm4Kj7Hg1Fd3Sa5Qw: 200", "GET https://maker.ifttt.com/use/<redacted>: 200"},
 		{"an ifttt page stays", "GET https://ifttt.com/maker_webhooks/settings: 200", "GET https://ifttt.com/maker_webhooks/settings: 200"},
 		{"mattermost webhook", `Post "https://chat.example.com/hooks/xi4q9yc7rtrnpkjmm4b5bgrswc": EOF`, `Post "https://chat.example.com/hooks/<redacted>": EOF`},
 		{"google chat webhook", `Post "https://chat.googleapis.com/v1/spaces/AAAAbCdEfGh/messages?key=AIzaSyDdI0hCZtE6vySjMm-WEfRq3CPzqKqqsHI&token=qW3rTy8uIoP1aSdFgHjKl2ZxCvBnM4QwErTyUiOp5As%3D": EOF`, `Post "https://chat.googleapis.com/v1/spaces/AAAAbCdEfGh/messages?key=<redacted>&token=<redacted>": EOF`},
