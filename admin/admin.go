@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/calltotals"
 )
 
 // Options configures Handler. The zero value serves reads without a token
@@ -56,7 +57,11 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxAgentSeries bounds the agents with their own series in /metrics:
 	// the first ones by ID; the others are summed under the label value
-	// agent="_other". Default 1,000.
+	// agent="_other". Default 1,000. The series' counters are running
+	// totals that never go down, though an agent's own counts start again
+	// from zero when it is evicted and loaded again: the handler remembers
+	// the totals of up to MaxAgentSeries series whose agents left memory
+	// (beyond that, the least recently seen start again from zero).
 	MaxAgentSeries int
 	// UnhealthyBelow is the health under which an agent is listed as
 	// unhealthy (GET /api/agents?unhealthy=true), in [0, 1]. Default 0.9.
@@ -250,6 +255,8 @@ type server struct {
 	ov ovIndex
 	// ids are the outcome IDs booked (outcome_ids.go).
 	ids *outcomeIDs
+	// totals keep /metrics' per-agent counters monotonic (metrics_totals.go).
+	totals *calltotals.Totals
 }
 
 // access is what an endpoint needs to be served.
@@ -308,6 +315,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 		scorer: sha256.Sum256([]byte(opts.ScoreToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
 	s.ids = newOutcomeIDs(s.o.OutcomeIDs)
+	s.totals = newTotals(s.o.MaxAgentSeries)
 	s.lim.init(&s.o)
 	s.streams = make(chan struct{}, s.o.MaxStreams)
 	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines

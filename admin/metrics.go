@@ -6,19 +6,22 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/self-improving-loop/selfimprove"
+	"github.com/self-improving-loop/selfimprove/internal/calltotals"
 )
 
 // otherAgents is the agent label value of the agents beyond
 // Options.MaxAgentSeries.
-const otherAgents = "_other"
+const otherAgents = calltotals.Other
 
 // metrics serves GET /metrics in the Prometheus text exposition format
 // 0.0.4. The per-agent series cover the agents in memory, the first
 // Options.MaxAgentSeries by ID; the others are summed under
-// agent="_other".
+// agent="_other". Their counters are s.totals' running totals, which
+// never go down.
 func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
@@ -26,7 +29,7 @@ func (s *server) metrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	bw := bufio.NewWriterSize(w, 64<<10)
-	WriteMetrics(bw, s.l, s.o.MaxAgentSeries)
+	writeMetrics(bw, s.l, s.o.MaxAgentSeries, s.totals)
 	s.intakeMetrics(&encoder{w: bw})
 	bw.Flush()
 }
@@ -59,20 +62,31 @@ func (s *server) intakeMetrics(e *encoder) {
 // series is one agent's series: its label value and counters.
 type series struct {
 	label string
-	m     *selfimprove.AgentView
-	open  int64 // agents with an open or half-open circuit
-	n     int64 // agents summed (for _other)
+	m     *selfimprove.AgentView // zero for _other
+	tot   []int64                // the running totals of its counters (metrics_totals.go)
+	open  int64                  // agents with an open or half-open circuit
+	n     int64                  // agents summed (for _other)
 }
 
 // WriteMetrics writes l's metrics to w in the Prometheus text exposition
 // format 0.0.4, with per-agent series for at most maxAgents agents (the
 // first by ID; default 1,000 when 0 or less) and the others summed under
-// agent="_other". It is what GET /metrics serves.
+// agent="_other". It is what GET /metrics serves, but for one thing: its
+// counters (selfimprove_calls_total and the histograms) are read from the
+// agents' own counts, which start again from zero when an agent is evicted
+// and loaded again, while GET /metrics keeps running totals that never go
+// down.
 func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 	if maxAgents <= 0 {
 		maxAgents = 1000
 	}
-	agents, aggregated := agentSeries(l, maxAgents)
+	writeMetrics(w, l, maxAgents, nil)
+}
+
+// writeMetrics is WriteMetrics with the running totals t (maxAgents > 0;
+// nil t: the agents' own counts).
+func writeMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int, t *calltotals.Totals) {
+	agents, aggregated := agentSeries(l, maxAgents, t)
 	for i := range agents {
 		// The quality figures are read under the agent's lock: one short
 		// lock an agent a scrape.
@@ -89,24 +103,55 @@ func WriteMetrics(w *bufio.Writer, l *selfimprove.Loop, maxAgents int) {
 // agents in memory, in ID order, then, if any are left, one that sums them
 // under agent="_other" (an agent whose label is "_other", or repeats an
 // earlier agent's, is summed too). It also returns how many were summed.
-func agentSeries(l *selfimprove.Loop, maxAgents int) ([]series, int64) {
+// The series' counters are the running totals of t (nil: the sums of the
+// agents' own counts).
+func agentSeries(l *selfimprove.Loop, maxAgents int, t *calltotals.Totals) ([]series, int64) {
+	if t != nil {
+		// The views are read under t's lock: a scrape that read them
+		// before another booked its own would book lower counts after it,
+		// taken for a reload, and count them again.
+		t.Begin()
+		defer t.End()
+	}
 	all := sortedViews(l)
 	agents := make([]series, 0, min(len(all), maxAgents)+1)
-	var other series
-	other.label, other.m = otherAgents, new(selfimprove.AgentView)
+	// The counts of one agent, then the per-agent series' totals.
+	tots := make([]int64, cap(agents)*countersWidth)
+	cur, tots := tots[:countersWidth], tots[countersWidth:]
+	other := series{label: otherAgents, m: new(selfimprove.AgentView), tot: make([]int64, countersWidth)}
 	seen := make(map[string]struct{}, min(len(all), maxAgents))
 	for _, m := range all {
-		label := labelValue(m.AgentID)
-		if _, dup := seen[label]; len(agents) < maxAgents && !dup && label != otherAgents {
-			seen[label] = struct{}{}
-			a := series{label: label, m: m, n: 1}
-			if m.Circuit != selfimprove.CircuitClosed {
-				a.open = 1
-			}
-			agents = append(agents, a)
-			continue
+		counters(cur, m)
+		open := int64(0)
+		if m.Circuit != selfimprove.CircuitClosed {
+			open = 1
 		}
-		other.add(m)
+		label := labelValue(m.AgentID)
+		_, dup := seen[label]
+		own := len(agents) < maxAgents && !dup && label != otherAgents
+		if !own {
+			label = otherAgents
+		}
+		tot := cur
+		if t != nil {
+			tot = t.Add(label, m.AgentID, cur)
+		}
+		switch {
+		case own:
+			seen[label] = struct{}{}
+			a := series{label: label, m: m, n: 1, open: open, tot: tots[:countersWidth:countersWidth]}
+			tots = tots[countersWidth:]
+			copy(a.tot, tot)
+			agents = append(agents, a)
+		case t != nil: // the running total
+			other.n, other.open = other.n+1, other.open+open
+			copy(other.tot, tot)
+		default: // the sum
+			other.n, other.open = other.n+1, other.open+open
+			for k, v := range tot {
+				other.tot[k] += v
+			}
+		}
 	}
 	if other.n > 0 {
 		agents = append(agents, other)
@@ -117,17 +162,15 @@ func agentSeries(l *selfimprove.Loop, maxAgents int) ([]series, int64) {
 // agentMetrics writes the per-agent families, and the count of agents
 // summed under agent="_other".
 func (e *encoder) agentMetrics(agents []series, aggregated int64) {
-	e.family("selfimprove_calls_total", "counter", "Calls by agent and outcome since the agent was loaded in this process (ignored: cancelled by the caller).")
+	e.family("selfimprove_calls_total", "counter", "Calls by agent and outcome in this process (ignored: cancelled by the caller).")
 	for i := range agents {
 		a := &agents[i]
-		e.sample("selfimprove_calls_total", true, a.label, "outcome", "success", a.m.Successes)
-		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.m.Failures)
-		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.m.Ignored)
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "success", a.tot[0])
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "failure", a.tot[1])
+		e.sample("selfimprove_calls_total", true, a.label, "outcome", "ignored", a.tot[2])
 	}
-	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.", false,
-		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.Latency })
-	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the attempts whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true,
-		func(m *selfimprove.AgentView) *selfimprove.Histogram { return &m.FirstToken })
+	e.histogram(agents, "selfimprove_call_duration_seconds", "Duration of the counted calls (every attempt and the waits between), by agent.", false, latencyAt)
+	e.histogram(agents, "selfimprove_first_token_seconds", "Time to first token of the attempts whose stream reported one (Config.FirstTokenTimeout set), by agent that has any.", true, firstTokenAt)
 	e.family("selfimprove_config_version", "gauge", "Version of the config in force, by agent (not for _other).")
 	for i := range agents {
 		if a := &agents[i]; a.label != otherAgents {
@@ -144,34 +187,33 @@ func (e *encoder) agentMetrics(agents []series, aggregated int64) {
 }
 
 // histogram writes the histogram family name of each agent, the one of
-// its view that of picks (its buckets are LatencyBuckets); sparse: only
-// of the agents whose histogram counts something.
-func (e *encoder) histogram(agents []series, name, help string, sparse bool, of func(*selfimprove.AgentView) *selfimprove.Histogram) {
+// its counters at offset at (histCounters' layout; its buckets are
+// LatencyBuckets); sparse: only of the agents whose histogram counts
+// something.
+func (e *encoder) histogram(agents []series, name, help string, sparse bool, at int) {
 	e.family(name, "histogram", help)
-	bounds := selfimprove.LatencyBuckets()
-	les := make([]string, len(bounds))
-	for i, b := range bounds {
+	les := make([]string, len(latencyBounds))
+	for i, b := range latencyBounds {
 		les[i] = strconv.FormatFloat(b.Seconds(), 'g', -1, 64)
 	}
+	n := len(les) + 1
 	for i := range agents {
 		a := &agents[i]
-		h := of(a.m)
-		if sparse && h.Count == 0 {
+		h := a.tot[at : at+histWidth]
+		if sparse && h[n] == 0 {
 			continue
 		}
-		var cum uint64
-		for j := range len(les) + 1 { // an agent summed into none has no counts
-			if j < len(h.Counts) {
-				cum += h.Counts[j]
-			}
+		var cum int64
+		for j := range n {
+			cum += h[j]
 			le := "+Inf"
 			if j < len(les) {
 				le = les[j]
 			}
-			e.sample(name+"_bucket", true, a.label, "le", le, int64(cum))
+			e.sample(name+"_bucket", true, a.label, "le", le, cum)
 		}
-		e.float(name+"_sum", a.label, h.Sum.Seconds())
-		e.sample(name+"_count", true, a.label, "", "", int64(h.Count))
+		e.float(name+"_sum", a.label, time.Duration(h[n+1]).Seconds())
+		e.sample(name+"_count", true, a.label, "", "", h[n])
 	}
 }
 
@@ -240,32 +282,6 @@ func (e *encoder) fleetMetrics(m selfimprove.Metrics) {
 	e.sample("selfimprove_fleet_leases_total", false, "", "result", "taken", m.FleetLeases)
 	e.sample("selfimprove_fleet_leases_total", false, "", "result", "busy", m.FleetLeasesBusy)
 	e.sample("selfimprove_fleet_leases_total", false, "", "result", "error", m.FleetLeaseErrors)
-}
-
-// add sums m into the aggregate s.
-func (s *series) add(m *selfimprove.AgentView) {
-	s.n++
-	if m.Circuit != selfimprove.CircuitClosed {
-		s.open++
-	}
-	s.m.Successes += m.Successes
-	s.m.Failures += m.Failures
-	s.m.Ignored += m.Ignored
-	addHistogram(&s.m.Latency, &m.Latency)
-	addHistogram(&s.m.FirstToken, &m.FirstToken)
-}
-
-// addHistogram adds h's counts to sum's (either may have none: an
-// agent with no time to first token).
-func addHistogram(sum, h *selfimprove.Histogram) {
-	if len(sum.Counts) < len(h.Counts) {
-		sum.Counts = append(sum.Counts, make([]uint64, len(h.Counts)-len(sum.Counts))...)
-	}
-	for i, c := range h.Counts {
-		sum.Counts[i] += c
-	}
-	sum.Count += h.Count
-	sum.Sum += h.Sum
 }
 
 // labelValue maps an agent ID to a label value: valid UTF-8 (each byte

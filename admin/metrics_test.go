@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -79,6 +80,28 @@ func BenchmarkMetrics10k(b *testing.B) {
 				w.Flush()
 			}
 			b.ReportMetric(float64(buf.Len()), "bytes")
+		})
+	}
+}
+
+// BenchmarkMetricsHandler10k serves GET /metrics for 10,000 agents in memory.
+func BenchmarkMetricsHandler10k(b *testing.B) {
+	for _, series := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
+			l, _ := newLoop(b, si.WithMaxAgents(20000), si.WithStrategy(nil))
+			for i := range 10000 {
+				l.ExecuteWithImprovement(b.Context(), fmt.Sprintf("agent-%05d", i), func(context.Context, si.Config) error { return nil })
+			}
+			h := admin.Handler(l, admin.Options{OpenMetrics: true, MaxAgentSeries: series})
+			req := httptest.NewRequest("GET", "http://localhost/metrics", nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("%d %s", rec.Code, rec.Body)
+				}
+			}
 		})
 	}
 }

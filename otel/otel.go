@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/self-improving-loop/selfimprove/failure"
+	"github.com/self-improving-loop/selfimprove/internal/calltotals"
 
 	si "github.com/self-improving-loop/selfimprove"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,7 +24,7 @@ import (
 const ScopeName = "github.com/self-improving-loop/selfimprove/otel"
 
 // otherAgents is the agent attribute of the agents beyond MaxAgentSeries.
-const otherAgents = "_other"
+const otherAgents = calltotals.Other
 
 // DefaultMaxAgentSeries is the default of Options.MaxAgentSeries: 600.
 // The OpenTelemetry SDK keeps at most 2,000 series an instrument by
@@ -89,7 +90,7 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 	if err != nil {
 		return nil, err
 	}
-	in.totals = newCallTotals(opts.MaxAgentSeries)
+	in.totals = calltotals.New(len(callCounts{}), opts.MaxAgentSeries)
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observeAgents(o, l, opts.MaxAgentSeries)
 		in.observeLoop(o, l.Metrics())
@@ -153,7 +154,7 @@ type instruments struct {
 	// The time the commits to the fleet took, in seconds.
 	commitTime metric.Float64ObservableCounter
 	commitMax  metric.Float64ObservableGauge
-	totals     *callTotals // keep calls monotonic
+	totals     *calltotals.Totals // keep calls monotonic
 }
 
 // newInstruments creates the instruments on m.
@@ -209,12 +210,15 @@ func (in *instruments) observables() []metric.Observable {
 // are not UTF-8 and differ only in their invalid bytes). The calls are
 // the running totals of in.totals, which never go down.
 func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
+	// The views are read under the totals' lock: a collection that read
+	// them before another booked its own would book lower counts after
+	// it, taken for a reload, and count them again.
+	in.totals.Begin()
+	defer in.totals.End()
 	all := sortedViews(l)
 	var other callCounts
 	var otherOpen, otherN int64
 	seen := make(map[string]struct{}, min(len(all), maxAgents))
-	in.totals.begin()
-	defer in.totals.end()
 	for _, a := range all {
 		open := int64(0)
 		if a.Circuit != si.CircuitClosed {
@@ -222,14 +226,14 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 		}
 		label := strings.ToValidUTF8(a.AgentID, "\uFFFD")
 		if _, dup := seen[label]; dup || len(seen) >= maxAgents || label == otherAgents {
-			other = in.totals.add(otherAgents, a)
+			other = in.addCalls(otherAgents, a)
 			otherOpen += open
 			otherN++
 			continue
 		}
 		seen[label] = struct{}{}
 		agent := attribute.String("agent", label)
-		in.observeCalls(o, agent, in.totals.add(label, a))
+		in.observeCalls(o, agent, in.addCalls(label, a))
 		o.ObserveInt64(in.version, int64(a.Config.Version), metric.WithAttributes(agent))
 		o.ObserveInt64(in.circuit, open, metric.WithAttributes(agent))
 		// Read under the agent's lock: one short lock an agent a
@@ -241,6 +245,15 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 		in.observeCalls(o, agent, other)
 		o.ObserveInt64(in.circuit, otherOpen, metric.WithAttributes(agent))
 	}
+}
+
+// callCounts are calls by outcome: success, failure, ignored.
+type callCounts [3]int64
+
+// addCalls books a's calls to the series label of in.totals, and returns
+// the series' running totals.
+func (in *instruments) addCalls(label string, a *si.AgentView) callCounts {
+	return callCounts(in.totals.Add(label, a.AgentID, []int64{a.Successes, a.Failures, a.Ignored}))
 }
 
 // observeCalls observes calls by outcome with the agent attribute.

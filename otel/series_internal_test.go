@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-
-	si "github.com/self-improving-loop/selfimprove"
 )
 
 // TestAgentSeriesBoundedAndAllocationFree: the duration histogram's cap on
@@ -46,22 +44,5 @@ func TestAgentSeriesBoundedAndAllocationFree(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations to find a series", allocs)
-	}
-}
-
-// TestCallTotalsForgetOldestAbsent: callTotals keeps the totals of at
-// most 2×keep series not observed, then forgets all but the keep most
-// recently observed; _other is never forgotten.
-func TestCallTotalsForgetOldestAbsent(t *testing.T) {
-	tot := newCallTotals(1)
-	for _, id := range []string{"a", "b", "c", otherAgents} {
-		tot.begin()
-		tot.add(id, &si.AgentView{AgentID: id, Successes: 1})
-		tot.end()
-	}
-	tot.begin()
-	tot.end()
-	if _, ok := tot.total["c"]; !ok || len(tot.total) != 2 || tot.total[otherAgents] == nil {
-		t.Errorf("totals kept: %v, want c and _other", tot.total)
 	}
 }
