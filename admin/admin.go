@@ -315,7 +315,7 @@ func Handler(l *selfimprove.Loop, opts Options) http.Handler {
 		scorer: sha256.Sum256([]byte(opts.ScoreToken))}
 	s.rate = newRateBound(s.o.OutcomeRate, max(s.o.MaxOutcomes, int(math.Ceil(s.o.OutcomeRate))))
 	s.ids = newOutcomeIDs(s.o.OutcomeIDs)
-	s.totals = newTotals(s.o.MaxAgentSeries)
+	s.totals = newTotals()
 	s.lim.init(&s.o)
 	s.streams = make(chan struct{}, s.o.MaxStreams)
 	s.samples.agents, s.samples.max = map[string]*timeline{}, s.o.MaxTimelines

@@ -156,6 +156,12 @@ func agentSeries(l *selfimprove.Loop, maxAgents int, t *calltotals.Totals) ([]se
 	if other.n > 0 {
 		agents = append(agents, other)
 	}
+	if t != nil {
+		// The totals of up to maxAgents series whose agents left memory
+		// are kept, not written (a Prometheus series may be absent from a
+		// scrape): an agent loaded again goes on from its total.
+		t.Absent(maxAgents, nil)
+	}
 	return agents, other.n
 }
 

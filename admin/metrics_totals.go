@@ -18,14 +18,9 @@ var (
 	countersWidth = firstTokenAt + histWidth
 )
 
-// newTotals returns the running totals of /metrics' per-agent counters,
-// which remember the totals of up to maxAgents series whose agents left
-// memory (default 1,000 when 0 or less).
-func newTotals(maxAgents int) *calltotals.Totals {
-	if maxAgents <= 0 {
-		maxAgents = 1000
-	}
-	return calltotals.New(countersWidth, maxAgents)
+// newTotals returns the running totals of /metrics' per-agent counters.
+func newTotals() *calltotals.Totals {
+	return calltotals.New(countersWidth)
 }
 
 // counters writes m's counters into v (countersWidth of them).

@@ -143,3 +143,55 @@ func (f slowCommits) Commit(ctx context.Context, agentID string, rev uint64, val
 	f.clk.Advance(250 * time.Millisecond)
 	return f.Fleet.Commit(ctx, agentID, rev, value)
 }
+
+// TestCallsCounterDeltaExporterCountsEachCallOnce: with a delta exporter
+// (OTLP to a backend that takes deltas), the SDK forgets a series that a
+// collection does not observe, and counts the whole value of its next
+// observation as new. An agent evicted for one collection, then loaded
+// again, must add only its new calls. Before, its series was not observed
+// while it was out of memory, yet came back at its remembered total: the
+// 3 calls it made before were counted twice (a/success summed 9 deltas for
+// 6 calls).
+func TestCallsCounterDeltaExporterCountsEachCallOnce(t *testing.T) {
+	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+		si.WithMaxAgents(1), si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	delta := func(sdkmetric.InstrumentKind) metricdata.Temporality { return metricdata.DeltaTemporality }
+	reader := sdkmetric.NewManualReader(sdkmetric.WithTemporalitySelector(delta))
+	if _, err := siotel.RegisterMetrics(l, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), siotel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, si.Config) error { return nil }
+	call := func(id string, n int) {
+		for range n {
+			l.ExecuteWithImprovement(context.Background(), id, ok)
+		}
+	}
+	sum := map[string]int64{}
+	collect := func() {
+		for k, v := range callSeries(t, reader) {
+			if v < 0 {
+				t.Errorf("selfimprove.calls %s: a delta of %d", k, v)
+			}
+			sum[k] += v
+		}
+	}
+	call("a", 3)
+	collect()
+	call("b", 1) // evicts a: the cap is 1 agent
+	collect()
+	call("a", 1) // evicts b; a loaded again
+	collect()
+	call("a", 2)
+	collect()
+	if sum["a/success"] != 6 || sum["b/success"] != 1 {
+		t.Errorf("the deltas of selfimprove.calls sum to %v; want a/success 6 and b/success 1, the calls made", sum)
+	}
+	if l.Metrics().Evictions < 2 {
+		t.Fatalf("agents not evicted: %+v", l.Metrics())
+	}
+}

@@ -45,11 +45,12 @@ type Options struct {
 	// 3×MaxAgentSeries+3 too, or selfimprove.calls overflows it.
 	// selfimprove.calls counts each series' calls in this process and
 	// never goes down, though an agent's own counts start again from zero
-	// when it is evicted and loaded again: RegisterMetrics remembers the
-	// totals of up to MaxAgentSeries series whose agents went from memory
-	// (beyond that, the least recently seen start again from zero). The
-	// calls of an agent evicted before a collection sees them are not
-	// counted.
+	// when it is evicted and loaded again: the series of an agent that
+	// went from memory is still observed, at its total, while the series
+	// of the agents in memory leave room for it under MaxAgentSeries (the
+	// most recently seen first; the others start again from zero, which
+	// a delta exporter reads right). The calls of an agent evicted before
+	// a collection sees them are not counted.
 	MaxAgentSeries int
 }
 
@@ -90,7 +91,7 @@ func RegisterMetrics(l *si.Loop, mp metric.MeterProvider, opts Options) (metric.
 	if err != nil {
 		return nil, err
 	}
-	in.totals = calltotals.New(len(callCounts{}), opts.MaxAgentSeries)
+	in.totals = calltotals.New(len(callCounts{}))
 	return m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		in.observeAgents(o, l, opts.MaxAgentSeries)
 		in.observeLoop(o, l.Metrics())
@@ -208,7 +209,9 @@ func (in *instruments) observables() []metric.Observable {
 // of the others summed under agent="_other" (an agent whose ID is "_other",
 // or whose attribute repeats an earlier agent's, is summed too: IDs that
 // are not UTF-8 and differ only in their invalid bytes). The calls are
-// the running totals of in.totals, which never go down.
+// the running totals of in.totals, which never go down; a series whose
+// agent left memory stays, at its total, while there is room for it (a
+// delta exporter would take a series left out and back for new calls).
 func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents int) {
 	// The views are read under the totals' lock: a collection that read
 	// them before another booked its own would book lower counts after
@@ -245,6 +248,11 @@ func (in *instruments) observeAgents(o metric.Observer, l *si.Loop, maxAgents in
 		in.observeCalls(o, agent, other)
 		o.ObserveInt64(in.circuit, otherOpen, metric.WithAttributes(agent))
 	}
+	// The series no agent in memory has now, at their totals, within the
+	// room the agents' own series leave under maxAgents.
+	in.totals.Absent(maxAgents-len(seen), func(label string, n []int64) {
+		in.observeCalls(o, attribute.String("agent", label), callCounts(n))
+	})
 }
 
 // callCounts are calls by outcome: success, failure, ignored.

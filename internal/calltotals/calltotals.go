@@ -7,6 +7,7 @@ package calltotals
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -30,24 +31,22 @@ type labelTotal struct {
 // since the previous one (all of an agent's counts when any of them went
 // down: it was loaded again), so a series counts what was counted in this
 // process while its agent had it. The calls of an agent loaded and evicted
-// between two collections are not seen. Safe for concurrent collections:
-// Begin to End holds a lock.
+// between two collections are not seen. A series no agent added to in a
+// collection (its agent evicted) keeps its total for as long as Absent
+// has room for it. Safe for concurrent collections: Begin to End holds a
+// lock.
 type Totals struct {
 	mu    sync.Mutex
 	width int                    // counters an agent
-	keep  int                    // the totals kept of series not observed (evicted agents)
 	seq   uint64                 // collections so far
 	last  map[string][]int64     // by agent ID: its counts at the latest collection
 	next  map[string][]int64     // the counts of the collection in progress
 	total map[string]*labelTotal // by series label
 }
 
-// New returns the running totals of series of width counters each, which
-// remember the totals of up to keep series whose agents left memory
-// (beyond 2×keep of them, all but the keep most recently observed are
-// forgotten: such a series starts again from zero).
-func New(width, keep int) *Totals {
-	return &Totals{width: width, keep: keep, last: map[string][]int64{}, next: map[string][]int64{}, total: map[string]*labelTotal{}}
+// New returns the running totals of series of width counters each.
+func New(width int) *Totals {
+	return &Totals{width: width, last: map[string][]int64{}, next: map[string][]int64{}, total: map[string]*labelTotal{}}
 }
 
 // Begin starts a collection, End ends it; between, the caller holds t's
@@ -89,24 +88,48 @@ func (t *Totals) Add(label, id string, cur []int64) []int64 {
 	return lt.n
 }
 
+// Absent passes to observe (if not nil) the series no agent added to in
+// this collection, with their totals: _other, and of the others the room
+// most recently added to; it forgets the rest, whose series start again
+// from zero. Call it after the collection's Adds. OpenTelemetry's delta
+// temporality forgets a series a collection leaves out and would take its
+// next value whole for new calls, so an exporter observes each series it
+// remembers in every collection (otel); a Prometheus scrape may leave
+// them out (admin: observe nil).
+func (t *Totals) Absent(room int, observe func(label string, n []int64)) {
+	var labels []string
+	for label, lt := range t.total {
+		switch {
+		case lt.seen == t.seq:
+		case label == Other:
+			if observe != nil {
+				observe(label, lt.n)
+			}
+		default:
+			labels = append(labels, label)
+		}
+	}
+	room = max(room, 0)
+	if len(labels) > room {
+		slices.SortFunc(labels, func(x, y string) int {
+			return cmp.Or(cmp.Compare(t.total[y].seen, t.total[x].seen), strings.Compare(x, y))
+		})
+		for _, label := range labels[room:] {
+			delete(t.total, label)
+		}
+		labels = labels[:room]
+	}
+	if observe != nil {
+		for _, label := range labels {
+			observe(label, t.total[label].n)
+		}
+	}
+}
+
 // End ends a collection: the agents not seen in it were evicted (their
-// counts, when loaded again, start from zero), and the totals of the
-// series least recently observed are forgotten beyond t.keep of them.
+// counts, when loaded again, start from zero).
 func (t *Totals) End() {
 	defer t.mu.Unlock()
 	clear(t.last)
 	t.last, t.next = t.next, t.last
-	var absent []string
-	for label, lt := range t.total {
-		if lt.seen != t.seq && label != Other {
-			absent = append(absent, label)
-		}
-	}
-	if len(absent) <= 2*t.keep {
-		return
-	}
-	slices.SortFunc(absent, func(x, y string) int { return cmp.Compare(t.total[x].seen, t.total[y].seen) })
-	for _, label := range absent[:len(absent)-t.keep] {
-		delete(t.total, label)
-	}
 }

@@ -1,6 +1,7 @@
 package calltotals
 
 import (
+	"maps"
 	"slices"
 	"testing"
 )
@@ -25,7 +26,7 @@ func collect(t *Totals, agents ...agent) map[string][]int64 {
 // TestTotalsNeverGoDown: an agent loaded again (any of its counts lower)
 // adds all its counts; _other keeps the counts of an agent that left it.
 func TestTotalsNeverGoDown(t *testing.T) {
-	tot := New(2, 10)
+	tot := New(2)
 	collect(tot, agent{"a", "a", []int64{3, 1}}, agent{Other, "b", []int64{4, 0}}, agent{Other, "c", []int64{1, 0}})
 	// a evicted and loaded again: its first count is lower, its second
 	// not, and both are new; c evicted.
@@ -38,24 +39,30 @@ func TestTotalsNeverGoDown(t *testing.T) {
 	}
 }
 
-// TestTotalsForgetOldestAbsent: Totals keeps the totals of at most 2×keep
-// series not observed, then forgets all but the keep most recently
-// observed; _other is never forgotten.
-func TestTotalsForgetOldestAbsent(t *testing.T) {
-	tot := New(1, 1)
+// TestTotalsAbsentWithinRoom: Absent observes _other and the room most
+// recently added to of the series no agent added to, and forgets the rest.
+func TestTotalsAbsentWithinRoom(t *testing.T) {
+	tot := New(1)
 	for _, id := range []string{"a", "b", "c", Other} {
 		collect(tot, agent{id, id, []int64{1}})
 	}
-	collect(tot)
-	if _, ok := tot.total["c"]; !ok || len(tot.total) != 2 || tot.total[Other] == nil {
-		t.Errorf("totals kept: %v, want c and _other", tot.total)
+	tot.Begin()
+	tot.Add("d", "d", []int64{2})
+	seen := map[string]int64{}
+	tot.Absent(1, func(label string, n []int64) { seen[label] = n[0] })
+	tot.End()
+	if want := map[string]int64{"c": 1, Other: 1}; !maps.Equal(seen, want) {
+		t.Errorf("Absent observed %v, want %v", seen, want)
+	}
+	if _, ok := tot.total["b"]; ok || len(tot.total) != 3 {
+		t.Errorf("totals kept: %v, want c, d and _other", tot.total)
 	}
 }
 
 // TestTotalsAddAllocationFree: a collection of agents seen before
 // allocates nothing.
 func TestTotalsAddAllocationFree(t *testing.T) {
-	tot := New(3, 10)
+	tot := New(3)
 	cur := []int64{1, 2, 3}
 	collect(tot, agent{"a", "a", cur})
 	if n := testing.AllocsPerRun(100, func() {
