@@ -85,22 +85,7 @@ func TestCallsCounterNeverGoesDownAfterEviction(t *testing.T) {
 // commit, selfimprove.fleet.commit.max.
 func TestFleetCommitTimeInSeconds(t *testing.T) {
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithFleet(slowCommits{fleettest.New(clk), clk}), si.WithFleetFlush(0, 1<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	reader := sdkmetric.NewManualReader()
-	if _, err := siotel.RegisterMetrics(l, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), siotel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SyncFleet(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	l, reader := fleetCommitted(t, clk, slowCommits{fleettest.New(clk), clk})
 	m := l.Metrics()
 	if m.FleetCommits == 0 || m.FleetCommitNS < int64(250*time.Millisecond) {
 		t.Fatalf("no commit to the fleet: %+v", m)

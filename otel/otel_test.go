@@ -169,22 +169,7 @@ func checkSum(t *testing.T, got map[string]metricdata.Aggregation, name string, 
 // leases.
 func TestFleetMetrics(t *testing.T) {
 	clk := fakeclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
-		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithFleet(fleettest.New(clk)), si.WithFleetFlush(0, 1<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	reader := sdkmetric.NewManualReader()
-	if _, err := siotel.RegisterMetrics(l, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), siotel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SyncFleet(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	_, reader := fleetCommitted(t, clk, fleettest.New(clk))
 	got := collectMetrics(t, reader)
 	if g, ok := got["selfimprove.fleet.replicas"].(metricdata.Gauge[int64]); !ok || g.DataPoints[0].Value != 1 {
 		t.Errorf("fleet replicas: %v", got["selfimprove.fleet.replicas"])
@@ -200,4 +185,27 @@ func TestFleetMetrics(t *testing.T) {
 			t.Errorf("no %s", name)
 		}
 	}
+}
+
+// fleetCommitted returns a Loop on fleet f with its metrics registered on
+// a manual reader, after one change of agent "a" committed and synced.
+func fleetCommitted(t *testing.T, clk *fakeclock.Clock, f si.Fleet) (*si.Loop, *sdkmetric.ManualReader) {
+	t.Helper()
+	l, err := si.New(si.WithStore(si.NewRAMStore()), si.WithClock(clk), si.WithNotifier(nil), si.WithStrategy(nil),
+		si.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), si.WithFleet(f), si.WithFleetFlush(0, 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	reader := sdkmetric.NewManualReader()
+	if _, err := siotel.RegisterMetrics(l, sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), siotel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetConfig("a", si.Config{Route: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SyncFleet(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return l, reader
 }
