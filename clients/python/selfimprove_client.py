@@ -55,6 +55,7 @@ MAX_AGENT_BYTES = 1024      # an agent ID
 MAX_DURATION_MS = 86400000.0
 MAX_ATTEMPTS = 100
 MAX_COST = 1e12
+MAX_ANSWER_BYTES = 8 << 20  # the most of an answer read (a batch's names 500 agents: 3.1 MB at most)
 
 _log = logging.getLogger("selfimprove_client")
 
@@ -159,7 +160,10 @@ class IntakeError(Exception):
         self.status, self.body = status, body
 
 
-_TRANSIENT = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+# The statuses of a transient failure, as the Go loop classifies them
+# (failure.Classify: 408 timeout, 429 rate limit, 5xx overloaded) and as
+# docs/intake.md says: not 409 or 425.
+_TRANSIENT = frozenset({408, 429} | set(range(500, 600)))
 
 
 def _status_of(exc):
@@ -198,6 +202,26 @@ def _error_text(exc):
         return str(exc) or type(exc).__name__
     except Exception:
         return type(exc).__name__
+
+
+def _read_answer(res, deadline, cut=False):
+    """res's body, read by chunks until deadline (time.monotonic) and at
+    most MAX_ANSWER_BYTES: a sidecar that trickles its answer, or answers
+    more than an intake ever does, raises TimeoutError or ValueError (cut:
+    an error's body, its first MAX_ANSWER_BYTES), never holding the call
+    nor its memory. Each read waits request_timeout at most (the socket's)."""
+    chunks, n = [], 0
+    while n <= MAX_ANSWER_BYTES:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer was not read within request_timeout")
+        b = res.read1(65536) if hasattr(res, "read1") else res.read(65536)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+        n += len(b)
+    if cut:
+        return b"".join(chunks)[:MAX_ANSWER_BYTES]
+    raise ValueError("the answer is over %d bytes: not an intake's" % MAX_ANSWER_BYTES)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -320,8 +344,9 @@ class Client:
     together at the latest (at the next call once that many are queued);
     config_ttl (5.0): seconds a config is used before it is read again (a
     cheap 304 when unchanged); request_timeout (5.0): seconds for one
-    request to the sidecar; transient_attempts (3): the fewest attempts a
-    transient failure gets whatever max_attempts says, as the Go loop's
+    request to the sidecar, its answer read too (at most MAX_ANSWER_BYTES,
+    8 MiB); transient_attempts (3): the fewest attempts a transient
+    failure gets whatever max_attempts says, as the Go loop's
     RetryPolicy.TransientAttempts (1: off), the extra ones waiting at
     least 0.5 s doubled; sleep and clock: time.sleep and time.monotonic,
     for tests.
@@ -428,14 +453,17 @@ class Client:
             req.add_header("Content-Type", "application/json")
         for k, v in (headers or {}).items():
             req.add_header(k, v)
+        deadline = time.monotonic() + (math.inf if self.request_timeout is None else self.request_timeout)
         try:
             with _OPENER.open(req, timeout=self.request_timeout) as res:
-                return res.status, res.headers, res.read()
+                return res.status, res.headers, _read_answer(res, deadline)
         except urllib.error.HTTPError as e:
             try:
-                body = e.read()
+                body = _read_answer(e, deadline, cut=True)
             except Exception:
                 body = b""
+            finally:
+                e.close()
             return e.code, e.headers, body
 
     def _unavailable(self, why):
@@ -485,6 +513,7 @@ class Client:
         Never raises: while the sidecar is unavailable it returns the last
         config read for agent, or default_config (see offline).
         """
+        agent = _cut(agent, MAX_AGENT_BYTES + 1)  # as its reports name it: a lone surrogate is "?"
         now = self.clock()
         with self._lock:
             cached = self._configs.get(agent)

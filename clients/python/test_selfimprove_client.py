@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import unittest
+import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import selfimprove_client as sc  # noqa: E402
@@ -62,7 +63,7 @@ class Intake:
 
     def default(self, method, path, headers, body):
         if method == "GET" and path.startswith("/api/agents/"):
-            agent = path.split("/")[3]
+            agent = urllib.parse.unquote(path.split("/")[3])
             cfg = {"version": self.configs.get(agent, 1), "max_attempts": 1}
             return 200, {"ETag": '"v%d"' % cfg["version"]}, json.dumps({"config": cfg}).encode()
         if method == "POST" and path == "/api/outcomes":
@@ -171,6 +172,21 @@ class TestAnswersNeverLost(Base):
         c.config("..")
         paths = [p for m, p, _, _ in intake.requests if m == "GET"]
         self.assertEqual(paths, ["/api/agents/%2E/config", "/api/agents/%2E%2E/config"])
+
+    def test_agent_with_a_lone_surrogate(self):
+        """An agent ID with a lone surrogate (a name decoded with
+        surrogateescape, as os.fsdecode does) is read and reported as the
+        same agent, with "?" for the surrogate. Before, config() raised
+        UnicodeEncodeError (it never raises, says its doc) and asked
+        nothing, while the reports went to "py-?"."""
+        intake = self.intake()
+        intake.configs["py-?"] = 2
+        c = client(intake.url)
+        self.assertEqual(c.config("py-\udcff").version, 2)
+        self.assertEqual(c.call("py-\udcff", lambda cfg: cfg.version), 2)
+        c.flush()
+        self.assertEqual([p for m, p, _, _ in intake.requests if m == "GET"], ["/api/agents/py-%3F/config"])
+        self.assertEqual([o["agent"] for o in intake.booked], ["py-?"])
 
     def test_last_config_after_a_change_while_down(self):
         intake = self.intake()
@@ -318,6 +334,29 @@ class TestRedirect(Base):
         leaked = [r for r in other.requests if "Authorization" in r[2]]
         self.assertEqual(leaked, [], "the token went to another origin")
         self.assertEqual(c.pending, 1)
+
+
+class TestTransientStatuses(Base):
+    """A function's failure is retried for the statuses docs/intake.md names, as the Go loop
+    classifies them: 408, 429 and every 5xx; not 409 or 425."""
+
+    def test_statuses_retried_as_documented(self):
+        for status, retried in ((408, True), (429, True), (500, True), (501, True), (505, True), (529, True),
+                                (599, True), (409, False), (425, False), (400, False), (404, False)):
+            c = client("http://x", sleep=lambda s: None)
+            c.config = lambda agent, refresh=False: sc.Config({"version": 1, "max_attempts": 2})
+            n = {"i": 0}
+
+            def fn(cfg):
+                n["i"] += 1
+                if n["i"] == 1:
+                    raise sc.CallFailed(str(status), status=status)
+                return "ok"
+            try:
+                c.call("a", fn)
+            except sc.CallFailed:
+                pass
+            self.assertEqual(n["i"], 2 if retried else 1, "status %d: %d attempts" % (status, n["i"]))
 
 
 class TestRetryAfter(Base):
@@ -568,6 +607,83 @@ class TestReportingNeverRaises(Base):
         with self.assertLogs("selfimprove_client", "WARNING"):  # the sidecar is back
             c.flush()
         self.assertEqual((c.pending, c.booked), (0, 2))
+
+
+quiet = logging.getLogger("selfimprove_client.test_quiet")
+quiet.propagate = False
+quiet.addHandler(logging.NullHandler())
+
+
+class StreamingIntake:
+    """A sidecar (or whatever answers at its URL) that writes a 200 answer
+    of `size` bytes in chunks of `chunk` bytes, `gap` seconds apart, and
+    counts what it wrote before the client hung up."""
+
+    def __init__(self, size, chunk, gap):
+        self.written = 0
+        intake = self
+        head = b'{"config": {"version": 2}}'
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _serve(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                body = head + b" " * (size - len(head))
+                try:
+                    for i in range(0, size, chunk):
+                        self.wfile.write(body[i:i + chunk])
+                        self.wfile.flush()
+                        intake.written += len(body[i:i + chunk])
+                        time.sleep(gap)
+                except OSError:  # the client hung up
+                    pass
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class TestAnswersBounded(Base):
+    """docs/intake.md: a call's start makes one request, within
+    request_timeout; a sidecar that trickles its answer, or answers with
+    more than an intake ever says, never holds the agent's call nor its
+    memory. Before, request_timeout bounded each socket read, not the
+    answer: a config answer trickled a byte every 0.1 s held config()
+    (and so call()) for as long as the sender liked, and a 200 of
+    hundreds of MiB was read whole into memory."""
+
+    def stream(self, size, chunk, gap):
+        s = StreamingIntake(size, chunk, gap)
+        self.addCleanup(s.close)
+        return s
+
+    def test_trickled_answer_cut_at_request_timeout(self):
+        s = self.stream(200, 1, 0.05)  # 10 s to send it all
+        c = client(s.url, request_timeout=0.5, logger=quiet)
+        start = time.monotonic()
+        cfg = c.call("a", lambda cfg: cfg)
+        took = time.monotonic() - start
+        self.assertLess(took, 2.0, "the call waited %.1f s on a trickled config answer" % took)
+        self.assertEqual(cfg.version, c.default_config.version, "an answer not read in time is an outage")
+        self.assertTrue(c.offline)
+
+    def test_huge_answer_not_read_whole(self):
+        s = self.stream(256 << 20, 1 << 20, 0)
+        c = client(s.url, request_timeout=5.0, logger=quiet)
+        cfg = c.config("a")
+        self.assertEqual(cfg.version, c.default_config.version, "an answer over the bound is not taken")
+        self.assertLess(s.written, 64 << 20, "the client read %d MiB of one answer" % (s.written >> 20))
+        self.assertTrue(c.offline)
 
 
 class TestRetryAfterSeconds(unittest.TestCase):
