@@ -106,7 +106,7 @@ func (b *Budget) open(ctx context.Context, agentID string) *callCtx {
 	b.mu.Unlock()
 	if !ok {
 		if p != nil {
-			p.note(agentID, errBudgetSpent)
+			p.note(agentID, ErrBudgetSpent)
 		}
 		return nil
 	}

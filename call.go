@@ -60,7 +60,7 @@ func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn fu
 	c := begun{id: agentID}
 	if b := budgetOf(ctx); b != nil {
 		if c.att = b.open(ctx, agentID); c.att == nil {
-			rep.Err, rep.BudgetExhausted = errBudgetSpent, true
+			rep.Err, rep.BudgetExhausted = ErrBudgetSpent, true
 			return rep, rep.Err
 		}
 	}

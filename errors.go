@@ -68,6 +68,12 @@ var (
 
 	// ErrClosed: the Loop was closed. Calls still run fn, untracked.
 	ErrClosed = errors.New("selfimprove: loop closed")
+	// ErrBudgetSpent is returned, without running fn or recording the
+	// call, by a call whose Budget (WithBudget) was spent before its first
+	// attempt; Report.BudgetExhausted is set and Report.Attempts is 0. A
+	// task's function that passes a step's error on (wrapped or not) keeps
+	// it testable with errors.Is.
+	ErrBudgetSpent = errors.New("selfimprove: budget spent: the call made no attempt")
 	// ErrCircuitOpen is returned, without running fn, by a call of an agent
 	// whose circuit is open (see CircuitBreaker).
 	ErrCircuitOpen = errors.New("selfimprove: circuit open")

@@ -84,7 +84,10 @@ func parseCallID(id, key uint64, now time.Time) (version uint64, age time.Durati
 	if last |= low >> idVersionBits; last > uint64(now.Add(scoreSkew).UnixNano())>>idTimeShift {
 		last -= wrap
 	}
-	for k := -1; id != 0 && k <= idWraps; k++ {
+	if id == 0 {
+		return 0, 0, fmt.Errorf("%w: ID 0 names no call: a call its caller cancelled (Report.Ignored) or one that ran untracked is not booked, and its Report.ID is 0", ErrUnknownCall)
+	}
+	for k := -1; k <= idWraps; k++ {
 		units := last - uint64(k)*wrap
 		if id&^(1<<idLowBits-1) != idCheck(low, units>>idTimeBits, key) {
 			continue
@@ -98,7 +101,7 @@ func parseCallID(id, key uint64, now time.Time) (version uint64, age time.Durati
 		}
 		return low & (1<<idVersionBits - 1), max(age, 0), nil
 	}
-	return 0, 0, fmt.Errorf("%w: ID %016x is not a call of this agent's (or one older than %v)", ErrUnknownCall, id, time.Duration(idWraps*wrap)<<idTimeShift)
+	return 0, 0, fmt.Errorf("%w: ID %016x is not a call of this agent's (or one older than %v)", ErrUnknownCall, id, (time.Duration(idWraps*wrap) << idTimeShift).Round(time.Minute))
 }
 
 // idCheck is the check of an ID's low bits and of its time's high bits

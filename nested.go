@@ -2,7 +2,6 @@ package selfimprove
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -248,10 +247,6 @@ func (r *recentFailures) seen(agentID string, err error, since uint64) (found bo
 	})
 	return found
 }
-
-// errBudgetSpent is the error of a call that its Budget refused before
-// its first attempt.
-var errBudgetSpent = errors.New("selfimprove: budget spent: the call made no attempt")
 
 // begun is what a call knows when fn starts: the config it runs under.
 type begun struct {
