@@ -197,6 +197,15 @@ def _transient(exc):
     return isinstance(exc, (TimeoutError, socket.timeout, ConnectionError, urllib.error.URLError))
 
 
+def _userinfo(url):
+    """The user and password url holds (http://user:pw@host), or "": they never reach a log."""
+    try:
+        netloc = urllib.parse.urlsplit(url).netloc
+    except ValueError:
+        return ""
+    return netloc.rsplit("@", 1)[0] if "@" in netloc else ""
+
+
 def _error_text(exc):
     try:
         return str(exc) or type(exc).__name__
@@ -383,6 +392,7 @@ class Client:
                  default_config=None, flush_at_exit=True, logger=None):
         self.transient_attempts = max(1, transient_attempts)
         self.url = url.rstrip("/")
+        self._secret_url = _userinfo(self.url)  # redacted from the logs and last_error
         self.token = token
         self.batch_size = max(1, min(MAX_OUTCOMES, batch_size))
         self.config_ttl = config_ttl
@@ -466,8 +476,17 @@ class Client:
                 e.close()
             return e.code, e.headers, body
 
+    def _shown(self, text):
+        """text without the user and password of the sidecar's URL (or the password alone)."""
+        if not self._secret_url:
+            return text
+        text = text.replace(self._secret_url, "<redacted>")
+        password = self._secret_url.partition(":")[2]
+        return text.replace(password, "<redacted>") if password else text
+
     def _unavailable(self, why):
         """Notes that the sidecar could not be reached or would not answer."""
+        why = self._shown(why)
         now = self.clock()
         with self._lock:
             first = not self.offline
@@ -481,7 +500,7 @@ class Client:
         if first:
             self.log.warning("selfimprove: the sidecar at %s is unavailable (%s): calls run under the last "
                              "config each agent had (or the default config); %d reports queued, kept up to "
-                             "%d and sent when it is back", self.url, why, queued, self.max_queue)
+                             "%d and sent when it is back", self._shown(self.url), why, queued, self.max_queue)
 
     def _available(self):
         with self._lock:
@@ -491,7 +510,7 @@ class Client:
             down = self.clock() - self._down_since
             queued, dropped = len(self._queue), self.dropped
         self.log.warning("selfimprove: the sidecar at %s is back after %.1f s; %d reports queued, %d dropped "
-                         "in all", self.url, down, queued, dropped)
+                         "in all", self._shown(self.url), down, queued, dropped)
 
     def _warn_once(self, key, msg, *args):
         with self._lock:
@@ -841,7 +860,7 @@ class Client:
                     self._ids = False
                     self.log.warning("selfimprove: the sidecar at %s books outcomes without IDs (an older "
                                      "version): an outcome sent again after a lost answer may be booked "
-                                     "twice", self.url)
+                                     "twice", self._shown(self.url))
                 todo[:0] = [_without_ids(part)]
                 continue
             if status == 409:

@@ -653,6 +653,20 @@ class StreamingIntake:
         self.server.server_close()
 
 
+class TestURLCredentialsNotLogged(Base):
+    """A sidecar URL with a user and password (http://user:pw@host) never shows them in the log
+    or in last_error; before, the unavailable warning printed the URL whole."""
+
+    def test_password_redacted(self):
+        lg = logging.getLogger("selfimprove_client.url_test")
+        c = client("http://bob:s3cretpw@127.0.0.1:1", logger=lg, request_timeout=0.5)
+        with self.assertLogs(lg, "WARNING") as logs:
+            self.assertEqual(c.call("a", lambda cfg: "x"), "x")
+        text = "\n".join(logs.output) + c.last_error
+        self.assertNotIn("s3cretpw", text)
+        self.assertIn("<redacted>", text)
+
+
 class TestAnswersBounded(Base):
     """docs/intake.md: a call's start makes one request, within
     request_timeout; a sidecar that trickles its answer, or answers with
