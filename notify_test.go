@@ -16,19 +16,30 @@ import (
 	"github.com/self-improving-loop/selfimprove/internal/looptest"
 )
 
-func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
-	block, started := make(chan struct{}), make(chan struct{}, 1)
-	var got []si.EventType
+// heldNotifier returns a notifier that signals started when its first
+// delivery begins, holds every delivery until block is closed, then
+// passes each event to record (one at a time).
+func heldNotifier(record func(si.Event)) (n si.Notifier, started <-chan struct{}, block chan struct{}) {
+	block, begun := make(chan struct{}), make(chan struct{}, 1)
 	var mu sync.Mutex
-	logs := &looptest.Buffer{}
-	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
+	n = si.NotifierFunc(func(ctx context.Context, e si.Event) error {
 		select {
-		case started <- struct{}{}:
+		case begun <- struct{}{}:
 		default:
 		}
 		<-block
 		mu.Lock()
 		defer mu.Unlock()
+		record(e)
+		return nil
+	})
+	return n, begun, block
+}
+
+func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
+	var got []si.EventType
+	logs := &looptest.Buffer{}
+	n, started, block := heldNotifier(func(e si.Event) {
 		if e.Type == si.EventDigest {
 			for _, d := range e.Digest {
 				got = append(got, d.Type)
@@ -36,7 +47,6 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 		} else {
 			got = append(got, e.Type)
 		}
-		return nil
 	})
 	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
 		si.WithNotifyOptions(si.NotifyOptions{Queue: 3, BurstLimit: -1}),
@@ -73,21 +83,9 @@ func TestQueueDropsTheLeastImportantFirst(t *testing.T) {
 // oldest of those is dropped, not the new one, which tells the current
 // state. Before, the new event was dropped and the older kept.
 func TestFullQueueKeepsTheNewerOfEqualEvents(t *testing.T) {
-	block, started := make(chan struct{}), make(chan struct{}, 1)
 	var got []string
-	var mu sync.Mutex
 	logs := &looptest.Buffer{}
-	n := si.NotifierFunc(func(ctx context.Context, e si.Event) error {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-		<-block
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, e.ID)
-		return nil
-	})
+	n, started, block := heldNotifier(func(e si.Event) { got = append(got, e.ID) })
 	l := looptest.NewLoop(t, si.WithStrategy(nil), si.WithNotifier(n),
 		si.WithNotifyOptions(si.NotifyOptions{Queue: 2, BurstLimit: -1}),
 		si.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
