@@ -83,14 +83,7 @@ func TestEvictedAgentsUnsentCallsReachTheFleet(t *testing.T) {
 	// fleet's: those a replica sent last, at most every 2s.
 	e.clk.Advance(3 * time.Second)
 	e.sync()
-	if got := e.pooled("x"); got != 7 {
-		t.Errorf("the fleet counts %d calls of x, want 7", got)
-	}
-	for r, l := range e.reps {
-		if got := l.Stats("x"); got.Calls != 7 || got.TotalCalls != 7 {
-			t.Errorf("replica %d: Stats %d calls (%d in all), want the fleet's 7", r, got.Calls, got.TotalCalls)
-		}
-	}
+	e.wantFleetCalls("x", 7)
 	// The agent stayed until its calls were sent; then it went.
 	if m := a.Metrics(); m.Agents != 1 || m.Evictions != 1 {
 		t.Errorf("replica 0: %d agents in memory, %d evicted; want 1 and 1", m.Agents, m.Evictions)
@@ -128,14 +121,7 @@ func TestAgentEvictedInAnOutageSendsItsCallsAtItsNextLoad(t *testing.T) {
 	e.sync()
 	e.clk.Advance(3 * time.Second)
 	e.sync()
-	if got := e.pooled("x"); got != 5 {
-		t.Errorf("the fleet counts %d calls of x, want 5", got)
-	}
-	for r, l := range e.reps {
-		if got := l.Stats("x"); got.Calls != 5 || got.TotalCalls != 5 {
-			t.Errorf("replica %d: Stats %d calls (%d in all), want the fleet's 5", r, got.Calls, got.TotalCalls)
-		}
-	}
+	e.wantFleetCalls("x", 5)
 }
 
 // TestMaxAgentsHoldsWhileCallsWaitForTheFleet: agents whose calls have
@@ -167,5 +153,19 @@ func TestMaxAgentsHoldsWhileCallsWaitForTheFleet(t *testing.T) {
 	}
 	if m := l.Metrics(); m.Agents > 4 {
 		t.Errorf("after the sync: %d agents in memory, want at most 4", m.Agents)
+	}
+}
+
+// wantFleetCalls checks that the fleet counts n calls of agent id, and
+// that every replica's Stats shows the fleet's n.
+func (e *fleetEnv) wantFleetCalls(id string, n int) {
+	e.t.Helper()
+	if got := e.pooled(id); got != int64(n) {
+		e.t.Errorf("the fleet counts %d calls of %s, want %d", got, id, n)
+	}
+	for r, l := range e.reps {
+		if got := l.Stats(id); got.Calls != n || got.TotalCalls != int64(n) {
+			e.t.Errorf("replica %d: Stats %d calls (%d in all), want the fleet's %d", r, got.Calls, got.TotalCalls, n)
+		}
 	}
 }
