@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -388,84 +387,6 @@ func (s *server) markCritical(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// listProposals serves GET /api/proposals.
-func (s *server) listProposals(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	statuses := q["status"]
-	for _, st := range statuses {
-		switch selfimprove.ProposalStatus(st) {
-		case selfimprove.ProposalPending, selfimprove.ProposalApproved, selfimprove.ProposalApplied,
-			selfimprove.ProposalConfirmed, selfimprove.ProposalRolledBack, selfimprove.ProposalSuperseded, selfimprove.ProposalRejected:
-		default:
-			s.fail(w, bad("status", "unknown status %q", st))
-			return
-		}
-	}
-	agents, hasAgent := q["agent"]
-	ps := s.l.Proposals(func(p selfimprove.Proposal) bool {
-		return (statuses == nil || slices.Contains(statuses, string(p.Status))) &&
-			(!hasAgent || slices.Contains(agents, p.AgentID))
-	})
-	writeJSON(w, http.StatusOK, ProposalList{Proposals: nonNil(ps)})
-}
-
-// proposal returns the proposal named by the request's {id} segment.
-func (s *server) proposal(id string) (selfimprove.Proposal, bool) {
-	ps := s.l.Proposals(func(p selfimprove.Proposal) bool { return p.ID == id })
-	if len(ps) == 0 {
-		return selfimprove.Proposal{}, false
-	}
-	return ps[0], true
-}
-
-// approve serves POST /api/proposals/{id}/approve.
-func (s *server) approve(w http.ResponseWriter, r *http.Request) {
-	if _, err := decode(r.Body, &ApproveRequest{}, true); err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.decideProposal(w, r, func(id string) error { return s.l.Approve(id) })
-}
-
-// reject serves POST /api/proposals/{id}/reject.
-func (s *server) reject(w http.ResponseWriter, r *http.Request) {
-	var req RejectRequest
-	raw, err := decode(r.Body, &req, false)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if err := text("reason", req.Reason, maxReason, true); err != nil {
-		s.fail(w, nullNamed(raw, err))
-		return
-	}
-	s.decideProposal(w, r, func(id string) error { return s.l.Reject(id, req.Reason) })
-}
-
-// decideProposal runs an approval or rejection and answers with the
-// proposal as it stands after it.
-func (s *server) decideProposal(w http.ResponseWriter, r *http.Request, f func(id string) error) {
-	id := r.PathValue("id")
-	if _, ok := s.proposal(id); !ok {
-		s.fail(w, selfimprove.ErrProposalNotFound)
-		return
-	}
-	if err := f(id); err != nil {
-		s.fail(w, err)
-		return
-	}
-	p, _ := s.proposal(id)
-	res := Result{Proposal: &p}
-	if p.ChangeID != "" {
-		for _, ch := range s.l.Changes(p.AgentID) {
-			if ch.ID == p.ChangeID {
-				res.Change = &ch
-			}
-		}
-	}
-	s.done(w, p.AgentID, res)
-}
-
 // eventFilter reads an EventFilter from the query (agent, type, since,
 // until, after, before, limit).
 func eventFilter(q url.Values) (selfimprove.EventFilter, error) {
@@ -534,65 +455,4 @@ func (s *server) similar(w http.ResponseWriter, r *http.Request) {
 		k = n
 	}
 	writeJSON(w, http.StatusOK, SimilarList{Memories: nonNil(s.l.Similar(text, k))})
-}
-
-// FleetStatus is the answer of GET /api/fleet: this replica's view of the
-// fleet it shares its agents with (selfimprove.WithFleet); Attached is
-// false without one, and the rest zero. The counts are since the Loop
-// started (see selfimprove.Metrics).
-type FleetStatus struct {
-	Attached bool   `json:"attached"`
-	Replica  string `json:"replica,omitempty"`
-	// Up is false while the replica cannot reach the fleet (it backs
-	// off; calls keep their configs, changes are refused).
-	Up          bool    `json:"up"`
-	Outages     int64   `json:"outages"`
-	Errors      int64   `json:"errors"`
-	Conflicts   int64   `json:"conflicts"`
-	Commits     int64   `json:"commits"`
-	CommitAvgMS float64 `json:"commit_avg_ms"`
-	CommitMaxMS float64 `json:"commit_max_ms"`
-	LeasesTaken int64   `json:"leases_taken"`
-	LeasesBusy  int64   `json:"leases_busy"`
-	LeaseErrors int64   `json:"lease_errors"`
-	RevisionLag int64   `json:"revision_lag"`
-	Behind      int64   `json:"behind"`
-	// Replicas are the replicas of the fleet seen alive, this one among
-	// them, by name (see selfimprove.Loop.FleetReplicas: read every 5 s;
-	// a replica drops out when closed, or 20 s after it was last seen).
-	Replicas []FleetReplica `json:"replicas"`
-	// Events are the latest outage events (fleet_unreachable,
-	// fleet_recovered), at most 10, oldest first.
-	Events []EventView `json:"events"`
-}
-
-// FleetReplica is one replica of the fleet seen alive (FleetStatus).
-type FleetReplica struct {
-	Name string `json:"name"`
-	// LastSeen is when it last told the fleet it was alive.
-	LastSeen time.Time `json:"last_seen"`
-	// Self is true for the replica that answers.
-	Self bool `json:"self,omitempty"`
-}
-
-// fleetStatus serves GET /api/fleet.
-func (s *server) fleetStatus(w http.ResponseWriter, _ *http.Request) {
-	m := s.l.Metrics()
-	out := FleetStatus{Attached: m.FleetReplica != "", Replica: m.FleetReplica, Up: m.FleetReplica != "" && m.FleetDown == 0,
-		Outages: m.FleetOutages, Errors: m.FleetErrors, Conflicts: m.FleetConflicts, Commits: m.FleetCommits,
-		CommitMaxMS: float64(m.FleetCommitMaxNS) / 1e6, LeasesTaken: m.FleetLeases, LeasesBusy: m.FleetLeasesBusy,
-		LeaseErrors: m.FleetLeaseErrors, RevisionLag: m.FleetLag, Behind: m.FleetBehind, Events: []EventView{},
-		Replicas: []FleetReplica{}}
-	for name, at := range s.l.FleetReplicas() {
-		out.Replicas = append(out.Replicas, FleetReplica{Name: name, LastSeen: at.UTC(), Self: name == m.FleetReplica})
-	}
-	slices.SortFunc(out.Replicas, func(a, b FleetReplica) int { return strings.Compare(a.Name, b.Name) })
-	if m.FleetCommits > 0 {
-		out.CommitAvgMS = float64(m.FleetCommitNS) / float64(m.FleetCommits) / 1e6
-	}
-	evs := s.l.Events(selfimprove.EventFilter{Types: []selfimprove.EventType{selfimprove.EventFleetUnreachable, selfimprove.EventFleetRecovered}, Limit: 10})
-	for _, e := range evs {
-		out.Events = append(out.Events, EventView{Event: e})
-	}
-	writeJSON(w, http.StatusOK, out)
 }
