@@ -28,6 +28,9 @@ Python 3.8 or later.
 import atexit
 import datetime
 import email.utils
+import functools
+import http.client
+import io
 import json
 import logging
 import math
@@ -218,7 +221,7 @@ def _read_answer(res, deadline, cut=False):
     most MAX_ANSWER_BYTES: a sidecar that trickles its answer, or answers
     more than an intake ever does, raises TimeoutError or ValueError (cut:
     an error's body, its first MAX_ANSWER_BYTES), never holding the call
-    nor its memory. Each read waits request_timeout at most (the socket's)."""
+    nor its memory. Each read waits until deadline at most (_TimedReader)."""
     chunks, n = [], 0
     while n <= MAX_ANSWER_BYTES:
         if time.monotonic() > deadline:
@@ -233,6 +236,96 @@ def _read_answer(res, deadline, cut=False):
     raise ValueError("the answer is over %d bytes: not an intake's" % MAX_ANSWER_BYTES)
 
 
+def _time_left(deadline):
+    """Seconds until deadline (time.monotonic); socket.timeout when none are left."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("no answer within request_timeout")
+    return left
+
+
+class _TimedReader(io.RawIOBase):
+    """sock's bytes, each read waiting until deadline at most (not the
+    socket's timeout afresh): an answer's status line and headers, read by
+    http.client, are bounded by request_timeout as its body is."""
+
+    def __init__(self, sock, deadline):
+        super().__init__()
+        self._sock, self._raw, self._deadline = sock, sock.makefile("rb", buffering=0), deadline
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def close(self):
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _TimedResponse(http.client.HTTPResponse):
+    """An HTTPResponse read through a _TimedReader."""
+
+    def __init__(self, sock, *args, deadline, **kw):
+        super().__init__(sock, *args, **kw)
+        self.fp.close()  # nothing read from it yet
+        self.fp = io.BufferedReader(_TimedReader(sock, deadline))
+
+
+class _Timed:
+    """An HTTP(S)Connection whose connection, request and answer end by
+    deadline (time.monotonic), the whole of them, not each read."""
+
+    def __init__(self, *args, deadline, **kw):
+        super().__init__(*args, **kw)
+        self._deadline = deadline
+        self.response_class = functools.partial(_TimedResponse, deadline=deadline)
+
+    def connect(self):
+        self.timeout = _time_left(self._deadline)
+        super().connect()
+
+    def send(self, data):
+        if self.sock is not None:
+            self.sock.settimeout(_time_left(self._deadline))
+        super().send(data)
+
+
+class _TimedHTTPConnection(_Timed, http.client.HTTPConnection):
+    pass
+
+
+_TIMED = {http.client.HTTPConnection: _TimedHTTPConnection}
+if hasattr(http.client, "HTTPSConnection"):  # Python built with ssl
+    class _TimedHTTPSConnection(_Timed, http.client.HTTPSConnection):
+        pass
+    _TIMED[http.client.HTTPSConnection] = _TimedHTTPSConnection
+
+
+class _DeadlineOpen:
+    """Opens a request whose _deadline is set on a _Timed connection."""
+
+    def do_open(self, http_class, req, **kw):
+        deadline = getattr(req, "_deadline", None)
+        if deadline is not None and http_class in _TIMED:
+            http_class = functools.partial(_TIMED[http_class], deadline=deadline)
+        return super().do_open(http_class, req, **kw)
+
+
+class _HTTPHandler(_DeadlineOpen, urllib.request.HTTPHandler):
+    pass
+
+
+_HANDLERS = [_HTTPHandler]
+if hasattr(urllib.request, "HTTPSHandler"):
+    class _HTTPSHandler(_DeadlineOpen, urllib.request.HTTPSHandler):
+        pass
+    _HANDLERS.append(_HTTPSHandler)
+
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """Follows no redirect: the token must not travel to another origin."""
 
@@ -240,15 +333,36 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+_OPENER = urllib.request.build_opener(_NoRedirect, *_HANDLERS)
 
 _INDEX = re.compile(r"^outcomes\[(\d+)\]")
+
+
+def _unique(pairs):
+    """A JSON object's pairs as a dict; ValueError naming a key given twice."""
+    doc = {}
+    for k, v in pairs:
+        if k in doc:
+            raise ValueError("the answer has the key %r twice" % _cut(k, 100))
+        doc[k] = v
+    return doc
+
+
+def _parse(body):
+    """body, an answer of the sidecar, as JSON; ValueError saying what is
+    wrong when it is not valid UTF-8 (an encoded surrogate included) or an
+    object in it has a key twice (which of the two to believe?)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError("the answer is not valid UTF-8 (%s)" % exc) from None
+    return json.loads(text, object_pairs_hook=_unique)
 
 
 def _field_name(body):
     """The field an intake error names (outcomes[3].x), or ""."""
     try:
-        field = json.loads(body).get("field", "")
+        field = _parse(body).get("field", "")
     except (ValueError, AttributeError):
         return ""
     return field if isinstance(field, str) else ""
@@ -281,7 +395,7 @@ def _retry_booked(body, i, n):
     """For a 409 whose body says the loop failed after booking some (retry:
     true), how many it booked (0..n); None for any other 409."""
     try:
-        doc = json.loads(body)
+        doc = _parse(body)
     except ValueError:
         return None
     if not isinstance(doc, dict) or doc.get("retry") is not True:
@@ -353,8 +467,9 @@ class Client:
     together at the latest (at the next call once that many are queued);
     config_ttl (5.0): seconds a config is used before it is read again (a
     cheap 304 when unchanged); request_timeout (5.0): seconds for one
-    request to the sidecar, its answer read too (at most MAX_ANSWER_BYTES,
-    8 MiB); transient_attempts (3): the fewest attempts a transient
+    request to the sidecar, its connection and its whole answer, headers
+    included (at most MAX_ANSWER_BYTES, 8 MiB; an answer not valid UTF-8,
+    or with a JSON key twice, is malformed); transient_attempts (3): the fewest attempts a transient
     failure gets whatever max_attempts says, as the Go loop's
     RetryPolicy.TransientAttempts (1: off), the extra ones waiting at
     least 0.5 s doubled; sleep and clock: time.sleep and time.monotonic,
@@ -464,6 +579,8 @@ class Client:
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         deadline = time.monotonic() + (math.inf if self.request_timeout is None else self.request_timeout)
+        if self.request_timeout is not None:
+            req._deadline = deadline  # the whole answer, its headers too, by then (_Timed)
         try:
             with _OPENER.open(req, timeout=self.request_timeout) as res:
                 return res.status, res.headers, _read_answer(res, deadline)
@@ -548,7 +665,7 @@ class Client:
             if status == 304 and cached:
                 cfg, etag = cached[0], cached[1]
             elif status == 200:
-                cfg, etag = Config(json.loads(body)["config"]), hdrs.get("ETag", "")
+                cfg, etag = Config(_parse(body)["config"]), hdrs.get("ETag", "")
             elif 400 <= status < 500 and status not in (401, 408, 429):
                 # The sidecar answered, and refused this agent (a token
                 # scoped to other agents, an ID it refuses): no outage,
@@ -843,9 +960,12 @@ class Client:
                 raise self._rest(_Unavailable("%s: %s" % (type(exc).__name__, exc)), part, todo)
             if status == 200:
                 try:
-                    answer = json.loads(body)
+                    answer = _parse(body)
                     answer = {"booked": int(answer.get("booked", len(part))), "agents": list(answer.get("agents", []))}
-                except (ValueError, AttributeError, TypeError):
+                except (ValueError, AttributeError, TypeError) as exc:  # booked (a 200): configs read again
+                    self._warn_once(("answer", type(exc).__name__), "selfimprove: the intake's answer to a batch "
+                                    "is malformed (%s: %s): the batch counts as booked and the configs are read "
+                                    "again", type(exc).__name__, exc)
                     answer = {"booked": len(part), "agents": []}
                 self._booked(len(part), answer["agents"])
                 self._available()

@@ -700,6 +700,112 @@ class TestAnswersBounded(Base):
         self.assertTrue(c.offline)
 
 
+class SlowHeadersIntake:
+    """Whatever answers at the sidecar's URL, reading the request and then
+    sending a 200's status line and headers one byte every `gap` seconds,
+    until the client hangs up or the test ends."""
+
+    def __init__(self, gap):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = "http://127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.done = threading.Event()
+        self.gap = gap
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Slow: " + b"x" * 200 + b"\r\n"
+        with conn:
+            try:
+                conn.recv(65536)  # the request (a GET: its headers only)
+                for i in range(len(head)):
+                    if self.done.wait(self.gap):
+                        return
+                    conn.sendall(head[i:i + 1])
+            except OSError:  # the client hung up
+                pass
+
+    def close(self):
+        self.done.set()
+        self.sock.close()
+
+
+class TestHeadersBounded(Base):
+    """request_timeout bounds the whole answer, its status line and headers
+    too. Before, it bounded each socket read there: a sidecar (or whatever
+    answers at its URL) sending its headers a byte every request_timeout/3
+    held config(), and so call(), for as long as it liked."""
+
+    def test_slow_headers_cut_at_request_timeout(self):
+        timeout = 0.6
+        s = SlowHeadersIntake(timeout / 3)  # 200 bytes and more: over 40 s to send them
+        self.addCleanup(s.close)
+        c = client(s.url, request_timeout=timeout, logger=quiet)
+        start = time.monotonic()
+        cfg = c.call("a", lambda cfg: cfg)
+        took = time.monotonic() - start
+        self.assertLess(took, timeout + 2.0, "the call waited %.1f s on slow headers (request_timeout %.1f s)"
+                        % (took, timeout))
+        self.assertEqual(cfg.version, c.default_config.version, "an answer not read in time is an outage")
+        self.assertTrue(c.offline)
+
+
+class TestMalformedAnswers(Base):
+    """An answer that is not valid UTF-8, or a JSON object with a key twice,
+    is refused like any malformed answer, and the error names what was
+    wrong. Before, a config whose route held an encoded surrogate (invalid
+    UTF-8) was taken, the route a lone surrogate no HTTP client can send,
+    and a key given twice was read as its last value, silently."""
+
+    def answering(self, body):
+        return self.intake(lambda m, p, h, b: (200, {"ETag": '"v2"'}, body))
+
+    def test_config_not_utf8_refused(self):
+        for bad in (b"a\xed\xa0\x80b", b"a\xffb", b"a\xc0\xafb"):  # a surrogate, a stray byte, an overlong "/"
+            intake = self.answering(b'{"config": {"version": 2, "route": "' + bad + b'"}}')
+            c = client(intake.url, logger=quiet)
+            cfg = c.config("a")
+            self.assertEqual((cfg.version, cfg.route), (1, ""), "a config not in UTF-8 is refused: %r" % bad)
+            self.assertTrue(c.offline, bad)
+            self.assertIn("not valid UTF-8", c.last_error, bad)
+
+    def test_config_duplicate_key_refused(self):
+        for body, key in ((b'{"config": {"version": 2, "version": 3}}', "version"),
+                          (b'{"config": {"version": 2}, "config": {"version": 3}}', "config")):
+            intake = self.answering(body)
+            c = client(intake.url, logger=quiet)
+            cfg = c.config("a")
+            self.assertEqual(cfg.version, 1, "a config with a key twice is refused: %r" % body)
+            self.assertTrue(c.offline, body)
+            self.assertIn("key %r twice" % key, c.last_error, body)
+
+    def test_batch_answer_duplicate_key_named(self):
+        def answer(method, path, headers, body):
+            if method == "POST":
+                n = len(json.loads(body)["outcomes"])
+                return 200, {}, b'{"booked": %d, "agents": [], "agents": [{"id": "a", "config_version": 1}]}' % n
+            return intake.default(method, path, headers, body)
+        intake = self.intake(answer)
+        c = client(intake.url)
+        c.config("a")
+        intake.configs["a"] = 2
+        c.report("a", True, 10, 1)
+        with self.assertLogs("selfimprove_client", "WARNING") as logs:
+            c.flush()
+        self.assertEqual((c.booked, c.pending, c.offline), (1, 0, False), "a 200 booked the batch")
+        self.assertTrue(any("key 'agents' twice" in r for r in logs.output), logs.output)
+        self.assertEqual(c.config("a").version, 2, "the configs are read again, as after an answer not read")
+
+
 class TestRetryAfterSeconds(unittest.TestCase):
     def test_values(self):
         f = sc.retry_after_seconds
