@@ -48,7 +48,8 @@ var (
 	// recorded.
 	ErrScoreTooLate = errors.New("selfimprove: score too late")
 	// ErrUnknownVersion is returned by Rewind for a version the agent's
-	// history no longer holds (or never had).
+	// history no longer holds (or never had), and for an agent with no
+	// history (no call, no saved state).
 	ErrUnknownVersion = errors.New("selfimprove: no such config version")
 	// ErrProposalNotFound: no proposal has the ID.
 	ErrProposalNotFound = errors.New("selfimprove: no such proposal")

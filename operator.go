@@ -18,7 +18,8 @@ import (
 // is read from the store (before Close), with the fleet's shared state
 // of it under WithFleet (docs/fleet.md), and an unknown one gets the
 // documented answer for "no such agent". Setters load or create the
-// agent, and save what they did before they return.
+// agent, and save what they did before they return; but Rewind and
+// ClearRejected, which act on what an agent has, create none.
 
 // Config returns a copy of agentID's current config (the default config
 // for an agent the loop does not know, or whose state cannot be read).
@@ -148,9 +149,14 @@ func (l *Loop) SetConfig(agentID string, cfg Config) error {
 // like any other, and may be rolled back; a change under verification is
 // superseded. The versions it takes are those History returns; it fails
 // with ErrUnknownVersion for another, and with ErrTweakRejected for the
-// current one. The change is saved before Rewind returns. After Close it
-// returns ErrClosed and writes nothing.
+// current one. For an agent the loop does not know (no call, no saved
+// state, none in the fleet) it fails with ErrUnknownVersion, saying the
+// agent has no history, and creates nothing. The change is saved before
+// Rewind returns. After Close it returns ErrClosed and writes nothing.
 func (l *Loop) Rewind(agentID string, version int, reason string) (Change, error) {
+	if l.unknown(agentID) {
+		return Change{}, fmt.Errorf("%w: agent %q has no history: it made no call and has no saved state", ErrUnknownVersion, agentID)
+	}
 	var ch *Change
 	var route *routeState
 	err := l.operateUndo(agentID, func(a *agent) (effects, error) {
@@ -246,10 +252,38 @@ func (l *Loop) MarkCritical(agentID string, critical bool) error {
 }
 
 // ClearRejected forgets the tweaks rolled back for agentID, so that the
-// strategy's proposals are no longer refused for matching them.
+// strategy's proposals are no longer refused for matching them. For an
+// agent the loop does not know it has nothing to forget: it returns nil
+// and creates nothing.
 func (l *Loop) ClearRejected(agentID string) error {
+	if l.unknown(agentID) {
+		return nil
+	}
 	return l.update(agentID, EventRejectedCleared, fmt.Sprintf("agent %q: rejected tweaks cleared by operator", agentID),
 		func(s *agentState) { s.Rejected = nil })
+}
+
+// unknown reports whether agentID is a valid ID the loop does not know:
+// not in memory, not in the store (which answers that it has no such
+// file: a damaged file or the store's error is not "unknown", and the
+// method meets and reports it) and not in the fleet. It creates, logs
+// and decodes nothing; after Close it reports false, for the method to
+// return ErrClosed.
+func (l *Loop) unknown(agentID string) bool {
+	if l.isClosed.Load() || checkAgentID(agentID) != nil {
+		return false
+	}
+	if _, ok := l.agents.Load(agentID); ok {
+		return false
+	}
+	if err := l.store.LoadAgent(agentID, func([]byte) error { return nil }); !failure.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if l.fleet != nil {
+		st := newState(agentID, l.defaultConfig.clone())
+		return !l.fleet.view(agentID, &st, false)
+	}
+	return true
 }
 
 // update applies an operator setting to agentID's state, and saves it with
