@@ -263,29 +263,6 @@ func (l *Loop) ClearRejected(agentID string) error {
 		func(s *agentState) { s.Rejected = nil })
 }
 
-// unknown reports whether agentID is a valid ID the loop does not know:
-// not in memory, not in the store (which answers that it has no such
-// file: a damaged file or the store's error is not "unknown", and the
-// method meets and reports it) and not in the fleet. It creates, logs
-// and decodes nothing; after Close it reports false, for the method to
-// return ErrClosed.
-func (l *Loop) unknown(agentID string) bool {
-	if l.isClosed.Load() || checkAgentID(agentID) != nil {
-		return false
-	}
-	if _, ok := l.agents.Load(agentID); ok {
-		return false
-	}
-	if err := l.store.LoadAgent(agentID, func([]byte) error { return nil }); !failure.Is(err, fs.ErrNotExist) {
-		return false
-	}
-	if l.fleet != nil {
-		st := newState(agentID, l.defaultConfig.clone())
-		return !l.fleet.view(agentID, &st, false)
-	}
-	return true
-}
-
 // update applies an operator setting to agentID's state, and saves it with
 // an event of type t.
 func (l *Loop) update(agentID string, t EventType, msg string, f func(*agentState)) error {

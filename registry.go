@@ -232,6 +232,29 @@ func (l *Loop) viewOf(id string, stats bool, f func(s *agentState)) bool {
 	return true
 }
 
+// unknown reports whether agentID is a valid ID the loop does not know:
+// not in memory, not in the store (which answers that it has no such
+// file: a damaged file or the store's error is not "unknown", and the
+// method meets and reports it) and not in the fleet. It creates, logs
+// and decodes nothing; after Close it reports false, for the method to
+// return ErrClosed.
+func (l *Loop) unknown(agentID string) bool {
+	if l.isClosed.Load() || checkAgentID(agentID) != nil {
+		return false
+	}
+	if _, ok := l.agents.Load(agentID); ok {
+		return false
+	}
+	if err := l.store.LoadAgent(agentID, func([]byte) error { return nil }); !failure.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if l.fleet != nil {
+		st := newState(agentID, l.defaultConfig.clone())
+		return !l.fleet.view(agentID, &st, false)
+	}
+	return true
+}
+
 // eachAgent calls f for each live agent in memory, with its lock held.
 func (l *Loop) eachAgent(f func(a *agent)) {
 	l.agents.Range(func(_, v any) bool {
