@@ -83,6 +83,10 @@ var (
 	ErrStrategyTimeout = errors.New("selfimprove: strategy timed out")
 	// ErrStrategyPanic: the strategy panicked; the panic was recovered.
 	ErrStrategyPanic = errors.New("selfimprove: strategy panicked")
+	// ErrStorePanic: a method of the Store (WithStore) panicked; the panic
+	// was recovered and the operation failed, as if the method had
+	// returned this error (wrapped, naming the method and the panic).
+	ErrStorePanic = errors.New("selfimprove: store panicked")
 	// ErrTweakRejected: the strategy proposed a tweak the loop will not
 	// apply (one rolled back before, the current config, or invalid).
 	ErrTweakRejected = errors.New("selfimprove: tweak not applied")

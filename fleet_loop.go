@@ -171,7 +171,7 @@ func (fl *fleetLink) bad(a *agent, err error) {
 func (fl *fleetLink) event(ev *Event) {
 	l := fl.l
 	if l.enterWrite() {
-		if err := l.store.AppendEvents([]Event{*ev}); err != nil {
+		if err := guard("AppendEvents", func() error { return l.store.AppendEvents([]Event{*ev}) }); err != nil {
 			l.m.storeErrors.Add(1)
 			l.log.Error("selfimprove: cannot record event", "type", ev.Type, "error", err)
 		}

@@ -90,7 +90,7 @@ func (fl *fleetLink) orphanLanded(a *agent, evs []queued) {
 	for i, q := range evs {
 		events[i] = *q.ev
 	}
-	if err := l.store.AppendEvents(events); err != nil {
+	if err := guard("AppendEvents", func() error { return l.store.AppendEvents(events) }); err != nil {
 		l.m.storeErrors.Add(1)
 		l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
 	}

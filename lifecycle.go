@@ -151,7 +151,11 @@ func (l *Loop) restore(recent int) {
 	}
 	if h, ok := l.store.(eventHistory); ok && recent > 0 {
 		// Loop.Events and a resumed stream reach back past a restart.
-		evs, err := h.RecentEvents(recent)
+		var evs []Event
+		err := guard("RecentEvents", func() (err error) {
+			evs, err = h.RecentEvents(recent)
+			return err
+		})
 		if err != nil {
 			l.m.storeErrors.Add(1)
 			l.log.Error("selfimprove: cannot read the recent events", "error", err)
@@ -231,7 +235,7 @@ func (l *Loop) Close() error {
 			errs = append(errs, l.disp.close(ctx))
 			cancel()
 		}
-		errs = append(errs, l.store.Close())
+		errs = append(errs, guard("Close", l.store.Close))
 		l.hub.close()
 		if l.coarse != nil {
 			l.coarse.close()

@@ -363,16 +363,18 @@ func (l *Loop) Routes(agentID string) Routes {
 // (the read is bounded as every state file's, and logged when it fails).
 func (l *Loop) storedLadder(id string) Routes {
 	var r Routes
-	err := l.store.LoadAgent(id, func(data []byte) error {
-		var d struct {
-			Ladder *ladderDoc `json:"ladder"`
-		}
-		if err := json.Unmarshal(data, &d); err != nil || d.Ladder == nil {
+	err := guard("LoadAgent", func() error {
+		return l.store.LoadAgent(id, func(data []byte) error {
+			var d struct {
+				Ladder *ladderDoc `json:"ladder"`
+			}
+			if err := json.Unmarshal(data, &d); err != nil || d.Ladder == nil {
+				return err
+			}
+			var err error
+			r, err = d.Ladder.routes()
 			return err
-		}
-		var err error
-		r, err = d.Ladder.routes()
-		return err
+		})
 	})
 	if err != nil && !failure.Is(err, fs.ErrNotExist) {
 		l.log.Warn("selfimprove: route ladder of agent not read", "agent", id, "error", err)

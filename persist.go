@@ -142,7 +142,7 @@ func (l *Loop) stored(a *agent, snap *agentState, evs []queued) error {
 		for i, q := range evs {
 			events[i] = *q.ev
 		}
-		if err = l.store.AppendEvents(events); err != nil {
+		if err = guard("AppendEvents", func() error { return l.store.AppendEvents(events) }); err != nil {
 			l.log.Error("selfimprove: cannot record events", "agent", a.id, "count", len(evs), "error", err)
 		}
 	}
@@ -179,7 +179,7 @@ func (a *agent) dropQueued(drop func(*Event) bool) {
 func (l *Loop) saveState(id string, st *agentState) error {
 	data, err := encodeWithLadder(st, l.routes.of(id))
 	if err == nil {
-		err = l.store.SaveAgent(id, data)
+		err = guard("SaveAgent", func() error { return l.store.SaveAgent(id, data) })
 	}
 	if err != nil {
 		l.log.Error("selfimprove: cannot save agent state", "agent", id, "error", err)
@@ -245,7 +245,7 @@ func (l *Loop) saveMemory(closing bool) error {
 	}
 	data, changed, err := l.mem.encode(l.clock.Now().UnixNano(), closing)
 	if err == nil && changed {
-		err = ms.SaveMeta(memoryDoc, data)
+		err = guard("SaveMeta", func() error { return ms.SaveMeta(memoryDoc, data) })
 	}
 	if err != nil {
 		l.m.storeErrors.Add(1)
@@ -267,7 +267,7 @@ func (l *Loop) loadMemory() error {
 		l.memLoaded.Store(true)
 		return nil
 	}
-	err := ms.LoadMeta(memoryDoc, l.mem.load)
+	err := guard("LoadMeta", func() error { return ms.LoadMeta(memoryDoc, l.mem.load) })
 	switch {
 	case err == nil, failure.Is(err, fs.ErrNotExist):
 	case failure.Is(err, ErrCorruptState):
@@ -311,7 +311,7 @@ func (l *Loop) addProposalAgent(agentID string) error {
 		Agents []string `json:"agents_b64"`
 	}{1, ids})
 	if err == nil {
-		err = ms.SaveMeta(proposalsDoc, data)
+		err = guard("SaveMeta", func() error { return ms.SaveMeta(proposalsDoc, data) })
 	}
 	if err != nil {
 		delete(x.agents, agentID)
@@ -340,22 +340,7 @@ func (l *Loop) proposalAgents() []string {
 			x.agents = map[string]struct{}{}
 		}
 		if ms, ok := l.store.(metaStore); ok {
-			err := ms.LoadMeta(proposalsDoc, func(data []byte) error {
-				var doc struct {
-					Agents []string `json:"agents_b64"`
-				}
-				if err := json.Unmarshal(data, &doc); err != nil {
-					return err
-				}
-				for _, b := range doc.Agents {
-					raw, err := base64.StdEncoding.DecodeString(b)
-					if err != nil {
-						return err
-					}
-					x.agents[string(raw)] = struct{}{}
-				}
-				return nil
-			})
+			err := guard("LoadMeta", func() error { return ms.LoadMeta(proposalsDoc, x.decode) })
 			if err != nil && !failure.Is(err, fs.ErrNotExist) {
 				l.m.storeErrors.Add(1)
 				l.log.Error("selfimprove: cannot read the list of agents with proposals", "error", err)
@@ -396,14 +381,16 @@ func loadCallKeys(st Store, fleet bool, given []byte) (callKeys, error) {
 	var doc struct {
 		Key []byte `json:"key"`
 	}
-	err := ms.LoadMeta(callKeyDoc, func(b []byte) error {
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return err
-		}
-		if len(doc.Key) != 32 {
-			return fmt.Errorf("a key of %d bytes, not 32", len(doc.Key))
-		}
-		return nil
+	err := guard("LoadMeta", func() error {
+		return ms.LoadMeta(callKeyDoc, func(b []byte) error {
+			if err := json.Unmarshal(b, &doc); err != nil {
+				return err
+			}
+			if len(doc.Key) != 32 {
+				return fmt.Errorf("a key of %d bytes, not 32", len(doc.Key))
+			}
+			return nil
+		})
 	})
 	switch {
 	case err == nil:
@@ -417,7 +404,7 @@ func loadCallKeys(st Store, fleet bool, given []byte) (callKeys, error) {
 	b, _ := json.Marshal(struct {
 		Key []byte `json:"key"`
 	}{secret})
-	if err := ms.SaveMeta(callKeyDoc, b); err != nil {
+	if err := guard("SaveMeta", func() error { return ms.SaveMeta(callKeyDoc, b) }); err != nil {
 		return callKeys{secret}, fmt.Errorf("selfimprove: save the key of call IDs: %w", err)
 	}
 	return callKeys{secret}, nil

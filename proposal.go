@@ -1,6 +1,8 @@
 package selfimprove
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -131,4 +133,22 @@ func (x *proposalIndex) note(agentID string, ps []Proposal) {
 	for _, p := range ps {
 		x.byID[p.ID] = agentID
 	}
+}
+
+// decode adds the agents of the saved list doc to x.agents; x.mu is held.
+func (x *proposalIndex) decode(data []byte) error {
+	var doc struct {
+		Agents []string `json:"agents_b64"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return err
+	}
+	for _, b := range doc.Agents {
+		raw, err := base64.StdEncoding.DecodeString(b)
+		if err != nil {
+			return err
+		}
+		x.agents[string(raw)] = struct{}{}
+	}
+	return nil
 }

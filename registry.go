@@ -135,12 +135,14 @@ func (l *Loop) create(id string, fw *waits) (_ *agent, created bool, _ error) {
 // or a new one when there is none or it was corrupt (with the error). On
 // another read error it returns the error alone.
 func (l *Loop) loadState(id string) (st agentState, found bool, err error) {
-	err = l.store.LoadAgent(id, func(data []byte) error {
-		s, err := decodeState(data, id)
-		if err == nil {
-			st = s
-		}
-		return err
+	err = guard("LoadAgent", func() error {
+		return l.store.LoadAgent(id, func(data []byte) error {
+			s, err := decodeState(data, id)
+			if err == nil {
+				st = s
+			}
+			return err
+		})
 	})
 	switch {
 	case err == nil:
@@ -245,7 +247,8 @@ func (l *Loop) unknown(agentID string) bool {
 	if _, ok := l.agents.Load(agentID); ok {
 		return false
 	}
-	if err := l.store.LoadAgent(agentID, func([]byte) error { return nil }); !failure.Is(err, fs.ErrNotExist) {
+	err := guard("LoadAgent", func() error { return l.store.LoadAgent(agentID, func([]byte) error { return nil }) })
+	if !failure.Is(err, fs.ErrNotExist) {
 		return false
 	}
 	if l.fleet != nil {

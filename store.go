@@ -19,7 +19,9 @@ import (
 //
 // FileStore is the default; RAMStore keeps everything in memory. A
 // Store shared by several machines (Redis, a database) implements the same
-// five methods.
+// five methods. A panic in any method the loop calls is recovered: that
+// operation fails with an error wrapping ErrStorePanic (ListAgents'
+// panic under Loop.Agents excepted: it runs the caller's loop body).
 //
 // A Store may also have these optional methods, which the loop finds by a
 // type assertion (FileStore and RAMStore have the first three):
@@ -52,6 +54,19 @@ type Store interface {
 	AppendTraces(traces []Trace) error
 	// Close releases the store.
 	Close() error
+}
+
+// guard runs f, a call of the Store's method op, and returns its error. A
+// panic in it (the Store is the user's) is recovered and returned as an
+// error wrapping ErrStorePanic, so that it fails the operation, as an
+// error would, never the call, the loop's goroutines or its locks.
+func guard(op string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w in %s: %v", ErrStorePanic, op, r)
+		}
+	}()
+	return f()
 }
 
 // metaStore is implemented by a Store that also keeps small loop-wide
@@ -298,7 +313,7 @@ func (w *traceWriter) flush(spare *[]Trace) bool {
 	w.space = make(chan struct{})
 	w.mu.Unlock()
 
-	err := w.store.AppendTraces(batch)
+	err := guard("AppendTraces", func() error { return w.store.AppendTraces(batch) })
 	if err != nil {
 		w.m.storeErrors.Add(1)
 		w.drop(len(batch), err)

@@ -292,11 +292,13 @@ func (l *Loop) storedFrom(from string, n int) []string {
 	case sortedLister:
 		all, err = s.sortedAgentIDs()
 	case agentLister:
-		err = s.ListAgents(func(id string) bool {
-			if id >= from {
-				all = append(all, id)
-			}
-			return true
+		err = guard("ListAgents", func() error {
+			return s.ListAgents(func(id string) bool {
+				if id >= from {
+					all = append(all, id)
+				}
+				return true
+			})
 		})
 		slices.Sort(all)
 	default:
