@@ -31,6 +31,11 @@ import (
 // ErrFleetUnavailable in its errors when the fleet cannot be reached (and
 // only then), must not let a Commit that returned an error land later,
 // and must treat the agent ID as data: any bytes, up to MaxAgentIDLen.
+// A panic in a method (or in Subscribe's stop) is recovered: the
+// operation fails as if the method had returned an error wrapping
+// ErrFleetUnavailable that names the method and the panic (the replica
+// backs off and reports an outage, and a commit's outcome is unknown, as
+// with a lost answer); it never fails the call or crashes the process.
 // fleettest.New is an implementation for Loops in one process; the
 // redisfleet module is one
 // for replicas sharing a Redis server. The loop's side is described in

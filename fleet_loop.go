@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/self-improving-loop/selfimprove/failure"
 	"github.com/self-improving-loop/selfimprove/internal/replica"
 )
 
@@ -144,7 +145,7 @@ func (fl *fleetLink) Back() { fl.resyncAll() }
 func (fl *fleetLink) Outage(now time.Time, err error, d time.Duration) {
 	if err != nil {
 		fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetUnreachable,
-			Message: fmt.Sprintf("fleet unreachable: %v; calls keep their configs, no change is applied until it is back", err)})
+			Message: fmt.Sprintf("fleet unreachable: %s; calls keep their configs, no change is applied until it is back", failure.Scrub(err.Error()))})
 		return
 	}
 	fl.event(&Event{ID: newID(now), Time: now.UTC(), Type: EventFleetRecovered,

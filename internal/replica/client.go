@@ -121,15 +121,22 @@ func NewClient[D, P, E, N any](cfg Config[D, P, E, N]) *Client[D, P, E, N] {
 }
 
 // Start subscribes notified to the fleet's notifications and starts the
-// flusher.
+// flusher. A panic in Subscribe is taken as the fleet's failure (Failed): the
+// replica then learns of other replicas' commits by its poll alone.
 func (c *Client[D, P, E, N]) Start(notified func(agentID string, rev uint64)) {
-	c.unsub = c.Fleet.Subscribe(notified)
+	err := guard("Subscribe", func() error { c.unsub = c.Fleet.Subscribe(notified); return nil })
+	if c.unsub == nil {
+		c.unsub = func() {}
+	}
+	if err != nil {
+		c.Failed(err, "", nil)
+	}
 	go c.run()
 }
 
 // Close stops the flusher, flushes once more (Hooks.Flush), ends this
-// replica's note (Gone) and unsubscribes; it returns the flush's error.
-// It is idempotent.
+// replica's note (Gone) and unsubscribes; it returns the flush's error,
+// joined with a panic of the unsubscription's (guard). It is idempotent.
 func (c *Client[D, P, E, N]) Close() error {
 	var err error
 	c.once.Do(func() {
@@ -137,7 +144,10 @@ func (c *Client[D, P, E, N]) Close() error {
 		<-c.done
 		err = c.hooks.Flush()
 		c.Gone()
-		c.unsub()
+		if uerr := guard("stop (of Subscribe)", func() error { c.unsub(); return nil }); uerr != nil {
+			c.Counts.Errors.Add(1)
+			err = errors.Join(err, uerr)
+		}
 	})
 	return err
 }
@@ -258,6 +268,22 @@ func (c *Client[D, P, E, N]) Up() {
 	c.hooks.Outage(now, nil, d)
 }
 
+// guard runs f, a call of the fleet's method op, and returns its error. A
+// panic in it (the Fleet is the user's) is recovered and returned as an
+// error wrapping ErrUnavailable that names op and the panic: the
+// operation failed as if the fleet could not be reached (whether it
+// took effect is unknown, as with a lost answer), so the replica backs
+// off and reports an outage, and the call, the flusher's goroutine and
+// the locks held never see the panic.
+func guard(op string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: the fleet's %s panicked: %v", ErrUnavailable, op, r)
+		}
+	}()
+	return f()
+}
+
 // answer takes the answer err of an operation on the fleet about the
 // agent id (at as in Failed): Up when it answered, Failed when not.
 func (c *Client[D, P, E, N]) answer(err error, id string, at *atomic.Int64) {
@@ -290,7 +316,8 @@ func (c *Client[D, P, E, N]) Commit(w *Chain, agentID string, rev uint64, value 
 	}
 	sending()
 	start := c.hooks.Now()
-	nrev, err := c.Fleet.Commit(ctx, agentID, rev, value)
+	var nrev uint64
+	err := guard("Commit", func() (err error) { nrev, err = c.Fleet.Commit(ctx, agentID, rev, value); return err })
 	err = Cut(ctx, err)
 	took := int64(c.hooks.Now().Sub(start))
 	done()
@@ -340,7 +367,7 @@ func (c *Client[D, P, E, N]) Lease(w *Chain, agentID string, ttl time.Duration, 
 	if !ok {
 		return false, ErrSlow
 	}
-	ok, err := c.Fleet.Lease(ctx, agentID, c.Name, ttl)
+	err := guard("Lease", func() (err error) { ok, err = c.Fleet.Lease(ctx, agentID, c.Name, ttl); return err })
 	err = Cut(ctx, err)
 	done()
 	switch {
@@ -370,7 +397,7 @@ func (c *Client[D, P, E, N]) Release(w *Chain, agentID string, at *atomic.Int64)
 		return false
 	}
 	defer done()
-	if err := Cut(ctx, c.Fleet.Release(ctx, agentID, c.Name)); err != nil {
+	if err := Cut(ctx, guard("Release", func() error { return c.Fleet.Release(ctx, agentID, c.Name) })); err != nil {
 		c.Failed(err, agentID, at)
 		return !errors.Is(err, ErrSlow)
 	}
@@ -386,7 +413,7 @@ func (c *Client[D, P, E, N]) Release(w *Chain, agentID string, at *atomic.Int64)
 func (c *Client[D, P, E, N]) Add(w *Chain, deltas []D) (pools []P, again bool, err error) {
 	err = ErrSlow
 	if ctx, done, ok := c.Op(w); ok {
-		pools, err = c.Fleet.Add(ctx, deltas)
+		err = guard("Add", func() (err error) { pools, err = c.Fleet.Add(ctx, deltas); return err })
 		err = Cut(ctx, err)
 		done()
 	}
@@ -426,7 +453,7 @@ func (c *Client[D, P, E, N]) load(w *Chain, agentID, who string, at *atomic.Int6
 		return 0, nil, LoadSlow, ErrSlow
 	}
 	defer done()
-	rev, val, err = c.Fleet.Load(ctx, agentID)
+	err = guard("Load", func() (err error) { rev, val, err = c.Fleet.Load(ctx, agentID); return err })
 	res, err = c.loadResult(ctx, err, who, at)
 	return rev, val, res, err
 }
@@ -435,7 +462,7 @@ func (c *Client[D, P, E, N]) load(w *Chain, agentID, who string, at *atomic.Int6
 // shares it (the flusher's); a failure is reported (Failed, at as there)
 // and returned.
 func (c *Client[D, P, E, N]) ReleaseIn(ctx context.Context, agentID string, at *atomic.Int64) error {
-	err := c.Fleet.Release(ctx, agentID, c.Name)
+	err := guard("Release", func() error { return c.Fleet.Release(ctx, agentID, c.Name) })
 	if err != nil {
 		c.Failed(err, agentID, at)
 	}
@@ -450,7 +477,8 @@ func (c *Client[D, P, E, N]) LoadStats(w *Chain, agentID string) ([]byte, error)
 	if !ok {
 		return nil, ErrSlow
 	}
-	b, err := c.Fleet.LoadStats(ctx, agentID)
+	var b []byte
+	err := guard("LoadStats", func() (err error) { b, err = c.Fleet.LoadStats(ctx, agentID); return err })
 	err = Cut(ctx, err)
 	done()
 	return b, err

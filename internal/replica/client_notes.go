@@ -37,7 +37,8 @@ func (c *Client[D, P, E, N]) Post(n Note) bool {
 func (c *Client[D, P, E, N]) SendNotes(now time.Time, more []Note) {
 	for _, n := range append(c.notes.Take(), more...) {
 		ctx, cancel := c.Ctx()
-		was, err := c.Fleet.Note(ctx, n.Kind, n.Name, n.Reason, n.Until, n.Now)
+		var was bool
+		err := guard("Note", func() (err error) { was, err = c.Fleet.Note(ctx, n.Kind, n.Name, n.Reason, n.Until, n.Now); return err })
 		cancel()
 		if err != nil {
 			c.Failed(err, "", nil)
@@ -52,7 +53,8 @@ func (c *Client[D, P, E, N]) SendNotes(now time.Time, more []Note) {
 // did not answer (reported: Failed).
 func (c *Client[D, P, E, N]) Read(kind string, now time.Time) ([]N, bool) {
 	ctx, cancel := c.Ctx()
-	notes, err := c.Fleet.Notes(ctx, kind, now)
+	var notes []N
+	err := guard("Notes", func() (err error) { notes, err = c.Fleet.Notes(ctx, kind, now); return err })
 	cancel()
 	if err != nil {
 		c.Failed(err, "", nil)
@@ -94,7 +96,10 @@ func (c *Client[D, P, E, N]) Seen(now time.Time) {
 	}
 	b.at = now
 	ctx, cancel := c.Ctx()
-	_, err := c.Fleet.Note(ctx, NoteReplica, c.Name, "", now.Add(ReplicaTTL), now)
+	err := guard("Note", func() (err error) {
+		_, err = c.Fleet.Note(ctx, NoteReplica, c.Name, "", now.Add(ReplicaTTL), now)
+		return err
+	})
 	cancel()
 	if err != nil {
 		c.Failed(err, "", nil)
@@ -118,7 +123,7 @@ func (c *Client[D, P, E, N]) Gone() {
 	now := c.hooks.Now()
 	ctx, cancel := c.Ctx()
 	defer cancel()
-	c.Fleet.Note(ctx, NoteReplica, c.Name, "", now, now)
+	guard("Note", func() (err error) { _, err = c.Fleet.Note(ctx, NoteReplica, c.Name, "", now, now); return err })
 }
 
 // Replicas returns the replicas seen alive at now, by name, with when
@@ -173,7 +178,7 @@ func (c *Client[D, P, E, N]) SendEvents() {
 		return
 	}
 	ctx, cancel := c.Ctx()
-	err := c.Fleet.AppendEvents(ctx, evs)
+	err := guard("AppendEvents", func() error { return c.Fleet.AppendEvents(ctx, evs) })
 	cancel()
 	switch {
 	case err == nil:
