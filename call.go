@@ -50,6 +50,10 @@ import (
 // returns. The common case (a call with no change under verification and
 // no threshold crossed) allocates nothing and does no I/O; with
 // TracesSync it waits for its trace to be fsynced, with other callers'.
+// An agent's first call in the process waits at most a second for the
+// store to load it (and to save the agents it evicts, WithMaxAgents);
+// past that, fn runs untracked under the default config, ErrStoreSlow is
+// in Report.LoopErr, and the load goes on in the background.
 func (l *Loop) ExecuteWithImprovement(ctx context.Context, agentID string, fn func(ctx context.Context, cfg Config) error) (rep Report, _ error) {
 	// rep is the result itself: the success path writes it in place and
 	// returns without copying it.

@@ -87,6 +87,12 @@ var (
 	// was recovered and the operation failed, as if the method had
 	// returned this error (wrapped, naming the method and the panic).
 	ErrStorePanic = errors.New("selfimprove: store panicked")
+	// ErrStoreSlow is returned (wrapped, in Report.LoopErr) by a call
+	// whose agent the store had not loaded within a second (its first call
+	// in this process, while LoadAgent hangs), or while 1,024 loads hang:
+	// fn ran untracked under the default config, and the load goes on in
+	// the background, for the calls after it.
+	ErrStoreSlow = errors.New("selfimprove: store slow: the agent is still loading")
 	// ErrTweakRejected: the strategy proposed a tweak the loop will not
 	// apply (one rolled back before, the current config, or invalid).
 	ErrTweakRejected = errors.New("selfimprove: tweak not applied")

@@ -85,6 +85,8 @@ type Loop struct {
 	props    proposalIndex  // where proposals are
 	seed     maphash.Seed
 	createMu [32]sync.Mutex // serialises loading of the agents that hash to it
+	loading  sync.Map       // agent ID → *loading: the loads in flight (create)
+	loadingN atomic.Int64   // how many
 	mistakes mistakeLog     // calls with a bad ID or after Close, logged
 
 	m   *metrics

@@ -239,9 +239,11 @@ func WithTraceQueue(size int, wait time.Duration) Option {
 // WithMaxAgents bounds the agents kept in memory (default 10,000, at
 // least 1; about 4 KiB each, 11 KiB at worst). A call that brings a new
 // agent over the cap first saves and evicts an idle agent (an approximate
-// least-recently-used order), which is reloaded from the store on its
-// next call. Agents with an analysis running or events not yet logged
-// stay until the next periodic flush finds them idle. With WithFleet, a
+// least-recently-used order; the call waits for that at most a second,
+// with its agent's load, and the save then finishes in the background),
+// which is reloaded from the store on its next call once saved. Agents
+// with an analysis running or events not yet logged stay until the next
+// periodic flush finds them idle. With WithFleet, a
 // replica also keeps what it had booked of the fleet's calls for up to n
 // agents evicted (about 250 bytes each), so that an agent loaded again
 // books the other replicas' calls made meanwhile; an agent whose calls

@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"fmt"
 	"hash/maphash"
 	"io/fs"
 	"iter"
@@ -43,13 +44,14 @@ func atSlot(addr uintptr) int { return int(uint64(addr) * 0x9e3779b97f4a7c15 >> 
 // agent returns the live agent for id, loading it from the store on first
 // use. On a read error it returns nil and the error; on a corrupt state
 // file it returns a fresh agent and the error. When the new agent takes
-// the live agents over the cap, the caller evicts idle ones first, so that
+// the live agents over the cap, its load evicts idle ones first, so that
 // eviction keeps up with creation whatever the rate of new IDs.
 func (l *Loop) agent(id string) (*agent, error) { return l.agentIn(id, nil) }
 
 // agentIn is agent for a call whose waits on the replication are *fw
-// (see waits; fw nil: a load of its own): loading the agent from the
-// fleet is part of them, and starts their clock.
+// (see waits; fw nil: a load of its own, not a call's): loading the agent
+// from the fleet is part of them, and starts their clock. A call (fw set)
+// waits for a load at most storeWait (see create).
 func (l *Loop) agentIn(id string, fw *waits) (*agent, error) {
 	// The front caches: the agents called last, first by the address of
 	// the ID's bytes (a caller usually passes the same string each time: a
@@ -79,29 +81,107 @@ func (l *Loop) agentIn(id string, fw *waits) (*agent, error) {
 		slot.Store(a)
 		return a, nil
 	}
-	a, created, err := l.create(id, fw)
+	a, err := l.create(id, fw)
 	if fw != nil {
 		fw.pause() // fn runs now: its time is its own (resumed in finish)
 	}
 	if a != nil {
 		slot.Store(a)
 	}
-	if created {
-		l.evictOver(a) // not a itself: its call would load it again, and again
-	}
 	return a, err
 }
 
-// create loads or creates agent id, unless another call did meanwhile;
-// created reports that this call did. With a fleet and fw, its wait for
-// another call's load, and its own, are of the chain *fw (agentIn).
-func (l *Loop) create(id string, fw *waits) (_ *agent, created bool, _ error) {
-	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
+// storeWait is how long a call, which decides nothing by being an
+// agent's first, waits for the store: for its agent's load, and the
+// evictions the new agent brings on (WithMaxAgents), together. Past it,
+// fn runs untracked under the default config (ErrStoreSlow) while the
+// load goes on in the background; the calls after it find the agent.
+const storeWait = time.Second
+
+// maxLoading bounds the loads in flight (create), so that a hung store
+// and a stream of new IDs do not pile up goroutines: past it, a call of
+// an agent not in memory runs untracked at once (ErrStoreSlow).
+const maxLoading = 1024
+
+// loading is a load of an agent in flight: one per ID (Loop.loading),
+// which every call of the ID meanwhile waits for. a and err are its
+// result, set before done closes.
+type loading struct {
+	done chan struct{}
+	a    *agent
+	err  error
+}
+
+// create has agent id loaded or created, on a goroutine of its own, once
+// however many calls want it meanwhile, and waits for it: a call (fw set)
+// at most storeWait, then it has the agent if the load created it, or
+// else an error wrapping ErrStoreSlow; any other caller until it is done.
+// With a fleet and fw, the load's wait on the fleet is of the chain *fw.
+func (l *Loop) create(id string, fw *waits) (*agent, error) {
 	var w *replica.Chain
 	if l.fleet != nil && fw != nil {
-		fw.c = l.fleet.Chain(fw.c) // the wait for mu counts in its time
+		fw.c = l.fleet.Chain(fw.c) // the wait for the load counts in its time
 		w = fw.c
 	}
+	ld := &loading{done: make(chan struct{})}
+	if v, busy := l.loading.LoadOrStore(id, ld); busy {
+		ld = v.(*loading)
+	} else {
+		l.startLoad(id, ld, w)
+	}
+	if fw != nil {
+		t := time.NewTimer(storeWait)
+		defer t.Stop()
+		select {
+		case <-ld.done:
+		case <-t.C:
+			if v, ok := l.agents.Load(id); ok { // loaded; an eviction is slow
+				return v.(*agent), nil
+			}
+			return nil, fmt.Errorf("%w: agent %.64q not loaded within %v; fn ran untracked", ErrStoreSlow, id, storeWait)
+		}
+	}
+	<-ld.done
+	return ld.a, ld.err
+}
+
+// startLoad runs the load ld of agent id (load), then the evictions it
+// brings on, in the background, and closes ld.done; after Close, or with
+// maxLoading loads in flight, it fails ld at once.
+func (l *Loop) startLoad(id string, ld *loading, w *replica.Chain) {
+	end := func() {
+		l.loading.CompareAndDelete(id, ld) // after the agent is in l.agents
+		close(ld.done)
+	}
+	l.bgMu.Lock()
+	if l.closed || l.loadingN.Load() >= maxLoading {
+		if ld.err = ErrClosed; !l.closed {
+			ld.err = fmt.Errorf("%w: %d agents loading", ErrStoreSlow, maxLoading)
+		}
+		l.bgMu.Unlock()
+		end()
+		return
+	}
+	l.bg.Add(1) // Close waits for it, as for an analysis
+	l.bgMu.Unlock()
+	l.loadingN.Add(1)
+	go func() {
+		defer l.bg.Done()
+		defer l.loadingN.Add(-1)
+		defer end()
+		a, created, err := l.load(id, w)
+		ld.a, ld.err = a, err
+		if created {
+			l.evictOver(a) // not a itself: its call would load it again, and again
+		}
+	}()
+}
+
+// load loads or creates agent id, unless another load did meanwhile;
+// created reports that this one did. w is the chain of its wait on the
+// fleet (nil: its own).
+func (l *Loop) load(id string, w *replica.Chain) (_ *agent, created bool, _ error) {
+	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	if v, ok := l.agents.Load(id); ok {
