@@ -266,8 +266,19 @@ func (l *Loop) lockAgent(a *agent, id string, now int64) (*agent, error) {
 			return a, nil
 		}
 		a.mu.Unlock()
+		waitEvicted(a)
 		a = nil
 	}
+}
+
+// waitEvicted waits, blocked, for the eviction of a to end: evict holds
+// a's save lock from marking it evicted until its save has landed and it
+// left l.agents, or failed and a is live again. Only then may the agent
+// be looked up again (a lookup before would find a again, and spin).
+func waitEvicted(a *agent) {
+	a.saveMu.Lock()
+	//lint:ignore SA2001 the wait is the point: nothing is done under the lock
+	a.saveMu.Unlock()
 }
 
 // view calls f with agent id's state, without creating or keeping the
@@ -299,6 +310,7 @@ func (l *Loop) viewOf(id string, stats bool, f func(s *agentState)) bool {
 			return true
 		}
 		a.mu.Unlock()
+		waitEvicted(a)
 	}
 	if l.isClosed.Load() {
 		return false

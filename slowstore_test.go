@@ -138,3 +138,34 @@ func TestCallOverMaxAgentsIsNotHeldByAHungEvictionSave(t *testing.T) {
 		}
 	})
 }
+
+// A call of an agent whose eviction is being saved waits for that save
+// (the agent is loaded again only once its state has landed), blocked,
+// not spinning: before, it looked the agent up again and again for as
+// long as the save hung, a core burned per waiting call, and under
+// synctest the bubble's clock never moved (the watchdog below fired).
+func TestCallOfAnAgentBeingEvictedWaitsWithoutSpinning(t *testing.T) {
+	watchdog := time.AfterFunc(2*time.Minute, func() {
+		panic("TestCallOfAnAgentBeingEvictedWaitsWithoutSpinning: the call of the agent being evicted never blocked (it spins)")
+	})
+	defer watchdog.Stop()
+	synctest.Test(t, func(t *testing.T) {
+		st := &hungStore{RAMStore: si.NewRAMStore()}
+		l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithMaxAgents(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		timedCall(l, "a")
+		release := st.hang(&st.saveGate)
+		go func() { time.Sleep(storeHangs); release() }()
+		timedCall(l, "b") // evicts a, whose save hangs
+		rep, held := timedCall(l, "a")
+		if held > storeHangs || !rep.Success || rep.LoopErr != nil {
+			t.Errorf("call of a held %v (LoopErr %v) while its eviction's save hung %v; want it to wait for the save, and run tracked", held, rep.LoopErr, storeHangs)
+		}
+		if n := l.Stats("a").Calls; n != 2 {
+			t.Errorf("a has %d calls; want 2: the state its eviction saved, loaded again, and this call", n)
+		}
+	})
+}
