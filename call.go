@@ -340,7 +340,13 @@ func Execute[T any](ctx context.Context, l *Loop, agentID string, fn func(contex
 // circuits (see circuits.go), and ok false when it must fail fast.
 func (l *Loop) admit(a *agent) (probe, ok bool) {
 	now := l.clock.Now().UnixNano()
-	if !l.breaker.admits(now, a.openUntil.Load()) && !l.circuits.turn(a, now) || !a.claimProbe() {
+	until := a.openUntil.Load()
+	if now < until { // open, unless the clock stepped back (agentState.openUntil)
+		a.mu.Lock()
+		until = a.s.Tracker.waitUntil(until, now)
+		a.mu.Unlock()
+	}
+	if !l.breaker.admits(now, until) && !l.circuits.turn(a, now) || !a.claimProbe() {
 		return false, false
 	}
 	return true, true

@@ -20,7 +20,7 @@ func (l *Loop) failFast(ctx context.Context, a *agent, att *callCtx) error {
 	if a.s.Route != nil {
 		class = a.s.Route.Hold
 	}
-	until := a.s.CircuitOpenUntil
+	until := a.s.openUntil(l.clock.Now().UnixNano())
 	a.mu.Unlock()
 	var err error = ErrCircuitOpen
 	if class != "" {

@@ -118,7 +118,7 @@ func (o *openCircuits) recovered(a *agent) []*agent {
 func (a *agent) probeSoon(now int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.evicted || a.s.CircuitOpenUntil <= now || a.held() {
+	if a.evicted || a.s.openUntil(now) <= now || a.held() {
 		return
 	}
 	a.openUntil.Store(now)

@@ -549,7 +549,7 @@ func (s *agentState) claimProbe(now int64, home bool, r *ruleBook) bool {
 		}
 		rs.ProbeAt = now + max(rs.Every, int64(r.probes.ReturnEvery))
 	default:
-		if rs.Hold == "" || now < s.CircuitOpenUntil {
+		if rs.Hold == "" || now < s.openUntil(now) {
 			return false
 		}
 		s.CircuitOpenUntil = now + max(rs.HoldEvery, int64(r.probes.Every))

@@ -64,7 +64,7 @@ func (v *AgentView) fillLocked(s *agentState, now time.Time) {
 		ch := s.Changes[k-1]
 		v.Change = &ch
 	}
-	v.Circuit = circuitAt(s.CircuitOpenUntil, n)
+	v.Circuit = circuitAt(s.openUntil(n), n)
 	for _, p := range s.Proposals {
 		if p.Status == ProposalPending {
 			v.Proposals++
