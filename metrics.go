@@ -12,13 +12,16 @@ type Metrics struct {
 	Improvements, Confirmations, Rollbacks int64
 	StrategyRuns, StrategyErrors           int64 // errors include panics and timeouts
 	StrategyPanics, StrategyTimeouts       int64
-	StoreErrors                            int64
-	Notified, NotifyErrors, NotifyPanics   int64 // deliveries made (one per notifier that took an event); failed for good, panics included; the panics among them
-	NotifyDropped                          int64
-	RejectedTweaks                         int64 // tweaks the loop refused to apply
-	Traces, TracesDropped                  int64 // traces written; traces lost (also logged)
-	Agents                                 int64 // agents in memory now
-	Loads, Evictions                       int64 // agents loaded from the store; idle agents evicted
+	// StoreErrors counts the store's failed operations (its panics among
+	// them, ErrStorePanic) and the calls that gave up waiting for it to
+	// load their agent (ErrStoreSlow).
+	StoreErrors                          int64
+	Notified, NotifyErrors, NotifyPanics int64 // deliveries made (one per notifier that took an event); failed for good, panics included; the panics among them
+	NotifyDropped                        int64
+	RejectedTweaks                       int64 // tweaks the loop refused to apply
+	Traces, TracesDropped                int64 // traces written; traces lost (also logged)
+	Agents                               int64 // agents in memory now
+	Loads, Evictions                     int64 // agents loaded from the store; idle agents evicted
 	// FleetErrors counts the fleet's failed operations (WithFleet);
 	// FleetConflicts, the decisions another replica took first.
 	FleetErrors, FleetConflicts int64

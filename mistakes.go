@@ -85,8 +85,11 @@ func (m *mistakeLog) note(seed maphash.Seed, agentID string, why error, now time
 
 // mistakeText says what the caller did.
 func mistakeText(why error) string {
-	if errors.Is(why, ErrClosed) {
+	switch {
+	case errors.Is(why, ErrClosed):
 		return "the loop is closed"
+	case errors.Is(why, ErrStoreSlow):
+		return "the store did not load the agent in time"
 	}
 	return "invalid agent ID"
 }

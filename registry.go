@@ -1,6 +1,7 @@
 package selfimprove
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"io/fs"
@@ -138,11 +139,23 @@ func (l *Loop) create(id string, fw *waits) (*agent, error) {
 			if v, ok := l.agents.Load(id); ok { // loaded; an eviction is slow
 				return v.(*agent), nil
 			}
-			return nil, fmt.Errorf("%w: agent %.64q not loaded within %v; fn ran untracked", ErrStoreSlow, id, storeWait)
+			return nil, l.storeSlow(id, fmt.Errorf("%w: agent %.64q not loaded within %v; fn ran untracked", ErrStoreSlow, id, storeWait))
 		}
 	}
 	<-ld.done
+	if errors.Is(ld.err, ErrStoreSlow) {
+		return ld.a, l.storeSlow(id, ld.err)
+	}
 	return ld.a, ld.err
+}
+
+// storeSlow counts err, a call's wait for the store given up
+// (ErrStoreSlow), in Metrics.StoreErrors, logs it as the calls that run
+// untracked are (at most a line a minute for the agent), and returns it.
+func (l *Loop) storeSlow(id string, err error) error {
+	l.m.storeErrors.Add(1)
+	l.logMistake(id, err)
+	return err
 }
 
 // startLoad runs the load ld of agent id (load), then the evictions it

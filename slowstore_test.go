@@ -97,6 +97,9 @@ func TestFirstCallIsNotHeldByAHungStore(t *testing.T) {
 					i, held[i], storeHangs, reps[i].LoopErr, reps[i].Success)
 			}
 		}
+		if n := l.Metrics().StoreErrors; n != int64(len(reps)) {
+			t.Errorf("Metrics.StoreErrors %d; want the %d calls that gave up on the store counted", n, len(reps))
+		}
 		time.Sleep(storeHangs)
 		synctest.Wait()
 		rep, d := timedCall(l, "a")
