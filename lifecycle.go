@@ -195,11 +195,13 @@ func (l *Loop) start(o *options) {
 
 // Close stops the loop and is a barrier: after it returns, this Loop
 // writes nothing to its store or directory, ever. It waits for strategies
-// in flight (each bounded by the strategy timeout), writes the pending
-// traces, waits for the saves under way (each bounded by the store), saves
-// every agent with unsaved changes, delivers the queued events (for at
-// most the notify timeout) and closes the store, which releases the
-// directory. It returns the errors it met.
+// in flight (each bounded by the strategy timeout) and for the loads of
+// agents under way (each bounded by the store; at most 32 read at once,
+// and a load still queued behind them is dropped, unread), writes the
+// pending traces, waits for the saves under way (each bounded by the
+// store), saves every agent with unsaved changes, delivers the queued
+// events (for at most the notify timeout) and closes the store, which
+// releases the directory. It returns the errors it met.
 //
 // A call in flight when Close begins keeps its result; its bookkeeping is
 // saved if it reaches the store before Close seals it, and is otherwise

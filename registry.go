@@ -176,15 +176,15 @@ func (l *Loop) startLoad(id string, ld *loading, w *replica.Chain) {
 		return
 	}
 	l.bg.Add(1) // Close waits for it, as for an analysis
-	l.bgMu.Unlock()
 	l.loadingN.Add(1)
+	l.bgMu.Unlock()
 	go func() {
 		defer l.bg.Done()
 		defer l.loadingN.Add(-1)
 		defer end()
 		a, created, err := l.load(id, w)
 		ld.a, ld.err = a, err
-		if created {
+		if created && !l.isClosed.Load() { // Close saves what is in memory
 			l.evictOver(a) // not a itself: its call would load it again, and again
 		}
 	}()
@@ -192,13 +192,18 @@ func (l *Loop) startLoad(id string, ld *loading, w *replica.Chain) {
 
 // load loads or creates agent id, unless another load did meanwhile;
 // created reports that this one did. w is the chain of its wait on the
-// fleet (nil: its own).
+// fleet (nil: its own). Once Close has begun, a load still queued for
+// its turn fails with ErrClosed without reading the store: Close waits
+// for the reads under way, not for those behind them.
 func (l *Loop) load(id string, w *replica.Chain) (_ *agent, created bool, _ error) {
 	mu := &l.createMu[maphash.String(l.seed, id)%uint64(len(l.createMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	if v, ok := l.agents.Load(id); ok {
 		return v.(*agent), false, nil
+	}
+	if l.isClosed.Load() {
+		return nil, false, ErrClosed
 	}
 	a := &agent{id: id, tel: new(telemetry)}
 	st, found, err := l.loadState(id)
