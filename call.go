@@ -297,13 +297,13 @@ func (l *Loop) finish(ctx context.Context, a *agent, agentID string, b *begun, r
 // agent not in memory, or an invalid ID) without recording it: after
 // Close (Report.LoopErr is ErrClosed), or for an invalid agent ID (it
 // wraps ErrInvalidAgentID). The mistake goes to the log too (see
-// logMistake). att is the call's attempt context, if it has one.
+// mistakeLog.log). att is the call's attempt context, if it has one.
 func (l *Loop) untracked(ctx context.Context, agentID string, fn func(context.Context, Config) error, att *callCtx) (Report, error) {
 	rep := Report{LoopErr: ErrClosed}
 	if !l.isClosed.Load() {
 		rep.LoopErr = checkAgentID(agentID)
 	}
-	l.logMistake(agentID, rep.LoopErr)
+	l.mistakes.log(l.log, l.seed, agentID, rep.LoopErr, l.clock.Now())
 	cfg := l.defaultConfig
 	if checkAgentID(agentID) == nil {
 		if v, ok := l.agents.Load(agentID); ok {
@@ -422,24 +422,6 @@ func (a *agent) applyCall(l *Loop, in *input, eff *effects) {
 	// circuits.go).
 	eff.until = a.s.CircuitOpenUntil
 	eff.moved = eff.circuit && !a.held() && (eff.until != 0 && c.failed && c.cluster != 0 || eff.until == 0 && c.probe && !c.failed)
-}
-
-// logMistake logs a call of agentID that ran untracked because of why,
-// unless the same mistake was logged within the minute. The ID is shown
-// quoted, its first maxQuoted bytes at most.
-func (l *Loop) logMistake(agentID string, why error) {
-	ok, repeated, unlogged := l.mistakes.note(l.seed, agentID, why, l.clock.Now())
-	if !ok {
-		return
-	}
-	attrs := []any{"agent", quoteCut(agentID, maxQuoted), "agent_bytes", len(agentID), "error", why}
-	if repeated > 0 {
-		attrs = append(attrs, "repeated", repeated)
-	}
-	if unlogged > 0 {
-		attrs = append(attrs, "unlogged", unlogged)
-	}
-	l.log.Warn("selfimprove: a call ran untracked: "+mistakeText(why), attrs...)
 }
 
 // circuitMoved indexes a's circuit, opened by c's failure until until

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -92,4 +93,23 @@ func mistakeText(why error) string {
 		return "the store did not load the agent in time"
 	}
 	return "invalid agent ID"
+}
+
+// log logs, to lg, a call of agentID that ran untracked because of why
+// (at now; seed keys the mistakes), unless the same mistake was logged
+// within the minute. The ID is shown quoted, its first maxQuoted bytes at
+// most.
+func (m *mistakeLog) log(lg *slog.Logger, seed maphash.Seed, agentID string, why error, now time.Time) {
+	ok, repeated, unlogged := m.note(seed, agentID, why, now)
+	if !ok {
+		return
+	}
+	attrs := []any{"agent", quoteCut(agentID, maxQuoted), "agent_bytes", len(agentID), "error", why}
+	if repeated > 0 {
+		attrs = append(attrs, "repeated", repeated)
+	}
+	if unlogged > 0 {
+		attrs = append(attrs, "unlogged", unlogged)
+	}
+	lg.Warn("selfimprove: a call ran untracked: "+mistakeText(why), attrs...)
 }

@@ -154,7 +154,7 @@ func (l *Loop) create(id string, fw *waits) (*agent, error) {
 // untracked are (at most a line a minute for the agent), and returns it.
 func (l *Loop) storeSlow(id string, err error) error {
 	l.m.storeErrors.Add(1)
-	l.logMistake(id, err)
+	l.mistakes.log(l.log, l.seed, id, err, l.clock.Now())
 	return err
 }
 
