@@ -175,13 +175,23 @@ func (a *agent) mirrorLocked() {
 // hold into the tracker, as successes that ended just before now (Unix
 // ns) and before the bucket they were booked in ended, and into the
 // agent's metrics. a.mu is held.
-func (a *agent) settleLocked(now int64) {
+func (a *agent) settleLocked(now int64) { a.settleAs(now, fastDrain) }
+
+// sealLocked is settleLocked for an eviction: it seals the counters too
+// (fastSeal), so that a call that found the path open and books late
+// takes the locked path, and is booked on the agent loaded again rather
+// than lost with this one. a.mu is held.
+func (a *agent) sealLocked(now int64) { a.settleAs(now, fastSeal) }
+
+// settleAs is settleLocked, whose counters take take (fastDrain or
+// fastSeal). a.mu is held.
+func (a *agent) settleAs(now int64, take fastTake) {
 	until := a.fast.until.Swap(0)
 	var byBucket [len(latencyBounds) + 1]uint64
 	var lat int64
 	t := a.tel
 	t.seq.Add(1) // readers of the metrics retry while the counts move
-	a.fast.collect(&t.live, &byBucket, &lat, true)
+	a.fast.collect(&t.live, &byBucket, &lat, take)
 	var calls uint64
 	for i, n := range byBucket {
 		if n > 0 {

@@ -25,7 +25,10 @@ import (
 // compare-and-swap. A call that checked the path open just before it
 // closed may book after the settle: it stays in the counters until the
 // next one (it started under the config before any change the lock
-// holder makes, whose calls see the path closed).
+// holder makes, whose calls see the path closed). An eviction has no
+// next settle: it seals the counters as it settles them (fastSeal), so
+// that such a call fails to book, and takes the locked path, which books
+// it on the agent loaded again.
 //
 // An agent starts with one set of counters. When two calls book at the
 // same moment (a compare-and-swap fails), the agent turns hot: its calls
@@ -41,6 +44,19 @@ const (
 	fastLatMax   = 1<<fastLatBits - 1
 	fastCountMax = 1<<(64-fastLatBits) - 1
 	fastOne      = 1 << fastLatBits // one call in the count
+	// fastSealed is a sealed counter word (an evicted agent's): its count
+	// is full, so that add refuses it, and its durations' sum is one a
+	// live word never reaches (add keeps it below fastLatMax).
+	fastSealed = ^uint64(0)
+)
+
+// fastTake says what collecting a counter word does to it.
+type fastTake uint8
+
+const (
+	fastPeek  fastTake = iota // reads it
+	fastDrain                 // empties it
+	fastSeal                  // empties and seals it: no call books in it until unsealed
 )
 
 // fastHist is a set of counters: one word per latency bucket.
@@ -59,7 +75,7 @@ type fastShard struct {
 func (w *fastHist) add(b int, dur int64) (ok, contended bool) {
 	c := &w[b]
 	n := c.Load()
-	if n>>fastLatBits == fastCountMax || n&fastLatMax+uint64(dur) > fastLatMax {
+	if n>>fastLatBits == fastCountMax || n&fastLatMax+uint64(dur) >= fastLatMax { // sealed: full
 		return false, false
 	}
 	if c.CompareAndSwap(n, n+fastOne+uint64(dur)) {
@@ -68,16 +84,28 @@ func (w *fastHist) add(b int, dur int64) (ok, contended bool) {
 	return false, true
 }
 
-// collect adds what w holds to calls (per bucket) and lat, and empties w
-// when drain is set.
-func (w *fastHist) collect(calls *[len(latencyBounds) + 1]uint64, lat *int64, drain bool) {
+// collect adds what w holds to calls (per bucket) and lat, and empties
+// or seals w as take says. A sealed word holds nothing, and stays sealed.
+func (w *fastHist) collect(calls *[len(latencyBounds) + 1]uint64, lat *int64, take fastTake) {
 	for i := range w {
 		n := w[i].Load()
-		if drain && n != 0 {
+		switch {
+		case n == fastSealed:
+			continue
+		case take == fastSeal:
+			n = w[i].Swap(fastSealed)
+		case take == fastDrain && n != 0:
 			n = w[i].Swap(0)
 		}
 		calls[i] += n >> fastLatBits
 		*lat += int64(n & fastLatMax)
+	}
+}
+
+// unseal opens w's sealed words again, empty.
+func (w *fastHist) unseal() {
+	for i := range w {
+		w[i].CompareAndSwap(fastSealed, 0)
 	}
 }
 
@@ -94,6 +122,8 @@ type hotShards struct {
 	mu   sync.Mutex   // guards list
 	list []*fastShard // every set the pool made, at most maxHotShards
 	next int          // round-robin over list once it is full
+	// sealed: the sets are sealed (fastSeal), and a new one is made so.
+	sealed bool
 }
 
 // maxHotShards bounds the counter sets of one hot agent.
@@ -148,18 +178,47 @@ func (h *hotShards) make() *fastShard {
 		return sh
 	}
 	sh := new(fastShard)
+	if h.sealed {
+		for i := range sh.w {
+			sh.w[i].Store(fastSealed)
+		}
+	}
 	h.list = append(h.list, sh)
 	return sh
 }
 
 // collect adds what own and the hot sets hold to calls (per bucket) and
-// lat, and empties them when drain is set.
-func (f *fastCounts) collect(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64, drain bool) {
-	own.collect(calls, lat, drain)
+// lat, and empties or seals them as take says. Sealing makes a cold
+// agent hot, with no set yet, so that a call that finds own sealed does
+// not make it hot with sets unsealed.
+func (f *fastCounts) collect(own *fastHist, calls *[len(latencyBounds) + 1]uint64, lat *int64, take fastTake) {
+	own.collect(calls, lat, take)
+	h := f.hot.Load()
+	if h == nil && take == fastSeal {
+		f.heat()
+		h = f.hot.Load()
+	}
+	if h != nil {
+		h.mu.Lock()
+		if take == fastSeal {
+			h.sealed = true
+		}
+		for _, sh := range h.list {
+			sh.w.collect(calls, lat, take)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// unseal opens own and the hot sets again, empty (an eviction whose save
+// failed).
+func (f *fastCounts) unseal(own *fastHist) {
+	own.unseal()
 	if h := f.hot.Load(); h != nil {
 		h.mu.Lock()
+		h.sealed = false
 		for _, sh := range h.list {
-			sh.w.collect(calls, lat, drain)
+			sh.w.unseal()
 		}
 		h.mu.Unlock()
 	}

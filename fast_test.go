@@ -97,7 +97,7 @@ func fastHolds(l *Loop, id string) bool {
 	a := v.(*agent)
 	var calls [len(latencyBounds) + 1]uint64
 	var lat int64
-	a.fast.collect(&a.tel.live, &calls, &lat, false)
+	a.fast.collect(&a.tel.live, &calls, &lat, fastPeek)
 	return lat != 0 || calls != [len(calls)]uint64{}
 }
 

@@ -539,7 +539,7 @@ func (l *Loop) evict(a *agent, force bool) bool {
 		a.mu.Unlock()
 		return false
 	}
-	a.settleLocked(l.clock.Now().UnixNano())
+	a.sealLocked(l.clock.Now().UnixNano()) // a call booking late takes the locked path
 	snap := a.s.snapshot()
 	var mark fleetMark
 	park := false
@@ -554,6 +554,7 @@ func (l *Loop) evict(a *agent, force bool) bool {
 		a.mu.Lock()
 		a.evicted = false
 		a.set(flagGone, false)
+		a.fast.unseal(&a.tel.live)
 		a.reopenLocked()
 		a.mu.Unlock()
 		return false

@@ -356,7 +356,7 @@ func (a *agent) counters(v *AgentView) {
 			// The counts not yet settled.
 			var pc [len(latencyBounds) + 1]uint64
 			var pl int64
-			a.fast.collect(&t.live, &pc, &pl, false)
+			a.fast.collect(&t.live, &pc, &pl, fastPeek)
 			if t.seq.Load() == s {
 				for i := range h.Counts {
 					h.Counts[i] += pc[i]
