@@ -169,15 +169,21 @@ func TestHostileStats(t *testing.T) {
 	}) {
 		t.Fatalf("s-json: Stats %d calls after replica 0 sent its statistics again", l.Stats("s-json").Calls)
 	}
-	// The bad value is gone: none is left, or replica 0's statistics sent
-	// again since (they are owed when its calls after the last ones it sent
-	// met the 2 s between sends: on a loaded machine, a flush during the
-	// calls sends them early, and the rest 2 s later).
-	b, err := newFleet(t, admin, prefix).LoadStats(ctx, "s-type")
+	setAside(t, newFleet(t, admin, prefix), "s-type")
+}
+
+// setAside checks that the fleet f holds no bad statistics of agent id,
+// set aside: none, or the statistics of id a replica sent since (they are
+// owed when its calls after the last ones it sent met the 2 s between
+// sends: on a loaded machine, a flush during the calls sends them early,
+// and the rest 2 s later).
+func setAside(t *testing.T, f si.Fleet, id string) {
+	t.Helper()
+	b, err := f.LoadStats(context.Background(), id)
 	var doc struct {
 		AgentID string `json:"agent_id"`
 	}
-	if err != nil || b != nil && (json.Unmarshal(b, &doc) != nil || doc.AgentID != "s-type") {
-		t.Fatalf("LoadStats after the bad value was set aside: %q, %v; want none, or statistics of s-type sent since", b, err)
+	if err != nil || b != nil && (json.Unmarshal(b, &doc) != nil || doc.AgentID != id) {
+		t.Fatalf("LoadStats after the bad value was set aside: %q, %v; want none, or statistics of %s sent since", b, err, id)
 	}
 }
