@@ -51,15 +51,8 @@ func TestCircuitEndsAfterTheClockStepsBack(t *testing.T) {
 func TestHoldProbesAfterTheClockStepsBack(t *testing.T) {
 	clk := fakeclock.New(t0)
 	l := routeLoop(t, clk)
-	quota := true
-	sent := 0
-	fn := func(context.Context, si.Config) error {
-		sent++
-		if quota {
-			return errQuota
-		}
-		return nil
-	}
+	sent, quota := 0, true
+	fn := quotaFn(&sent, &quota)
 	for range 2 {
 		l.ExecuteWithImprovement(context.Background(), "a", fn)
 	}

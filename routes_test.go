@@ -180,15 +180,8 @@ var errQuota = errors.New("429 insufficient_quota: You exceeded your current quo
 func TestQuotaHoldsAndReleases(t *testing.T) {
 	clk := fakeclock.New(t0)
 	l := routeLoop(t, clk)
-	sent := 0
-	quota := true
-	fn := func(context.Context, si.Config) error {
-		sent++
-		if quota {
-			return errQuota
-		}
-		return nil
-	}
+	sent, quota := 0, true
+	fn := quotaFn(&sent, &quota)
 	for range 2 {
 		l.ExecuteWithImprovement(context.Background(), "a", fn)
 	}
@@ -303,5 +296,17 @@ func TestNextCandidateSoonAfterRollback(t *testing.T) {
 		t.Fatalf("the candidate came %v after the rollback, want within 15 minutes", d)
 	} else {
 		t.Logf("rollback at %s; the candidate %v later: %s", chs[0].DecidedAt.Format("15:04:05"), d, chs[1].Reason)
+	}
+}
+
+// quotaFn returns a call that counts the requests it sends in *sent, and
+// fails with errQuota while *quota is set.
+func quotaFn(sent *int, quota *bool) func(context.Context, si.Config) error {
+	return func(context.Context, si.Config) error {
+		*sent++
+		if *quota {
+			return errQuota
+		}
+		return nil
 	}
 }

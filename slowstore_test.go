@@ -118,15 +118,7 @@ func TestFirstCallIsNotHeldByAHungStore(t *testing.T) {
 // not reloaded before that save lands.
 func TestCallOverMaxAgentsIsNotHeldByAHungEvictionSave(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := &hungStore{RAMStore: si.NewRAMStore()}
-		l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithMaxAgents(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		timedCall(l, "a")
-		release := st.hang(&st.saveGate)
-		go func() { time.Sleep(storeHangs); release() }()
+		st, l := evictingLoop(t)
 		rep, held := timedCall(l, "b")
 		if held > time.Second || !rep.Success || rep.LoopErr != nil {
 			t.Errorf("call of b held %v by the save of evicted a that hangs %v (LoopErr %v); want at most 1s", held, storeHangs, rep.LoopErr)
@@ -153,15 +145,7 @@ func TestCallOfAnAgentBeingEvictedWaitsWithoutSpinning(t *testing.T) {
 	})
 	defer watchdog.Stop()
 	synctest.Test(t, func(t *testing.T) {
-		st := &hungStore{RAMStore: si.NewRAMStore()}
-		l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithMaxAgents(1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		timedCall(l, "a")
-		release := st.hang(&st.saveGate)
-		go func() { time.Sleep(storeHangs); release() }()
+		_, l := evictingLoop(t)
 		timedCall(l, "b") // evicts a, whose save hangs
 		rep, held := timedCall(l, "a")
 		if held > storeHangs || !rep.Success || rep.LoopErr != nil {
@@ -171,4 +155,21 @@ func TestCallOfAnAgentBeingEvictedWaitsWithoutSpinning(t *testing.T) {
 			t.Errorf("a has %d calls; want 2: the state its eviction saved, loaded again, and this call", n)
 		}
 	})
+}
+
+// evictingLoop returns a Loop that keeps one agent in memory, on a store
+// st whose saves hang for storeHangs from now, after one call of agent
+// "a": the next call of another agent evicts a, and a's save hangs.
+// Call it inside a synctest bubble; the Loop is closed when t ends.
+func evictingLoop(t *testing.T) (*hungStore, *si.Loop) {
+	st := &hungStore{RAMStore: si.NewRAMStore()}
+	l, err := si.New(si.WithStore(st), si.WithLogger(quiet), si.WithNotifier(nil), si.WithFlushInterval(0), si.WithMaxAgents(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	timedCall(l, "a")
+	release := st.hang(&st.saveGate)
+	go func() { time.Sleep(storeHangs); release() }()
+	return st, l
 }
